@@ -1,0 +1,26 @@
+/*
+ * cli.h — what the `sptrace` subcommands share.  One file per subcommand
+ * (cmd_<name>.c), each a thin user of the library headers.
+ */
+#ifndef SPTRACE_CLI_H
+#define SPTRACE_CLI_H
+
+#include <stdio.h>
+
+/* A subcommand: `run` gets argv with argv[0] = the subcommand's name. */
+typedef struct cli_cmd {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+} cli_cmd;
+
+int cmd_analyze_binary(int argc, char **argv);
+
+/* Print "sptrace: <message>" to stderr (printf style); returns 1. */
+int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A one-line progress indicator on stderr when it is a terminal. */
+void cli_progress(const char *what, size_t done, size_t total);
+void cli_progress_end(void);
+
+#endif

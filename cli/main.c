@@ -1,0 +1,91 @@
+/*
+ * main.c — the `sptrace` front end: finds the subcommand and hands it argv.
+ */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sp.h"
+
+static const cli_cmd commands[] = {
+	{ "analyze-binary", cmd_analyze_binary,
+	  "analyse ELF modules and fill the code-analysis repository" },
+};
+
+#define NCOMMANDS (sizeof commands / sizeof *commands)
+
+static int usage(FILE *out)
+{
+	fprintf(out,
+		"usage: sptrace COMMAND [ARGS]\n"
+		"\n"
+		"sptrace traces unmodified, running Linux programs.\n"
+		"\n"
+		"commands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out, "\n'sptrace COMMAND --help' describes a command.\n");
+	return out == stderr ? 2 : 0;
+}
+
+int cli_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	cli_progress_end();
+	fputs("sptrace: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+static int progress_shown;
+
+void cli_progress(const char *what, size_t done, size_t total)
+{
+	int width = 30, fill;
+
+	if (!isatty(STDERR_FILENO) || total < 2)
+		return;
+	fill = (int)(total ? done * (size_t)width / total : 0);
+	fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-.60s\033[K", fill,
+		"##############################", width - fill, "", done, total, what);
+	progress_shown = 1;
+}
+
+void cli_progress_end(void)
+{
+	if (progress_shown) {
+		fputs("\r\033[K", stderr);
+		progress_shown = 0;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage(stderr);
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		if (argc > 2 && strcmp(argv[1], "help") == 0)
+			for (size_t i = 0; i < NCOMMANDS; i++)
+				if (strcmp(argv[2], commands[i].name) == 0) {
+					char *av[] = { argv[2], "--help", NULL };
+					return commands[i].run(2, av);
+				}
+		return usage(stdout);
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("sptrace %s\n", SPTRACE_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].run(argc - 1, argv + 1);
+	cli_error("'%s' is not a command; 'sptrace --help' lists them", argv[1]);
+	return 2;
+}

@@ -1,0 +1,228 @@
+/*
+ * ca_internal.h — the codeanalysis library's private structures, shared by its
+ * source files and by nothing else.
+ *
+ *   elf.c       open the file, sections, segments, symbols, PLT, build-id
+ *   ehframe.c   .eh_frame FDEs and their LSDA landing pads
+ *   funcs.c     function discovery and naming
+ *   disasm.c    recursive-traversal disassembly, jump tables, blocks, CFG
+ *   sites.c     call-site classification and patch plans
+ *   lines.c     DWARF source lines (libdwarf), separate debug files
+ *   repo.c      repository entries (proto/repo.proto via protobuf-c)
+ *   module.c    ca_analyze(), accessors, lookups, names
+ */
+#ifndef CA_INTERNAL_H
+#define CA_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "codeanalysis.h"
+
+/* Bumped whenever the analysis would give different results: repository
+ * entries written by another analyser version are regenerated. */
+#define CA_ANALYZER_VERSION 1
+
+/* An executable or data section of interest, with its file bytes. */
+typedef struct ca_section {
+	char name[32];
+	uint64_t addr;
+	uint64_t size;
+	const uint8_t *data;  /* NULL for SHT_NOBITS */
+	bool exec;
+} ca_section;
+
+/* A symbol worth knowing: a function symbol or a PLT/GOT import. */
+typedef struct ca_sym {
+	uint64_t addr;
+	uint64_t size;
+	const char *name;     /* points into the ELF string table */
+	uint8_t type;         /* STT_* */
+	uint8_t from_dynsym;
+	uint8_t bind;         /* STB_* */
+} ca_sym;
+
+/* A GOT slot that the dynamic linker fills with an imported symbol. */
+typedef struct ca_gotslot {
+	uint64_t addr;
+	const char *name;
+} ca_gotslot;
+
+/* An FDE range and, when it has one, its landing pads. */
+typedef struct ca_fde {
+	uint64_t start, size;
+	uint32_t first_pad, npads; /* into ca_elf.pads */
+	bool mid;                  /* CFI starts mid-function: a .cold/.part piece */
+} ca_fde;
+
+/* Everything read from the ELF file, before analysis. */
+typedef struct ca_elf {
+	const char *path;
+	int fd;
+	uint8_t *map;          /* whole file, read-only mapping */
+	size_t map_size;
+	void *elf;             /* libelf Elf* */
+	uint16_t e_type;
+	uint64_t entry;
+	ca_section *secs;
+	size_t nsecs;
+	ca_sym *syms;
+	size_t nsyms;
+	ca_gotslot *got;       /* sorted by addr */
+	size_t ngot;
+	ca_fde *fdes;          /* sorted by start */
+	size_t nfdes;
+	uint64_t *pads;        /* landing-pad addresses */
+	size_t npads;
+	uint8_t buildid[64];
+	size_t buildid_len;
+	const char *debuglink; /* .gnu_debuglink file name, or NULL */
+	uint32_t debuglink_crc;
+} ca_elf;
+
+/* The module: what ca_analyze produces and the repository stores. */
+struct ca_module {
+	char *path;
+	char key[160];
+	char buildid[132];
+	char lines_source[4096];
+	uint64_t file_size;
+	int is_dyn;
+
+	ca_func *funcs;   size_t nfuncs, capfuncs;
+	ca_block *blocks; size_t nblocks, capblocks;
+	ca_edge *edges;   size_t nedges, capedges;
+	ca_site *sites;   size_t nsites, capsites;
+	ca_line *lines;   size_t nlines, caplines;
+	ca_undecodable *undec; size_t nundec, capundec;
+
+	char *strs;       size_t nstrs, capstrs;  /* NUL-separated, offset 0 = "" */
+
+	ca_stats stats;
+
+	/* When loaded from the repository these arrays may live in one block
+	 * owned here instead of being separately allocated. */
+	void *owned_blob;
+};
+
+/* module.c */
+uint32_t ca_str_add(ca_module *m, const char *s);  /* CA_NONE on ENOMEM */
+ca_module *ca_module_new(void);
+
+/* elf.c */
+int ca_elf_open(ca_elf *e, const char *path, sp_err *err);
+void ca_elf_close(ca_elf *e);
+const ca_section *ca_elf_section_at(const ca_elf *e, uint64_t addr); /* exec or data with bytes */
+const ca_section *ca_elf_section_named(const ca_elf *e, const char *name);
+const char *ca_elf_got_name(const ca_elf *e, uint64_t slot);        /* NULL if none */
+/* Read `n` bytes at `addr` from any section with file bytes; false if out of range. */
+bool ca_elf_read(const ca_elf *e, uint64_t addr, void *buf, size_t n);
+
+/* ehframe.c: parse .eh_frame (and LSDAs in .gcc_except_table).  Bounds are
+ * checked everywhere: a malformed section yields fewer FDEs, never a crash. */
+int ca_ehframe_parse(ca_elf *e, sp_err *err);
+
+/* lines.c: fill m->lines (sorted by addr) from the module's DWARF or its
+ * separate debug file.  No DWARF anywhere is not an error (0, no lines). */
+int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *err);
+
+/* One decoded instruction, as the passes after decoding need it. */
+enum ca_insn_class {
+	CA_I_OTHER = 0,
+	CA_I_CALL,      /* call rel32 */
+	CA_I_CALL_IND,  /* call *reg / *mem */
+	CA_I_JMP,       /* jmp rel */
+	CA_I_JCC,       /* conditional jump rel (incl. loop/jrcxz) */
+	CA_I_JMP_IND,   /* jmp *reg / *mem */
+	CA_I_RET,
+	CA_I_STOP,      /* ud2, hlt, int3: no fall-through */
+	CA_I_SYSCALL,   /* syscall, sysenter, int N */
+};
+
+enum ca_insn_flag {
+	CA_INSF_RIPREL = 1 << 0,   /* has a RIP-relative memory operand */
+	CA_INSF_OP_REG = 1 << 1,   /* indirect through a register */
+	CA_INSF_OP_MEM = 1 << 2,   /* indirect through memory */
+	CA_INSF_TABLE = 1 << 3,    /* indirect jump resolved as a jump table */
+	CA_INSF_NORET = 1 << 4,    /* call to a noreturn function */
+	CA_INSF_LEADER = 1 << 5,   /* starts a basic block */
+	CA_INSF_PAD = 1 << 6,      /* root from an LSDA landing pad */
+	CA_INSF_SWEPT = 1 << 7,    /* root from sweeping a hole */
+};
+
+typedef struct ca_insn {
+	uint64_t addr;
+	uint64_t target;   /* branch/call target, or RIP-relative slot of an indirect */
+	uint32_t func;     /* work-function index */
+	uint8_t len;
+	uint8_t cls;       /* enum ca_insn_class */
+	uint8_t flags;     /* enum ca_insn_flag */
+	uint8_t undec;     /* decoding stopped right after this instruction */
+} ca_insn;
+
+/* A function while the analysis runs. */
+typedef struct ca_wfunc {
+	uint64_t addr;
+	uint64_t size;        /* 0: unknown */
+	uint64_t limit;       /* decoding stays below this address */
+	const char *name;     /* symbol name (ELF string) or NULL */
+	int name_rank;        /* lower is better (see funcs.c) */
+	uint16_t sources, flags;
+	uint32_t parent;      /* work index of the owner of a fragment */
+	bool fde_mid;         /* FDE says its CFI starts mid-function */
+	bool called;          /* target of a direct call */
+	uint32_t jumped_from; /* work index of a function that jumps here, CA_NONE */
+	uint32_t first_insn, ninsns; /* in ca_work.order */
+	const uint64_t *pads; uint32_t npads;
+	bool decoded;
+	uint32_t final;       /* index in m->funcs */
+} ca_wfunc;
+
+/* An exec section's per-byte map: insn index + 1 where an instruction starts. */
+typedef struct ca_textmap {
+	const ca_section *sec;
+	uint32_t *start;     /* sec->size entries */
+	uint8_t *covered;    /* bytes inside a decoded instruction */
+} ca_textmap;
+
+typedef struct ca_jtarget {
+	uint32_t insn;
+	uint64_t target;
+} ca_jtarget;
+
+/* The state shared by the passes of one ca_analyze() run. */
+typedef struct ca_work {
+	ca_module *m;
+	ca_elf *e;
+	const ca_options *opt;
+	size_t cs;             /* capstone handle (csh) */
+	ca_wfunc *fn; size_t nfn, capfn;
+	uint64_t *fkeys; uint32_t *fvals; size_t fhcap; /* addr -> fn index hash */
+	ca_insn *ins; size_t nins, capins;
+	uint32_t *order;       /* instruction indices grouped by function, by address */
+	ca_textmap *tm; size_t ntm;
+	ca_jtarget *jt; size_t njt, capjt;
+	uint64_t *work; size_t nwork, capwork; /* per-function worklist */
+	uint64_t *undec; size_t nundec, capundec; /* addresses capstone refused */
+	uint32_t *fmap;        /* final function index -> work index */
+} ca_work;
+
+/* funcs.c */
+uint32_t ca_fn_find(const ca_work *w, uint64_t addr);  /* entry -> index, CA_NONE */
+uint32_t ca_fn_add(ca_work *w, uint64_t addr, uint16_t source); /* find or add */
+bool ca_name_noreturn(const char *name);
+ca_textmap *ca_textmap_at(const ca_work *w, uint64_t addr);
+int ca_funcs_scan_endbr(ca_work *w);                /* functions added, -1 ENOMEM */
+int ca_funcs_finish(ca_work *w, sp_err *err);       /* noreturn, fragments */
+
+/* disasm.c */
+int ca_disasm_init(ca_work *w, sp_err *err);
+void ca_disasm_fini(ca_work *w);
+int ca_disasm_pending(ca_work *w, sp_err *err);     /* decode functions not yet decoded */
+int ca_blocks_build(ca_work *w, sp_err *err);       /* m->funcs, m->blocks, m->edges */
+uint32_t ca_insn_at(const ca_work *w, uint64_t addr); /* insn index, CA_NONE */
+
+/* funcs.c, disasm.c, sites.c: the analysis passes, run in this order. */
+int ca_funcs_discover(ca_work *w, sp_err *err);
+int ca_sites_plan(ca_work *w, sp_err *err);         /* m->sites */
+
+#endif

@@ -1,0 +1,243 @@
+/*
+ * codeanalysis.h — the offline code analyser's public interface.
+ *
+ * ca_analyze() reads one ELF module (x86-64), finds every function even when
+ * the module is stripped, disassembles each by recursive traversal, builds
+ * basic blocks, the CFG and the call graph, classifies every call site and
+ * plans how the agent will patch it.  The result is a ca_module: an opaque
+ * handle whose contents are read through the accessors below as flat arrays
+ * of plain records.  ca_repo_store() / ca_repo_load() keep one entry per
+ * module in the repository, keyed by GNU build-id, so the agent never has to
+ * disassemble on its hot path.
+ *
+ * Addresses are link-time virtual addresses as in the ELF file (p_vaddr
+ * space); at run time add the module's load bias.
+ */
+#ifndef CODEANALYSIS_H
+#define CODEANALYSIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sp.h"
+
+#define CA_NONE UINT32_MAX
+
+typedef struct ca_module ca_module;
+
+/* Where a function's start came from (bit set; several may apply). */
+enum ca_func_source {
+	CA_SRC_SYMTAB = 1 << 0,     /* .symtab STT_FUNC */
+	CA_SRC_DYNSYM = 1 << 1,     /* .dynsym STT_FUNC / STT_GNU_IFUNC */
+	CA_SRC_EHFRAME = 1 << 2,    /* .eh_frame FDE initial location */
+	CA_SRC_CALLTARGET = 1 << 3, /* target of a direct call */
+	CA_SRC_ENDBR = 1 << 4,      /* endbr64 at an aligned start in a gap */
+	CA_SRC_PLT = 1 << 5,        /* a PLT stub */
+	CA_SRC_ENTRY = 1 << 6,      /* the ELF entry point */
+};
+
+enum ca_func_flag {
+	CA_FUNC_NORETURN = 1 << 0,  /* never returns to its caller */
+	CA_FUNC_PLT = 1 << 1,       /* PLT stub; name is the imported symbol */
+	CA_FUNC_FRAGMENT = 1 << 2,  /* .cold/.part piece of `parent` */
+	CA_FUNC_UNDECODABLE = 1 << 3, /* contains bytes capstone cannot decode */
+	CA_FUNC_IFUNC = 1 << 4,     /* STT_GNU_IFUNC resolver */
+	CA_FUNC_NAMED = 1 << 5,     /* name from a symbol (not sub_<offset>) */
+};
+
+typedef struct ca_func {
+	uint64_t addr;       /* entry address */
+	uint64_t size;       /* bytes of its range (symbol/FDE size, else extent) */
+	uint32_t name;       /* string offset (ca_str) */
+	uint32_t parent;     /* owning function for fragments, else CA_NONE */
+	uint32_t first_block, nblocks;
+	uint32_t first_site, nsites;
+	uint16_t sources;    /* enum ca_func_source bits */
+	uint16_t flags;      /* enum ca_func_flag bits */
+	uint32_t ninsns;     /* instructions decoded */
+} ca_func;
+
+/* How control leaves a basic block (one record per successor). */
+enum ca_edge_kind {
+	CA_EDGE_FALLTHROUGH = 1, /* next block, no branch */
+	CA_EDGE_JUMP,            /* unconditional direct jump */
+	CA_EDGE_TAKEN,           /* conditional branch taken */
+	CA_EDGE_NOT_TAKEN,       /* conditional branch falls through */
+	CA_EDGE_TABLE,           /* jump-table target */
+};
+
+typedef struct ca_edge {
+	uint32_t to;         /* block index */
+	uint32_t kind;       /* enum ca_edge_kind */
+} ca_edge;
+
+enum ca_block_flag {
+	CA_BLOCK_ENTRY = 1 << 0,      /* function entry */
+	CA_BLOCK_RET = 1 << 1,        /* ends in ret */
+	CA_BLOCK_TAIL = 1 << 2,       /* ends in a tail jump out of the function */
+	CA_BLOCK_NORETURN = 1 << 3,   /* ends in a call that does not return */
+	CA_BLOCK_INDIRECT = 1 << 4,   /* ends in an unresolved indirect jump */
+	CA_BLOCK_LANDING_PAD = 1 << 5,/* exception landing pad (from the LSDA) */
+	CA_BLOCK_SWEPT = 1 << 6,      /* found by sweeping a hole, not by flow */
+	CA_BLOCK_UNDECODABLE = 1 << 7,/* decoding stopped at undecodable bytes */
+};
+
+typedef struct ca_block {
+	uint64_t addr;
+	uint32_t size;
+	uint32_t func;       /* function index */
+	uint32_t first_edge; /* into ca_module_edges() */
+	uint16_t nedges;
+	uint16_t flags;      /* enum ca_block_flag bits */
+	uint32_t ninsns;
+} ca_block;
+
+/* What kind of call site (or tail jump) this is. */
+enum ca_site_kind {
+	CA_SITE_DIRECT = 1,    /* call rel32 to a function of this module */
+	CA_SITE_PLT,           /* call rel32 to a PLT stub; `import` names it */
+	CA_SITE_INDIRECT_REG,  /* call *%reg */
+	CA_SITE_INDIRECT_MEM,  /* call *disp(%base,%index,scale) */
+	CA_SITE_INDIRECT_RIP,  /* call *disp(%rip); `import` if a GOT slot */
+	CA_SITE_TAIL_DIRECT,   /* jmp/jcc to another function's entry */
+	CA_SITE_TAIL_INDIRECT, /* jmp *reg/mem that is not a jump table */
+	CA_SITE_KIND_MAX
+};
+
+enum ca_site_flag {
+	CA_SITEF_NORETURN = 1 << 0,  /* the callee never returns */
+	CA_SITEF_COND = 1 << 1,      /* conditional tail jump (jcc) */
+	CA_SITEF_OUTSIDE = 1 << 2,   /* direct target outside any function */
+};
+
+/*
+ * How the agent patches a site.  Never is a byte after a call instruction
+ * overwritten: a thread may be inside the callee and return there.
+ */
+enum ca_patch_method {
+	CA_PATCH_DIRECT = 1,  /* overwrite the site (>= 5 bytes) with jmp rel32 */
+	CA_PATCH_SPRINGBOARD, /* 2-byte jmp rel8 to a 5-byte jmp in dead padding */
+	CA_PATCH_RELOCATE,    /* move [patch_addr, site end) out; 5-byte jmp in */
+	CA_PATCH_TRAP,        /* int3 on the first byte; handler emulates */
+	CA_PATCH_NONE,        /* cannot be patched (see reason) */
+	CA_PATCH_METHOD_MAX
+};
+
+/* Why the plan is what it is (for the short-site cases, why not better). */
+enum ca_patch_reason {
+	CA_WHY_LONG_ENOUGH = 1,    /* site is >= 5 bytes */
+	CA_WHY_GAP_NEARBY,         /* short site; dead padding within rel8 reach */
+	CA_WHY_BLOCK_ROOM,         /* short site; same-block instructions before it */
+	CA_WHY_NO_ROOM,            /* no gap in reach; too few movable bytes before it */
+	CA_WHY_UNMOVABLE,          /* preceding instructions cannot be relocated */
+	CA_WHY_UNDECODABLE,        /* site lies in or next to undecodable bytes */
+	CA_WHY_REASON_MAX
+};
+
+typedef struct ca_site {
+	uint64_t addr;        /* address of the call/jmp instruction */
+	uint64_t target;      /* direct target, or the memory slot for RIP-relative */
+	uint64_t patch_addr;  /* SPRINGBOARD: springboard; RELOCATE: window start */
+	uint32_t func;        /* containing function */
+	uint32_t callee;      /* function index of a direct target, else CA_NONE */
+	uint32_t import;      /* string offset of the imported name, else CA_NONE */
+	uint8_t len;          /* instruction length */
+	uint8_t kind;         /* enum ca_site_kind */
+	uint8_t method;       /* enum ca_patch_method */
+	uint8_t reason;       /* enum ca_patch_reason */
+	uint8_t flags;        /* enum ca_site_flag */
+	uint8_t patch_len;    /* RELOCATE: bytes from patch_addr to site end */
+	uint8_t reloc_rip;    /* RELOCATE: window holds RIP-relative operands */
+	uint8_t pad_;
+} ca_site;
+
+/* A region capstone could not decode (AVX-512 with capstone 4, data...). */
+typedef struct ca_undecodable {
+	uint64_t addr;
+	uint32_t size;
+	uint32_t func;
+} ca_undecodable;
+
+/* One row of the line table (sorted by address). */
+typedef struct ca_line {
+	uint64_t addr;
+	uint32_t file;        /* string offset of the source file path */
+	uint32_t line;
+} ca_line;
+
+/* What ca_analyze() should do. */
+typedef struct ca_options {
+	int no_lines;         /* skip DWARF source lines */
+	const char *debug_dir;/* root of build-id debug files (default /usr/lib/debug) */
+} ca_options;
+
+/* Totals for the summary. */
+typedef struct ca_stats {
+	uint64_t text_bytes;       /* bytes of executable sections */
+	uint64_t decoded_bytes;    /* bytes covered by decoded instructions */
+	uint64_t undecodable_bytes;
+	uint32_t nundecodable;     /* undecodable regions */
+	uint32_t ninsns;
+	uint32_t nfuncs, nblocks, nedges, nsites, nlines;
+	uint32_t nfuncs_by_source[8];       /* index = bit number of ca_func_source */
+	uint32_t nsites_by_kind[CA_SITE_KIND_MAX];
+	uint32_t nsites_by_method[CA_PATCH_METHOD_MAX];
+	uint32_t njump_tables, njump_table_targets;
+	uint32_t nfragments, nnoreturn, nlanding_pads;
+	uint64_t analyze_ns;       /* wall time of ca_analyze */
+	uint64_t lines_ns;         /* of which reading source lines */
+} ca_stats;
+
+/* Analyse the ELF file at `path`.  Returns 0 and *out, or -1 with err set. */
+int ca_analyze(const char *path, const ca_options *opt, ca_module **out, sp_err *err);
+void ca_module_free(ca_module *m);
+
+/* Identity of the module. */
+const char *ca_module_path(const ca_module *m);
+const char *ca_module_key(const ca_module *m);     /* build-id hex, or "sha256-<hex>" */
+const char *ca_module_buildid(const ca_module *m); /* hex, "" if none */
+uint64_t ca_module_file_size(const ca_module *m);
+int ca_module_is_pie_or_dso(const ca_module *m);   /* ET_DYN */
+const char *ca_module_lines_source(const ca_module *m); /* file DWARF came from, "" if none */
+
+/* Flat arrays: functions sorted by address, blocks grouped by function in
+ * address order, sites grouped by function in address order. */
+const ca_func *ca_module_funcs(const ca_module *m, size_t *n);
+const ca_block *ca_module_blocks(const ca_module *m, size_t *n);
+const ca_edge *ca_module_edges(const ca_module *m, size_t *n);
+const ca_site *ca_module_sites(const ca_module *m, size_t *n);
+const ca_line *ca_module_lines(const ca_module *m, size_t *n);
+const ca_undecodable *ca_module_undecodable(const ca_module *m, size_t *n);
+const ca_stats *ca_module_stats(const ca_module *m);
+const char *ca_str(const ca_module *m, uint32_t off);
+
+/* Lookups (binary search).  CA_NONE / NULL when not found. */
+uint32_t ca_func_at(const ca_module *m, uint64_t addr);       /* containing */
+uint32_t ca_func_by_name(const ca_module *m, const char *name);
+const ca_line *ca_line_at(const ca_module *m, uint64_t addr);
+
+/* Names for printing. */
+const char *ca_site_kind_name(unsigned kind);
+const char *ca_patch_method_name(unsigned method);
+const char *ca_patch_reason_text(unsigned reason);
+const char *ca_edge_kind_name(unsigned kind);
+
+/*
+ * Repository: one file per module under `dir` named by its key, written
+ * atomically.  dir NULL means the default: $SPTRACE_REPO, else
+ * /var/lib/sptrace/repo for root, else ~/.cache/sptrace/repo.
+ */
+const char *ca_repo_default_dir(void);
+int ca_repo_store(const ca_module *m, const char *dir, char *path_out, size_t path_len, sp_err *err);
+/* Load the entry for `key`.  Returns 0, 1 if there is none, -1 if the entry
+ * is corrupt, truncated or of another version (err says which file). */
+int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err);
+/* Key of an ELF file without analysing it (build-id, else content hash). */
+int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err);
+/* The usual entry point: load the entry for `path` from the repository, or
+ * analyse the file and store it (a corrupt entry is replaced).  *from_repo
+ * tells which happened. */
+int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
+		ca_module **out, int *from_repo, sp_err *err);
+
+#endif

@@ -1,0 +1,34 @@
+/*
+ * common/sp.h — what every sptrace component shares: the error type that
+ * carries a message naming the object that failed, small string helpers and
+ * time.  Kept libc-only so the agent can use it too.
+ */
+#ifndef SP_H
+#define SP_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * An error message filled by the function that failed.  Libraries never print
+ * and never exit; they return a negative status and describe the failure here,
+ * naming the file, pid, host or offset and, where one exists, what to do.
+ */
+typedef struct sp_err {
+	char msg[1024];
+} sp_err;
+
+/* Set the message (printf style); returns -1 so callers can `return sp_fail()`. */
+int sp_fail(sp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prefix an existing message with more context ("reading X: <old message>"). */
+int sp_failctx(sp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Nanoseconds of CLOCK_MONOTONIC. */
+uint64_t sp_now_ns(void);
+
+/* Growable array helper: ensure room for `need` elements of `elsize` bytes. */
+int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize);
+
+#endif

@@ -45,6 +45,7 @@ typedef struct ca_sym {
 typedef struct ca_gotslot {
 	uint64_t addr;
 	const char *name;
+	uint64_t resolver;    /* IRELATIVE: the ifunc resolver (named after) */
 } ca_gotslot;
 
 /* An FDE range and, when it has one, its landing pads. */

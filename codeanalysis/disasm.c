@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HIST 12          /* instructions remembered for jump-table patterns */
+#define HIST 16          /* instructions remembered for jump-table patterns */
 #define MAX_TABLE 4096   /* entries read from one jump table at most */
 
 int ca_disasm_init(ca_work *w, sp_err *err)
@@ -177,6 +177,41 @@ typedef struct jtab {
 } jtab;
 
 /*
+ * One step of the backward search for the index register's bound: 1 when
+ * `cmp $N,%idx` (N+1 entries) or `and $2^k-1,%idx` bounds it, 0 to go on
+ * (a move into the index register switches to the source register), -1 when
+ * the index was computed in a way that hides its bound.
+ */
+static int bound_step(const cs_insn *in, jtab *t)
+{
+	const cs_x86 *x = &in->detail->x86;
+	int64_t imm;
+
+	if (x->op_count != 2 || x->operands[0].type != X86_OP_REG ||
+	    reg64(x->operands[0].reg) != t->index)
+		return 0;
+	imm = x->operands[1].type == X86_OP_IMM ? x->operands[1].imm : -1;
+	if (in->id == X86_INS_CMP && imm >= 0 && imm < MAX_TABLE) {
+		t->count = (uint64_t)imm + 1;
+		return 1;
+	}
+	if (in->id == X86_INS_AND && imm > 0 && imm < MAX_TABLE && ((imm + 1) & imm) == 0) {
+		t->count = (uint64_t)imm + 1;
+		return 1;
+	}
+	if ((in->id == X86_INS_MOV || in->id == X86_INS_MOVZX || in->id == X86_INS_MOVSX ||
+	     in->id == X86_INS_MOVSXD) && x->operands[1].type == X86_OP_REG) {
+		t->index = reg64(x->operands[1].reg);
+		return 0;
+	}
+	if (in->id == X86_INS_CMP || in->id == X86_INS_TEST)
+		return 0;               /* reads only */
+	if (in->id == X86_INS_MOVSXD || in->id == X86_INS_LEA)
+		return 0;               /* the table load itself, or the base */
+	return -1;
+}
+
+/*
  * Recognise the table behind `jmp *%reg` or `jmp *T(,%idx,8)` from the few
  * instructions before it on the same path (re-decoded here; this is rare):
  *   PIC (gcc, clang):  lea T(%rip),%rB; movslq (%rB,%rI,4),%rX; add %rB,%rX; jmp *%rX
@@ -210,6 +245,7 @@ static bool match_table(ca_work *w, const uint64_t *hist, int nh, const cs_insn 
 		size_t left;
 		uint64_t a = hist[i];
 		const cs_x86 *x;
+		int b;
 
 		if (!tm)
 			break;
@@ -218,17 +254,12 @@ static bool match_table(ca_work *w, const uint64_t *hist, int nh, const cs_insn 
 		if (!cs_disasm_iter(cs, &code, &left, &a, in))
 			break;
 		x = &in->detail->x86;
-		if (found) {
-			/* Looking for the bound on the index register. */
-			if (in->id == X86_INS_CMP && x->op_count == 2 && x->operands[0].type == X86_OP_REG &&
-			    x->operands[1].type == X86_OP_IMM && reg64(x->operands[0].reg) == t->index &&
-			    x->operands[1].imm >= 0 && x->operands[1].imm < MAX_TABLE) {
-				t->count = (uint64_t)x->operands[1].imm + 1;
-				break;
-			}
-			continue;
+		if (t->index && (b = bound_step(in, t)) != 0) {
+			if (b > 0 || found)
+				break;          /* bound found, or lost before the table was */
+			t->index = 0;
 		}
-		if (x->op_count != 2 || x->operands[0].type != X86_OP_REG)
+		if (found || x->op_count != 2 || x->operands[0].type != X86_OP_REG)
 			continue;
 		if (reg64(x->operands[0].reg) == want && in->id == X86_INS_ADD &&
 		    x->operands[1].type == X86_OP_REG) {
@@ -249,11 +280,14 @@ static bool match_table(ca_work *w, const uint64_t *hist, int nh, const cs_insn 
 		} else if (in->id == X86_INS_MOV && x->operands[1].type == X86_OP_MEM &&
 			   reg64(x->operands[0].reg) == want && x->operands[1].mem.base == X86_REG_INVALID &&
 			   x->operands[1].mem.scale == 8 && x->operands[1].mem.index != X86_REG_INVALID) {
-			*t = (jtab){ .table = (uint64_t)x->operands[1].mem.disp, .esize = 8,
-				     .index = reg64(x->operands[1].mem.index) };
+			t->table = (uint64_t)x->operands[1].mem.disp;
+			t->esize = 8;
+			t->index = reg64(x->operands[1].mem.index);
 			found = true;
 		}
 	}
+	if (!found)
+		t->count = 0;
 out:
 	cs_free(in, 1);
 	return found;

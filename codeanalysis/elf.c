@@ -146,6 +146,14 @@ static int read_relocs(ca_elf *e, Elf_Scn *scn, const GElf_Shdr *sh, size_t *cap
 		if (!gelf_getrela(d, (int)i, &r))
 			break;
 		type = GELF_R_TYPE(r.r_info);
+		if (type == R_X86_64_IRELATIVE) {
+			/* Named later, after the symbol at the resolver. */
+			if (sp_grow((void **)&e->got, cap, e->ngot + 1, sizeof *e->got))
+				return sp_fail(err, "%s: out of memory", e->path);
+			e->got[e->ngot++] = (ca_gotslot){ .addr = r.r_offset,
+							  .resolver = (uint64_t)r.r_addend };
+			continue;
+		}
 		if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
 			continue;
 		if (!gelf_getsym(symd, (int)GELF_R_SYM(r.r_info), &s))
@@ -165,6 +173,26 @@ static int cmp_got(const void *a, const void *b)
 	const ca_gotslot *x = a, *y = b;
 
 	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* An IRELATIVE slot holds what the ifunc resolver picks; name it after the
+ * resolver's symbol (memcpy, strlen, ...), global names first. */
+static void name_irelative(ca_elf *e)
+{
+	size_t i, j;
+
+	for (i = 0; i < e->ngot; i++) {
+		const ca_sym *best = NULL;
+
+		if (e->got[i].name || !e->got[i].resolver)
+			continue;
+		for (j = 0; j < e->nsyms; j++)
+			if (e->syms[j].addr == e->got[i].resolver &&
+			    (!best || (best->bind != STB_GLOBAL && e->syms[j].bind == STB_GLOBAL)))
+				best = &e->syms[j];
+		if (best)
+			e->got[i].name = best->name;
+	}
 }
 
 static int check_header(ca_elf *e, sp_err *err)
@@ -261,6 +289,7 @@ int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
 	}
 	if (elf_errno() != 0 && e->nsecs == 0)
 		return sp_fail(err, "%s: cannot read sections: %s", path, elf_errmsg(-1));
+	name_irelative(e);
 	qsort(e->got, e->ngot, sizeof *e->got, cmp_got);
 	return 0;
 }

@@ -183,8 +183,8 @@ static int add_fdes(ca_work *w)
 		const ca_section *sec = ca_elf_section_at(w->e, d->start);
 		uint32_t f;
 
-		if (!sec || !sec->exec)
-			continue;
+		if (!sec || !sec->exec || strncmp(sec->name, ".plt", 4) == 0)
+			continue;       /* one FDE covers a whole PLT; stubs are added below */
 		f = ca_fn_add(w, d->start, CA_SRC_EHFRAME);
 		if (f == CA_NONE)
 			return -1;
@@ -226,17 +226,17 @@ static int add_plt_section(ca_work *w, const ca_section *s)
 			uint64_t slot = in->address + in->size + (uint64_t)x->operands[0].mem.disp;
 			const char *name = ca_elf_got_name(w->e, slot);
 
-			if (name) {
-				uint32_t f = ca_fn_add(w, entry, CA_SRC_PLT);
+			uint32_t f = ca_fn_add(w, entry, CA_SRC_PLT);
 
-				if (f == CA_NONE) {
-					rc = -1;
-					break;
-				}
-				w->fn[f].flags |= CA_FUNC_PLT;
+			if (f == CA_NONE) {
+				rc = -1;
+				break;
+			}
+			w->fn[f].flags |= CA_FUNC_PLT;
+			w->fn[f].size = in->address + in->size - entry;
+			if (name) {
 				w->fn[f].name = name;
 				w->fn[f].name_rank = -1;
-				w->fn[f].size = in->address + in->size - entry;
 			}
 		}
 		entry = 0;

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Install the Debian bookworm packages sptrace needs to build, test and demo.
+# Idempotent and quick when everything is present: apt runs only if a package
+# is missing.  Run as root (CI and the Quick start do).
+set -euo pipefail
+
+packages=(
+	# build
+	meson ninja-build gcc g++ clang libclang-rt-14-dev pkg-config
+	libcapstone-dev libelf-dev libdwarf-dev libunwind-dev
+	libprotobuf-c-dev protobuf-c-compiler zlib1g-dev libssl-dev
+	# tests: binutils for objdump/readelf/strip, real programs to analyse,
+	# libc's separate debug file for source lines
+	binutils python3 coreutils libc6-dbg libstdc++6 procps file
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing+=("$p")
+	fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: missing packages: ${missing[*]}" >&2
+	echo "install-deps: run as root, or: sudo apt-get install ${missing[*]}" >&2
+	exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -205,6 +205,7 @@ typedef struct ca_work {
 	uint64_t *work; size_t nwork, capwork; /* per-function worklist */
 	uint64_t *undec; size_t nundec, capundec; /* addresses capstone refused */
 	uint32_t *fmap;        /* final function index -> work index */
+	size_t cur_first;      /* first instruction of the function being decoded */
 } ca_work;
 
 /* funcs.c */

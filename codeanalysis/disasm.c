@@ -171,7 +171,8 @@ static unsigned reg64(unsigned r)
 /* What the pattern matcher learned about a table. */
 typedef struct jtab {
 	uint64_t table;     /* address of the first entry */
-	unsigned esize;     /* 4: int32 relative to `table`; 8: absolute */
+	uint64_t ebase;     /* int32 entries are relative to this (usually `table`) */
+	unsigned esize;     /* 4: int32 relative to `ebase`; 8: absolute */
 	unsigned index;     /* 64-bit index register, 0 unknown */
 	uint64_t count;     /* 0: unknown, read while entries are valid */
 } jtab;
@@ -212,6 +213,42 @@ static int bound_step(const cs_insn *in, jtab *t)
 }
 
 /*
+ * The table base is often loaded once, outside the loop that dispatches
+ * (`lea T(%rip),%r12` in the entry block).  Look for it among the function's
+ * instructions decoded so far: exactly one RIP-relative lea into the base
+ * register means that is the table (or the base its entries are relative to).
+ */
+static uint64_t hoisted_lea(ca_work *w, unsigned reg, cs_insn *in)
+{
+	uint64_t found = 0;
+
+	for (size_t i = w->cur_first; i < w->nins; i++) {
+		const ca_insn *r = &w->ins[i];
+		const ca_textmap *tm;
+		const uint8_t *code;
+		size_t left;
+		uint64_t a = r->addr;
+		const cs_x86 *x;
+
+		if (!(r->flags & CA_INSF_RIPREL) || r->cls != CA_I_OTHER || r->target == found)
+			continue;
+		tm = ca_textmap_at(w, a);
+		code = tm->sec->data + (a - tm->sec->addr);
+		left = r->len;
+		if (!cs_disasm_iter((csh)w->cs, &code, &left, &a, in))
+			continue;
+		x = &in->detail->x86;
+		if (in->id != X86_INS_LEA || x->op_count != 2 || x->operands[0].type != X86_OP_REG ||
+		    reg64(x->operands[0].reg) != reg)
+			continue;
+		if (found)
+			return 0;       /* two candidates: not sure which */
+		found = r->target;
+	}
+	return found;
+}
+
+/*
  * Recognise the table behind `jmp *%reg` or `jmp *T(,%idx,8)` from the few
  * instructions before it on the same path (re-decoded here; this is rare):
  *   PIC (gcc, clang):  lea T(%rip),%rB; movslq (%rB,%rI,4),%rX; add %rB,%rX; jmp *%rX
@@ -223,7 +260,7 @@ static bool match_table(ca_work *w, const uint64_t *hist, int nh, const cs_insn 
 	csh cs = (csh)w->cs;
 	const cs_x86 *jx = &jmp->detail->x86;
 	cs_insn *in = cs_malloc(cs);
-	unsigned want = 0, base = 0, other = 0;
+	unsigned want = 0, base = 0, p1 = 0, p2 = 0, ebase = 0, dst;
 	bool found = false;
 
 	memset(t, 0, sizeof *t);
@@ -261,30 +298,48 @@ static bool match_table(ca_work *w, const uint64_t *hist, int nh, const cs_insn 
 		}
 		if (found || x->op_count != 2 || x->operands[0].type != X86_OP_REG)
 			continue;
-		if (reg64(x->operands[0].reg) == want && in->id == X86_INS_ADD &&
-		    x->operands[1].type == X86_OP_REG) {
-			other = reg64(x->operands[1].reg);   /* jump reg = loaded + base */
+		dst = reg64(x->operands[0].reg);
+		if (dst == want && !p1 && in->id == X86_INS_ADD && x->operands[1].type == X86_OP_REG) {
+			p1 = want;                              /* jump reg = p1 + p2 */
+			p2 = reg64(x->operands[1].reg);
+		} else if (dst == want && !p1 && in->id == X86_INS_LEA &&
+			   x->operands[1].mem.base != X86_REG_INVALID &&
+			   x->operands[1].mem.base != X86_REG_RIP &&
+			   x->operands[1].mem.index != X86_REG_INVALID &&
+			   x->operands[1].mem.scale == 1 && x->operands[1].mem.disp == 0) {
+			p1 = reg64(x->operands[1].mem.base);
+			p2 = reg64(x->operands[1].mem.index);
 		} else if (in->id == X86_INS_MOVSXD && x->operands[1].type == X86_OP_MEM &&
-			   x->operands[1].mem.scale == 4 &&
-			   (reg64(x->operands[0].reg) == want || reg64(x->operands[0].reg) == other)) {
+			   x->operands[1].mem.scale == 4 && !base && p1 && (dst == p1 || dst == p2)) {
 			base = reg64(x->operands[1].mem.base);
+			ebase = dst == p1 ? p2 : p1;
 			t->index = reg64(x->operands[1].mem.index);
-			if (reg64(x->operands[0].reg) == other)
-				other = want;
 		} else if (in->id == X86_INS_LEA && x->operands[1].type == X86_OP_MEM &&
-			   x->operands[1].mem.base == X86_REG_RIP && base &&
-			   reg64(x->operands[0].reg) == base) {
-			t->table = in->address + in->size + (uint64_t)x->operands[1].mem.disp;
+			   x->operands[1].mem.base == X86_REG_RIP && (dst == base || dst == ebase)) {
+			uint64_t a = in->address + in->size + (uint64_t)x->operands[1].mem.disp;
+
+			if (dst == base && !t->table)
+				t->table = a;
+			if (dst == ebase && !t->ebase)
+				t->ebase = a;
 			t->esize = 4;
-			found = true;
+			found = t->table && t->ebase;
 		} else if (in->id == X86_INS_MOV && x->operands[1].type == X86_OP_MEM &&
-			   reg64(x->operands[0].reg) == want && x->operands[1].mem.base == X86_REG_INVALID &&
+			   dst == want && x->operands[1].mem.base == X86_REG_INVALID &&
 			   x->operands[1].mem.scale == 8 && x->operands[1].mem.index != X86_REG_INVALID) {
 			t->table = (uint64_t)x->operands[1].mem.disp;
 			t->esize = 8;
 			t->index = reg64(x->operands[1].mem.index);
 			found = true;
 		}
+	}
+	if (!found && base && t->index) {
+		if (!t->table)
+			t->table = hoisted_lea(w, base, in);
+		if (!t->ebase)
+			t->ebase = base == ebase ? t->table : hoisted_lea(w, ebase, in);
+		t->esize = 4;
+		found = t->table && t->ebase;
 	}
 	if (!found)
 		t->count = 0;
@@ -319,17 +374,27 @@ static int read_table(ca_work *w, const ca_wfunc *fn, uint32_t insn, const jtab 
 			int32_t e;
 			if (!ca_elf_read(w->e, t->table + 4 * i, &e, 4))
 				break;
-			target = t->table + (uint64_t)(int64_t)e;
+			target = t->ebase + (uint64_t)(int64_t)e;
 		} else {
 			uint64_t e;
 			if (!ca_elf_read(w->e, t->table + 8 * i, &e, 8))
 				break;
 			target = e;
 		}
-		if (!in_range(fn, target) || !ca_textmap_at(w, target)) {
+		/* A bounded table skips entries outside the function (they go to
+		 * its .cold part, decoded on its own).  An unbounded one ends at
+		 * the first entry that is not code at all; relative entries, which
+		 * random data imitates easily, also end at the first one outside
+		 * the function. */
+		if (!ca_textmap_at(w, target)) {
 			if (t->count)
-				continue;   /* bounded: a bad entry is skipped */
-			break;          /* unbounded: the first bad entry ends it */
+				continue;
+			break;
+		}
+		if (!in_range(fn, target)) {
+			if (t->count || t->esize == 8)
+				continue;
+			break;
 		}
 		if (sp_grow((void **)&w->jt, &w->capjt, w->njt + 1, sizeof *w->jt) ||
 		    push_work(w, target))
@@ -532,6 +597,7 @@ static int decode_function(ca_work *w, uint32_t f, cs_insn *in)
 
 	fn->decoded = true;
 	w->nwork = 0;
+	w->cur_first = w->nins;
 	if (push_work(w, fn->addr) || follow(w, f, in, 0))
 		return -1;
 	for (uint32_t i = 0; i < w->fn[f].npads; i++) {

@@ -61,14 +61,14 @@ static void print_summary(const ca_module *m, const char *repo_note)
 {
 	const ca_stats *s = ca_module_stats(m);
 	static const char *const src[] = { "symtab", "dynsym", "eh_frame", "call targets",
-					   "endbr64", "plt", "entry" };
+					   "endbr64", "plt", "entry", "jump targets" };
 	double secs = (double)s->analyze_ns / 1e9;
 	int first = 1;
 
 	printf("%s\n", ca_module_path(m));
 	printf("  key          %s\n", ca_module_key(m));
 	printf("  functions    %u (", s->nfuncs);
-	for (int i = 0; i < 7; i++)
+	for (int i = 0; i < 8; i++)
 		printf("%s%s %u", i ? ", " : "", src[i], s->nfuncs_by_source[i]);
 	printf("); %u fragments, %u noreturn\n", s->nfragments, s->nnoreturn);
 	printf("  code         %.2f MB in code sections, %" PRIu32 " instructions, %.1f%% of bytes decoded\n",
@@ -121,9 +121,9 @@ static void func_flags(uint16_t f, char *buf, size_t len)
 static void func_sources(uint16_t s, char *buf, size_t len)
 {
 	static const char *const n[] = { "symtab", "dynsym", "eh_frame", "call", "endbr", "plt",
-					 "entry" };
+					 "entry", "jump" };
 	buf[0] = '\0';
-	for (int i = 0; i < 7; i++)
+	for (int i = 0; i < 8; i++)
 		if (s & (1u << i)) {
 			strncat(buf, n[i], len - strlen(buf) - 1);
 			strncat(buf, ",", len - strlen(buf) - 1);

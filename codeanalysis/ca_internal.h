@@ -70,6 +70,10 @@ typedef struct ca_elf {
 	size_t nsyms;
 	ca_gotslot *got;       /* sorted by addr */
 	size_t ngot;
+	uint64_t *entries;     /* code pointers: DT_INIT/FINI, init/fini arrays */
+	size_t nentries;
+	ca_gotslot *relative;  /* R_X86_64_RELATIVE: addr = slot, resolver = value */
+	size_t nrelative, caprel;
 	ca_fde *fdes;          /* sorted by start */
 	size_t nfdes;
 	uint64_t *pads;        /* landing-pad addresses */
@@ -206,6 +210,7 @@ typedef struct ca_work {
 	uint64_t *undec; size_t nundec, capundec; /* addresses capstone refused */
 	uint32_t *fmap;        /* final function index -> work index */
 	size_t cur_first;      /* first instruction of the function being decoded */
+	uint64_t *jout; size_t njout, capjout; /* jump targets outside every function */
 } ca_work;
 
 /* funcs.c */

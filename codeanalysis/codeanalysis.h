@@ -33,7 +33,8 @@ enum ca_func_source {
 	CA_SRC_CALLTARGET = 1 << 3, /* target of a direct call */
 	CA_SRC_ENDBR = 1 << 4,      /* endbr64 at an aligned start in a gap */
 	CA_SRC_PLT = 1 << 5,        /* a PLT stub */
-	CA_SRC_ENTRY = 1 << 6,      /* the ELF entry point */
+	CA_SRC_ENTRY = 1 << 6,      /* ELF entry, DT_INIT/FINI, init/fini arrays */
+	CA_SRC_JUMPTARGET = 1 << 7, /* target of a jump outside every known function */
 };
 
 enum ca_func_flag {

@@ -497,6 +497,11 @@ static int follow(ca_work *w, uint32_t f, cs_insn *in, uint8_t rootflag)
 						return -1;
 				} else if (tf != CA_NONE && tf != f && w->fn[tf].jumped_from == CA_NONE) {
 					w->fn[tf].jumped_from = f;
+				} else if (tf == CA_NONE && !in_range(&w->fn[f], r->target)) {
+					if (sp_grow((void **)&w->jout, &w->capjout, w->njout + 1,
+						    sizeof *w->jout))
+						return -1;
+					w->jout[w->njout++] = r->target;
 				}
 				if (r->cls == CA_I_JMP)
 					break;
@@ -671,6 +676,64 @@ static int set_limits(ca_work *w)
 	return 0;
 }
 
+typedef struct range {
+	uint64_t start, end;
+} range;
+
+static int cmp_range(const void *a, const void *b)
+{
+	const range *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/*
+ * A jump out of a function to an address that no known function covers is a
+ * tail call to a function that has neither symbol nor FDE (asm without CFI,
+ * register_tm_clones).  Returns how many functions were added.
+ */
+static int add_jump_targets(ca_work *w)
+{
+	range *r = malloc((w->nfn + 1) * sizeof *r);
+	size_t n = 0;
+	int added = 0;
+
+	if (!r)
+		return -1;
+	for (size_t i = 0; i < w->nfn; i++)
+		r[n++] = (range){ w->fn[i].addr, w->fn[i].addr + (w->fn[i].size ? w->fn[i].size : 1) };
+	qsort(r, n, sizeof *r, cmp_range);
+	for (size_t j = 0; j < w->njout; j++) {
+		uint64_t a = w->jout[j];
+		ca_textmap *tm = ca_textmap_at(w, a);
+		size_t lo = 0, hi = n;
+		bool inside = false;
+
+		if (!tm || tm->covered[a - tm->sec->addr] || ca_fn_find(w, a) != CA_NONE)
+			continue;
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+			if (r[mid].start <= a)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		/* Ranges may nest (a symbol inside an FDE): look back a little. */
+		for (size_t k = lo; k > 0 && k + 8 > lo && !inside; k--)
+			inside = a >= r[k - 1].start && a < r[k - 1].end;
+		if (inside)
+			continue;
+		if (ca_fn_add(w, a, CA_SRC_JUMPTARGET) == CA_NONE) {
+			free(r);
+			return -1;
+		}
+		added++;
+	}
+	w->njout = 0;
+	free(r);
+	return added;
+}
+
 int ca_disasm_pending(ca_work *w, sp_err *err)
 {
 	cs_insn *in = cs_malloc((csh)w->cs);
@@ -694,6 +757,11 @@ int ca_disasm_pending(ca_work *w, sp_err *err)
 			}
 		}
 		done = upto;
+		if (rc == 0 && done == w->nfn && w->njout) {
+			int added = add_jump_targets(w);
+			if (added < 0)
+				rc = -1;
+		}
 	}
 	cs_free(in, 1);
 	if (rc)

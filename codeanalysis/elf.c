@@ -146,6 +146,15 @@ static int read_relocs(ca_elf *e, Elf_Scn *scn, const GElf_Shdr *sh, size_t *cap
 		if (!gelf_getrela(d, (int)i, &r))
 			break;
 		type = GELF_R_TYPE(r.r_info);
+		if (type == R_X86_64_RELATIVE) {
+			/* Kept to read init/fini arrays in PIE and shared objects. */
+			if (sp_grow((void **)&e->relative, &e->caprel, e->nrelative + 1,
+				    sizeof *e->relative))
+				return sp_fail(err, "%s: out of memory", e->path);
+			e->relative[e->nrelative++] = (ca_gotslot){ .addr = r.r_offset,
+								   .resolver = (uint64_t)r.r_addend };
+			continue;
+		}
 		if (type == R_X86_64_IRELATIVE) {
 			/* Named later, after the symbol at the resolver. */
 			if (sp_grow((void **)&e->got, cap, e->ngot + 1, sizeof *e->got))
@@ -193,6 +202,70 @@ static void name_irelative(ca_elf *e)
 		if (best)
 			e->got[i].name = best->name;
 	}
+}
+
+static int add_entry(ca_elf *e, size_t *cap, uint64_t addr)
+{
+	if (!addr || addr == UINT64_MAX)
+		return 0;
+	if (sp_grow((void **)&e->entries, cap, e->nentries + 1, sizeof *e->entries))
+		return -1;
+	e->entries[e->nentries++] = addr;
+	return 0;
+}
+
+/*
+ * Code that the loader calls: DT_INIT, DT_FINI and every pointer in the
+ * init/fini arrays.  In PIE and shared objects the array slots are filled by
+ * RELATIVE relocations, whose addends are the pointers.
+ */
+static int read_entries(ca_elf *e, sp_err *err)
+{
+	static const char *const arrays[] = { ".init_array", ".fini_array", ".preinit_array" };
+	size_t cap = 0;
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+
+	if (elf_getshdrstrndx(e->elf, &shstrndx) != 0)
+		return 0;
+	while ((scn = elf_nextscn(e->elf, scn))) {
+		GElf_Shdr sh;
+		const char *name;
+
+		if (!gelf_getshdr(scn, &sh))
+			continue;
+		name = elf_strptr(e->elf, shstrndx, sh.sh_name);
+		if (sh.sh_type == SHT_DYNAMIC) {
+			Elf_Data *d = elf_getdata(scn, NULL);
+			GElf_Dyn dyn;
+
+			for (int i = 0; d && gelf_getdyn(d, i, &dyn); i++)
+				if ((dyn.d_tag == DT_INIT || dyn.d_tag == DT_FINI) &&
+				    add_entry(e, &cap, dyn.d_un.d_ptr))
+					goto oom;
+			continue;
+		}
+		for (size_t k = 0; name && k < 3; k++) {
+			if (strcmp(name, arrays[k]) != 0 || sh.sh_type == SHT_NOBITS ||
+			    sh.sh_offset > e->map_size || sh.sh_size > e->map_size - sh.sh_offset)
+				continue;
+			for (uint64_t off = 0; off + 8 <= sh.sh_size; off += 8) {
+				uint64_t v;
+
+				memcpy(&v, e->map + sh.sh_offset + off, 8);
+				if (add_entry(e, &cap, v))
+					goto oom;
+			}
+			for (size_t r = 0; r < e->nrelative; r++)
+				if (e->relative[r].addr >= sh.sh_addr &&
+				    e->relative[r].addr < sh.sh_addr + sh.sh_size &&
+				    add_entry(e, &cap, e->relative[r].resolver))
+					goto oom;
+		}
+	}
+	return 0;
+oom:
+	return sp_fail(err, "%s: out of memory", e->path);
 }
 
 static int check_header(ca_elf *e, sp_err *err)
@@ -291,7 +364,7 @@ int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
 		return sp_fail(err, "%s: cannot read sections: %s", path, elf_errmsg(-1));
 	name_irelative(e);
 	qsort(e->got, e->ngot, sizeof *e->got, cmp_got);
-	return 0;
+	return read_entries(e, err);
 }
 
 void ca_elf_close(ca_elf *e)
@@ -305,6 +378,8 @@ void ca_elf_close(ca_elf *e)
 	free(e->secs);
 	free(e->syms);
 	free(e->got);
+	free(e->entries);
+	free(e->relative);
 	free(e->fdes);
 	free(e->pads);
 	memset(e, 0, sizeof *e);

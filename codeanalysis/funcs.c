@@ -258,10 +258,20 @@ int ca_funcs_discover(ca_work *w, sp_err *err)
 		if (s && s->data && add_plt_section(w, s))
 			return sp_fail(err, "%s: out of memory", w->e->path);
 	}
-	if (w->e->entry) {
-		const ca_section *s = ca_elf_section_at(w->e, w->e->entry);
+	/* What the loader calls: the entry point, DT_INIT/DT_FINI, the
+	 * init/fini arrays, and the start of .init and .fini. */
+	for (i = 0; i <= w->e->nentries + 2; i++) {
+		uint64_t a = i < w->e->nentries ? w->e->entries[i] : 0;
+		const ca_section *s;
 
-		if (s && s->exec && ca_fn_add(w, w->e->entry, CA_SRC_ENTRY) == CA_NONE)
+		if (i == w->e->nentries)
+			a = w->e->entry;
+		else if (i > w->e->nentries) {
+			s = ca_elf_section_named(w->e, i == w->e->nentries + 1 ? ".init" : ".fini");
+			a = s ? s->addr : 0;
+		}
+		s = a ? ca_elf_section_at(w->e, a) : NULL;
+		if (s && s->exec && ca_fn_add(w, a, CA_SRC_ENTRY) == CA_NONE)
 			return sp_fail(err, "%s: out of memory", w->e->path);
 	}
 	for (i = 0; i < w->nfn; i++)

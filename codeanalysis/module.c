@@ -151,6 +151,7 @@ static void work_free(ca_work *w)
 	free(w->work);
 	free(w->undec);
 	free(w->fmap);
+	free(w->jout);
 }
 
 static int run_passes(ca_work *w, sp_err *err)

@@ -56,13 +56,18 @@ def sptrace(exe, args, ok=True, timeout=240):
 # What sptrace analyze-binary reports
 
 def parse_dump(text):
-    """Parse a tab-separated dump with a '#' header into a list of dicts."""
+    """Parse a tab-separated dump into a list of dicts.
+
+    A '#' line with tabs is a header naming the columns of the lines after
+    it (--dump cfg has one for blocks and one for sites); a '#' line without
+    tabs is a comment.
+    """
     rows, cols = [], None
     for line in text.splitlines():
         if not line:
             continue
         if line.startswith("#"):
-            if cols is None:
+            if "\t" in line:
                 cols = line[1:].strip().split("\t")
             continue
         check(cols is not None, "dump has data before its '#' header: %r" % line)
@@ -203,3 +208,37 @@ def hexlist(addrs, names=None, limit=40):
                                  else ""))
     more = len(addrs) - limit
     return ", ".join(items) + (", ... %d more" % more if more > 0 else "")
+
+
+def read_vaddr(path, addr, size):
+    """size bytes at link-time virtual address addr of an ELF64 file."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    check(data[:5] == b"\x7fELF\x02", "%s is not an ELF64 file" % path)
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    for i in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 1 and p_vaddr <= addr and addr + size <= p_vaddr + p_filesz:
+            off = p_offset + addr - p_vaddr
+            return data[off:off + size]
+    fail("%s: address %#x is in no PT_LOAD segment" % (path, addr))
+
+
+def objdump_function(path, name):
+    """Instructions of function `name`: list of (address, text) from objdump."""
+    p = run(["objdump", "-d", "-w", "--no-show-raw-insn", path])
+    check(p.returncode == 0, "objdump -d %s failed: %s" % (path, p.stderr))
+    out, inside = [], False
+    for line in p.stdout.splitlines():
+        m = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
+        if m:
+            inside = m.group(1) == name
+            continue
+        m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
+        if inside and m:
+            out.append((int(m.group(1), 16), m.group(2)))
+    check(out, "objdump shows no function %s in %s" % (name, path))
+    return out

@@ -85,9 +85,12 @@ static void print_summary(const ca_module *m, const char *repo_note)
 	first = 1;
 	for (unsigned k = 1; k < CA_PATCH_METHOD_MAX; k++)
 		print_pct(ca_patch_method_name(k), s->nsites_by_method[k], s->nsites, &first);
-	printf("\n  lines        %u rows%s%s\n", s->nlines,
-	       *ca_module_lines_source(m) ? " from " : " (no DWARF found)",
-	       ca_module_lines_source(m));
+	if (*ca_module_lines_error(m))
+		printf("\n  lines        none: %s\n", ca_module_lines_error(m));
+	else
+		printf("\n  lines        %u rows%s%s\n", s->nlines,
+		       *ca_module_lines_source(m) ? " from " : " (no DWARF found)",
+		       ca_module_lines_source(m));
 	printf("  time         %.3f s (%.0f functions/s, %.2f MB/s of code; lines %.3f s)\n",
 	       secs, secs > 0 ? s->nfuncs / secs : 0.0,
 	       secs > 0 ? (double)s->text_bytes / 1e6 / secs : 0.0, (double)s->lines_ns / 1e9);

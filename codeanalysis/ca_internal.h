@@ -90,6 +90,7 @@ struct ca_module {
 	char key[160];
 	char buildid[132];
 	char lines_source[4096];
+	char lines_error[1024]; /* why DWARF could not be read (not stored) */
 	uint64_t file_size;
 	int is_dyn;
 

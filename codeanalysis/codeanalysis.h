@@ -200,6 +200,9 @@ const char *ca_module_buildid(const ca_module *m); /* hex, "" if none */
 uint64_t ca_module_file_size(const ca_module *m);
 int ca_module_is_pie_or_dso(const ca_module *m);   /* ET_DYN */
 const char *ca_module_lines_source(const ca_module *m); /* file DWARF came from, "" if none */
+/* Why source lines are missing although DWARF exists ("" if not so).  Corrupt
+ * DWARF costs the lines, never the analysis.  Not kept in the repository. */
+const char *ca_module_lines_error(const ca_module *m);
 
 /* Flat arrays: functions sorted by address, blocks grouped by function in
  * address order, sites grouped by function in address order. */

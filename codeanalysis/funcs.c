@@ -191,7 +191,7 @@ static int add_fdes(ca_work *w)
 		if (!w->fn[f].size || w->fn[f].size < d->size)
 			w->fn[f].size = d->size;
 		w->fn[f].fde_mid = d->mid;
-		w->fn[f].pads = w->e->pads + d->first_pad;
+		w->fn[f].pads = d->npads ? w->e->pads + d->first_pad : NULL;
 		w->fn[f].npads = d->npads;
 	}
 	return 0;

@@ -74,6 +74,15 @@ typedef struct line_reader {
 	size_t cap_cu_file;
 	char *join;            /* scratch for comp_dir + "/" + name */
 	size_t cap_join;
+	/* Raw .debug_line, read with libelf for DWARF 5 file numbers (see
+	 * v5_row_files); loaded on first use. */
+	bool sec_tried;
+	int sec_fd;
+	Elf *sec_elf;
+	const uint8_t *sec;
+	size_t sec_size;
+	uint32_t *row_file;    /* scratch: true file register of each row */
+	size_t cap_row_file;
 	sp_err *err;
 } line_reader;
 
@@ -240,6 +249,7 @@ typedef struct cu_files {
 	Dwarf_Unsigned version;   /* of the line table */
 	const char *comp_dir;     /* DW_AT_comp_dir, may be NULL or relative */
 	Dwarf_Signed end;         /* file indexes are < end */
+	const uint32_t *row_file; /* file of each row if libdwarf's is unreliable */
 } cu_files;
 
 /* Set lr->join to "a/b", or to "b" when a is NULL; b may be lr->join. */
@@ -307,6 +317,177 @@ static uint32_t file_path(line_reader *lr, const cu_files *cu, Dwarf_Unsigned fi
 		return CA_NONE;
 	tidy_path(lr->join);
 	return intern(lr, lr->join);
+}
+
+/* ---- DWARF 5 file numbers --------------------------------------------- */
+
+/*
+ * libdwarf 20210528 starts every DWARF 5 sequence with the file register at
+ * 0, where DWARF 5 (6.2.2) says 1.  Rows before a sequence's first
+ * DW_LNS_set_file thus name file 0 (the primary source) instead of file 1:
+ * every function gcc emits in its own section from a header (C++ inline
+ * functions and templates) and clang's header functions would be credited
+ * to the .c/.cpp file.  dwarf_linesrc has the same fault.  So for DWARF 5
+ * tables the file register is recomputed here by walking the table's
+ * opcodes, one value per row in libdwarf's order; if the walk disagrees
+ * with libdwarf on the number of rows, libdwarf's numbers are used.
+ */
+
+static bool get_uleb(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	uint64_t r = 0;
+	unsigned shift = 0;
+
+	while (*p < end) {
+		uint8_t b = *(*p)++;
+
+		if (shift < 64)
+			r |= (uint64_t)(b & 0x7f) << shift;
+		shift += 7;
+		if (!(b & 0x80)) {
+			*v = r;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool get_fixed(const uint8_t **p, const uint8_t *end, unsigned n, uint64_t *v)
+{
+	uint64_t r = 0;
+
+	if ((size_t)(end - *p) < n)
+		return false;
+	for (unsigned i = 0; i < n; i++)   /* x86-64: little endian */
+		r |= (uint64_t)(*p)[i] << (8 * i);
+	*p += n;
+	*v = r;
+	return true;
+}
+
+static void load_line_section(line_reader *lr)
+{
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+
+	lr->sec_tried = true;
+	lr->sec_fd = open(lr->path, O_RDONLY | O_CLOEXEC);
+	if (lr->sec_fd < 0)
+		return;
+	lr->sec_elf = elf_begin(lr->sec_fd, ELF_C_READ_MMAP, NULL);
+	if (!lr->sec_elf || elf_getshdrstrndx(lr->sec_elf, &shstrndx) != 0)
+		return;
+	while ((scn = elf_nextscn(lr->sec_elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		const char *name;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
+			continue;
+		name = elf_strptr(lr->sec_elf, shstrndx, sh.sh_name);
+		if (!name)
+			continue;
+		if (strcmp(name, ".debug_line") == 0) {
+			if ((sh.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
+				return;
+		} else if (strcmp(name, ".zdebug_line") == 0) {
+			if (elf_compress_gnu(scn, 0, 0) < 0)
+				return;
+		} else {
+			continue;
+		}
+		d = elf_getdata(scn, NULL);
+		if (d && d->d_buf) {
+			lr->sec = d->d_buf;
+			lr->sec_size = d->d_size;
+		}
+		return;
+	}
+}
+
+/* The file register of each of the `nrows` rows of the DWARF 5 line table
+ * at `off`, or NULL when the table cannot be walked to the same rows. */
+static const uint32_t *v5_row_files(line_reader *lr, uint64_t off, Dwarf_Signed nrows)
+{
+	const uint8_t *p, *end, *prog;
+	uint64_t len, version, hdr_len, v;
+	uint8_t opcode_base;
+	const uint8_t *std_len;
+	unsigned offsize = 4;
+	uint64_t file = 1;
+	size_t row = 0;
+
+	if (!lr->sec_tried)
+		load_line_section(lr);
+	if (!lr->sec || off >= lr->sec_size || nrows <= 0)
+		return NULL;
+	if (sp_grow((void **)&lr->row_file, &lr->cap_row_file, (size_t)nrows,
+		    sizeof *lr->row_file) < 0)
+		return NULL;
+	p = lr->sec + off;
+	end = lr->sec + lr->sec_size;
+	if (!get_fixed(&p, end, 4, &len))
+		return NULL;
+	if (len == 0xffffffff) {
+		offsize = 8;
+		if (!get_fixed(&p, end, 8, &len))
+			return NULL;
+	}
+	if (len > (uint64_t)(end - p))
+		return NULL;
+	end = p + len;
+	/* version, address_size, segment_selector_size, header_length */
+	if (!get_fixed(&p, end, 2, &version) || version != 5 || end - p < 2)
+		return NULL;
+	p += 2;
+	if (!get_fixed(&p, end, offsize, &hdr_len) || hdr_len > (uint64_t)(end - p))
+		return NULL;
+	prog = p + hdr_len;
+	/* minimum_instruction_length, maximum_operations_per_instruction,
+	 * default_is_stmt, line_base, line_range, opcode_base */
+	if (end - p < 6)
+		return NULL;
+	opcode_base = p[5];
+	p += 6;
+	std_len = p;
+	if (opcode_base == 0 || prog < p || (size_t)(prog - p) < (size_t)opcode_base - 1)
+		return NULL;
+
+	for (p = prog; p < end;) {
+		uint8_t op = *p++;
+
+		if (op >= opcode_base || op == 1) {          /* special, DW_LNS_copy */
+			if (row >= (size_t)nrows)
+				return NULL;
+			lr->row_file[row++] = file > UINT32_MAX ? UINT32_MAX : (uint32_t)file;
+		} else if (op == 0) {                         /* extended */
+			const uint8_t *next;
+
+			if (!get_uleb(&p, end, &len) || len == 0 || len > (uint64_t)(end - p))
+				return NULL;
+			next = p + len;
+			if (*p == 1) {                        /* DW_LNE_end_sequence */
+				if (row >= (size_t)nrows)
+					return NULL;
+				lr->row_file[row++] = file > UINT32_MAX ? UINT32_MAX : (uint32_t)file;
+				file = 1;
+			}
+			p = next;
+		} else if (op == 4) {                         /* DW_LNS_set_file */
+			if (!get_uleb(&p, end, &file))
+				return NULL;
+		} else if (op == 9) {                         /* DW_LNS_fixed_advance_pc */
+			if (!get_fixed(&p, end, 2, &v))
+				return NULL;
+		} else {
+			/* other standard opcodes: as many ULEB operands as the
+			 * header says (advance_pc 1, advance_line 1 SLEB, ...) */
+			for (unsigned k = 0; k < std_len[op - 1]; k++)
+				if (!get_uleb(&p, end, &v))
+					return NULL;
+		}
+	}
+	return row == (size_t)nrows ? lr->row_file : NULL;
 }
 
 /* ---- one compilation unit -------------------------------------------- */
@@ -383,8 +564,11 @@ static int read_rows(line_reader *lr, const cu_files *cu, Dwarf_Line *lines, Dwa
 		}
 		if (skip)
 			continue;
-		if (dwarf_lineno(lines[i], &lineno, &derr) != DW_DLV_OK ||
-		    dwarf_line_srcfileno(lines[i], &fileno, &derr) != DW_DLV_OK)
+		if (dwarf_lineno(lines[i], &lineno, &derr) != DW_DLV_OK)
+			return dw_fail(lr, derr, "reading a row");
+		if (cu->row_file)
+			fileno = cu->row_file[i];
+		else if (dwarf_line_srcfileno(lines[i], &fileno, &derr) != DW_DLV_OK)
 			return dw_fail(lr, derr, "reading a row");
 		/* Each file index is resolved once per CU. */
 		if (fileno < (Dwarf_Unsigned)cu->end && lr->cu_file[fileno] != CA_NONE) {
@@ -410,6 +594,7 @@ static int read_cu(line_reader *lr, Dwarf_Die cu_die)
 	Dwarf_Line *lines = NULL;
 	Dwarf_Signed nlines = 0, base = 0, count = 0;
 	cu_files cu = { 0 };
+	bool have_off;
 	int res, ret = -1;
 
 	res = dwarf_srclines_b(cu_die, &cu.version, &table_count, &cu.ctx, &derr);
@@ -429,7 +614,8 @@ static int read_cu(line_reader *lr, Dwarf_Die cu_die)
 		dw_fail(lr, derr, "reading a line table header");
 		goto out;
 	}
-	if (res == DW_DLV_OK) {
+	have_off = res == DW_DLV_OK;
+	if (have_off) {
 		res = off_set_add(&lr->tables, table_off);
 		if (res < 0) {
 			oom(lr);
@@ -466,6 +652,8 @@ static int read_cu(line_reader *lr, Dwarf_Die cu_die)
 		dw_fail(lr, derr, "reading rows");
 		goto out;
 	}
+	if (res == DW_DLV_OK && cu.version == 5 && have_off)
+		cu.row_file = v5_row_files(lr, table_off, nlines);
 	if (res == DW_DLV_OK && read_rows(lr, &cu, lines, nlines) < 0)
 		goto out;
 	ret = 0;
@@ -831,7 +1019,7 @@ int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *
 {
 	const char *debug_dir = opt && opt->debug_dir && opt->debug_dir[0] ?
 		opt->debug_dir : DEFAULT_DEBUG_DIR;
-	line_reader lr = { .m = m, .err = err };
+	line_reader lr = { .m = m, .err = err, .sec_fd = -1 };
 	char path[sizeof m->lines_source];
 	int ret;
 
@@ -857,5 +1045,10 @@ int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *
 	free(lr.tables.key);
 	free(lr.cu_file);
 	free(lr.join);
+	free(lr.row_file);
+	if (lr.sec_elf)
+		elf_end(lr.sec_elf);
+	if (lr.sec_fd >= 0)
+		close(lr.sec_fd);
 	return ret;
 }

@@ -214,8 +214,14 @@ int ca_analyze(const char *path, const ca_options *opt, ca_module **out, sp_err 
 	rc = run_passes(&w, err);
 	work_free(&w);
 	t1 = sp_now_ns();
-	if (rc == 0)
-		rc = ca_lines_read(m, &e, opt, err);
+	/* Corrupt DWARF costs the source lines, not the analysis. */
+	if (rc == 0 && ca_lines_read(m, &e, opt, err)) {
+		snprintf(m->lines_error, sizeof m->lines_error, "%s", err->msg);
+		free(m->lines);
+		m->lines = NULL;
+		m->nlines = m->caplines = 0;
+		m->lines_source[0] = '\0';
+	}
 	ca_elf_close(&e);
 	if (rc) {
 		ca_module_free(m);
@@ -236,6 +242,7 @@ const char *ca_module_buildid(const ca_module *m) { return m->buildid; }
 uint64_t ca_module_file_size(const ca_module *m) { return m->file_size; }
 int ca_module_is_pie_or_dso(const ca_module *m) { return m->is_dyn; }
 const char *ca_module_lines_source(const ca_module *m) { return m->lines_source; }
+const char *ca_module_lines_error(const ca_module *m) { return m->lines_error; }
 const ca_stats *ca_module_stats(const ca_module *m) { return &m->stats; }
 
 #define ACCESSOR(fn, type, arr, count)                                    \
@@ -300,7 +307,9 @@ const ca_line *ca_line_at(const ca_module *m, uint64_t addr)
 		else
 			hi = mid;
 	}
-	return lo ? &m->lines[lo - 1] : NULL;
+	/* Line 0 is an end-of-sequence marker: the address is past any code
+	 * the line table describes. */
+	return lo && m->lines[lo - 1].line ? &m->lines[lo - 1] : NULL;
 }
 
 /* ---- names ---- */

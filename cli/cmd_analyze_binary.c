@@ -264,11 +264,12 @@ static int do_file(const char *path, const char *shown, const opts *o)
 	if (!o->no_store && !o->force) {
 		if (ca_module_key_of(path, key, sizeof key, &err))
 			return cli_error("analyze-binary: %s", err.msg);
-		rc = ca_repo_load(o->repo, key, &m, &err);
-		if (rc == 0) {
+		int lr = ca_repo_load(o->repo, key, &m, &err);
+
+		if (lr == 0) {
 			snprintf(note, sizeof note, "loaded from %s", o->repo ? o->repo : ca_repo_default_dir());
 			repo_note = note;
-		} else if (rc < 0 && !o->quiet) {
+		} else if (lr < 0 && !o->quiet) {
 			fprintf(stderr, "sptrace: analyze-binary: %s; analysing %s again\n", err.msg, shown);
 		}
 	}
@@ -285,8 +286,6 @@ static int do_file(const char *path, const char *shown, const opts *o)
 				repo_note = note;
 			}
 		}
-	} else {
-		rc = 0;
 	}
 	if (o->quiet)
 		;
@@ -368,7 +367,8 @@ int cmd_analyze_binary(int argc, char **argv)
 
 	memset(&o, 0, sizeof o);
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "qh", lo, NULL)) != -1) {
+	opterr = 0;     /* our own messages, with the "sptrace: " prefix */
+	while ((c = getopt_long(argc, argv, ":qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p': o.pid = optarg; break;
 		case 'r': o.repo = optarg; break;
@@ -378,7 +378,14 @@ int cmd_analyze_binary(int argc, char **argv)
 		case 'd': o.dump = optarg; break;
 		case 'q': o.quiet = 1; break;
 		case 'h': fputs(help, stdout); return 0;
-		default: fputs(help, stderr); return 2;
+		case ':':
+			cli_error("analyze-binary: option '%s' needs a value; see "
+				  "'sptrace analyze-binary --help'", argv[optind - 1]);
+			return 2;
+		default:
+			cli_error("analyze-binary: unknown option '%s'; see "
+				  "'sptrace analyze-binary --help'", argv[optind - 1]);
+			return 2;
 		}
 	}
 	if (o.dump && strcmp(o.dump, "functions") && strcmp(o.dump, "callsites") &&
@@ -388,7 +395,7 @@ int cmd_analyze_binary(int argc, char **argv)
 	if (o.pid && loaded_modules(o.pid, &files, &nfiles))
 		return 1;
 	if (!o.pid && optind >= argc) {
-		fputs(help, stderr);
+		cli_error("analyze-binary: no file given; see 'sptrace analyze-binary --help'");
 		return 2;
 	}
 	if (o.pid) {

@@ -195,6 +195,15 @@ typedef struct ca_jtarget {
 	uint64_t target;
 } ca_jtarget;
 
+/* An unbounded jump table waiting for the rest of its function. */
+typedef struct ca_deferred {
+	uint32_t insn;
+	uint64_t table, ebase;
+	unsigned esize;
+	uint64_t count;
+	unsigned tbase, ebase_reg; /* registers whose RIP-relative lea gives the bases */
+} ca_deferred;
+
 /* The state shared by the passes of one ca_analyze() run. */
 typedef struct ca_work {
 	ca_module *m;
@@ -212,6 +221,7 @@ typedef struct ca_work {
 	uint32_t *fmap;        /* final function index -> work index */
 	size_t cur_first;      /* first instruction of the function being decoded */
 	uint64_t *jout; size_t njout, capjout; /* jump targets outside every function */
+	ca_deferred *deferred; size_t ndeferred, capdeferred;
 } ca_work;
 
 /* funcs.c */
@@ -226,6 +236,7 @@ int ca_funcs_finish(ca_work *w, sp_err *err);       /* noreturn, fragments */
 int ca_disasm_init(ca_work *w, sp_err *err);
 void ca_disasm_fini(ca_work *w);
 int ca_disasm_pending(ca_work *w, sp_err *err);     /* decode functions not yet decoded */
+int ca_disasm_order(ca_work *w);                    /* w->order, w->fmap; -1 ENOMEM */
 int ca_blocks_build(ca_work *w, sp_err *err);       /* m->funcs, m->blocks, m->edges */
 uint32_t ca_insn_at(const ca_work *w, uint64_t addr); /* insn index, CA_NONE */
 

@@ -174,24 +174,51 @@ typedef struct jtab {
 	uint64_t ebase;     /* int32 entries are relative to this (usually `table`) */
 	unsigned esize;     /* 4: int32 relative to `ebase`; 8: absolute */
 	unsigned index;     /* 64-bit index register, 0 unknown */
+	unsigned tbase, ebase_reg; /* table/entry base registers still to find */
+	unsigned slot_base; /* index loaded from disp(slot_base), for `cmp $N, mem` */
+	int64_t slot_disp;
 	uint64_t count;     /* 0: unknown, read while entries are valid */
 } jtab;
 
+static bool is_reg(const cs_x86 *x, int i)
+{
+	return x->op_count > i && x->operands[i].type == X86_OP_REG;
+}
+
+static bool is_mem(const cs_x86 *x, int i)
+{
+	return x->op_count > i && x->operands[i].type == X86_OP_MEM;
+}
+
+/* A memory operand's displacement; for RIP-relative ones the address. */
+static int64_t slot_disp(const cs_insn *in, const x86_op_mem *mm)
+{
+	return mm->base == X86_REG_RIP ? (int64_t)(in->address + in->size) + mm->disp : mm->disp;
+}
+
 /*
  * One step of the backward search for the index register's bound: 1 when
- * `cmp $N,%idx` (N+1 entries) or `and $2^k-1,%idx` bounds it, 0 to go on
- * (a move into the index register switches to the source register), -1 when
- * the index was computed in a way that hides its bound.
+ * `cmp $N,%idx` (N+1 entries), `cmp $N,slot` for the stack slot the index
+ * was loaded from (-O0), or `and $2^k-1,%idx` bounds it; 0 to go on (a move
+ * into the index register switches to its source); -1 when the index was
+ * computed in a way that hides its bound.
  */
 static int bound_step(const cs_insn *in, jtab *t)
 {
 	const cs_x86 *x = &in->detail->x86;
 	int64_t imm;
 
-	if (x->op_count != 2 || x->operands[0].type != X86_OP_REG ||
-	    reg64(x->operands[0].reg) != t->index)
+	if (x->op_count != 2)
 		return 0;
 	imm = x->operands[1].type == X86_OP_IMM ? x->operands[1].imm : -1;
+	if (in->id == X86_INS_CMP && is_mem(x, 0) && t->slot_base &&
+	    reg64(x->operands[0].mem.base) == t->slot_base &&
+	    slot_disp(in, &x->operands[0].mem) == t->slot_disp && imm >= 0 && imm < MAX_TABLE) {
+		t->count = (uint64_t)imm + 1;
+		return 1;
+	}
+	if (!is_reg(x, 0) || reg64(x->operands[0].reg) != t->index)
+		return 0;
 	if (in->id == X86_INS_CMP && imm >= 0 && imm < MAX_TABLE) {
 		t->count = (uint64_t)imm + 1;
 		return 1;
@@ -201,8 +228,16 @@ static int bound_step(const cs_insn *in, jtab *t)
 		return 1;
 	}
 	if ((in->id == X86_INS_MOV || in->id == X86_INS_MOVZX || in->id == X86_INS_MOVSX ||
-	     in->id == X86_INS_MOVSXD) && x->operands[1].type == X86_OP_REG) {
+	     in->id == X86_INS_MOVSXD) && is_reg(x, 1)) {
 		t->index = reg64(x->operands[1].reg);
+		return 0;
+	}
+	if (in->id == X86_INS_MOV && is_mem(x, 1) && x->operands[1].mem.index == X86_REG_INVALID &&
+	    x->operands[1].mem.base != X86_REG_INVALID) {
+		/* Loaded from a stack slot (-O0) or a global: its compare bounds it. */
+		t->slot_base = reg64(x->operands[1].mem.base);
+		t->slot_disp = slot_disp(in, &x->operands[1].mem);
+		t->index = 0;
 		return 0;
 	}
 	if (in->id == X86_INS_CMP || in->id == X86_INS_TEST)
@@ -215,7 +250,7 @@ static int bound_step(const cs_insn *in, jtab *t)
 /*
  * The table base is often loaded once, outside the loop that dispatches
  * (`lea T(%rip),%r12` in the entry block).  Look for it among the function's
- * instructions decoded so far: exactly one RIP-relative lea into the base
+ * instructions decoded so far: exactly one RIP-relative lea into the
  * register means that is the table (or the base its entries are relative to).
  */
 static uint64_t hoisted_lea(ca_work *w, unsigned reg, cs_insn *in)
@@ -238,8 +273,7 @@ static uint64_t hoisted_lea(ca_work *w, unsigned reg, cs_insn *in)
 		if (!cs_disasm_iter((csh)w->cs, &code, &left, &a, in))
 			continue;
 		x = &in->detail->x86;
-		if (in->id != X86_INS_LEA || x->op_count != 2 || x->operands[0].type != X86_OP_REG ||
-		    reg64(x->operands[0].reg) != reg)
+		if (in->id != X86_INS_LEA || !is_reg(x, 0) || reg64(x->operands[0].reg) != reg)
 			continue;
 		if (found)
 			return 0;       /* two candidates: not sure which */
@@ -249,24 +283,115 @@ static uint64_t hoisted_lea(ca_work *w, unsigned reg, cs_insn *in)
 }
 
 /*
- * Recognise the table behind `jmp *%reg` or `jmp *T(,%idx,8)` from the few
+ * What the backward walk from `jmp *%want` has established.  Registers are
+ * 64-bit names; 0 means not known yet.
+ *
+ *   want = p1 + p2            add %p2,%p1 / lea (%p1,%p2),%want
+ *   loaded = one of p1, p2    the table entry; the other is the entry base
+ *   loaded = *(tbase+4*index) movslq (%tbase,%index,4),%loaded
+ *   loaded = *(ta + tb)       mov (%ta,%tb,1),%e.. (-O0: one is T, one 4*index)
+ */
+typedef struct jstate {
+	unsigned want, p1, p2, loaded, ebase, tbase, ta, tb, scaled;
+} jstate;
+
+static unsigned other_of(unsigned r, unsigned a, unsigned b)
+{
+	return r == a ? b : a;
+}
+
+/* Feed one instruction (walking backwards); true when the table is known. */
+static bool jstep(const cs_insn *in, jstate *s, jtab *t)
+{
+	const cs_x86 *x = &in->detail->x86;
+	const x86_op_mem *mm = is_mem(x, 1) ? &x->operands[1].mem : NULL;
+	unsigned dst = is_reg(x, 0) ? reg64(x->operands[0].reg) : 0;
+	uint64_t rip = mm && mm->base == X86_REG_RIP ? in->address + in->size + (uint64_t)mm->disp : 0;
+
+	if (!dst || x->op_count != 2)
+		return false;
+	if (!s->p1 && dst == s->want) {
+		if (in->id == X86_INS_ADD && is_reg(x, 1)) {
+			s->p1 = s->want;
+			s->p2 = reg64(x->operands[1].reg);
+		} else if (in->id == X86_INS_LEA && mm && mm->base != X86_REG_INVALID && !rip &&
+			   mm->index != X86_REG_INVALID && mm->scale == 1 && mm->disp == 0) {
+			s->p1 = reg64(mm->base);
+			s->p2 = reg64(mm->index);
+		} else if (in->id == X86_INS_MOV && mm && mm->base == X86_REG_INVALID && mm->scale == 8 &&
+			   mm->index != X86_REG_INVALID) {
+			t->table = (uint64_t)mm->disp;          /* mov T(,%idx,8),%want */
+			t->esize = 8;
+			t->index = reg64(mm->index);
+			return true;
+		}
+		return false;
+	}
+	if (!s->p1)
+		return false;
+	if (!s->loaded && (dst == s->p1 || dst == s->p2)) {
+		if (rip && in->id == X86_INS_LEA) {             /* the entry base, seen first */
+			s->ebase = dst;
+			t->ebase = rip;
+			s->loaded = other_of(dst, s->p1, s->p2);
+			return false;
+		}
+		if (in->id != X86_INS_MOVSXD && in->id != X86_INS_MOV)
+			return false;
+		s->loaded = dst;
+		s->ebase = other_of(dst, s->p1, s->p2);
+	}
+	if (dst == s->loaded && !s->tbase && !s->ta) {
+		if (in->id == X86_INS_CDQE)
+			return false;
+		if (in->id == X86_INS_MOVSXD && mm && mm->scale == 4 && mm->base != X86_REG_INVALID) {
+			s->tbase = reg64(mm->base);
+			t->index = reg64(mm->index);
+		} else if (in->id == X86_INS_MOV && mm && mm->scale == 1 && mm->index != X86_REG_INVALID &&
+			   mm->base != X86_REG_INVALID && !rip) {
+			s->ta = reg64(mm->base);
+			s->tb = reg64(mm->index);
+		}
+		return false;
+	}
+	if (rip && in->id == X86_INS_LEA) {
+		if (dst == s->ebase && !t->ebase)
+			t->ebase = rip;
+		if (dst == s->tbase && !t->table)
+			t->table = rip;
+		if ((dst == s->ta || dst == s->tb) && !t->table) {
+			t->table = rip;
+			s->scaled = other_of(dst, s->ta, s->tb);
+		}
+	} else if (dst == s->scaled && in->id == X86_INS_LEA && mm && mm->base == X86_REG_INVALID &&
+		   mm->scale == 4 && mm->disp == 0) {
+		t->index = reg64(mm->index);                    /* lea 0(,%idx,4),%scaled */
+		s->scaled = 0;
+	}
+	t->esize = 4;
+	return t->table && t->ebase && t->index;
+}
+
+/*
+ * Recognise the table behind `jmp *%reg` or `jmp *T(,%idx,8)` from the
  * instructions before it on the same path (re-decoded here; this is rare):
  *   PIC (gcc, clang):  lea T(%rip),%rB; movslq (%rB,%rI,4),%rX; add %rB,%rX; jmp *%rX
+ *   computed goto:     as PIC, with entries relative to another label
+ *   -O0:               mov (%rA,%rB,1),%eX; cltq; lea T(%rip),%rB; add %rB,%rX; jmp *%rX
  *   non-PIC:           jmp *T(,%rI,8)   or   mov T(,%rI,8),%rX; jmp *%rX
  * and its bound from `cmp $N,%rI` (N+1 entries).
  */
 static bool match_table(ca_work *w, const uint64_t *hist, int nh, const cs_insn *jmp, jtab *t)
 {
-	csh cs = (csh)w->cs;
 	const cs_x86 *jx = &jmp->detail->x86;
-	cs_insn *in = cs_malloc(cs);
-	unsigned want = 0, base = 0, p1 = 0, p2 = 0, ebase = 0, dst;
+	cs_insn *in = cs_malloc((csh)w->cs);
+	jstate s = { 0 };
 	bool found = false;
 
 	memset(t, 0, sizeof *t);
 	if (!in)
 		return false;
-	if (jx->operands[0].type == X86_OP_MEM) {
+	if (is_mem(jx, 0)) {
 		const x86_op_mem *mm = &jx->operands[0].mem;
 
 		if (mm->base != X86_REG_INVALID || mm->scale != 8 || mm->index == X86_REG_INVALID)
@@ -274,78 +399,57 @@ static bool match_table(ca_work *w, const uint64_t *hist, int nh, const cs_insn 
 		*t = (jtab){ .table = (uint64_t)mm->disp, .esize = 8, .index = reg64(mm->index) };
 		found = true;
 	} else {
-		want = reg64(jx->operands[0].reg);
+		s.want = reg64(jx->operands[0].reg);
 	}
 	for (int i = nh - 1; i >= 0; i--) {
 		const ca_textmap *tm = ca_textmap_at(w, hist[i]);
 		const uint8_t *code;
 		size_t left;
 		uint64_t a = hist[i];
-		const cs_x86 *x;
 		int b;
 
 		if (!tm)
 			break;
 		code = tm->sec->data + (a - tm->sec->addr);
 		left = tm->sec->size - (a - tm->sec->addr);
-		if (!cs_disasm_iter(cs, &code, &left, &a, in))
+		if (!cs_disasm_iter((csh)w->cs, &code, &left, &a, in))
 			break;
-		x = &in->detail->x86;
-		if (t->index && (b = bound_step(in, t)) != 0) {
+		if ((t->index || t->slot_base) && (b = bound_step(in, t)) != 0) {
 			if (b > 0 || found)
-				break;          /* bound found, or lost before the table was */
-			t->index = 0;
+				break;          /* bound found, or lost after the table was */
+			t->index = t->slot_base = 0;
 		}
-		if (found || x->op_count != 2 || x->operands[0].type != X86_OP_REG)
-			continue;
-		dst = reg64(x->operands[0].reg);
-		if (dst == want && !p1 && in->id == X86_INS_ADD && x->operands[1].type == X86_OP_REG) {
-			p1 = want;                              /* jump reg = p1 + p2 */
-			p2 = reg64(x->operands[1].reg);
-		} else if (dst == want && !p1 && in->id == X86_INS_LEA &&
-			   x->operands[1].mem.base != X86_REG_INVALID &&
-			   x->operands[1].mem.base != X86_REG_RIP &&
-			   x->operands[1].mem.index != X86_REG_INVALID &&
-			   x->operands[1].mem.scale == 1 && x->operands[1].mem.disp == 0) {
-			p1 = reg64(x->operands[1].mem.base);
-			p2 = reg64(x->operands[1].mem.index);
-		} else if (in->id == X86_INS_MOVSXD && x->operands[1].type == X86_OP_MEM &&
-			   x->operands[1].mem.scale == 4 && !base && p1 && (dst == p1 || dst == p2)) {
-			base = reg64(x->operands[1].mem.base);
-			ebase = dst == p1 ? p2 : p1;
-			t->index = reg64(x->operands[1].mem.index);
-		} else if (in->id == X86_INS_LEA && x->operands[1].type == X86_OP_MEM &&
-			   x->operands[1].mem.base == X86_REG_RIP && (dst == base || dst == ebase)) {
-			uint64_t a = in->address + in->size + (uint64_t)x->operands[1].mem.disp;
-
-			if (dst == base && !t->table)
-				t->table = a;
-			if (dst == ebase && !t->ebase)
-				t->ebase = a;
-			t->esize = 4;
-			found = t->table && t->ebase;
-		} else if (in->id == X86_INS_MOV && x->operands[1].type == X86_OP_MEM &&
-			   dst == want && x->operands[1].mem.base == X86_REG_INVALID &&
-			   x->operands[1].mem.scale == 8 && x->operands[1].mem.index != X86_REG_INVALID) {
-			t->table = (uint64_t)x->operands[1].mem.disp;
-			t->esize = 8;
-			t->index = reg64(x->operands[1].mem.index);
-			found = true;
-		}
+		if (!found)
+			found = jstep(in, &s, t);
 	}
-	if (!found && base && t->index) {
-		if (!t->table)
-			t->table = hoisted_lea(w, base, in);
-		if (!t->ebase)
-			t->ebase = base == ebase ? t->table : hoisted_lea(w, ebase, in);
+	if (!found && s.tbase) {
+		/* The base comes from outside this path: the caller looks for it
+		 * once the whole function is decoded. */
+		t->tbase = s.tbase;
+		t->ebase_reg = s.ebase;
 		t->esize = 4;
-		found = t->table && t->ebase;
+		found = true;
 	}
+	if (found && t->esize == 8)
+		t->ebase = 0;
 	if (!found)
 		t->count = 0;
 out:
 	cs_free(in, 1);
 	return found;
+}
+
+/* The nearest address above `table` that another instruction of this
+ * function refers to: an unbounded table cannot extend past it. */
+static uint64_t next_data_ref(const ca_work *w, uint64_t table)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (size_t i = w->cur_first; i < w->nins; i++)
+		if ((w->ins[i].flags & CA_INSF_RIPREL) && w->ins[i].target > table &&
+		    w->ins[i].target < next)
+			next = w->ins[i].target;
+	return next;
 }
 
 static int push_work(ca_work *w, uint64_t a)
@@ -365,9 +469,11 @@ static bool in_range(const ca_wfunc *fn, uint64_t a)
 static int read_table(ca_work *w, const ca_wfunc *fn, uint32_t insn, const jtab *t)
 {
 	uint64_t max = t->count ? t->count : MAX_TABLE;
+	uint64_t end = t->count ? UINT64_MAX : next_data_ref(w, t->table);
 	int n = 0;
 
-	for (uint64_t i = 0; i < max; i++) {
+	for (uint64_t i = 0; i < max && t->table + i * t->esize < end; i++) {
+		const ca_textmap *tm;
 		uint64_t target;
 
 		if (t->esize == 4) {
@@ -386,9 +492,10 @@ static int read_table(ca_work *w, const ca_wfunc *fn, uint32_t insn, const jtab 
 		 * the first entry that is not code at all; relative entries, which
 		 * random data imitates easily, also end at the first one outside
 		 * the function. */
-		if (!ca_textmap_at(w, target)) {
+		tm = ca_textmap_at(w, target);
+		if (!tm || (tm->covered[target - tm->sec->addr] && !tm->start[target - tm->sec->addr])) {
 			if (t->count)
-				continue;
+				continue;       /* not code, or inside a decoded instruction */
 			break;
 		}
 		if (!in_range(fn, target)) {
@@ -401,6 +508,18 @@ static int read_table(ca_work *w, const ca_wfunc *fn, uint32_t insn, const jtab 
 			return -1;
 		w->jt[w->njt++] = (ca_jtarget){ insn, target };
 		n++;
+	}
+	return n;
+}
+
+static int use_table(ca_work *w, uint32_t f, uint32_t idx, const jtab *t)
+{
+	int n = read_table(w, &w->fn[f], idx, t);
+
+	if (n > 0) {
+		w->ins[idx].flags |= CA_INSF_TABLE;
+		w->m->stats.njump_tables++;
+		w->m->stats.njump_table_targets += (uint32_t)n;
 	}
 	return n;
 }
@@ -431,10 +550,13 @@ static int follow(ca_work *w, uint32_t f, cs_insn *in, uint8_t rootflag)
 {
 	csh cs = (csh)w->cs;
 
+	/* rootflag marks the root only, not the branch targets found from it. */
 	while (w->nwork) {
 		uint64_t a = w->work[--w->nwork], hist[HIST];
 		int nh = 0;
 		uint8_t flag = rootflag;
+
+		rootflag = 0;
 
 		for (;;) {
 			ca_wfunc *fn = &w->fn[f];
@@ -507,17 +629,23 @@ static int follow(ca_work *w, uint32_t f, cs_insn *in, uint8_t rootflag)
 					break;
 			} else if (r->cls == CA_I_JMP_IND) {
 				jtab t;
-				int n;
 
 				if (in->detail->x86.op_count == 1 && match_table(w, hist, nh - 1, in, &t)) {
-					n = read_table(w, &w->fn[f], idx, &t);
-					if (n < 0)
-						return -1;
-					if (n > 0) {
-						w->ins[idx].flags |= CA_INSF_TABLE;
-						w->m->stats.njump_tables++;
-						w->m->stats.njump_table_targets += (uint32_t)n;
+					/* An unbounded table is read once everything
+					 * else of the function is decoded: the other
+					 * data it refers to ends the table, and a target
+					 * inside a decoded instruction is recognised. */
+					if (!t.count || t.tbase) {
+						if (sp_grow((void **)&w->deferred, &w->capdeferred,
+							    w->ndeferred + 1, sizeof *w->deferred))
+							return -1;
+						w->deferred[w->ndeferred++] = (ca_deferred){
+							idx, t.table, t.ebase, t.esize, t.count,
+							t.tbase, t.ebase_reg };
+						break;
 					}
+					if (use_table(w, f, idx, &t) < 0)
+						return -1;
 				}
 				break;
 			} else if (r->cls == CA_I_RET || r->cls == CA_I_STOP) {
@@ -608,10 +736,30 @@ static int decode_function(ca_work *w, uint32_t f, cs_insn *in)
 	for (uint32_t i = 0; i < w->fn[f].npads; i++) {
 		uint64_t pad = w->fn[f].pads[i];
 
+		uint32_t idx;
+
 		if (!in_range(&w->fn[f], pad))
 			continue;
-		w->m->stats.nlanding_pads++;
-		if (push_work(w, pad) || follow(w, f, in, CA_INSF_PAD))
+		if (push_work(w, pad) || follow(w, f, in, 0))
+			return -1;
+		/* Several call sites share a pad; count and mark it once. */
+		idx = ca_insn_at(w, pad);
+		if (idx != CA_NONE && !(w->ins[idx].flags & CA_INSF_PAD)) {
+			w->ins[idx].flags |= CA_INSF_PAD;
+			w->m->stats.nlanding_pads++;
+		}
+	}
+	while (w->ndeferred) {
+		ca_deferred d = w->deferred[--w->ndeferred];
+		jtab t = { .table = d.table, .ebase = d.ebase, .esize = d.esize, .count = d.count };
+
+		if (d.tbase) {
+			t.table = hoisted_lea(w, d.tbase, in);
+			t.ebase = d.tbase == d.ebase_reg ? t.table : hoisted_lea(w, d.ebase_reg, in);
+			if (!t.table || !t.ebase)
+				continue;       /* stays an indirect jump */
+		}
+		if (use_table(w, f, d.insn, &t) < 0 || follow(w, f, in, 0))
 			return -1;
 	}
 	if (w->fn[f].size && sweep_holes(w, f, in))
@@ -788,7 +936,7 @@ static int cmp_fn_addr(const void *a, const void *b, void *ctx)
 }
 
 /* Group instructions by function, in address order; final function order. */
-static int order_insns(ca_work *w)
+int ca_disasm_order(ca_work *w)
 {
 	uint32_t *count = calloc(w->nfn + 1, sizeof *count);
 
@@ -1016,9 +1164,16 @@ int ca_blocks_build(ca_work *w, sp_err *err)
 	ca_module *m = w->m;
 	char name[1024];
 
-	if (order_insns(w))
-		return sp_fail(err, "out of memory");
-	qsort(w->jt, w->njt, sizeof *w->jt, cmp_jt);
+	if (w->njt)
+		qsort(w->jt, w->njt, sizeof *w->jt, cmp_jt);
+	/* Calls to functions found noreturn after they were decoded. */
+	for (size_t i = 0; i < w->nins; i++) {
+		ca_insn *r = &w->ins[i];
+		uint32_t callee = r->cls == CA_I_CALL ? ca_fn_find(w, r->target) : CA_NONE;
+
+		if (callee != CA_NONE && (w->fn[callee].flags & CA_FUNC_NORETURN))
+			r->flags |= CA_INSF_NORET;
+	}
 	m->funcs = calloc(w->nfn + 1, sizeof *m->funcs);
 	if (!m->funcs)
 		return sp_fail(err, "out of memory");

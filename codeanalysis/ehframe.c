@@ -326,6 +326,7 @@ int ca_ehframe_parse(ca_elf *e, sp_err *err)
 				return sp_fail(err, "%s: out of memory reading .eh_frame", e->path);
 		}
 	}
-	qsort(e->fdes, e->nfdes, sizeof *e->fdes, cmp_fde);
+	if (e->nfdes)
+		qsort(e->fdes, e->nfdes, sizeof *e->fdes, cmp_fde);
 	return 0;
 }

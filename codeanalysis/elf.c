@@ -285,6 +285,17 @@ static int check_header(ca_elf *e, sp_err *err)
 	if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)
 		return sp_fail(err, "%s: ELF type %u is neither an executable nor a shared object",
 			       e->path, eh.e_type);
+	/* libelf quietly gives fewer sections for a cut file; say what is wrong. */
+	if (eh.e_shoff > e->map_size ||
+	    (uint64_t)eh.e_shnum * eh.e_shentsize > e->map_size - eh.e_shoff)
+		return sp_fail(err, "%s: truncated or corrupt: the section headers (offset %llu, "
+			       "%u x %u bytes) extend past the end of the file (%zu bytes)", e->path,
+			       (unsigned long long)eh.e_shoff, eh.e_shnum, eh.e_shentsize, e->map_size);
+	if (eh.e_phoff > e->map_size ||
+	    (uint64_t)eh.e_phnum * eh.e_phentsize > e->map_size - eh.e_phoff)
+		return sp_fail(err, "%s: truncated or corrupt: the program headers (offset %llu, "
+			       "%u x %u bytes) extend past the end of the file (%zu bytes)", e->path,
+			       (unsigned long long)eh.e_phoff, eh.e_phnum, eh.e_phentsize, e->map_size);
 	e->e_type = eh.e_type;
 	e->entry = eh.e_entry;
 	return 0;
@@ -294,7 +305,7 @@ static int map_file(ca_elf *e, const char *path, sp_err *err)
 {
 	struct stat st;
 
-	e->fd = open(path, O_RDONLY | O_CLOEXEC);
+	e->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);  /* a FIFO must not hang us */
 	if (e->fd < 0)
 		return sp_fail(err, "%s: cannot open: %s", path, strerror(errno));
 	if (fstat(e->fd, &st) < 0)
@@ -360,10 +371,18 @@ int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
 				read_debuglink(e, d);
 		}
 	}
-	if (elf_errno() != 0 && e->nsecs == 0)
-		return sp_fail(err, "%s: cannot read sections: %s", path, elf_errmsg(-1));
+	{
+		size_t nexec = 0;
+
+		for (size_t i = 0; i < e->nsecs; i++)
+			nexec += e->secs[i].exec;
+		if (nexec == 0)
+			return sp_fail(err, "%s: no code sections with contents (truncated, corrupt, "
+				       "or a debug-info-only file)", path);
+	}
 	name_irelative(e);
-	qsort(e->got, e->ngot, sizeof *e->got, cmp_got);
+	if (e->ngot)
+		qsort(e->got, e->ngot, sizeof *e->got, cmp_got);
 	return read_entries(e, err);
 }
 

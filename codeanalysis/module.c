@@ -152,6 +152,7 @@ static void work_free(ca_work *w)
 	free(w->undec);
 	free(w->fmap);
 	free(w->jout);
+	free(w->deferred);
 }
 
 static int run_passes(ca_work *w, sp_err *err)
@@ -165,6 +166,8 @@ static int run_passes(ca_work *w, sp_err *err)
 		if (ca_disasm_pending(w, err))
 			return -1;
 	if (added < 0)
+		return sp_fail(err, "%s: out of memory", w->e->path);
+	if (ca_disasm_order(w))
 		return sp_fail(err, "%s: out of memory", w->e->path);
 	if (ca_funcs_finish(w, err) || ca_blocks_build(w, err) || ca_sites_plan(w, err))
 		return -1;

@@ -11,6 +11,7 @@ shows a clear reason in the test log.
 
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -31,16 +32,47 @@ def need_file(path, package):
         fail("%s is missing; install the Debian package '%s' (test.sh does)" % (path, package))
 
 
-def run(cmd, timeout=240, **kw):
-    """Run cmd, return the CompletedProcess (text mode); fail on a timeout."""
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-    except subprocess.TimeoutExpired:
-        fail("timed out after %d s: %s" % (timeout, " ".join(cmd)))
-
-
 def describe_exit(rc):
     return "killed by signal %d" % -rc if rc < 0 else "exit status %d" % rc
+
+
+def pct(n, total):
+    """n as a percentage of total (100 when total is 0)."""
+    return 100.0 * n / total if total else 100.0
+
+
+def hexlist(addrs, names=None, limit=40):
+    """Sorted addresses as '0x.. (name), ...', at most limit of them."""
+    items = []
+    for a in sorted(addrs)[:limit]:
+        items.append("%#x%s" % (a, " (%s)" % "/".join(sorted(names[a])) if names and a in names
+                                 else ""))
+    more = len(addrs) - limit
+    return ", ".join(items) + (", ... %d more" % more if more > 0 else "")
+
+
+_SANITIZER = re.compile(r"runtime error:|AddressSanitizer|LeakSanitizer|"
+                        r"UndefinedBehaviorSanitizer")
+
+
+def check_sanitizers(cmd, stderr):
+    """Fail if a sanitizer (test build: ASan+UBSan) reported anything."""
+    if _SANITIZER.search(stderr or ""):
+        fail("sanitizer report from %s:\n%s" % (" ".join(cmd), stderr))
+
+
+def run(cmd, timeout=240, **kw):
+    """Run cmd, return the CompletedProcess (text mode).
+
+    Fails on a timeout and on any sanitizer report in stderr.
+    """
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL, **kw)
+    except subprocess.TimeoutExpired:
+        fail("timed out after %d s: %s" % (timeout, " ".join(cmd)))
+    check_sanitizers(cmd, p.stderr)
+    return p
 
 
 def sptrace(exe, args, ok=True, timeout=240):
@@ -133,32 +165,37 @@ def summary(exe, path, extra=()):
 # ---------------------------------------------------------------------------
 # Ground truth from binutils
 
-def exec_sections(path):
-    """Executable sections of path: list of (name, start, end)."""
+def sections(path):
+    """Sections of path: list of (name, start, end, flags) from readelf -S."""
     p = run(["readelf", "-SW", path])
     check(p.returncode == 0, "readelf -SW %s failed: %s" % (path, p.stderr))
     out = []
     for line in p.stdout.splitlines():
         m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)"
-                     r"\s+[0-9a-f]+\s+(\S*)", line)
-        if m and "X" in m.group(4):
-            start, size = int(m.group(2), 16), int(m.group(3), 16)
-            out.append((m.group(1), start, start + size))
+                     r"\s+[0-9a-f]+\s+([A-Z]*)", line)
+        if m:
+            start = int(m.group(2), 16)
+            out.append((m.group(1), start, start + int(m.group(3), 16), m.group(4)))
     return out
 
 
-def in_sections(addr, sections):
-    return any(lo <= addr < hi for _, lo, hi in sections)
+def exec_sections(path):
+    """Executable sections of path: list of (name, start, end)."""
+    return [(n, lo, hi) for n, lo, hi, flags in sections(path) if "X" in flags]
 
 
-def func_symbols(path, dynamic=False, sections=None):
+def in_sections(addr, secs):
+    return any(lo <= addr < hi for _, lo, hi in secs)
+
+
+def func_symbols(path, dynamic=False, secs=None):
     """FUNC/IFUNC symbols defined in executable sections of path.
 
     Returns dict address -> set of names (aliases share an address).  With
     dynamic=True the .dynsym table is read, else .symtab.
     """
-    if sections is None:
-        sections = exec_sections(path)
+    if secs is None:
+        secs = exec_sections(path)
     p = run(["readelf", "--dyn-syms" if dynamic else "-sW", "-W", path])
     check(p.returncode == 0, "readelf on %s failed: %s" % (path, p.stderr))
     syms, table = {}, None
@@ -175,46 +212,88 @@ def func_symbols(path, dynamic=False, sections=None):
         if f[6] in ("UND", "ABS"):
             continue
         addr = int(f[1], 16)
-        if addr == 0 or not in_sections(addr, sections):
+        if addr == 0 or not in_sections(addr, secs):
             continue
         name = f[7].split("@")[0]
         syms.setdefault(addr, set()).add(name)
     return syms
 
 
-_CALL = re.compile(r"^\s*([0-9a-f]+):\s+(?:(?:bnd|notrack)\s+)?callq?\s+([0-9a-f]+)(?:\s+<([^>]*)>)?\s*$")
+_CALL = re.compile(r"^\s*([0-9a-f]+):\s+(?:(?:bnd|notrack)\s+)?callq?\s+([0-9a-f]+)"
+                   r"(?:\s+<([^>]*)>)?\s*$")
+
+
+_OBJDUMP = {}
+
+
+def objdump_lines(path):
+    """Lines of `objdump -d -w --no-show-raw-insn path` (run once per path)."""
+    if path not in _OBJDUMP:
+        p = run(["objdump", "-d", "-w", "--no-show-raw-insn", path])
+        check(p.returncode == 0, "objdump -d %s failed: %s" % (path, p.stderr))
+        _OBJDUMP[path] = p.stdout.splitlines()
+    return _OBJDUMP[path]
 
 
 def objdump_direct_calls(path):
     """Direct call instructions of path: dict site address -> (target, target name)."""
-    p = run(["objdump", "-d", "-w", "--no-show-raw-insn", path])
-    check(p.returncode == 0, "objdump -d %s failed: %s" % (path, p.stderr))
     calls = {}
-    for line in p.stdout.splitlines():
+    for line in objdump_lines(path):
         m = _CALL.match(line)
         if m:
             calls[int(m.group(1), 16)] = (int(m.group(2), 16), m.group(3) or "")
     return calls
 
 
-def pct(n, total):
-    return 100.0 * n / total if total else 100.0
+def objdump_insns(path):
+    """Every instruction objdump's linear sweep decodes: dict address -> text."""
+    insns = {}
+    for line in objdump_lines(path):
+        m = re.match(r"^\s*([0-9a-f]+):\t(.*)$", line)
+        if m:
+            insns[int(m.group(1), 16)] = m.group(2)
+    return insns
 
 
-def hexlist(addrs, names=None, limit=40):
-    items = []
-    for a in sorted(addrs)[:limit]:
-        items.append("%#x%s" % (a, " (%s)" % "/".join(sorted(names[a])) if names and a in names
-                                 else ""))
-    more = len(addrs) - limit
-    return ", ".join(items) + (", ... %d more" % more if more > 0 else "")
+_BRANCH = re.compile(r"^(?:(?:notrack|bnd|data16|cs|ds|rex(?:\.\w+)?)\s+)*"
+                     r"(?:call|jmp|j[a-z]{1,3})q?\b")
+
+
+def bogus_sites(sites, insns):
+    """Call sites (rows by address) that are not a call/jmp/jcc instruction in insns."""
+    return ["%#x in %s: kind %s, objdump: %s" % (a, r["func"], r["kind"],
+                                                 insns.get(a, "no instruction starts here"))
+            for a, r in sorted(sites.items()) if not _BRANCH.match(insns.get(a, ""))]
+
+
+def objdump_function(path, name):
+    """Instructions of function `name`: list of (address, text) from objdump."""
+    out, inside = [], False
+    for line in objdump_lines(path):
+        m = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
+        if m:
+            inside = m.group(1) == name
+            continue
+        m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
+        if inside and m:
+            out.append((int(m.group(1), 16), m.group(2)))
+    check(out, "objdump shows no function %s in %s" % (name, path))
+    return out
+
+
+_FILES = {}
+
+
+def _file_bytes(path):
+    if path not in _FILES:
+        with open(path, "rb") as f:
+            _FILES[path] = f.read()
+    return _FILES[path]
 
 
 def read_vaddr(path, addr, size):
     """size bytes at link-time virtual address addr of an ELF64 file."""
-    import struct
-    with open(path, "rb") as f:
-        data = f.read()
+    data = _file_bytes(path)
     check(data[:5] == b"\x7fELF\x02", "%s is not an ELF64 file" % path)
     phoff, = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
@@ -227,18 +306,134 @@ def read_vaddr(path, addr, size):
     fail("%s: address %#x is in no PT_LOAD segment" % (path, addr))
 
 
-def objdump_function(path, name):
-    """Instructions of function `name`: list of (address, text) from objdump."""
-    p = run(["objdump", "-d", "-w", "--no-show-raw-insn", path])
-    check(p.returncode == 0, "objdump -d %s failed: %s" % (path, p.stderr))
-    out, inside = [], False
-    for line in p.stdout.splitlines():
-        m = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
-        if m:
-            inside = m.group(1) == name
-            continue
-        m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
-        if inside and m:
-            out.append((int(m.group(1), 16), m.group(2)))
-    check(out, "objdump shows no function %s in %s" % (name, path))
-    return out
+# ---------------------------------------------------------------------------
+# Exception landing pads, decoded independently of sptrace: .eh_frame FDEs
+# give each function's LSDA, the LSDA call-site table gives the landing pads.
+
+class _Reader:
+    """Little-endian reader over a byte string mapped at a virtual address."""
+
+    def __init__(self, data, base, pos=0):
+        self.data, self.base, self.pos = data, base, pos
+
+    def vaddr(self):
+        return self.base + self.pos
+
+    def fixed(self, fmt):
+        v, = struct.unpack_from("<" + fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def uleb(self):
+        result = shift = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            result |= (b & 0x7f) << shift
+            shift += 7
+            if not b & 0x80:
+                return result
+
+    def sleb(self):
+        result = shift = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            result |= (b & 0x7f) << shift
+            shift += 7
+            if not b & 0x80:
+                return result - (1 << shift) if b & 0x40 else result
+
+    def cstr(self):
+        end = self.data.index(b"\0", self.pos)
+        s = self.data[self.pos:end].decode()
+        self.pos = end + 1
+        return s
+
+    def encoded(self, enc):
+        """A DW_EH_PE_* encoded pointer (absptr/udata/sdata/uleb/sleb, pcrel)."""
+        if enc == 0xff:
+            return None
+        at = self.vaddr()
+        fmt = enc & 0x0f
+        v = {0x00: lambda: self.fixed("Q"), 0x01: self.uleb, 0x02: lambda: self.fixed("H"),
+             0x03: lambda: self.fixed("I"), 0x04: lambda: self.fixed("Q"), 0x09: self.sleb,
+             0x0a: lambda: self.fixed("h"), 0x0b: lambda: self.fixed("i"),
+             0x0c: lambda: self.fixed("q")}[fmt]()
+        app = enc & 0x70
+        check(app in (0x00, 0x10), "unsupported pointer encoding %#x" % enc)
+        if app == 0x10:
+            v = (v + at) & 0xffffffffffffffff
+        return v
+
+
+def _section(path, name):
+    """(vaddr, bytes) of section name, or None."""
+    for sname, lo, hi, _ in sections(path):
+        if sname == name:
+            return lo, read_vaddr(path, lo, hi - lo)
+    return None
+
+
+def landing_pads(path):
+    """Landing-pad addresses of path from .eh_frame and .gcc_except_table."""
+    eh = _section(path, ".eh_frame")
+    check(eh is not None, "%s has no .eh_frame" % path)
+    base, data = eh
+    secs = sections(path)
+    cies, pads = {}, set()
+    pos = 0
+    while pos + 4 <= len(data):
+        r = _Reader(data, base, pos)
+        length = r.fixed("I")
+        if length == 0:
+            break
+        check(length != 0xffffffff, "%s: 64-bit .eh_frame records are not supported" % path)
+        start, end = r.pos, r.pos + length
+        cie_ptr = r.fixed("I")
+        if cie_ptr == 0:  # CIE
+            r.fixed("B")  # version
+            aug = r.cstr()
+            r.uleb(), r.sleb(), r.uleb()  # code align, data align, return register
+            info = {"fde_enc": 0x00, "lsda_enc": 0xff}
+            if aug.startswith("z"):
+                r.uleb()
+                for c in aug[1:]:
+                    if c == "P":
+                        r.encoded(r.fixed("B"))
+                    elif c == "L":
+                        info["lsda_enc"] = r.fixed("B")
+                    elif c == "R":
+                        info["fde_enc"] = r.fixed("B")
+            cies[pos] = info
+        else:  # FDE
+            cie = cies[start - cie_ptr]
+            pc_begin = r.encoded(cie["fde_enc"])
+            r.encoded(cie["fde_enc"] & 0x0f)  # pc range
+            r.uleb()  # augmentation length
+            lsda = r.encoded(cie["lsda_enc"]) if cie["lsda_enc"] != 0xff else None
+            if lsda:
+                pads |= _lsda_pads(path, lsda, pc_begin, secs)
+        pos = end
+    return pads
+
+
+def _lsda_pads(path, lsda, func_start, secs):
+    hi = [h for _, lo, h, _ in secs if lo <= lsda < h]
+    check(hi, "%s: LSDA at %#x is in no section" % (path, lsda))
+    r = _Reader(read_vaddr(path, lsda, hi[0] - lsda), lsda)
+    lp_enc = r.fixed("B")
+    lpstart = r.encoded(lp_enc) if lp_enc != 0xff else func_start
+    if r.fixed("B") != 0xff:  # type table encoding
+        r.uleb()
+    cs_enc = r.fixed("B")
+    cs_len = r.uleb()
+    end = r.pos + cs_len
+    pads = set()
+    while r.pos < end:
+        r.encoded(cs_enc & 0x0f), r.encoded(cs_enc & 0x0f)  # start, length
+        lp = r.encoded(cs_enc & 0x0f)
+        r.uleb()  # action
+        if lp:
+            pads.add(lpstart + lp)
+    return pads

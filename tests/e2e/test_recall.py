@@ -9,15 +9,16 @@ The stripped copy (same code, same addresses) must give
   - 100% of the direct call sites, each of kind direct or plt and with the
     target objdump shows.
 The unstripped analysis must find every symbol-table function and name it
-by its symbol (any alias at that address).
+by its symbol (any alias at that address).  In both, every reported call
+site must be a call/jmp/jcc that objdump decodes at that address.
 """
 
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import (callsites, check, fail, func_symbols, functions, hexlist,  # noqa: E402
-                    objdump_direct_calls, pct)
+from e2elib import (bogus_sites, callsites, check, fail, func_symbols, functions,  # noqa: E402
+                    hexlist, objdump_direct_calls, objdump_insns, pct)
 
 MIN_FUNC_RECALL = 99.0
 
@@ -78,6 +79,13 @@ def main():
     if misnamed:
         errors.append("%s: functions not named after their symbol:\n    %s"
                       % (os.path.basename(unstripped), "\n    ".join(misnamed[:40])))
+
+    insns = objdump_insns(unstripped)
+    for path, sites in ((unstripped, callsites(exe, unstripped)), (stripped, ssites)):
+        bad = bogus_sites(sites, insns)
+        if bad:
+            errors.append("%s: call sites where objdump decodes no call/jmp:\n    %s"
+                          % (os.path.basename(path), "\n    ".join(bad[:40])))
 
     if errors:
         fail("\n".join(errors))

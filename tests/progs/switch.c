@@ -2,11 +2,13 @@
  * switch.c — switch-heavy code for the e2e jump-table tests of
  * `sptrace analyze-binary` (tests/e2e/test_jumptables.py).
  *
- * Four dense switches (12, 16, 32 and 40 cases) for which gcc -O2 emits jump
- * tables (`movslq (%rdx,%rax,4),%rax; add %rdx,%rax; jmp *%rax`), and one
- * sparse switch that becomes a compare tree.  Every case body is different so
- * gcc can neither merge cases nor turn a switch into a lookup table; each
- * function is noipa so it keeps its name and its switch.
+ * Four dense switches (12, 16, 32 and 40 cases) for which gcc emits jump
+ * tables (-O2: `movslq (%rdx,%rax,4),%rax; add %rdx,%rax; jmp *%rax`; -O0:
+ * `mov (%rdx,%rax,1),%eax; cltq; lea TABLE(%rip),%rdx; add %rdx,%rax;
+ * jmp *%rax`), and one sparse switch that becomes a compare tree.  Every
+ * case body is different so gcc can neither merge cases nor turn a switch
+ * into a lookup table; each function is noipa so it keeps its name and its
+ * switch.
  *
  * SWITCH_FUNCS below lists each dense switch and its number of distinct case
  * bodies; the test reads it from this file, so keep it in step.

@@ -31,7 +31,7 @@ static const char help[] =
 	"                      /var/lib/sptrace/repo as root, ~/.cache/sptrace/repo)\n"
 	"  --force             analyse again even if the repository has the module\n"
 	"  --no-store          analyse only; leave the repository alone\n"
-	"  --no-lines          skip DWARF source lines\n"
+	"  --no-lines          skip DWARF source lines (implies --no-store)\n"
 	"  --dump WHAT         print details instead of the summary:\n"
 	"                        functions      one line per function\n"
 	"                        callsites      one line per call site and its patch plan\n"
@@ -374,7 +374,7 @@ int cmd_analyze_binary(int argc, char **argv)
 		case 'r': o.repo = optarg; break;
 		case 'f': o.force = 1; break;
 		case 'n': o.no_store = 1; break;
-		case 'L': o.ca.no_lines = 1; break;
+		case 'L': o.ca.no_lines = 1; o.no_store = 1; break; /* keep the repository complete */
 		case 'd': o.dump = optarg; break;
 		case 'q': o.quiet = 1; break;
 		case 'h': fputs(help, stdout); return 0;

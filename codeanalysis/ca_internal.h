@@ -162,7 +162,8 @@ typedef struct ca_insn {
 	uint8_t len;
 	uint8_t cls;       /* enum ca_insn_class */
 	uint8_t flags;     /* enum ca_insn_flag */
-	uint8_t undec;     /* decoding stopped right after this instruction */
+	uint8_t undec : 1;   /* decoding stopped right after this instruction */
+	uint8_t overlap : 1; /* shares bytes with another decoded instruction */
 } ca_insn;
 
 /* A function while the analysis runs. */

@@ -132,6 +132,7 @@ enum ca_patch_reason {
 	CA_WHY_NO_ROOM,            /* no gap in reach; too few movable bytes before it */
 	CA_WHY_UNMOVABLE,          /* preceding instructions cannot be relocated */
 	CA_WHY_UNDECODABLE,        /* site lies in or next to undecodable bytes */
+	CA_WHY_OVERLAP,            /* site overlaps another decoded instruction */
 	CA_WHY_REASON_MAX
 };
 

@@ -340,6 +340,7 @@ const char *ca_patch_reason_text(unsigned reason)
 		"short site; no dead padding in reach and too few movable bytes before it",
 		"short site; an instruction before it cannot be moved",
 		"next to undecodable bytes",
+		"overlaps another decoded instruction: the decoding there is in doubt",
 	};
 	return reason < sizeof n / sizeof *n ? n[reason] : "?";
 }

@@ -17,6 +17,9 @@
  * message that says so.  The payload stores every array column by column
  * (one packed fixed-width field per struct member) so that protobuf-c unpacks
  * each column with a memcpy; loading then converts columns back to records.
+ * Loading reads the file once into a block that also serves as protobuf-c's
+ * allocation arena, so a load costs one malloc for the file and the unpacked
+ * message plus one per record array.
  *
  * A loaded module is trusted by the agent, so the reader checks everything an
  * index or offset could break: equal column lengths, string offsets inside
@@ -131,7 +134,7 @@ static bool key_is_valid(const char *key)
 static int check_key(const char *key, sp_err *err)
 {
 	if (!key || !key_is_valid(key))
-		return sp_fail(err, "invalid repository key \"%s\": expected a "
+		return sp_fail(err, "invalid repository key \"%.200s\": expected a "
 			       "lowercase hex build-id or sha256-<64 hex digits>",
 			       key ? key : "(null)");
 	return 0;
@@ -237,6 +240,11 @@ static int make_dirs(const char *dir, sp_err *err)
 /* ------------------------------------------------------------------------ */
 /* Writing: module -> columns -> Entry -> header + payload -> file           */
 /* ------------------------------------------------------------------------ */
+
+/* Reading side (below): would this entry load?  Run before writing, so that
+ * an analyser bug shows up as an error here rather than as an entry that is
+ * rejected and re-analysed on every load. */
+static int check_loadable(const Entry *e, sp_err *err);
 
 /* One allocation holding every column of the message being written. */
 typedef struct arena {
@@ -589,6 +597,11 @@ int ca_repo_store(const ca_module *m, const char *dir, char *path_out,
 
 	if (module_to_msgs(m, &x, err) < 0)
 		return -1;
+	if (check_loadable(&x.e, err) < 0) {
+		free(x.cols.base);
+		return sp_failctx(err, "not storing the analysis of %s, it would "
+				  "not load back (an analyser bug)", m->path);
+	}
 	plen = sptrace__repo__entry__get_packed_size(&x.e);
 	buf = malloc(REPO_HDR_SIZE + plen);
 	if (!buf) {
@@ -674,10 +687,11 @@ static int check_fits(const char *what, size_t i, const char *field,
 }
 
 /* Allocate the array for `n` records (a real pointer even for n == 0, so
- * the checks for failure stay simple). */
-static void *alloc_records(size_t n, size_t elsize, sp_err *err)
+ * the checks for failure stay simple).  Records with padding (ca_block,
+ * ca_site) are zeroed so that equal modules compare equal with memcmp. */
+static void *alloc_records(size_t n, size_t elsize, bool zero, sp_err *err)
 {
-	void *p = malloc(n ? n * elsize : 1);
+	void *p = zero ? calloc(n ? n : 1, elsize) : malloc(n ? n * elsize : 1);
 
 	if (!p)
 		sp_fail(err, "out of memory loading %zu records", n);
@@ -690,10 +704,10 @@ static int load_funcs(const Sptrace__Repo__Funcs *c, ca_module *m, size_t nblock
 	size_t n = c ? c->n_addr : 0;
 
 	m->nfuncs = m->capfuncs = 0;
-	m->funcs = alloc_records(n, sizeof *m->funcs, err);
+	m->funcs = alloc_records(n, sizeof *m->funcs, false, err);
 	if (!m->funcs)
 		return -1;
-	if (!n)
+	if (!c)
 		return 0;
 	SAME("funcs", c, size, n);
 	SAME("funcs", c, name, n);
@@ -744,10 +758,10 @@ static int load_blocks(const Sptrace__Repo__Blocks *c, ca_module *m,
 	size_t n = c ? c->n_addr : 0;
 
 	m->nblocks = m->capblocks = 0;
-	m->blocks = alloc_records(n, sizeof *m->blocks, err);
+	m->blocks = alloc_records(n, sizeof *m->blocks, true, err);
 	if (!m->blocks)
 		return -1;
-	if (!n)
+	if (!c)
 		return 0;
 	SAME("blocks", c, size, n);
 	SAME("blocks", c, func, n);
@@ -783,10 +797,10 @@ static int load_edges(const Sptrace__Repo__Edges *c, ca_module *m,
 	size_t n = c ? c->n_to : 0;
 
 	m->nedges = m->capedges = 0;
-	m->edges = alloc_records(n, sizeof *m->edges, err);
+	m->edges = alloc_records(n, sizeof *m->edges, false, err);
 	if (!m->edges)
 		return -1;
-	if (!n)
+	if (!c)
 		return 0;
 	SAME("edges", c, kind, n);
 	for (size_t i = 0; i < n; i++) {
@@ -807,10 +821,10 @@ static int load_sites(const Sptrace__Repo__Sites *c, ca_module *m,
 	size_t n = c ? c->n_addr : 0;
 
 	m->nsites = m->capsites = 0;
-	m->sites = alloc_records(n, sizeof *m->sites, err);
+	m->sites = alloc_records(n, sizeof *m->sites, true, err);
 	if (!m->sites)
 		return -1;
-	if (!n)
+	if (!c)
 		return 0;
 	SAME("sites", c, target, n);
 	SAME("sites", c, patch_addr, n);
@@ -866,10 +880,10 @@ static int load_lines(const Sptrace__Repo__Lines *c, ca_module *m, sp_err *err)
 	size_t n = c ? c->n_addr : 0;
 
 	m->nlines = m->caplines = 0;
-	m->lines = alloc_records(n, sizeof *m->lines, err);
+	m->lines = alloc_records(n, sizeof *m->lines, false, err);
 	if (!m->lines)
 		return -1;
-	if (!n)
+	if (!c)
 		return 0;
 	SAME("lines", c, file, n);
 	SAME("lines", c, line, n);
@@ -894,10 +908,10 @@ static int load_undec(const Sptrace__Repo__Undecodable *c, ca_module *m,
 	size_t n = c ? c->n_addr : 0;
 
 	m->nundec = m->capundec = 0;
-	m->undec = alloc_records(n, sizeof *m->undec, err);
+	m->undec = alloc_records(n, sizeof *m->undec, false, err);
 	if (!m->undec)
 		return -1;
-	if (!n)
+	if (!c)
 		return 0;
 	SAME("undecodable", c, size, n);
 	SAME("undecodable", c, func, n);
@@ -1024,10 +1038,64 @@ static int entry_to_module(const Entry *e, ca_module *m, sp_err *err)
 	return 0;
 }
 
+static int check_loadable(const Entry *e, sp_err *err)
+{
+	ca_module *m = ca_module_new();
+	int rc;
+
+	if (!m)
+		return sp_fail(err, "out of memory");
+	rc = entry_to_module(e, m, err);
+	ca_module_free(m);
+	return rc;
+}
+
+/*
+ * protobuf-c allocates every message, string and column it unpacks.  They
+ * are served from one arena, allocated together with the buffer the file is
+ * read into, instead of by some fifty calls to malloc: the columns of a big
+ * module are megabytes each, which malloc would map fresh from the kernel
+ * (and unmap again) on every load, whereas one block of the same size is
+ * reused by the next load.  A hostile payload whose unpacked form outgrows
+ * the arena (varints and unknown fields expand) falls back to malloc.
+ */
+typedef struct unpack_arena {
+	ProtobufCAllocator al;
+	uint8_t *base;
+	size_t used, cap;
+} unpack_arena;
+
+/* Room for everything a valid entry unpacks to besides its columns and
+ * strings (which take no more than their payload bytes): the message
+ * structs and the alignment of each allocation. */
+#define ARENA_SLACK (64 * 1024)
+
+static void *arena_alloc(void *data, size_t n)
+{
+	unpack_arena *a = data;
+	size_t off = (a->used + 15) & ~(size_t)15;
+
+	if (off <= a->cap && n <= a->cap - off) {
+		a->used = off + n;
+		return a->base + off;
+	}
+	return malloc(n);
+}
+
+static void arena_free(void *data, void *p)
+{
+	unpack_arena *a = data;
+	uint8_t *q = p;
+
+	if (q < a->base || q >= a->base + a->cap)
+		free(p);
+}
+
 /* Check the header and the payload of the file image `buf`, then build the
- * module.  Messages do not name the file; the caller adds it. */
+ * module.  The payload is unpacked into `arena`.  Messages do not name the
+ * file; the caller adds it. */
 static int parse_entry(const uint8_t *buf, size_t size, const char *key,
-		       ca_module **out, sp_err *err)
+		       unpack_arena *arena, ca_module **out, sp_err *err)
 {
 	uint64_t plen;
 	uint32_t crc, want;
@@ -1059,7 +1127,8 @@ static int parse_entry(const uint8_t *buf, size_t size, const char *key,
 		return sp_fail(err, "checksum mismatch (header says 0x%08x, "
 			       "payload has 0x%08x)", want, crc);
 
-	e = sptrace__repo__entry__unpack(NULL, plen, buf + REPO_HDR_SIZE);
+	arena->al = (ProtobufCAllocator){ arena_alloc, arena_free, arena };
+	e = sptrace__repo__entry__unpack(&arena->al, plen, buf + REPO_HDR_SIZE);
 	if (!e)
 		return sp_fail(err, "corrupt entry: the payload is not a valid "
 			       "repository message");
@@ -1089,7 +1158,7 @@ static int parse_entry(const uint8_t *buf, size_t size, const char *key,
 	*out = m;
 	rc = 0;
 out:
-	sptrace__repo__entry__free_unpacked(e, NULL);
+	sptrace__repo__entry__free_unpacked(e, &arena->al);
 	return rc;
 }
 
@@ -1097,15 +1166,17 @@ int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
 {
 	char path[PATH_MAX];
 	struct stat st;
+	unpack_arena arena;
 	uint8_t *buf;
-	size_t size, got = 0;
-	int fd, e;
+	size_t size, bufcap, got = 0;
+	int fd, e, rc;
 
 	*out = NULL;
 	if (check_key(key, err) < 0 || resolve_dir(&dir, err) < 0 ||
 	    entry_path(dir, key, path, sizeof path, err) < 0)
 		return -1;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO planted at the entry's path must not hang us. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		e = errno;
 		if (e == ENOENT || e == ENOTDIR)
@@ -1128,15 +1199,23 @@ int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
 		return sp_fail(err, "repository entry %s: %lld bytes is "
 			       "implausibly large", path, (long long)st.st_size);
 	}
-	/* One read of the whole file.  (Not mmap: a file truncated under the
-	 * mapping would raise SIGBUS inside a traced process.) */
+	/*
+	 * One read of the whole file into the first part of one block; the
+	 * rest is the unpack arena.  Not mmap, although it would save a copy:
+	 * a file truncated under the mapping would raise SIGBUS inside the
+	 * traced process that loads it.
+	 */
 	size = (size_t)st.st_size;
-	buf = malloc(size ? size : 1);
+	bufcap = (size + 15) & ~(size_t)15;
+	arena.cap = size + ARENA_SLACK;
+	buf = malloc(bufcap + arena.cap);
 	if (!buf) {
 		close(fd);
 		return sp_fail(err, "repository entry %s: out of memory (%zu bytes)",
-			       path, size);
+			       path, bufcap + arena.cap);
 	}
+	arena.base = buf + bufcap;
+	arena.used = 0;
 	while (got < size) {
 		ssize_t r = read(fd, buf + got, size - got);
 
@@ -1154,11 +1233,10 @@ int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
 		got += (size_t)r;
 	}
 	close(fd);
-	if (parse_entry(buf, got, key, out, err) < 0) {
-		free(buf);
-		return sp_failctx(err, "repository entry %s", path);
-	}
+	rc = parse_entry(buf, got, key, &arena, out, err);
 	free(buf);
+	if (rc < 0)
+		return sp_failctx(err, "repository entry %s", path);
 	return 0;
 }
 
@@ -1285,12 +1363,15 @@ int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err)
 	size_t n;
 	int fd, rc;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);  /* a FIFO: no hang */
 	if (fd < 0)
 		return sp_fail(err, "cannot open %s: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		bool dir = S_ISDIR(st.st_mode);
+
 		close(fd);
-		return sp_fail(err, "%s is not a regular file", path);
+		return sp_fail(err, dir ? "%s: is a directory, not an ELF file"
+				       : "%s: not a regular file", path);
 	}
 	elf_version(EV_CURRENT);
 	/* ELF_C_READ, not _MMAP: reads what it needs, no SIGBUS if the file

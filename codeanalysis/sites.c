@@ -202,7 +202,7 @@ static unsigned plan_relocation(const ca_work *w, const ca_wfunc *fn, uint32_t k
 		prev = &w->ins[w->order[fn->first_insn + --k]];
 		if (prev->addr + prev->len != start)
 			return CA_WHY_NO_ROOM;
-		if (prev->cls != CA_I_OTHER || prev->undec)
+		if (prev->cls != CA_I_OTHER || prev->undec || prev->overlap)
 			return CA_WHY_UNMOVABLE;
 		if (prev->flags & CA_INSF_RIPREL)
 			rip = 1;
@@ -215,10 +215,36 @@ static unsigned plan_relocation(const ca_work *w, const ca_wfunc *fn, uint32_t k
 	return CA_WHY_BLOCK_ROOM;
 }
 
+/*
+ * Two decoded instructions sharing bytes means one decoding is wrong (a bad
+ * jump-table entry) or the code plays tricks (a jump over a lock prefix).
+ * Either way no byte there is patched.
+ */
+static bool overlaps(const ca_work *w, const ca_insn *r)
+{
+	const ca_textmap *tm = ca_textmap_at(w, r->addr);
+	size_t off = r->addr - tm->sec->addr;
+
+	for (size_t k = 1; k < r->len && off + k < tm->sec->size; k++)
+		if (tm->start[off + k])
+			return true;
+	for (size_t back = 1; back < 16 && back <= off; back++) {
+		uint32_t v = tm->start[off - back];
+		if (v)
+			return w->ins[v - 1].len > back;
+	}
+	return false;
+}
+
 static void plan(ca_work *w, const ca_wfunc *fn, uint32_t k, slots *sl, ca_site *s)
 {
 	unsigned why;
 
+	if (w->ins[w->order[fn->first_insn + k]].overlap) {
+		s->method = CA_PATCH_NONE;
+		s->reason = CA_WHY_OVERLAP;
+		return;
+	}
 	if (s->len >= 5) {
 		s->method = CA_PATCH_DIRECT;
 		s->reason = CA_WHY_LONG_ENOUGH;
@@ -327,6 +353,8 @@ int ca_sites_plan(ca_work *w, sp_err *err)
 	slots sl = { 0 };
 	int rc = 0;
 
+	for (size_t i = 0; i < w->nins; i++)
+		w->ins[i].overlap = overlaps(w, &w->ins[i]);
 	if (find_slots(w, &sl)) {
 		free(sl.v);
 		return sp_fail(err, "out of memory");

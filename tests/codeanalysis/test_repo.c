@@ -219,8 +219,12 @@ static size_t column_at(blob b, unsigned table, unsigned col, size_t *len)
 
 /* ---- comparison -------------------------------------------------------- */
 
-static void compare_modules(const ca_module *a, const ca_module *b)
+/* `same_analysis`: b was loaded from a's entry, so even the timings match;
+ * otherwise b comes from another run of the analysis and they may not. */
+static void compare_modules(const ca_module *a, const ca_module *b,
+			    int same_analysis)
 {
+	ca_stats sta = *ca_module_stats(a), stb = *ca_module_stats(b);
 	size_t na, nb;
 
 	CHECK(!strcmp(ca_module_path(a), ca_module_path(b)), "%s vs %s",
@@ -231,8 +235,11 @@ static void compare_modules(const ca_module *a, const ca_module *b)
 	      "lines source");
 	CHECK(ca_module_file_size(a) == ca_module_file_size(b), "file size");
 	CHECK(ca_module_is_pie_or_dso(a) == ca_module_is_pie_or_dso(b), "is_dyn");
-	CHECK(!memcmp(ca_module_stats(a), ca_module_stats(b), sizeof(ca_stats)),
-	      "stats differ");
+	if (!same_analysis) {
+		sta.analyze_ns = stb.analyze_ns = 0;
+		sta.lines_ns = stb.lines_ns = 0;
+	}
+	CHECK(!memcmp(&sta, &stb, sizeof sta), "stats differ");
 
 	/* Records without padding compare whole; blocks and sites have
 	 * padding bytes whose value nobody promises, so field by field. */
@@ -302,66 +309,244 @@ static void compare_modules(const ca_module *a, const ca_module *b)
 
 /* ---- cases ----------------------------------------------------------- */
 
+/* What every case needs: the module under test and where its entry is. */
+typedef struct ctx {
+	const char *target;  /* the ELF file analysed */
+	char tmp[64];        /* scratch directory, removed at the end */
+	char repo[512];      /* repository inside it */
+	char key[160];
+	char entry[4096];    /* path of the module's entry */
+	ca_options opt;
+	ca_module *m;        /* ca_analyze(target) */
+	blob orig;           /* the entry's bytes as first stored */
+} ctx;
+
 /* Load must fail (-1) with a message containing `want` and the entry path. */
-static void expect_reject(const char *repo, const char *key, const char *entry,
-			  const char *want, const char *what)
+static void expect_reject(const ctx *c, const char *want, const char *what)
 {
 	ca_module *m = NULL;
 	sp_err err = { "" };
-	int rc = ca_repo_load(repo, key, &m, &err);
+	int rc = ca_repo_load(c->repo, c->key, &m, &err);
 
 	CHECK(rc == -1, "%s: load returned %d", what, rc);
 	CHECK(m == NULL, "%s: module returned on failure", what);
 	CHECK(strstr(err.msg, want) != NULL, "%s: message \"%s\" lacks \"%s\"",
 	      what, err.msg, want);
-	CHECK(strstr(err.msg, entry) != NULL, "%s: message \"%s\" lacks the path",
+	CHECK(strstr(err.msg, c->entry) != NULL, "%s: message \"%s\" lacks the path",
 	      what, err.msg);
 	printf("test_repo: %s: %s\n", what, err.msg);
 	if (rc == 0)
 		ca_module_free(m);
 }
 
-/* Overwrite the little-endian u32 at `col_off + 4*idx` and expect rejection. */
-static void poke_column(const char *repo, const char *key, const char *entry,
-			blob orig, unsigned table, unsigned col, size_t idx_from_end,
-			uint32_t value, const char *want, const char *what)
+/* A fresh copy of the stored entry to damage. */
+static blob entry_copy(const ctx *c)
 {
-	size_t len, at = column_at(orig, table, col, &len);
-	blob b = { malloc(orig.n), orig.n };
+	blob b = { malloc(c->orig.n), c->orig.n };
 
-	if (!at || len < 4) {
-		printf("test_repo: skip %s (column empty in this module)\n", what);
-		free(b.p);
+	if (!b.p)
+		FATAL("out of memory");
+	memcpy(b.p, c->orig.p, c->orig.n);
+	return b;
+}
+
+static void test_key_of(ctx *c)
+{
+	char key[160], path[600];
+	sp_err err = { "" };
+
+	if (ca_module_key_of(c->target, c->key, sizeof c->key, &err) < 0)
+		FATAL("key of %s: %s", c->target, err.msg);
+	CHECK(ca_module_key_of("/nonexistent/x", key, sizeof key, &err) == -1 &&
+	      strstr(err.msg, "/nonexistent/x"), "missing file: %s", err.msg);
+	snprintf(path, sizeof path, "%s/text", c->tmp);
+	write_whole(path, (const uint8_t *)"hello\n", 6);
+	CHECK(ca_module_key_of(path, key, sizeof key, &err) == -1 &&
+	      strstr(err.msg, path) && strstr(err.msg, "not an ELF"),
+	      "non-ELF: %s", err.msg);
+	unlink(path);
+}
+
+/* Analyse, store, load: equal records; no temporary files left behind. */
+static void test_round_trip(ctx *c)
+{
+	char stray[4096] = "";
+	int nfiles = 0, nstray = 0, rc;
+	ca_module *l = NULL;
+	sp_err err = { "" };
+
+	if (ca_analyze(c->target, &c->opt, &c->m, &err) < 0)
+		FATAL("analysing %s: %s", c->target, err.msg);
+	CHECK(!strcmp(c->key, ca_module_key(c->m)), "key_of %s, analysis %s",
+	      c->key, ca_module_key(c->m));
+	/* The repository (and its parents) do not exist yet. */
+	if (ca_repo_store(c->m, c->repo, c->entry, sizeof c->entry, &err) < 0)
+		FATAL("store: %s", err.msg);
+	CHECK(strstr(c->entry, c->repo) == c->entry && strstr(c->entry, ".spr"),
+	      "entry %s", c->entry);
+	rc = ca_repo_load(c->repo, ca_module_key(c->m), &l, &err);
+	CHECK(rc == 0, "load: %d %s", rc, err.msg);
+	if (rc == 0) {
+		compare_modules(c->m, l, 1);
+		ca_module_free(l);
+	}
+	/* Storing again replaces the entry. */
+	CHECK(ca_repo_store(c->m, c->repo, NULL, 0, &err) == 0, "second store: %s",
+	      err.msg);
+	list_files(c->repo, &nfiles, &nstray, stray, sizeof stray);
+	CHECK(nfiles == 1 && nstray == 0, "%d files, %d stray (%s)", nfiles,
+	      nstray, stray);
+	c->orig = read_whole(c->entry);
+	printf("test_repo: %s: entry %s, %zu bytes\n", c->target, c->entry,
+	       c->orig.n);
+
+	/* Missing and malformed keys. */
+	CHECK(ca_repo_load(c->repo, "00112233445566778899aabbccddeeff00112233",
+			   &l, &err) == 1, "missing key");
+	CHECK(ca_repo_load(c->repo, "../../etc/passwd", &l, &err) == -1 &&
+	      strstr(err.msg, "invalid"), "bad key: %s", err.msg);
+}
+
+/* Damage the header or the payload as a whole. */
+static void test_damaged(const ctx *c)
+{
+	blob b;
+
+	write_whole(c->entry, c->orig.p, c->orig.n - 7);
+	expect_reject(c, "truncated", "truncated payload");
+	write_whole(c->entry, c->orig.p, 10);
+	expect_reject(c, "truncated", "truncated header");
+	write_whole(c->entry, c->orig.p, 0);
+	expect_reject(c, "truncated", "empty file");
+
+	b = entry_copy(c);
+	b.p[HDR_SIZE + (b.n - HDR_SIZE) / 2] ^= 0x40;
+	write_whole(c->entry, b.p, b.n);
+	expect_reject(c, "checksum", "flipped byte");
+	free(b.p);
+
+	b = entry_copy(c);
+	b.p[0] = 'X';
+	write_whole(c->entry, b.p, b.n);
+	expect_reject(c, "magic", "bad magic");
+	free(b.p);
+
+	/* Garbage payload with a valid checksum: protobuf sees the garbage. */
+	b = entry_copy(c);
+	srand(1);
+	for (size_t i = HDR_SIZE; i < b.n; i++)
+		b.p[i] = (uint8_t)rand();
+	write_with_crc(c->entry, b);
+	expect_reject(c, "corrupt", "garbage payload");
+	free(b.p);
+}
+
+/* Well-formed protobuf whose content is wrong. */
+static void test_bad_content(const ctx *c)
+{
+	size_t at, len;
+	blob b;
+
+	/* Written by another analyser version. */
+	b = entry_copy(c);
+	if (find_field(b.p + HDR_SIZE, b.n - HDR_SIZE, E_ANALYZER_VERSION, &at,
+		       &len) == 0 && len == 1) {
+		b.p[HDR_SIZE + at] ^= 0x40;
+		write_with_crc(c->entry, b);
+		expect_reject(c, "analyser version", "analyser version");
+	} else {
+		CHECK(0, "analyser_version field not found");
+	}
+	free(b.p);
+
+	/* Column lengths disagree: retag funcs.size as funcs.addr, so addr
+	 * gets 2n values and size none. */
+	b = entry_copy(c);
+	at = column_at(b, E_FUNCS, F_SIZE, &len);
+	if (at) {
+		size_t t = at - 1;  /* last byte of the length varint */
+
+		while (t > 0 && (b.p[t - 1] & 0x80))
+			t--;
+		/* t is the first byte of the length; the one-byte tag is before */
+		CHECK(b.p[t - 1] == (F_SIZE << 3 | 2), "funcs.size tag not found");
+		b.p[t - 1] = F_ADDR << 3 | 2;
+		write_with_crc(c->entry, b);
+		expect_reject(c, "values", "column lengths");
+	}
+	free(b.p);
+
+	/* String table without its leading NUL. */
+	b = entry_copy(c);
+	if (find_field(b.p + HDR_SIZE, b.n - HDR_SIZE, E_STRS, &at, &len) == 0 &&
+	    len > 0) {
+		b.p[HDR_SIZE + at] = 'x';
+		write_with_crc(c->entry, b);
+		expect_reject(c, "string table", "string table");
+	}
+	free(b.p);
+}
+
+/* Overwrite the little-endian u32 `idx_from_end` u32s before the end of a
+ * column and expect rejection. */
+static void poke_column(const ctx *c, unsigned table, unsigned col,
+			size_t idx_from_end, uint32_t value, const char *want,
+			const char *what)
+{
+	size_t len, at = column_at(c->orig, table, col, &len);
+	blob b;
+
+	if (!at || len < 4 * (idx_from_end + 1)) {
+		printf("test_repo: skip %s (column too short in this module)\n", what);
 		return;
 	}
-	memcpy(b.p, orig.p, orig.n);
+	b = entry_copy(c);
 	put_le32(b.p + at + len - 4 * (idx_from_end + 1), value);
-	write_with_crc(entry, b);
-	expect_reject(repo, key, entry, want, what);
+	write_with_crc(c->entry, b);
+	expect_reject(c, want, what);
 	free(b.p);
+}
+
+/* Indices, string offsets and ranges out of bounds. */
+static void test_out_of_bounds(const ctx *c)
+{
+	poke_column(c, E_FUNCS, F_PARENT, 0, 0x7fffffff, "parent",
+		    "function parent");
+	poke_column(c, E_FUNCS, F_NAME, 0, 0xfffffff0, "string offset",
+		    "function name");
+	poke_column(c, E_FUNCS, F_FIRST_BLOCK, 0, 0xfffffff0, "blocks",
+		    "function blocks range");
+	/* addr is fixed64: u32 3 from the end is the low half of the
+	 * last-but-one address, which then exceeds the last one. */
+	poke_column(c, E_FUNCS, F_ADDR, 3, 0xffffffff, "sorted",
+		    "unsorted functions");
+	poke_column(c, E_BLOCKS, B_FUNC, 0, 0x7ffffff0, "func", "block function");
+	poke_column(c, E_BLOCKS, B_NEDGES, 0, 0x10000, "nedges", "block nedges");
+	poke_column(c, E_EDGES, ED_TO, 0, 0x7ffffff0, "to", "edge target");
+	poke_column(c, E_SITES, S_FUNC, 0, 0xfffffff0, "func", "site function");
+	poke_column(c, E_SITES, S_CALLEE, 0, 0x7ffffff0, "callee", "site callee");
+	poke_column(c, E_SITES, S_KIND, 0, 200, "out of range", "site kind");
 }
 
 /* Flip random payload bytes (checksum fixed up) and truncate at random:
  * load may succeed or fail but must not crash (run under ASan). */
-static void fuzz(const char *repo, const char *key, const char *entry, blob orig)
+static void test_fuzz(const ctx *c)
 {
-	blob b = { malloc(orig.n), orig.n };
 	int nok = 0, nfail = 0;
 
 	srand(12345);
 	for (int iter = 0; iter < FUZZ_ITERS; iter++) {
+		blob b = entry_copy(c);
 		ca_module *m = NULL;
 		sp_err err;
-		int nflips = 1 + rand() % 8;
+		int nflips = 1 + rand() % 8, rc;
 
-		memcpy(b.p, orig.p, orig.n);
-		for (int k = 0; k < nflips; k++) {
-			size_t off = HDR_SIZE + (size_t)rand() % (orig.n - HDR_SIZE);
-
-			b.p[off] ^= (uint8_t)(1 + rand() % 255);
-		}
-		write_with_crc(entry, b);
-		int rc = ca_repo_load(repo, key, &m, &err);
+		for (int k = 0; k < nflips; k++)
+			b.p[HDR_SIZE + (size_t)rand() % (b.n - HDR_SIZE)] ^=
+				(uint8_t)(1 + rand() % 255);
+		write_with_crc(c->entry, b);
+		free(b.p);
+		rc = ca_repo_load(c->repo, c->key, &m, &err);
 		CHECK(rc == 0 || rc == -1, "fuzz: rc %d", rc);
 		if (rc == 0) {
 			nok++;
@@ -373,204 +558,146 @@ static void fuzz(const char *repo, const char *key, const char *entry, blob orig
 	for (int iter = 0; iter < 50; iter++) {
 		ca_module *m = NULL;
 		sp_err err;
-		size_t n = (size_t)rand() % orig.n;
+		size_t n = (size_t)rand() % c->orig.n;
 
-		write_whole(entry, orig.p, n);
-		CHECK(ca_repo_load(repo, key, &m, &err) == -1,
+		write_whole(c->entry, c->orig.p, n);
+		CHECK(ca_repo_load(c->repo, c->key, &m, &err) == -1,
 		      "truncated to %zu bytes accepted", n);
 	}
-	printf("test_repo: fuzz: %d mutated entries loaded, %d rejected\n", nok, nfail);
-	free(b.p);
+	printf("test_repo: fuzz: %d mutated entries loaded, %d rejected\n", nok,
+	       nfail);
 }
 
-int main(int argc, char **argv)
+/* ca_repo_get replaces a corrupt entry, then finds it. */
+static void test_get_regenerates(const ctx *c)
 {
-	const char *target = argc > 1 ? argv[1] : "/proc/self/exe";
-	char tmp[] = "/tmp/test_repo.XXXXXX", repo[512], entry[4096], key[160];
-	char notdir[600], stray[4096] = "";
-	ca_options opt = { 0 };
-	ca_module *m = NULL, *l = NULL;
+	blob b = entry_copy(c);
+	ca_module *l = NULL;
 	sp_err err = { "" };
-	int rc, from_repo, nfiles = 0, nstray = 0;
-	blob orig;
+	int rc, from_repo = -1;
 
-	if (!mkdtemp(tmp))
-		FATAL("mkdtemp: %s", strerror(errno));
-	/* Nested and missing: the store has to create it. */
-	snprintf(repo, sizeof repo, "%s/a/b/repo", tmp);
-
-	/* Key without analysis, and its errors. */
-	if (ca_module_key_of(target, key, sizeof key, &err) < 0)
-		FATAL("key of %s: %s", target, err.msg);
-	CHECK(ca_module_key_of("/nonexistent/x", key + 100, 50, &err) == -1 &&
-	      strstr(err.msg, "/nonexistent/x"), "missing file: %s", err.msg);
-	snprintf(notdir, sizeof notdir, "%s/text", tmp);
-	write_whole(notdir, (const uint8_t *)"hello\n", 6);
-	CHECK(ca_module_key_of(notdir, key + 100, 50, &err) == -1 &&
-	      strstr(err.msg, notdir) && strstr(err.msg, "not an ELF"),
-	      "non-ELF: %s", err.msg);
-	unlink(notdir);
-
-	/* Round trip. */
-	if (ca_analyze(target, &opt, &m, &err) < 0)
-		FATAL("analysing %s: %s", target, err.msg);
-	CHECK(!strcmp(key, ca_module_key(m)), "key_of %s, analysis %s", key,
-	      ca_module_key(m));
-	if (ca_repo_store(m, repo, entry, sizeof entry, &err) < 0)
-		FATAL("store: %s", err.msg);
-	CHECK(strstr(entry, repo) == entry && strstr(entry, ".spr"), "entry %s", entry);
-	rc = ca_repo_load(repo, ca_module_key(m), &l, &err);
-	CHECK(rc == 0, "load: %d %s", rc, err.msg);
-	if (rc == 0) {
-		compare_modules(m, l);
-		ca_module_free(l);
-	}
-	/* Storing again replaces the entry, and leaves no temporary files. */
-	CHECK(ca_repo_store(m, repo, NULL, 0, &err) == 0, "second store: %s", err.msg);
-	list_files(repo, &nfiles, &nstray, stray, sizeof stray);
-	CHECK(nfiles == 1 && nstray == 0, "%d files, %d stray (%s)", nfiles, nstray,
-	      stray);
-
-	orig = read_whole(entry);
-	printf("test_repo: %s: entry %s, %zu bytes\n", target, entry, orig.n);
-
-	/* Missing and malformed keys. */
-	CHECK(ca_repo_load(repo, "00112233445566778899aabbccddeeff00112233", &l,
-			   &err) == 1, "missing key");
-	CHECK(ca_repo_load(repo, "../../etc/passwd", &l, &err) == -1 &&
-	      strstr(err.msg, "invalid"), "bad key: %s", err.msg);
-
-	/* Truncation: inside the payload, and inside the header. */
-	write_whole(entry, orig.p, orig.n - 7);
-	expect_reject(repo, key, entry, "truncated", "truncated payload");
-	write_whole(entry, orig.p, 10);
-	expect_reject(repo, key, entry, "truncated", "truncated header");
-	write_whole(entry, orig.p, 0);
-	expect_reject(repo, key, entry, "truncated", "empty file");
-
-	/* One flipped payload byte. */
-	{
-		blob b = { malloc(orig.n), orig.n };
-
-		memcpy(b.p, orig.p, orig.n);
-		b.p[HDR_SIZE + (orig.n - HDR_SIZE) / 2] ^= 0x40;
-		write_whole(entry, b.p, b.n);
-		expect_reject(repo, key, entry, "checksum", "flipped byte");
-
-		/* Bad magic. */
-		memcpy(b.p, orig.p, orig.n);
-		b.p[0] = 'X';
-		write_whole(entry, b.p, b.n);
-		expect_reject(repo, key, entry, "magic", "bad magic");
-
-		/* Garbage payload with a valid checksum. */
-		memcpy(b.p, orig.p, orig.n);
-		srand(1);
-		for (size_t i = HDR_SIZE; i < b.n; i++)
-			b.p[i] = (uint8_t)rand();
-		write_with_crc(entry, b);
-		expect_reject(repo, key, entry, "corrupt", "garbage payload");
-
-		/* Another analyser version. */
-		size_t at, len;
-		memcpy(b.p, orig.p, orig.n);
-		if (find_field(b.p + HDR_SIZE, b.n - HDR_SIZE, E_ANALYZER_VERSION,
-			       &at, &len) == 0 && len == 1) {
-			b.p[HDR_SIZE + at] ^= 0x40;
-			write_with_crc(entry, b);
-			expect_reject(repo, key, entry, "analyser version",
-				      "analyser version");
-		} else {
-			CHECK(0, "analyser_version field not found");
-		}
-
-		/* Column lengths disagree: retag funcs.size as funcs.addr, so
-		 * addr gets 2n values and size none. */
-		memcpy(b.p, orig.p, orig.n);
-		at = column_at(b, E_FUNCS, F_SIZE, &len);
-		if (at) {
-			/* the tag is just before the length prefix */
-			size_t t = at - 1;
-
-			while (t > 0 && (b.p[t - 1] & 0x80))
-				t--;
-			/* t is the first byte of the length varint; the
-			 * one-byte tag precedes it */
-			CHECK(b.p[t - 1] == (F_SIZE << 3 | 2), "tag found");
-			b.p[t - 1] = F_ADDR << 3 | 2;
-			write_with_crc(entry, b);
-			expect_reject(repo, key, entry, "values", "column lengths");
-		}
-		/* String table without its leading NUL. */
-		memcpy(b.p, orig.p, orig.n);
-		if (find_field(b.p + HDR_SIZE, b.n - HDR_SIZE, E_STRS, &at, &len) == 0 &&
-		    len > 0) {
-			b.p[HDR_SIZE + at] = 'x';
-			write_with_crc(entry, b);
-			expect_reject(repo, key, entry, "string table", "string table");
-		}
-		free(b.p);
-	}
-
-	/* Indices, offsets and ranges out of bounds. */
-	poke_column(repo, key, entry, orig, E_FUNCS, F_PARENT, 0, 0x7fffffff,
-		    "parent", "function parent");
-	poke_column(repo, key, entry, orig, E_FUNCS, F_NAME, 0, 0xfffffff0,
-		    "string offset", "function name");
-	poke_column(repo, key, entry, orig, E_FUNCS, F_FIRST_BLOCK, 0, 0xfffffff0,
-		    "blocks", "function blocks range");
-	/* addr is fixed64: u32 3 from the end is the low half of the
-	 * last-but-one address, which then exceeds the last one. */
-	poke_column(repo, key, entry, orig, E_FUNCS, F_ADDR, 3, 0xffffffff,
-		    "sorted", "unsorted functions");
-	poke_column(repo, key, entry, orig, E_BLOCKS, B_FUNC, 0, 0x7ffffff0,
-		    "func", "block function");
-	poke_column(repo, key, entry, orig, E_BLOCKS, B_NEDGES, 0, 0x10000,
-		    "nedges", "block nedges");
-	poke_column(repo, key, entry, orig, E_EDGES, ED_TO, 0, 0x7ffffff0,
-		    "to", "edge target");
-	poke_column(repo, key, entry, orig, E_SITES, S_FUNC, 0, 0xfffffff0,
-		    "func", "site function");
-	poke_column(repo, key, entry, orig, E_SITES, S_CALLEE, 0, 0x7ffffff0,
-		    "callee", "site callee");
-	poke_column(repo, key, entry, orig, E_SITES, S_KIND, 0, 200,
-		    "out of range", "site kind");
-
-	fuzz(repo, key, entry, orig);
-
-	/* ca_repo_get replaces a corrupt entry, then finds it. */
-	orig.p[orig.n - 1] ^= 1;
-	write_whole(entry, orig.p, orig.n);
-	rc = ca_repo_get(repo, target, &opt, &l, &from_repo, &err);
+	b.p[b.n - 1] ^= 1;
+	write_whole(c->entry, b.p, b.n);
+	free(b.p);
+	rc = ca_repo_get(c->repo, c->target, &c->opt, &l, &from_repo, &err);
 	CHECK(rc == 0 && from_repo == 0, "get over corrupt: rc %d from_repo %d %s",
 	      rc, from_repo, err.msg);
 	if (rc == 0)
 		ca_module_free(l);
-	rc = ca_repo_get(repo, target, &opt, &l, &from_repo, &err);
+	rc = ca_repo_get(c->repo, c->target, &c->opt, &l, &from_repo, &err);
 	CHECK(rc == 0 && from_repo == 1, "get again: rc %d from_repo %d %s", rc,
 	      from_repo, err.msg);
 	if (rc == 0) {
-		CHECK(!strcmp(ca_module_path(l), target), "path %s", ca_module_path(l));
-		compare_modules(m, l);
+		CHECK(!strcmp(ca_module_path(l), c->target), "path %s",
+		      ca_module_path(l));
+		compare_modules(c->m, l, 0);
 		ca_module_free(l);
 	}
-	free(orig.p);
+}
 
-	/* A repository that cannot be a directory: a regular file in the way
-	 * (chmod would not stop root). */
-	snprintf(notdir, sizeof notdir, "%s/plainfile", tmp);
-	write_whole(notdir, (const uint8_t *)"x", 1);
-	CHECK(ca_repo_store(m, notdir, NULL, 0, &err) == -1 &&
-	      strstr(err.msg, notdir) && strstr(err.msg, "SPTRACE_REPO"),
+/*
+ * Copy the target with its NT_GNU_BUILD_ID note turned into an unknown note
+ * type: the key must become "sha256-<64 hex>", and ca_repo_get must store
+ * and then find the copy under it.
+ */
+static void test_no_buildid(const ctx *c)
+{
+	uint8_t pat[4 + 64];
+	size_t idlen = strlen(c->key) / 2;
+	char copy[600], key[160];
+	blob b;
+	ca_module *m = NULL;
+	sp_err err = { "" };
+	int from_repo = -1, rc;
+	uint8_t *note;
+
+	if (idlen > 64 || !strncmp(c->key, "sha256-", 7)) {
+		printf("test_repo: skip no-build-id case (target has none)\n");
+		return;
+	}
+	memcpy(pat, "GNU", 4);
+	for (size_t i = 0; i < idlen; i++)
+		sscanf(c->key + 2 * i, "%2hhx", &pat[4 + i]);
+	b = read_whole(c->target);
+	note = memmem(b.p, b.n, pat, 4 + idlen);
+	if (!note || note - b.p < 12) {
+		printf("test_repo: skip no-build-id case (note not found)\n");
+		free(b.p);
+		return;
+	}
+	for (; note; note = memmem(note + 1, b.n - (size_t)(note + 1 - b.p), pat,
+				   4 + idlen))
+		put_le32(note - 4, 0x7fff0001);  /* n_type */
+	snprintf(copy, sizeof copy, "%s/no-build-id", c->tmp);
+	write_whole(copy, b.p, b.n);
+	free(b.p);
+
+	CHECK(ca_module_key_of(copy, key, sizeof key, &err) == 0, "%s", err.msg);
+	CHECK(!strncmp(key, "sha256-", 7) && strlen(key) == 71, "key %s", key);
+	rc = ca_repo_get(c->repo, copy, &c->opt, &m, &from_repo, &err);
+	CHECK(rc == 0 && from_repo == 0, "get no-build-id: %d %s", rc, err.msg);
+	if (rc == 0) {
+		CHECK(!strcmp(ca_module_key(m), key), "analysed key %s, key_of %s",
+		      ca_module_key(m), key);
+		ca_module_free(m);
+	}
+	rc = ca_repo_get(c->repo, copy, &c->opt, &m, &from_repo, &err);
+	CHECK(rc == 0 && from_repo == 1, "get no-build-id again: %d %s", rc,
+	      err.msg);
+	if (rc == 0)
+		ca_module_free(m);
+	unlink(copy);
+}
+
+/* A repository that cannot be a directory: a regular file in the way
+ * (chmod 0500 would not stop root). */
+static void test_unwritable(const ctx *c)
+{
+	char path[600];
+	ca_module *l = NULL;
+	sp_err err = { "" };
+	int rc, from_repo = -1;
+
+	snprintf(path, sizeof path, "%s/plainfile", c->tmp);
+	write_whole(path, (const uint8_t *)"x", 1);
+	CHECK(ca_repo_store(c->m, path, NULL, 0, &err) == -1 &&
+	      strstr(err.msg, path) && strstr(err.msg, "SPTRACE_REPO"),
 	      "repo is a file: %s", err.msg);
 	printf("test_repo: unwritable repository: %s\n", err.msg);
-	snprintf(notdir, sizeof notdir, "%s/plainfile/sub", tmp);
-	CHECK(ca_repo_store(m, notdir, NULL, 0, &err) == -1 &&
-	      strstr(err.msg, notdir), "repo below a file: %s", err.msg);
-	CHECK(ca_repo_load(notdir, key, &l, &err) == 1, "load below a file");
+	snprintf(path, sizeof path, "%s/plainfile/sub", c->tmp);
+	CHECK(ca_repo_store(c->m, path, NULL, 0, &err) == -1 &&
+	      strstr(err.msg, path), "repo below a file: %s", err.msg);
+	CHECK(ca_repo_load(path, c->key, &l, &err) == 1, "load below a file");
+	/* ca_repo_get still returns the analysis when it cannot store it. */
+	rc = ca_repo_get(path, c->target, &c->opt, &l, &from_repo, &err);
+	CHECK(rc == 0 && from_repo == 0, "get with unwritable repo: %d %s", rc,
+	      err.msg);
+	if (rc == 0)
+		ca_module_free(l);
+}
 
-	ca_module_free(m);
-	nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+int main(int argc, char **argv)
+{
+	ctx c = { .target = argc > 1 ? argv[1] : "/proc/self/exe",
+		  .tmp = "/tmp/test_repo.XXXXXX" };
+
+	if (!mkdtemp(c.tmp))
+		FATAL("mkdtemp: %s", strerror(errno));
+	snprintf(c.repo, sizeof c.repo, "%s/a/b/repo", c.tmp);
+
+	test_key_of(&c);
+	test_round_trip(&c);
+	test_damaged(&c);
+	test_bad_content(&c);
+	test_out_of_bounds(&c);
+	test_fuzz(&c);
+	test_get_regenerates(&c);
+	test_no_buildid(&c);
+	test_unwritable(&c);
+
+	free(c.orig.p);
+	ca_module_free(c.m);
+	nftw(c.tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	if (failures) {
 		fprintf(stderr, "test_repo: %d check(s) failed\n", failures);
 		return 1;

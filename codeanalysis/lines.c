@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -1015,7 +1016,7 @@ static int read_file(line_reader *lr)
 	return ret;
 }
 
-int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *err)
+static int read_lines_here(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *err)
 {
 	const char *debug_dir = opt && opt->debug_dir && opt->debug_dir[0] ?
 		opt->debug_dir : DEFAULT_DEBUG_DIR;
@@ -1051,4 +1052,153 @@ int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *
 	if (lr.sec_fd >= 0)
 		close(lr.sec_fd);
 	return ret;
+}
+
+/*
+ * libdwarf runs in a child process.
+ *
+ * Debug info comes from the file being analysed, which may be hostile or
+ * corrupt, and libdwarf 20210528 has memory-safety bugs on malformed input
+ * (a double free in dwarf_load_rnglists, found by our fuzzer).  A crash
+ * there must cost the source lines, never the analysis or the caller.
+ *
+ *   1. fork(); the child starts with a copy of the module, whose string
+ *      table has `base` bytes.
+ *   2. The child reads the lines, appending file names to its copy of the
+ *      string table, and writes through a pipe: a result header, the rows,
+ *      then the string-table bytes past `base`.  It leaves with _exit().
+ *   3. The parent reads everything before waiting for the child (a pipe
+ *      holds only 64 KiB), appends the string bytes to its own table --
+ *      same base, so the offsets in the rows stay valid -- and checks the
+ *      child's exit status.  Anything short or a signal is an error.
+ */
+typedef struct lines_result {
+	int32_t status;         /* read_lines_here()'s return */
+	uint32_t pad;
+	uint64_t nlines;
+	uint64_t nstrs;         /* string bytes that follow the rows */
+	char source[sizeof ((ca_module *)0)->lines_source];
+	char error[sizeof ((sp_err *)0)->msg];
+} lines_result;
+
+static bool write_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+
+	while (n) {
+		ssize_t k = write(fd, p, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return false;
+		p += k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+static bool read_all(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+
+	while (n) {
+		ssize_t k = read(fd, p, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return false;
+		p += k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+static void child_read_lines(int fd, ca_module *m, const ca_elf *e, const ca_options *opt,
+			     size_t base)
+{
+	static lines_result r;
+	sp_err err = { "" };
+
+	r.status = read_lines_here(m, e, opt, &err);
+	r.nlines = r.status == 0 ? m->nlines : 0;
+	r.nstrs = r.status == 0 ? m->nstrs - base : 0;
+	memcpy(r.source, m->lines_source, sizeof r.source);
+	memcpy(r.error, err.msg, sizeof r.error);
+	if (!write_all(fd, &r, sizeof r) ||
+	    !write_all(fd, m->lines, r.nlines * sizeof *m->lines) ||
+	    !write_all(fd, m->strs + base, r.nstrs))
+		_exit(2);
+	_exit(0);
+}
+
+int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *err)
+{
+	lines_result *r;
+	size_t base = m->nstrs;
+	int fds[2], status = 0, rc = -1;
+	bool ok;
+	pid_t pid;
+
+	m->nlines = 0;
+	m->stats.nlines = 0;
+	m->lines_source[0] = '\0';
+	if (opt && opt->no_lines)
+		return 0;
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return sp_fail(err, "%s: source lines: cannot create a pipe: %s", e->path,
+			       strerror(errno));
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return sp_fail(err, "%s: source lines: cannot fork the DWARF reader: %s", e->path,
+			       strerror(errno));
+	}
+	if (pid == 0) {
+		close(fds[0]);
+		child_read_lines(fds[1], m, e, opt, base);
+	}
+	close(fds[1]);
+	r = calloc(1, sizeof *r);
+	ok = r && read_all(fds[0], r, sizeof *r) && r->nlines < (1u << 28) &&
+	     r->nstrs < (1u << 30) && base + r->nstrs < UINT32_MAX;
+	if (ok && r->nlines) {
+		ok = sp_grow((void **)&m->lines, &m->caplines, r->nlines, sizeof *m->lines) == 0 &&
+		     read_all(fds[0], m->lines, r->nlines * sizeof *m->lines);
+	}
+	if (ok && r->nstrs) {
+		ok = sp_grow((void **)&m->strs, &m->capstrs, base + r->nstrs, 1) == 0 &&
+		     read_all(fds[0], m->strs + base, r->nstrs);
+	}
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!r) {
+		sp_fail(err, "%s: source lines: out of memory", e->path);
+	} else if (WIFSIGNALED(status)) {
+		sp_fail(err, "%s: source lines: the DWARF reader crashed (signal %d) on malformed "
+			"debug info; analysis goes on without lines", e->path, WTERMSIG(status));
+	} else if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		sp_fail(err, "%s: source lines: the DWARF reader failed (exit status %d) on "
+			"malformed debug info", e->path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	} else if (r->status != 0) {
+		r->error[sizeof r->error - 1] = '\0';
+		sp_fail(err, "%s", r->error);
+	} else {
+		m->nlines = r->nlines;
+		m->stats.nlines = (uint32_t)r->nlines;
+		m->nstrs = base + r->nstrs;
+		r->source[sizeof r->source - 1] = '\0';
+		memcpy(m->lines_source, r->source, sizeof m->lines_source);
+		rc = 0;
+	}
+	if (rc) {
+		m->nlines = 0;
+		m->nstrs = base;
+	}
+	free(r);
+	return rc;
 }

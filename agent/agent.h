@@ -1,0 +1,148 @@
+/*
+ * agent.h — the injected agent's private interface (libsptrace-agent.so).
+ *
+ * The agent is dormant until its activation event.  Then it propagates: when
+ * a function F is first reached, instrument(F) patches every call site of F
+ * so that a call goes through a per-site patch area (record entry, make sure
+ * the callee is instrumented, call it, record exit, jump back).  Tracing thus
+ * moves ahead of the flow of control, one function at a time.
+ *
+ *   main.c        configuration, activation, the end of the trace
+ *   modules.c     loaded modules and their code analysis (the repository)
+ *   instrument.c  instrument(F): patch areas for F's sites, the sites file
+ *   patch.c       live code patching (int3-first protocol) and SIGTRAP
+ *   pool.c        executable memory within +-2 GiB of a module
+ *   ring.c        per-thread trace rings in shared files
+ *   x86_64/       the instruction-level parts: area code, trampolines
+ *
+ * Nothing on the hot path allocates or makes a system call; the slow paths
+ * (first call of a function, a thread's first record) may run in a signal
+ * handler or with the application's locks held, so they use only mmap-based
+ * memory and async-signal-safe system calls, never malloc or stdio.
+ */
+#ifndef AGENT_H
+#define AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codeanalysis.h"
+#include "trace_format.h"
+
+#define AG_EXPORT __attribute__((visibility("default")))
+#define AG_HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- memory that never goes through malloc (arena.c in main.c) ---- */
+void *ag_alloc(size_t n);          /* zeroed, never freed; NULL when out of memory */
+
+/* ---- logging to the trace directory's agent.log (async-signal-safe) ---- */
+void ag_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- modules.c ---- */
+typedef struct ag_module {
+	uint32_t index;          /* "module" line in meta */
+	char path[4096];
+	uint64_t bias;           /* run-time address = link-time address + bias */
+	uint64_t text_lo, text_hi; /* run-time range of its executable segments */
+	ca_module *ca;           /* functions and sites (read only once loaded) */
+	uint8_t *func_state;     /* one byte per function: AG_FUNC_* */
+	uint32_t *site_ids;      /* trace site id per ca site, 0 = none yet */
+	struct ag_pool *pool;    /* patch areas for this module's sites */
+} ag_module;
+
+enum {
+	AG_FUNC_INSTRUMENTED = 1,
+};
+
+int ag_modules_init(char *err, size_t errlen);
+ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
+uint32_t ag_module_count(void);
+ag_module *ag_module_at(uint32_t index);
+
+/* ---- ring.c ---- */
+typedef struct ag_thread {
+	trace_ring_header *ring; /* == the TLS pointer the generated code reads */
+	uint64_t root_ret;       /* original return address of the root function */
+	uint32_t root_site;
+	int depth_guard;         /* reentrancy guard for slow paths */
+} ag_thread;
+
+/* The TLS slot the generated code reads: the ring header of this thread, or
+ * NULL until the thread's first record. */
+extern __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")));
+trace_ring_header *ag_ring_create(void);   /* for the calling thread */
+void ag_ring_event(unsigned event);        /* a TRACE_EVENT record (slow path) */
+void ag_ring_write(unsigned kind, uint32_t id);
+void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
+void ag_rings_close_all(void);
+int ag_rings_init(void);
+void ag_ring_set_size(uint64_t bytes);
+
+/* ---- pool.c ---- */
+typedef struct ag_pool ag_pool;
+ag_pool *ag_pool_near(uint64_t lo, uint64_t hi);  /* code reachable from [lo, hi) */
+/* Room for `n` bytes of code: *rx is where it runs, *rw where it is written. */
+bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
+/* A byte of data reachable rip-relative from the pool's code. */
+uint8_t *ag_pool_flag(ag_pool *p);
+uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable */
+uint64_t ag_pool_tramp(ag_pool *p);            /* slow-path entry, rel32-reachable */
+
+/* ---- patch.c ---- */
+typedef struct ag_patch {
+	uint64_t addr;           /* where */
+	uint8_t len;
+	uint8_t old[16], new[16];
+	uint64_t redirect;       /* where a thread hitting the pending int3 goes */
+} ag_patch;
+
+int ag_patch_init(char *err, size_t errlen);
+/* Apply a batch with the int3-first protocol (see the comment in patch.c). */
+int ag_patch_apply(ag_patch *p, size_t n);
+/* Restore the original bytes of every patch ever applied. */
+int ag_patch_restore_all(void);
+/* Write bytes to code we own (pool) or the app's text through /proc/self/mem. */
+int ag_write_text(uint64_t addr, const void *buf, size_t n);
+void ag_serialize_cores(void);
+/* A one-shot int3 at a function entry; `handler` runs in the trapping
+ * thread's signal context and must call ag_trap_disarm() first. */
+struct ucontext_t;
+int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc));
+void ag_trap_disarm(void);
+
+/* ---- instrument.c ---- */
+int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */
+void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan);
+uint32_t ag_site_root(ag_module *m, uint32_t func); /* site id for a root entry */
+int ag_sites_open(const char *dir);
+
+/* ---- x86_64/emit.c: the per-site patch area ---- */
+typedef struct ag_area_spec {
+	uint64_t site;           /* run-time address of the call */
+	uint8_t site_len;
+	uint64_t callee;         /* run-time entry of the callee */
+	uint32_t site_id;
+	uint8_t *callee_flag;    /* run-time address of the callee's instrumented flag */
+	uint64_t slow_instr;     /* the slow-path trampoline (run-time) */
+	const void *callee_ref;  /* passed to the slow path: which function */
+	int64_t tls_offset;      /* %fs offset of ag_tls_ring */
+} ag_area_spec;
+
+size_t ag_emit_direct_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
+#define AG_AREA_MAX 384   /* bytes reserved per area; emit asserts it fits */
+
+/* ---- x86_64/tramp.S ---- */
+extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */
+extern char ag_tramp_return[];    /* root function's return: exit record */
+
+enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3 };
+void ag_slow(uint64_t request) AG_HIDDEN;
+uint64_t ag_root_return(void) AG_HIDDEN;
+
+/* ---- main.c ---- */
+extern char ag_dir[4096];
+int64_t ag_tls_offset(void);
+uint64_t ag_rdtsc(void);
+
+#endif

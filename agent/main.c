@@ -1,0 +1,328 @@
+/*
+ * main.c — the agent's life: configuration from the environment, dormancy,
+ * the activation event, the slow paths called from generated code, and the
+ * end of the trace.
+ *
+ * Environment (set by `sptrace run`):
+ *   SPTRACE_DIR            trace directory (exists, absolute)
+ *   SPTRACE_ON             "start" (trace from main) or "call FUNC" (a name,
+ *                          or 0xADDR as a link-time address in the executable)
+ *   SPTRACE_RING_BYTES     size of each thread's ring
+ *   SPTRACE_LD_PRELOAD     the program's own LD_PRELOAD, restored at start so
+ *                          the program sees its environment unchanged ("-"
+ *                          when it had none)
+ */
+#include <cpuid.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+char ag_dir[4096];
+uint64_t ag_xsave_size AG_HIDDEN = 4096;
+
+static int log_fd = -1;
+static char on_event[512];
+static ag_module *root_module;
+static uint32_t root_func = CA_NONE;
+static __thread uint64_t root_ret __attribute__((tls_model("initial-exec")));
+static __thread uint32_t root_site __attribute__((tls_model("initial-exec")));
+static volatile int finished;
+
+/* ---- memory: a bump allocator over mmap (never malloc: slow paths may run
+ * in signal handlers or inside malloc) ---- */
+
+void *ag_alloc(size_t n)
+{
+	static uint8_t *cur, *end;
+	static volatile int lk;
+	void *r = NULL;
+
+	n = (n + 15) & ~(size_t)15;
+	while (__atomic_exchange_n(&lk, 1, __ATOMIC_ACQUIRE))
+		__builtin_ia32_pause();
+	if (n >= (1u << 20)) {
+		r = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		r = r == MAP_FAILED ? NULL : r;
+	} else {
+		if (!cur || (size_t)(end - cur) < n) {
+			void *p = mmap(NULL, 4u << 20, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p != MAP_FAILED) {
+				cur = p;
+				end = cur + (4u << 20);
+			}
+		}
+		if (cur && (size_t)(end - cur) >= n) {
+			r = cur;
+			cur += n;
+		}
+	}
+	__atomic_store_n(&lk, 0, __ATOMIC_RELEASE);
+	return r;
+}
+
+void ag_log(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	if (log_fd < 0)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof buf - 2)
+		n = (int)sizeof buf - 2;
+	buf[n++] = '\n';
+	if (write(log_fd, buf, (size_t)n) < 0)
+		return;
+}
+
+int64_t ag_tls_offset(void)
+{
+	uint64_t fs;
+
+	__asm__("mov %%fs:0, %0" : "=r"(fs));
+	return (int64_t)((uint64_t)(uintptr_t)&ag_tls_ring - fs);
+}
+
+static uint64_t ns(clockid_t c)
+{
+	struct timespec ts;
+
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- meta ---- */
+
+static void meta_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void meta_append(const char *fmt, ...)
+{
+	char path[4200], buf[8192];
+	va_list ap;
+	int fd, n;
+
+	snprintf(path, sizeof path, "%s/meta", ag_dir);
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	if (n < 0 || n >= (int)sizeof buf)
+		return;
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	if (write(fd, buf, (size_t)n) < 0)
+		ag_log("meta: %s", strerror(errno));
+	close(fd);
+}
+
+/* TSC rate from two clock readings `ms` apart. */
+static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
+{
+	uint64_t t0, m0, t1, m1;
+
+	*real0 = ns(CLOCK_REALTIME);
+	m0 = ns(CLOCK_MONOTONIC);
+	t0 = ag_rdtsc();
+	do {
+		m1 = ns(CLOCK_MONOTONIC);
+	} while (m1 - m0 < 2000000);
+	t1 = ag_rdtsc();
+	*tsc0 = t0;
+	*mono0 = m0;
+	return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
+}
+
+static void write_meta(void)
+{
+	char exe[4096] = "", host[256] = "";
+	uint64_t tsc0, mono0, real0, hz = calibrate(&tsc0, &mono0, &real0);
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+
+	if (n > 0)
+		exe[n] = '\0';
+	gethostname(host, sizeof host - 1);
+	meta_append("%s %d\n%s %d\n%s %s\n%s %s\n%s %lu\n%s %lu\n%s %lu\n%s %lu\n%s %s\n",
+		    TRACE_META_VERSION, TRACE_FORMAT_VERSION, TRACE_META_PID, (int)getpid(),
+		    TRACE_META_PROGRAM, exe, TRACE_META_HOST, host, TRACE_META_TSC_HZ,
+		    (unsigned long)hz, TRACE_META_TSC0, (unsigned long)tsc0, TRACE_META_MONO0,
+		    (unsigned long)mono0, TRACE_META_REAL0, (unsigned long)real0, TRACE_META_EVENT,
+		    on_event);
+	for (uint32_t i = 0; i < ag_module_count(); i++) {
+		ag_module *m = ag_module_at(i);
+		meta_append("%s %u %s %s %lx\n", TRACE_META_MODULE, m->index, m->path,
+			    ca_module_key(m->ca), (unsigned long)m->bias);
+	}
+}
+
+/* ---- activation ---- */
+
+static void on_activate(struct ucontext_t *ucp)
+{
+	ucontext_t *uc = (ucontext_t *)ucp;
+	uint64_t *sp = (uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+	uint64_t entry = (uint64_t)uc->uc_mcontext.gregs[REG_RIP] - 1;
+
+	ag_trap_disarm();
+	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;   /* run the restored instruction */
+	if (!ag_ring_create())
+		return;
+	ag_ring_event(TRACE_EV_ACTIVATE);
+	root_site = ag_site_root(root_module, root_func);
+	ag_ring_write(TRACE_ENTRY, root_site);
+	ag_instrument(root_module, root_func);
+	/* See the root function return: its return address goes through us. */
+	root_ret = *sp;
+	*sp = (uint64_t)(uintptr_t)ag_tramp_return;
+	ag_log("activated in %s at %#lx", ca_str(root_module->ca,
+	       ca_module_funcs(root_module->ca, NULL)[root_func].name), (unsigned long)entry);
+}
+
+uint64_t ag_root_return(void)
+{
+	ag_ring_write(TRACE_EXIT, root_site);
+	return root_ret;
+}
+
+void ag_slow(uint64_t req)
+{
+	unsigned op = (unsigned)(req >> 56);
+
+	switch (op) {
+	case AG_SLOW_RING:
+		ag_ring_create();
+		break;
+	case AG_SLOW_SYNC:
+		if (ag_tls_ring)
+			ag_ring_sync(ag_tls_ring, ag_rdtsc());
+		break;
+	case AG_SLOW_INSTRUMENT: {
+		ag_module *m = ag_module_at((uint32_t)((req >> 32) & 0xffffff));
+
+		if (m)
+			ag_instrument(m, (uint32_t)req);
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+/* Which function does SPTRACE_ON name? */
+static int find_root(char *err, size_t errlen)
+{
+	const char *what = "main";
+	ca_module *ca;
+
+	root_module = ag_module_at(0);
+	ca = root_module->ca;
+	if (strncmp(on_event, "call ", 5) == 0)
+		what = on_event + 5;
+	else if (strcmp(on_event, "start") != 0) {
+		snprintf(err, errlen, "unknown activation event '%s' (this agent knows 'start' and "
+			 "'call FUNC')", on_event);
+		return -1;
+	}
+	root_func = ca_func_by_name(ca, what);
+	if (root_func == CA_NONE && what[0] == '0' && what[1] == 'x') {
+		uint64_t a = strtoull(what, NULL, 16);
+		root_func = ca_func_at(ca, a);
+		if (root_func != CA_NONE && ca_module_funcs(ca, NULL)[root_func].addr != a)
+			root_func = CA_NONE;
+	}
+	if (root_func == CA_NONE) {
+		snprintf(err, errlen, "%.600s has no function '%.200s'%s", root_module->path, what,
+			 strcmp(what, "main") == 0 ? " (stripped? name one with --on 'call 0xADDR')" : "");
+		return -1;
+	}
+	return 0;
+}
+
+static void restore_env(void)
+{
+	const char *orig = getenv("SPTRACE_LD_PRELOAD");
+
+	if (orig && strcmp(orig, "-") != 0)
+		setenv("LD_PRELOAD", orig, 1);
+	else
+		unsetenv("LD_PRELOAD");
+	unsetenv("SPTRACE_LD_PRELOAD");
+	unsetenv("SPTRACE_DIR");
+	unsetenv("SPTRACE_ON");
+	unsetenv("SPTRACE_RING_BYTES");
+}
+
+static void finish(void)
+{
+	uint64_t sites, skind, splan;
+
+	if (__atomic_exchange_n(&finished, 1, __ATOMIC_ACQ_REL))
+		return;
+	ag_rings_close_all();
+	ag_instrument_stats(&sites, &skind, &splan);
+	ag_log("end: %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by plan",
+	       (unsigned long)sites, (unsigned long)skind, (unsigned long)splan);
+	meta_append("%s %lu\n%s %lu\n%s exit\n", "tsc1", (unsigned long)ag_rdtsc(), "mono1_ns",
+		    (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END);
+}
+
+static void fail(const char *why)
+{
+	char msg[1200];
+	int n = snprintf(msg, sizeof msg, "sptrace agent (pid %d): not tracing: %s\n", (int)getpid(), why);
+
+	if (n > 0 && write(STDERR_FILENO, msg, (size_t)n) < 0)
+		return;
+	ag_log("not tracing: %s", why);
+	meta_append("%s not tracing: %s\n", TRACE_META_END, why);
+}
+
+__attribute__((constructor)) static void agent_init(void)
+{
+	const char *dir = getenv("SPTRACE_DIR"), *on = getenv("SPTRACE_ON");
+	const char *ring = getenv("SPTRACE_RING_BYTES");
+	char err[1024], path[4200];
+	unsigned a, b, c, d;
+
+	if (!dir || !*dir)
+		return;                 /* loaded without sptrace run: stay out of the way */
+	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
+	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
+	if (ring)
+		ag_ring_set_size(strtoull(ring, NULL, 10));
+	restore_env();
+	snprintf(path, sizeof path, "%s/agent.log", ag_dir);
+	log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (__get_cpuid_count(0xd, 0, &a, &b, &c, &d) && b >= 576)
+		ag_xsave_size = b + 64;
+	if (ag_rings_init() || ag_sites_open(ag_dir)) {
+		fail("cannot create the trace files");
+		return;
+	}
+	if (ag_patch_init(err, sizeof err) || ag_modules_init(err, sizeof err) ||
+	    find_root(err, sizeof err)) {
+		fail(err);
+		return;
+	}
+	write_meta();
+	atexit(finish);
+	if (ag_trap_arm(root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr,
+			on_activate)) {
+		fail("cannot place the activation trap");
+		return;
+	}
+	ag_log("dormant; waiting for '%s'", on_event);
+}

@@ -1,0 +1,266 @@
+/*
+ * patch.c — changing the program's code while its threads run.
+ *
+ * x86 allows another core to execute bytes we are changing only if the
+ * change is a single byte, or if every core is made to re-fetch (serialised)
+ * between steps (Intel SDM vol. 3, 8.1.3, "cross-modifying code").  The
+ * protocol, after Linux's text_poke_bp (arch/x86/kernel/alternative.c):
+ *
+ *   1. Write int3 (0xcc) over the first byte of every site in the batch.
+ *      A thread that now reaches a site traps; the SIGTRAP handler finds the
+ *      site in the pending table and sends the thread to where the new code
+ *      would have taken it (`redirect`, the site's patch area), as if the
+ *      patch were complete.
+ *   2. Serialise all cores: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_
+ *      SYNC_CORE), registered once at start.  No core can still hold the old
+ *      first byte in its pipeline.
+ *   3. Write the tail bytes (all but the first).  Nobody executes them: the
+ *      first byte is int3.
+ *   4. Serialise again, so the tail is visible before the head changes.
+ *   5. Write the new first byte; the instruction is now complete.
+ *   6. Serialise again; only now may the pending table forget the sites
+ *      (a thread may have trapped on the int3 just before step 5).
+ *
+ * Code is written through /proc/self/mem, which the kernel allows even into
+ * read-only mappings, so the program's text is never made writable.  If
+ * /proc/self/mem cannot be opened, mprotect(RWX-free: RW, write, RX) is the
+ * fallback, and the log says so.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/membarrier.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#define MAX_PENDING 4096
+#define MAX_APPLIED (1u << 20)
+
+static int mem_fd = -1;
+static bool have_membarrier;
+static struct sigaction old_trap;
+
+/* Sites whose first byte is int3 while a batch is applied (step 1..6). */
+static ag_patch *volatile pending;
+static volatile size_t npending;
+static volatile int patch_lock;
+
+/* Every patch ever applied, so that deactivation restores every byte. */
+static ag_patch *applied;
+static size_t napplied;
+
+/* The activation trap (an int3 the agent placed to catch a function entry). */
+static volatile uint64_t act_addr;
+static volatile uint8_t act_old;
+static void (*act_handler)(struct ucontext_t *uc);
+
+void ag_serialize_cores(void)
+{
+	if (have_membarrier)
+		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
+	else
+		__asm__ volatile("cpuid" ::"a"(0) : "rbx", "rcx", "rdx", "memory");
+}
+
+int ag_write_text(uint64_t addr, const void *buf, size_t n)
+{
+	if (mem_fd >= 0) {
+		ssize_t k = pwrite(mem_fd, buf, n, (off_t)addr);
+		return k == (ssize_t)n ? 0 : -1;
+	} else {
+		uintptr_t page = addr & ~(uintptr_t)4095;
+		size_t span = (addr + n - page + 4095) & ~(size_t)4095;
+
+		if (mprotect((void *)page, span, PROT_READ | PROT_WRITE))
+			return -1;
+		memcpy((void *)(uintptr_t)addr, buf, n);
+		return mprotect((void *)page, span, PROT_READ | PROT_EXEC);
+	}
+}
+
+/*
+ * SIGTRAP: a thread hit a pending site (go where the patch leads), or the
+ * activation trap; anything else belongs to the program (or a debugger) and
+ * goes to the handler that was there before us.
+ */
+static void on_trap(int sig, siginfo_t *si, void *ctx)
+{
+	ucontext_t *uc = ctx;
+	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP] - 1;
+
+	if (act_addr && pc == act_addr) {
+		act_handler(uc);
+		return;
+	}
+	for (size_t i = 0; i < npending; i++)
+		if (pending[i].addr == pc) {
+			uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pending[i].redirect;
+			return;
+		}
+	/* Not ours.  Our int3 may also have been removed just now by another
+	 * thread (step 5/6 raced with the trap): the byte is no longer int3. */
+	if (*(volatile uint8_t *)(uintptr_t)pc != 0xcc) {
+		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pc;
+		return;
+	}
+	if (old_trap.sa_flags & SA_SIGINFO) {
+		if (old_trap.sa_sigaction)
+			old_trap.sa_sigaction(sig, si, ctx);
+	} else if (old_trap.sa_handler == SIG_DFL) {
+		/* Let the default action happen: restore it and re-raise. */
+		signal(SIGTRAP, SIG_DFL);
+		raise(SIGTRAP);
+	} else if (old_trap.sa_handler != SIG_IGN) {
+		old_trap.sa_handler(sig);
+	}
+}
+
+int ag_patch_init(char *err, size_t errlen)
+{
+	struct sigaction sa;
+
+	mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	if (mem_fd < 0)
+		ag_log("patch: /proc/self/mem: %s; falling back to mprotect", strerror(errno));
+	have_membarrier = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+				  0, 0) == 0;
+	if (!have_membarrier)
+		ag_log("patch: membarrier SYNC_CORE unavailable (%s); serialising with cpuid on "
+		       "this core only", strerror(errno));
+	pending = ag_alloc(MAX_PENDING * sizeof *pending);
+	applied = ag_alloc(MAX_APPLIED * sizeof *applied);
+	if (!pending || !applied) {
+		snprintf(err, errlen, "out of memory for the patch tables");
+		return -1;
+	}
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_trap;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGTRAP, &sa, &old_trap)) {
+		snprintf(err, errlen, "cannot install the SIGTRAP handler: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void lock(void)
+{
+	while (__atomic_exchange_n(&patch_lock, 1, __ATOMIC_ACQUIRE))
+		__builtin_ia32_pause();
+}
+
+static void unlock(void)
+{
+	__atomic_store_n(&patch_lock, 0, __ATOMIC_RELEASE);
+}
+
+int ag_patch_apply(ag_patch *p, size_t n)
+{
+	static const uint8_t int3 = 0xcc;
+	int rc = 0;
+
+	if (n == 0)
+		return 0;
+	if (n > MAX_PENDING || napplied + n > MAX_APPLIED)
+		return -1;
+	lock();
+	memcpy((void *)pending, p, n * sizeof *p);
+	__atomic_store_n(&npending, n, __ATOMIC_RELEASE);
+	for (size_t i = 0; i < n && !rc; i++)                      /* 1 */
+		rc = ag_write_text(p[i].addr, &int3, 1);
+	ag_serialize_cores();                                       /* 2 */
+	for (size_t i = 0; i < n && !rc; i++)                      /* 3 */
+		if (p[i].len > 1)
+			rc = ag_write_text(p[i].addr + 1, p[i].new + 1, p[i].len - 1u);
+	ag_serialize_cores();                                       /* 4 */
+	for (size_t i = 0; i < n && !rc; i++)                      /* 5 */
+		rc = ag_write_text(p[i].addr, p[i].new, 1);
+	ag_serialize_cores();                                       /* 6 */
+	if (rc) {
+		/* Put back whatever was changed: the old bytes, head last. */
+		for (size_t i = 0; i < n; i++)
+			ag_write_text(p[i].addr, &int3, 1);
+		ag_serialize_cores();
+		for (size_t i = 0; i < n; i++)
+			ag_write_text(p[i].addr + 1, p[i].old + 1, p[i].len - 1u);
+		ag_serialize_cores();
+		for (size_t i = 0; i < n; i++)
+			ag_write_text(p[i].addr, p[i].old, 1);
+		ag_serialize_cores();
+		ag_log("patch: writing code failed: %s; batch of %zu sites undone", strerror(errno), n);
+	} else {
+		memcpy(applied + napplied, p, n * sizeof *p);
+		napplied += n;
+	}
+	__atomic_store_n(&npending, 0, __ATOMIC_RELEASE);
+	unlock();
+	return rc;
+}
+
+int ag_patch_restore_all(void)
+{
+	int rc;
+	ag_patch *undo;
+	size_t n;
+
+	lock();
+	n = napplied;
+	undo = applied;
+	napplied = 0;
+	unlock();
+	/* Same protocol with old and new swapped; a thread that traps on the
+	 * int3 of a site being restored continues at the original code. */
+	for (size_t i = 0; i < n; i++) {
+		uint8_t tmp[16];
+
+		memcpy(tmp, undo[i].new, sizeof tmp);
+		memcpy(undo[i].new, undo[i].old, sizeof tmp);
+		memcpy(undo[i].old, tmp, sizeof tmp);
+		undo[i].redirect = undo[i].addr;
+	}
+	rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i += MAX_PENDING) {
+		size_t k = n - i < MAX_PENDING ? n - i : MAX_PENDING;
+		rc = ag_patch_apply(undo + i, k);
+	}
+	lock();
+	napplied = 0;       /* the restore batches were recorded as applied: forget them */
+	unlock();
+	return rc;
+}
+
+/* Arm a one-shot trap at a function entry; `handler` runs in the trapping
+ * thread's signal context with the byte already restored. */
+int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc))
+{
+	static const uint8_t int3 = 0xcc;
+	uint8_t old;
+
+	memcpy(&old, (void *)(uintptr_t)addr, 1);
+	act_old = old;
+	act_handler = handler;
+	act_addr = addr;
+	if (ag_write_text(addr, &int3, 1))
+		return -1;
+	ag_serialize_cores();
+	return 0;
+}
+
+/* Remove the activation trap (its handler calls this first). */
+void ag_trap_disarm(void)
+{
+	uint8_t old = act_old;
+
+	if (!act_addr)
+		return;
+	ag_write_text(act_addr, &old, 1);
+	ag_serialize_cores();
+	act_addr = 0;
+}

@@ -1,0 +1,145 @@
+/*
+ * ring.c — per-thread trace rings: files in the trace directory mapped
+ * shared, so every record written is in the page cache the moment it is
+ * stored and survives kill -9 of the process.
+ *
+ * The generated code writes records itself (see x86_64/emit.c); this file
+ * creates a thread's ring on its first record, writes the rare records (SYNC,
+ * events) from C, and closes rings at the end.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+__thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")));
+
+#define MAX_RINGS 65536
+
+static trace_ring_header **rings;
+static volatile uint32_t nrings;
+static uint64_t ring_records = 1u << 21;   /* 16 MiB of records per thread */
+
+void ag_ring_set_size(uint64_t bytes)
+{
+	uint64_t n = 1;
+
+	while (n * 2 * 8 <= bytes)
+		n *= 2;
+	if (n >= 1024)
+		ring_records = n;
+}
+
+static uint64_t tsc_now(void)
+{
+	uint32_t lo, hi;
+
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return (uint64_t)hi << 32 | lo;
+}
+
+uint64_t ag_rdtsc(void)
+{
+	return tsc_now();
+}
+
+static void put(trace_ring_header *r, uint64_t rec)
+{
+	uint64_t *recs = (uint64_t *)((char *)r + TRACE_RING_HEADER_SIZE);
+	uint64_t c = r->count;
+
+	recs[c & r->mask] = rec;
+	__atomic_store_n(&r->count, c + 1, __ATOMIC_RELEASE);
+}
+
+void ag_ring_sync(trace_ring_header *r, uint64_t tsc)
+{
+	uint64_t high = tsc >> TRACE_TSC_LOW_BITS;
+
+	put(r, TRACE_SYNC | (high << 2));
+	r->epoch = high;
+}
+
+trace_ring_header *ag_ring_create(void)
+{
+	char path[4200];
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+	size_t size = TRACE_RING_HEADER_SIZE + ring_records * 8;
+	trace_ring_header *r;
+	uint32_t slot;
+	int fd;
+
+	if (ag_tls_ring)
+		return ag_tls_ring;
+	snprintf(path, sizeof path, "%s/ring.%d", ag_dir, (int)tid);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		ag_log("ring: cannot create %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (ftruncate(fd, (off_t)size) < 0) {
+		ag_log("ring: cannot size %s to %zu bytes: %s", path, size, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	r = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (r == MAP_FAILED) {
+		ag_log("ring: cannot map %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	r->magic = TRACE_RING_MAGIC;
+	r->version = TRACE_FORMAT_VERSION;
+	r->header_size = TRACE_RING_HEADER_SIZE;
+	r->capacity = ring_records;
+	r->mask = ring_records - 1;
+	r->pid = (uint32_t)getpid();
+	r->tid = (uint32_t)tid;
+	r->start_tsc = tsc_now();
+	prctl(PR_GET_NAME, r->thread_name);
+	ag_ring_sync(r, r->start_tsc);
+	slot = __atomic_fetch_add(&nrings, 1, __ATOMIC_ACQ_REL);
+	if (rings && slot < MAX_RINGS)
+		rings[slot] = r;
+	ag_tls_ring = r;
+	return r;
+}
+
+void ag_ring_write(unsigned kind, uint32_t id)
+{
+	trace_ring_header *r = ag_tls_ring ? ag_tls_ring : ag_ring_create();
+	uint64_t tsc;
+
+	if (!r)
+		return;
+	tsc = tsc_now();
+	if ((tsc >> TRACE_TSC_LOW_BITS) != r->epoch)
+		ag_ring_sync(r, tsc);
+	put(r, trace_rec(kind, id, tsc));
+}
+
+void ag_ring_event(unsigned event)
+{
+	ag_ring_write(TRACE_EVENT, event);
+}
+
+int ag_rings_init(void)
+{
+	rings = ag_alloc(MAX_RINGS * sizeof *rings);
+	return rings ? 0 : -1;
+}
+
+void ag_rings_close_all(void)
+{
+	uint32_t n = nrings < MAX_RINGS ? nrings : MAX_RINGS;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (rings[i])
+			__atomic_or_fetch(&rings[i]->flags, TRACE_RING_CLOSED, __ATOMIC_RELEASE);
+}

@@ -1,0 +1,157 @@
+/*
+ * emit.c — x86-64 code of a per-site patch area.
+ *
+ * A direct call site `call G` at S (5 bytes) is replaced by `jmp area`.  The
+ * area runs in the caller's state at S, where the SysV ABI makes r11 and the
+ * flags dead (neither carries an argument nor survives a call), and the red
+ * zone below rsp is dead too (the call would overwrite it):
+ *
+ *   area:  endbr64
+ *          cmpb $0, flag(G)            first call of G from anywhere?
+ *          je   slow_instr             -> instrument(G), then come back
+ *   entry: <record ENTRY, site id>     uses rax, rdx (spilled below rsp), r11
+ *          call G                      G returns into the area
+ *   exit:  <record EXIT, site id>      rax, rdx hold G's results: spilled
+ *          jmp  S+5
+ *
+ * Recording a record (writer side of trace_format.h):
+ *
+ *          mov  %rax,-16(%rsp); mov %rdx,-24(%rsp)
+ *   again: mov  %fs:ag_tls_ring,%r11   the thread's ring header
+ *          test %r11,%r11; je no_ring
+ *          rdtsc; shl $32,%rdx; or %rdx,%rax
+ *          mov  %rax,%rdx; shr $38,%rdx; cmp EPOCH(%r11),%rdx; jne sync
+ *          shl  $26,%rax; or $(id<<2|kind),%rax
+ *          mov  COUNT(%r11),%rdx; and MASK(%r11),%rdx
+ *          mov  %rax,4096(%r11,%rdx,8); incq COUNT(%r11)
+ *          mov  -16(%rsp),%rax; mov -24(%rsp),%rdx
+ *
+ * no_ring and sync restore rax/rdx, call the slow-path trampoline with r11 =
+ * the request, and retry.  The trampoline saves every register, the flags
+ * and the whole XSAVE state, so slow paths change nothing the program sees.
+ */
+#include <string.h>
+
+#include "../agent.h"
+
+typedef struct buf {
+	uint8_t *p;       /* where bytes are written (rw view) */
+	uint64_t rx;      /* run-time address of p[0] */
+	size_t n;
+} buf;
+
+static void b1(buf *b, uint8_t v) { b->p[b->n++] = v; }
+
+static void bn(buf *b, const void *v, size_t n)
+{
+	memcpy(b->p + b->n, v, n);
+	b->n += n;
+}
+
+static void b32(buf *b, uint32_t v) { bn(b, &v, 4); }
+static void b64(buf *b, uint64_t v) { bn(b, &v, 8); }
+
+static uint64_t here(const buf *b) { return b->rx + b->n; }
+
+/* rel32 from the end of a 4-byte field at the current position to `to`. */
+static void brel32(buf *b, uint64_t to)
+{
+	b32(b, (uint32_t)(int32_t)(int64_t)(to - (here(b) + 4)));
+}
+
+/* Patch a rel32 written earlier at offset `at` to point to the current spot. */
+static void fix_rel32(buf *b, size_t at)
+{
+	int32_t rel = (int32_t)(int64_t)(here(b) - (b->rx + at + 4));
+
+	memcpy(b->p + at, &rel, 4);
+}
+
+/* mov $imm64,%r11; call tramp; jmp back_to */
+static void slow_call(buf *b, const ag_area_spec *s, uint64_t request, uint64_t back_to)
+{
+	b1(b, 0x49); b1(b, 0xbb); b64(b, request);          /* mov $request,%r11 */
+	b1(b, 0xe8); brel32(b, s->slow_instr);               /* call trampoline */
+	b1(b, 0xe9); brel32(b, back_to);                     /* jmp back_to */
+}
+
+/* Emit a record of `kind` for site `id`; slow paths are emitted at the end
+ * (their fix-ups are returned through *no_ring / *sync). */
+static void record(buf *b, const ag_area_spec *s, unsigned kind, size_t *no_ring, size_t *sync,
+		   uint64_t *again)
+{
+	static const uint8_t spill[] = { 0x48, 0x89, 0x44, 0x24, 0xf0,   /* mov %rax,-16(%rsp) */
+					 0x48, 0x89, 0x54, 0x24, 0xe8 }; /* mov %rdx,-24(%rsp) */
+	static const uint8_t tsc[] = {
+		0x0f, 0x31,                     /* rdtsc */
+		0x48, 0xc1, 0xe2, 0x20,         /* shl $32,%rdx */
+		0x48, 0x09, 0xd0,               /* or %rdx,%rax */
+		0x48, 0x89, 0xc2,               /* mov %rax,%rdx */
+		0x48, 0xc1, 0xea, 0x26,         /* shr $38,%rdx */
+		0x49, 0x3b, 0x53, TRACE_RING_OFF_EPOCH, /* cmp EPOCH(%r11),%rdx */
+	};
+	static const uint8_t store[] = {
+		0x49, 0x8b, 0x53, TRACE_RING_OFF_COUNT, /* mov COUNT(%r11),%rdx */
+		0x49, 0x23, 0x53, TRACE_RING_OFF_MASK,  /* and MASK(%r11),%rdx */
+		0x49, 0x89, 0x84, 0xd3, 0x00, 0x10, 0x00, 0x00, /* mov %rax,4096(%r11,%rdx,8) */
+		0x49, 0xff, 0x43, TRACE_RING_OFF_COUNT, /* incq COUNT(%r11) */
+		0x48, 0x8b, 0x44, 0x24, 0xf0,           /* mov -16(%rsp),%rax */
+		0x48, 0x8b, 0x54, 0x24, 0xe8,           /* mov -24(%rsp),%rdx */
+	};
+	uint32_t imm = (uint32_t)(((uint64_t)(s->site_id & TRACE_ID_MAX) << 2) | kind);
+
+	_Static_assert(TRACE_RING_HEADER_SIZE == 4096, "the store above encodes 4096");
+	bn(b, spill, sizeof spill);
+	*again = here(b);
+	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25); /* mov %fs:disp32,%r11 */
+	b32(b, (uint32_t)(int32_t)s->tls_offset);
+	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
+	b1(b, 0x0f); b1(b, 0x84); *no_ring = b->n; b32(b, 0);             /* je no_ring */
+	bn(b, tsc, sizeof tsc);
+	b1(b, 0x0f); b1(b, 0x85); *sync = b->n; b32(b, 0);                /* jne sync */
+	b1(b, 0x48); b1(b, 0xc1); b1(b, 0xe0); b1(b, TRACE_TSC_SHIFT);   /* shl $26,%rax */
+	b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                            /* or $imm,%rax */
+	bn(b, store, sizeof store);
+}
+
+/* The slow paths of one record: restore rax/rdx, ask, retry. */
+static void record_slow(buf *b, const ag_area_spec *s, size_t no_ring, size_t sync, uint64_t again)
+{
+	static const uint8_t unspill[] = { 0x48, 0x8b, 0x44, 0x24, 0xf0,   /* mov -16(%rsp),%rax */
+					   0x48, 0x8b, 0x54, 0x24, 0xe8 }; /* mov -24(%rsp),%rdx */
+
+	fix_rel32(b, no_ring);
+	bn(b, unspill, sizeof unspill);
+	slow_call(b, s, (uint64_t)AG_SLOW_RING << 56, again - 10);
+	fix_rel32(b, sync);
+	bn(b, unspill, sizeof unspill);
+	slow_call(b, s, (uint64_t)AG_SLOW_SYNC << 56, again - 10);
+}
+
+size_t ag_emit_direct_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
+{
+	buf b = { rw, rx, 0 };
+	size_t je_instr, nr_in, sy_in, nr_out, sy_out;
+	uint64_t entry, again_in, again_out;
+
+	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	b1(&b, 0x80); b1(&b, 0x3d);                                        /* cmpb $0,flag(%rip) */
+	b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)s->callee_flag - (here(&b) + 5)));
+	b1(&b, 0x00);
+	b1(&b, 0x0f); b1(&b, 0x84); je_instr = b.n; b32(&b, 0);           /* je slow_instr */
+	entry = here(&b);
+	record(&b, s, TRACE_ENTRY, &nr_in, &sy_in, &again_in);
+	b1(&b, 0xe8); brel32(&b, s->callee);                               /* call G */
+	record(&b, s, TRACE_EXIT, &nr_out, &sy_out, &again_out);
+	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
+	/* Slow paths, out of the straight line. */
+	fix_rel32(&b, je_instr);
+	/* Back to the entry record, not to the test: if the agent could not
+	 * instrument G (re-entered from a signal handler, say), the call goes
+	 * on untraced inside G rather than looping. */
+	slow_call(&b, s, ((uint64_t)AG_SLOW_INSTRUMENT << 56) | (uint64_t)(uintptr_t)s->callee_ref,
+		  entry);
+	record_slow(&b, s, nr_in, sy_in, again_in);
+	record_slow(&b, s, nr_out, sy_out, again_out);
+	return b.n;
+}

@@ -1,0 +1,97 @@
+/*
+ * tramp.S — the two ways generated code enters the agent's C code.
+ *
+ * ag_tramp_slow: called from a patch area with r11 = the request.  Saves the
+ * flags, every general register and the complete XSAVE state (x87, SSE, AVX
+ * upper halves, AVX-512, ...), calls ag_slow(request) on a 64-byte aligned
+ * stack, restores everything and returns into the area.  The program can
+ * never tell a slow path ran.
+ *
+ * ag_tramp_return: the root function (where tracing began on this thread)
+ * returns here instead of to its caller.  It records the exit, asks the
+ * agent for the real return address and jumps there with the return values
+ * intact.
+ */
+	.text
+
+.macro SAVE_ALL
+	pushfq
+	push	%rax
+	push	%rcx
+	push	%rdx
+	push	%rbx
+	push	%rsi
+	push	%rdi
+	push	%r8
+	push	%r9
+	push	%r10
+	push	%r11
+	push	%rbp
+	mov	%rsp, %rbp
+	mov	ag_xsave_size(%rip), %rax
+	sub	%rax, %rsp
+	and	$-64, %rsp
+	/* XRSTOR faults on a non-zero reserved header: clear bytes 512..575. */
+	xor	%eax, %eax
+	mov	%rax, 512(%rsp)
+	mov	%rax, 520(%rsp)
+	mov	%rax, 528(%rsp)
+	mov	%rax, 536(%rsp)
+	mov	%rax, 544(%rsp)
+	mov	%rax, 552(%rsp)
+	mov	%rax, 560(%rsp)
+	mov	%rax, 568(%rsp)
+	mov	$-1, %eax
+	mov	$-1, %edx
+	xsave	(%rsp)
+.endm
+
+.macro RESTORE_ALL
+	mov	$-1, %eax
+	mov	$-1, %edx
+	xrstor	(%rsp)
+	mov	%rbp, %rsp
+	pop	%rbp
+	pop	%r11
+	pop	%r10
+	pop	%r9
+	pop	%r8
+	pop	%rdi
+	pop	%rsi
+	pop	%rbx
+	pop	%rdx
+	pop	%rcx
+	pop	%rax
+	popfq
+.endm
+
+	.globl	ag_tramp_slow
+	.hidden	ag_tramp_slow
+	.type	ag_tramp_slow, @function
+ag_tramp_slow:
+	.cfi_startproc
+	endbr64
+	SAVE_ALL
+	mov	%r11, %rdi
+	call	ag_slow
+	RESTORE_ALL
+	ret
+	.cfi_endproc
+	.size	ag_tramp_slow, .-ag_tramp_slow
+
+	.globl	ag_tramp_return
+	.hidden	ag_tramp_return
+	.type	ag_tramp_return, @function
+ag_tramp_return:
+	.cfi_startproc
+	endbr64
+	push	$0			/* becomes the real return address */
+	SAVE_ALL
+	call	ag_root_return
+	mov	%rax, 12*8(%rbp)	/* the slot pushed above, past the 12 saved words */
+	RESTORE_ALL
+	ret
+	.cfi_endproc
+	.size	ag_tramp_return, .-ag_tramp_return
+
+	.section .note.GNU-stack,"",@progbits

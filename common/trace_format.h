@@ -1,0 +1,133 @@
+/*
+ * trace_format.h — the on-disk trace: one source of truth for the agent that
+ * writes it and every reader (replay, report, collect, analysis).
+ *
+ * A trace directory holds:
+ *
+ *   meta            text, one "key value" per line (see TRACE_META_*): pid,
+ *                   program, clocks, activation event, why the trace ended,
+ *                   and one "module" line per module with its load bias.
+ *   sites           the site table: one fixed-size trace_site record per
+ *                   site id the agent handed out, appended as sites are
+ *                   instrumented (so it grows while the trace runs).
+ *   ring.<tid>      one file per traced thread: a trace_ring_header, then a
+ *                   power-of-two array of 8-byte records, mapped shared by
+ *                   the agent so the records survive a crash of the process.
+ *
+ * Records are written without locks or system calls.  A full ring overwrites
+ * its oldest records; the header's write count says how many were ever
+ * written, so a reader knows how many were lost (count - capacity).
+ */
+#ifndef TRACE_FORMAT_H
+#define TRACE_FORMAT_H
+
+#include <stdint.h>
+
+#define TRACE_RING_MAGIC 0x31474e4952505354ull /* "TSPRING1" little-endian */
+#define TRACE_FORMAT_VERSION 1
+
+/*
+ * One record, 8 bytes:
+ *
+ *   bits  0..1   kind (enum trace_kind)
+ *   bits  2..25  site id (24 bits), an index into the sites file
+ *   bits 26..63  timestamp: TSC bits 0..37
+ *
+ * A call costs two records (entry and exit): 16 bytes.  38 TSC bits wrap
+ * after 2^38 cycles (about 90 s at 3 GHz); the writer emits a TRACE_SYNC
+ * record whenever bits 38..63 of the TSC differ from the last ones it wrote,
+ * so a reader rebuilds the full value.  A SYNC record carries TSC bits 38..63
+ * in bits 2..27 and 0 elsewhere.
+ */
+enum trace_kind {
+	TRACE_ENTRY = 0,  /* a call through site `id` is about to reach its callee */
+	TRACE_EXIT = 1,   /* the call through site `id` returned */
+	TRACE_EVENT = 2,  /* id is an enum trace_event; no payload */
+	TRACE_SYNC = 3,   /* TSC high bits, see above */
+};
+
+#define TRACE_ID_BITS 24
+#define TRACE_ID_MAX ((1u << TRACE_ID_BITS) - 1)
+#define TRACE_TSC_SHIFT 26
+#define TRACE_TSC_LOW_BITS 38
+
+static inline uint64_t trace_rec(unsigned kind, uint32_t id, uint64_t tsc)
+{
+	return (uint64_t)kind | ((uint64_t)(id & TRACE_ID_MAX) << 2) | (tsc << TRACE_TSC_SHIFT);
+}
+
+static inline unsigned trace_rec_kind(uint64_t r) { return (unsigned)(r & 3); }
+static inline uint32_t trace_rec_id(uint64_t r) { return (uint32_t)((r >> 2) & TRACE_ID_MAX); }
+static inline uint64_t trace_rec_tsc_low(uint64_t r) { return r >> TRACE_TSC_SHIFT; }
+static inline uint64_t trace_sync_high(uint64_t r) { return (r >> 2) & ((1ull << 26) - 1); }
+
+/* TRACE_EVENT ids: things that happen to a thread, not calls. */
+enum trace_event {
+	TRACE_EV_ACTIVATE = 1,   /* tracing started on this thread */
+	TRACE_EV_DEACTIVATE = 2, /* tracing stopped (sptrace stop, exit) */
+	TRACE_EV_THREAD_EXIT = 3,
+	TRACE_EV_SIGNAL = 4,     /* a fatal signal arrived; the trace ends here */
+};
+
+/* The header of a ring file.  The agent keeps `count` current after every
+ * record, so a reader of a crashed process's ring knows where the newest
+ * record is. */
+typedef struct trace_ring_header {
+	uint64_t magic;          /* TRACE_RING_MAGIC */
+	uint32_t version;        /* TRACE_FORMAT_VERSION */
+	uint32_t header_size;    /* bytes before the first record: TRACE_RING_HEADER_SIZE */
+	uint64_t capacity;       /* records in the ring (a power of two) */
+	volatile uint64_t count; /* records ever written; newest at (count-1) % capacity */
+	uint64_t mask;           /* capacity - 1 (the writer's fast path uses it) */
+	uint64_t epoch;          /* TSC bits 38..63 of the last SYNC written */
+	uint32_t pid, tid;
+	uint64_t start_tsc;      /* TSC when the ring was created */
+	uint64_t flags;          /* TRACE_RING_* */
+	char thread_name[16];
+	uint8_t reserved[4096 - 96];
+} trace_ring_header;
+
+#define TRACE_RING_HEADER_SIZE 4096
+/* Offsets the agent's generated code uses (checked by static asserts there). */
+#define TRACE_RING_OFF_COUNT 24
+#define TRACE_RING_OFF_MASK 32
+#define TRACE_RING_OFF_EPOCH 40
+
+enum {
+	TRACE_RING_CLOSED = 1,   /* the thread ended or the trace was stopped cleanly */
+};
+
+/*
+ * The sites file: record i describes site id i.  Ids start at 1; record 0 is
+ * unused.  A direct site names its callee by module and address; an indirect
+ * one names the callee the agent found when it instrumented the site.
+ */
+typedef struct trace_site {
+	uint32_t caller_module;  /* index of a "module" line in meta */
+	uint32_t callee_module;  /* UINT32_MAX when not known */
+	uint64_t site_addr;      /* link-time address of the call instruction */
+	uint64_t caller_func;    /* link-time entry of the calling function */
+	uint64_t callee_func;    /* link-time entry of the callee */
+	uint32_t kind;           /* enum ca_site_kind */
+	uint32_t flags;          /* TRACE_SITE_* */
+} trace_site;
+
+enum {
+	TRACE_SITE_ROOT = 1,     /* not a call site: the function where tracing began */
+};
+
+/* meta keys (text file, "key value" per line; values run to end of line). */
+#define TRACE_META_VERSION "version"     /* TRACE_FORMAT_VERSION */
+#define TRACE_META_PID "pid"
+#define TRACE_META_PROGRAM "program"     /* path of the executable */
+#define TRACE_META_ARGS "args"
+#define TRACE_META_HOST "host"
+#define TRACE_META_TSC_HZ "tsc_hz"       /* TSC ticks per second (calibrated) */
+#define TRACE_META_TSC0 "tsc0"           /* TSC at the clock reading below */
+#define TRACE_META_MONO0 "mono0_ns"      /* CLOCK_MONOTONIC then */
+#define TRACE_META_REAL0 "real0_ns"      /* CLOCK_REALTIME then */
+#define TRACE_META_EVENT "activation"    /* the --on event */
+#define TRACE_META_END "end"             /* why the trace ended */
+#define TRACE_META_MODULE "module"       /* index path key bias */
+
+#endif

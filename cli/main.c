@@ -10,6 +10,7 @@
 #include "sp.h"
 
 static const cli_cmd commands[] = {
+	{ "run", cmd_run, "run a program under the agent and trace it" },
 	{ "analyze-binary", cmd_analyze_binary,
 	  "analyse ELF modules and fill the code-analysis repository" },
 };

@@ -1,0 +1,284 @@
+/*
+ * cmd_run.c — `sptrace run`: start a program under the agent.
+ *
+ * The program gets the agent through LD_PRELOAD and the trace directory
+ * through the environment; `sptrace run` waits for it, completes the trace's
+ * metadata if the program died without the agent finishing (kill -9, a
+ * crash: the rings are files, so the records are kept), and then ends the
+ * way the program ended: same exit status, or the same signal.
+ */
+#include "cli.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trace_format.h"
+
+static const char help[] =
+	"usage: sptrace run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+	"\n"
+	"Run PROGRAM with the sptrace agent.  The agent changes nothing until the\n"
+	"activation event; then it instruments the code just ahead of the flow of\n"
+	"control and records every call and return into per-thread rings.\n"
+	"\n"
+	"options:\n"
+	"  --on EVENT          when tracing starts:\n"
+	"                        start         at main (the default)\n"
+	"                        call FUNC     when FUNC (a name or 0xADDR) is first reached\n"
+	"  -o, --output DIR    trace directory (default: sptrace.data; an existing one\n"
+	"                      is kept as DIR.old)\n"
+	"  --ring-size MB      size of each thread's ring (default 16); a full ring\n"
+	"                      overwrites its oldest records and counts them\n"
+	"  -h, --help          this text\n"
+	"\n"
+	"Then: 'sptrace replay DIR' prints the call trees, 'sptrace report DIR' the\n"
+	"time per function.\n";
+
+/* The agent sits next to the sptrace binary in a build tree, else in the
+ * installed libdir; $SPTRACE_AGENT overrides both. */
+static int find_agent(char *out, size_t len)
+{
+	char self[PATH_MAX], *slash;
+	const char *env = getenv("SPTRACE_AGENT");
+	ssize_t n;
+	static const char *const rel[] = { "/../agent/libsptrace-agent.so",
+					   "/../lib/sptrace/libsptrace-agent.so",
+					   "/../lib/x86_64-linux-gnu/sptrace/libsptrace-agent.so" };
+
+	if (env && *env) {
+		if (access(env, R_OK) == 0) {
+			snprintf(out, len, "%s", env);
+			return 0;
+		}
+		return cli_error("run: SPTRACE_AGENT=%s: %s", env, strerror(errno));
+	}
+	n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0)
+		return cli_error("run: cannot find my own executable: %s", strerror(errno));
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	if (slash)
+		*slash = '\0';
+	for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+		char cand[PATH_MAX + 64], real[PATH_MAX];
+
+		snprintf(cand, sizeof cand, "%s%s", self, rel[i]);
+		if (realpath(cand, real) && access(real, R_OK) == 0) {
+			snprintf(out, len, "%s", real);
+			return 0;
+		}
+	}
+	return cli_error("run: cannot find libsptrace-agent.so next to %s; set SPTRACE_AGENT to "
+			 "its path", self);
+}
+
+/* Remove a trace directory made by us: only the files a trace holds, so a
+ * directory with anything else in it is left alone. */
+static int remove_trace_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d))) {
+		char path[PATH_MAX + 300];
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (strncmp(de->d_name, "ring.", 5) != 0 && strcmp(de->d_name, "sites") != 0 &&
+		    strcmp(de->d_name, "meta") != 0 && strcmp(de->d_name, "agent.log") != 0) {
+			rc = -1;
+			continue;
+		}
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		if (unlink(path) != 0)
+			rc = -1;
+	}
+	closedir(d);
+	return rc == 0 ? rmdir(dir) : rc;
+}
+
+/* A fresh, empty trace directory; an existing one becomes DIR.old. */
+static int prepare_dir(const char *dir, char *abs)
+{
+	char old[PATH_MAX + 8];
+	struct stat st;
+
+	if (stat(dir, &st) == 0) {
+		if (!S_ISDIR(st.st_mode))
+			return cli_error("run: %s exists and is not a directory; choose another with -o",
+					 dir);
+		snprintf(old, sizeof old, "%s.old", dir);
+		if (stat(old, &st) == 0 && remove_trace_dir(old) != 0)
+			return cli_error("run: %s holds files that are not a trace's; remove it or "
+					 "choose another directory with -o", old);
+		if (rename(dir, old) != 0)
+			return cli_error("run: cannot keep the previous trace as %s: %s", old,
+					 strerror(errno));
+	}
+	if (mkdir(dir, 0755) != 0)
+		return cli_error("run: cannot create the trace directory %s: %s", dir, strerror(errno));
+	if (!realpath(dir, abs))
+		return cli_error("run: %s: %s", dir, strerror(errno));
+	return 0;
+}
+
+static int meta_has_end(const char *dir)
+{
+	char path[PATH_MAX + 8], line[8192];
+	FILE *f;
+	int found = 0;
+
+	snprintf(path, sizeof path, "%s/meta", dir);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, TRACE_META_END " ", strlen(TRACE_META_END) + 1) == 0)
+			found = 1;
+	fclose(f);
+	return found;
+}
+
+static void meta_end(const char *dir, int status)
+{
+	char path[PATH_MAX + 8];
+	struct timespec ts;
+	uint32_t lo, hi;
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/meta", dir);
+	f = fopen(path, "ae");
+	if (!f)
+		return;
+	/* The TSC is shared by all processes: read it here for the end clocks. */
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	fprintf(f, "tsc1 %llu\nmono1_ns %llu\n", (unsigned long long)hi << 32 | lo,
+		(unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+	if (WIFSIGNALED(status))
+		fprintf(f, "%s killed by signal %d (%s)%s\n", TRACE_META_END, WTERMSIG(status),
+			strsignal(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
+	else
+		fprintf(f, "%s exit status %d before the agent finished\n", TRACE_META_END,
+			WEXITSTATUS(status));
+	fclose(f);
+}
+
+/* End like the program did: same status, or the same signal (no core of
+ * our own: the program already dumped one if it was going to). */
+static int end_like(int status)
+{
+	if (WIFSIGNALED(status)) {
+		struct rlimit no_core = { 0, 0 };
+
+		setrlimit(RLIMIT_CORE, &no_core);
+		signal(WTERMSIG(status), SIG_DFL);
+		raise(WTERMSIG(status));
+		return 128 + WTERMSIG(status);
+	}
+	return WEXITSTATUS(status);
+}
+
+int cmd_run(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
+		{ "ring-size", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	const char *dir = "sptrace.data", *on = "start";
+	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
+	const char *old_preload = getenv("LD_PRELOAD");
+	int c, status, errpipe[2], exec_errno = 0;
+	pid_t pid;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:o:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'e': on = optarg; break;
+		case 'o': dir = optarg; break;
+		case 'r': {
+			char *end;
+			unsigned long mb = strtoul(optarg, &end, 10);
+
+			if (*end || mb == 0 || mb > 65536)
+				return cli_error("run: --ring-size wants megabytes (1..65536), not '%s'",
+						 optarg), 2;
+			snprintf(ring, sizeof ring, "%lu", mb << 20);
+			break;
+		}
+		case 'h': fputs(help, stdout); return 0;
+		case ':':
+			return cli_error("run: option '%s' needs a value; see 'sptrace run --help'",
+					 argv[optind - 1]), 2;
+		default:
+			return cli_error("run: unknown option '%s'; see 'sptrace run --help'",
+					 argv[optind - 1]), 2;
+		}
+	}
+	if (optind >= argc)
+		return cli_error("run: no program given; see 'sptrace run --help'"), 2;
+	if (strcmp(on, "start") != 0 && strncmp(on, "call ", 5) != 0)
+		return cli_error("run: unknown event '%s'; this version knows 'start' and "
+				 "'call FUNC'", on), 2;
+	if (find_agent(agent, sizeof agent) || prepare_dir(dir, absdir))
+		return 1;
+	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",
+		 old_preload ? old_preload : "");
+	/* The child reports a failed exec through a close-on-exec pipe: an
+	 * empty read means the program is running. */
+	if (pipe2(errpipe, O_CLOEXEC) != 0)
+		return cli_error("run: cannot create a pipe: %s", strerror(errno));
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return cli_error("run: cannot fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(errpipe[0]);
+		setenv("SPTRACE_LD_PRELOAD", old_preload && *old_preload ? old_preload : "-", 1);
+		setenv("LD_PRELOAD", preload, 1);
+		setenv("SPTRACE_DIR", absdir, 1);
+		setenv("SPTRACE_ON", on, 1);
+		if (*ring)
+			setenv("SPTRACE_RING_BYTES", ring, 1);
+		execvp(argv[optind], argv + optind);
+		exec_errno = errno;
+		if (write(errpipe[1], &exec_errno, sizeof exec_errno) < 0)
+			_exit(126);
+		_exit(exec_errno == ENOENT ? 127 : 126);
+	}
+	close(errpipe[1]);
+	if (read(errpipe[0], &exec_errno, sizeof exec_errno) == (ssize_t)sizeof exec_errno) {
+		close(errpipe[0]);
+		waitpid(pid, &status, 0);
+		remove_trace_dir(absdir);
+		cli_error("run: cannot execute %s: %s", argv[optind], strerror(exec_errno));
+		return exec_errno == ENOENT ? 127 : 126;
+	}
+	close(errpipe[0]);
+	/* Like a shell: the terminal's ^C goes to the program; we wait. */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGQUIT, SIG_IGN);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
+	if (!meta_has_end(absdir))
+		meta_end(absdir, status);
+	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
+	return end_like(status);
+}

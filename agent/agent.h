@@ -127,9 +127,12 @@ typedef struct ag_area_spec {
 	uint64_t slow_instr;     /* the slow-path trampoline (run-time) */
 	const void *callee_ref;  /* passed to the slow path: which function */
 	int64_t tls_offset;      /* %fs offset of ag_tls_ring */
+	bool cond;               /* tail jump: conditional (jcc) */
+	uint8_t cond_code;       /* its condition (low nibble of 0f 8x) */
 } ag_area_spec;
 
 size_t ag_emit_direct_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
+size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 #define AG_AREA_MAX 384   /* bytes reserved per area; emit asserts it fits */
 
 /* ---- x86_64/tramp.S ---- */

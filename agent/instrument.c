@@ -71,8 +71,12 @@ static void unlock(void)
 	__atomic_store_n(&instr_lock, 0, __ATOMIC_RELEASE);
 }
 
-/* Build the area for one direct site; fill the patch.  0 ok, -1 skip. */
-static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p)
+/*
+ * Build the area for one site and fill its patch.  A springboard site gets a
+ * second patch, *sb: the 5-byte `jmp area` written into dead padding, which
+ * must be in place before the site's 2-byte jump points to it.  0 ok, -1 skip.
+ */
+static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb)
 {
 	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
 	ag_area_spec spec;
@@ -97,7 +101,28 @@ static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch 
 		.callee_ref = (const void *)(uintptr_t)(((uint64_t)m->index << 32) | s->callee),
 		.tls_offset = ag_tls_offset(),
 	};
-	len = ag_emit_direct_call(&spec, rw, (uint64_t)(uintptr_t)rx);
+	if (s->kind == CA_SITE_TAIL_DIRECT && s->method == CA_PATCH_SPRINGBOARD) {
+		/* jmp rel8 (eb) or jcc rel8 (7x): the jump itself stays, retargeted
+		 * to the springboard, so the area is reached only when taken. */
+		const uint8_t *code = (const uint8_t *)(uintptr_t)spec.site;
+
+		if (code[0] != 0xeb && (code[0] & 0xf0) != 0x70)
+			return -1;
+		len = ag_emit_tail(&spec, rw, (uint64_t)(uintptr_t)rx);
+	} else if (s->kind == CA_SITE_TAIL_DIRECT) {
+		const uint8_t *code = (const uint8_t *)(uintptr_t)spec.site;
+
+		/* jmp rel32 (e9) or jcc rel32 (0f 8x); the plan guarantees >= 5 bytes. */
+		if (code[0] == 0x0f && (code[1] & 0xf0) == 0x80) {
+			spec.cond = true;
+			spec.cond_code = code[1] & 0x0f;
+		} else if (code[0] != 0xe9) {
+			return -1;
+		}
+		len = ag_emit_tail(&spec, rw, (uint64_t)(uintptr_t)rx);
+	} else {
+		len = ag_emit_direct_call(&spec, rw, (uint64_t)(uintptr_t)rx);
+	}
 	if (len > AG_AREA_MAX) {
 		ag_log("instrument: area of %zu bytes overflows its %d-byte slot", len, AG_AREA_MAX);
 		return -1;
@@ -106,11 +131,31 @@ static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch 
 	p->addr = m->bias + s->addr;
 	p->len = s->len;
 	memcpy(p->old, (const void *)(uintptr_t)p->addr, s->len);
+	if (s->method == CA_PATCH_SPRINGBOARD) {
+		uint64_t at = m->bias + s->patch_addr;
+		int64_t d8 = (int64_t)(at - (p->addr + 2));
+
+		memset(sb, 0, sizeof *sb);
+		sb->addr = at;
+		sb->len = 5;
+		memcpy(sb->old, (const void *)(uintptr_t)at, 5);
+		rel = (int64_t)((uint64_t)(uintptr_t)rx - (at + 5));
+		if (rel != (int32_t)rel || d8 != (int8_t)d8)
+			return -1;
+		sb->new[0] = 0xe9;
+		memcpy(sb->new + 1, &(int32_t){ (int32_t)rel }, 4);
+		sb->redirect = (uint64_t)(uintptr_t)rx;
+		p->new[0] = p->old[0];                     /* same jmp/jcc rel8 ... */
+		p->new[1] = (uint8_t)(int8_t)d8;           /* ... to the springboard */
+		p->redirect = at;
+		return 1;
+	}
 	rel = (int64_t)((uint64_t)(uintptr_t)rx - (p->addr + 5));
 	if (rel != (int32_t)rel)
 		return -1;
 	p->new[0] = 0xe9;                                  /* jmp rel32 area */
 	memcpy(p->new + 1, &(int32_t){ (int32_t)rel }, 4);
+	memset(p->new + 5, 0xcc, s->len - 5u);             /* never executed */
 	p->redirect = (uint64_t)(uintptr_t)rx;
 	return 0;
 }
@@ -120,8 +165,8 @@ int ag_instrument(ag_module *m, uint32_t func)
 	size_t nfuncs, nsites;
 	const ca_func *funcs = ca_module_funcs(m->ca, &nfuncs);
 	const ca_site *sites = ca_module_sites(m->ca, &nsites);
-	ag_patch batch[256];
-	size_t nb = 0;
+	ag_patch batch[256], boards[256];
+	size_t nb = 0, nsb = 0;
 	int rc = 0;
 
 	if (func >= nfuncs)
@@ -135,22 +180,28 @@ int ag_instrument(ag_module *m, uint32_t func)
 		uint32_t si = funcs[func].first_site + i;
 		const ca_site *s = &sites[si];
 
-		if (s->kind != CA_SITE_DIRECT || s->callee == CA_NONE) {
+		if ((s->kind != CA_SITE_DIRECT && s->kind != CA_SITE_TAIL_DIRECT) ||
+		    s->callee == CA_NONE) {
 			skipped_kind++;
 			continue;
 		}
-		if (s->method != CA_PATCH_DIRECT || s->len != 5) {
+		if (!(s->method == CA_PATCH_DIRECT && s->len >= 5) &&
+		    !(s->method == CA_PATCH_SPRINGBOARD && s->kind == CA_SITE_TAIL_DIRECT)) {
 			skipped_plan++;
 			continue;
 		}
-		if (prepare_direct(m, s, si, &batch[nb]) == 0)
-			nb++;
+		switch (prepare_direct(m, s, si, &batch[nb], &boards[nsb])) {
+		case 1: nsb++; /* fall through */
+		case 0: nb++; break;
+		default: break;
+		}
 		if (nb == sizeof batch / sizeof *batch) {
-			rc |= ag_patch_apply(batch, nb);
-			nb = 0;
+			rc |= ag_patch_apply(boards, nsb) || ag_patch_apply(batch, nb);
+			nb = nsb = 0;
 		}
 	}
-	rc |= ag_patch_apply(batch, nb);
+	/* Springboards first: a site may jump to one only once it is whole. */
+	rc |= ag_patch_apply(boards, nsb) || ag_patch_apply(batch, nb);
 	/* Published last: areas that test this flag now go straight to F. */
 	__atomic_store_n(&m->func_state[func], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
 	unlock();

@@ -407,9 +407,54 @@ static void attach_fragments(ca_work *w)
 	}
 }
 
+/*
+ * A stripped executable's main has no name, yet it is what users ask for.
+ * The C runtime's _start passes it to __libc_start_main as the first
+ * argument: `lea main(%rip),%rdi` (PIE) or `mov $main,%rdi`, then the call.
+ */
+static void name_main(ca_work *w)
+{
+	uint32_t f = ca_fn_find(w, w->e->entry);
+	cs_insn *in;
+	uint64_t rdi = 0, found = 0;
+
+	if (f == CA_NONE || find_by_name(w, "main", 4) != CA_NONE || !(in = cs_malloc((csh)w->cs)))
+		return;
+	for (uint32_t k = 0; k < w->fn[f].ninsns && !found; k++) {
+		const ca_insn *r = &w->ins[w->order[w->fn[f].first_insn + k]];
+		const ca_textmap *tm = ca_textmap_at(w, r->addr);
+		const uint8_t *code = tm->sec->data + (r->addr - tm->sec->addr);
+		size_t left = r->len;
+		uint64_t a = r->addr;
+		const cs_x86 *x;
+
+		if (!cs_disasm_iter((csh)w->cs, &code, &left, &a, in))
+			break;
+		x = &in->detail->x86;
+		if (r->cls == CA_I_CALL || r->cls == CA_I_CALL_IND || r->cls == CA_I_JMP_IND) {
+			found = rdi;
+		} else if (x->op_count == 2 && x->operands[0].type == X86_OP_REG &&
+			   (x->operands[0].reg == X86_REG_RDI || x->operands[0].reg == X86_REG_EDI)) {
+			if (in->id == X86_INS_LEA && (r->flags & CA_INSF_RIPREL))
+				rdi = r->target;
+			else if (in->id == X86_INS_MOV && x->operands[1].type == X86_OP_IMM)
+				rdi = (uint64_t)x->operands[1].imm;
+			else
+				rdi = 0;
+		}
+	}
+	cs_free(in, 1);
+	f = found ? ca_fn_find(w, found) : CA_NONE;
+	if (f != CA_NONE && !w->fn[f].name) {
+		w->fn[f].name = "main";
+		w->fn[f].name_rank = 0;
+	}
+}
+
 int ca_funcs_finish(ca_work *w, sp_err *err)
 {
 	infer_noreturn(w);
 	attach_fragments(w);
+	name_main(w);
 	return 0;
 }

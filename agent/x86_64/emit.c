@@ -128,6 +128,44 @@ static void record_slow(buf *b, const ag_area_spec *s, size_t no_ring, size_t sy
 	slow_call(b, s, (uint64_t)AG_SLOW_SYNC << 56, again - 10);
 }
 
+/*
+ * A tail jump `jmp G` / `jcc G` at S: G will return straight to F's caller,
+ * so the area records the entry only and jumps; the reader closes G when
+ * F's exit arrives (the sites file says this site is a tail jump).  For a
+ * conditional jump the condition is tested first, while the flags are live.
+ *
+ *   area:  endbr64
+ *          [jcc taken; jmp S+len; taken:]
+ *          cmpb $0, flag(G); je slow_instr
+ *   entry: <record ENTRY>
+ *          jmp G
+ */
+size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
+{
+	buf b = { rw, rx, 0 };
+	size_t je_instr, nr_in, sy_in;
+	uint64_t entry, again_in;
+
+	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	if (s->cond) {
+		b1(&b, 0x0f); b1(&b, (uint8_t)(0x80 | s->cond_code));      /* jcc rel32 taken */
+		b32(&b, 5);
+		b1(&b, 0xe9); brel32(&b, s->site + s->site_len);           /* not taken: back */
+	}
+	b1(&b, 0x80); b1(&b, 0x3d);                                        /* cmpb $0,flag(%rip) */
+	b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)s->callee_flag - (here(&b) + 5)));
+	b1(&b, 0x00);
+	b1(&b, 0x0f); b1(&b, 0x84); je_instr = b.n; b32(&b, 0);           /* je slow_instr */
+	entry = here(&b);
+	record(&b, s, TRACE_ENTRY, &nr_in, &sy_in, &again_in);
+	b1(&b, 0xe9); brel32(&b, s->callee);                               /* jmp G */
+	fix_rel32(&b, je_instr);
+	slow_call(&b, s, ((uint64_t)AG_SLOW_INSTRUMENT << 56) | (uint64_t)(uintptr_t)s->callee_ref,
+		  entry);
+	record_slow(&b, s, nr_in, sy_in, again_in);
+	return b.n;
+}
+
 size_t ag_emit_direct_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };

@@ -135,6 +135,13 @@ size_t ag_emit_direct_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 #define AG_AREA_MAX 384   /* bytes reserved per area; emit asserts it fits */
 
+/* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
+typedef struct ag_unwind_area {
+	uint64_t start, size;    /* the area */
+	uint64_t ret;            /* address of a word holding S + len - 1 (unwind.c) */
+} ag_unwind_area;
+int ag_unwind_register(const ag_unwind_area *a, size_t n);
+
 /* ---- x86_64/tramp.S ---- */
 extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */
 extern char ag_tramp_return[];    /* root function's return: exit record */

@@ -76,7 +76,8 @@ static void unlock(void)
  * second patch, *sb: the 5-byte `jmp area` written into dead padding, which
  * must be in place before the site's 2-byte jump points to it.  0 ok, -1 skip.
  */
-static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb)
+static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb,
+			  ag_unwind_area *uw)
 {
 	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
 	ag_area_spec spec;
@@ -123,6 +124,8 @@ static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch 
 	} else {
 		len = ag_emit_direct_call(&spec, rw, (uint64_t)(uintptr_t)rx);
 	}
+	/* The direct-call area ends with the word S + len - 1 (emit.c, unwind.c). */
+	*uw = (ag_unwind_area){ (uint64_t)(uintptr_t)rx, len, (uint64_t)(uintptr_t)rx + len - 8 };
 	if (len > AG_AREA_MAX) {
 		ag_log("instrument: area of %zu bytes overflows its %d-byte slot", len, AG_AREA_MAX);
 		return -1;
@@ -160,12 +163,25 @@ static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch 
 	return 0;
 }
 
+/* Publish a batch: unwind info first (a thread may throw through an area
+ * as soon as it enters one), then springboards (a site may jump to one only
+ * once it is whole), then the sites. */
+static int flush(ag_patch *batch, size_t nb, ag_patch *boards, size_t nsb, ag_unwind_area *uw)
+{
+	if (nb == 0)
+		return 0;
+	if (ag_unwind_register(uw, nb))
+		return -1;
+	return ag_patch_apply(boards, nsb) || ag_patch_apply(batch, nb);
+}
+
 int ag_instrument(ag_module *m, uint32_t func)
 {
 	size_t nfuncs, nsites;
 	const ca_func *funcs = ca_module_funcs(m->ca, &nfuncs);
 	const ca_site *sites = ca_module_sites(m->ca, &nsites);
 	ag_patch batch[256], boards[256];
+	ag_unwind_area uw[256];
 	size_t nb = 0, nsb = 0;
 	int rc = 0;
 
@@ -190,18 +206,17 @@ int ag_instrument(ag_module *m, uint32_t func)
 			skipped_plan++;
 			continue;
 		}
-		switch (prepare_direct(m, s, si, &batch[nb], &boards[nsb])) {
+		switch (prepare_direct(m, s, si, &batch[nb], &boards[nsb], &uw[nb])) {
 		case 1: nsb++; /* fall through */
 		case 0: nb++; break;
 		default: break;
 		}
 		if (nb == sizeof batch / sizeof *batch) {
-			rc |= ag_patch_apply(boards, nsb) || ag_patch_apply(batch, nb);
+			rc |= flush(batch, nb, boards, nsb, uw);
 			nb = nsb = 0;
 		}
 	}
-	/* Springboards first: a site may jump to one only once it is whole. */
-	rc |= ag_patch_apply(boards, nsb) || ag_patch_apply(batch, nb);
+	rc |= flush(batch, nb, boards, nsb, uw);
 	/* Published last: areas that test this flag now go straight to F. */
 	__atomic_store_n(&m->func_state[func], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
 	unlock();

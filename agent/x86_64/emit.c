@@ -191,5 +191,9 @@ size_t ag_emit_direct_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		  entry);
 	record_slow(&b, s, nr_in, sy_in, again_in);
 	record_slow(&b, s, nr_out, sy_out, again_out);
+	/* The return-address slot for the unwinder (unwind.c), 8-aligned. */
+	while (b.n % 8)
+		b1(&b, 0xcc);
+	b64(&b, s->site + s->site_len - 1);
 	return b.n;
 }

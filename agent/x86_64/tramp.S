@@ -84,6 +84,9 @@ ag_tramp_slow:
 	.type	ag_tramp_return, @function
 ag_tramp_return:
 	.cfi_startproc
+	/* Unwinders stop here: the real return address lives in the agent's
+	 * thread state, which CFI cannot name. */
+	.cfi_undefined rip
 	endbr64
 	push	$0			/* becomes the real return address */
 	SAVE_ALL

@@ -1,0 +1,121 @@
+/*
+ * unwind.c — unwind information for patch areas, so that C++ exceptions,
+ * pthread_exit/pthread_cancel (forced unwinding) and backtrace() work
+ * through instrumented calls.
+ *
+ * While G runs, its return address points into the area that called it, not
+ * to S+5 in the caller F.  The unwinder must step from the area to F as if
+ * the area were not there.  Each area gets an FDE that describes it as a
+ * frame of size zero whose caller is F just after the call:
+ *
+ *   CFA = rsp + 0                      DW_CFA_def_cfa rsp, 0
+ *   rip = S + len - 1                  DW_CFA_expression rip, DW_OP_addr slot
+ *   every other register: unchanged    (the area saves nothing)
+ *
+ * where `slot` is an 8-byte word at the end of the area holding S + len - 1.
+ *
+ * Two subtleties of libgcc's unwinder:
+ *  - A frame of size zero has the same identity (its CFA) as its caller's
+ *    callee, and phase 2 of a throw finds "the handler frame" by identity:
+ *    it would stop at the area, which has no personality, and abort.  So
+ *    the CIE says "S" (signal frame): a signal frame's identity is CFA - 1.
+ *  - Below a signal frame the caller's pc is taken as exact, not as a
+ *    return address (no "- 1" before the FDE and call-site lookups), so the
+ *    slot holds S + len - 1, the last byte of the call: F's FDE and LSDA are
+ *    searched at the same address as without tracing.
+ * (A val_expression with the constant would say the same as the slot, but
+ * libgcc then marks rip "by value", which its context installation rejects.)
+ *
+ * The unwinder then looks up F's own FDE and LSDA at S+len-1, inside F's
+ * call-site range for the original call: F's cleanups run and its handlers
+ * catch exactly as without tracing.
+ *
+ * The FDEs are registered with libgcc's __register_frame_info, with storage
+ * we provide (it does not allocate).  The agent links libgcc_s, so the one
+ * unwinder of the process (C++ and glibc's pthread_exit both use libgcc_s)
+ * knows them.
+ */
+#include <string.h>
+
+#include "../agent.h"
+
+/* libgcc's registration entry point; `ob` is its opaque `struct object`
+ * (6 pointers in libgcc 12; we give it more room). */
+extern void __register_frame_info(const void *begin, void *ob);
+
+#define OBJ_SIZE 128
+
+static size_t put_uleb(uint8_t *p, uint64_t v)
+{
+	size_t n = 0;
+
+	do {
+		uint8_t b = v & 0x7f;
+		v >>= 7;
+		p[n++] = b | (v ? 0x80 : 0);
+	} while (v);
+	return n;
+}
+
+/* CIE: version 1, "zR", code align 1, data align -8, RA column 16, pointers
+ * absolute 8-byte. */
+static size_t put_cie(uint8_t *p)
+{
+	static const uint8_t body[] = {
+		0, 0, 0, 0,             /* CIE id */
+		1,                      /* version */
+		'z', 'R', 'S', 0,       /* augmentation: signal frame, see above */
+		1,                      /* code alignment */
+		0x78,                   /* data alignment -8 (sleb) */
+		16,                     /* return address column */
+		1,                      /* augmentation data length */
+		0x00,                   /* FDE pointers: DW_EH_PE_absptr */
+	};
+	uint32_t len = (uint32_t)((sizeof body + 3) & ~3u);
+
+	memcpy(p, &len, 4);
+	memset(p + 4, 0, len);          /* padding = DW_CFA_nop */
+	memcpy(p + 4, body, sizeof body);
+	return 4 + len;
+}
+
+static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size, uint64_t ret)
+{
+	uint8_t body[64];
+	size_t n = 0;
+	uint32_t len, ptr;
+
+	n += 4;                                           /* CIE pointer, below */
+	memcpy(body + n, &start, 8); n += 8;
+	memcpy(body + n, &size, 8); n += 8;
+	body[n++] = 0;                                    /* augmentation length */
+	body[n++] = 0x0c; body[n++] = 7; body[n++] = 0;   /* def_cfa rsp, 0 */
+	body[n++] = 0x10;                                 /* DW_CFA_expression */
+	n += put_uleb(body + n, 16);                      /* rip is saved at ... */
+	body[n++] = 9;                                    /* block length */
+	body[n++] = 0x03;                                 /* DW_OP_addr: the slot */
+	memcpy(body + n, &ret, 8); n += 8;
+	while ((n + 4) % 8)
+		body[n++] = 0;                            /* DW_CFA_nop */
+	len = (uint32_t)n;
+	ptr = (uint32_t)(cie_off + 4);                    /* from the pointer field back to the CIE */
+	memcpy(body, &ptr, 4);
+	memcpy(p, &len, 4);
+	memcpy(p + 4, body, n);
+	return 4 + n;
+}
+
+int ag_unwind_register(const ag_unwind_area *a, size_t n)
+{
+	size_t cap = 32 + n * 64 + 8, off = 0;
+	uint8_t *buf = ag_alloc(cap), *ob = ag_alloc(OBJ_SIZE);
+
+	if (!buf || !ob || n == 0)
+		return n == 0 ? 0 : -1;
+	off += put_cie(buf);
+	for (size_t i = 0; i < n; i++)
+		off += put_fde(buf + off, off, a[i].start, a[i].size, a[i].ret);
+	memset(buf + off, 0, 4);                          /* terminator */
+	__register_frame_info(buf, ob);
+	return 0;
+}

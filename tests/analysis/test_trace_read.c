@@ -1,0 +1,492 @@
+/*
+ * test_trace_read.c — the trace reader (analysis/trace_read.h) on trace
+ * directories written by hand (tracegen.h):
+ *
+ *   1. names: sites of tests/analysis/traced.c resolve to its functions and
+ *      source lines through codeanalysis; roots, PLT callees, unknown
+ *      indirect callees, modules without analysis, module indexes meta lacks,
+ *      site ids the sites file lacks;
+ *   2. timestamps: the full TSC rebuilt across 38-bit wraps and long gaps,
+ *      in a wrapped ring with a SYNC in its window (bits inferred before it)
+ *      and without one (the header's epoch);
+ *   3. clocks: TSC to nanoseconds at a non-1 GHz rate;
+ *   4. calls: nesting, unwinding on a mismatched exit, exits without entry,
+ *      calls without exit, tail jumps (no exit of their own); holes in the
+ *      sites file;
+ *   5. printing helpers: durations, thread selection.
+ *
+ * usage: test_trace_read TRACED-PROGRAM.  Returns 0 when all pass.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trace_read.h"
+#include "tracegen.h"
+
+static int failures;
+static const char *prog;
+static char root[] = "/tmp/sptrace-test-trace-read-XXXXXX";
+static trace_site sites[S_COUNT];
+
+#define CHECK(cond, ...)                                                          \
+	do {                                                                      \
+		if (!(cond)) {                                                    \
+			fprintf(stderr, "test_trace_read:%d: FAIL: ", __LINE__);  \
+			fprintf(stderr, __VA_ARGS__);                             \
+			fputc('\n', stderr);                                      \
+			failures++;                                               \
+		}                                                                 \
+	} while (0)
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t ls = strlen(s), lx = strlen(suffix);
+
+	return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
+}
+
+static an_trace *open_ok(const char *dir)
+{
+	an_trace *t = NULL;
+	sp_err err;
+
+	if (an_trace_open(dir, &t, &err) < 0) {
+		CHECK(0, "opening %s: %s", dir, err.msg);
+		return NULL;
+	}
+	return t;
+}
+
+static const char *callee_name(an_trace *t, uint32_t id)
+{
+	return an_func_get(t, an_site(t, id)->callee)->name;
+}
+
+/* 1. Names. */
+static void test_names(void)
+{
+	char *dir = tg_dir(root, "names");
+	trace_site s[S_COUNT + 2];
+	tg_ring r;
+	an_trace *t;
+	char want[128];
+	const an_site_info *si;
+
+	memcpy(s, sites, sizeof sites);
+	/* S_COUNT: a function in a module without analysis; S_COUNT+1: a module
+	 * meta does not list. */
+	s[S_COUNT] = (trace_site){ .caller_module = 0, .callee_module = 1,
+				   .caller_func = tg_func("main"), .callee_func = 0x1234 };
+	s[S_COUNT + 1] = (trace_site){ .caller_module = 0, .callee_module = 7,
+				       .caller_func = tg_func("main"), .callee_func = 0x1234 };
+	tg_meta(dir, prog, "module 1 /nonexistent/lib gone.so deadbeef00 7f0000000000\n");
+	tg_write_sites(dir, s, S_COUNT + 2);
+	tg_ring_init(&r, 1234, 8, TG_TSC0);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	if (!(t = open_ok(dir)))
+		goto out;
+
+	CHECK(an_trace_nmodules(t) == 2, "%zu modules, expected 2", an_trace_nmodules(t));
+	CHECK(an_trace_module(t, 0)->ca != NULL, "module 0 (%s) has no analysis", prog);
+	CHECK(an_trace_module(t, 1)->ca == NULL && an_trace_module(t, 1)->bias == 0x7f0000000000 &&
+	      strcmp(an_trace_module(t, 1)->path, "/nonexistent/lib gone.so") == 0,
+	      "module 1: path '%s' (a path with a space), bias %#" PRIx64,
+	      an_trace_module(t, 1)->path, an_trace_module(t, 1)->bias);
+	CHECK(strcmp(an_trace_meta(t, "host"), "testhost") == 0, "meta host is '%s'",
+	      an_trace_meta(t, "host"));
+	CHECK(an_nsites(t) == S_COUNT + 2, "%zu sites, expected %d", an_nsites(t), S_COUNT + 2);
+
+	CHECK(strcmp(callee_name(t, S_LEAF), "leaf") == 0, "S_LEAF names '%s'", callee_name(t, S_LEAF));
+	si = an_site(t, S_LEAF);
+	CHECK(ends_with(an_func_get(t, si->callee)->src, "traced.c:20"),
+	      "leaf's source is '%s', expected traced.c:20", an_func_get(t, si->callee)->src);
+	CHECK(si->caller != AN_NONE && strcmp(an_func_get(t, si->caller)->name, "middle") == 0,
+	      "S_LEAF's caller is not middle");
+	CHECK(ends_with(si->src, "traced.c:21"), "the call to leaf is at '%s', expected traced.c:21",
+	      si->src);
+	CHECK(an_site(t, S_MIDDLE)->callee == an_site(t, S_W_MIDDLE)->callee,
+	      "two sites calling middle give two functions");
+	si = an_site(t, S_MAIN);
+	CHECK(si->valid && si->caller == AN_NONE && (si->flags & TRACE_SITE_ROOT) &&
+	      strcmp(callee_name(t, S_MAIN), "main") == 0, "the root site is not main's");
+	CHECK(strcmp(callee_name(t, S_PRINTF), "printf@plt") == 0, "S_PRINTF names '%s'",
+	      callee_name(t, S_PRINTF));
+	snprintf(want, sizeof want, "<indirect@main+0x%" PRIx64 ">",
+		 sites[S_HOOK].site_addr - tg_func("main"));
+	CHECK(strcmp(callee_name(t, S_HOOK), want) == 0, "S_HOOK names '%s', expected '%s'",
+	      callee_name(t, S_HOOK), want);
+	CHECK(strcmp(callee_name(t, S_COUNT), "lib gone.so+0x1234") == 0,
+	      "a function of a module without analysis is '%s'", callee_name(t, S_COUNT));
+	CHECK(strcmp(callee_name(t, S_COUNT + 1), "?module7+0x1234") == 0,
+	      "a function of an unknown module is '%s'", callee_name(t, S_COUNT + 1));
+	si = an_site(t, 99);
+	CHECK(!si->valid && strcmp(callee_name(t, 99), "?site 99") == 0 && an_site(t, 99) == si,
+	      "site 99 (not in the file) is '%s'", callee_name(t, 99));
+	CHECK(strcmp(callee_name(t, 0), "?site 0") == 0, "site 0 is '%s'", callee_name(t, 0));
+
+	/* Two warnings: module 1 has no analysis, and a site names module 7. */
+	CHECK(an_trace_nwarnings(t) == 2, "%zu warnings, expected 2", an_trace_nwarnings(t));
+	for (size_t i = 0; i < an_trace_nwarnings(t); i++)
+		CHECK(strstr(an_trace_warning(t, i), "module 1") ||
+		      strstr(an_trace_warning(t, i), "name a module meta has no"),
+		      "unexpected warning: %s", an_trace_warning(t, i));
+	an_trace_close(t);
+
+	/* A partial site record at the end is a warning, not an error. */
+	tg_write_sites(dir, s, S_COUNT);
+	{
+		FILE *f;
+		char path[4200];
+
+		snprintf(path, sizeof path, "%s/sites", dir);
+		f = fopen(path, "a");
+		fwrite("\1\2\3", 1, 3, f);
+		fclose(f);
+	}
+	if ((t = open_ok(dir))) {
+		int found = 0;
+		for (size_t i = 0; i < an_trace_nwarnings(t); i++)
+			found |= strstr(an_trace_warning(t, i), "3 bytes after the last whole site") != NULL;
+		CHECK(found, "no warning about the partial site record");
+		CHECK(an_nsites(t) == S_COUNT, "%zu sites after a partial record", an_nsites(t));
+		an_trace_close(t);
+	}
+out:
+	free(dir);
+}
+
+/* Iterate thread 0 of dir and compare with want[]. */
+static void check_records(const char *what, const char *dir, const an_record *want, size_t n,
+			  size_t nguessed)
+{
+	an_trace *t = open_ok(dir);
+	an_iter *it;
+	an_record r;
+	sp_err err;
+	size_t i = 0;
+
+	if (!t)
+		return;
+	if (an_iter_open(t, an_trace_thread(t, 0), &it, &err) < 0) {
+		CHECK(0, "%s: %s", what, err.msg);
+		an_trace_close(t);
+		return;
+	}
+	while (an_iter_next(it, &r)) {
+		if (i < n)
+			CHECK(r.tsc == want[i].tsc && r.kind == want[i].kind && r.id == want[i].id,
+			      "%s: record %zu is kind %u id %u tsc %#" PRIx64 ", expected kind %u "
+			      "id %u tsc %#" PRIx64, what, i, r.kind, r.id, r.tsc, want[i].kind,
+			      want[i].id, want[i].tsc);
+		i++;
+	}
+	CHECK(i == n, "%s: %zu records, expected %zu", what, i, n);
+	CHECK(an_iter_stats_get(it)->nguessed == nguessed, "%s: %zu records guessed, expected %zu",
+	      what, an_iter_stats_get(it)->nguessed, nguessed);
+	an_iter_close(it);
+	an_trace_close(t);
+}
+
+/* 2. Timestamps. */
+static void test_tsc(void)
+{
+	char *dir = tg_dir(root, "tsc");
+	const uint64_t P = 1ull << 38;
+	an_record want[16];
+	size_t n = 0;
+	tg_ring r;
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+
+	/* Across a wrap of the low bits, and a gap of three periods. */
+	tg_ring_init(&r, 1234, 16, 5 * P - 1000);
+	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY };
+	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY };
+	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT };
+	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY };
+	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT };
+	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT };
+	for (size_t i = 0; i < n; i++)
+		tg_put(&r, want[i].kind, want[i].id, want[i].tsc);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	check_records("38-bit wrap", dir, want, n, 0);
+
+	/* Wrapped, a SYNC in the window: the 4 records before it take its high
+	 * bits minus one. */
+	n = 0;
+	tg_ring_init(&r, 1234, 8, 4 * P);
+	for (int i = 0; i < 10; i++)
+		tg_put(&r, TRACE_ENTRY, S_FACT_REC, 4 * P + 100 * (uint64_t)i);
+	for (int i = 0; i < 3; i++)
+		tg_put(&r, TRACE_EXIT, S_FACT_REC, 5 * P + 100 * (uint64_t)i);
+	for (int i = 6; i < 10; i++)
+		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY };
+	for (int i = 0; i < 3; i++)
+		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT };
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	check_records("wrapped, SYNC in window", dir, want, n, 4);
+
+	/* Wrapped, no SYNC left: the header's epoch. */
+	n = 0;
+	tg_ring_init(&r, 1234, 4, 6 * P + 7);
+	for (int i = 0; i < 10; i++)
+		tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, 6 * P + 10 + (uint64_t)i);
+	for (int i = 6; i < 10; i++)
+		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT };
+	tg_ring_write(&r, dir, NULL, -1);
+	{
+		an_trace *t = open_ok(dir);
+		if (t) {
+			CHECK(an_trace_thread(t, 0)->lost == 7 && an_trace_thread(t, 0)->count == 11,
+			      "lost %" PRIu64 " of %" PRIu64 ", expected 7 of 11",
+			      an_trace_thread(t, 0)->lost, an_trace_thread(t, 0)->count);
+			CHECK(strcmp(an_trace_thread(t, 0)->name, "t1234") == 0, "thread name '%s'",
+			      an_trace_thread(t, 0)->name);
+			an_trace_close(t);
+		}
+	}
+	tg_ring_free(&r);
+	check_records("wrapped, no SYNC in window", dir, want, n, 0);
+	free(dir);
+}
+
+/* 3. Clocks at 3 GHz. */
+static void test_clocks(void)
+{
+	char *dir = tg_dir(root, "clocks"), text[512];
+	tg_ring r;
+	an_trace *t;
+
+	snprintf(text, sizeof text,
+		 "version 1\ntsc_hz 3000000000\ntsc0 3000000\nmono0_ns 77\nreal0_ns %lld\n",
+		 TG_REAL0);
+	tg_write(dir, "meta", text, strlen(text));
+	tg_write_sites(dir, sites, S_COUNT);
+	tg_ring_init(&r, 11, 8, 9000000);
+	tg_ring_write(&r, dir, NULL, -1);
+	r.tid = 10;
+	r.start_tsc = 6000000;
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	if (!(t = open_ok(dir)))
+		goto out;
+	CHECK(an_tsc_ns(t, 0, 3000) == 1000, "3000 ticks at 3 GHz are %" PRIu64 " ns",
+	      an_tsc_ns(t, 0, 3000));
+	CHECK(an_tsc_ns(t, 3000, 0) == 0, "a negative duration is not 0");
+	CHECK(an_realtime_ns(t, 3000000 + 3000000000ull) == TG_REAL0 + 1000000000,
+	      "realtime one second after tsc0 is %" PRId64, an_realtime_ns(t, 3000000 + 3000000000ull));
+	CHECK(an_monotonic_ns(t, 0) == 77 - 1000000, "monotonic at TSC 0 is %" PRId64,
+	      an_monotonic_ns(t, 0));
+	CHECK(an_trace_start_tsc(t) == 6000000, "trace start is %" PRIu64 ", expected the "
+	      "earliest ring's 6000000", an_trace_start_tsc(t));
+	CHECK(an_trace_nthreads(t) == 2 && an_trace_thread(t, 0)->tid == 10 &&
+	      an_trace_thread(t, 1)->tid == 11, "threads not sorted by tid");
+	CHECK(an_trace_nmodules(t) == 0 && an_trace_meta(t, "pid") == NULL, "a meta without "
+	      "modules or pid has some");
+	an_trace_close(t);
+out:
+	free(dir);
+}
+
+/* 4. Calls: a mismatched exit unwinds; an unknown exit stands alone. */
+static void test_calls(void)
+{
+	static const struct { unsigned kind; uint32_t id; } recs[] = {
+		{ TRACE_ENTRY, S_MAIN }, { TRACE_ENTRY, S_WORKER }, { TRACE_ENTRY, S_W_MIDDLE },
+		{ TRACE_ENTRY, S_LEAF }, { TRACE_EXIT, S_WORKER }, { TRACE_EXIT, S_W_LEAF },
+		{ TRACE_EVENT, TRACE_EV_SIGNAL }, { TRACE_ENTRY, S_FACT },
+	};
+	static const an_call want[] = {
+		/* kind, end, id, depth, last, t0, t1 (offsets from T) */
+		{ AN_CALL, AN_END_TRACE, S_MAIN, 0, 7, 0, 700 },
+		{ AN_CALL, AN_END_EXIT, S_WORKER, 1, 4, 100, 400 },
+		{ AN_CALL, AN_END_UNWOUND, S_W_MIDDLE, 2, 4, 200, 400 },
+		{ AN_CALL, AN_END_UNWOUND, S_LEAF, 3, 4, 300, 400 },
+		{ AN_EXIT_ONLY, 0, S_W_LEAF, 1, 0, 500, 500 },
+		{ AN_EVENT, 0, TRACE_EV_SIGNAL, 1, 0, 600, 600 },
+		{ AN_CALL, AN_END_TRACE, S_FACT, 1, 7, 700, 700 },
+	};
+	const uint64_t T = TG_TSC0 + 1000;
+	char *dir = tg_dir(root, "calls");
+	an_call *c;
+	size_t n;
+	an_trace *t;
+	sp_err err;
+	tg_ring r;
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+	tg_ring_init(&r, 1234, 64, TG_TSC0);
+	for (size_t i = 0; i < sizeof recs / sizeof *recs; i++)
+		tg_put(&r, recs[i].kind, recs[i].id, T + 100 * i);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	if (!(t = open_ok(dir)))
+		goto out;
+	if (an_thread_calls(t, an_trace_thread(t, 0), &c, &n, NULL, &err) < 0) {
+		CHECK(0, "an_thread_calls: %s", err.msg);
+	} else {
+		CHECK(n == sizeof want / sizeof *want, "%zu items, expected %zu", n,
+		      sizeof want / sizeof *want);
+		for (size_t i = 0; i < n && i < sizeof want / sizeof *want; i++) {
+			const an_call *w = &want[i];
+			CHECK(c[i].kind == w->kind && c[i].end == w->end && c[i].id == w->id &&
+			      c[i].depth == w->depth && (w->kind != AN_CALL || c[i].last == w->last) &&
+			      c[i].t0 == T + w->t0 && c[i].t1 == T + w->t1,
+			      "item %zu: kind %u end %u id %u depth %u last %zu t %" PRIu64 "..%" PRIu64
+			      "; expected kind %u end %u id %u depth %u last %zu t %" PRIu64 "..%" PRIu64,
+			      i, c[i].kind, c[i].end, c[i].id, c[i].depth, c[i].last, c[i].t0 - T,
+			      c[i].t1 - T, w->kind, w->end, w->id, w->depth, w->last, w->t0, w->t1);
+		}
+		free(c);
+	}
+	an_trace_close(t);
+out:
+	free(dir);
+}
+
+/* 4b. Tail jumps close with their caller; a hole in the sites file is a bad id. */
+static void test_tail_and_holes(void)
+{
+	static const struct { unsigned kind; uint32_t id; } recs[] = {
+		{ TRACE_ENTRY, S_MAIN }, { TRACE_ENTRY, S_MIDDLE }, { TRACE_ENTRY, S_TAIL },
+		{ TRACE_EXIT, S_MIDDLE },                /* leaf returned for middle */
+		{ TRACE_ENTRY, S_WORKER }, { TRACE_ENTRY, S_TAIL },
+		{ TRACE_EXIT, S_MAIN },                  /* worker never returned */
+		{ TRACE_ENTRY, S_FACT }, { TRACE_EXIT, S_FACT },  /* S_FACT: a hole */
+	};
+	static const an_call want[] = {
+		{ AN_CALL, AN_END_EXIT, S_MAIN, 0, 5, 0, 600 },
+		{ AN_CALL, AN_END_EXIT, S_MIDDLE, 1, 3, 100, 300 },
+		{ AN_CALL, AN_END_TAIL, S_TAIL, 2, 3, 200, 300 },
+		{ AN_CALL, AN_END_UNWOUND, S_WORKER, 1, 5, 400, 600 },
+		{ AN_CALL, AN_END_UNWOUND, S_TAIL, 2, 5, 500, 600 },
+		{ AN_CALL, AN_END_EXIT, S_FACT, 0, 6, 700, 800 },
+	};
+	const uint64_t T = TG_TSC0 + 1000;
+	char *dir = tg_dir(root, "tail");
+	trace_site s[S_COUNT];
+	an_iter_stats st;
+	an_call *c;
+	size_t n;
+	an_trace *t;
+	sp_err err;
+	tg_ring r;
+
+	memcpy(s, sites, sizeof s);
+	memset(&s[S_FACT], 0, sizeof s[S_FACT]);
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, s, S_COUNT);
+	tg_ring_init(&r, 1234, 64, TG_TSC0);
+	for (size_t i = 0; i < sizeof recs / sizeof *recs; i++)
+		tg_put(&r, recs[i].kind, recs[i].id, T + 100 * i);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	if (!(t = open_ok(dir)))
+		goto out;
+	CHECK(an_site_is_tail(an_site(t, S_TAIL)) && !an_site_is_tail(an_site(t, S_LEAF)),
+	      "S_TAIL is not a tail jump, or S_LEAF is");
+	if (an_thread_calls(t, an_trace_thread(t, 0), &c, &n, &st, &err) < 0) {
+		CHECK(0, "an_thread_calls: %s", err.msg);
+	} else {
+		CHECK(n == sizeof want / sizeof *want, "%zu items, expected %zu", n,
+		      sizeof want / sizeof *want);
+		for (size_t i = 0; i < n && i < sizeof want / sizeof *want; i++) {
+			const an_call *w = &want[i];
+			CHECK(c[i].kind == w->kind && c[i].end == w->end && c[i].id == w->id &&
+			      c[i].depth == w->depth && c[i].last == w->last &&
+			      c[i].t0 == T + w->t0 && c[i].t1 == T + w->t1,
+			      "tail item %zu: kind %u end %u id %u depth %u last %zu t %" PRIu64
+			      "..%" PRIu64, i, c[i].kind, c[i].end, c[i].id, c[i].depth, c[i].last,
+			      c[i].t0 - T, c[i].t1 - T);
+		}
+		CHECK(st.nbad_sites == 2, "%zu records with bad site ids, expected the 2 of the "
+		      "hole", st.nbad_sites);
+		free(c);
+	}
+	CHECK(!an_site(t, S_FACT)->valid && strcmp(callee_name(t, S_FACT), "?site 4") == 0,
+	      "the hole S_FACT is '%s'", callee_name(t, S_FACT));
+	an_trace_close(t);
+out:
+	free(dir);
+}
+
+/* 5. Printing helpers. */
+static void test_helpers(void)
+{
+	static const struct { uint64_t ns; const char *s; } d[] = {
+		{ 0, "   0.000 us" }, { 512, "   0.512 us" }, { 999999, " 999.999 us" },
+		{ 1000000, "   1.000 ms" }, { 1500000000, "   1.500  s" },
+		{ 824633720832ull, " 824.633  s" },
+	};
+	char buf[24], *dir = tg_dir(root, "helpers");
+	unsigned char sel[3];
+	an_trace *t;
+	sp_err err;
+	tg_ring r;
+
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+		CHECK(strcmp(an_fmt_duration(d[i].ns, buf), d[i].s) == 0,
+		      "%" PRIu64 " ns prints as '%s', expected '%s'", d[i].ns, buf, d[i].s);
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+	tg_ring_init(&r, 5, 8, TG_TSC0);
+	tg_ring_write(&r, dir, NULL, -1);
+	r.tid = 6;
+	tg_ring_write(&r, dir, NULL, -1);
+	r.tid = 7;
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	if (!(t = open_ok(dir)))
+		goto out;
+	CHECK(an_select_threads(t, "7,5", sel, &err) == 0 && sel[0] && !sel[1] && sel[2],
+	      "selecting 7,5 failed");
+	CHECK(an_select_threads(t, "5,x", sel, &err) < 0 &&
+	      strstr(err.msg, "'5,x' is not a thread id"), "'5,x' was accepted");
+	CHECK(an_select_threads(t, "8", sel, &err) < 0 &&
+	      strstr(err.msg, "no thread 8 in this trace (it has 5, 6, 7)"),
+	      "selecting thread 8: '%s'", err.msg);
+	an_trace_close(t);
+out:
+	free(dir);
+}
+
+int main(int argc, char **argv)
+{
+	char repo[sizeof root + 8];
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: test_trace_read TRACED-PROGRAM\n");
+		return 2;
+	}
+	prog = argv[1];
+	if (!mkdtemp(root))
+		tg_die("mkdtemp: %m");
+	snprintf(repo, sizeof repo, "%s/repo", root);
+	setenv("SPTRACE_REPO", repo, 1);
+	tg_sites(prog, sites);
+
+	test_names();
+	test_tsc();
+	test_clocks();
+	test_calls();
+	test_tail_and_holes();
+	test_helpers();
+
+	tg_rmtree(root);
+	ca_module_free((ca_module *)tg_prog());
+	if (failures) {
+		fprintf(stderr, "test_trace_read: %d failures\n", failures);
+		return 1;
+	}
+	printf("test_trace_read: all passed\n");
+	return 0;
+}

@@ -1,0 +1,189 @@
+"""test_run.py — `sptrace run` end to end: the agent traces real programs and
+`sptrace replay` prints the call trees, which must be exactly the ones
+written below; the traced program's output and exit status must not change.
+
+usage: test_run.py SPTRACE CASE [PROGRAM...]
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from e2elib import check, fail
+
+# Expected trees of tests/progs/trace_conf.c, the same at -O0 and -O2
+# (";" separates replay lines; the indentation after it is the replay's).
+CONF = {
+    "nest": "main() {;  top() {;    mid() {;      leaf();;      leaf();;    } /* mid */;"
+            "    leaf();;  } /* top */;  top() {;    mid() {;      leaf();;      leaf();;"
+            "    } /* mid */;    leaf();;  } /* top */;} /* main */",
+    "recursion": "main() {;  even() {;    odd() {;      even() {;        odd();;"
+                 "      } /* even */;    } /* odd */;  } /* even */;  fact() {;    fact() {;"
+                 "      fact() {;        fact();;      } /* fact */;    } /* fact */;"
+                 "  } /* fact */;} /* main */",
+    "tail": "main() {;  tail_caller() {;    tail_target();;  } /* tail_caller */;} /* main */",
+    # exit() deep in the stack: the open calls have no exit record.
+    "exit": "main() {;  deep2() {;    leaf();;    deep_exit(); /* no exit: the trace ended */;"
+            "  } /* deep2 (no exit: the trace ended) */;} /* main (no exit: the trace ended) */",
+    # abort() in a nested call: the trace is kept up to the crash.
+    "abort": "main() {;  crash2() {;    leaf();;    crash(); /* no exit: the trace ended */;"
+             "  } /* crash2 (no exit: the trace ended) */;} /* main (no exit: the trace ended) */",
+}
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=120, **kw)
+
+
+def traced(sptrace, tdir, argv, on=None):
+    cmd = [sptrace, "run", "-o", tdir]
+    if on:
+        cmd += ["--on", on]
+    return run(cmd + ["--"] + argv, env=dict(os.environ, SPTRACE_REPO=os.path.join(tdir, "..", "repo")))
+
+
+def replay_tree(sptrace, tdir):
+    r = run([sptrace, "replay", tdir])
+    check(r.returncode == 0, "sptrace replay %s failed (%d): %s" % (tdir, r.returncode, r.stderr))
+    lines = []
+    for line in r.stdout.splitlines():
+        if line.startswith("#") or "|" not in line:
+            continue
+        text = line.split("| ", 1)[1] if "| " in line else ""
+        if text.strip().startswith("/*"):
+            continue                      # events: /* activate */
+        lines.append(text.rstrip())
+    return lines
+
+
+def same_behaviour(native, trace, what):
+    check(native.returncode == trace.returncode,
+          "%s: exit status %d native, %d traced" % (what, native.returncode, trace.returncode))
+    check(native.stdout == trace.stdout,
+          "%s: output differs:\n--- native\n%s\n--- traced\n%s" % (what, native.stdout, trace.stdout))
+
+
+def case_conf(sptrace, prog, scenario, tmp):
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, scenario])
+    trace = traced(sptrace, tdir, [prog, scenario])
+    same_behaviour(native, trace, "%s %s" % (os.path.basename(prog), scenario))
+    got = ";".join(replay_tree(sptrace, tdir))
+    want = CONF[scenario]
+    check(got == want, "%s %s: call tree differs\n--- want\n%s\n--- got\n%s" %
+          (os.path.basename(prog), scenario, want.replace(";", "\n"), got.replace(";", "\n")))
+    with open(os.path.join(tdir, "meta")) as f:
+        meta = f.read()
+    if scenario == "abort":
+        check("end killed by signal 6" in meta, "abort: meta does not say the program was "
+              "killed by SIGABRT:\n" + meta)
+    else:
+        check("\nend " in meta, "meta has no 'end' line:\n" + meta)
+
+
+def case_exceptions(sptrace, prog, tmp):
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog])
+    trace = traced(sptrace, tdir, [prog])
+    same_behaviour(native, trace, os.path.basename(prog))
+    check("caught: deep 1" in trace.stdout and "~f5" in trace.stdout,
+          "the exception was not caught with destructors run:\n" + trace.stdout)
+    tree = replay_tree(sptrace, tdir)
+    # Names may be shown mangled (_Z2f1i) or demangled (f1(int)).
+    def plain(line):
+        return re.sub(r"_Z\d+([a-z0-9]+?)i\(\)", r"\1()", line)
+    tree = [plain(l) for l in tree]
+    for depth, fn in enumerate(["catcher() {", "f1() {", "f2() {", "f3() {", "f4() {"]):
+        check(any(l == "  " * (depth + 1) + fn for l in tree),
+              "no '%s' at depth %d in the replay:\n%s" % (fn, depth + 1, "\n".join(tree)))
+    check(any(l.strip().startswith("f5()") for l in tree), "f5 missing from the replay")
+    check(any("unwound by longjmp or exception" in l for l in tree),
+          "the frames the exception unwound are not marked in the replay")
+
+
+def case_python(sptrace, tmp):
+    py = "/usr/bin/python3.11"
+    if not os.path.exists(py):
+        fail("%s is missing; install the Debian package python3.11 (test.sh does)" % py)
+    script = os.path.join(tmp, "s.py")
+    with open(script, "w") as f:
+        f.write("import json\n"
+                "def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\n"
+                "print(fib(15), json.dumps({'a': [1, 2, 3]}, sort_keys=True))\n"
+                "raise SystemExit(3)\n")
+    tdir = os.path.join(tmp, "trace")
+    native = run([py, script])
+    trace = traced(sptrace, tdir, [py, script])
+    same_behaviour(native, trace, "python3.11")
+    tree = replay_tree(sptrace, tdir)
+    check(len(tree) > 1000, "python3.11: only %d replay lines" % len(tree))
+    check(tree[0] == "main() {", "python3.11: the trace does not start at main: %r" % tree[:3])
+    check(any(l.strip().startswith("Py_BytesMain") for l in tree[:5]),
+          "python3.11: no Py_BytesMain under main: %r" % tree[:5])
+
+
+def case_kill9(sptrace, prog, tmp):
+    """kill -9 of the traced process: the records written so far are kept.
+    The ring is 1 MiB, so it wraps: the replay must say how much was lost."""
+    tdir = os.path.join(tmp, "trace")
+    p = subprocess.Popen([sptrace, "run", "--ring-size", "1", "-o", tdir, "--", prog, "spin"],
+                         stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
+    check(p.stdout.readline().strip() == "spinning", "the spinning program did not start")
+    time.sleep(0.3)
+    children = open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()
+    check(len(children) == 1, "expected one child of sptrace run, found %r" % children)
+    os.kill(int(children[0]), signal.SIGKILL)
+    p.communicate(timeout=60)
+    check(p.returncode == -signal.SIGKILL,
+          "sptrace run should end like the program (SIGKILL), got %d" % p.returncode)
+    with open(os.path.join(tdir, "meta")) as f:
+        meta = f.read()
+    check("end killed by signal 9" in meta, "meta does not record the kill:\n" + meta)
+    r = run([sptrace, "replay", tdir])
+    check(r.returncode == 0, "kill -9: replay failed: " + r.stderr)
+    check("records lost: the ring was full" in r.stdout,
+          "kill -9: the wrapped ring's losses are not reported:\n" + r.stdout[:500])
+    leaves = sum(1 for l in replay_tree(sptrace, tdir) if l.strip() == "leaf();")
+    check(leaves > 50000, "kill -9: only %d leaf() calls survived in a 1 MiB ring" % leaves)
+
+
+def case_errors(sptrace, tmp):
+    r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
+    check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
+    check(r.stderr.startswith("sptrace: run: cannot execute") and "no-such" in r.stderr,
+          "missing program: unclear message %r" % r.stderr)
+    check(not os.path.exists(os.path.join(tmp, "t")), "missing program: a trace directory was left")
+    r = run([sptrace, "run", "--on", "bogus", "--", "/bin/true"])
+    check(r.returncode == 2 and "unknown event 'bogus'" in r.stderr, "bad --on: %r" % r.stderr)
+    r = run([sptrace, "run"])
+    check(r.returncode == 2 and "no program given" in r.stderr, "no program: %r" % r.stderr)
+    r = run([sptrace, "run", "--help"])
+    check(r.returncode == 0 and "usage: sptrace run" in r.stdout, "run --help")
+
+
+def main():
+    sptrace, case = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="sptrace-run-") as tmp:
+        if case in CONF:
+            case_conf(sptrace, sys.argv[3], case, tmp)
+        elif case == "exceptions":
+            case_exceptions(sptrace, sys.argv[3], tmp)
+        elif case == "python":
+            case_python(sptrace, tmp)
+        elif case == "kill9":
+            case_kill9(sptrace, sys.argv[3], tmp)
+        elif case == "errors":
+            case_errors(sptrace, tmp)
+        else:
+            fail("unknown case " + case)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+/*
+ * trace_conf.c — conformance program for `sptrace run`: each scenario has
+ * a known call tree, written out in tests/e2e/test_run.py.  Every function is
+ * noinline/noclone and does visible work, so -O2 keeps the calls.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KEEP __attribute__((noinline, noclone))
+
+volatile int sink;
+
+KEEP int leaf(int x) { sink += x; return x + 1; }
+KEEP int mid(int x) { return leaf(x) + leaf(x + 1); }
+KEEP int top(int x) { int s = mid(x); s += leaf(s); return s; }
+
+KEEP int fact(int n) { if (n <= 1) return 1; int r = fact(n - 1); sink += r; return n * r; }
+
+KEEP int even(int n);
+KEEP int odd(int n) { sink++; return n == 0 ? 0 : even(n - 1) + 0 * sink; }
+KEEP int even(int n) { sink++; return n == 0 ? 1 : odd(n - 1) + 0 * sink; }
+
+KEEP int tail_target(int x) { sink += x; return x * 3; }
+/* gcc -O2 turns this into `jmp tail_target`. */
+KEEP int tail_caller(int x) { sink++; return tail_target(x + 1); }
+
+KEEP void deep_exit(int code) { fflush(stdout); exit(code); }
+KEEP void deep2(int code) { leaf(code); deep_exit(code); }
+
+KEEP void crash(void) { abort(); }
+KEEP void crash2(void) { leaf(1); crash(); }
+
+KEEP void spin(void) { for (;;) leaf(1); }
+
+int main(int argc, char **argv)
+{
+	const char *what = argc > 1 ? argv[1] : "nest";
+
+	if (strcmp(what, "nest") == 0) {
+		printf("%d\n", top(1) + top(2));
+	} else if (strcmp(what, "recursion") == 0) {
+		printf("%d %d\n", fact(4), even(3));
+	} else if (strcmp(what, "tail") == 0) {
+		printf("%d\n", tail_caller(4));
+	} else if (strcmp(what, "exit") == 0) {
+		printf("exiting\n");
+		deep2(7);
+	} else if (strcmp(what, "abort") == 0) {
+		crash2();
+	} else if (strcmp(what, "spin") == 0) {
+		printf("spinning\n");
+		fflush(stdout);
+		spin();
+	} else {
+		fprintf(stderr, "unknown scenario %s\n", what);
+		return 2;
+	}
+	return 3;
+}

@@ -275,7 +275,7 @@ static void finish(void)
 	ag_instrument_stats(&sites, &skind, &splan);
 	ag_log("end: %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by plan",
 	       (unsigned long)sites, (unsigned long)skind, (unsigned long)splan);
-	meta_append("%s %lu\n%s %lu\n%s exit\n", "tsc1", (unsigned long)ag_rdtsc(), "mono1_ns",
+	meta_append("%s %lu\n%s %lu\n%s exit\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(), TRACE_META_MONO1,
 		    (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END);
 }
 

@@ -62,7 +62,7 @@ void ag_ring_sync(trace_ring_header *r, uint64_t tsc)
 {
 	uint64_t high = tsc >> TRACE_TSC_LOW_BITS;
 
-	put(r, TRACE_SYNC | (high << 2));
+	put(r, trace_sync_rec(high));
 	r->epoch = high;
 }
 

@@ -15,6 +15,8 @@ typedef struct cli_cmd {
 } cli_cmd;
 
 int cmd_analyze_binary(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */

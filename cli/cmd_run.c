@@ -167,7 +167,7 @@ static void meta_end(const char *dir, int status)
 	/* The TSC is shared by all processes: read it here for the end clocks. */
 	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	fprintf(f, "tsc1 %llu\nmono1_ns %llu\n", (unsigned long long)hi << 32 | lo,
+	fprintf(f, TRACE_META_TSC1 " %llu\n" TRACE_META_MONO1 " %llu\n", (unsigned long long)hi << 32 | lo,
 		(unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
 	if (WIFSIGNALED(status))
 		fprintf(f, "%s killed by signal %d (%s)%s\n", TRACE_META_END, WTERMSIG(status),

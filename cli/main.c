@@ -13,6 +13,8 @@ static const cli_cmd commands[] = {
 	{ "run", cmd_run, "run a program under the agent and trace it" },
 	{ "analyze-binary", cmd_analyze_binary,
 	  "analyse ELF modules and fill the code-analysis repository" },
+	{ "replay", cmd_replay, "print each thread's calls as a tree (uftrace-like)" },
+	{ "report", cmd_report, "time per function: total, self, calls" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof *commands)

@@ -17,6 +17,14 @@
  * Records are written without locks or system calls.  A full ring overwrites
  * its oldest records; the header's write count says how many were ever
  * written, so a reader knows how many were lost (count - capacity).
+ *
+ * Contracts between the agent and readers:
+ *  - every ring starts with a SYNC record;
+ *  - a call through a tail-jump site (sites file kind CA_SITE_TAIL_*) has an
+ *    ENTRY only: the callee returns straight to its caller's caller, so it
+ *    closes when the caller's EXIT arrives;
+ *  - the sites file may have holes of zeros (records are written at their
+ *    own offsets, and a crash can come between two writes).
  */
 #ifndef TRACE_FORMAT_H
 #define TRACE_FORMAT_H
@@ -60,6 +68,7 @@ static inline unsigned trace_rec_kind(uint64_t r) { return (unsigned)(r & 3); }
 static inline uint32_t trace_rec_id(uint64_t r) { return (uint32_t)((r >> 2) & TRACE_ID_MAX); }
 static inline uint64_t trace_rec_tsc_low(uint64_t r) { return r >> TRACE_TSC_SHIFT; }
 static inline uint64_t trace_sync_high(uint64_t r) { return (r >> 2) & ((1ull << 26) - 1); }
+static inline uint64_t trace_sync_rec(uint64_t high) { return TRACE_SYNC | (high << 2); }
 
 /* TRACE_EVENT ids: things that happen to a thread, not calls. */
 enum trace_event {
@@ -84,10 +93,11 @@ typedef struct trace_ring_header {
 	uint64_t start_tsc;      /* TSC when the ring was created */
 	uint64_t flags;          /* TRACE_RING_* */
 	char thread_name[16];
-	uint8_t reserved[4096 - 96];
+	uint8_t reserved[4096 - 88];
 } trace_ring_header;
 
 #define TRACE_RING_HEADER_SIZE 4096
+_Static_assert(sizeof(trace_ring_header) == TRACE_RING_HEADER_SIZE, "ring header size");
 /* Offsets the agent's generated code uses (checked by static asserts there). */
 #define TRACE_RING_OFF_COUNT 24
 #define TRACE_RING_OFF_MASK 32
@@ -129,5 +139,7 @@ enum {
 #define TRACE_META_EVENT "activation"    /* the --on event */
 #define TRACE_META_END "end"             /* why the trace ended */
 #define TRACE_META_MODULE "module"       /* index path key bias */
+#define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
+#define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 
 #endif

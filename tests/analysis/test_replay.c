@@ -562,7 +562,7 @@ static void test_errors(void)
 		 ":6: module key '../../etc' is not a build-id or content hash");
 	bad_meta("meta-module-twice", "version 1\ntsc_hz 1\ntsc0 0\nmono0_ns 0\nreal0_ns 0\n"
 		 "module 0 /bin/true abc 0\nmodule 0 /bin/false abd 0\n",
-		 ":7: module index 0 appears twice");
+		 ":7: module index 0 appears twice (also line 6)");
 	bad_meta("meta-empty", "", ": empty; the agent writes it when the trace starts");
 	bad_meta_len("meta-nul", "version 1\n\0\n", 12, ": holds a NUL byte: not a meta file, or a "
 		 "corrupt one");

@@ -1,0 +1,1249 @@
+/*
+ * trace_read.c — reading a trace directory: meta, sites, ring headers, module
+ * analyses (an_trace_open); a thread's records with full timestamps
+ * (an_iter); entries paired with exits (an_thread_calls); names of sites and
+ * functions.  See trace_read.h for what each promises.
+ */
+#include "trace_read.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Limits past which a file is corrupt rather than large. */
+#define META_MAX_BYTES (16u << 20)
+#define RING_MAX_CAPACITY (1ull << 36)   /* 512 GiB of records */
+#define RING_MAX_COUNT (1ull << 56)      /* 2 years at 10^9 records/s */
+#define RING_MAX_HEADER (1u << 20)
+#define RING_FIXED_HEADER offsetof(trace_ring_header, reserved)
+
+/* ------------------------------------------------------------------------ */
+/* A small hash map: (a, b) -> uint32, for function identities and the open */
+/* calls of each site.                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct map_slot {
+	uint64_t a, b;
+	uint32_t val;
+	uint32_t used;
+} map_slot;
+
+typedef struct map {
+	map_slot *slot;
+	size_t cap, n;           /* cap: a power of two or 0 */
+} map;
+
+static size_t map_hash(uint64_t a, uint64_t b)
+{
+	uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull) * 0xc2b2ae3d27d4eb4full;
+
+	return (size_t)(h ^ (h >> 29));
+}
+
+static map_slot *map_find(const map *m, uint64_t a, uint64_t b)
+{
+	if (!m->cap)
+		return NULL;
+	for (size_t i = map_hash(a, b) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		if (!m->slot[i].used)
+			return NULL;
+		if (m->slot[i].a == a && m->slot[i].b == b)
+			return &m->slot[i];
+	}
+}
+
+/* The slot for (a, b), created with val 0 if new; NULL when out of memory. */
+static map_slot *map_get(map *m, uint64_t a, uint64_t b)
+{
+	map_slot *s = map_find(m, a, b);
+
+	if (s)
+		return s;
+	if ((m->n + 1) * 2 > m->cap) {
+		size_t ncap = m->cap ? m->cap * 2 : 64;
+		map_slot *ns = calloc(ncap, sizeof *ns);
+
+		if (!ns)
+			return NULL;
+		for (size_t i = 0; i < m->cap; i++) {
+			if (!m->slot[i].used)
+				continue;
+			size_t j = map_hash(m->slot[i].a, m->slot[i].b) & (ncap - 1);
+			while (ns[j].used)
+				j = (j + 1) & (ncap - 1);
+			ns[j] = m->slot[i];
+		}
+		free(m->slot);
+		m->slot = ns;
+		m->cap = ncap;
+	}
+	size_t i = map_hash(a, b) & (m->cap - 1);
+	while (m->slot[i].used)
+		i = (i + 1) & (m->cap - 1);
+	m->slot[i] = (map_slot){ a, b, 0, 1 };
+	m->n++;
+	return &m->slot[i];
+}
+
+static void map_free(map *m)
+{
+	free(m->slot);
+	m->slot = NULL;
+	m->cap = m->n = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The trace                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct meta_kv {
+	char *key, *val;
+} meta_kv;
+
+typedef struct module {
+	an_module pub;
+	ca_module *ca;
+	size_t line;             /* of its line in meta */
+} module;
+
+/* Distinct bad site ids given their own "?site N" entry; more share one. */
+#define MAX_BAD_SITES 4096
+
+struct an_trace {
+	char *dir;
+	char *meta_text;         /* the meta file; meta[] points into it */
+	meta_kv *meta;
+	size_t nmeta, capmeta;
+	uint64_t tsc_hz, tsc0;
+	int64_t mono0, real0;
+	module *mods;            /* sorted by index */
+	size_t nmods, capmods;
+	trace_site *raw_sites;
+	an_site_info *sites;     /* nsites entries; id 0 is never valid */
+	size_t nsites;
+	map bad_ids;             /* bad site id -> 1 + index in bad[] */
+	an_site_info **bad;      /* "?site N" entries, made on first use */
+	size_t nbad, capbad;
+	an_site_info *bad_many;  /* "?site": beyond MAX_BAD_SITES */
+	an_func **funcs;         /* each allocated once, so pointers stay valid */
+	size_t nfuncs, capfuncs;
+	map func_ids;            /* (module, addr) -> function index */
+	an_thread *threads;
+	size_t nthreads, capthreads;
+	char **warn;
+	size_t nwarn, capwarn;
+	uint64_t start_tsc;
+};
+
+/* Remember a warning (printf style).  Out of memory loses the warning only. */
+__attribute__((format(printf, 2, 3)))
+static void warn(an_trace *t, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	if (sp_grow((void **)&t->warn, &t->capwarn, t->nwarn + 1, sizeof *t->warn))
+		return;
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) >= 0)
+		t->warn[t->nwarn++] = s;
+	va_end(ap);
+}
+
+const char *an_trace_dir(const an_trace *t) { return t->dir; }
+size_t an_trace_nwarnings(const an_trace *t) { return t->nwarn; }
+const char *an_trace_warning(const an_trace *t, size_t i) { return i < t->nwarn ? t->warn[i] : NULL; }
+size_t an_trace_nmodules(const an_trace *t) { return t->nmods; }
+size_t an_trace_nthreads(const an_trace *t) { return t->nthreads; }
+size_t an_nsites(const an_trace *t) { return t->nsites; }
+size_t an_nfuncs(const an_trace *t) { return t->nfuncs; }
+uint64_t an_trace_start_tsc(const an_trace *t) { return t->start_tsc; }
+
+const an_module *an_trace_module(const an_trace *t, size_t i)
+{
+	return i < t->nmods ? &t->mods[i].pub : NULL;
+}
+
+const an_thread *an_trace_thread(const an_trace *t, size_t i)
+{
+	return i < t->nthreads ? &t->threads[i] : NULL;
+}
+
+const an_thread *an_trace_thread_by_tid(const an_trace *t, uint32_t tid)
+{
+	for (size_t i = 0; i < t->nthreads; i++)
+		if (t->threads[i].tid == tid)
+			return &t->threads[i];
+	return NULL;
+}
+
+const an_func *an_func_get(const an_trace *t, uint32_t i)
+{
+	return i < t->nfuncs ? t->funcs[i] : NULL;
+}
+
+const char *an_trace_meta(const an_trace *t, const char *key)
+{
+	for (size_t i = 0; i < t->nmeta; i++)
+		if (strcmp(t->meta[i].key, key) == 0)
+			return t->meta[i].val;
+	return NULL;
+}
+
+/* Read a whole small file.  0 and *buf (NUL-terminated) or -1 with errno. */
+static int slurp(const char *path, size_t max, char **buf, size_t *len)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	size_t got = 0;
+
+	*buf = NULL;
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+		int e = errno;
+		if (!S_ISREG(st.st_mode))
+			e = EINVAL;
+		else if ((uint64_t)st.st_size > max)
+			e = EFBIG;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	*buf = malloc((size_t)st.st_size + 1);
+	if (!*buf) {
+		close(fd);
+		errno = ENOMEM;
+		return -1;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t r = read(fd, *buf + got, (size_t)st.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	(*buf)[got] = '\0';
+	*len = got;
+	return 0;
+}
+
+static const char *errno_text(int e)
+{
+	if (e == EINVAL)
+		return "not a regular file";
+	if (e == EFBIG)
+		return "implausibly large";
+	return strerror(e);
+}
+
+/* ------------------------------------------------------------------------ */
+/* meta                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* A whole string as an unsigned number in `base` (16 allows "0x"). */
+static int parse_u64(const char *s, int base, uint64_t *out)
+{
+	char *end;
+
+	if (!isxdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	*out = strtoull(s, &end, base);
+	return errno || *end ? -1 : 0;
+}
+
+static int module_cmp(const void *a, const void *b)
+{
+	const module *x = a, *y = b;
+
+	if (x->pub.index != y->pub.index)
+		return x->pub.index < y->pub.index ? -1 : 1;
+	return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* "module <index> <path> <key> <bias-hex>": the path may hold spaces, so
+ * the key and bias are taken from the right. */
+static int parse_module(an_trace *t, const char *where, size_t line, char *v, sp_err *err)
+{
+	char *sp1 = strchr(v, ' '), *sp3 = strrchr(v, ' '), *sp2;
+	uint64_t index, bias;
+	module *m;
+
+	if (!sp1 || sp3 == sp1)
+		goto bad;
+	*sp3 = '\0';
+	sp2 = strrchr(v, ' ');
+	if (sp2 == sp1 || sp2 == sp1 + 1)
+		goto bad;
+	*sp1 = *sp2 = '\0';
+	if (parse_u64(v, 10, &index) || index >= AN_NONE || parse_u64(sp3 + 1, 16, &bias))
+		goto bad;
+	if (!sp2[1])
+		goto bad;
+	for (const char *k = sp2 + 1; *k; k++)
+		if (!isalnum((unsigned char)*k) && *k != '-')
+			return sp_fail(err, "%s: module key '%s' is not a build-id or content hash",
+				       where, sp2 + 1);
+	if (sp_grow((void **)&t->mods, &t->capmods, t->nmods + 1, sizeof *t->mods))
+		return sp_fail(err, "out of memory");
+	m = &t->mods[t->nmods++];
+	memset(m, 0, sizeof *m);
+	m->pub.index = (uint32_t)index;
+	m->pub.bias = bias;
+	m->pub.path = sp1 + 1;   /* point into the meta value, which stays */
+	m->pub.key = sp2 + 1;
+	m->line = line;
+	return 0;
+bad:
+	return sp_fail(err, "%s: malformed module line (expected 'module <index> <path> "
+		       "<key> <bias-hex>')", where);
+}
+
+/* A required numeric meta value. */
+static int meta_number(an_trace *t, const char *meta_path, const char *key, const char *what,
+		       uint64_t *out, sp_err *err)
+{
+	const char *v = an_trace_meta(t, key);
+
+	if (!v)
+		return sp_fail(err, "%s: no '%s' line (%s); the agent writes it when the trace "
+			       "starts, so the file is incomplete", meta_path, key, what);
+	if (parse_u64(v, 10, out))
+		return sp_fail(err, "%s: '%s' is '%s', not an unsigned decimal number", meta_path,
+			       key, v);
+	return 0;
+}
+
+static int read_meta(an_trace *t, sp_err *err)
+{
+	char path[PATH_MAX], where[PATH_MAX + 32], *buf, *p;
+	size_t len, lineno = 0;
+	uint64_t v;
+
+	snprintf(path, sizeof path, "%s/meta", t->dir);
+	if (slurp(path, META_MAX_BYTES, &buf, &len) < 0)
+		return sp_fail(err, "%s: cannot read: %s%s", path, errno_text(errno),
+			       errno == ENOENT ? " (is this a trace directory?)" : "");
+	if (strlen(buf) != len) {
+		free(buf);
+		return sp_fail(err, "%s: holds a NUL byte: not a meta file, or a corrupt one", path);
+	}
+	t->meta_text = buf;      /* keys and values point into it */
+	for (p = buf; *p; ) {
+		char *line = p, *nl = strchr(p, '\n'), *sp;
+
+		lineno++;
+		if (nl) {
+			*nl = '\0';
+			p = nl + 1;
+		} else {
+			p += strlen(p);
+		}
+		if (*line == '\0' || *line == '#')
+			continue;
+		if (sp_grow((void **)&t->meta, &t->capmeta, t->nmeta + 1, sizeof *t->meta))
+			return sp_fail(err, "out of memory");
+		sp = strchr(line, ' ');
+		if (sp)
+			*sp = '\0';
+		t->meta[t->nmeta].key = line;
+		t->meta[t->nmeta].val = sp ? sp + 1 : line + strlen(line);
+		t->nmeta++;
+		if (strcmp(line, TRACE_META_MODULE) == 0) {
+			snprintf(where, sizeof where, "%s:%zu", path, lineno);
+			if (parse_module(t, where, lineno, t->meta[t->nmeta - 1].val, err))
+				return -1;
+		}
+	}
+	if (!t->nmeta)
+		return sp_fail(err, "%s: empty; the agent writes it when the trace starts", path);
+	if (!an_trace_meta(t, TRACE_META_VERSION))
+		return sp_fail(err, "%s: no 'version' line: not an sptrace trace, or an "
+			       "incomplete one", path);
+	if (parse_u64(an_trace_meta(t, TRACE_META_VERSION), 10, &v) || v != TRACE_FORMAT_VERSION)
+		return sp_fail(err, "%s: trace format version '%s'; this sptrace reads version %d",
+			       path, an_trace_meta(t, TRACE_META_VERSION), TRACE_FORMAT_VERSION);
+	if (meta_number(t, path, TRACE_META_TSC_HZ, "the TSC frequency", &t->tsc_hz, err) ||
+	    meta_number(t, path, TRACE_META_TSC0, "the TSC at the clock reading", &t->tsc0, err) ||
+	    meta_number(t, path, TRACE_META_MONO0, "CLOCK_MONOTONIC at tsc0", &v, err))
+		return -1;
+	if (v > INT64_MAX)
+		return sp_fail(err, "%s: '%s' %" PRIu64 " is out of range", path, TRACE_META_MONO0, v);
+	t->mono0 = (int64_t)v;
+	if (meta_number(t, path, TRACE_META_REAL0, "CLOCK_REALTIME at tsc0", &v, err))
+		return -1;
+	if (v > INT64_MAX)
+		return sp_fail(err, "%s: '%s' %" PRIu64 " is out of range", path, TRACE_META_REAL0, v);
+	t->real0 = (int64_t)v;
+	if (t->tsc_hz == 0)
+		return sp_fail(err, "%s: 'tsc_hz' is 0; the TSC frequency must be positive", path);
+	if (t->nmods)
+		qsort(t->mods, t->nmods, sizeof *t->mods, module_cmp);
+	for (size_t i = 1; i < t->nmods; i++)
+		if (t->mods[i].pub.index == t->mods[i - 1].pub.index)
+			return sp_fail(err, "%s:%zu: module index %u appears twice (also line %zu)",
+				       path, t->mods[i].line > t->mods[i - 1].line ? t->mods[i].line
+				       : t->mods[i - 1].line, t->mods[i].pub.index,
+				       t->mods[i].line > t->mods[i - 1].line ? t->mods[i - 1].line
+				       : t->mods[i].line);
+	return 0;
+}
+
+static module *module_by_index(an_trace *t, uint32_t index)
+{
+	size_t lo = 0, hi = t->nmods;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (t->mods[mid].pub.index == index)
+			return &t->mods[mid];
+		if (t->mods[mid].pub.index < index)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Module analyses                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The analysis must be of the very module that was traced: first the
+ * repository entry under the key meta names (the file may have been replaced
+ * since), then the file at the path, analysed if the repository lacks it,
+ * accepted only if its key is the traced one.
+ */
+static void load_module(an_trace *t, module *m, const char *repo)
+{
+	ca_options opt = { 0 };
+	ca_module *ca = NULL;
+	sp_err e = { "" };
+	int rc = ca_repo_load(repo, m->pub.key, &ca, &e);
+
+	if (rc == 0) {
+		m->ca = ca;
+		m->pub.ca = ca;
+		return;
+	}
+	if (rc < 0)
+		warn(t, "module %u %s: %s; analysing the file again", m->pub.index, m->pub.path,
+		     e.msg);
+	if (ca_repo_get(repo, m->pub.path, &opt, &ca, NULL, &e) < 0) {
+		warn(t, "module %u: %s; its functions are named by address", m->pub.index, e.msg);
+		return;
+	}
+	if (strcmp(ca_module_key(ca), m->pub.key) != 0) {
+		warn(t, "module %u %s: the file is not the traced module (key %s, the trace has "
+		     "%s): it changed since the trace; its functions are named by address",
+		     m->pub.index, m->pub.path, ca_module_key(ca), m->pub.key);
+		ca_module_free(ca);
+		return;
+	}
+	m->ca = ca;
+	m->pub.ca = ca;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Functions and sites                                                       */
+/* ------------------------------------------------------------------------ */
+
+static void source_line(const ca_module *ca, uint64_t addr, char *buf, size_t len)
+{
+	const ca_line *l = ca ? ca_line_at(ca, addr) : NULL;
+
+	if (l)
+		snprintf(buf, len, "%s:%u", ca_str(ca, l->file), l->line);
+	else
+		buf[0] = '\0';
+}
+
+/* Append a function; its index, or AN_NONE when out of memory. */
+static uint32_t func_add(an_trace *t, const char *name, const char *src, uint32_t module,
+			 uint64_t addr)
+{
+	an_func *f;
+
+	if (t->nfuncs >= AN_NONE ||
+	    sp_grow((void **)&t->funcs, &t->capfuncs, t->nfuncs + 1, sizeof *t->funcs))
+		return AN_NONE;
+	f = malloc(sizeof *f);
+	if (!f)
+		return AN_NONE;
+	f->name = strdup(name);
+	f->src = strdup(src);
+	f->module = module;
+	f->addr = addr;
+	if (!f->name || !f->src) {
+		free((char *)f->name);
+		free((char *)f->src);
+		free(f);
+		return AN_NONE;
+	}
+	t->funcs[t->nfuncs] = f;
+	return (uint32_t)t->nfuncs++;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+
+	return s ? s + 1 : path;
+}
+
+/* The function at link-time `addr` of module `index`, named as trace_read.h
+ * says.  AN_NONE when out of memory. */
+static uint32_t func_at(an_trace *t, uint32_t index, uint64_t addr)
+{
+	map_slot *slot = map_get(&t->func_ids, index, addr);
+	module *m = module_by_index(t, index);
+	char name[1200], src[4200] = "";
+
+	if (!slot)
+		return AN_NONE;
+	if (slot->val)
+		return slot->val - 1;
+	if (!m) {
+		snprintf(name, sizeof name, "?module%u+0x%" PRIx64, index, addr);
+	} else if (!m->ca) {
+		snprintf(name, sizeof name, "%s+0x%" PRIx64, base_name(m->pub.path), addr);
+	} else {
+		size_t nf;
+		const ca_func *f = ca_module_funcs(m->ca, &nf);
+		uint32_t fi = ca_func_at(m->ca, addr);
+
+		if (fi == CA_NONE)
+			snprintf(name, sizeof name, "sub_%" PRIx64, addr);
+		else if (f[fi].addr == addr)
+			snprintf(name, sizeof name, "%s", ca_str(m->ca, f[fi].name));
+		else
+			snprintf(name, sizeof name, "%s+0x%" PRIx64, ca_str(m->ca, f[fi].name),
+				 addr - f[fi].addr);
+		source_line(m->ca, addr, src, sizeof src);
+	}
+	uint32_t i = func_add(t, name, src, index, addr);
+	if (i != AN_NONE)
+		slot->val = i + 1;
+	return i;
+}
+
+static int name_site(an_trace *t, uint32_t id, sp_err *err)
+{
+	const trace_site *s = &t->raw_sites[id];
+	an_site_info *info = &t->sites[id];
+	module *cm = module_by_index(t, s->caller_module);
+	char src[4200] = "";
+	int root = (s->flags & TRACE_SITE_ROOT) != 0;
+
+	info->addr = s->site_addr;
+	info->kind = s->kind;
+	info->flags = s->flags;
+	info->valid = 1;
+	info->caller = root ? AN_NONE : func_at(t, s->caller_module, s->caller_func);
+	if (s->callee_module != UINT32_MAX) {
+		info->callee = func_at(t, s->callee_module, s->callee_func);
+	} else if (root) {
+		info->callee = func_at(t, s->caller_module, s->caller_func);
+	} else {
+		uint32_t caller = func_at(t, s->caller_module, s->caller_func);
+		char name[1400];
+
+		snprintf(name, sizeof name, "<indirect@%s+0x%" PRIx64 ">",
+			 caller == AN_NONE ? "?" : t->funcs[caller]->name,
+			 s->site_addr - s->caller_func);
+		info->callee = func_add(t, name, "", AN_NONE, 0);
+	}
+	if (!root && cm && cm->ca)
+		source_line(cm->ca, s->site_addr, src, sizeof src);
+	info->src = strdup(src);
+	if (info->callee == AN_NONE || (!root && info->caller == AN_NONE) || !info->src)
+		return sp_fail(err, "out of memory naming %zu sites", t->nsites);
+	return 0;
+}
+
+static int read_sites(an_trace *t, sp_err *err)
+{
+	char path[PATH_MAX], *buf;
+	size_t len;
+
+	snprintf(path, sizeof path, "%s/sites", t->dir);
+	if (slurp(path, (size_t)(TRACE_ID_MAX + 1) * sizeof(trace_site), &buf, &len) < 0)
+		return sp_fail(err, "%s: cannot read: %s%s", path, errno_text(errno),
+			       errno == ENOENT ? " (the agent writes it with the first "
+			       "instrumented site; without it no call can be named)" : "");
+	if (len % sizeof(trace_site))
+		warn(t, "%s: %zu bytes after the last whole site record ignored (a record the "
+		     "agent was writing)", path, len % sizeof(trace_site));
+	t->raw_sites = (trace_site *)buf;
+	t->nsites = len / sizeof(trace_site);
+	t->sites = calloc(t->nsites ? t->nsites : 1, sizeof *t->sites);
+	if (!t->sites)
+		return sp_fail(err, "out of memory");
+	return 0;
+}
+
+/* Name every site of the file (after the modules are loaded).  A record of
+ * zeros is a hole the agent never wrote: such ids stay invalid. */
+static int name_sites(an_trace *t, sp_err *err)
+{
+	static const trace_site zero;
+	size_t nbadmod = 0;
+	uint32_t first_badmod = 0;
+
+	for (size_t id = 1; id < t->nsites; id++) {
+		const trace_site *s = &t->raw_sites[id];
+
+		if (memcmp(s, &zero, sizeof zero) == 0)
+			continue;
+		if (!module_by_index(t, s->caller_module) ||
+		    (s->callee_module != UINT32_MAX && !module_by_index(t, s->callee_module))) {
+			if (!nbadmod++)
+				first_badmod = (uint32_t)id;
+		}
+		if (name_site(t, (uint32_t)id, err))
+			return -1;
+	}
+	if (nbadmod)
+		warn(t, "%s/sites: %zu sites (the first: id %u) name a module meta has no "
+		     "'module' line for; their functions are shown as ?module<N>+0x<addr>",
+		     t->dir, nbadmod, first_badmod);
+	return 0;
+}
+
+static an_site_info *bad_site_new(an_trace *t, const char *name)
+{
+	an_site_info *info = calloc(1, sizeof *info);
+
+	if (!info)
+		return NULL;
+	info->callee = func_add(t, name, "", AN_NONE, 0);
+	info->caller = AN_NONE;
+	info->src = "";
+	if (info->callee == AN_NONE) {
+		free(info);
+		return NULL;
+	}
+	return info;
+}
+
+const an_site_info *an_site(an_trace *t, uint32_t id)
+{
+	static an_site_info oom = { AN_NONE, AN_NONE, "", 0, 0, 0, 0 };
+	char name[32];
+	an_site_info *info;
+	map_slot *slot;
+
+	if (id > 0 && id < t->nsites && t->sites[id].valid)
+		return &t->sites[id];
+	slot = map_find(&t->bad_ids, id, 0);
+	if (slot)
+		return t->bad[slot->val - 1];
+	if (t->nbad >= MAX_BAD_SITES) {
+		if (!t->bad_many)
+			t->bad_many = bad_site_new(t, "?site");
+		return t->bad_many ? t->bad_many : &oom;
+	}
+	if (sp_grow((void **)&t->bad, &t->capbad, t->nbad + 1, sizeof *t->bad) ||
+	    !(slot = map_get(&t->bad_ids, id, 0)))
+		return &oom;
+	snprintf(name, sizeof name, "?site %u", id);
+	if (!(info = bad_site_new(t, name)))
+		return &oom;
+	t->bad[t->nbad++] = info;
+	slot->val = (uint32_t)t->nbad;
+	return info;
+}
+
+int an_site_is_tail(const an_site_info *s)
+{
+	return s->kind == CA_SITE_TAIL_DIRECT || s->kind == CA_SITE_TAIL_INDIRECT;
+}
+
+const char *an_event_name(uint32_t id, char *buf, size_t len)
+{
+	switch (id) {
+	case TRACE_EV_ACTIVATE: return "activate";
+	case TRACE_EV_DEACTIVATE: return "deactivate";
+	case TRACE_EV_THREAD_EXIT: return "thread exit";
+	case TRACE_EV_SIGNAL: return "signal";
+	}
+	snprintf(buf, len, "event %u", id);
+	return buf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ring headers                                                              */
+/* ------------------------------------------------------------------------ */
+
+static int read_full(int fd, void *buf, size_t len, off_t off)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t r = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0) {
+			errno = EIO;   /* shrank since fstat */
+			return -1;
+		}
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+/* Open a ring file and check its header against its size. */
+static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	uint64_t need;
+
+	if (fd < 0)
+		return sp_fail(err, "%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return sp_fail(err, "%s: not a regular file", path);
+	}
+	if ((uint64_t)st.st_size < RING_FIXED_HEADER) {
+		close(fd);
+		return sp_fail(err, "%s: truncated: %lld bytes, shorter than a ring header (%zu)",
+			       path, (long long)st.st_size, (size_t)RING_FIXED_HEADER);
+	}
+	memset(h, 0, sizeof *h);
+	if (read_full(fd, h, RING_FIXED_HEADER, 0) < 0) {
+		int e = errno;
+		close(fd);
+		return sp_fail(err, "%s: cannot read: %s", path, strerror(e));
+	}
+	if (h->magic != TRACE_RING_MAGIC) {
+		close(fd);
+		return sp_fail(err, "%s: not an sptrace ring (magic %#" PRIx64 ", expected %#llx)",
+			       path, h->magic, TRACE_RING_MAGIC);
+	}
+	if (h->version != TRACE_FORMAT_VERSION) {
+		close(fd);
+		return sp_fail(err, "%s: ring format version %u; this sptrace reads version %d",
+			       path, h->version, TRACE_FORMAT_VERSION);
+	}
+	if (h->header_size < RING_FIXED_HEADER || h->header_size % 8 ||
+	    h->header_size > RING_MAX_HEADER) {
+		close(fd);
+		return sp_fail(err, "%s: corrupt header: header size %u", path, h->header_size);
+	}
+	if (h->capacity == 0 || (h->capacity & (h->capacity - 1)) ||
+	    h->capacity > RING_MAX_CAPACITY) {
+		close(fd);
+		return sp_fail(err, "%s: corrupt header: capacity %" PRIu64 " is not a power of "
+			       "two up to 2^36", path, h->capacity);
+	}
+	if (h->mask != h->capacity - 1) {
+		close(fd);
+		return sp_fail(err, "%s: corrupt header: mask %#" PRIx64 " does not match "
+			       "capacity %" PRIu64, path, h->mask, h->capacity);
+	}
+	if (h->count > RING_MAX_COUNT) {
+		close(fd);
+		return sp_fail(err, "%s: corrupt header: write count %" PRIu64 " is implausible "
+			       "(over 2^56 records)", path, h->count);
+	}
+	need = h->header_size + h->capacity * 8;
+	if ((uint64_t)st.st_size < need) {
+		close(fd);
+		return sp_fail(err, "%s: truncated: %lld bytes, but its header says %" PRIu64
+			       " records (%" PRIu64 " bytes with the header)", path,
+			       (long long)st.st_size, h->capacity, need);
+	}
+	return fd;
+}
+
+static int thread_cmp(const void *a, const void *b)
+{
+	const an_thread *x = a, *y = b;
+
+	return x->tid < y->tid ? -1 : x->tid > y->tid;
+}
+
+static int read_rings(an_trace *t, sp_err *err)
+{
+	DIR *d = opendir(t->dir);
+	struct dirent *de;
+	trace_ring_header h;
+	char path[PATH_MAX];
+	int rc = 0;
+
+	if (!d)
+		return sp_fail(err, "%s: cannot list: %s", t->dir, strerror(errno));
+	while (rc == 0 && (de = readdir(d))) {
+		uint64_t ftid;
+		an_thread *th;
+		int fd;
+
+		if (strncmp(de->d_name, "ring.", 5) != 0)
+			continue;
+		if (parse_u64(de->d_name + 5, 10, &ftid) || ftid > UINT32_MAX) {
+			warn(t, "%s/%s: ignored: not named ring.<tid>", t->dir, de->d_name);
+			continue;
+		}
+		snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name);
+		fd = ring_open(path, &h, err);
+		if (fd < 0) {
+			rc = -1;
+			break;
+		}
+		close(fd);
+		if (sp_grow((void **)&t->threads, &t->capthreads, t->nthreads + 1,
+			    sizeof *t->threads)) {
+			rc = sp_fail(err, "out of memory");
+			break;
+		}
+		th = &t->threads[t->nthreads];
+		memset(th, 0, sizeof *th);
+		th->path = strdup(path);
+		if (!th->path) {
+			rc = sp_fail(err, "out of memory");
+			break;
+		}
+		t->nthreads++;
+		if (h.tid != ftid)
+			warn(t, "%s: its header says thread %u; shown under that id", path, h.tid);
+		th->tid = h.tid;
+		th->pid = h.pid;
+		for (int i = 0; i < 16 && h.thread_name[i]; i++)
+			th->name[i] = isprint((unsigned char)h.thread_name[i]) ? h.thread_name[i] : '?';
+		th->capacity = h.capacity;
+		th->count = h.count;
+		th->lost = h.count > h.capacity ? h.count - h.capacity : 0;
+		th->flags = h.flags;
+		th->start_tsc = h.start_tsc;
+		th->epoch = h.epoch;
+	}
+	closedir(d);
+	if (rc)
+		return rc;
+	if (t->nthreads)
+		qsort(t->threads, t->nthreads, sizeof *t->threads, thread_cmp);
+	/* Tracing began when the first ring was made; meta's clock reading if
+	 * no ring says. */
+	t->start_tsc = 0;
+	for (size_t i = 0; i < t->nthreads; i++)
+		if (t->threads[i].start_tsc &&
+		    (!t->start_tsc || t->threads[i].start_tsc < t->start_tsc))
+			t->start_tsc = t->threads[i].start_tsc;
+	if (!t->start_tsc)
+		t->start_tsc = t->tsc0;
+	if (!t->nthreads)
+		warn(t, "%s: no ring files: no thread wrote a record", t->dir);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open and close                                                            */
+/* ------------------------------------------------------------------------ */
+
+int an_trace_open(const char *dir, an_trace **out, sp_err *err)
+{
+	return an_trace_open_opts(dir, NULL, out, err);
+}
+
+int an_trace_open_opts(const char *dir, const an_open_opts *opt, an_trace **out, sp_err *err)
+{
+	an_open_opts none = { 0 };
+	an_trace *t;
+	struct stat st;
+
+	*out = NULL;
+	if (!opt)
+		opt = &none;
+	if (strlen(dir) > PATH_MAX - 64)
+		return sp_fail(err, "%.100s...: path too long", dir);
+	if (stat(dir, &st) < 0)
+		return sp_fail(err, "%s: %s", dir, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return sp_fail(err, "%s: not a directory (a trace is a directory holding meta, "
+			       "sites and ring.<tid> files)", dir);
+	t = calloc(1, sizeof *t);
+	if (!t || !(t->dir = strdup(dir))) {
+		free(t);
+		return sp_fail(err, "out of memory");
+	}
+	/* The files first, so that a damaged one is reported before the
+	 * modules are analysed (seconds for a large library). */
+	if (read_meta(t, err) < 0 || read_sites(t, err) < 0 || read_rings(t, err) < 0)
+		goto fail;
+	if (!opt->no_modules)
+		for (size_t i = 0; i < t->nmods; i++)
+			load_module(t, &t->mods[i], opt->repo);
+	if (name_sites(t, err) < 0)
+		goto fail;
+	*out = t;
+	return 0;
+fail:
+	an_trace_close(t);
+	return -1;
+}
+
+void an_trace_close(an_trace *t)
+{
+	if (!t)
+		return;
+	free(t->meta_text);
+	free(t->meta);
+	for (size_t i = 0; i < t->nmods; i++)
+		ca_module_free(t->mods[i].ca);
+	free(t->mods);
+	for (size_t i = 1; i < t->nsites; i++)
+		free((char *)t->sites[i].src);
+	free(t->sites);
+	free(t->raw_sites);
+	for (size_t i = 0; i < t->nbad; i++)
+		free(t->bad[i]);
+	free(t->bad);
+	free(t->bad_many);
+	map_free(&t->bad_ids);
+	for (size_t i = 0; i < t->nfuncs; i++) {
+		free((char *)t->funcs[i]->name);
+		free((char *)t->funcs[i]->src);
+		free(t->funcs[i]);
+	}
+	free(t->funcs);
+	map_free(&t->func_ids);
+	for (size_t i = 0; i < t->nthreads; i++)
+		free((char *)t->threads[i].path);
+	free(t->threads);
+	for (size_t i = 0; i < t->nwarn; i++)
+		free(t->warn[i]);
+	free(t->warn);
+	free(t->dir);
+	free(t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Records                                                                   */
+/* ------------------------------------------------------------------------ */
+
+struct an_iter {
+	uint64_t *raw;           /* the ring's records, in slot order */
+	uint64_t mask;
+	size_t n, start, pos;    /* n records, oldest in slot `start` */
+	size_t first_sync;       /* position of the first SYNC, n if none */
+	uint64_t high;           /* current TSC bits 38..63 */
+	const an_site_info *sites;
+	size_t nsites;
+	an_iter_stats st;
+};
+
+static int is_sync(uint64_t r)
+{
+	return trace_rec_kind(r) == TRACE_SYNC && (r >> 28) == 0;
+}
+
+int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
+{
+	trace_ring_header h;
+	an_iter *it;
+	int fd;
+
+	*out = NULL;
+	fd = ring_open(th->path, &h, err);
+	if (fd < 0)
+		return -1;
+	it = calloc(1, sizeof *it);
+	if (it) {
+		/* Counts from this read, not from an_trace_open: a live agent goes on. */
+		it->n = (size_t)(h.count < h.capacity ? h.count : h.capacity);
+		it->raw = malloc(it->n ? it->n * 8 : 8);
+	}
+	if (!it || !it->raw) {
+		free(it);
+		close(fd);
+		return sp_fail(err, "%s: out of memory for %" PRIu64 " records", th->path,
+			       h.capacity);
+	}
+	if (read_full(fd, it->raw, it->n * 8, h.header_size) < 0) {
+		int e = errno;
+		free(it->raw);
+		free(it);
+		close(fd);
+		return sp_fail(err, "%s: cannot read records: %s", th->path, strerror(e));
+	}
+	close(fd);
+	it->mask = h.capacity - 1;
+	it->start = h.count > h.capacity ? (size_t)(h.count & it->mask) : 0;
+	it->sites = t->sites;
+	it->nsites = t->nsites;
+	it->first_sync = it->n;
+	if (h.count <= h.capacity) {
+		/* The ring starts with a SYNC; start_tsc covers a writer that did not. */
+		it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
+	} else {
+		for (size_t i = 0; i < it->n; i++)
+			if (is_sync(it->raw[(it->start + i) & it->mask])) {
+				it->first_sync = i;
+				break;
+			}
+		if (it->first_sync == it->n) {
+			it->high = h.epoch;
+		} else {
+			uint64_t hi = trace_sync_high(it->raw[(it->start + it->first_sync) & it->mask]);
+			it->high = hi ? hi - 1 : 0;
+		}
+	}
+	*out = it;
+	return 0;
+}
+
+int an_iter_next(an_iter *it, an_record *r)
+{
+	while (it->pos < it->n) {
+		size_t i = it->pos++;
+		uint64_t raw = it->raw[(it->start + i) & it->mask];
+		unsigned kind = trace_rec_kind(raw);
+
+		if (kind == TRACE_SYNC) {
+			if (is_sync(raw))
+				it->high = trace_sync_high(raw);
+			else
+				it->st.nbad_syncs++;
+			continue;
+		}
+		r->kind = kind;
+		r->id = trace_rec_id(raw);
+		r->tsc = it->high << TRACE_TSC_LOW_BITS | trace_rec_tsc_low(raw);
+		if (i < it->first_sync && it->first_sync < it->n)
+			it->st.nguessed++;
+		if (kind != TRACE_EVENT && (r->id >= it->nsites || !it->sites[r->id].valid))
+			it->st.nbad_sites++;
+		it->st.nrecords++;
+		it->st.last_tsc = r->tsc;
+		return 1;
+	}
+	return 0;
+}
+
+const an_iter_stats *an_iter_stats_get(const an_iter *it)
+{
+	return &it->st;
+}
+
+void an_iter_close(an_iter *it)
+{
+	if (!it)
+		return;
+	free(it->raw);
+	free(it);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Clocks                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static __int128 ticks_ns(const an_trace *t, __int128 ticks)
+{
+	return ticks * 1000000000 / (__int128)t->tsc_hz;
+}
+
+static int64_t clamp64(__int128 v)
+{
+	return v > INT64_MAX ? INT64_MAX : v < INT64_MIN ? INT64_MIN : (int64_t)v;
+}
+
+uint64_t an_tsc_ns(const an_trace *t, uint64_t a, uint64_t b)
+{
+	__int128 ns = b > a ? ticks_ns(t, (__int128)(b - a)) : 0;
+
+	return ns > (__int128)UINT64_MAX ? UINT64_MAX : (uint64_t)ns;
+}
+
+int64_t an_realtime_ns(const an_trace *t, uint64_t tsc)
+{
+	return clamp64(t->real0 + ticks_ns(t, (__int128)tsc - (__int128)t->tsc0));
+}
+
+int64_t an_monotonic_ns(const an_trace *t, uint64_t tsc)
+{
+	return clamp64(t->mono0 + ticks_ns(t, (__int128)tsc - (__int128)t->tsc0));
+}
+
+/* ------------------------------------------------------------------------ */
+/* For printers                                                              */
+/* ------------------------------------------------------------------------ */
+
+int an_select_threads(const an_trace *t, const char *list, unsigned char *sel, sp_err *err)
+{
+	const char *p = list;
+
+	memset(sel, 0, t->nthreads);
+	for (;;) {
+		char *end;
+		unsigned long long tid;
+		int found = 0;
+
+		if (!isdigit((unsigned char)*p))
+			return sp_fail(err, "'%s' is not a thread id or a comma-separated list of them",
+				       list);
+		errno = 0;
+		tid = strtoull(p, &end, 10);
+		if (errno || tid > UINT32_MAX || (*end && *end != ','))
+			return sp_fail(err, "'%s' is not a thread id or a comma-separated list of them",
+				       list);
+		for (size_t i = 0; i < t->nthreads; i++)
+			if (t->threads[i].tid == tid)
+				sel[i] = found = 1;
+		if (!found) {
+			char have[256] = "";
+			size_t len = 0;
+
+			for (size_t i = 0; i < t->nthreads && len + 16 < sizeof have; i++)
+				len += (size_t)snprintf(have + len, sizeof have - len, "%s%u",
+							i ? ", " : "", t->threads[i].tid);
+			if (t->nthreads && len + 16 >= sizeof have)
+				snprintf(have + len, sizeof have - len, ", ...");
+			return sp_fail(err, "%s: no thread %llu in this trace (it has %s)", t->dir, tid,
+				       t->nthreads ? have : "none");
+		}
+		if (!*end)
+			return 0;
+		p = end + 1;
+	}
+}
+
+char *an_fmt_duration(uint64_t ns, char buf[24])
+{
+	if (ns < 1000000ull)
+		snprintf(buf, 24, "%4" PRIu64 ".%03" PRIu64 " us", ns / 1000, ns % 1000);
+	else if (ns < 1000000000ull)
+		snprintf(buf, 24, "%4" PRIu64 ".%03" PRIu64 " ms", ns / 1000000,
+			 ns / 1000 % 1000);
+	else
+		snprintf(buf, 24, "%4" PRIu64 ".%03" PRIu64 "  s", ns / 1000000000,
+			 ns / 1000000 % 1000);
+	return buf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Calls                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct calls_build {
+	an_trace *t;
+	an_call *c;
+	size_t n, cap;
+	size_t *stack;           /* indices of open AN_CALL items */
+	size_t depth, capstack;
+	map open;                /* site id -> number of open calls of it */
+} calls_build;
+
+static an_call *call_add(calls_build *b, uint32_t kind, uint32_t id, uint64_t tsc)
+{
+	an_call *c;
+
+	if (sp_grow((void **)&b->c, &b->cap, b->n + 1, sizeof *b->c))
+		return NULL;
+	c = &b->c[b->n++];
+	*c = (an_call){ kind, 0, id, (uint32_t)(b->depth > UINT32_MAX ? UINT32_MAX : b->depth),
+			0, tsc, tsc };
+	return c;
+}
+
+/* Close the innermost open call. */
+static void call_close(calls_build *b, uint32_t end, uint64_t tsc)
+{
+	an_call *c = &b->c[b->stack[--b->depth]];
+	map_slot *s = map_find(&b->open, c->id, 0);
+
+	c->end = end;
+	c->t1 = tsc;
+	c->last = b->n;
+	if (s)
+		s->val--;
+}
+
+static int site_is_tail(const an_trace *t, uint32_t id)
+{
+	return id < t->nsites && t->sites[id].valid && an_site_is_tail(&t->sites[id]);
+}
+
+static int calls_record(calls_build *b, const an_record *r)
+{
+	map_slot *s;
+
+	switch (r->kind) {
+	case TRACE_ENTRY:
+		if (!call_add(b, AN_CALL, r->id, r->tsc) ||
+		    sp_grow((void **)&b->stack, &b->capstack, b->depth + 1, sizeof *b->stack) ||
+		    !(s = map_get(&b->open, r->id, 0)))
+			return -1;
+		s->val++;
+		b->stack[b->depth++] = b->n - 1;
+		return 0;
+	case TRACE_EXIT:
+		s = map_find(&b->open, r->id, 0);
+		if (!s || !s->val)
+			return call_add(b, AN_EXIT_ONLY, r->id, r->tsc) ? 0 : -1;
+		/* The innermost open call of this site, at k.  Above it: first the
+		 * callees of tail jumps, which return with it; then calls left
+		 * without their exit (longjmp, exception). */
+		size_t k = b->depth - 1, j;
+
+		while (b->c[b->stack[k]].id != r->id)
+			k--;
+		for (j = k + 1; j < b->depth && site_is_tail(b->t, b->c[b->stack[j]].id); j++)
+			;
+		while (b->depth > j)
+			call_close(b, AN_END_UNWOUND, r->tsc);
+		while (b->depth > k + 1)
+			call_close(b, AN_END_TAIL, r->tsc);
+		call_close(b, AN_END_EXIT, r->tsc);
+		return 0;
+	default:
+		return call_add(b, AN_EVENT, r->id, r->tsc) ? 0 : -1;
+	}
+}
+
+int an_thread_calls(an_trace *t, const an_thread *th, an_call **out, size_t *n,
+		    an_iter_stats *stats, sp_err *err)
+{
+	calls_build b = { .t = t };
+	an_iter *it;
+	an_record r;
+	int rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (an_iter_open(t, th, &it, err) < 0)
+		return -1;
+	while (rc == 0 && an_iter_next(it, &r))
+		rc = calls_record(&b, &r);
+	if (rc == 0)
+		while (b.depth)
+			call_close(&b, AN_END_TRACE, an_iter_stats_get(it)->last_tsc);
+	if (stats)
+		*stats = *an_iter_stats_get(it);
+	an_iter_close(it);
+	free(b.stack);
+	map_free(&b.open);
+	if (rc) {
+		free(b.c);
+		return sp_fail(err, "%s: out of memory building the call tree", th->path);
+	}
+	*out = b.c;
+	*n = b.n;
+	return 0;
+}

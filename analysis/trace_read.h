@@ -1,0 +1,229 @@
+/*
+ * trace_read.h — read a trace directory (format: common/trace_format.h).
+ *
+ * an_trace_open() reads and checks everything a reader needs before it prints
+ * a line: the meta file, the sites file, the header of every ring file, and
+ * the code analysis of every module (from the repository, else by analysing
+ * the module's file).  A malformed meta, a missing sites file or a truncated
+ * or corrupt ring is an error naming the file.  Damage that costs only part of
+ * the trace (a site id the sites file does not have, a module whose file is
+ * gone) is a warning, kept in the trace (an_trace_warning) and repeated to
+ * whoever prints.
+ *
+ * Records are read one thread at a time (a ring is 16 MiB by default):
+ * an_iter yields a thread's records oldest first with the full TSC rebuilt
+ * from the 38 stored bits and the SYNC records, and an_thread_calls() pairs
+ * entries with exits into a call tree.  Time conversions use the clocks in
+ * meta.  Names come from an_site() and an_func().
+ *
+ * Nothing here is thread-safe: one an_trace per thread of the reader.
+ */
+#ifndef AN_TRACE_READ_H
+#define AN_TRACE_READ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codeanalysis.h"
+#include "sp.h"
+#include "trace_format.h"
+
+#define AN_NONE UINT32_MAX
+
+typedef struct an_trace an_trace;
+
+typedef struct an_open_opts {
+	const char *repo;        /* repository directory; NULL: ca_repo_default_dir() */
+	int no_modules;          /* skip code analysis: name functions by address */
+} an_open_opts;
+
+/* Open the trace directory `dir`.  Returns 0 and *out, or -1 with err naming
+ * the file and the problem.  an_trace_open uses the default options. */
+int an_trace_open(const char *dir, an_trace **out, sp_err *err);
+int an_trace_open_opts(const char *dir, const an_open_opts *opt, an_trace **out, sp_err *err);
+void an_trace_close(an_trace *t);
+
+const char *an_trace_dir(const an_trace *t);
+/* The value of the first meta line with this key, NULL if there is none.
+ * (Module lines are read through an_trace_module.) */
+const char *an_trace_meta(const an_trace *t, const char *key);
+/* Warnings: damage that costs part of the trace, each naming its file. */
+size_t an_trace_nwarnings(const an_trace *t);
+const char *an_trace_warning(const an_trace *t, size_t i);
+
+/* ---- modules ("module <index> <path> <key> <bias-hex>" lines of meta) ---- */
+
+typedef struct an_module {
+	uint32_t index;          /* as in meta; trace_site refers to it */
+	const char *path;
+	const char *key;         /* build-id hex or "sha256-<hex>" */
+	uint64_t bias;           /* run-time address = link-time address + bias */
+	const ca_module *ca;     /* NULL when no analysis of this module was found */
+} an_module;
+
+size_t an_trace_nmodules(const an_trace *t);
+const an_module *an_trace_module(const an_trace *t, size_t i);
+
+/* ---- threads (one ring file each), sorted by tid ---- */
+
+typedef struct an_thread {
+	uint32_t tid, pid;
+	char name[17];           /* thread name from the ring header, "" if none */
+	const char *path;        /* the ring file */
+	uint64_t capacity;       /* records the ring holds */
+	uint64_t count;          /* records ever written */
+	uint64_t lost;           /* the oldest records, overwritten: count - capacity */
+	uint64_t flags;          /* TRACE_RING_* */
+	uint64_t start_tsc;      /* TSC when the ring was created */
+	uint64_t epoch;          /* TSC bits 38..63 of the last SYNC written */
+} an_thread;
+
+size_t an_trace_nthreads(const an_trace *t);
+const an_thread *an_trace_thread(const an_trace *t, size_t i);
+/* The thread with this tid, NULL if the trace has none. */
+const an_thread *an_trace_thread_by_tid(const an_trace *t, uint32_t tid);
+
+/* ---- records ---- */
+
+/* One record with its full timestamp.  SYNC records are consumed by the
+ * iterator and never returned. */
+typedef struct an_record {
+	uint64_t tsc;            /* the full TSC */
+	uint32_t id;             /* site id (ENTRY, EXIT) or enum trace_event (EVENT) */
+	uint32_t kind;           /* TRACE_ENTRY, TRACE_EXIT or TRACE_EVENT */
+} an_record;
+
+/* What an iteration found, complete once an_iter_next() returned 0. */
+typedef struct an_iter_stats {
+	size_t nrecords;         /* records returned */
+	size_t nguessed;         /* records whose TSC bits 38..63 were inferred (below) */
+	size_t nbad_sites;       /* ENTRY/EXIT records naming no site of the sites file */
+	size_t nbad_syncs;       /* SYNC records with stray bits set (ignored) */
+	uint64_t last_tsc;       /* TSC of the newest record returned */
+} an_iter_stats;
+
+/*
+ * Rebuilding the full TSC.  A record holds TSC bits 0..37; the writer puts a
+ * SYNC record (bits 38..63) before any record whose high bits differ from the
+ * last SYNC, and one at the start of every ring.  Every record after a
+ * surviving SYNC is therefore exact.  Only in a ring that wrapped can records
+ * precede the oldest surviving SYNC:
+ *   - with no SYNC left at all, their high bits are the header's `epoch` (the
+ *     last SYNC written), which is exact;
+ *   - otherwise they are taken as one less than that SYNC's, which is exact
+ *     unless the thread wrote nothing for more than 2^38 cycles (~90 s) just
+ *     there; these records are counted in nguessed.
+ */
+typedef struct an_iter an_iter;
+
+/* Read the ring of thread `th` (a snapshot: a live agent may go on writing). */
+int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err);
+/* 1 and *r: the next record; 0: no more. */
+int an_iter_next(an_iter *it, an_record *r);
+const an_iter_stats *an_iter_stats_get(const an_iter *it);
+void an_iter_close(an_iter *it);
+
+/* ---- clocks (meta tsc_hz, tsc0, mono0_ns, real0_ns) ---- */
+
+/* Nanoseconds from TSC a to TSC b (0 if b < a). */
+uint64_t an_tsc_ns(const an_trace *t, uint64_t a, uint64_t b);
+/* CLOCK_REALTIME / CLOCK_MONOTONIC nanoseconds at TSC `tsc`. */
+int64_t an_realtime_ns(const an_trace *t, uint64_t tsc);
+int64_t an_monotonic_ns(const an_trace *t, uint64_t tsc);
+/* When tracing began: the earliest ring creation (meta tsc0 if no ring). */
+uint64_t an_trace_start_tsc(const an_trace *t);
+
+/* ---- names ---- */
+
+/*
+ * A function: a callee or caller of some site.  Its name is the symbol or the
+ * analyser's sub_<addr>; when the module has no analysis, "<file>+0x<addr>";
+ * when meta has no module of that index, "?module<N>+0x<addr>"; an indirect
+ * call whose callee the agent did not know is "<indirect@<caller>+0x<off>>";
+ * a site id the sites file does not hold is "?site <N>".
+ */
+typedef struct an_func {
+	const char *name;
+	const char *src;         /* "file:line" of its entry, "" if unknown */
+	uint32_t module;         /* meta module index, AN_NONE if not a function */
+	uint64_t addr;           /* link-time entry address */
+} an_func;
+
+typedef struct an_site_info {
+	uint32_t callee;         /* an_func index: what an ENTRY of this site enters */
+	uint32_t caller;         /* an_func index, AN_NONE for a root or a bad id */
+	const char *src;         /* "file:line" of the call instruction, "" if unknown */
+	uint64_t addr;           /* link-time address of the call instruction */
+	uint32_t kind;           /* enum ca_site_kind (0 for a root or a bad id) */
+	uint32_t flags;          /* TRACE_SITE_* */
+	int valid;               /* 0: the sites file has no such id */
+} an_site_info;
+
+/* A tail jump: the agent records its ENTRY only (see an_thread_calls). */
+int an_site_is_tail(const an_site_info *s);
+
+/* Site `id`, never NULL: an id the sites file lacks (beyond its end, or a
+ * record still all zero: the agent writes records at their offsets, so a
+ * crash can leave holes) gets a "?site N" entry, made on first use.  After
+ * 4096 such ids, further ones share one entry named "?site".  Pointers from
+ * an_site and an_func stay valid until an_trace_close. */
+const an_site_info *an_site(an_trace *t, uint32_t id);
+size_t an_nsites(const an_trace *t);     /* valid ids are 1 .. an_nsites()-1 */
+size_t an_nfuncs(const an_trace *t);
+const an_func *an_func_get(const an_trace *t, uint32_t i);
+/* The name of a TRACE_EVENT id: "activate", "signal", ...; "event <N>"
+ * for one this reader does not know (buf is used then). */
+const char *an_event_name(uint32_t id, char *buf, size_t len);
+
+/* ---- for printers ---- */
+
+/* Mark in sel[] (an_trace_nthreads entries) the threads of a list of thread
+ * ids "TID[,TID...]".  -1 with err for a malformed list or a tid the trace
+ * does not have. */
+int an_select_threads(const an_trace *t, const char *list, unsigned char *sel, sp_err *err);
+/* A duration as uftrace prints it, 11 characters wide: "   0.512 us",
+ * " 120.000 ms", "   2.500  s".  Returns buf. */
+char *an_fmt_duration(uint64_t ns, char buf[24]);
+
+/* ---- calls ---- */
+
+enum an_call_kind {
+	AN_CALL = 1,             /* an ENTRY, with its EXIT or closed otherwise */
+	AN_EVENT,                /* a TRACE_EVENT record */
+	AN_EXIT_ONLY,            /* an EXIT matching no open entry */
+};
+
+enum an_call_end {
+	AN_END_EXIT = 1,         /* its EXIT record */
+	AN_END_TRACE,            /* no exit: the thread's records end first */
+	AN_END_UNWOUND,          /* no exit: an outer call's EXIT came first
+				    (longjmp or exception); t1 is that exit */
+	AN_END_TAIL,             /* entered by a tail jump: it returned to its
+				    caller's caller, at the caller's EXIT (t1) */
+};
+
+typedef struct an_call {
+	uint32_t kind;           /* enum an_call_kind */
+	uint32_t end;            /* AN_CALL: enum an_call_end */
+	uint32_t id;             /* site id, or event id for AN_EVENT */
+	uint32_t depth;          /* 0 = outermost */
+	size_t last;             /* AN_CALL: index one past its last nested item */
+	uint64_t t0, t1;         /* TSC of the entry and the end (t1 == t0 if not AN_CALL) */
+} an_call;
+
+/*
+ * The thread's records as a call tree in pre-order: an AN_CALL item is
+ * followed by the items nested in it, up to index `last`.  An EXIT closes the
+ * innermost open call of the same site.  Calls opened after that one end
+ * with it: those entered by a tail jump directly on top of it are AN_END_TAIL
+ * (a tail jump has no EXIT of its own: its callee returns for the caller);
+ * all others are AN_END_UNWOUND.  An EXIT of a site with no open call is
+ * AN_EXIT_ONLY (its entry was overwritten, or happened before tracing began).
+ * Calls still open at the end are AN_END_TRACE with t1 = the thread's last
+ * record.
+ * *out is malloc'ed (free it); *stats, if not NULL, gets the iteration's.
+ */
+int an_thread_calls(an_trace *t, const an_thread *th, an_call **out, size_t *n,
+		    an_iter_stats *stats, sp_err *err);
+
+#endif

@@ -1,0 +1,363 @@
+/*
+ * cmd_replay.c — `sptrace replay`: each thread's calls as an indented tree,
+ * in uftrace's replay layout (duration, thread id, function).
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace_read.h"
+
+static const char help[] =
+	"usage: sptrace replay [OPTIONS] DIR\n"
+	"\n"
+	"Print the calls each traced thread made, as a tree, thread after thread:\n"
+	"\n"
+	"  # DURATION     TID     FUNCTION\n"
+	"              [ 1234] | main() {\n"
+	"     0.512 us [ 1234] |   b();\n"
+	"     1.234 us [ 1234] | } /* main */\n"
+	"\n"
+	"A call without nested calls prints as 'f();' with its duration; others\n"
+	"open with 'f() {' and close with '} /* f */' and the duration.  Marks:\n"
+	"  (no exit: the trace ended)     still running when the records end; the\n"
+	"                                 duration runs to the thread's last record\n"
+	"  (no exit: unwound by longjmp or exception)\n"
+	"                                 an outer call returned first; the duration\n"
+	"                                 runs to that return\n"
+	"  (exit without a recorded entry)  the call began before the records do\n"
+	"  /* activate */, /* signal */ ...  events of the thread\n"
+	"  /* N records lost ... */       the ring was full and overwrote its oldest\n"
+	"A function reached by a tail jump returns with its caller: its duration\n"
+	"runs to the caller's return.\n"
+	"\n"
+	"options:\n"
+	"  --tid TID[,TID...]  only these threads\n"
+	"  --depth N           only calls nested less than N deep (N >= 1); the\n"
+	"                      deepest shown print as 'f();' with their whole time\n"
+	"  --since TIME        only calls running at or after TIME\n"
+	"  --until TIME        only calls running at or before TIME\n"
+	"                      TIME is seconds since tracing began (the first ring\n"
+	"                      was made), with an optional unit: 1.5, 1.5s, 200ms,\n"
+	"                      30us, 100ns; or @SECONDS, an absolute CLOCK_REALTIME\n"
+	"                      time (seconds since the epoch, as 'date +%s.%N')\n"
+	"  --srcline           add the callee's file:line to each call\n"
+	"  --repo DIR          code-analysis repository (default: $SPTRACE_REPO, else\n"
+	"                      /var/lib/sptrace/repo as root, ~/.cache/sptrace/repo)\n"
+	"  -h, --help          this text\n"
+	"\n"
+	"Functions are named from the code analysis of each traced module: the\n"
+	"repository's entry for its build-id, else the analysis of the module's\n"
+	"file (stored in the repository), if it is still the traced one.\n";
+
+typedef struct time_bound {
+	int set, absolute;
+	int64_t ns;              /* since tracing began, or CLOCK_REALTIME */
+} time_bound;
+
+typedef struct replay_opts {
+	const char *tids;
+	uint32_t max_depth;      /* 0: no limit */
+	time_bound since, until;
+	int srcline;
+	an_open_opts open;
+} replay_opts;
+
+/* What one thread's printing needs. */
+typedef struct printer {
+	an_trace *t;
+	const an_thread *th;
+	const replay_opts *o;
+	const an_call *c;
+	size_t n;
+	size_t *open;            /* calls whose lines are begun, innermost last */
+	unsigned char *opened;   /* per entry of open[]: "f() {" printed */
+	size_t nopen;
+} printer;
+
+/*
+ * TIME: "[@]DIGITS[.DIGITS][unit]", unit s (default), ms, us or ns; '@'
+ * means CLOCK_REALTIME seconds (no unit).  Parsed exactly, not as a double,
+ * so that nanoseconds of an epoch time survive.
+ */
+static int parse_time(const char *s, time_bound *b)
+{
+	static const struct { const char *name; int64_t ns; } units[] = {
+		{ "", 1000000000 }, { "s", 1000000000 }, { "ms", 1000000 },
+		{ "us", 1000 }, { "ns", 1 },
+	};
+	int64_t whole = 0, frac = 0, scale = 1;
+	const char *p = s;
+
+	b->absolute = *p == '@';
+	p += b->absolute;
+	if (!isdigit((unsigned char)*p))
+		return -1;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (whole > (INT64_MAX - 9) / 10)
+			return -1;
+		whole = whole * 10 + (*p - '0');
+	}
+	if (*p == '.')
+		for (p++; isdigit((unsigned char)*p); p++)
+			if (scale < 1000000000) {
+				frac = frac * 10 + (*p - '0');
+				scale *= 10;
+			}
+	for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+		if (strcmp(p, units[i].name) != 0 || (b->absolute && *p))
+			continue;
+		if (whole > INT64_MAX / units[i].ns - 1)
+			return -1;
+		b->ns = whole * units[i].ns + (int64_t)((__int128)frac * units[i].ns / scale);
+		b->set = 1;
+		return 0;
+	}
+	return -1;
+}
+
+/* Where `tsc` falls for the --since/--until bounds. */
+static int64_t bound_time(const an_trace *t, const time_bound *b, uint64_t tsc)
+{
+	if (b->absolute)
+		return an_realtime_ns(t, tsc);
+	uint64_t start = an_trace_start_tsc(t);
+	return tsc >= start ? (int64_t)an_tsc_ns(t, start, tsc) : -(int64_t)an_tsc_ns(t, tsc, start);
+}
+
+static int visible(const printer *p, const an_call *c)
+{
+	const replay_opts *o = p->o;
+
+	if (o->max_depth && c->depth >= o->max_depth)
+		return 0;
+	if (o->since.set && bound_time(p->t, &o->since, c->t1) < o->since.ns)
+		return 0;
+	if (o->until.set && bound_time(p->t, &o->until, c->t0) > o->until.ns)
+		return 0;
+	return 1;
+}
+
+static void line(const printer *p, const char *dur, uint32_t depth, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void line(const printer *p, const char *dur, uint32_t depth, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%11s [%5u] | %*s", dur, p->th->tid, (int)(depth > 1000 ? 2000 : depth * 2), "");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+}
+
+static const an_func *callee(const printer *p, uint32_t site)
+{
+	return an_func_get(p->t, an_site(p->t, site)->callee);
+}
+
+static void srcline(const printer *p, const an_func *f, char *buf, size_t len)
+{
+	if (p->o->srcline && f->src[0])
+		snprintf(buf, len, " /* %s */", f->src);
+	else
+		buf[0] = '\0';
+}
+
+/* Print "f() {" for the begun calls that have not printed it yet. */
+static void open_pending(printer *p)
+{
+	char src[4300];
+
+	for (size_t i = 0; i < p->nopen; i++) {
+		const an_call *c = &p->c[p->open[i]];
+		const an_func *f;
+
+		if (p->opened[i])
+			continue;
+		f = callee(p, c->id);
+		srcline(p, f, src, sizeof src);
+		line(p, "", c->depth, "%s() {%s", f->name, src);
+		p->opened[i] = 1;
+	}
+}
+
+/* Finish the innermost begun call: its closing line, or its only line. */
+static void close_call(printer *p)
+{
+	const an_call *c = &p->c[p->open[--p->nopen]];
+	const an_func *f = callee(p, c->id);
+	const char *why = c->end == AN_END_TRACE ? "no exit: the trace ended"
+			  : c->end == AN_END_UNWOUND ? "no exit: unwound by longjmp or exception"
+			  : NULL;
+	char dur[24], src[4300];
+
+	an_fmt_duration(an_tsc_ns(p->t, c->t0, c->t1), dur);
+	if (p->opened[p->nopen]) {
+		if (why)
+			line(p, dur, c->depth, "} /* %s (%s) */", f->name, why);
+		else
+			line(p, dur, c->depth, "} /* %s */", f->name);
+		return;
+	}
+	srcline(p, f, src, sizeof src);
+	if (why)
+		line(p, dur, c->depth, "%s();%s /* %s */", f->name, src, why);
+	else
+		line(p, dur, c->depth, "%s();%s", f->name, src);
+}
+
+/*
+ * Print the tree.  A call's first line waits until something nested in it is
+ * printed: if nothing is (no nested calls, or all filtered out), the call is
+ * a leaf and prints as one "f();" line.
+ */
+static void print_calls(printer *p)
+{
+	char name[40];
+
+	for (size_t i = 0; i < p->n; i++) {
+		const an_call *c = &p->c[i];
+
+		while (p->nopen && p->c[p->open[p->nopen - 1]].last <= i)
+			close_call(p);
+		if (!visible(p, c)) {
+			if (c->kind == AN_CALL)
+				i = c->last - 1;
+			continue;
+		}
+		open_pending(p);
+		if (c->kind == AN_CALL) {
+			p->opened[p->nopen] = 0;
+			p->open[p->nopen++] = i;
+		} else if (c->kind == AN_EVENT) {
+			line(p, "", c->depth, "/* %s */", an_event_name(c->id, name, sizeof name));
+		} else {
+			line(p, "", c->depth, "} /* %s (exit without a recorded entry) */",
+			     callee(p, c->id)->name);
+		}
+	}
+	while (p->nopen)
+		close_call(p);
+}
+
+static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
+{
+	printer p = { .t = t, .th = th, .o = o };
+	an_call *calls;
+	an_iter_stats st;
+	sp_err err;
+
+	if (an_thread_calls(t, th, &calls, &p.n, &st, &err) < 0)
+		return cli_error("replay: %s", err.msg);
+	p.c = calls;
+	/* The open stack is never deeper than the tree. */
+	p.open = malloc((p.n + 1) * sizeof *p.open);
+	p.opened = malloc(p.n + 1);
+	if (!p.open || !p.opened) {
+		free(p.open);
+		free(p.opened);
+		free(calls);
+		return cli_error("replay: %s: out of memory", th->path);
+	}
+	if (th->lost)
+		line(&p, "", 0, "/* %" PRIu64 " records lost: the ring was full and overwrote "
+		     "its oldest */", th->lost);
+	print_calls(&p);
+	fflush(stdout);
+	if (st.nbad_sites)
+		fprintf(stderr, "sptrace: replay: warning: %s: %zu records name site ids the "
+			"sites file (ids 1-%zu) does not have; shown as '?site <id>'\n",
+			th->path, st.nbad_sites, an_nsites(t) ? an_nsites(t) - 1 : 0);
+	if (st.nbad_syncs)
+		fprintf(stderr, "sptrace: replay: warning: %s: %zu malformed SYNC records ignored; "
+			"times after them may be off by multiples of 2^38 TSC ticks\n",
+			th->path, st.nbad_syncs);
+	free(p.open);
+	free(p.opened);
+	free(calls);
+	return 0;
+}
+
+int cmd_replay(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "tid", required_argument, 0, 't' },   { "depth", required_argument, 0, 'D' },
+		{ "since", required_argument, 0, 'S' }, { "until", required_argument, 0, 'U' },
+		{ "srcline", no_argument, 0, 'l' },     { "repo", required_argument, 0, 'r' },
+		{ "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 },
+	};
+	replay_opts o;
+	an_trace *t;
+	unsigned char *sel;
+	sp_err err;
+	char *end;
+	int c, rc = 0;
+
+	memset(&o, 0, sizeof o);
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+		switch (c) {
+		case 't': o.tids = optarg; break;
+		case 'D': {
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (!isdigit((unsigned char)*optarg) || *end || v < 1 || v > UINT32_MAX)
+				return cli_error("replay: --depth '%s': give a whole number of "
+						 "levels, 1 or more", optarg), 2;
+			o.max_depth = (uint32_t)v;
+			break;
+		}
+		case 'S':
+		case 'U':
+			if (parse_time(optarg, c == 'S' ? &o.since : &o.until) < 0)
+				return cli_error("replay: --%s '%s': give seconds since tracing "
+						 "began (1.5, 200ms, 30us) or @EPOCH-SECONDS",
+						 c == 'S' ? "since" : "until", optarg), 2;
+			break;
+		case 'l': o.srcline = 1; break;
+		case 'r': o.open.repo = optarg; break;
+		case 'h': fputs(help, stdout); return 0;
+		case ':':
+			return cli_error("replay: option '%s' needs a value; see 'sptrace replay "
+					 "--help'", argv[optind - 1]), 2;
+		default:
+			return cli_error("replay: unknown option '%s'; see 'sptrace replay --help'",
+					 argv[optind - 1]), 2;
+		}
+	}
+	if (optind != argc - 1)
+		return cli_error("replay: %s; see 'sptrace replay --help'",
+				 optind >= argc ? "no trace directory given"
+				 : "give one trace directory"), 2;
+	if (o.since.set && o.until.set && o.since.absolute == o.until.absolute &&
+	    o.since.ns > o.until.ns)
+		return cli_error("replay: --since is after --until: nothing to show"), 2;
+	if (an_trace_open_opts(argv[optind], &o.open, &t, &err) < 0)
+		return cli_error("replay: %s", err.msg);
+	sel = malloc(an_trace_nthreads(t) + 1);
+	if (!sel) {
+		an_trace_close(t);
+		return cli_error("replay: out of memory");
+	}
+	memset(sel, 1, an_trace_nthreads(t) + 1);
+	if (o.tids && an_select_threads(t, o.tids, sel, &err) < 0) {
+		free(sel);
+		an_trace_close(t);
+		return cli_error("replay: --tid: %s", err.msg);
+	}
+	for (size_t i = 0; i < an_trace_nwarnings(t); i++)
+		fprintf(stderr, "sptrace: replay: warning: %s\n", an_trace_warning(t, i));
+	printf("# DURATION     TID     FUNCTION\n");
+	for (size_t i = 0; i < an_trace_nthreads(t) && !rc; i++)
+		if (sel[i])
+			rc = replay_thread(t, an_trace_thread(t, i), &o);
+	free(sel);
+	an_trace_close(t);
+	return rc;
+}

@@ -1,0 +1,275 @@
+/*
+ * cmd_report.c — `sptrace report`: time per function over the traced
+ * threads (total, self, calls), in uftrace's report layout.
+ */
+#include "cli.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace_read.h"
+
+static const char help[] =
+	"usage: sptrace report [OPTIONS] DIR\n"
+	"\n"
+	"For each function called in the trace: its total time (from entry to\n"
+	"exit, counted once for recursive calls: only the outermost), its self\n"
+	"time (total minus the calls it made) and how often it was called, summed\n"
+	"over the threads, largest total first:\n"
+	"\n"
+	"    Total time   Self time       Calls  Function\n"
+	"    ==========  ==========  ==========  ====================\n"
+	"     10.293 ms    9.000 us           1  main\n"
+	"\n"
+	"A call with no exit (the trace ended first, or a longjmp or exception\n"
+	"unwound it) counts until the thread's last record or the outer call's\n"
+	"return; an exit whose entry is not in the trace is not counted.  Notes\n"
+	"after the table say how many of each there were.\n"
+	"\n"
+	"options:\n"
+	"  --sort KEY          total (default), self or calls\n"
+	"  --tid TID[,TID...]  only these threads\n"
+	"  --repo DIR          code-analysis repository (default: $SPTRACE_REPO, else\n"
+	"                      /var/lib/sptrace/repo as root, ~/.cache/sptrace/repo)\n"
+	"  -h, --help          this text\n";
+
+enum sort_key { SORT_TOTAL, SORT_SELF, SORT_CALLS };
+
+/* Per function, in TSC ticks. */
+typedef struct func_stat {
+	uint64_t total, self, calls;
+	uint32_t active;         /* open calls right now (recursion) */
+	uint32_t func;
+} func_stat;
+
+typedef struct report {
+	an_trace *t;
+	func_stat *fs;
+	size_t nfs;
+	uint64_t no_exit, exit_only, lost;
+	size_t lost_threads;
+} report;
+
+/* An open call while walking a thread's tree. */
+typedef struct frame {
+	size_t idx;
+	uint32_t func;
+	uint64_t dur, children;
+} frame;
+
+static func_stat *stat_of(report *r, uint32_t func)
+{
+	if (func >= r->nfs) {
+		size_t n = an_nfuncs(r->t) > func ? an_nfuncs(r->t) : (size_t)func + 1;
+		func_stat *fs = realloc(r->fs, n * sizeof *fs);
+
+		if (!fs)
+			return NULL;
+		memset(fs + r->nfs, 0, (n - r->nfs) * sizeof *fs);
+		for (size_t i = r->nfs; i < n; i++)
+			fs[i].func = (uint32_t)i;
+		r->fs = fs;
+		r->nfs = n;
+	}
+	return &r->fs[func];
+}
+
+static void frame_done(report *r, const frame *f)
+{
+	func_stat *s = &r->fs[f->func];
+
+	s->self += f->dur > f->children ? f->dur - f->children : 0;
+	s->active--;
+}
+
+static int add_thread(report *r, const an_thread *th)
+{
+	an_call *c;
+	size_t n, depth = 0;
+	frame *stack;
+	an_iter_stats st;
+	sp_err err;
+
+	if (an_thread_calls(r->t, th, &c, &n, &st, &err) < 0)
+		return cli_error("report: %s", err.msg);
+	if (st.nbad_sites)
+		fprintf(stderr, "sptrace: report: warning: %s: %zu records name site ids the "
+			"sites file (ids 1-%zu) does not have; counted as '?site <id>'\n",
+			th->path, st.nbad_sites, an_nsites(r->t) ? an_nsites(r->t) - 1 : 0);
+	if (st.nbad_syncs)
+		fprintf(stderr, "sptrace: report: warning: %s: %zu malformed SYNC records ignored; "
+			"times after them may be off\n", th->path, st.nbad_syncs);
+	stack = malloc((n + 1) * sizeof *stack);
+	if (!stack) {
+		free(c);
+		return cli_error("report: %s: out of memory", th->path);
+	}
+	if (th->lost) {
+		r->lost += th->lost;
+		r->lost_threads++;
+	}
+	for (size_t i = 0; i < n; i++) {
+		func_stat *s;
+		frame *f;
+
+		while (depth && c[stack[depth - 1].idx].last <= i)
+			frame_done(r, &stack[--depth]);
+		if (c[i].kind == AN_EXIT_ONLY)
+			r->exit_only++;
+		if (c[i].kind != AN_CALL)
+			continue;
+		f = &stack[depth];
+		f->idx = i;
+		f->func = an_site(r->t, c[i].id)->callee;
+		f->dur = c[i].t1 > c[i].t0 ? c[i].t1 - c[i].t0 : 0;
+		f->children = 0;
+		if (!(s = stat_of(r, f->func))) {
+			free(stack);
+			free(c);
+			return cli_error("report: out of memory");
+		}
+		if (c[i].end == AN_END_TRACE || c[i].end == AN_END_UNWOUND)
+			r->no_exit++;
+		if (depth)
+			stack[depth - 1].children += f->dur;
+		s->calls++;
+		if (!s->active++)
+			s->total += f->dur;
+		depth++;
+	}
+	while (depth)
+		frame_done(r, &stack[--depth]);
+	free(stack);
+	free(c);
+	return 0;
+}
+
+static enum sort_key sort_by;
+static const an_trace *sort_trace;
+
+static int cmp_u64_desc(uint64_t a, uint64_t b)
+{
+	return a > b ? -1 : a < b;
+}
+
+static int stat_cmp(const void *pa, const void *pb)
+{
+	const func_stat *a = pa, *b = pb;
+	int d = 0;
+
+	switch (sort_by) {
+	case SORT_TOTAL: d = cmp_u64_desc(a->total, b->total); break;
+	case SORT_SELF: d = cmp_u64_desc(a->self, b->self); break;
+	case SORT_CALLS: d = cmp_u64_desc(a->calls, b->calls); break;
+	}
+	if (!d)
+		d = strcmp(an_func_get(sort_trace, a->func)->name,
+			   an_func_get(sort_trace, b->func)->name);
+	return d ? d : (a->func > b->func) - (a->func < b->func);
+}
+
+static void print_report(report *r)
+{
+	char tot[24], self[24];
+
+	sort_trace = r->t;
+	if (r->nfs)
+		qsort(r->fs, r->nfs, sizeof *r->fs, stat_cmp);
+	printf("  Total time   Self time       Calls  Function\n");
+	printf("  ==========  ==========  ==========  ====================\n");
+	for (size_t i = 0; i < r->nfs; i++) {
+		const func_stat *s = &r->fs[i];
+
+		if (!s->calls)
+			continue;
+		printf(" %s %s %11" PRIu64 "  %s\n",
+		       an_fmt_duration(an_tsc_ns(r->t, 0, s->total), tot),
+		       an_fmt_duration(an_tsc_ns(r->t, 0, s->self), self), s->calls,
+		       an_func_get(r->t, s->func)->name);
+	}
+	if (r->no_exit)
+		printf("\n# %" PRIu64 " calls had no exit (the trace ended, or a longjmp or "
+		       "exception unwound them): counted to the last record or the outer "
+		       "return\n", r->no_exit);
+	if (r->exit_only)
+		printf("%s# %" PRIu64 " exits without a recorded entry are not counted\n",
+		       r->no_exit ? "" : "\n", r->exit_only);
+	if (r->lost)
+		printf("%s# %" PRIu64 " records lost in %zu thread%s: the ring was full and "
+		       "overwrote its oldest\n", r->no_exit || r->exit_only ? "" : "\n",
+		       r->lost, r->lost_threads, r->lost_threads == 1 ? "" : "s");
+}
+
+int cmd_report(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "sort", required_argument, 0, 's' }, { "tid", required_argument, 0, 't' },
+		{ "repo", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	an_open_opts oo = { 0 };
+	const char *tids = NULL;
+	report r = { 0 };
+	unsigned char *sel;
+	sp_err err;
+	int c, rc = 0;
+
+	sort_by = SORT_TOTAL;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (strcmp(optarg, "total") == 0)
+				sort_by = SORT_TOTAL;
+			else if (strcmp(optarg, "self") == 0)
+				sort_by = SORT_SELF;
+			else if (strcmp(optarg, "calls") == 0)
+				sort_by = SORT_CALLS;
+			else
+				return cli_error("report: --sort '%s': use total, self or calls",
+						 optarg), 2;
+			break;
+		case 't': tids = optarg; break;
+		case 'r': oo.repo = optarg; break;
+		case 'h': fputs(help, stdout); return 0;
+		case ':':
+			return cli_error("report: option '%s' needs a value; see 'sptrace report "
+					 "--help'", argv[optind - 1]), 2;
+		default:
+			return cli_error("report: unknown option '%s'; see 'sptrace report --help'",
+					 argv[optind - 1]), 2;
+		}
+	}
+	if (optind != argc - 1)
+		return cli_error("report: %s; see 'sptrace report --help'",
+				 optind >= argc ? "no trace directory given"
+				 : "give one trace directory"), 2;
+	if (an_trace_open_opts(argv[optind], &oo, &r.t, &err) < 0)
+		return cli_error("report: %s", err.msg);
+	sel = malloc(an_trace_nthreads(r.t) + 1);
+	if (!sel) {
+		an_trace_close(r.t);
+		return cli_error("report: out of memory");
+	}
+	memset(sel, 1, an_trace_nthreads(r.t) + 1);
+	if (tids && an_select_threads(r.t, tids, sel, &err) < 0) {
+		free(sel);
+		an_trace_close(r.t);
+		return cli_error("report: --tid: %s", err.msg);
+	}
+	for (size_t i = 0; i < an_trace_nwarnings(r.t); i++)
+		fprintf(stderr, "sptrace: report: warning: %s\n", an_trace_warning(r.t, i));
+	/* Everything is read before anything is printed: no half table. */
+	for (size_t i = 0; i < an_trace_nthreads(r.t) && !rc; i++)
+		if (sel[i])
+			rc = add_thread(&r, an_trace_thread(r.t, i));
+	if (!rc)
+		print_report(&r);
+	free(sel);
+	free(r.fs);
+	an_trace_close(r.t);
+	return rc;
+}

@@ -56,6 +56,7 @@ enum {
 };
 
 int ag_modules_init(char *err, size_t errlen);
+bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
 uint32_t ag_module_count(void);
 ag_module *ag_module_at(uint32_t index);
@@ -81,7 +82,8 @@ void ag_ring_set_size(uint64_t bytes);
 
 /* ---- pool.c ---- */
 typedef struct ag_pool ag_pool;
-ag_pool *ag_pool_near(uint64_t lo, uint64_t hi);  /* code reachable from [lo, hi) */
+/* Code reachable from [lo, hi): `slots` areas and `data` bytes of data. */
+ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data);
 /* Room for `n` bytes of code: *rx is where it runs, *rw where it is written. */
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
 /* A byte of data reachable rip-relative from the pool's code. */
@@ -113,41 +115,47 @@ void ag_trap_disarm(void);
 
 /* ---- instrument.c ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */
-void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan);
+void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
+			 uint64_t *unresolved);
 uint32_t ag_site_root(ag_module *m, uint32_t func); /* site id for a root entry */
 int ag_sites_open(const char *dir);
 
 /* ---- x86_64/emit.c: the per-site patch area ---- */
+/* What the instrument slow path needs to know about a callee. */
+typedef struct ag_callee {
+	uint32_t module, func;   /* instrument this function ... */
+	uint8_t *flag;           /* ... then set this byte (NULL: the function's own state) */
+} ag_callee;
+
 typedef struct ag_area_spec {
 	uint64_t site;           /* run-time address of the call */
 	uint8_t site_len;
 	uint64_t callee;         /* run-time entry of the callee */
+	uint64_t slot;           /* non-zero: call through this GOT slot (PLT, -fno-plt) */
 	uint32_t site_id;
-	uint8_t *callee_flag;    /* run-time address of the callee's instrumented flag */
+	uint8_t *callee_flag;    /* byte the area tests: non-zero once the callee is instrumented */
 	uint64_t slow_instr;     /* the slow-path trampoline (run-time) */
-	const void *callee_ref;  /* passed to the slow path: which function */
+	const ag_callee *callee_ref; /* passed to the instrument slow path */
 	int64_t tls_offset;      /* %fs offset of ag_tls_ring */
 	bool cond;               /* tail jump: conditional (jcc) */
 	uint8_t cond_code;       /* its condition (low nibble of 0f 8x) */
 } ag_area_spec;
 
-size_t ag_emit_direct_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
+size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
-#define AG_AREA_MAX 384   /* bytes reserved per area; emit asserts it fits */
+#define AG_AREA_MAX 512   /* bytes reserved per area (an area is ~400 today) */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
-typedef struct ag_unwind_area {
-	uint64_t start, size;    /* the area */
-	uint64_t ret;            /* address of a word holding S + len - 1 (unwind.c) */
-} ag_unwind_area;
-int ag_unwind_register(const ag_unwind_area *a, size_t n);
+/* FDEs for `n` area slots of `stride` bytes from `first`; each slot's last
+ * 8 bytes hold S + len - 1 for its call (written with the area). */
+int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);
 
 /* ---- x86_64/tramp.S ---- */
 extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */
 extern char ag_tramp_return[];    /* root function's return: exit record */
 
 enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3 };
-void ag_slow(uint64_t request) AG_HIDDEN;
+uint64_t ag_slow(uint64_t request) AG_HIDDEN;   /* the answer goes back in r11 */
 uint64_t ag_root_return(void) AG_HIDDEN;
 
 /* ---- main.c ---- */

@@ -6,10 +6,15 @@
  * Each site that gets an area also gets a trace site id, described in the
  * sites file (trace_format.h) before any record can name it.
  *
- * What is patched so far: direct calls (5-byte call rel32) to functions of
- * the same module.  Calls through the PLT, indirect calls, tail jumps and
- * the springboard / relocation / trap plans come next; such sites are left
- * untouched (and counted in the log), so their callees are not traced yet.
+ * Sites patched so far:
+ *   direct calls and tail jumps to a function of the same module;
+ *   calls and tail jumps through the PLT, and calls through a GOT slot
+ *   (-fno-plt): the slot already holds the callee (the agent runs programs
+ *   with LD_BIND_NOW), which may live in another module -- that is how
+ *   tracing crosses into shared libraries;
+ *   with a 5-byte patch, or (tail jumps) a springboard in dead padding.
+ * Not yet: indirect calls through registers or memory, relocated blocks and
+ * traps; such sites are left untouched and counted in the log.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +27,7 @@
 static int sites_fd = -1;
 static volatile uint32_t next_site = 1;   /* id 0 is never used */
 static volatile int instr_lock;
-static uint64_t skipped_kind, skipped_plan;
+static uint64_t skipped_kind, skipped_plan, skipped_unresolved;
 
 int ag_sites_open(const char *dir)
 {
@@ -71,69 +76,161 @@ static void unlock(void)
 	__atomic_store_n(&instr_lock, 0, __ATOMIC_RELEASE);
 }
 
+/* The GOT slot a PLT stub jumps through: [endbr64] [bnd] jmp *disp32(%rip). */
+static uint64_t plt_slot(uint64_t stub)
+{
+	const uint8_t *p = (const uint8_t *)(uintptr_t)stub;
+	int32_t disp;
+
+	if (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa)
+		p += 4;
+	if (p[0] == 0xf2)
+		p++;
+	if (p[0] != 0xff || p[1] != 0x25)
+		return 0;
+	memcpy(&disp, p + 2, 4);
+	return (uint64_t)(uintptr_t)(p + 6) + (uint64_t)(int64_t)disp;
+}
+
+/* Where a site leads.  0 ok; -1 when the callee is unknown (not yet bound,
+ * or in a module the agent does not trace). */
+typedef struct callee {
+	ag_module *m;
+	uint32_t func;
+	uint64_t entry;     /* run-time */
+	uint64_t slot;      /* run-time GOT slot, 0 for a direct site */
+} callee;
+
+static int resolve(ag_module *m, const ca_site *s, callee *c)
+{
+	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
+	uint64_t target;
+
+	memset(c, 0, sizeof *c);
+	if (s->kind == CA_SITE_PLT || (s->kind == CA_SITE_TAIL_DIRECT && s->callee != CA_NONE &&
+				       (funcs[s->callee].flags & CA_FUNC_PLT)))
+		c->slot = plt_slot(m->bias + s->target);
+	else if (s->kind == CA_SITE_INDIRECT_RIP)
+		c->slot = m->bias + s->target;
+	if (c->slot) {
+		target = *(volatile uint64_t *)(uintptr_t)c->slot;
+		c->m = ag_module_of(target);
+		if (!c->m)
+			return -1;
+		c->func = ca_func_at(c->m->ca, target - c->m->bias);
+		if (c->func == CA_NONE ||
+		    ca_module_funcs(c->m->ca, NULL)[c->func].addr != target - c->m->bias ||
+		    (ca_module_funcs(c->m->ca, NULL)[c->func].flags & CA_FUNC_PLT))
+			return -1;  /* lazy binding not done, or not a function start */
+		c->entry = target;
+		return 0;
+	}
+	if ((s->kind != CA_SITE_DIRECT && s->kind != CA_SITE_TAIL_DIRECT) || s->callee == CA_NONE)
+		return -1;
+	c->m = m;
+	c->func = s->callee;
+	c->entry = m->bias + s->target;
+	return 0;
+}
+
 /*
  * Build the area for one site and fill its patch.  A springboard site gets a
  * second patch, *sb: the 5-byte `jmp area` written into dead padding, which
- * must be in place before the site's 2-byte jump points to it.  0 ok, -1 skip.
+ * must be in place before the site's 2-byte jump points to it.
+ * Returns 0, 1 (with a springboard), -1 to leave the site alone.
  */
-static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb,
-			  ag_unwind_area *uw)
+static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb)
 {
 	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
+	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + s->addr);
+	bool tail = s->kind == CA_SITE_TAIL_DIRECT;
 	ag_area_spec spec;
+	ag_callee *ref;
 	trace_site ts;
 	uint8_t *rx, *rw;
 	size_t len;
 	int64_t rel;
+	callee c;
 
+	if (resolve(m, s, &c)) {
+		skipped_unresolved++;
+		return -1;
+	}
+	if (!ag_module_ready(c.m))
+		return -1;
+	ref = ag_alloc(sizeof *ref);
+	if (!ref)
+		return -1;
+	memset(&spec, 0, sizeof spec);
+	if (c.m == m && !c.slot) {
+		*ref = (ag_callee){ c.m->index, c.func, NULL };
+		spec.callee_flag = &m->func_state[c.func];      /* rip-reachable: same pool */
+	} else {
+		/* The callee's state lives near its own module: test a byte of
+		 * this site instead, set once the callee is instrumented. */
+		uint8_t *flag = ag_pool_data(m->pool, 1);
+
+		if (!flag)
+			return -1;
+		*flag = c.m->func_state[c.func];
+		*ref = (ag_callee){ c.m->index, c.func, flag };
+		spec.callee_flag = flag;
+	}
 	memset(&ts, 0, sizeof ts);
-	ts.caller_module = ts.callee_module = m->index;
+	ts.caller_module = m->index;
+	ts.callee_module = c.m->index;
 	ts.site_addr = s->addr;
 	ts.caller_func = funcs[s->func].addr;
-	ts.callee_func = funcs[s->callee].addr;
+	ts.callee_func = c.entry - c.m->bias;
 	ts.kind = s->kind;
 	m->site_ids[si] = new_site(&ts);
 	if (!m->site_ids[si] || !ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
 		return -1;
-	spec = (ag_area_spec){
-		.site = m->bias + s->addr, .site_len = s->len, .callee = m->bias + s->target,
-		.site_id = m->site_ids[si], .callee_flag = &m->func_state[s->callee],
-		.slow_instr = ag_pool_tramp(m->pool),
-		.callee_ref = (const void *)(uintptr_t)(((uint64_t)m->index << 32) | s->callee),
-		.tls_offset = ag_tls_offset(),
-	};
-	if (s->kind == CA_SITE_TAIL_DIRECT && s->method == CA_PATCH_SPRINGBOARD) {
+	spec.site = m->bias + s->addr;
+	spec.site_len = s->len;
+	spec.callee = c.entry;
+	spec.slot = c.slot;
+	spec.site_id = m->site_ids[si];
+	spec.slow_instr = ag_pool_tramp(m->pool);
+	spec.callee_ref = ref;
+	spec.tls_offset = ag_tls_offset();
+	if (tail && s->method == CA_PATCH_SPRINGBOARD) {
 		/* jmp rel8 (eb) or jcc rel8 (7x): the jump itself stays, retargeted
 		 * to the springboard, so the area is reached only when taken. */
-		const uint8_t *code = (const uint8_t *)(uintptr_t)spec.site;
-
 		if (code[0] != 0xeb && (code[0] & 0xf0) != 0x70)
 			return -1;
-		len = ag_emit_tail(&spec, rw, (uint64_t)(uintptr_t)rx);
-	} else if (s->kind == CA_SITE_TAIL_DIRECT) {
-		const uint8_t *code = (const uint8_t *)(uintptr_t)spec.site;
-
-		/* jmp rel32 (e9) or jcc rel32 (0f 8x); the plan guarantees >= 5 bytes. */
+	} else if (tail) {
+		/* jmp rel32 (e9) or jcc rel32 (0f 8x) */
 		if (code[0] == 0x0f && (code[1] & 0xf0) == 0x80) {
 			spec.cond = true;
 			spec.cond_code = code[1] & 0x0f;
 		} else if (code[0] != 0xe9) {
 			return -1;
 		}
-		len = ag_emit_tail(&spec, rw, (uint64_t)(uintptr_t)rx);
-	} else {
-		len = ag_emit_direct_call(&spec, rw, (uint64_t)(uintptr_t)rx);
 	}
-	/* The direct-call area ends with the word S + len - 1 (emit.c, unwind.c). */
-	*uw = (ag_unwind_area){ (uint64_t)(uintptr_t)rx, len, (uint64_t)(uintptr_t)rx + len - 8 };
-	if (len > AG_AREA_MAX) {
-		ag_log("instrument: area of %zu bytes overflows its %d-byte slot", len, AG_AREA_MAX);
-		return -1;
+	/* A tail jump through the PLT goes to the stub: it jumps on via the slot. */
+	if (tail)
+		spec.callee = c.slot ? m->bias + s->target : c.entry;
+	/* Emitted into scratch first: only an area that fits reaches the pool. */
+	{
+		uint8_t scratch[2 * AG_AREA_MAX];
+
+		uint64_t ra = spec.site + s->len - 1;
+
+		len = tail ? ag_emit_tail(&spec, scratch, (uint64_t)(uintptr_t)rx)
+			   : ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		if (len > AG_AREA_MAX - 8) {
+			ag_log("instrument: area of %zu bytes overflows its %d-byte slot", len,
+			       AG_AREA_MAX);
+			return -1;
+		}
+		memcpy(rw, scratch, len);
+		memcpy(rw + AG_AREA_MAX - 8, &ra, 8);      /* for the unwinder (unwind.c) */
 	}
 	memset(p, 0, sizeof *p);
 	p->addr = m->bias + s->addr;
 	p->len = s->len;
-	memcpy(p->old, (const void *)(uintptr_t)p->addr, s->len);
+	memcpy(p->old, code, s->len);
 	if (s->method == CA_PATCH_SPRINGBOARD) {
 		uint64_t at = m->bias + s->patch_addr;
 		int64_t d8 = (int64_t)(at - (p->addr + 2));
@@ -163,16 +260,29 @@ static int prepare_direct(ag_module *m, const ca_site *s, uint32_t si, ag_patch 
 	return 0;
 }
 
-/* Publish a batch: unwind info first (a thread may throw through an area
- * as soon as it enters one), then springboards (a site may jump to one only
- * once it is whole), then the sites. */
-static int flush(ag_patch *batch, size_t nb, ag_patch *boards, size_t nsb, ag_unwind_area *uw)
+/* Publish a batch: springboards first (a site may jump to one only once it
+ * is whole), then the sites.  (The areas' unwind information was registered
+ * with their pool.) */
+static int flush(ag_patch *batch, size_t nb, ag_patch *boards, size_t nsb)
 {
 	if (nb == 0)
 		return 0;
-	if (ag_unwind_register(uw, nb))
-		return -1;
 	return ag_patch_apply(boards, nsb) || ag_patch_apply(batch, nb);
+}
+
+static bool patchable(const ca_site *s)
+{
+	switch (s->kind) {
+	case CA_SITE_DIRECT:
+	case CA_SITE_PLT:
+	case CA_SITE_INDIRECT_RIP:
+		return true;
+	case CA_SITE_TAIL_DIRECT:
+		return !(s->flags & CA_SITEF_COND) || s->method == CA_PATCH_DIRECT ||
+		       s->method == CA_PATCH_SPRINGBOARD;
+	default:
+		return false;
+	}
 }
 
 int ag_instrument(ag_module *m, uint32_t func)
@@ -181,11 +291,10 @@ int ag_instrument(ag_module *m, uint32_t func)
 	const ca_func *funcs = ca_module_funcs(m->ca, &nfuncs);
 	const ca_site *sites = ca_module_sites(m->ca, &nsites);
 	ag_patch batch[256], boards[256];
-	ag_unwind_area uw[256];
 	size_t nb = 0, nsb = 0;
 	int rc = 0;
 
-	if (func >= nfuncs)
+	if (func >= nfuncs || !ag_module_ready(m))
 		return -1;
 	lock();
 	if (m->func_state[func] & AG_FUNC_INSTRUMENTED) {
@@ -196,8 +305,7 @@ int ag_instrument(ag_module *m, uint32_t func)
 		uint32_t si = funcs[func].first_site + i;
 		const ca_site *s = &sites[si];
 
-		if ((s->kind != CA_SITE_DIRECT && s->kind != CA_SITE_TAIL_DIRECT) ||
-		    s->callee == CA_NONE) {
+		if (!patchable(s)) {
 			skipped_kind++;
 			continue;
 		}
@@ -206,26 +314,27 @@ int ag_instrument(ag_module *m, uint32_t func)
 			skipped_plan++;
 			continue;
 		}
-		switch (prepare_direct(m, s, si, &batch[nb], &boards[nsb], &uw[nb])) {
+		switch (prepare(m, s, si, &batch[nb], &boards[nsb])) {
 		case 1: nsb++; /* fall through */
 		case 0: nb++; break;
 		default: break;
 		}
 		if (nb == sizeof batch / sizeof *batch) {
-			rc |= flush(batch, nb, boards, nsb, uw);
+			rc |= flush(batch, nb, boards, nsb);
 			nb = nsb = 0;
 		}
 	}
-	rc |= flush(batch, nb, boards, nsb, uw);
+	rc |= flush(batch, nb, boards, nsb);
 	/* Published last: areas that test this flag now go straight to F. */
 	__atomic_store_n(&m->func_state[func], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
 	unlock();
 	return rc;
 }
 
-void ag_instrument_stats(uint64_t *sites, uint64_t *kind, uint64_t *plan)
+void ag_instrument_stats(uint64_t *sites, uint64_t *kind, uint64_t *plan, uint64_t *unresolved)
 {
 	*sites = next_site - 1;
 	*kind = skipped_kind;
 	*plan = skipped_plan;
+	*unresolved = skipped_unresolved;
 }

@@ -11,6 +11,8 @@
  *   SPTRACE_LD_PRELOAD     the program's own LD_PRELOAD, restored at start so
  *                          the program sees its environment unchanged ("-"
  *                          when it had none)
+ *   SPTRACE_LD_BIND_NOW    likewise for LD_BIND_NOW, which sptrace run sets so
+ *                          that every PLT slot holds its callee from the start
  */
 #include <cpuid.h>
 #include <errno.h>
@@ -197,28 +199,51 @@ uint64_t ag_root_return(void)
 	return root_ret;
 }
 
-void ag_slow(uint64_t req)
+/*
+ * The slow paths, called from generated code through ag_tramp_slow.  While
+ * one runs, the thread records nothing: whatever traced code the agent
+ * itself calls (libc) sees no ring and skips its records, and a nested slow
+ * path (a signal handler, say) answers "skip" at once.
+ */
+static __thread int busy __attribute__((tls_model("initial-exec")));
+
+uint64_t ag_slow(uint64_t req)
 {
 	unsigned op = (unsigned)(req >> 56);
+	trace_ring_header *ring = ag_tls_ring;
+	uint64_t answer = 0;
 
+	if (busy)
+		return 0;
+	busy = 1;
+	ag_tls_ring = NULL;
 	switch (op) {
 	case AG_SLOW_RING:
-		ag_ring_create();
+		if (!ring)
+			ring = ag_ring_create();
+		answer = ring != NULL;
 		break;
 	case AG_SLOW_SYNC:
-		if (ag_tls_ring)
-			ag_ring_sync(ag_tls_ring, ag_rdtsc());
+		if (ring) {
+			ag_ring_sync(ring, ag_rdtsc());
+			answer = 1;
+		}
 		break;
 	case AG_SLOW_INSTRUMENT: {
-		ag_module *m = ag_module_at((uint32_t)((req >> 32) & 0xffffff));
+		const ag_callee *c = (const ag_callee *)(uintptr_t)(req & ((1ull << 56) - 1));
+		ag_module *m = ag_module_at(c->module);
 
-		if (m)
-			ag_instrument(m, (uint32_t)req);
+		if (m && ag_instrument(m, c->func) == 0 && c->flag)
+			__atomic_store_n(c->flag, 1, __ATOMIC_RELEASE);
+		answer = 1;
 		break;
 	}
 	default:
 		break;
 	}
+	ag_tls_ring = ring;
+	busy = 0;
+	return answer;
 }
 
 /* Which function does SPTRACE_ON name? */
@@ -255,11 +280,18 @@ static void restore_env(void)
 {
 	const char *orig = getenv("SPTRACE_LD_PRELOAD");
 
+	/* Each value is copied by setenv before unsetenv removes its source. */
 	if (orig && strcmp(orig, "-") != 0)
 		setenv("LD_PRELOAD", orig, 1);
 	else
 		unsetenv("LD_PRELOAD");
 	unsetenv("SPTRACE_LD_PRELOAD");
+	orig = getenv("SPTRACE_LD_BIND_NOW");
+	if (orig && strcmp(orig, "-") != 0)
+		setenv("LD_BIND_NOW", orig, 1);
+	else if (orig)
+		unsetenv("LD_BIND_NOW");
+	unsetenv("SPTRACE_LD_BIND_NOW");
 	unsetenv("SPTRACE_DIR");
 	unsetenv("SPTRACE_ON");
 	unsetenv("SPTRACE_RING_BYTES");
@@ -267,14 +299,15 @@ static void restore_env(void)
 
 static void finish(void)
 {
-	uint64_t sites, skind, splan;
+	uint64_t sites, skind, splan, sunres;
 
 	if (__atomic_exchange_n(&finished, 1, __ATOMIC_ACQ_REL))
 		return;
 	ag_rings_close_all();
-	ag_instrument_stats(&sites, &skind, &splan);
-	ag_log("end: %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by plan",
-	       (unsigned long)sites, (unsigned long)skind, (unsigned long)splan);
+	ag_instrument_stats(&sites, &skind, &splan, &sunres);
+	ag_log("end: %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by plan, "
+	       "%lu with a callee outside the traced modules", (unsigned long)sites,
+	       (unsigned long)skind, (unsigned long)splan, (unsigned long)sunres);
 	meta_append("%s %lu\n%s %lu\n%s exit\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(), TRACE_META_MONO1,
 		    (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END);
 }

@@ -1,12 +1,18 @@
 /*
  * modules.c — the modules the agent traces and their code analysis.
  *
- * Each module's analysis comes from the repository (analysed on the spot and
- * stored when missing).  This happens while the agent is dormant, before the
- * activation event, so the activation and the first calls never wait for a
- * disassembler.  For now the main executable is traced; shared libraries
- * follow with PLT propagation.
+ * Every module loaded at start (the executable and its shared libraries) is
+ * looked up in the repository, and analysed on the spot and stored when it
+ * is missing.  This happens while the agent is dormant, before the
+ * activation event, so activation and first calls never wait for a
+ * disassembler.  A module's patch-area pool and its per-function state are
+ * created when its first function is instrumented.
+ *
+ * Not traced: the agent itself and the libraries only it uses, the vDSO,
+ * and modules loaded later with dlopen (they come with on-the-fly analysis
+ * off the application's threads).
  */
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <link.h>
@@ -20,85 +26,142 @@
 
 static ag_module *modules[MAX_MODULES];
 static uint32_t nmodules;
+static volatile int ready_lock;
 
-typedef struct find_main {
-	uint64_t bias, lo, hi;
-	bool found;
-} find_main;
+/* Libraries the agent brings in for itself: never traced. */
+static const char *const agent_only[] = {
+	"libsptrace-agent.so", "libcapstone.so", "libelf.so", "libdwarf.so", "libprotobuf-c.so",
+	"libcrypto.so", "libz.so", "libgcc_s.so", "libzstd.so", "liblzma.so", "libbz2.so",
+};
 
-static int main_phdrs(struct dl_phdr_info *info, size_t size, void *arg)
+static bool skip_object(const char *path)
 {
-	find_main *fm = arg;
+	const char *base = strrchr(path, '/');
 
-	if (fm->found)
+	base = base ? base + 1 : path;
+	if (strncmp(base, "linux-vdso", 10) == 0 || strncmp(base, "linux-gate", 10) == 0)
+		return true;
+	for (size_t i = 0; i < sizeof agent_only / sizeof *agent_only; i++)
+		if (strncmp(base, agent_only[i], strlen(agent_only[i])) == 0)
+			return true;
+	return false;
+}
+
+typedef struct load_ctx {
+	char *err;
+	size_t errlen;
+	int failed;
+} load_ctx;
+
+static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	load_ctx *lc = arg;
+	ag_module *m;
+	sp_err e = { "" };
+	int from_repo = 0;
+	uint64_t lo = UINT64_MAX, hi = 0;
+
+	if (nmodules >= MAX_MODULES)
 		return 1;
-	/* The first object is the executable (its name is ""). */
-	fm->found = true;
-	fm->bias = info->dlpi_addr;
-	fm->lo = UINT64_MAX;
-	fm->hi = 0;
+	if (nmodules > 0 && (!info->dlpi_name || !info->dlpi_name[0]))
+		return 0;                          /* only the executable has no name */
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
 
 		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
 			continue;
-		if (info->dlpi_addr + ph->p_vaddr < fm->lo)
-			fm->lo = info->dlpi_addr + ph->p_vaddr;
-		if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > fm->hi)
-			fm->hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+		if (info->dlpi_addr + ph->p_vaddr < lo)
+			lo = info->dlpi_addr + ph->p_vaddr;
+		if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
+			hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
 	}
-	return 1;
+	if (lo >= hi)
+		return 0;
+	m = ag_alloc(sizeof *m);
+	if (!m)
+		return 1;
+	if (nmodules == 0) {
+		ssize_t n = readlink("/proc/self/exe", m->path, sizeof m->path - 1);
+
+		if (n <= 0) {
+			snprintf(lc->err, lc->errlen, "cannot read /proc/self/exe: %s", strerror(errno));
+			lc->failed = 1;
+			return 1;
+		}
+		m->path[n] = '\0';
+	} else {
+		snprintf(m->path, sizeof m->path, "%s", info->dlpi_name);
+		if (skip_object(m->path))
+			return 0;
+	}
+	m->bias = info->dlpi_addr;
+	m->text_lo = lo;
+	m->text_hi = hi;
+	if (ca_repo_get(NULL, m->path, NULL, &m->ca, &from_repo, &e)) {
+		if (nmodules == 0) {
+			snprintf(lc->err, lc->errlen, "analysing %.1000s: %.1000s", m->path, e.msg);
+			lc->failed = 1;
+			return 1;
+		}
+		ag_log("module %s not traced: %s", m->path, e.msg);
+		return 0;
+	}
+	m->site_ids = ag_alloc((ca_module_stats(m->ca)->nsites + 1) * sizeof *m->site_ids);
+	if (!m->site_ids)
+		return 1;
+	m->index = nmodules;
+	modules[nmodules++] = m;
+	ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
+	       (unsigned long)m->bias, ca_module_stats(m->ca)->nfuncs, ca_module_stats(m->ca)->nsites,
+	       from_repo ? "from the repository" : "analysed now");
+	return 0;
 }
 
 int ag_modules_init(char *err, size_t errlen)
 {
-	ag_module *m = ag_alloc(sizeof *m);
-	find_main fm = { 0 };
-	sp_err e = { "" };
-	ssize_t n;
-	int from_repo = 0;
-	size_t nfuncs, nsites;
+	load_ctx lc = { err, errlen, 0 };
 
-	if (!m) {
-		snprintf(err, errlen, "out of memory");
+	dl_iterate_phdr(add_object, &lc);
+	if (lc.failed)
 		return -1;
-	}
-	n = readlink("/proc/self/exe", m->path, sizeof m->path - 1);
-	if (n <= 0) {
-		snprintf(err, errlen, "cannot read /proc/self/exe: %s", strerror(errno));
-		return -1;
-	}
-	m->path[n] = '\0';
-	dl_iterate_phdr(main_phdrs, &fm);
-	if (!fm.found || fm.lo >= fm.hi) {
+	if (nmodules == 0) {
 		snprintf(err, errlen, "cannot find the executable's code segments");
 		return -1;
 	}
-	m->bias = fm.bias;
-	m->text_lo = fm.lo;
-	m->text_hi = fm.hi;
-	if (ca_repo_get(NULL, m->path, NULL, &m->ca, &from_repo, &e)) {
-		snprintf(err, errlen, "analysing %s: %s", m->path, e.msg);
-		return -1;
-	}
-	ca_module_funcs(m->ca, &nfuncs);
-	ca_module_sites(m->ca, &nsites);
-	m->pool = ag_pool_near(m->text_lo, m->text_hi);
-	if (!m->pool) {
-		snprintf(err, errlen, "no memory for patch areas near %s", m->path);
-		return -1;
-	}
-	m->func_state = ag_pool_data(m->pool, nfuncs ? nfuncs : 1);
-	m->site_ids = ag_alloc((nsites ? nsites : 1) * sizeof *m->site_ids);
-	if (!m->func_state || !m->site_ids) {
-		snprintf(err, errlen, "out of memory for %s's %zu functions", m->path, nfuncs);
-		return -1;
-	}
-	m->index = nmodules;
-	modules[nmodules++] = m;
-	ag_log("module %u: %s bias %#lx, %zu functions, %zu sites (%s)", m->index, m->path,
-	       (unsigned long)m->bias, nfuncs, nsites, from_repo ? "from the repository" : "analysed now");
+	/* Pools now, while it is safe to register unwind information. */
+	for (uint32_t i = 0; i < nmodules; i++)
+		if (!ag_module_ready(modules[i]))
+			ag_log("module %s: no patch-area pool; it will not be traced", modules[i]->path);
 	return 0;
+}
+
+/* Create the module's pool and function states on first use. */
+bool ag_module_ready(ag_module *m)
+{
+	bool ok;
+
+	if (__atomic_load_n(&m->func_state, __ATOMIC_ACQUIRE))
+		return true;
+	while (__atomic_exchange_n(&ready_lock, 1, __ATOMIC_ACQUIRE))
+		__builtin_ia32_pause();
+	if (!m->func_state) {
+		size_t nfuncs;
+
+		const ca_stats *st = ca_module_stats(m->ca);
+
+		ca_module_funcs(m->ca, &nfuncs);
+		/* A slot per site that may get an area; data: function states and
+		 * a flag byte per site. */
+		m->pool = ag_pool_near(m->text_lo, m->text_hi, st->nsites,
+				       nfuncs + st->nsites * 16u);
+		if (m->pool) {
+			uint8_t *fs = ag_pool_data(m->pool, nfuncs ? nfuncs : 1);
+			__atomic_store_n(&m->func_state, fs, __ATOMIC_RELEASE);
+		}
+	}
+	ok = m->func_state != NULL;
+	__atomic_store_n(&ready_lock, 0, __ATOMIC_RELEASE);
+	return ok;
 }
 
 ag_module *ag_module_of(uint64_t addr)

@@ -2,7 +2,9 @@
  * pool.c — executable memory for patch areas, within +-2 GiB of the module
  * whose sites jump there (a 5-byte jmp reaches only that far).
  *
- * A pool is one memfd mapped three times:
+ * A pool holds one fixed-size slot (AG_AREA_MAX bytes) per area, so that the
+ * unwind information of every slot can be registered when the pool is made.
+ * It is one memfd mapped three times:
  *
  *   [ code ........................ ][ data ...... ]   memfd
  *     RX at X (near the module)        RW at X+code  (flags the code tests
@@ -23,12 +25,12 @@
 
 #include "agent.h"
 
-#define POOL_CODE (8u << 20)
-#define POOL_DATA (1u << 20)
 #define TWO_GIB (2ull << 30)
+#define PAGE 4096u
 
 struct ag_pool {
 	uint8_t *rx, *rw, *data;
+	size_t code_size, data_size;
 	size_t used, data_used;
 	volatile int lock;
 	uint64_t tramp;   /* rx address of `jmp *ag_tramp_slow`, reachable by rel32 */
@@ -114,14 +116,18 @@ static uint64_t find_gap(uint64_t lo, uint64_t hi, size_t size)
 	return best;
 }
 
-ag_pool *ag_pool_near(uint64_t lo, uint64_t hi)
+ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data)
 {
-	size_t total = POOL_CODE + POOL_DATA;
+	size_t code_size = ((slots + 1) * AG_AREA_MAX + PAGE - 1) & ~(size_t)(PAGE - 1);
+	size_t data_size = (data + 65536 + PAGE - 1) & ~(size_t)(PAGE - 1);
+	size_t total = code_size + data_size;
 	ag_pool *pool = ag_alloc(sizeof *pool);
 	int fd;
 
 	if (!pool)
 		return NULL;
+	pool->code_size = code_size;
+	pool->data_size = data_size;
 	fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)total) < 0) {
 		ag_log("pool: memfd: %s", strerror(errno));
@@ -135,20 +141,20 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi)
 
 		if (!at)
 			break;
-		rx = mmap((void *)at, POOL_CODE, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE,
+		rx = mmap((void *)at, pool->code_size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE,
 			  fd, 0);
 		if (rx == MAP_FAILED)
 			continue;       /* raced with another mapping: look again */
-		data = mmap((uint8_t *)rx + POOL_CODE, POOL_DATA, PROT_READ | PROT_WRITE,
-			    MAP_SHARED | MAP_FIXED_NOREPLACE, fd, POOL_CODE);
+		data = mmap((uint8_t *)rx + pool->code_size, pool->data_size, PROT_READ | PROT_WRITE,
+			    MAP_SHARED | MAP_FIXED_NOREPLACE, fd, pool->code_size);
 		if (data == MAP_FAILED) {
-			munmap(rx, POOL_CODE);
+			munmap(rx, pool->code_size);
 			continue;
 		}
-		pool->rw = mmap(NULL, POOL_CODE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		pool->rw = mmap(NULL, pool->code_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (pool->rw == MAP_FAILED) {
-			munmap(rx, POOL_CODE);
-			munmap(data, POOL_DATA);
+			munmap(rx, pool->code_size);
+			munmap(data, pool->data_size);
 			break;
 		}
 		pool->rx = rx;
@@ -162,7 +168,15 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi)
 			memcpy(pool->rw, jmp, 6);
 			memcpy(pool->rw + 6, &target, 8);
 			pool->tramp = (uint64_t)(uintptr_t)pool->rx;
-			pool->used = 16;
+			pool->used = AG_AREA_MAX;       /* areas fill whole slots after it */
+		}
+		/* Unwind info for every slot, now, in a safe context: registering
+		 * later (from a slow path) could deadlock on the unwinder's lock when
+		 * the slow path runs inside the unwinder's own malloc. */
+		if (ag_unwind_register_slots((uint64_t)(uintptr_t)pool->rx + AG_AREA_MAX, slots,
+					     AG_AREA_MAX)) {
+			ag_log("pool: no memory for the unwind information of %zu areas", slots);
+			return NULL;
 		}
 		return pool;
 	}
@@ -187,9 +201,11 @@ bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw)
 {
 	bool ok;
 
+	if (n > AG_AREA_MAX)
+		return false;
+	n = AG_AREA_MAX;                        /* one slot: its FDE is ready */
 	lock(p);
-	n = (n + 15) & ~(size_t)15;
-	ok = p->used + n <= POOL_CODE;
+	ok = p->used + n <= p->code_size;
 	if (ok) {
 		*rx = p->rx + p->used;
 		*rw = p->rw + p->used;
@@ -205,7 +221,7 @@ uint8_t *ag_pool_data(ag_pool *p, size_t n)
 
 	lock(p);
 	n = (n + 15) & ~(size_t)15;
-	if (p->data_used + n <= POOL_DATA) {
+	if (p->data_used + n <= p->data_size) {
 		r = p->data + p->data_used;
 		p->data_used += n;
 	}

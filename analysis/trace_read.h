@@ -32,9 +32,29 @@
 
 typedef struct an_trace an_trace;
 
+/*
+ * How C++ symbols (those starting with _Z) are shown, as uftrace's
+ * --demangle does; its default is "simple".  A clone suffix (".cold",
+ * ".part.0") and a PLT or version suffix ("@plt") are kept:
+ *   AN_DEMANGLE_SIMPLE  the qualified name without parameters, template
+ *                       arguments, return type or ABI tags:
+ *                       "ns::Box::get", "ns::Box::get.cold"
+ *   AN_DEMANGLE_FULL    the C++ runtime's demangling (as c++filt):
+ *                       "int ns::Box<int>::get<int>(int) const",
+ *                       "ns::Box<int>::get(int) [clone .cold]"
+ *   AN_DEMANGLE_NO      the symbol as it is: "_ZNK2ns3BoxIiE3getIiEET_i"
+ * A symbol the runtime cannot demangle is shown as it is.
+ */
+enum an_demangle {
+	AN_DEMANGLE_SIMPLE = 0,
+	AN_DEMANGLE_FULL,
+	AN_DEMANGLE_NO,
+};
+
 typedef struct an_open_opts {
 	const char *repo;        /* repository directory; NULL: ca_repo_default_dir() */
 	int no_modules;          /* skip code analysis: name functions by address */
+	int demangle;            /* enum an_demangle (0: simple) */
 } an_open_opts;
 
 /* Open the trace directory `dir`.  Returns 0 and *out, or -1 with err naming
@@ -136,8 +156,8 @@ uint64_t an_trace_start_tsc(const an_trace *t);
 /* ---- names ---- */
 
 /*
- * A function: a callee or caller of some site.  Its name is the symbol or the
- * analyser's sub_<addr>; when the module has no analysis, "<file>+0x<addr>";
+ * A function: a callee or caller of some site.  Its name is the symbol
+ * (demangled as an_open_opts.demangle says) or the analyser's sub_<addr>; when the module has no analysis, "<file>+0x<addr>";
  * when meta has no module of that index, "?module<N>+0x<addr>"; an indirect
  * call whose callee the agent did not know is "<indirect@<caller>+0x<off>>";
  * a site id the sites file does not hold is "?site <N>".
@@ -147,6 +167,8 @@ typedef struct an_func {
 	const char *src;         /* "file:line" of its entry, "" if unknown */
 	uint32_t module;         /* meta module index, AN_NONE if not a function */
 	uint64_t addr;           /* link-time entry address */
+	int signature;           /* the name holds its parameter list (demangled
+				    in full): a printer adds no "()" */
 } an_func;
 
 typedef struct an_site_info {
@@ -176,6 +198,12 @@ const an_func *an_func_get(const an_trace *t, uint32_t i);
 const char *an_event_name(uint32_t id, char *buf, size_t len);
 
 /* ---- for printers ---- */
+
+/* The enum an_demangle for "simple", "full" or "no"; -1 for anything else. */
+int an_demangle_style(const char *name);
+/* Symbol `sym` shown in `style` (enum an_demangle), malloc'ed; NULL only
+ * when out of memory.  The trace does this once per function. */
+char *an_demangle(const char *sym, int style);
 
 /* Mark in sel[] (an_trace_nthreads entries) the threads of a list of thread
  * ids "TID[,TID...]".  -1 with err for a malformed list or a tid the trace

@@ -3,7 +3,7 @@
  * and reads its repository entry back, quoted against capstone's linear
  * sweep of the same file measured in the same run.
  *
- *   analyze_bench [-n RUNS] [-l LOADS] [--analyze-only] FILE...
+ *   analyze_bench [-n RUNS] [-l LOADS] [--analyze-only [--no-lines]] FILE...
  *
  * For each file, RUNS rounds (default 5), each round in turn: one linear
  * sweep (sweep.c), one ca_analyze with source lines, one without.  Taking the
@@ -12,12 +12,14 @@
  * module is stored in a temporary repository and loaded back LOADS times
  * (default 20).  Prints Markdown tables.
  *
- * --analyze-only runs ca_analyze (with lines) RUNS times and nothing else:
- * the mode for `valgrind --tool=callgrind --toggle-collect=ca_analyze`.
+ * --analyze-only runs ca_analyze (with lines, unless --no-lines) RUNS times
+ * and nothing else: the mode for
+ * `valgrind --tool=callgrind --toggle-collect=ca_analyze`.
  */
 #include "codeanalysis.h"
 #include "sweep.h"
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +43,7 @@ typedef struct result {
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: analyze_bench [-n RUNS] [-l LOADS] [--analyze-only] FILE...\n");
+	fprintf(stderr, "usage: analyze_bench [-n RUNS] [-l LOADS] [--analyze-only [--no-lines]] FILE...\n");
 	exit(2);
 }
 
@@ -75,6 +77,18 @@ static uint64_t analyze_once(const char *path, int no_lines, ca_stats *st, uint6
 	return t;
 }
 
+static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	return remove(path) < 0 ? -1 : 0;
+}
+
+/* Remove the temporary repository, however the library lays it out. */
+static void remove_tree(const char *dir)
+{
+	if (nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0)
+		fprintf(stderr, "analyze_bench: cannot remove %s: %m\n", dir);
+}
+
 /* Store the analysis of r->path in a fresh temporary repository, load it
  * back `loads` times, remove the repository. */
 static int bench_repo(result *r, int loads)
@@ -93,7 +107,7 @@ static int bench_repo(result *r, int loads)
 	}
 	if (ca_analyze(r->path, &opt, &m, &err)) {
 		fprintf(stderr, "analyze_bench: %s\n", err.msg);
-		rmdir(dir);
+		remove_tree(dir);
 		return -1;
 	}
 	t0 = sp_now_ns();
@@ -116,8 +130,7 @@ static int bench_repo(result *r, int loads)
 	rc = 0;
 out:
 	ca_module_free(m);
-	unlink(entry);
-	rmdir(dir);
+	remove_tree(dir);
 	return rc;
 }
 
@@ -146,20 +159,21 @@ static void print_tables(result *rs, size_t nfiles, int runs, int loads)
 	size_t i;
 
 	printf("### Analysis (ca_analyze, %d runs per file; times in s, MB = 10^6 bytes of code)\n\n", runs);
-	printf("| file | code MB | functions | instructions | lines | median | min | functions/s | MB/s | of which lines (median) |\n");
-	printf("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
+	printf("| file | code MB | decoded | functions | instructions | lines | median | min | functions/s | MB/s | of which lines (median) |\n");
+	printf("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
 	for (i = 0; i < nfiles; i++) {
 		result *r = &rs[i];
 		double mb = (double)r->st.text_bytes / 1e6;
 		double ml = s_of(bench_median(r->t_lines, runs));
 		double mn = s_of(bench_median(r->t_nolines, runs));
+		double dec = r->st.text_bytes ? 100.0 * (double)r->st.decoded_bytes / (double)r->st.text_bytes : 0;
 
-		printf("| %s | %.2f | %u | %u | with (%u rows) | %.3f | %.3f | %.0f | %.2f | %.3f |\n",
-		       r->path, mb, r->st.nfuncs, r->st.ninsns, r->st.nlines, ml,
+		printf("| %s | %.2f | %.1f%% | %u | %u | with (%u rows) | %.3f | %.3f | %.0f | %.2f | %.3f |\n",
+		       r->path, mb, dec, r->st.nfuncs, r->st.ninsns, r->st.nlines, ml,
 		       s_of(bench_min(r->t_lines, runs)), r->st.nfuncs / ml, mb / ml,
 		       s_of(bench_median(r->lines_ns, runs)));
-		printf("| %s | %.2f | %u | %u | without | %.3f | %.3f | %.0f | %.2f | — |\n",
-		       r->path, mb, r->st.nfuncs, r->st.ninsns, mn,
+		printf("| %s | %.2f | %.1f%% | %u | %u | without | %.3f | %.3f | %.0f | %.2f | — |\n",
+		       r->path, mb, dec, r->st.nfuncs, r->st.ninsns, mn,
 		       s_of(bench_min(r->t_nolines, runs)), r->st.nfuncs / mn, mb / mn);
 	}
 	printf("\n### Against capstone's linear sweep of the same file, same rounds\n\n");
@@ -202,7 +216,7 @@ static void print_tables(result *rs, size_t nfiles, int runs, int loads)
 
 int main(int argc, char **argv)
 {
-	int runs = 5, loads = 20, analyze_only = 0, i = 1, rc = 0;
+	int runs = 5, loads = 20, analyze_only = 0, no_lines = 0, i = 1, rc = 0;
 	size_t nfiles;
 	struct rusage ru;
 	result *rs;
@@ -214,6 +228,8 @@ int main(int argc, char **argv)
 			loads = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--analyze-only") == 0)
 			analyze_only = 1;
+		else if (strcmp(argv[i], "--no-lines") == 0)
+			no_lines = 1;
 		else
 			usage();
 	}
@@ -223,7 +239,7 @@ int main(int argc, char **argv)
 	if (analyze_only) {
 		for (size_t f = 0; f < nfiles; f++)
 			for (int k = 0; k < runs; k++)
-				if (!analyze_once(argv[i + f], 0, NULL, NULL, NULL, 0))
+				if (!analyze_once(argv[i + f], no_lines, NULL, NULL, NULL, 0))
 					return 1;
 		return 0;
 	}

@@ -46,6 +46,11 @@ static const char help[] =
 	"                      30us, 100ns; or @SECONDS, an absolute CLOCK_REALTIME\n"
 	"                      time (seconds since the epoch, as 'date +%s.%N')\n"
 	"  --srcline           add the callee's file:line to each call\n"
+	"  --demangle TYPE     how C++ names are shown (as uftrace's --demangle):\n"
+	"                      simple  the name only: ns::Box::get (the default)\n"
+	"                      full    all of it, parameters too (so no '()' is\n"
+	"                              added): ns::Box<int>::get(int) const\n"
+	"                      no      the symbol: _ZNK2ns3BoxIiE3getEi\n"
 	"  --repo DIR          code-analysis repository (default: $SPTRACE_REPO, else\n"
 	"                      /var/lib/sptrace/repo as root, ~/.cache/sptrace/repo)\n"
 	"  -h, --help          this text\n"
@@ -161,6 +166,13 @@ static const an_func *callee(const printer *p, uint32_t site)
 	return an_func_get(p->t, an_site(p->t, site)->callee);
 }
 
+/* "()" after a name, as uftrace prints it; none after a full signature
+ * (--demangle=full), which has its parameters already. */
+static const char *parens(const an_func *f)
+{
+	return f->signature ? "" : "()";
+}
+
 static void srcline(const printer *p, const an_func *f, char *buf, size_t len)
 {
 	if (p->o->srcline && f->src[0])
@@ -182,7 +194,7 @@ static void open_pending(printer *p)
 			continue;
 		f = callee(p, c->id);
 		srcline(p, f, src, sizeof src);
-		line(p, "", c->depth, "%s() {%s", f->name, src);
+		line(p, "", c->depth, "%s%s {%s", f->name, parens(f), src);
 		p->opened[i] = 1;
 	}
 }
@@ -207,9 +219,9 @@ static void close_call(printer *p)
 	}
 	srcline(p, f, src, sizeof src);
 	if (why)
-		line(p, dur, c->depth, "%s();%s /* %s */", f->name, src, why);
+		line(p, dur, c->depth, "%s%s;%s /* %s */", f->name, parens(f), src, why);
 	else
-		line(p, dur, c->depth, "%s();%s", f->name, src);
+		line(p, dur, c->depth, "%s%s;%s", f->name, parens(f), src);
 }
 
 /*
@@ -290,6 +302,7 @@ int cmd_replay(int argc, char **argv)
 		{ "tid", required_argument, 0, 't' },   { "depth", required_argument, 0, 'D' },
 		{ "since", required_argument, 0, 'S' }, { "until", required_argument, 0, 'U' },
 		{ "srcline", no_argument, 0, 'l' },     { "repo", required_argument, 0, 'r' },
+		{ "demangle", required_argument, 0, 'M' },
 		{ "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 },
 	};
 	replay_opts o;
@@ -322,6 +335,11 @@ int cmd_replay(int argc, char **argv)
 			break;
 		case 'l': o.srcline = 1; break;
 		case 'r': o.open.repo = optarg; break;
+		case 'M':
+			if ((o.open.demangle = an_demangle_style(optarg)) < 0)
+				return cli_error("replay: --demangle '%s': use simple, full or no",
+						 optarg), 2;
+			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
 			return cli_error("replay: option '%s' needs a value; see 'sptrace replay "

@@ -31,6 +31,10 @@ static const char help[] =
 	"options:\n"
 	"  --sort KEY          total (default), self or calls\n"
 	"  --tid TID[,TID...]  only these threads\n"
+	"  --demangle TYPE     how C++ names are shown (as uftrace's --demangle):\n"
+	"                      simple  the name only: ns::Box::get (the default)\n"
+	"                      full    all of it: ns::Box<int>::get(int) const\n"
+	"                      no      the symbol: _ZNK2ns3BoxIiE3getEi\n"
 	"  --repo DIR          code-analysis repository (default: $SPTRACE_REPO, else\n"
 	"                      /var/lib/sptrace/repo as root, ~/.cache/sptrace/repo)\n"
 	"  -h, --help          this text\n";
@@ -206,8 +210,8 @@ int cmd_report(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "sort", required_argument, 0, 's' }, { "tid", required_argument, 0, 't' },
-		{ "repo", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+		{ "repo", required_argument, 0, 'r' }, { "demangle", required_argument, 0, 'M' },
+		{ "help", no_argument, 0, 'h' },       { 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
 	const char *tids = NULL;
@@ -234,6 +238,11 @@ int cmd_report(int argc, char **argv)
 			break;
 		case 't': tids = optarg; break;
 		case 'r': oo.repo = optarg; break;
+		case 'M':
+			if ((oo.demangle = an_demangle_style(optarg)) < 0)
+				return cli_error("report: --demangle '%s': use simple, full or no",
+						 optarg), 2;
+			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
 			return cli_error("report: option '%s' needs a value; see 'sptrace report "

@@ -250,6 +250,10 @@ int cmd_run(int argc, char **argv)
 		return cli_error("run: cannot fork: %s", strerror(errno));
 	if (pid == 0) {
 		close(errpipe[0]);
+		const char *bind = getenv("LD_BIND_NOW");
+
+		setenv("SPTRACE_LD_BIND_NOW", bind ? bind : "-", 1);
+		setenv("LD_BIND_NOW", "1", 1);     /* PLT slots hold their callees */
 		setenv("SPTRACE_LD_PRELOAD", old_preload && *old_preload ? old_preload : "-", 1);
 		setenv("LD_PRELOAD", preload, 1);
 		setenv("SPTRACE_DIR", absdir, 1);

@@ -93,8 +93,9 @@ static int collect_undecodable(ca_work *w)
 		uint64_t limit = tm->sec->addr + tm->sec->size;
 		ca_undecodable *u;
 
-		if (f != CA_NONE && m->funcs[f].addr + m->funcs[f].size > a)
-			limit = m->funcs[f].addr + m->funcs[f].size;
+		if (f != CA_NONE && m->funcs[f].addr + m->funcs[f].size > a &&
+		    m->funcs[f].addr + m->funcs[f].size < limit)
+			limit = m->funcs[f].addr + m->funcs[f].size;  /* never past the section */
 		while (end < limit && !tm->covered[end - tm->sec->addr])
 			end++;
 		if (end == a)

@@ -1,34 +1,38 @@
 /*
- * emit.c — x86-64 code of a per-site patch area.
+ * emit.c — x86-64 code of the per-site patch areas.
  *
- * A direct call site `call G` at S (5 bytes) is replaced by `jmp area`.  The
- * area runs in the caller's state at S, where the SysV ABI makes r11 and the
- * flags dead (neither carries an argument nor survives a call), and the red
- * zone below rsp is dead too (the call would overwrite it):
+ * A call site S is replaced by `jmp area`.  The area runs in the caller's
+ * state at S, where the SysV ABI makes r11 and the flags dead (neither
+ * carries an argument nor survives a call), and the red zone below rsp is
+ * dead too (the call itself would overwrite it):
  *
  *   area:  endbr64
- *          cmpb $0, flag(G)            first call of G from anywhere?
- *          je   slow_instr             -> instrument(G), then come back
+ *          cmpb $0, flag               callee instrumented yet?
+ *          je   slow_instr             -> instrument(callee), come back
  *   entry: <record ENTRY, site id>     uses rax, rdx (spilled below rsp), r11
- *          call G                      G returns into the area
+ *          call G  |  call *slot(%rip) the callee returns into the area
  *   exit:  <record EXIT, site id>      rax, rdx hold G's results: spilled
- *          jmp  S+5
+ *          jmp  S+len
+ *          ...slow paths...
+ *   (the slot's last 8 bytes: S+len-1, for the unwinder; see unwind.c)
  *
- * Recording a record (writer side of trace_format.h):
+ * Recording a record (the writer side of trace_format.h):
  *
  *          mov  %rax,-16(%rsp); mov %rdx,-24(%rsp)
- *   again: mov  %fs:ag_tls_ring,%r11   the thread's ring header
+ *   again: mov  %fs:ag_tls_ring,%r11   the thread's ring, NULL if none (yet)
  *          test %r11,%r11; je no_ring
  *          rdtsc; shl $32,%rdx; or %rdx,%rax
  *          mov  %rax,%rdx; shr $38,%rdx; cmp EPOCH(%r11),%rdx; jne sync
  *          shl  $26,%rax; or $(id<<2|kind),%rax
  *          mov  COUNT(%r11),%rdx; and MASK(%r11),%rdx
  *          mov  %rax,4096(%r11,%rdx,8); incq COUNT(%r11)
- *          mov  -16(%rsp),%rax; mov -24(%rsp),%rdx
+ *   done:  mov  -16(%rsp),%rax; mov -24(%rsp),%rdx
  *
- * no_ring and sync restore rax/rdx, call the slow-path trampoline with r11 =
- * the request, and retry.  The trampoline saves every register, the flags
- * and the whole XSAVE state, so slow paths change nothing the program sees.
+ * no_ring and sync restore rax/rdx and call the slow-path trampoline with
+ * r11 = the request; it answers in r11: non-zero to retry the record, zero
+ * to skip it (the agent itself is running, or the thread cannot get a
+ * ring).  The trampoline saves every register, the flags and the whole XSAVE
+ * state, so slow paths change nothing the program sees.
  */
 #include <string.h>
 
@@ -59,7 +63,7 @@ static void brel32(buf *b, uint64_t to)
 	b32(b, (uint32_t)(int32_t)(int64_t)(to - (here(b) + 4)));
 }
 
-/* Patch a rel32 written earlier at offset `at` to point to the current spot. */
+/* Point a rel32 written earlier at offset `at` to the current spot. */
 static void fix_rel32(buf *b, size_t at)
 {
 	int32_t rel = (int32_t)(int64_t)(here(b) - (b->rx + at + 4));
@@ -67,21 +71,27 @@ static void fix_rel32(buf *b, size_t at)
 	memcpy(b->p + at, &rel, 4);
 }
 
-/* mov $imm64,%r11; call tramp; jmp back_to */
-static void slow_call(buf *b, const ag_area_spec *s, uint64_t request, uint64_t back_to)
+/* mov $request,%r11; call trampoline */
+static void slow_call(buf *b, const ag_area_spec *s, uint64_t request)
 {
-	b1(b, 0x49); b1(b, 0xbb); b64(b, request);          /* mov $request,%r11 */
-	b1(b, 0xe8); brel32(b, s->slow_instr);               /* call trampoline */
-	b1(b, 0xe9); brel32(b, back_to);                     /* jmp back_to */
+	b1(b, 0x49); b1(b, 0xbb); b64(b, request);
+	b1(b, 0xe8); brel32(b, s->slow_instr);
 }
 
-/* Emit a record of `kind` for site `id`; slow paths are emitted at the end
- * (their fix-ups are returned through *no_ring / *sync). */
-static void record(buf *b, const ag_area_spec *s, unsigned kind, size_t *no_ring, size_t *sync,
-		   uint64_t *again)
+static const uint8_t spill[] = { 0x48, 0x89, 0x44, 0x24, 0xf0,   /* mov %rax,-16(%rsp) */
+				 0x48, 0x89, 0x54, 0x24, 0xe8 }; /* mov %rdx,-24(%rsp) */
+static const uint8_t unspill[] = { 0x48, 0x8b, 0x44, 0x24, 0xf0,   /* mov -16(%rsp),%rax */
+				   0x48, 0x8b, 0x54, 0x24, 0xe8 }; /* mov -24(%rsp),%rdx */
+
+/* Where a record's slow paths must jump back to. */
+typedef struct rec_fix {
+	size_t no_ring, sync;   /* rel32 fields to point at the slow paths */
+	uint64_t retry;         /* the spill, to try again */
+	uint64_t done;          /* the unspill, to skip the record */
+} rec_fix;
+
+static void record(buf *b, const ag_area_spec *s, unsigned kind, rec_fix *f)
 {
-	static const uint8_t spill[] = { 0x48, 0x89, 0x44, 0x24, 0xf0,   /* mov %rax,-16(%rsp) */
-					 0x48, 0x89, 0x54, 0x24, 0xe8 }; /* mov %rdx,-24(%rsp) */
 	static const uint8_t tsc[] = {
 		0x0f, 0x31,                     /* rdtsc */
 		0x48, 0xc1, 0xe2, 0x20,         /* shl $32,%rdx */
@@ -95,37 +105,63 @@ static void record(buf *b, const ag_area_spec *s, unsigned kind, size_t *no_ring
 		0x49, 0x23, 0x53, TRACE_RING_OFF_MASK,  /* and MASK(%r11),%rdx */
 		0x49, 0x89, 0x84, 0xd3, 0x00, 0x10, 0x00, 0x00, /* mov %rax,4096(%r11,%rdx,8) */
 		0x49, 0xff, 0x43, TRACE_RING_OFF_COUNT, /* incq COUNT(%r11) */
-		0x48, 0x8b, 0x44, 0x24, 0xf0,           /* mov -16(%rsp),%rax */
-		0x48, 0x8b, 0x54, 0x24, 0xe8,           /* mov -24(%rsp),%rdx */
 	};
 	uint32_t imm = (uint32_t)(((uint64_t)(s->site_id & TRACE_ID_MAX) << 2) | kind);
 
 	_Static_assert(TRACE_RING_HEADER_SIZE == 4096, "the store above encodes 4096");
+	f->retry = here(b);
 	bn(b, spill, sizeof spill);
-	*again = here(b);
 	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25); /* mov %fs:disp32,%r11 */
 	b32(b, (uint32_t)(int32_t)s->tls_offset);
 	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
-	b1(b, 0x0f); b1(b, 0x84); *no_ring = b->n; b32(b, 0);             /* je no_ring */
+	b1(b, 0x0f); b1(b, 0x84); f->no_ring = b->n; b32(b, 0);           /* je no_ring */
 	bn(b, tsc, sizeof tsc);
-	b1(b, 0x0f); b1(b, 0x85); *sync = b->n; b32(b, 0);                /* jne sync */
+	b1(b, 0x0f); b1(b, 0x85); f->sync = b->n; b32(b, 0);              /* jne sync */
 	b1(b, 0x48); b1(b, 0xc1); b1(b, 0xe0); b1(b, TRACE_TSC_SHIFT);   /* shl $26,%rax */
 	b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                            /* or $imm,%rax */
 	bn(b, store, sizeof store);
+	f->done = here(b);
+	bn(b, unspill, sizeof unspill);
 }
 
-/* The slow paths of one record: restore rax/rdx, ask, retry. */
-static void record_slow(buf *b, const ag_area_spec *s, size_t no_ring, size_t sync, uint64_t again)
+/* One slow path of a record: restore rax/rdx, ask, then retry or skip. */
+static void record_slow_one(buf *b, const ag_area_spec *s, size_t field, unsigned op,
+			    const rec_fix *f)
 {
-	static const uint8_t unspill[] = { 0x48, 0x8b, 0x44, 0x24, 0xf0,   /* mov -16(%rsp),%rax */
-					   0x48, 0x8b, 0x54, 0x24, 0xe8 }; /* mov -24(%rsp),%rdx */
+	fix_rel32(b, field);
+	bn(b, unspill, sizeof unspill);
+	slow_call(b, s, (uint64_t)op << 56);
+	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
+	b1(b, 0x0f); b1(b, 0x85); brel32(b, f->retry);                    /* jnz retry */
+	b1(b, 0xe9); brel32(b, f->done);                                  /* jmp done */
+}
 
-	fix_rel32(b, no_ring);
-	bn(b, unspill, sizeof unspill);
-	slow_call(b, s, (uint64_t)AG_SLOW_RING << 56, again - 10);
-	fix_rel32(b, sync);
-	bn(b, unspill, sizeof unspill);
-	slow_call(b, s, (uint64_t)AG_SLOW_SYNC << 56, again - 10);
+static void record_slow(buf *b, const ag_area_spec *s, const rec_fix *f)
+{
+	record_slow_one(b, s, f->no_ring, AG_SLOW_RING, f);
+	record_slow_one(b, s, f->sync, AG_SLOW_SYNC, f);
+}
+
+/* cmpb $0,flag(%rip); je <returned field> */
+static size_t flag_test(buf *b, const ag_area_spec *s)
+{
+	size_t je;
+
+	b1(b, 0x80); b1(b, 0x3d);
+	b32(b, (uint32_t)(int32_t)(int64_t)((uint64_t)(uintptr_t)s->callee_flag - (here(b) + 5)));
+	b1(b, 0x00);
+	b1(b, 0x0f); b1(b, 0x84); je = b->n; b32(b, 0);
+	return je;
+}
+
+/* The instrument slow path: ask, then go on to the entry record whatever
+ * the answer (if the agent could not instrument G -- re-entered from a
+ * signal handler, say -- the call goes on untraced inside G). */
+static void instr_slow(buf *b, const ag_area_spec *s, size_t je, uint64_t entry)
+{
+	fix_rel32(b, je);
+	slow_call(b, s, ((uint64_t)AG_SLOW_INSTRUMENT << 56) | (uint64_t)(uintptr_t)s->callee_ref);
+	b1(b, 0xe9); brel32(b, entry);
 }
 
 /*
@@ -133,18 +169,13 @@ static void record_slow(buf *b, const ag_area_spec *s, size_t no_ring, size_t sy
  * so the area records the entry only and jumps; the reader closes G when
  * F's exit arrives (the sites file says this site is a tail jump).  For a
  * conditional jump the condition is tested first, while the flags are live.
- *
- *   area:  endbr64
- *          [jcc taken; jmp S+len; taken:]
- *          cmpb $0, flag(G); je slow_instr
- *   entry: <record ENTRY>
- *          jmp G
  */
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
-	size_t je_instr, nr_in, sy_in;
-	uint64_t entry, again_in;
+	rec_fix in;
+	size_t je;
+	uint64_t entry;
 
 	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
 	if (s->cond) {
@@ -152,48 +183,35 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		b32(&b, 5);
 		b1(&b, 0xe9); brel32(&b, s->site + s->site_len);           /* not taken: back */
 	}
-	b1(&b, 0x80); b1(&b, 0x3d);                                        /* cmpb $0,flag(%rip) */
-	b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)s->callee_flag - (here(&b) + 5)));
-	b1(&b, 0x00);
-	b1(&b, 0x0f); b1(&b, 0x84); je_instr = b.n; b32(&b, 0);           /* je slow_instr */
+	je = flag_test(&b, s);
 	entry = here(&b);
-	record(&b, s, TRACE_ENTRY, &nr_in, &sy_in, &again_in);
+	record(&b, s, TRACE_ENTRY, &in);
 	b1(&b, 0xe9); brel32(&b, s->callee);                               /* jmp G */
-	fix_rel32(&b, je_instr);
-	slow_call(&b, s, ((uint64_t)AG_SLOW_INSTRUMENT << 56) | (uint64_t)(uintptr_t)s->callee_ref,
-		  entry);
-	record_slow(&b, s, nr_in, sy_in, again_in);
+	instr_slow(&b, s, je, entry);
+	record_slow(&b, s, &in);
 	return b.n;
 }
 
-size_t ag_emit_direct_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
+size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
-	size_t je_instr, nr_in, sy_in, nr_out, sy_out;
-	uint64_t entry, again_in, again_out;
+	rec_fix in, out;
+	size_t je;
+	uint64_t entry;
 
 	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
-	b1(&b, 0x80); b1(&b, 0x3d);                                        /* cmpb $0,flag(%rip) */
-	b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)s->callee_flag - (here(&b) + 5)));
-	b1(&b, 0x00);
-	b1(&b, 0x0f); b1(&b, 0x84); je_instr = b.n; b32(&b, 0);           /* je slow_instr */
+	je = flag_test(&b, s);
 	entry = here(&b);
-	record(&b, s, TRACE_ENTRY, &nr_in, &sy_in, &again_in);
-	b1(&b, 0xe8); brel32(&b, s->callee);                               /* call G */
-	record(&b, s, TRACE_EXIT, &nr_out, &sy_out, &again_out);
+	record(&b, s, TRACE_ENTRY, &in);
+	if (s->slot) {
+		b1(&b, 0xff); b1(&b, 0x15); brel32(&b, s->slot);           /* call *slot(%rip) */
+	} else {
+		b1(&b, 0xe8); brel32(&b, s->callee);                       /* call G */
+	}
+	record(&b, s, TRACE_EXIT, &out);
 	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
-	/* Slow paths, out of the straight line. */
-	fix_rel32(&b, je_instr);
-	/* Back to the entry record, not to the test: if the agent could not
-	 * instrument G (re-entered from a signal handler, say), the call goes
-	 * on untraced inside G rather than looping. */
-	slow_call(&b, s, ((uint64_t)AG_SLOW_INSTRUMENT << 56) | (uint64_t)(uintptr_t)s->callee_ref,
-		  entry);
-	record_slow(&b, s, nr_in, sy_in, again_in);
-	record_slow(&b, s, nr_out, sy_out, again_out);
-	/* The return-address slot for the unwinder (unwind.c), 8-aligned. */
-	while (b.n % 8)
-		b1(&b, 0xcc);
-	b64(&b, s->site + s->site_len - 1);
+	instr_slow(&b, s, je, entry);
+	record_slow(&b, s, &in);
+	record_slow(&b, s, &out);
 	return b.n;
 }

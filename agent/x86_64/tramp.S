@@ -4,8 +4,9 @@
  * ag_tramp_slow: called from a patch area with r11 = the request.  Saves the
  * flags, every general register and the complete XSAVE state (x87, SSE, AVX
  * upper halves, AVX-512, ...), calls ag_slow(request) on a 64-byte aligned
- * stack, restores everything and returns into the area.  The program can
- * never tell a slow path ran.
+ * stack, restores everything but r11, which carries ag_slow's answer (r11 is
+ * dead at a call site), and returns into the area.  The program can never
+ * tell a slow path ran.
  *
  * ag_tramp_return: the root function (where tracing began on this thread)
  * returns here instead of to its caller.  It records the exit, asks the
@@ -74,6 +75,7 @@ ag_tramp_slow:
 	SAVE_ALL
 	mov	%r11, %rdi
 	call	ag_slow
+	mov	%rax, 8(%rbp)		/* the answer, restored into r11 */
 	RESTORE_ALL
 	ret
 	.cfi_endproc

@@ -12,7 +12,9 @@
  *   rip = S + len - 1                  DW_CFA_expression rip, DW_OP_addr slot
  *   every other register: unchanged    (the area saves nothing)
  *
- * where `slot` is an 8-byte word at the end of the area holding S + len - 1.
+ * where `slot` is the last 8 bytes of the area's slot, holding S + len - 1.
+ * Pools have fixed-size slots, so the FDEs of all of them are registered
+ * when the pool is made (pool.c), never from a slow path.
  *
  * Two subtleties of libgcc's unwinder:
  *  - A frame of size zero has the same identity (its CFA) as its caller's
@@ -105,16 +107,21 @@ static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size,
 	return 4 + n;
 }
 
-int ag_unwind_register(const ag_unwind_area *a, size_t n)
+int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride)
 {
 	size_t cap = 32 + n * 64 + 8, off = 0;
 	uint8_t *buf = ag_alloc(cap), *ob = ag_alloc(OBJ_SIZE);
 
-	if (!buf || !ob || n == 0)
-		return n == 0 ? 0 : -1;
+	if (n == 0)
+		return 0;
+	if (!buf || !ob)
+		return -1;
 	off += put_cie(buf);
-	for (size_t i = 0; i < n; i++)
-		off += put_fde(buf + off, off, a[i].start, a[i].size, a[i].ret);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t start = first + i * stride;
+
+		off += put_fde(buf + off, off, start, stride - 8, start + stride - 8);
+	}
 	memset(buf + off, 0, 4);                          /* terminator */
 	__register_frame_info(buf, ob);
 	return 0;

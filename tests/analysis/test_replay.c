@@ -13,10 +13,13 @@
  *   tail       a tail jump's callee closes with its caller, unmarked
  *   badsite    a site id the sites file does not hold
  *   events     signal and unknown events inside a call
+ *   cxx        C++ names (traced_cxx.cpp) with --demangle simple (the
+ *              default), full and no, in replay and report
  *   errors     corrupt and truncated rings, missing sites and meta, malformed
  *              meta, bad options: exit status, stderr, and nothing on stdout
  *
- * usage: test_replay SPTRACE TRACED-PROGRAM.  Returns 0 when all pass.
+ * usage: test_replay SPTRACE TRACED-PROGRAM TRACED-CXX-PROGRAM.  Returns 0 when
+ * all pass.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -28,7 +31,7 @@
 #include "tracegen.h"
 
 static int failures;
-static const char *sptrace, *prog;
+static const char *sptrace, *prog, *cxx_prog;
 static char root[] = "/tmp/sptrace-test-replay-XXXXXX";
 static trace_site sites[S_COUNT];
 static char indirect[64];   /* the name of S_HOOK's callee */
@@ -457,6 +460,117 @@ static void test_events(void)
 	free(dir);
 }
 
+/*
+ * C++ names (traced_cxx.cpp) in each --demangle style.  A full name has its
+ * parameters, so replay adds no "()" after it, as uftrace does.
+ */
+static void test_cxx(void)
+{
+	static const rec r[] = {
+		E(X_MAIN, 0), E(X_GET, 100), X(X_GET, 110), E(X_ADD, 200), X(X_ADD, 220),
+		E(X_LESS, 300), X(X_LESS, 330), E(X_CALL, 400), X(X_CALL, 440),
+		E(X_BIGGEST, 500), X(X_BIGGEST, 550), E(X_LAMBDA, 600), X(X_LAMBDA, 660),
+		E(X_HELPER, 700), X(X_HELPER, 770), E(X_PLAIN, 800), X(X_PLAIN, 880),
+		E(X_APPLY, 900), E(X_APPLY_F, 910), X(X_APPLY_F, 1000), X(X_APPLY, 1100),
+		E(X_NEW, 1200), X(X_NEW, 1300), E(X_DELETE, 1400), X(X_DELETE, 1510),
+		E(X_DTOR, 1600), X(X_DTOR, 1720), X(X_MAIN, 2000),
+	};
+	/* Each style's names, in the order of the sites. */
+	static const char *const names[3][X_COUNT] = {
+		{ "", "main", "ns::Box::get", "ns::Vec::operator+=", "ns::Vec::operator<",
+		  "ns::Vec::operator()", "ns::biggest", "main::{lambda(int)#1}::operator()",
+		  "(anonymous namespace)::helper", "plain_c", "ns::apply",
+		  "<indirect@ns::apply+0x%" PRIx64 ">", "operator new@plt",
+		  "operator delete@plt", "ns::Vec::~Vec" },
+		{ "", "main", "ns::Box<long>::get(int) const",
+		  "ns::Vec::operator+=(ns::Vec const&)", "ns::Vec::operator<(ns::Vec const&) const",
+		  "ns::Vec::operator()(int) const", "long ns::biggest<long>(long, long)",
+		  "main::{lambda(int)#1}::operator()(int) const",
+		  "(anonymous namespace)::helper(int)", "plain_c", "ns::apply(int (*)(int), int)",
+		  "<indirect@ns::apply(int (*)(int), int)+0x%" PRIx64 ">",
+		  "operator new(unsigned long)@plt", "operator delete(void*, unsigned long)@plt",
+		  "ns::Vec::~Vec()" },
+		{ "", "main", "_ZNK2ns3BoxIlE3getEi", "_ZN2ns3VecpLERKS0_", "_ZNK2ns3VecltERKS0_",
+		  "_ZNK2ns3VecclEi", "_ZN2ns7biggestIlEET_S1_S1_", "_ZZ4mainENKUliE_clEi",
+		  "_ZN12_GLOBAL__N_16helperEi", "plain_c", "_ZN2ns5applyEPFiiEi",
+		  "<indirect@_ZN2ns5applyEPFiiEi+0x%" PRIx64 ">", "_Znwm@plt", "_ZdlPvm@plt",
+		  "_ZN2ns3VecD2Ev" },
+	};
+	static const char *const style[3] = { "--demangle=simple", "--demangle=full",
+					      "--demangle=no" };
+	trace_site s[X_COUNT];
+	char *dir = tg_dir(root, "cxx");
+	uint64_t off;
+
+	tg_cxx_sites(cxx_prog, s);
+	tg_meta(dir, cxx_prog, "");
+	tg_write_sites(dir, s, X_COUNT);
+	write_ring(dir, 1234, 64, T0, r, N(r));
+	off = s[X_APPLY_F].site_addr - s[X_APPLY_F].caller_func;
+
+	for (int k = 0; k < 3; k++) {
+		const char *const *n = names[k];
+		/* A full name (not main's, plain_c's or the indirect one) has its
+		 * parameters: no "()" is added. */
+		const char *pp = k == 1 ? "" : "()";
+		char indirect[128], *replay, *report;
+
+		snprintf(indirect, sizeof indirect, n[X_APPLY_F], off);
+		if (asprintf(&replay, "%s"
+			"            [ 1234] | main() {\n"
+			"   0.010 us [ 1234] |   %s%s;\n"
+			"   0.020 us [ 1234] |   %s%s;\n"
+			"   0.030 us [ 1234] |   %s%s;\n"
+			"   0.040 us [ 1234] |   %s%s;\n"
+			"   0.050 us [ 1234] |   %s%s;\n"
+			"   0.060 us [ 1234] |   %s%s;\n"
+			"   0.070 us [ 1234] |   %s%s;\n"
+			"   0.080 us [ 1234] |   plain_c();\n"
+			"            [ 1234] |   %s%s {\n"
+			"   0.090 us [ 1234] |     %s();\n"
+			"   0.200 us [ 1234] |   } /* %s */\n"
+			"   0.100 us [ 1234] |   %s%s;\n"
+			"   0.110 us [ 1234] |   %s%s;\n"
+			"   0.120 us [ 1234] |   %s%s;\n"
+			"   2.000 us [ 1234] | } /* main */\n", HDR,
+			n[X_GET], pp, n[X_ADD], pp, n[X_LESS], pp, n[X_CALL], pp, n[X_BIGGEST], pp,
+			n[X_LAMBDA], pp, n[X_HELPER], pp, n[X_APPLY], pp, indirect, n[X_APPLY],
+			n[X_NEW], pp, n[X_DELETE], pp, n[X_DTOR], pp) < 0 ||
+		    asprintf(&report, "%s"
+			"    2.000 us    1.110 us           1  main\n"
+			"    0.200 us    0.110 us           1  %s\n"
+			"    0.120 us    0.120 us           1  %s\n"
+			"    0.110 us    0.110 us           1  %s\n"
+			"    0.100 us    0.100 us           1  %s\n"
+			"    0.090 us    0.090 us           1  %s\n"
+			"    0.080 us    0.080 us           1  plain_c\n"
+			"    0.070 us    0.070 us           1  %s\n"
+			"    0.060 us    0.060 us           1  %s\n"
+			"    0.050 us    0.050 us           1  %s\n"
+			"    0.040 us    0.040 us           1  %s\n"
+			"    0.030 us    0.030 us           1  %s\n"
+			"    0.020 us    0.020 us           1  %s\n"
+			"    0.010 us    0.010 us           1  %s\n", RHDR,
+			n[X_APPLY], n[X_DTOR], n[X_DELETE], n[X_NEW], indirect, n[X_HELPER],
+			n[X_LAMBDA], n[X_BIGGEST], n[X_CALL], n[X_LESS], n[X_ADD], n[X_GET]) < 0)
+			tg_die("out of memory");
+		expect(S("cxx replay %s", style[k]), 0, replay, NULL, "replay", style[k], dir, NULL);
+		expect(S("cxx report %s", style[k]), 0, report, NULL, "report", dir, "--demangle",
+		       style[k] + 11, NULL);
+		if (k == 0) {   /* simple is the default */
+			expect("cxx replay, default", 0, replay, NULL, "replay", dir, NULL);
+			expect("cxx report, default", 0, report, NULL, "report", dir, NULL);
+		}
+		free(replay);
+		free(report);
+	}
+	expect("--demangle bad", 2, "", "sptrace: replay: --demangle 'yes': use simple, full or "
+	       "no\n", "replay", "--demangle=yes", dir, NULL);
+	expect("report --demangle bad", 2, "", "sptrace: report: --demangle 'short': use simple, "
+	       "full or no\n", "report", "--demangle", "short", dir, NULL);
+	free(dir);
+}
+
 /* A good ring 1234 and a bad ring 1240: nothing may be printed. */
 static void bad_ring(const char *name, void (*edit)(trace_ring_header *), long size,
 		     const char *why)
@@ -572,12 +686,13 @@ int main(int argc, char **argv)
 {
 	char repo[sizeof root + 8];
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: test_replay SPTRACE TRACED-PROGRAM\n");
+	if (argc != 4) {
+		fprintf(stderr, "usage: test_replay SPTRACE TRACED-PROGRAM TRACED-CXX-PROGRAM\n");
 		return 2;
 	}
 	sptrace = argv[1];
 	prog = argv[2];
+	cxx_prog = argv[3];
 	if (!mkdtemp(root))
 		tg_die("mkdtemp: %m");
 	snprintf(repo, sizeof repo, "%s/repo", root);
@@ -594,10 +709,12 @@ int main(int argc, char **argv)
 	test_tail();
 	test_badsite();
 	test_events();
+	test_cxx();
 	test_errors();
 
 	tg_rmtree(root);
 	ca_module_free((ca_module *)tg_prog());
+	ca_module_free((ca_module *)tg_cxx_prog());
 	if (failures) {
 		fprintf(stderr, "test_replay: %d failures\n", failures);
 		return 1;

@@ -13,9 +13,14 @@
  *   4. calls: nesting, unwinding on a mismatched exit, exits without entry,
  *      calls without exit, tail jumps (no exit of their own); holes in the
  *      sites file;
- *   5. printing helpers: durations, thread selection.
+ *   5. printing helpers: durations, thread selection;
+ *   6. C++ names: an_demangle in each style on names of every shape
+ *      (namespaces, templates, operators, lambdas, local names, clone, PLT
+ *      and version suffixes, invalid and over-long symbols);
+ *   7. C++ names in a trace of tests/analysis/traced_cxx.cpp, in each style.
  *
- * usage: test_trace_read TRACED-PROGRAM.  Returns 0 when all pass.
+ * usage: test_trace_read TRACED-PROGRAM TRACED-CXX-PROGRAM.  Returns 0 when
+ * all pass.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,7 +32,7 @@
 #include "tracegen.h"
 
 static int failures;
-static const char *prog;
+static const char *prog, *cxx_prog;
 static char root[] = "/tmp/sptrace-test-trace-read-XXXXXX";
 static trace_site sites[S_COUNT];
 
@@ -459,15 +464,199 @@ out:
 	free(dir);
 }
 
+/* 6. C++ names: an_demangle on names of every shape, in each style. */
+static void test_demangle_strings(void)
+{
+	static const struct { const char *sym, *simple, *full; } d[] = {
+		/* not C++, or not a valid mangling: as they are */
+		{ "main", "main", "main" },
+		{ "sub_1234", "sub_1234", "sub_1234" },
+		{ "printf@plt", "printf@plt", "printf@plt" },
+		{ "_Z", "_Z", "_Z" },
+		{ "_Zxx", "_Zxx", "_Zxx" },
+		{ "_Zfoo.cold", "_Zfoo.cold", "_Zfoo.cold" },
+		/* namespaces, classes, qualifiers */
+		{ "_ZN2ns5Class6methodEi", "ns::Class::method", "ns::Class::method(int)" },
+		{ "_ZNK2ns5Class7cmethodEv", "ns::Class::cmethod", "ns::Class::cmethod() const" },
+		{ "_ZN2ns5ClassD2Ev", "ns::Class::~Class", "ns::Class::~Class()" },
+		{ "_ZN2ns12_GLOBAL__N_16hiddenEi", "ns::(anonymous namespace)::hidden",
+		  "ns::(anonymous namespace)::hidden(int)" },
+		{ "_ZN2ns3abiB5cxx11Ei", "ns::abi", "ns::abi[abi:cxx11](int)" },
+		/* templates: arguments and the return type go */
+		{ "_ZNK2ns3BoxIiE3getIiEET_i", "ns::Box::get",
+		  "int ns::Box<int>::get<int>(int) const" },
+		{ "_ZNSt6vectorIiSaIiEE9push_backERKi", "std::vector::push_back",
+		  "std::vector<int, std::allocator<int> >::push_back(int const&)" },
+		{ "_ZNKSt8functionIFviEEclEi", "std::function::operator()",
+		  "std::function<void (int)>::operator()(int) const" },
+		{ "_Z5tfptrIcEPFiiET_", "tfptr", "int (*tfptr<char>(char))(int)" },
+		{ "_Z1fIiERA3_iT_", "f", "int (&f<int>(int)) [3]" },
+		{ "_Z1fIiEDTcl1gfp_EET_", "f", "decltype (g({parm#1})) f<int>(int)" },
+		/* operators */
+		{ "_ZNK2ns5ClassltERKS0_", "ns::Class::operator<",
+		  "ns::Class::operator<(ns::Class const&) const" },
+		{ "_ZN2ns5ClasslsEi", "ns::Class::operator<<", "ns::Class::operator<<(int)" },
+		{ "_ZN1AltIiEEbi", "A::operator<", "bool A::operator< <int>(int)" },
+		{ "_ZStlsISt11char_traitsIcEERSt13basic_ostreamIcT_ES5_PKc", "std::operator<<",
+		  "std::basic_ostream<char, std::char_traits<char> >& std::operator<< "
+		  "<std::char_traits<char> >(std::basic_ostream<char, std::char_traits<char> >&, "
+		  "char const*)" },
+		{ "_ZN1AssERKS_", "A::operator<=>", "A::operator<=>(A const&)" },
+		{ "_ZN1AptEv", "A::operator->", "A::operator->()" },
+		{ "_ZN1AixEi", "A::operator[]", "A::operator[](int)" },
+		{ "_ZN2ns5ClassclEi", "ns::Class::operator()", "ns::Class::operator()(int)" },
+		{ "_ZN1AnaEm", "A::operator new[]", "A::operator new[](unsigned long)" },
+		{ "_ZNK2ns5ClasscviEv", "ns::Class::operator int", "ns::Class::operator int() const" },
+		{ "_Zli2_kPKcm", "operator\"\" _k", "operator\"\" _k(char const*, unsigned long)" },
+		/* local names, lambdas */
+		{ "_ZZ5outeriEN5Local1fEi", "outer::Local::f", "outer(int)::Local::f(int)" },
+		{ "_ZZNK1A1fEvEN1B1gEv", "A::f::B::g", "A::f() const::B::g()" },
+		{ "_ZZ4mainENKUliE_clEi", "main::{lambda(int)#1}::operator()",
+		  "main::{lambda(int)#1}::operator()(int) const" },
+		/* special names */
+		{ "_ZThn8_N13FtraceServiceD0Ev", "FtraceService::~FtraceService",
+		  "non-virtual thunk to FtraceService::~FtraceService()" },
+		/* suffixes: clones, PLT entries, symbol versions */
+		{ "_Z3foov.cold", "foo.cold", "foo() [clone .cold]" },
+		{ "_Z3foov.part.0", "foo.part.0", "foo() [clone .part.0]" },
+		{ "_Z3foov.constprop.0.isra.0", "foo.constprop.0.isra.0",
+		  "foo() [clone .constprop.0] [clone .isra.0]" },
+		{ "_Z3foov.odd-suffix", "foo.odd-suffix", "foo().odd-suffix" },
+		{ "_ZNSolsEi@plt", "std::ostream::operator<<@plt", "std::ostream::operator<<(int)@plt" },
+		{ "_ZN1A1fEv.cold@plt", "A::f.cold@plt", "A::f() [clone .cold]@plt" },
+		{ "_ZNSi6ignoreEl@@GLIBCXX_3.4.5", "std::istream::ignore@@GLIBCXX_3.4.5",
+		  "std::istream::ignore(long)@@GLIBCXX_3.4.5" },
+	};
+	char *s, *big;
+	size_t n;
+
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++) {
+		const char *want[3] = { d[i].simple, d[i].full, d[i].sym };
+
+		for (int style = AN_DEMANGLE_SIMPLE; style <= AN_DEMANGLE_NO; style++) {
+			s = an_demangle(d[i].sym, style);
+			CHECK(s && strcmp(s, want[style]) == 0, "%s in style %d is '%s', expected '%s'",
+			      d[i].sym, style, s ? s : "(null)", want[style]);
+			free(s);
+		}
+	}
+	CHECK(an_demangle_style("simple") == AN_DEMANGLE_SIMPLE &&
+	      an_demangle_style("full") == AN_DEMANGLE_FULL &&
+	      an_demangle_style("no") == AN_DEMANGLE_NO && an_demangle_style("none") == -1 &&
+	      an_demangle_style("") == -1, "an_demangle_style parses wrongly");
+
+	/* "_ZN" + "1a" * n + "Ev": a name of n parts is demangled; one too deep
+	 * for the runtime (its recursion limit) or over 16 KiB is kept as is. */
+	for (size_t k = 0; k < 3; k++) {
+		n = k == 0 ? 100 : k == 1 ? 1000 : 8190;
+		big = malloc(2 * n + 6);
+		if (!big)
+			tg_die("out of memory");
+		strcpy(big, "_ZN");
+		for (size_t i = 0; i < n; i++)
+			strcat(big + 3 + 2 * i, "1a");
+		strcat(big, "Ev");
+		s = an_demangle(big, AN_DEMANGLE_SIMPLE);
+		if (k == 0)
+			CHECK(s && strlen(s) == 3 * n - 2 && strncmp(s, "a::a::", 6) == 0,
+			      "a name of %zu parts is '%.40s...'", n, s ? s : "(null)");
+		else
+			CHECK(s && strcmp(s, big) == 0, "a %zu-character symbol was demangled",
+			      strlen(big));
+		free(s);
+		free(big);
+	}
+}
+
+/* 7. C++ names in a trace of traced_cxx.cpp: each function demangled in the
+ * style the trace was opened with, also as the caller of an indirect call. */
+static void test_demangle_trace(void)
+{
+	static const struct { const char *simple, *full; } want[X_COUNT] = {
+		[X_GET] = { "ns::Box::get", "ns::Box<long>::get(int) const" },
+		[X_LESS] = { "ns::Vec::operator<", "ns::Vec::operator<(ns::Vec const&) const" },
+		[X_BIGGEST] = { "ns::biggest", "long ns::biggest<long>(long, long)" },
+		[X_LAMBDA] = { "main::{lambda(int)#1}::operator()",
+			       "main::{lambda(int)#1}::operator()(int) const" },
+		[X_PLAIN] = { "plain_c", "plain_c" },
+		[X_NEW] = { "operator new@plt", "operator new(unsigned long)@plt" },
+	};
+	trace_site s[X_COUNT];
+	char *dir = tg_dir(root, "cxx"), indirect[3][128];
+	const char *mangled[X_COUNT] = { 0 };
+	uint64_t off;
+	tg_ring r;
+
+	tg_cxx_sites(cxx_prog, s);
+	tg_meta(dir, cxx_prog, "");
+	tg_write_sites(dir, s, X_COUNT);
+	tg_ring_init(&r, 1234, 8, TG_TSC0);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	mangled[X_GET] = "_ZNK2ns3BoxIlE3getEi";
+	mangled[X_LESS] = "_ZNK2ns3VecltERKS0_";
+	mangled[X_BIGGEST] = "_ZN2ns7biggestIlEET_S1_S1_";
+	mangled[X_LAMBDA] = "_ZZ4mainENKUliE_clEi";
+	mangled[X_PLAIN] = "plain_c";
+	mangled[X_NEW] = "_Znwm@plt";
+	off = s[X_APPLY_F].site_addr - s[X_APPLY_F].caller_func;
+	snprintf(indirect[0], sizeof *indirect, "<indirect@ns::apply+0x%" PRIx64 ">", off);
+	snprintf(indirect[1], sizeof *indirect, "<indirect@ns::apply(int (*)(int), int)+0x%"
+		 PRIx64 ">", off);
+	snprintf(indirect[2], sizeof *indirect, "<indirect@_ZN2ns5applyEPFiiEi+0x%" PRIx64 ">", off);
+
+	for (int style = AN_DEMANGLE_SIMPLE; style <= AN_DEMANGLE_NO; style++) {
+		an_open_opts o = { .demangle = style };
+		an_trace *t;
+		sp_err err;
+
+		if (an_trace_open_opts(dir, &o, &t, &err) < 0) {
+			CHECK(0, "opening %s in style %d: %s", dir, style, err.msg);
+			continue;
+		}
+		for (int id = 0; id < X_COUNT; id++) {
+			const an_func *f;
+			const char *w;
+
+			if (!mangled[id])
+				continue;
+			f = an_func_get(t, an_site(t, (uint32_t)id)->callee);
+			w = style == AN_DEMANGLE_SIMPLE ? want[id].simple
+			    : style == AN_DEMANGLE_FULL ? want[id].full : mangled[id];
+			CHECK(strcmp(f->name, w) == 0, "style %d: site %d calls '%s', expected '%s'",
+			      style, id, f->name, w);
+			CHECK(f->signature == (style == AN_DEMANGLE_FULL && id != X_PLAIN),
+			      "style %d: '%s' is%s taken for a full signature", style, f->name,
+			      f->signature ? "" : " not");
+		}
+		CHECK(strcmp(callee_name(t, X_APPLY_F), indirect[style]) == 0,
+		      "style %d: the indirect call in ns::apply is '%s', expected '%s'", style,
+		      callee_name(t, X_APPLY_F), indirect[style]);
+		CHECK(!an_func_get(t, an_site(t, X_APPLY_F)->callee)->signature,
+		      "style %d: an indirect callee is taken for a full signature", style);
+		an_trace_close(t);
+	}
+	{
+		an_open_opts o = { .demangle = 7 };
+		an_trace *t;
+		sp_err err;
+
+		CHECK(an_trace_open_opts(dir, &o, &t, &err) < 0 && strstr(err.msg, "demangle style 7"),
+		      "demangle style 7 was accepted");
+	}
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
 	char repo[sizeof root + 8];
 
-	if (argc != 2) {
-		fprintf(stderr, "usage: test_trace_read TRACED-PROGRAM\n");
+	if (argc != 3) {
+		fprintf(stderr, "usage: test_trace_read TRACED-PROGRAM TRACED-CXX-PROGRAM\n");
 		return 2;
 	}
 	prog = argv[1];
+	cxx_prog = argv[2];
 	if (!mkdtemp(root))
 		tg_die("mkdtemp: %m");
 	snprintf(repo, sizeof repo, "%s/repo", root);
@@ -480,9 +669,12 @@ int main(int argc, char **argv)
 	test_calls();
 	test_tail_and_holes();
 	test_helpers();
+	test_demangle_strings();
+	test_demangle_trace();
 
 	tg_rmtree(root);
 	ca_module_free((ca_module *)tg_prog());
+	ca_module_free((ca_module *)tg_cxx_prog());
 	if (failures) {
 		fprintf(stderr, "test_trace_read: %d failures\n", failures);
 		return 1;

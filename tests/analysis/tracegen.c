@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static ca_module *prog_ca;
+static ca_module *prog_ca, *cxx_ca;
 
 void tg_die(const char *fmt, ...)
 {
@@ -31,29 +31,44 @@ const ca_module *tg_prog(void)
 	return prog_ca;
 }
 
-uint64_t tg_func(const char *name)
+const ca_module *tg_cxx_prog(void)
+{
+	return cxx_ca;
+}
+
+static uint64_t func_in(const ca_module *m, const char *name)
 {
 	size_t n;
-	const ca_func *f = ca_module_funcs(prog_ca, &n);
-	uint32_t i = ca_func_by_name(prog_ca, name);
+	const ca_func *f = ca_module_funcs(m, &n);
+	uint32_t i = ca_func_by_name(m, name);
 
 	if (i == CA_NONE)
 		tg_die("the traced program has no function '%s'", name);
 	return f[i].addr;
 }
 
+uint64_t tg_func(const char *name)
+{
+	return func_in(prog_ca, name);
+}
+
+uint64_t tg_cxx_func(const char *symbol)
+{
+	return func_in(cxx_ca, symbol);
+}
+
 /* The address of the call in `caller` to `callee` (a name, or NULL for the
  * first indirect call). */
-static uint64_t site_addr(const char *caller, const char *callee)
+static uint64_t site_in(const ca_module *m, const char *caller, const char *callee)
 {
 	size_t ns, nf;
-	const ca_site *s = ca_module_sites(prog_ca, &ns);
-	const ca_func *f = ca_module_funcs(prog_ca, &nf);
-	uint32_t fi = ca_func_by_name(prog_ca, caller);
+	const ca_site *s = ca_module_sites(m, &ns);
+	const ca_func *f = ca_module_funcs(m, &nf);
+	uint32_t fi = ca_func_by_name(m, caller);
 
 	for (uint32_t i = 0; fi != CA_NONE && i < f[fi].nsites; i++) {
 		const ca_site *x = &s[f[fi].first_site + i];
-		const char *name = x->callee != CA_NONE ? ca_str(prog_ca, f[x->callee].name) : NULL;
+		const char *name = x->callee != CA_NONE ? ca_str(m, f[x->callee].name) : NULL;
 
 		if (callee ? name && strcmp(name, callee) == 0
 			   : x->kind == CA_SITE_INDIRECT_RIP || x->kind == CA_SITE_INDIRECT_REG ||
@@ -63,12 +78,22 @@ static uint64_t site_addr(const char *caller, const char *callee)
 	tg_die("the traced program has no call from %s to %s", caller, callee ? callee : "*");
 }
 
-static trace_site direct(const char *caller, const char *callee)
+static uint64_t site_addr(const char *caller, const char *callee)
+{
+	return site_in(prog_ca, caller, callee);
+}
+
+static trace_site direct_in(const ca_module *m, const char *caller, const char *callee)
 {
 	return (trace_site){ .caller_module = 0, .callee_module = 0,
-			     .site_addr = site_addr(caller, callee),
-			     .caller_func = tg_func(caller), .callee_func = tg_func(callee),
+			     .site_addr = site_in(m, caller, callee),
+			     .caller_func = func_in(m, caller), .callee_func = func_in(m, callee),
 			     .kind = CA_SITE_DIRECT };
+}
+
+static trace_site direct(const char *caller, const char *callee)
+{
+	return direct_in(prog_ca, caller, callee);
 }
 
 void tg_sites(const char *prog, trace_site out[S_COUNT])
@@ -99,6 +124,42 @@ void tg_sites(const char *prog, trace_site out[S_COUNT])
 				    .site_addr = site_addr("main", NULL),
 				    .caller_func = tg_func("main"),
 				    .kind = CA_SITE_INDIRECT_RIP };
+}
+
+void tg_cxx_sites(const char *prog, trace_site out[X_COUNT])
+{
+	static const char *const callee[X_COUNT] = {
+		[X_GET] = "_ZNK2ns3BoxIlE3getEi",
+		[X_ADD] = "_ZN2ns3VecpLERKS0_",
+		[X_LESS] = "_ZNK2ns3VecltERKS0_",
+		[X_CALL] = "_ZNK2ns3VecclEi",
+		[X_BIGGEST] = "_ZN2ns7biggestIlEET_S1_S1_",
+		[X_LAMBDA] = "_ZZ4mainENKUliE_clEi",
+		[X_HELPER] = "_ZN12_GLOBAL__N_16helperEi",
+		[X_PLAIN] = "plain_c",
+		[X_APPLY] = "_ZN2ns5applyEPFiiEi",
+		[X_NEW] = "_Znwm@plt",
+		[X_DELETE] = "_ZdlPvm@plt",
+		[X_DTOR] = "_ZN2ns3VecD2Ev",
+	};
+	sp_err err;
+	ca_options opt = { 0 };
+
+	if (!cxx_ca && ca_analyze(prog, &opt, &cxx_ca, &err) < 0)
+		tg_die("analysing %s: %s", prog, err.msg);
+	memset(out, 0, X_COUNT * sizeof *out);
+	out[X_MAIN] = (trace_site){ .caller_module = 0, .callee_module = 0,
+				    .caller_func = func_in(cxx_ca, "main"),
+				    .callee_func = func_in(cxx_ca, "main"),
+				    .site_addr = func_in(cxx_ca, "main"), .flags = TRACE_SITE_ROOT };
+	for (int i = X_GET; i < X_COUNT; i++)
+		if (callee[i])
+			out[i] = direct_in(cxx_ca, "main", callee[i]);
+	out[X_NEW].kind = out[X_DELETE].kind = CA_SITE_PLT;
+	out[X_APPLY_F] = (trace_site){ .caller_module = 0, .callee_module = UINT32_MAX,
+				       .site_addr = site_in(cxx_ca, "_ZN2ns5applyEPFiiEi", NULL),
+				       .caller_func = func_in(cxx_ca, "_ZN2ns5applyEPFiiEi"),
+				       .kind = CA_SITE_INDIRECT_REG };
 }
 
 char *tg_dir(const char *root, const char *name)

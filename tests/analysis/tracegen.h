@@ -4,8 +4,9 @@
  * filled the way the agent fills them (a SYNC record first and whenever TSC
  * bits 38..63 change, overwriting the oldest record when full).
  *
- * The sites describe tests/analysis/traced.c; tg_sites() finds their
- * addresses by analysing that program.
+ * The sites describe tests/analysis/traced.c (tg_sites) or
+ * tests/analysis/traced_cxx.cpp (tg_cxx_sites), whose addresses these find by
+ * analysing the program.
  */
 #ifndef TRACEGEN_H
 #define TRACEGEN_H
@@ -34,6 +35,26 @@ enum {
 	S_COUNT
 };
 
+/* Site ids of the C++ sites file (see tg_cxx_sites): main of
+ * tests/analysis/traced_cxx.cpp calling each kind of C++ name. */
+enum {
+	X_MAIN = 1,      /* root: main */
+	X_GET,           /* main -> ns::Box<long>::get(int) const */
+	X_ADD,           /* main -> ns::Vec::operator+=(ns::Vec const&) */
+	X_LESS,          /* main -> ns::Vec::operator<(ns::Vec const&) const */
+	X_CALL,          /* main -> ns::Vec::operator()(int) const */
+	X_BIGGEST,       /* main -> long ns::biggest<long>(long, long) */
+	X_LAMBDA,        /* main -> main::{lambda(int)#1}::operator()(int) const */
+	X_HELPER,        /* main -> (anonymous namespace)::helper(int) */
+	X_PLAIN,         /* main -> plain_c, extern "C" */
+	X_APPLY,         /* main -> ns::apply(int (*)(int), int) */
+	X_APPLY_F,       /* ns::apply -> *f, callee unknown */
+	X_NEW,           /* main -> operator new(unsigned long)@plt */
+	X_DELETE,        /* main -> operator delete(void*, unsigned long)@plt */
+	X_DTOR,          /* main -> ns::Vec::~Vec() */
+	X_COUNT
+};
+
 /* The clocks the standard meta declares: 1 GHz, so 1 tick = 1 ns. */
 #define TG_HZ 1000000000ull
 #define TG_TSC0 (3ull << 38)                 /* also every ring's start_tsc */
@@ -46,6 +67,11 @@ void tg_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn)
 void tg_sites(const char *prog, trace_site out[S_COUNT]);
 const ca_module *tg_prog(void);
 uint64_t tg_func(const char *name);          /* link-time entry of `name` */
+/* The same for the C++ program: its sites file, its analysis (free it with
+ * ca_module_free at the end), the entry of a function by its symbol. */
+void tg_cxx_sites(const char *prog, trace_site out[X_COUNT]);
+const ca_module *tg_cxx_prog(void);
+uint64_t tg_cxx_func(const char *symbol);
 
 /* Make root/name afresh; its path, malloc'ed. */
 char *tg_dir(const char *root, const char *name);

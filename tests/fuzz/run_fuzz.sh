@@ -35,7 +35,7 @@ log=$tmp/fuzz.log
 rc=$?
 children=$(grep -c "ERROR: AddressSanitizer" "$log")
 if [ "$rc" -eq 0 ]; then
-	grep -E "^#[0-9]+ +(INITED|DONE)" "$log"
+	grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)" "$log"
 	echo "run_fuzz.sh: passed; $children sanitizer reports came from forked" \
 		"DWARF-reader children (lines dropped, analysis went on)"
 	rm -rf "$tmp"

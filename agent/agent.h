@@ -73,8 +73,15 @@ typedef struct ag_thread {
  * NULL until the thread's first record. */
 extern __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")));
 trace_ring_header *ag_ring_create(void);   /* for the calling thread */
-void ag_ring_event(unsigned event);        /* a TRACE_EVENT record (slow path) */
-void ag_ring_write(unsigned kind, uint32_t id);
+void ag_ring_put(trace_ring_header *r, unsigned kind, uint32_t id); /* from C */
+
+/* Agent code running on an application thread brackets itself with these:
+ * meanwhile the thread's TLS ring is NULL, so traced code the agent calls
+ * (libc) records nothing, and nested slow paths answer "skip".  ag_enter
+ * returns the thread's ring (NULL if none yet); ag_leave installs one. */
+trace_ring_header *ag_enter(void);
+void ag_leave(trace_ring_header *ring);
+bool ag_active(void);                      /* activated and not stopped */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
 void ag_rings_close_all(void);
 int ag_rings_init(void);

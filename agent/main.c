@@ -172,30 +172,46 @@ static void write_meta(void)
 
 /* ---- activation ---- */
 
+static volatile int active;
+
+bool ag_active(void)
+{
+	return active;
+}
+
 static void on_activate(struct ucontext_t *ucp)
 {
 	ucontext_t *uc = (ucontext_t *)ucp;
 	uint64_t *sp = (uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
 	uint64_t entry = (uint64_t)uc->uc_mcontext.gregs[REG_RIP] - 1;
+	trace_ring_header *ring;
 
 	ag_trap_disarm();
 	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;   /* run the restored instruction */
-	if (!ag_ring_create())
-		return;
-	ag_ring_event(TRACE_EV_ACTIVATE);
-	root_site = ag_site_root(root_module, root_func);
-	ag_ring_write(TRACE_ENTRY, root_site);
-	ag_instrument(root_module, root_func);
-	/* See the root function return: its return address goes through us. */
-	root_ret = *sp;
-	*sp = (uint64_t)(uintptr_t)ag_tramp_return;
-	ag_log("activated in %s at %#lx", ca_str(root_module->ca,
-	       ca_module_funcs(root_module->ca, NULL)[root_func].name), (unsigned long)entry);
+	ring = ag_enter();
+	if (!ring)
+		ring = ag_ring_create();
+	if (ring) {
+		ag_ring_put(ring, TRACE_EVENT, TRACE_EV_ACTIVATE);
+		root_site = ag_site_root(root_module, root_func);
+		ag_ring_put(ring, TRACE_ENTRY, root_site);
+		active = 1;
+		ag_instrument(root_module, root_func);
+		/* See the root function return: its return address goes through us. */
+		root_ret = *sp;
+		*sp = (uint64_t)(uintptr_t)ag_tramp_return;
+		ag_log("activated in %s at %#lx", ca_str(root_module->ca,
+		       ca_module_funcs(root_module->ca, NULL)[root_func].name), (unsigned long)entry);
+	}
+	ag_leave(ring);
 }
 
 uint64_t ag_root_return(void)
 {
-	ag_ring_write(TRACE_EXIT, root_site);
+	trace_ring_header *ring = ag_enter();
+
+	ag_ring_put(ring, TRACE_EXIT, root_site);
+	ag_leave(ring);
 	return root_ret;
 }
 
@@ -207,16 +223,30 @@ uint64_t ag_root_return(void)
  */
 static __thread int busy __attribute__((tls_model("initial-exec")));
 
+trace_ring_header *ag_enter(void)
+{
+	trace_ring_header *r = ag_tls_ring;
+
+	busy++;
+	ag_tls_ring = NULL;
+	return r;
+}
+
+void ag_leave(trace_ring_header *ring)
+{
+	ag_tls_ring = ring;
+	busy--;
+}
+
 uint64_t ag_slow(uint64_t req)
 {
 	unsigned op = (unsigned)(req >> 56);
-	trace_ring_header *ring = ag_tls_ring;
+	trace_ring_header *ring;
 	uint64_t answer = 0;
 
 	if (busy)
 		return 0;
-	busy = 1;
-	ag_tls_ring = NULL;
+	ring = ag_enter();
 	switch (op) {
 	case AG_SLOW_RING:
 		if (!ring)
@@ -241,8 +271,7 @@ uint64_t ag_slow(uint64_t req)
 	default:
 		break;
 	}
-	ag_tls_ring = ring;
-	busy = 0;
+	ag_leave(ring);
 	return answer;
 }
 

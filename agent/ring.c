@@ -66,6 +66,7 @@ void ag_ring_sync(trace_ring_header *r, uint64_t tsc)
 	r->epoch = high;
 }
 
+/* A ring for the calling thread; the caller installs it (ag_leave). */
 trace_ring_header *ag_ring_create(void)
 {
 	char path[4200];
@@ -75,8 +76,6 @@ trace_ring_header *ag_ring_create(void)
 	uint32_t slot;
 	int fd;
 
-	if (ag_tls_ring)
-		return ag_tls_ring;
 	snprintf(path, sizeof path, "%s/ring.%d", ag_dir, (int)tid);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
@@ -107,13 +106,11 @@ trace_ring_header *ag_ring_create(void)
 	slot = __atomic_fetch_add(&nrings, 1, __ATOMIC_ACQ_REL);
 	if (rings && slot < MAX_RINGS)
 		rings[slot] = r;
-	ag_tls_ring = r;
 	return r;
 }
 
-void ag_ring_write(unsigned kind, uint32_t id)
+void ag_ring_put(trace_ring_header *r, unsigned kind, uint32_t id)
 {
-	trace_ring_header *r = ag_tls_ring ? ag_tls_ring : ag_ring_create();
 	uint64_t tsc;
 
 	if (!r)
@@ -122,11 +119,6 @@ void ag_ring_write(unsigned kind, uint32_t id)
 	if ((tsc >> TRACE_TSC_LOW_BITS) != r->epoch)
 		ag_ring_sync(r, tsc);
 	put(r, trace_rec(kind, id, tsc));
-}
-
-void ag_ring_event(unsigned event)
-{
-	ag_ring_write(TRACE_EVENT, event);
 }
 
 int ag_rings_init(void)

@@ -111,6 +111,34 @@ def case_conf(sptrace, prog, scenario, tmp):
         check("\nend " in meta, "meta has no 'end' line:\n" + meta)
 
 
+def case_threads(sptrace, prog, tmp):
+    """Threads created after activation are traced from their start routine;
+    pthread_exit unwinds through traced calls without harm."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "threads"])
+    trace = traced(sptrace, tdir, [prog, "threads"])
+    same_behaviour(native, trace, "threads")
+    r = run([sptrace, "replay", tdir])
+    check(r.returncode == 0, "threads: replay failed: " + r.stderr)
+    per_tid = {}
+    for line in r.stdout.splitlines():
+        if "[" not in line or "| " not in line:
+            continue
+        tid = line.split("[", 1)[1].split("]", 1)[0].strip()
+        text = line.split("| ", 1)[1].rstrip()
+        if not text.strip().startswith("/*"):
+            per_tid.setdefault(tid, []).append(text)
+    allowed = {"main", "threads", "worker", "worker_exit", "leaf"}
+    trees = sorted(";".join(only(t, allowed)) for t in per_tid.values())
+    want = sorted(["main() {;  threads() {;  } /* threads */;} /* main */",
+                   "worker() {;  leaf();;  leaf();;} /* worker */",
+                   "worker() {;  leaf();;  leaf();;} /* worker */",
+                   "worker() {;  leaf();;  leaf();;} /* worker */",
+                   "worker_exit() {;  leaf();;} /* worker_exit (no exit: the trace ended) */"])
+    check(trees == want, "threads: per-thread trees differ\n--- want\n%s\n--- got\n%s" %
+          ("\n".join(want), "\n".join(trees)))
+
+
 def case_exceptions(sptrace, prog, tmp):
     tdir = os.path.join(tmp, "trace")
     native = run([prog])
@@ -196,7 +224,9 @@ def case_errors(sptrace, tmp):
 def main():
     sptrace, case = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-run-") as tmp:
-        if case in CONF:
+        if case == "threads":
+            case_threads(sptrace, sys.argv[3], tmp)
+        elif case in CONF:
             case_conf(sptrace, sys.argv[3], case, tmp)
         elif case == "exceptions":
             case_exceptions(sptrace, sys.argv[3], tmp)

@@ -3,6 +3,7 @@
  * a known call tree, written out in tests/e2e/test_run.py.  Every function is
  * noinline/noclone and does visible work, so -O2 keeps the calls.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,24 @@ KEEP void crash2(void) { leaf(1); crash(); }
 
 KEEP void spin(void) { for (;;) leaf(1); }
 
+KEEP void *worker(void *arg) { leaf(1); leaf(2); return arg; }
+KEEP void *worker_exit(void *arg) { leaf(3); pthread_exit(arg); }
+
+KEEP int threads(void)
+{
+	pthread_t t[4];
+	long sum = 0;
+
+	for (long i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, i == 3 ? worker_exit : worker, (void *)i);
+	for (int i = 0; i < 4; i++) {
+		void *r;
+		pthread_join(t[i], &r);
+		sum += (long)r;
+	}
+	return (int)sum;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "nest";
@@ -50,6 +69,8 @@ int main(int argc, char **argv)
 		deep2(7);
 	} else if (strcmp(what, "abort") == 0) {
 		crash2();
+	} else if (strcmp(what, "threads") == 0) {
+		printf("%d\n", threads());
 	} else if (strcmp(what, "spin") == 0) {
 		printf("spinning\n");
 		fflush(stdout);

@@ -1,0 +1,83 @@
+/*
+ * threads.c — threads created after activation are traced from their start
+ * routine on.
+ *
+ * The agent interposes pthread_create (it comes first in the lookup order,
+ * through LD_PRELOAD) and starts the thread in ag_thread_start instead, which
+ * records the start routine as the thread's root call, instruments it (so
+ * tracing propagates from there) and calls it.  Before activation, and for
+ * start routines outside the traced modules, the wrapper only passes the
+ * call on: the thread runs exactly as it would have.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "agent.h"
+
+typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+
+typedef struct start_ctx {
+	void *(*start)(void *);
+	void *arg;
+	ag_module *m;
+	uint32_t func;
+} start_ctx;
+
+static create_fn real_create;
+
+static void *ag_thread_start(void *p)
+{
+	start_ctx c = *(start_ctx *)p;
+	trace_ring_header *ring;
+	uint32_t site;
+	void *ret;
+
+	free(p);
+	ring = ag_enter();
+	if (!ring)
+		ring = ag_ring_create();
+	site = ag_site_root(c.m, c.func);
+	ag_ring_put(ring, TRACE_EVENT, TRACE_EV_ACTIVATE);
+	ag_ring_put(ring, TRACE_ENTRY, site);
+	ag_instrument(c.m, c.func);
+	ag_leave(ring);
+	ret = c.start(c.arg);
+	ring = ag_enter();
+	ag_ring_put(ring, TRACE_EXIT, site);
+	ag_leave(ring);
+	return ret;
+}
+
+AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),
+			     void *arg)
+{
+	start_ctx *c;
+	ag_module *m;
+	uint32_t func;
+
+	if (!real_create) {
+		real_create = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+		if (!real_create)
+			return EAGAIN;
+	}
+	if (!ag_active())
+		return real_create(th, attr, start, arg);
+	m = ag_module_of((uint64_t)(uintptr_t)start);
+	func = m ? ca_func_at(m->ca, (uint64_t)(uintptr_t)start - m->bias) : CA_NONE;
+	if (func == CA_NONE ||
+	    ca_module_funcs(m->ca, NULL)[func].addr != (uint64_t)(uintptr_t)start - m->bias)
+		return real_create(th, attr, start, arg);
+	c = malloc(sizeof *c);
+	if (!c)
+		return real_create(th, attr, start, arg);
+	*c = (start_ctx){ start, arg, m, func };
+	{
+		int rc = real_create(th, attr, ag_thread_start, c);
+
+		if (rc != 0)
+			free(c);
+		return rc;
+	}
+}

@@ -143,13 +143,42 @@ typedef struct ag_area_spec {
 	uint8_t *callee_flag;    /* byte the area tests: non-zero once the callee is instrumented */
 	uint64_t slow_instr;     /* the slow-path trampoline (run-time) */
 	const ag_callee *callee_ref; /* passed to the instrument slow path */
+	const void *indirect_ref;    /* passed to the indirect slow path (ag_indirect_site) */
 	int64_t tls_offset;      /* %fs offset of ag_tls_ring */
 	bool cond;               /* tail jump: conditional (jcc) */
 	uint8_t cond_code;       /* its condition (low nibble of 0f 8x) */
+	/* indirect calls */
+	uint8_t load[16];        /* `mov OP,%r11` re-encoded from the call */
+	uint8_t load_len;
+	uint8_t load_rip_at;     /* non-zero: offset of a rip-relative disp32 in load */
+	uint64_t load_rip_target;/* ... which must point here */
+	uint64_t cache;          /* the site's cache: target, entry word, exit word */
+	int64_t tls_target_offset; /* %fs offset of ag_tls_target */
 } ag_area_spec;
 
 size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
+size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
+
+/* An indirect site's cache (pool data, rip-reachable from its area). */
+typedef struct ag_indirect_cache {
+	uint64_t target;         /* last callee seen */
+	uint64_t entry_word;     /* (id << 2) | TRACE_ENTRY for it */
+	uint64_t exit_word;      /* (id << 2) | TRACE_EXIT */
+} ag_indirect_cache;
+
+/* What the indirect slow path needs about the site. */
+typedef struct ag_indirect_site {
+	ag_module *m;            /* caller's module */
+	uint32_t site;           /* index in its ca sites */
+	ag_indirect_cache *cache;
+	uint32_t known_ids[8];   /* ids already handed out for this site ... */
+	uint64_t known_targets[8]; /* ... and their targets */
+	volatile int lock;
+} ag_indirect_site;
+
+extern __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));
+uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 #define AG_AREA_MAX 512   /* bytes reserved per area (an area is ~400 today) */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
@@ -161,13 +190,14 @@ int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);
 extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */
 extern char ag_tramp_return[];    /* root function's return: exit record */
 
-enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3 };
+enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIRECT = 4 };
 uint64_t ag_slow(uint64_t request) AG_HIDDEN;   /* the answer goes back in r11 */
 uint64_t ag_root_return(void) AG_HIDDEN;
 
 /* ---- main.c ---- */
 extern char ag_dir[4096];
 int64_t ag_tls_offset(void);
+int64_t ag_tls_target_offset(void);
 uint64_t ag_rdtsc(void);
 
 #endif

@@ -110,8 +110,8 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 	if (s->kind == CA_SITE_PLT || (s->kind == CA_SITE_TAIL_DIRECT && s->callee != CA_NONE &&
 				       (funcs[s->callee].flags & CA_FUNC_PLT)))
 		c->slot = plt_slot(m->bias + s->target);
-	else if (s->kind == CA_SITE_INDIRECT_RIP)
-		c->slot = m->bias + s->target;
+	else if (s->kind == CA_SITE_INDIRECT_RIP && s->import != CA_NONE)
+		c->slot = m->bias + s->target;  /* a GOT slot (-fno-plt); else a variable */
 	if (c->slot) {
 		target = *(volatile uint64_t *)(uintptr_t)c->slot;
 		c->m = ag_module_of(target);
@@ -133,6 +133,141 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 	return 0;
 }
 
+static int site_patch(ag_module *m, const ca_site *s, uint8_t *rx, ag_patch *p, ag_patch *sb);
+
+static bool is_indirect(const ca_site *s)
+{
+	return s->kind == CA_SITE_INDIRECT_REG || s->kind == CA_SITE_INDIRECT_MEM ||
+	       (s->kind == CA_SITE_INDIRECT_RIP && s->import == CA_NONE);
+}
+
+/*
+ * `call *OP` re-encoded as `mov OP,%r11`: [3e] [REX] ff /2 modrm [sib] [disp]
+ * becomes REX.W|R|X|B 8b modrm' [sib] [disp] with the reg field set to r11.
+ * Returns the length, 0 if the instruction is not of that form.
+ */
+static size_t load_of_call(const uint8_t *c, size_t len, uint8_t *out, uint8_t *rip_at)
+{
+	size_t i = 0, n;
+	uint8_t rex = 0, modrm;
+
+	if (i < len && c[i] == 0x3e)
+		i++;                            /* notrack */
+	if (i < len && (c[i] & 0xf0) == 0x40)
+		rex = c[i++];
+	if (i + 1 >= len || c[i] != 0xff || ((c[i + 1] >> 3) & 7) != 2)
+		return 0;
+	modrm = c[i + 1];
+	out[0] = (uint8_t)(0x4c | (rex & 0x03));           /* REX.W + R, keep X and B */
+	out[1] = 0x8b;
+	out[2] = (uint8_t)((modrm & 0xc7) | (3 << 3));      /* reg = r11 (with REX.R) */
+	n = len - (i + 2);
+	memcpy(out + 3, c + i + 2, n);
+	*rip_at = (modrm & 0xc7) == 0x05 ? 3 : 0;           /* mod 00, rm 101: rip+disp32 */
+	return 3 + n;
+}
+
+/* An indirect call: the callee is known only at run time (see emit.c). */
+static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb)
+{
+	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + s->addr);
+	ag_indirect_site *is = ag_alloc(sizeof *is);
+	ag_indirect_cache *cache = (ag_indirect_cache *)ag_pool_data(m->pool, sizeof *cache);
+	uint8_t scratch[2 * AG_AREA_MAX], *rx, *rw;
+	ag_area_spec spec;
+	uint64_t ra;
+	size_t len;
+
+	if (!is || !cache)
+		return -1;
+	memset(&spec, 0, sizeof spec);
+	spec.load_len = (uint8_t)load_of_call(code, s->len, spec.load, &spec.load_rip_at);
+	if (!spec.load_len) {
+		skipped_kind++;
+		return -1;
+	}
+	if (spec.load_rip_at) {
+		int32_t disp;
+
+		memcpy(&disp, code + s->len - 4, 4);
+		spec.load_rip_target = m->bias + s->addr + s->len + (uint64_t)(int64_t)disp;
+	}
+	*is = (ag_indirect_site){ .m = m, .site = si, .cache = cache };
+	if (!ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
+		return -1;
+	spec.site = m->bias + s->addr;
+	spec.site_len = s->len;
+	spec.slow_instr = ag_pool_tramp(m->pool);
+	spec.indirect_ref = is;
+	spec.cache = (uint64_t)(uintptr_t)cache;
+	spec.tls_offset = ag_tls_offset();
+	spec.tls_target_offset = ag_tls_target_offset();
+	len = ag_emit_indirect(&spec, scratch, (uint64_t)(uintptr_t)rx);
+	if (len > AG_AREA_MAX - 8) {
+		ag_log("instrument: indirect area of %zu bytes overflows its slot", len);
+		return -1;
+	}
+	ra = spec.site + s->len - 1;
+	memcpy(rw, scratch, len);
+	memcpy(rw + AG_AREA_MAX - 8, &ra, 8);
+	m->site_ids[si] = UINT32_MAX;          /* ids come per callee, from the slow path */
+	return site_patch(m, s, rx, p, sb);
+}
+
+/*
+ * A callee reached through an indirect site for the first time (or after
+ * another one): instrument it if it is a function of a traced module, give
+ * the (site, callee) pair a site id, and point the site's cache at it.
+ */
+uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
+{
+	const ca_site *s = ca_module_sites(is->m->ca, NULL) + is->site;
+	const ca_func *funcs = ca_module_funcs(is->m->ca, NULL);
+	uint32_t id = 0;
+	size_t k;
+
+	while (__atomic_exchange_n(&is->lock, 1, __ATOMIC_ACQUIRE))
+		__builtin_ia32_pause();
+	for (k = 0; k < 8 && is->known_ids[k]; k++)
+		if (is->known_targets[k] == target) {
+			id = is->known_ids[k];
+			break;
+		}
+	if (!id) {
+		ag_module *cm = ag_module_of(target);
+		uint32_t f = cm ? ca_func_at(cm->ca, target - cm->bias) : CA_NONE;
+		trace_site ts;
+
+		if (f != CA_NONE && ca_module_funcs(cm->ca, NULL)[f].addr != target - cm->bias)
+			f = CA_NONE;
+		memset(&ts, 0, sizeof ts);
+		ts.caller_module = is->m->index;
+		ts.callee_module = f != CA_NONE ? cm->index : UINT32_MAX;
+		ts.site_addr = s->addr;
+		ts.caller_func = funcs[s->func].addr;
+		ts.callee_func = f != CA_NONE ? target - cm->bias : target;
+		ts.kind = s->kind;
+		if (f != CA_NONE)
+			ag_instrument(cm, f);
+		id = new_site(&ts);
+		if (id && k < 8) {
+			is->known_targets[k] = target;
+			is->known_ids[k] = id;
+		}
+	}
+	if (id) {
+		/* Words first, target last: a reader that sees the new target
+		 * mostly sees its words too (see emit.c for why a race is harmless). */
+		__atomic_store_n(&is->cache->entry_word, ((uint64_t)id << 2) | TRACE_ENTRY,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&is->cache->exit_word, ((uint64_t)id << 2) | TRACE_EXIT,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&is->cache->target, target, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&is->lock, 0, __ATOMIC_RELEASE);
+	return 1;
+}
+
 /*
  * Build the area for one site and fill its patch.  A springboard site gets a
  * second patch, *sb: the 5-byte `jmp area` written into dead padding, which
@@ -149,9 +284,10 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 	trace_site ts;
 	uint8_t *rx, *rw;
 	size_t len;
-	int64_t rel;
 	callee c;
 
+	if (is_indirect(s))
+		return prepare_indirect(m, s, si, p, sb);
 	if (resolve(m, s, &c)) {
 		skipped_unresolved++;
 		return -1;
@@ -227,6 +363,16 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 		memcpy(rw, scratch, len);
 		memcpy(rw + AG_AREA_MAX - 8, &ra, 8);      /* for the unwinder (unwind.c) */
 	}
+	return site_patch(m, s, rx, p, sb);
+}
+
+/* The patch that sends site s to the area at rx (directly or through a
+ * springboard).  Returns 0, 1 (with a springboard in *sb), -1. */
+static int site_patch(ag_module *m, const ca_site *s, uint8_t *rx, ag_patch *p, ag_patch *sb)
+{
+	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + s->addr);
+	int64_t rel;
+
 	memset(p, 0, sizeof *p);
 	p->addr = m->bias + s->addr;
 	p->len = s->len;
@@ -245,8 +391,10 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 		sb->new[0] = 0xe9;
 		memcpy(sb->new + 1, &(int32_t){ (int32_t)rel }, 4);
 		sb->redirect = (uint64_t)(uintptr_t)rx;
-		p->new[0] = p->old[0];                     /* same jmp/jcc rel8 ... */
-		p->new[1] = (uint8_t)(int8_t)d8;           /* ... to the springboard */
+		/* A jmp/jcc rel8 stays the same jump, retargeted to the springboard;
+		 * a short indirect call becomes jmp rel8. */
+		p->new[0] = (p->old[0] == 0xeb || (p->old[0] & 0xf0) == 0x70) ? p->old[0] : 0xeb;
+		p->new[1] = (uint8_t)(int8_t)d8;
 		p->redirect = at;
 		return 1;
 	}
@@ -276,6 +424,8 @@ static bool patchable(const ca_site *s)
 	case CA_SITE_DIRECT:
 	case CA_SITE_PLT:
 	case CA_SITE_INDIRECT_RIP:
+	case CA_SITE_INDIRECT_REG:
+	case CA_SITE_INDIRECT_MEM:
 		return true;
 	case CA_SITE_TAIL_DIRECT:
 		return !(s->flags & CA_SITEF_COND) || s->method == CA_PATCH_DIRECT ||
@@ -310,7 +460,8 @@ int ag_instrument(ag_module *m, uint32_t func)
 			continue;
 		}
 		if (!(s->method == CA_PATCH_DIRECT && s->len >= 5) &&
-		    !(s->method == CA_PATCH_SPRINGBOARD && s->kind == CA_SITE_TAIL_DIRECT)) {
+		    !(s->method == CA_PATCH_SPRINGBOARD &&
+		      (s->kind == CA_SITE_TAIL_DIRECT || is_indirect(s)))) {
 			skipped_plan++;
 			continue;
 		}

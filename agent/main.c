@@ -92,6 +92,14 @@ void ag_log(const char *fmt, ...)
 		return;
 }
 
+int64_t ag_tls_target_offset(void)
+{
+	uint64_t fs;
+
+	__asm__("mov %%fs:0, %0" : "=r"(fs));
+	return (int64_t)((uint64_t)(uintptr_t)&ag_tls_target - fs);
+}
+
 int64_t ag_tls_offset(void)
 {
 	uint64_t fs;
@@ -222,6 +230,7 @@ uint64_t ag_root_return(void)
  * path (a signal handler, say) answers "skip" at once.
  */
 static __thread int busy __attribute__((tls_model("initial-exec")));
+__thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));
 
 trace_ring_header *ag_enter(void)
 {
@@ -258,6 +267,10 @@ uint64_t ag_slow(uint64_t req)
 			ag_ring_sync(ring, ag_rdtsc());
 			answer = 1;
 		}
+		break;
+	case AG_SLOW_INDIRECT:
+		answer = ag_indirect_miss((ag_indirect_site *)(uintptr_t)(req & ((1ull << 56) - 1)),
+					  ag_tls_target);
 		break;
 	case AG_SLOW_INSTRUMENT: {
 		const ag_callee *c = (const ag_callee *)(uintptr_t)(req & ((1ull << 56) - 1));

@@ -90,7 +90,16 @@ typedef struct rec_fix {
 	uint64_t done;          /* the unspill, to skip the record */
 } rec_fix;
 
+/* Record `kind` for the site; with `idword` non-zero the (id << 2 | kind)
+ * word is loaded from there (an indirect site's cache) instead. */
+static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idword, rec_fix *f);
+
 static void record(buf *b, const ag_area_spec *s, unsigned kind, rec_fix *f)
+{
+	record_id(b, s, kind, 0, f);
+}
+
+static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idword, rec_fix *f)
 {
 	static const uint8_t tsc[] = {
 		0x0f, 0x31,                     /* rdtsc */
@@ -118,7 +127,11 @@ static void record(buf *b, const ag_area_spec *s, unsigned kind, rec_fix *f)
 	bn(b, tsc, sizeof tsc);
 	b1(b, 0x0f); b1(b, 0x85); f->sync = b->n; b32(b, 0);              /* jne sync */
 	b1(b, 0x48); b1(b, 0xc1); b1(b, 0xe0); b1(b, TRACE_TSC_SHIFT);   /* shl $26,%rax */
-	b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                            /* or $imm,%rax */
+	if (idword) {
+		b1(b, 0x48); b1(b, 0x0b); b1(b, 0x05); brel32(b, idword); /* or word(%rip),%rax */
+	} else {
+		b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                    /* or $imm,%rax */
+	}
 	bn(b, store, sizeof store);
 	f->done = here(b);
 	bn(b, unspill, sizeof unspill);
@@ -211,6 +224,61 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	record(&b, s, TRACE_EXIT, &out);
 	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
 	instr_slow(&b, s, je, entry);
+	record_slow(&b, s, &in);
+	record_slow(&b, s, &out);
+	return b.n;
+}
+
+/*
+ * An indirect call `call *OP` (OP a register or memory operand) at S.  The
+ * callee changes from call to call, so the area keeps a one-entry cache per
+ * site (in pool data: target, entry word, exit word, see ag_indirect_cache):
+ *
+ *   area:  endbr64
+ *          mov  OP,%r11                 the original operand, re-encoded
+ *          cmp  cache.target(%rip),%r11
+ *          jne  miss                    -> agent: instrument the callee, get
+ *   hit:   mov  %r11,-32(%rsp)             its site id, fill the cache
+ *          <record ENTRY, id from cache.entry>
+ *          call *-32(%rsp)              the target saved above, never the cache
+ *          <record EXIT, id from cache.exit>
+ *          jmp  S+len
+ *   miss:  mov  %r11,%fs:ag_tls_target; <slow path>; mov %fs:ag_tls_target,%r11
+ *          jmp  hit
+ *
+ * The call goes to the target computed from OP, so a cache another thread
+ * is changing can at worst mislabel one record, never misdirect a call.
+ */
+size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
+{
+	buf b = { rw, rx, 0 };
+	rec_fix in, out;
+	size_t jne;
+	uint64_t hit;
+
+	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	bn(&b, s->load, s->load_len);                                     /* mov OP,%r11 */
+	if (s->load_rip_at) {                                             /* re-aim rip-relative */
+		size_t at = b.n - s->load_len + s->load_rip_at;
+		int32_t d = (int32_t)(int64_t)(s->load_rip_target - here(&b));
+
+		memcpy(b.p + at, &d, 4);
+	}
+	b1(&b, 0x4c); b1(&b, 0x3b); b1(&b, 0x1d); brel32(&b, s->cache);  /* cmp cache(%rip),%r11 */
+	b1(&b, 0x0f); b1(&b, 0x85); jne = b.n; b32(&b, 0);               /* jne miss */
+	hit = here(&b);
+	b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x5c); b1(&b, 0x24); b1(&b, 0xe0); /* mov %r11,-32(%rsp) */
+	record_id(&b, s, TRACE_ENTRY, s->cache + 8, &in);
+	b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xe0);          /* call *-32(%rsp) */
+	record_id(&b, s, TRACE_EXIT, s->cache + 16, &out);
+	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
+	fix_rel32(&b, jne);
+	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x1c); b1(&b, 0x25); /* mov %r11,%fs:tmp */
+	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
+	slow_call(&b, s, ((uint64_t)AG_SLOW_INDIRECT << 56) | (uint64_t)(uintptr_t)s->indirect_ref);
+	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:tmp,%r11 */
+	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
+	b1(&b, 0xe9); brel32(&b, hit);
 	record_slow(&b, s, &in);
 	record_slow(&b, s, &out);
 	return b.n;

@@ -179,7 +179,7 @@ typedef struct ag_indirect_site {
 
 extern __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));
 uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
-#define AG_AREA_MAX 512   /* bytes reserved per area (an area is ~400 today) */
+#define AG_AREA_MAX 640   /* bytes per area slot (a call area is ~510 today; shared slow-path stubs would halve it) */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
 /* FDEs for `n` area slots of `stride` bytes from `first`; each slot's last

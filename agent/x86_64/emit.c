@@ -2,14 +2,15 @@
  * emit.c — x86-64 code of the per-site patch areas.
  *
  * A call site S is replaced by `jmp area`.  The area runs in the caller's
- * state at S, where the SysV ABI makes r11 and the flags dead (neither
- * carries an argument nor survives a call), and the red zone below rsp is
- * dead too (the call itself would overwrite it):
+ * state at S, where the red zone below rsp is dead (the call itself would
+ * overwrite it) and so are the flags (the SysV ABI).  Every register is
+ * preserved -- r11 too: calls with private conventions (TLS descriptors,
+ * glibc's own asm) may keep values in it:
  *
  *   area:  endbr64
  *          cmpb $0, flag               callee instrumented yet?
  *          je   slow_instr             -> instrument(callee), come back
- *   entry: <record ENTRY, site id>     uses rax, rdx (spilled below rsp), r11
+ *   entry: <record ENTRY, site id>     uses rax, rdx, r11 (spilled below rsp)
  *          call G  |  call *slot(%rip) the callee returns into the area
  *   exit:  <record EXIT, site id>      rax, rdx hold G's results: spilled
  *          jmp  S+len
@@ -18,20 +19,21 @@
  *
  * Recording a record (the writer side of trace_format.h):
  *
- *          mov  %rax,-16(%rsp); mov %rdx,-24(%rsp)
- *   again: mov  %fs:ag_tls_ring,%r11   the thread's ring, NULL if none (yet)
+ *   again: mov  %rax,-16(%rsp); mov %rdx,-24(%rsp); mov %r11,-32(%rsp)
+ *          mov  %fs:ag_tls_ring,%r11   the thread's ring, NULL if none (yet)
  *          test %r11,%r11; je no_ring
  *          rdtsc; shl $32,%rdx; or %rdx,%rax
  *          mov  %rax,%rdx; shr $38,%rdx; cmp EPOCH(%r11),%rdx; jne sync
  *          shl  $26,%rax; or $(id<<2|kind),%rax
  *          mov  COUNT(%r11),%rdx; and MASK(%r11),%rdx
  *          mov  %rax,4096(%r11,%rdx,8); incq COUNT(%r11)
- *   done:  mov  -16(%rsp),%rax; mov -24(%rsp),%rdx
+ *          mov  -16(%rsp),%rax; mov -24(%rsp),%rdx; mov -32(%rsp),%r11
+ *   done:
  *
- * no_ring and sync restore rax/rdx and call the slow-path trampoline with
- * r11 = the request; it answers in r11: non-zero to retry the record, zero
- * to skip it (the agent itself is running, or the thread cannot get a
- * ring).  The trampoline saves every register, the flags and the whole XSAVE
+ * no_ring and sync call the slow-path trampoline with r11 = the request,
+ * 128 bytes below rsp so the spills survive; it answers in r11: non-zero to
+ * retry the record, zero to skip it (the agent itself is running, or the
+ * thread cannot get a ring); either way rax, rdx and r11 are reloaded.  The trampoline saves every register, the flags and the whole XSAVE
  * state, so slow paths change nothing the program sees.
  */
 #include <string.h>
@@ -71,23 +73,34 @@ static void fix_rel32(buf *b, size_t at)
 	memcpy(b->p + at, &rel, 4);
 }
 
-/* mov $request,%r11; call trampoline */
+/* lea -128(%rsp),%rsp; mov $request,%r11; call trampoline; lea 128(%rsp),%rsp
+ * The call happens below the red zone, so the spills there survive it. */
 static void slow_call(buf *b, const ag_area_spec *s, uint64_t request)
 {
+	b1(b, 0x48); b1(b, 0x8d); b1(b, 0x64); b1(b, 0x24); b1(b, 0x80);  /* lea -128(%rsp),%rsp */
 	b1(b, 0x49); b1(b, 0xbb); b64(b, request);
 	b1(b, 0xe8); brel32(b, s->slow_instr);
+	b1(b, 0x48); b1(b, 0x8d); b1(b, 0xa4); b1(b, 0x24);              /* lea 128(%rsp),%rsp */
+	b32(b, 128);
 }
 
+static const uint8_t save_r11[] = { 0x4c, 0x89, 0x5c, 0x24, 0xe0 };    /* mov %r11,-32(%rsp) */
+static const uint8_t load_r11[] = { 0x4c, 0x8b, 0x5c, 0x24, 0xe0 };    /* mov -32(%rsp),%r11 */
+
 static const uint8_t spill[] = { 0x48, 0x89, 0x44, 0x24, 0xf0,   /* mov %rax,-16(%rsp) */
-				 0x48, 0x89, 0x54, 0x24, 0xe8 }; /* mov %rdx,-24(%rsp) */
+				 0x48, 0x89, 0x54, 0x24, 0xe8,   /* mov %rdx,-24(%rsp) */
+				 0x4c, 0x89, 0x5c, 0x24, 0xe0 }; /* mov %r11,-32(%rsp) */
 static const uint8_t unspill[] = { 0x48, 0x8b, 0x44, 0x24, 0xf0,   /* mov -16(%rsp),%rax */
-				   0x48, 0x8b, 0x54, 0x24, 0xe8 }; /* mov -24(%rsp),%rdx */
+				   0x48, 0x8b, 0x54, 0x24, 0xe8,   /* mov -24(%rsp),%rdx */
+				   0x4c, 0x8b, 0x5c, 0x24, 0xe0 }; /* mov -32(%rsp),%r11 */
 
 /* Where a record's slow paths must jump back to. */
 typedef struct rec_fix {
 	size_t no_ring, sync;   /* rel32 fields to point at the slow paths */
 	uint64_t retry;         /* the spill, to try again */
-	uint64_t done;          /* the unspill, to skip the record */
+	uint64_t done;          /* past the record, to skip it (the slow path has
+	                         * restored rax/rdx already; the red zone holding
+	                         * the spills was overwritten by the call) */
 } rec_fix;
 
 /* Record `kind` for the site; with `idword` non-zero the (id << 2 | kind)
@@ -133,18 +146,19 @@ static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idw
 		b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                    /* or $imm,%rax */
 	}
 	bn(b, store, sizeof store);
-	f->done = here(b);
 	bn(b, unspill, sizeof unspill);
+	f->done = here(b);
 }
 
-/* One slow path of a record: restore rax/rdx, ask, then retry or skip. */
+/* One slow path of a record: ask, restore rax/rdx/r11 (mov keeps the
+ * flags of the test), then retry or skip. */
 static void record_slow_one(buf *b, const ag_area_spec *s, size_t field, unsigned op,
 			    const rec_fix *f)
 {
 	fix_rel32(b, field);
-	bn(b, unspill, sizeof unspill);
 	slow_call(b, s, (uint64_t)op << 56);
 	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
+	bn(b, unspill, sizeof unspill);
 	b1(b, 0x0f); b1(b, 0x85); brel32(b, f->retry);                    /* jnz retry */
 	b1(b, 0xe9); brel32(b, f->done);                                  /* jmp done */
 }
@@ -173,7 +187,9 @@ static size_t flag_test(buf *b, const ag_area_spec *s)
 static void instr_slow(buf *b, const ag_area_spec *s, size_t je, uint64_t entry)
 {
 	fix_rel32(b, je);
+	bn(b, save_r11, sizeof save_r11);
 	slow_call(b, s, ((uint64_t)AG_SLOW_INSTRUMENT << 56) | (uint64_t)(uintptr_t)s->callee_ref);
+	bn(b, load_r11, sizeof load_r11);
 	b1(b, 0xe9); brel32(b, entry);
 }
 
@@ -235,12 +251,14 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
  * site (in pool data: target, entry word, exit word, see ag_indirect_cache):
  *
  *   area:  endbr64
+ *          mov  %r11,-32(%rsp)          keep r11 (see above)
  *          mov  OP,%r11                 the original operand, re-encoded
  *          cmp  cache.target(%rip),%r11
  *          jne  miss                    -> agent: instrument the callee, get
- *   hit:   mov  %r11,-32(%rsp)             its site id, fill the cache
+ *   hit:   mov  %r11,-40(%rsp)             its site id, fill the cache
+ *          mov  -32(%rsp),%r11
  *          <record ENTRY, id from cache.entry>
- *          call *-32(%rsp)              the target saved above, never the cache
+ *          call *-40(%rsp)              the target saved above, never the cache
  *          <record EXIT, id from cache.exit>
  *          jmp  S+len
  *   miss:  mov  %r11,%fs:ag_tls_target; <slow path>; mov %fs:ag_tls_target,%r11
@@ -257,6 +275,7 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	uint64_t hit;
 
 	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	bn(&b, save_r11, sizeof save_r11);                                /* mov %r11,-32(%rsp) */
 	bn(&b, s->load, s->load_len);                                     /* mov OP,%r11 */
 	if (s->load_rip_at) {                                             /* re-aim rip-relative */
 		size_t at = b.n - s->load_len + s->load_rip_at;
@@ -267,9 +286,10 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	b1(&b, 0x4c); b1(&b, 0x3b); b1(&b, 0x1d); brel32(&b, s->cache);  /* cmp cache(%rip),%r11 */
 	b1(&b, 0x0f); b1(&b, 0x85); jne = b.n; b32(&b, 0);               /* jne miss */
 	hit = here(&b);
-	b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x5c); b1(&b, 0x24); b1(&b, 0xe0); /* mov %r11,-32(%rsp) */
+	b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x5c); b1(&b, 0x24); b1(&b, 0xd8); /* mov %r11,-40(%rsp) */
+	bn(&b, load_r11, sizeof load_r11);                                /* r11 as it was */
 	record_id(&b, s, TRACE_ENTRY, s->cache + 8, &in);
-	b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xe0);          /* call *-32(%rsp) */
+	b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);          /* call *-40(%rsp) */
 	record_id(&b, s, TRACE_EXIT, s->cache + 16, &out);
 	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
 	fix_rel32(&b, jne);

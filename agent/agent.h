@@ -194,7 +194,12 @@ enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIR
 uint64_t ag_slow(uint64_t request) AG_HIDDEN;   /* the answer goes back in r11 */
 uint64_t ag_root_return(void) AG_HIDDEN;
 
+/* ---- control.c ---- */
+int ag_control_start(void);            /* FIFO, registry link, control thread */
+void ag_control_stop(void);
+
 /* ---- main.c ---- */
+void ag_deactivate(const char *why);   /* restore all code, end the trace */
 extern char ag_dir[4096];
 int64_t ag_tls_offset(void);
 int64_t ag_tls_target_offset(void);

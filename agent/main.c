@@ -38,6 +38,7 @@ static uint32_t root_func = CA_NONE;
 static __thread uint64_t root_ret __attribute__((tls_model("initial-exec")));
 static __thread uint32_t root_site __attribute__((tls_model("initial-exec")));
 static volatile int finished;
+static volatile int active;
 
 /* ---- memory: a bump allocator over mmap (never malloc: slow paths may run
  * in signal handlers or inside malloc) ---- */
@@ -180,8 +181,6 @@ static void write_meta(void)
 
 /* ---- activation ---- */
 
-static volatile int active;
-
 bool ag_active(void)
 {
 	return active;
@@ -218,7 +217,8 @@ uint64_t ag_root_return(void)
 {
 	trace_ring_header *ring = ag_enter();
 
-	ag_ring_put(ring, TRACE_EXIT, root_site);
+	if (active)
+		ag_ring_put(ring, TRACE_EXIT, root_site);
 	ag_leave(ring);
 	return root_ret;
 }
@@ -339,19 +339,36 @@ static void restore_env(void)
 	unsetenv("SPTRACE_RING_BYTES");
 }
 
-static void finish(void)
+/* Deactivate for good: put every patched byte back, close the rings and
+ * end the trace.  (Also the path of a clean exit, without the restore.) */
+static void end_trace(const char *why, bool restore)
 {
 	uint64_t sites, skind, splan, sunres;
 
 	if (__atomic_exchange_n(&finished, 1, __ATOMIC_ACQ_REL))
 		return;
+	active = 0;
+	ag_trap_disarm();
+	if (restore && ag_patch_restore_all())
+		ag_log("stop: some patched bytes could not be restored");
 	ag_rings_close_all();
 	ag_instrument_stats(&sites, &skind, &splan, &sunres);
-	ag_log("end: %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by plan, "
-	       "%lu with a callee outside the traced modules", (unsigned long)sites,
+	ag_log("end (%s): %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by "
+	       "plan, %lu with a callee outside the traced modules", why, (unsigned long)sites,
 	       (unsigned long)skind, (unsigned long)splan, (unsigned long)sunres);
-	meta_append("%s %lu\n%s %lu\n%s exit\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(), TRACE_META_MONO1,
-		    (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END);
+	meta_append("%s %lu\n%s %lu\n%s %s\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(),
+		    TRACE_META_MONO1, (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END, why);
+}
+
+void ag_deactivate(const char *why)
+{
+	end_trace(why, true);
+}
+
+static void finish(void)
+{
+	ag_control_stop();
+	end_trace("exit", false);
 }
 
 static void fail(const char *why)
@@ -394,6 +411,8 @@ __attribute__((constructor)) static void agent_init(void)
 	}
 	write_meta();
 	atexit(finish);
+	if (ag_control_start())
+		ag_log("no control thread: 'sptrace stop %d' will not work", (int)getpid());
 	if (ag_trap_arm(root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr,
 			on_activate)) {
 		fail("cannot place the activation trap");

@@ -212,9 +212,13 @@ int ag_patch_restore_all(void)
 
 	lock();
 	n = napplied;
-	undo = applied;
+	undo = n ? ag_alloc(n * sizeof *undo) : NULL;   /* apply() appends to `applied` */
+	if (undo)
+		memcpy(undo, applied, n * sizeof *undo);
 	napplied = 0;
 	unlock();
+	if (n && !undo)
+		return -1;
 	/* Same protocol with old and new swapped; a thread that traps on the
 	 * int3 of a site being restored continues at the original code. */
 	for (size_t i = 0; i < n; i++) {

@@ -45,7 +45,8 @@ static void *ag_thread_start(void *p)
 	ag_leave(ring);
 	ret = c.start(c.arg);
 	ring = ag_enter();
-	ag_ring_put(ring, TRACE_EXIT, site);
+	if (ag_active())
+		ag_ring_put(ring, TRACE_EXIT, site);
 	ag_leave(ring);
 	return ret;
 }

@@ -2,7 +2,8 @@
  * trace_read.c — reading a trace directory: meta, sites, ring headers, module
  * analyses (an_trace_open); a thread's records with full timestamps
  * (an_iter); entries paired with exits (an_thread_calls); names of sites and
- * functions.  See trace_read.h for what each promises.
+ * functions, C++ ones demangled as uftrace shows them (an_demangle).  See
+ * trace_read.h for what each promises.
  */
 #include "trace_read.h"
 
@@ -471,7 +472,8 @@ static void load_module(an_trace *t, module *m, const char *repo)
 extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 /* Longer symbols are shown as they are: the demangler keeps its work space
- * on the stack, some 60 bytes per character of the symbol. */
+ * on the stack, tens of bytes per character of the symbol.  (It also gives
+ * up, and the symbol is shown as it is, on names nested some 500 deep.) */
 #define DEMANGLE_MAX_SYMBOL 16384
 
 static int starts(const char *s, const char *prefix)

@@ -43,7 +43,8 @@ typedef struct an_trace an_trace;
  *                       "int ns::Box<int>::get<int>(int) const",
  *                       "ns::Box<int>::get(int) [clone .cold]"
  *   AN_DEMANGLE_NO      the symbol as it is: "_ZNK2ns3BoxIiE3getIiEET_i"
- * A symbol the runtime cannot demangle is shown as it is.
+ * A symbol the runtime cannot demangle, or one over 16 KiB, is shown as it
+ * is.
  */
 enum an_demangle {
 	AN_DEMANGLE_SIMPLE = 0,

@@ -1,7 +1,12 @@
 #!/bin/sh
-# bench/run.sh — measure the code analyser and write bench/RESULTS.md.
+# bench/run.sh — run the benchmarks and write bench/RESULTS.md.
 #
-#   bench/run.sh [BUILD_DIR]        (default: build, configured if missing)
+#   bench/run.sh [--analysis] [--agent] [BUILD_DIR]   (default: both; build)
+#
+# --analysis: the code analyser (below).  --agent: the agent, by
+# bench/agent_bench.sh (see there and README.md); its part of RESULTS.md
+# starts at the line "<!-- agent: bench/agent_bench.sh -->".  A part that is
+# not run is kept from the previous RESULTS.md.
 #
 # Benchmarks libc.so.6, the largest x86-64 ELF module on the machine (by bytes
 # of executable sections, under /usr/bin /usr/lib/x86_64-linux-gnu
@@ -13,17 +18,66 @@
 # for a deterministic instruction count.
 #
 # Environment: RUNS (rounds for libc, default 5), BIG_RUNS (for the large
-# files, default 3), NO_CALLGRIND=1 to skip callgrind.
+# files, default 3), NO_CALLGRIND=1 to skip callgrind (in both parts); the
+# agent part's variables are listed in agent_bench.sh.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
+do_analysis=0 do_agent=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	--analysis) do_analysis=1 ;;
+	--agent) do_agent=1 ;;
+	-*) echo "usage: bench/run.sh [--analysis] [--agent] [BUILD_DIR]" >&2; exit 2 ;;
+	*) break ;;
+	esac
+	shift
+done
+[ $do_analysis = 1 ] || [ $do_agent = 1 ] || do_analysis=1 do_agent=1
 build=${1:-build}
+marker="<!-- agent: bench/agent_bench.sh -->"
+results=$here/RESULTS.md
 runs=${RUNS:-5}
 big_runs=${BIG_RUNS:-3}
 dirs="/usr/bin /usr/lib/x86_64-linux-gnu /usr/libexec /usr/lib"
 
 cd "$root"
+out=$(mktemp)
+trap 'rm -f "$out" "$out".*' EXIT
+
+# The agent part: run it, or keep the previous one.
+if [ $do_agent = 1 ]; then
+	"$here/agent_bench.sh" "$build" >"$out.agent"
+elif [ -f "$results" ] && grep -qF "$marker" "$results"; then
+	awk -v m="$marker" 'f { print } $0 == m { f = 1 }' "$results" >"$out.agent"
+else
+	: >"$out.agent"
+fi
+
+# write_results: the analysis part (from the previous file when it was not
+# run) followed by the marker and the agent part.
+write_results() {
+	{
+		cat "$out.analysis"
+		if [ -s "$out.agent" ]; then
+			echo "$marker"
+			cat "$out.agent"
+		fi
+	} >"$results"
+	echo "bench: wrote $results" >&2
+}
+
+if [ $do_analysis = 0 ]; then
+	if [ -f "$results" ]; then
+		awk -v m="$marker" '$0 == m { exit } { print }' "$results" >"$out.analysis"
+	else
+		echo "# Benchmark results" >"$out.analysis"
+	fi
+	write_results
+	exit 0
+fi
+
 [ -d "$build" ] || meson setup "$build"
 ninja -C "$build" bench/analyze_bench bench/capstone_baseline >&2
 baseline=$build/bench/capstone_baseline
@@ -39,9 +93,6 @@ largest_eh=$(python3 "$here/largest_elf.py" --eh-frame $dirs | awk '{ print $2 }
 echo "bench: libc: $libc" >&2
 echo "bench: largest binary: $largest" >&2
 [ "$largest_eh" = "$largest" ] || echo "bench: largest with .eh_frame: $largest_eh" >&2
-
-out=$(mktemp)
-trap 'rm -f "$out" "$out".*' EXIT
 
 now() { date -u '+%Y-%m-%d %H:%M:%S UTC'; }
 
@@ -142,7 +193,9 @@ verdict() { awk -v v="$1" -v g="$2" 'BEGIN { print (v != "" && v + 0 <= g) ? "me
 	echo "The machine is shared and noisy: compare ratios measured in the same run"
 	echo "(analysis ÷ capstone linear sweep) rather than absolute times across runs."
 	echo
-	echo "## Goals"
+	echo "## Goals: code analysis"
+	echo
+	echo "(The agent's goals are in the Agent section at the end.)"
 	echo
 	echo "| goal | measured (median) | |"
 	echo "|---|---:|---|"
@@ -156,5 +209,5 @@ verdict() { awk -v v="$1" -v g="$2" 'BEGIN { print (v != "" && v + 0 <= g) ? "me
 		echo
 	fi
 	cat "$out"
-} >"$here/RESULTS.md"
-echo "bench: wrote $here/RESULTS.md" >&2
+} >"$out.analysis"
+write_results

@@ -18,6 +18,7 @@ int cmd_analyze_binary(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
 
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

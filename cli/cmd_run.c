@@ -99,7 +99,8 @@ static int remove_trace_dir(const char *dir)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		if (strncmp(de->d_name, "ring.", 5) != 0 && strcmp(de->d_name, "sites") != 0 &&
-		    strcmp(de->d_name, "meta") != 0 && strcmp(de->d_name, "agent.log") != 0) {
+		    strcmp(de->d_name, "meta") != 0 && strcmp(de->d_name, "agent.log") != 0 &&
+		    strcmp(de->d_name, "control") != 0) {
 			rc = -1;
 			continue;
 		}

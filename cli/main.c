@@ -11,6 +11,7 @@
 
 static const cli_cmd commands[] = {
 	{ "run", cmd_run, "run a program under the agent and trace it" },
+	{ "stop", cmd_stop, "stop tracing a running process; its code is restored" },
 	{ "analyze-binary", cmd_analyze_binary,
 	  "analyse ELF modules and fill the code-analysis repository" },
 	{ "replay", cmd_replay, "print each thread's calls as a tree (uftrace-like)" },

@@ -207,6 +207,64 @@ def case_kill9(sptrace, prog, tmp):
     check(leaves > 50000, "kill -9: only %d leaf() calls survived in a 1 MiB ring" % leaves)
 
 
+def text_differences(pid):
+    """Executable mappings of `pid` whose bytes differ from their files."""
+    bad = []
+    for line in open("/proc/%d/maps" % pid):
+        p = line.split()
+        if len(p) < 6 or "x" not in p[1] or not p[5].startswith("/") or not os.path.isfile(p[5]):
+            continue
+        lo, hi = [int(x, 16) for x in p[0].split("-")]
+        with open("/proc/%d/mem" % pid, "rb") as m:
+            m.seek(lo)
+            mem = m.read(hi - lo)
+        with open(p[5], "rb") as f:
+            f.seek(int(p[2], 16))
+            file_bytes = f.read(hi - lo)
+        if mem[:len(file_bytes)] != file_bytes:
+            bad.append(p[5])
+    return bad
+
+
+def case_stop(sptrace, prog, tmp):
+    """sptrace stop PID: every patched byte back, the trace completed, the
+    program running on."""
+    tdir = os.path.join(tmp, "trace")
+    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--", prog, "spin"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
+    child = None
+    try:
+        check(p.stdout.readline().strip() == "spinning", "the spinning program did not start")
+        child = int(open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()[0])
+        check(text_differences(child), "the traced program's code was not patched at all")
+        r = run([sptrace, "stop", str(child)])
+        check(r.returncode == 0 and "stopped by sptrace stop" in r.stdout,
+              "sptrace stop failed (%d): %s %s" % (r.returncode, r.stdout, r.stderr))
+        diff = text_differences(child)
+        check(not diff, "after sptrace stop the code still differs from the files: %r" % diff)
+        time.sleep(0.2)
+        check(p.poll() is None, "the program did not survive sptrace stop")
+        r = run([sptrace, "stop", str(child)])
+        check(r.returncode != 0 and ("already ended" in r.stderr or "not traced" in r.stderr),
+              "second stop: %r" % r.stderr)
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL) if child else p.kill()
+        except ProcessLookupError:
+            pass
+        p.communicate(timeout=60)
+    with open(os.path.join(tdir, "meta")) as f:
+        check("end stopped by sptrace stop" in f.read(), "meta does not record the stop")
+    tree = only(replay_tree(sptrace, tdir), {"main", "spin", "leaf"})
+    check(tree[:3] == ["main() {", "  spin() {", "    leaf();"],
+          "stop: trace does not begin main/spin/leaf: %r" % tree[:3])
+    r = run([sptrace, "stop", str(os.getpid())])
+    check(r.returncode != 0 and "is not traced by sptrace" in r.stderr, "stop untraced: %r" % r.stderr)
+    r = run([sptrace, "stop", "999999999"])
+    check(r.returncode != 0 and "no such process" in r.stderr, "stop missing pid: %r" % r.stderr)
+
+
 def case_errors(sptrace, tmp):
     r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
     check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
@@ -232,6 +290,8 @@ def main():
             case_exceptions(sptrace, sys.argv[3], tmp)
         elif case == "python":
             case_python(sptrace, tmp)
+        elif case == "stop":
+            case_stop(sptrace, sys.argv[3], tmp)
         elif case == "kill9":
             case_kill9(sptrace, sys.argv[3], tmp)
         elif case == "errors":

@@ -1,0 +1,115 @@
+/*
+ * control.c — how `sptrace stop PID` reaches the agent.
+ *
+ * The agent keeps a FIFO, DIR/control, and a control thread blocked reading
+ * it (with every signal blocked, so the program's signals never land there;
+ * no signal of the program's is taken over).  `sptrace stop` finds DIR
+ * through the registry link $XDG_RUNTIME_DIR-or-/tmp/sptrace-<uid>/<pid>
+ * and writes a command line into the FIFO:
+ *
+ *   stop     restore every patched byte (the text of every module is then
+ *            identical to its file), close the rings, write "end stopped" to
+ *            meta.  Threads inside patch areas finish their calls there: the
+ *            pools stay mapped.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+
+static char fifo[4200], link_path[512];
+
+static void registry_path(char *out, size_t len)
+{
+	const char *run = getenv("XDG_RUNTIME_DIR");
+
+	if (run && *run)
+		snprintf(out, len, "%s/sptrace", run);
+	else
+		snprintf(out, len, "/tmp/sptrace-%u", (unsigned)getuid());
+}
+
+static void *control_main(void *arg)
+{
+	char buf[256];
+
+	(void)arg;
+	for (;;) {
+		int fd = open(fifo, O_RDONLY | O_CLOEXEC);
+		ssize_t n;
+
+		if (fd < 0) {
+			if (errno == EINTR)
+				continue;
+			ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
+			       fifo, strerror(errno));
+			return NULL;
+		}
+		n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		if (strncmp(buf, "stop", 4) == 0) {
+			trace_ring_header *ring = ag_enter();
+
+			ag_deactivate("stopped by sptrace stop");
+			ag_leave(ring);
+			unlink(link_path);
+			unlink(fifo);
+			return NULL;
+		}
+		ag_log("control: unknown command '%.40s'", buf);
+	}
+}
+
+int ag_control_start(void)
+{
+	char dir[480];
+	create_fn create = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+	pthread_attr_t attr;
+	sigset_t all, old;
+	pthread_t th;
+	int rc;
+
+	snprintf(fifo, sizeof fifo, "%s/control", ag_dir);
+	if (mkfifo(fifo, 0600) != 0 && errno != EEXIST) {
+		ag_log("control: mkfifo %s: %s", fifo, strerror(errno));
+		return -1;
+	}
+	registry_path(dir, sizeof dir);
+	mkdir(dir, 0700);
+	snprintf(link_path, sizeof link_path, "%s/%d", dir, (int)getpid());
+	unlink(link_path);
+	if (symlink(ag_dir, link_path) != 0)
+		ag_log("control: cannot register %s: %s", link_path, strerror(errno));
+	if (!create)
+		return -1;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	rc = create(&th, &attr, control_main, NULL);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0)
+		pthread_setname_np(th, "sptrace-ctl");
+	return rc == 0 ? 0 : -1;
+}
+
+void ag_control_stop(void)
+{
+	if (link_path[0])
+		unlink(link_path);
+}

@@ -85,6 +85,10 @@ bool ag_active(void);                      /* activated and not stopped */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
 void ag_rings_close_all(void);
 int ag_rings_init(void);
+void ag_forked_child(void);                /* atfork: drop the parent's rings */
+int ag_threads_init(void);                 /* atfork handler */
+void ag_pools_after_fork(void);
+void ag_patch_after_fork(void);
 void ag_ring_set_size(uint64_t bytes);
 
 /* ---- pool.c ---- */

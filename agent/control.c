@@ -2,8 +2,8 @@
  * control.c — how `sptrace stop PID` reaches the agent.
  *
  * The agent keeps a FIFO, DIR/control, and a control thread blocked reading
- * it (with every signal blocked, so the program's signals never land there;
- * no signal of the program's is taken over).  `sptrace stop` finds DIR
+ * it (with the program's asynchronous signals blocked, so they never land
+ * there; no signal of the program's is taken over).  `sptrace stop` finds DIR
  * through the registry link $XDG_RUNTIME_DIR-or-/tmp/sptrace-<uid>/<pid>
  * and writes a command line into the FIFO:
  *
@@ -44,6 +44,9 @@ static void *control_main(void *arg)
 	char buf[256];
 
 	(void)arg;
+	/* This thread is the agent's: it records nothing, ever (the libc code
+	 * it runs may be instrumented). */
+	ag_enter();
 	for (;;) {
 		int fd = open(fifo, O_RDONLY | O_CLOEXEC);
 		ssize_t n;
@@ -61,10 +64,7 @@ static void *control_main(void *arg)
 			continue;
 		buf[n] = '\0';
 		if (strncmp(buf, "stop", 4) == 0) {
-			trace_ring_header *ring = ag_enter();
-
 			ag_deactivate("stopped by sptrace stop");
-			ag_leave(ring);
 			unlink(link_path);
 			unlink(fifo);
 			return NULL;
@@ -95,7 +95,15 @@ int ag_control_start(void)
 		ag_log("control: cannot register %s: %s", link_path, strerror(errno));
 	if (!create)
 		return -1;
+	/* The program's signals never go to this thread; the synchronous ones
+	 * stay open: it may meet a pending int3 in the libc code it runs, and a
+	 * blocked SIGTRAP would kill the process. */
 	sigfillset(&all);
+	sigdelset(&all, SIGTRAP);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGILL);
+	sigdelset(&all, SIGFPE);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -20,12 +20,16 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "agent.h"
 
 static int sites_fd = -1;
-static volatile uint32_t next_site = 1;   /* id 0 is never used */
+/* The next free site id.  It lives in shared memory (the first record of
+ * the sites file, which no id uses) so that a forked child and its parent,
+ * both writing into the same trace, never hand out the same id. */
+static volatile uint32_t *next_site;
 static volatile int instr_lock;
 static uint64_t skipped_kind, skipped_plan, skipped_unresolved;
 
@@ -35,16 +39,23 @@ int ag_sites_open(const char *dir)
 
 	snprintf(path, sizeof path, "%s/sites", dir);
 	sites_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (sites_fd < 0) {
+	if (sites_fd < 0 || ftruncate(sites_fd, 4096) != 0) {
 		ag_log("cannot create %s: %s", path, strerror(errno));
 		return -1;
 	}
+	next_site = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, sites_fd, 0);
+	if (next_site == MAP_FAILED) {
+		next_site = NULL;
+		ag_log("cannot map %s: %s", path, strerror(errno));
+		return -1;
+	}
+	*next_site = 1;                    /* id 0 is never used */
 	return 0;
 }
 
 static uint32_t new_site(const trace_site *ts)
 {
-	uint32_t id = __atomic_fetch_add(&next_site, 1, __ATOMIC_ACQ_REL);
+	uint32_t id = __atomic_fetch_add(next_site, 1, __ATOMIC_ACQ_REL);
 
 	if (id > TRACE_ID_MAX)
 		return 0;
@@ -507,7 +518,7 @@ int ag_instrument(ag_module *m, uint32_t func)
 
 void ag_instrument_stats(uint64_t *sites, uint64_t *kind, uint64_t *plan, uint64_t *unresolved)
 {
-	*sites = next_site - 1;
+	*sites = next_site ? *next_site - 1 : 0;
 	*kind = skipped_kind;
 	*plan = skipped_plan;
 	*unresolved = skipped_unresolved;

@@ -411,6 +411,8 @@ __attribute__((constructor)) static void agent_init(void)
 	}
 	write_meta();
 	atexit(finish);
+	if (ag_threads_init())
+		ag_log("no fork handler: a forked child would write into its parent's ring");
 	if (ag_control_start())
 		ag_log("no control thread: 'sptrace stop %d' will not work", (int)getpid());
 	if (ag_trap_arm(root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr,

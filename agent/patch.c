@@ -268,3 +268,18 @@ void ag_trap_disarm(void)
 	ag_serialize_cores();
 	act_addr = 0;
 }
+
+/* In a forked child: /proc/self/mem opened by the parent still means the
+ * parent's memory.  Reopen it (and register membarrier for the new mm). */
+void ag_patch_after_fork(void)
+{
+	if (mem_fd >= 0) {
+		close(mem_fd);
+		mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	}
+	if (have_membarrier)
+		have_membarrier = syscall(SYS_membarrier,
+					  MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0;
+	patch_lock = 0;
+	npending = 0;
+}

@@ -28,7 +28,10 @@
 #define TWO_GIB (2ull << 30)
 #define PAGE 4096u
 
+static struct ag_pool *all_pools;
+
 struct ag_pool {
+	struct ag_pool *next;       /* every pool, for fork (ag_pools_after_fork) */
 	uint8_t *rx, *rw, *data;
 	size_t code_size, data_size;
 	size_t used, data_used;
@@ -160,6 +163,8 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data)
 		pool->rx = rx;
 		pool->data = data;
 		close(fd);
+		pool->next = all_pools;
+		all_pools = pool;
 		/* The first bytes: jmp *0(%rip); .quad ag_tramp_slow */
 		{
 			static const uint8_t jmp[6] = { 0xff, 0x25, 0, 0, 0, 0 };
@@ -237,4 +242,36 @@ uint8_t *ag_pool_flag(ag_pool *p)
 uint64_t ag_pool_tramp(ag_pool *p)
 {
 	return p->tramp;
+}
+
+/*
+ * In a forked child the pools are still the parent's memfd, mapped shared:
+ * an area the child writes would appear in the parent.  Give each pool a
+ * private copy at the same addresses (the child is single-threaded here, and
+ * the copy is byte-identical, so returning into an area stays valid).
+ * System calls only: this runs in an atfork handler.
+ */
+void ag_pools_after_fork(void)
+{
+	for (ag_pool *p = all_pools; p; p = p->next) {
+		int fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
+		size_t total = p->code_size + p->data_size;
+
+		if (fd < 0 || ftruncate(fd, (off_t)total) < 0 ||
+		    pwrite(fd, p->rw, p->code_size, 0) != (ssize_t)p->code_size ||
+		    pwrite(fd, p->data, p->data_size, (off_t)p->code_size) != (ssize_t)p->data_size ||
+		    mmap(p->rw, p->code_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+			    MAP_FAILED ||
+		    mmap(p->data, p->data_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+			 (off_t)p->code_size) == MAP_FAILED ||
+		    mmap(p->rx, p->code_size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd, 0) ==
+			    MAP_FAILED) {
+			/* Without a private pool the child must not instrument. */
+			ag_log("fork: cannot copy a patch-area pool: %s; the child stops tracing",
+			       strerror(errno));
+			p->used = p->code_size;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
 }

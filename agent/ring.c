@@ -135,3 +135,9 @@ void ag_rings_close_all(void)
 		if (rings[i])
 			__atomic_or_fetch(&rings[i]->flags, TRACE_RING_CLOSED, __ATOMIC_RELEASE);
 }
+
+/* In a forked child: forget the parent's rings (still mapped, not ours). */
+void ag_forked_child(void)
+{
+	nrings = 0;
+}

@@ -82,3 +82,39 @@ AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*
 		return rc;
 	}
 }
+
+/*
+ * fork: the child is a copy with the same patched code, so it goes on
+ * tracing -- into its own ring: the parent's ring file is shared memory and
+ * the child must never write there, not even from the libc code that runs
+ * in the child before the atfork handlers.  So the forking thread stops
+ * recording in `prepare` (ag_enter: its TLS ring is NULL, nested slow paths
+ * skip), the parent takes its ring back afterwards, and the child starts
+ * without one: its first record creates ring.<child tid>.  Site ids come
+ * from the counter shared through the sites file.  The child also needs its
+ * own patch-area pools and its own /proc/self/mem (see pool.c, patch.c).
+ */
+static __thread trace_ring_header *ring_before_fork __attribute__((tls_model("initial-exec")));
+
+static void prepare_fork(void)
+{
+	ring_before_fork = ag_enter();
+}
+
+static void parent_after_fork(void)
+{
+	ag_leave(ring_before_fork);
+}
+
+static void child_after_fork(void)
+{
+	ag_patch_after_fork();
+	ag_pools_after_fork();
+	ag_forked_child();
+	ag_leave(NULL);
+}
+
+int ag_threads_init(void)
+{
+	return pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
+}

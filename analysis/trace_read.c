@@ -1128,7 +1128,15 @@ static int read_rings(an_trace *t, sp_err *err)
 			continue;
 		}
 		snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name);
+		memset(&h, 0, sizeof h);
 		fd = ring_open(path, &h, err);
+		if (fd < 0 && h.magic == 0 && h.count == 0) {
+			/* A header of zeros: the process died while the agent was
+			 * making this ring, before its first record.  Nothing lost. */
+			warn(t, "%s: ignored: an empty ring (the thread ended while its ring was being "
+			     "made)", path);
+			continue;
+		}
 		if (fd < 0) {
 			rc = -1;
 			break;

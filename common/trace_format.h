@@ -109,7 +109,7 @@ enum {
 
 /*
  * The sites file: record i describes site id i.  Ids start at 1; record 0 is
- * unused.  A direct site names its callee by module and address; an indirect
+ * not a site: its first 4 bytes are the agents' shared next-id counter.  A direct site names its callee by module and address; an indirect
  * one names the callee the agent found when it instrumented the site.
  */
 typedef struct trace_site {

@@ -111,6 +111,36 @@ def case_conf(sptrace, prog, scenario, tmp):
         check("\nend " in meta, "meta has no 'end' line:\n" + meta)
 
 
+def per_thread_trees(sptrace, tdir, allowed):
+    r = run([sptrace, "replay", tdir])
+    check(r.returncode == 0, "replay failed: " + r.stderr)
+    per_tid = {}
+    for line in r.stdout.splitlines():
+        if "[" not in line or "| " not in line:
+            continue
+        tid = line.split("[", 1)[1].split("]", 1)[0].strip()
+        text = line.split("| ", 1)[1].rstrip()
+        if not text.strip().startswith("/*"):
+            per_tid.setdefault(tid, []).append(text)
+    return sorted(";".join(only(t, allowed)) for t in per_tid.values())
+
+
+def case_fork(sptrace, prog, tmp):
+    """fork: the child goes on tracing into its own ring."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "fork"])
+    trace = traced(sptrace, tdir, [prog, "fork"])
+    same_behaviour(native, trace, "fork")
+    rings = [f for f in os.listdir(tdir) if f.startswith("ring.")]
+    check(len(rings) == 2, "fork: expected a ring for the parent and one for the child: %r" % rings)
+    trees = per_thread_trees(sptrace, tdir, {"main", "forked", "child_work", "parent_work", "leaf"})
+    want = sorted(["child_work() {;  leaf();;  leaf();;} /* child_work */",
+                   "main() {;  forked() {;    parent_work() {;      leaf();;"
+                   "    } /* parent_work */;  } /* forked */;} /* main */"])
+    check(trees == want, "fork: trees differ\n--- want\n%s\n--- got\n%s" %
+          ("\n".join(want), "\n".join(trees)))
+
+
 def case_threads(sptrace, prog, tmp):
     """Threads created after activation are traced from their start routine;
     pthread_exit unwinds through traced calls without harm."""
@@ -282,7 +312,9 @@ def case_errors(sptrace, tmp):
 def main():
     sptrace, case = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-run-") as tmp:
-        if case == "threads":
+        if case == "fork":
+            case_fork(sptrace, sys.argv[3], tmp)
+        elif case == "threads":
             case_threads(sptrace, sys.argv[3], tmp)
         elif case in CONF:
             case_conf(sptrace, sys.argv[3], case, tmp)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define KEEP __attribute__((noinline, noclone))
@@ -39,6 +40,23 @@ KEEP void spin(void) { for (;;) leaf(1); }
 KEEP void *worker(void *arg) { leaf(1); leaf(2); return arg; }
 KEEP void *worker_exit(void *arg) { leaf(3); pthread_exit(arg); }
 
+KEEP int child_work(void) { return leaf(1) + leaf(2); }
+KEEP int parent_work(void) { return leaf(3); }
+
+KEEP int forked(void)
+{
+	int st = 0;
+	pid_t p;
+
+	fflush(stdout);
+	p = fork();
+	if (p == 0)
+		_exit(child_work());
+	parent_work();
+	waitpid(p, &st, 0);
+	return WEXITSTATUS(st);
+}
+
 KEEP int threads(void)
 {
 	pthread_t t[4];
@@ -69,6 +87,8 @@ int main(int argc, char **argv)
 		deep2(7);
 	} else if (strcmp(what, "abort") == 0) {
 		crash2();
+	} else if (strcmp(what, "fork") == 0) {
+		printf("child said %d\n", forked());
 	} else if (strcmp(what, "threads") == 0) {
 		printf("%d\n", threads());
 	} else if (strcmp(what, "spin") == 0) {

@@ -1034,7 +1034,8 @@ static int read_full(int fd, void *buf, size_t len, off_t off)
 	return 0;
 }
 
-/* Open a ring file and check its header against its size. */
+/* Open a ring file and check its header against its size.  -2: an empty
+ * ring (the agent was making it when the process died), to be skipped. */
 static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
 {
 	struct stat st;
@@ -1047,6 +1048,10 @@ static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
 		close(fd);
 		return sp_fail(err, "%s: not a regular file", path);
 	}
+	if (st.st_size == 0) {
+		close(fd);
+		return -2;      /* made, never sized: the process died right there */
+	}
 	if ((uint64_t)st.st_size < RING_FIXED_HEADER) {
 		close(fd);
 		return sp_fail(err, "%s: truncated: %lld bytes, shorter than a ring header (%zu)",
@@ -1057,6 +1062,10 @@ static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
 		int e = errno;
 		close(fd);
 		return sp_fail(err, "%s: cannot read: %s", path, strerror(e));
+	}
+	if (h->magic == 0 && h->count == 0) {
+		close(fd);
+		return -2;      /* sized, header not yet written: likewise */
 	}
 	if (h->magic != TRACE_RING_MAGIC) {
 		close(fd);
@@ -1128,9 +1137,8 @@ static int read_rings(an_trace *t, sp_err *err)
 			continue;
 		}
 		snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name);
-		memset(&h, 0, sizeof h);
 		fd = ring_open(path, &h, err);
-		if (fd < 0 && h.magic == 0 && h.count == 0) {
+		if (fd == -2) {
 			/* A header of zeros: the process died while the agent was
 			 * making this ring, before its first record.  Nothing lost. */
 			warn(t, "%s: ignored: an empty ring (the thread ended while its ring was being "

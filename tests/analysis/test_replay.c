@@ -592,6 +592,29 @@ static void bad_ring(const char *name, void (*edit)(trace_ring_header *), long s
 	free(dir);
 }
 
+/* A ring the agent was making when the process died (0 bytes, or a header
+ * of zeros): skipped with a warning, the other threads replayed. */
+static void empty_ring(const char *name, void (*edit)(trace_ring_header *), long size)
+{
+	static const rec r[] = { E(S_MAIN, 0), X(S_MAIN, 10) };
+	char *dir = standard_dir(name);
+	trace_ring_header h;
+	tg_ring ring;
+
+	write_ring(dir, 1234, 8, T0, r, N(r));
+	tg_ring_init(&ring, 1240, 8, TG_TSC0);
+	tg_ring_header(&ring, &h);
+	if (edit)
+		edit(&h);
+	tg_ring_write(&ring, dir, &h, size);
+	tg_ring_free(&ring);
+	expect(name, 0, "# DURATION     TID     FUNCTION\n   0.010 us [ 1234] | main();\n",
+	       S("sptrace: replay: warning: %s/ring.1240: ignored: an empty ring (the thread ended "
+		 "while its ring was being made)\n", dir), "replay", dir, NULL);
+	free(dir);
+}
+
+static void zero_header(trace_ring_header *h) { memset(h, 0, sizeof *h); }
 static void bad_magic(trace_ring_header *h) { h->magic = 0x4141414141414141ull; }
 static void bad_version(trace_ring_header *h) { h->version = 2; }
 static void bad_capacity(trace_ring_header *h) { h->capacity = 6; h->mask = 5; }
@@ -634,7 +657,8 @@ static void test_errors(void)
 		 "says 8 records (4160 bytes with the header)");
 	bad_ring("truncated-header", NULL, 50, "truncated: 50 bytes, shorter than a ring "
 		 "header (88)");
-	bad_ring("empty-ring", NULL, 0, "truncated: 0 bytes, shorter than a ring header (88)");
+	empty_ring("empty-ring", NULL, 0);
+	empty_ring("zero-header", zero_header, -1);
 
 	dir = standard_dir("no-sites");
 	write_ring(dir, 1234, 8, T0, NULL, 0);

@@ -1,24 +1,29 @@
 #!/bin/bash
-# Install what is missing, build, and run the main job.  Until the agent
-# lands, the main job is the offline code analysis that tracing relies on:
-# analyse real Debian binaries, store them in the repository, load them back.
+# Install what is missing, build, and run the main job: trace a real program
+# from main on with the agent, then show what it did.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 scripts/install-deps.sh
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
-sptrace=build/cli/sptrace
-libc=$(ldd /bin/ls | awk '/libc.so.6/ {print $3}')
+sptrace=$PWD/build/cli/sptrace
+out=$(mktemp -d /tmp/sptrace-demo.XXXXXX)
+py=/usr/bin/python3.11
 
-echo "== sptrace analyze-binary: libc and python3, analysed and stored"
-$sptrace analyze-binary --force "$libc" /usr/bin/python3
+echo "== sptrace run: python3.11 computing fib(18), traced from main into libc"
+"$sptrace" run -o "$out/trace" -- "$py" -c 'def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)
+print("fib(18) =", fib(18))'
 echo
-echo "== the same again: now loaded from the repository"
-$sptrace analyze-binary "$libc" | grep -E '^/|repository|functions '
+echo "== sptrace replay: the first calls of the main thread"
+"$sptrace" replay --depth 4 "$out/trace" | head -40
+echo "   ..."
 echo
-echo "== a stripped program: call sites of /bin/ls and how each will be patched (first 12)"
-$sptrace analyze-binary --dump callsites /bin/ls | head -13 | column -t -s $'\t'
+echo "== sptrace report: where the time went"
+"$sptrace" report "$out/trace" | head -16
 echo
-echo "== the CFG of libc's qsort_r"
-$sptrace analyze-binary --dump cfg=qsort_r "$libc" | head -20 | column -t -s $'\t'
+echo "== the code analysis behind it: libc, from the repository"
+libc=$(ldd /bin/ls | awk '/libc.so.6/ {print $3}')
+"$sptrace" analyze-binary "$libc" | grep -E '^/|functions|call sites|patch plan|repository'
+echo
+echo "(trace kept in $out/trace)"

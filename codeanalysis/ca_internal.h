@@ -20,7 +20,7 @@
 
 /* Bumped whenever the analysis would give different results: repository
  * entries written by another analyser version are regenerated. */
-#define CA_ANALYZER_VERSION 2
+#define CA_ANALYZER_VERSION 3
 
 /* An executable or data section of interest, with its file bytes. */
 typedef struct ca_section {
@@ -62,6 +62,9 @@ typedef struct ca_elf {
 	uint8_t *map;          /* whole file, read-only mapping */
 	size_t map_size;
 	void *elf;             /* libelf Elf* */
+	void *dbg_elf;         /* the separate debug file's Elf*, when its symbols are used */
+	int dbg_fd;
+	const char *debug_dir; /* where separate debug files live (NULL: /usr/lib/debug) */
 	uint16_t e_type;
 	uint64_t entry;
 	ca_section *secs;

@@ -90,7 +90,8 @@ static void read_debuglink(ca_elf *e, Elf_Data *d)
 	memcpy(&e->debuglink_crc, (const char *)d->d_buf + len, 4);
 }
 
-static int read_symbols(ca_elf *e, Elf_Scn *scn, const GElf_Shdr *sh, bool dyn, size_t *cap, sp_err *err)
+static int read_symbols(ca_elf *e, Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, bool dyn,
+			size_t *cap, sp_err *err)
 {
 	Elf_Data *d = elf_getdata(scn, NULL);
 	size_t i, n;
@@ -109,7 +110,7 @@ static int read_symbols(ca_elf *e, Elf_Scn *scn, const GElf_Shdr *sh, bool dyn, 
 		if ((type != STT_FUNC && type != STT_GNU_IFUNC) || s.st_shndx == SHN_UNDEF ||
 		    s.st_value == 0)
 			continue;
-		name = elf_strptr(e->elf, sh->sh_link, s.st_name);
+		name = elf_strptr(elf, sh->sh_link, s.st_name);
 		if (!name || !*name)
 			continue;
 		if (sp_grow((void **)&e->syms, cap, e->nsyms + 1, sizeof *e->syms))
@@ -174,6 +175,55 @@ static int read_relocs(ca_elf *e, Elf_Scn *scn, const GElf_Shdr *sh, size_t *cap
 			return sp_fail(err, "%s: out of memory", e->path);
 		e->got[e->ngot++] = (ca_gotslot){ .addr = r.r_offset, .name = name };
 	}
+	return 0;
+}
+
+/*
+ * A stripped module's .symtab often survives in its separate debug file
+ * (<debug dir>/.build-id/xx/rest.debug, e.g. Debian's libc6-dbg): the names
+ * of its local functions are worth having.  Its addresses are the module's.
+ * A missing or unreadable debug file only means fewer names.
+ */
+static int read_debug_symbols(ca_elf *e, size_t *cap, sp_err *err)
+{
+	static const char hex[] = "0123456789abcdef";
+	char path[4096], id[160];
+	Elf_Scn *scn = NULL;
+	size_t i;
+	Elf *elf;
+	int fd;
+
+	if (e->buildid_len < 2)
+		return 0;
+	for (i = 0; i < e->buildid_len && 2 * i + 2 < sizeof id; i++) {
+		id[2 * i] = hex[e->buildid[i] >> 4];
+		id[2 * i + 1] = hex[e->buildid[i] & 15];
+	}
+	id[2 * i] = '\0';
+	snprintf(path, sizeof path, "%s/.build-id/%.2s/%s.debug", e->debug_dir ? e->debug_dir :
+		 "/usr/lib/debug", id, id + 2);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!elf || elf_kind(elf) != ELF_K_ELF || gelf_getclass(elf) != ELFCLASS64) {
+		if (elf)
+			elf_end(elf);
+		close(fd);
+		return 0;
+	}
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+
+		if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB &&
+		    read_symbols(e, elf, scn, &sh, false, cap, err)) {
+			elf_end(elf);
+			close(fd);
+			return -1;
+		}
+	}
+	e->dbg_elf = elf;       /* the names point into it: kept until ca_elf_close */
+	e->dbg_fd = fd;
 	return 0;
 }
 
@@ -330,6 +380,7 @@ int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
 {
 	size_t shstrndx, capsec = 0, capsym = 0, capgot = 0;
 	Elf_Scn *scn = NULL;
+	bool has_symtab = false;
 
 	memset(e, 0, sizeof *e);
 	e->fd = -1;
@@ -356,8 +407,10 @@ int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
 		if (keep_section(name, &sh) && add_section(e, &capsec, name, &sh, err))
 			return -1;
 		if (sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM) {
-			if (read_symbols(e, scn, &sh, sh.sh_type == SHT_DYNSYM, &capsym, err))
+			if (read_symbols(e, e->elf, scn, &sh, sh.sh_type == SHT_DYNSYM, &capsym, err))
 				return -1;
+			if (sh.sh_type == SHT_SYMTAB)
+				has_symtab = true;
 		} else if (sh.sh_type == SHT_RELA && (sh.sh_flags & SHF_ALLOC)) {
 			if (read_relocs(e, scn, &sh, &capgot, err))
 				return -1;
@@ -380,6 +433,8 @@ int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
 			return sp_fail(err, "%s: no code sections with contents (truncated, corrupt, "
 				       "or a debug-info-only file)", path);
 	}
+	if (!has_symtab && read_debug_symbols(e, &capsym, err))
+		return -1;
 	name_irelative(e);
 	if (e->ngot)
 		qsort(e->got, e->ngot, sizeof *e->got, cmp_got);
@@ -388,6 +443,10 @@ int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
 
 void ca_elf_close(ca_elf *e)
 {
+	if (e->dbg_elf)
+		elf_end(e->dbg_elf);
+	if (e->dbg_fd > 0)
+		close(e->dbg_fd);
 	if (e->elf)
 		elf_end(e->elf);
 	if (e->map)

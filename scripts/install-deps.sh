@@ -12,6 +12,8 @@ packages=(
 	# tests: binutils for objdump/readelf/strip, real programs to analyse,
 	# libc's separate debug file for source lines
 	binutils python3 coreutils libc6-dbg libstdc++6 procps file
+	# real programs traced by the end-to-end tests
+	gzip xz-utils sqlite3
 )
 
 missing=()

@@ -295,6 +295,55 @@ def case_stop(sptrace, prog, tmp):
     check(r.returncode != 0 and "no such process" in r.stderr, "stop missing pid: %r" % r.stderr)
 
 
+# Real Debian programs: [Debian package, command, stdin text or None].  The
+# input file in.txt (2000 shuffled numbers) is made by the test.
+DEBIAN = {
+    "sort": ["coreutils", ["sort", "in.txt"], None],
+    "sort-n": ["coreutils", ["sort", "-n", "in.txt"], None],
+    "uniq": ["coreutils", ["uniq", "-c", "in.txt"], None],
+    "wc": ["coreutils", ["wc", "in.txt"], None],
+    "gzip": ["gzip", ["gzip", "-n", "-c", "in.txt"], None],
+    "xz": ["xz-utils", ["xz", "-c", "in.txt"], None],
+    "sqlite3": ["sqlite3", ["sqlite3", ":memory:"],
+                "create table t(a integer, b text);\n"
+                "insert into t values (3,'c'),(1,'a'),(2,'b');\n"
+                "select sum(a), group_concat(b) from (select * from t order by a);\n"
+                "select count(*) from t where b > 'a';\n"],
+    # a C++ program (libprotoc): generates C code from a .proto file
+    "protoc-c": ["protobuf-c-compiler", ["protoc-c", "--c_out=OUT", "t.proto"], None],
+}
+
+
+def case_debian(sptrace, name, tmp):
+    """Differential: a real Debian program gives the same output and exit
+    status with and without tracing, and a well-formed trace."""
+    package, argv, stdin = DEBIAN[name]
+    exe = subprocess.run(["which", argv[0]], stdout=subprocess.PIPE, text=True).stdout.strip()
+    if not exe:
+        fail("%s is missing; install the Debian package '%s' (test.sh does)" % (argv[0], package))
+    with open(os.path.join(tmp, "in.txt"), "w") as f:
+        f.write("".join("%d\n" % ((i * 7919) % 2000) for i in range(2000)))
+    with open(os.path.join(tmp, "t.proto"), "w") as f:
+        f.write('syntax = "proto3";\nmessage A { int32 x = 1; string y = 2; repeated A kids = 3; }\n')
+    outs = []
+    for traced_run in (False, True):
+        out = os.path.join(tmp, "out-%d" % traced_run)
+        os.mkdir(out)
+        args = [a.replace("OUT", out) for a in argv]
+        cmd = [sptrace, "run", "-o", os.path.join(tmp, "trace"), "--"] + args if traced_run else args
+        r = subprocess.run(cmd, cwd=tmp, input=stdin.encode() if stdin else None,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=300, env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
+        files = {f: open(os.path.join(out, f), "rb").read() for f in sorted(os.listdir(out))}
+        outs.append((r.returncode, r.stdout, files))
+    check(outs[0] == outs[1], "%s: output, files or exit status differ with tracing:\n"
+          "native: %r\ntraced: %r" % (name, outs[0][:2], outs[1][:2]))
+    tree = replay_tree(sptrace, os.path.join(tmp, "trace"))
+    check(len(tree) > 1000 and tree[0] == "main() {",
+          "%s: the trace is too small or does not start at main (%d lines: %r)" %
+          (name, len(tree), tree[:3]))
+
+
 def case_errors(sptrace, tmp):
     r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
     check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
@@ -310,7 +359,7 @@ def case_errors(sptrace, tmp):
 
 
 def main():
-    sptrace, case = sys.argv[1], sys.argv[2]
+    sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-run-") as tmp:
         if case == "fork":
             case_fork(sptrace, sys.argv[3], tmp)
@@ -322,6 +371,8 @@ def main():
             case_exceptions(sptrace, sys.argv[3], tmp)
         elif case == "python":
             case_python(sptrace, tmp)
+        elif case == "debian":
+            case_debian(sptrace, sys.argv[3], tmp)
         elif case == "stop":
             case_stop(sptrace, sys.argv[3], tmp)
         elif case == "kill9":

@@ -929,20 +929,35 @@ static int name_sites(an_trace *t, sp_err *err)
 	static const trace_site zero;
 	size_t nbadmod = 0;
 	uint32_t first_badmod = 0;
+	map same = { 0 };
 
 	for (size_t id = 1; id < t->nsites; id++) {
 		const trace_site *s = &t->raw_sites[id];
+		map_slot *slot;
 
 		if (memcmp(s, &zero, sizeof zero) == 0)
 			continue;
+		/* Ids of one call instruction share a canonical id (roots never do). */
+		slot = (s->flags & TRACE_SITE_ROOT) ? NULL :
+		       map_get(&same, s->caller_module + 1, s->site_addr);
+		if (!(s->flags & TRACE_SITE_ROOT) && !slot) {
+			map_free(&same);
+			return sp_fail(err, "out of memory");
+		}
+		if (slot && !slot->val)
+			slot->val = (uint32_t)id;
+		t->sites[id].canon = slot ? slot->val : (uint32_t)id;
 		if (!module_by_index(t, s->caller_module) ||
 		    (s->callee_module != UINT32_MAX && !module_by_index(t, s->callee_module))) {
 			if (!nbadmod++)
 				first_badmod = (uint32_t)id;
 		}
-		if (name_site(t, (uint32_t)id, err))
+		if (name_site(t, (uint32_t)id, err)) {
+			map_free(&same);
 			return -1;
+		}
 	}
+	map_free(&same);
 	if (nbadmod)
 		warn(t, "%s/sites: %zu sites (the first: id %u) name a module meta has no "
 		     "'module' line for; their functions are shown as ?module<N>+0x<addr>",
@@ -968,7 +983,7 @@ static an_site_info *bad_site_new(an_trace *t, const char *name)
 
 const an_site_info *an_site(an_trace *t, uint32_t id)
 {
-	static an_site_info oom = { AN_NONE, AN_NONE, "", 0, 0, 0, 0 };
+	static an_site_info oom = { AN_NONE, AN_NONE, "", 0, 0, 0, 0, 0 };
 	char name[32];
 	an_site_info *info;
 	map_slot *slot;
@@ -1512,10 +1527,15 @@ static an_call *call_add(calls_build *b, uint32_t kind, uint32_t id, uint64_t ts
 }
 
 /* Close the innermost open call. */
+static uint32_t canon_id(const an_trace *t, uint32_t id)
+{
+	return id < t->nsites && t->sites[id].valid && t->sites[id].canon ? t->sites[id].canon : id;
+}
+
 static void call_close(calls_build *b, uint32_t end, uint64_t tsc)
 {
 	an_call *c = &b->c[b->stack[--b->depth]];
-	map_slot *s = map_find(&b->open, c->id, 0);
+	map_slot *s = map_find(&b->open, canon_id(b->t, c->id), 0);
 
 	c->end = end;
 	c->t1 = tsc;
@@ -1532,18 +1552,25 @@ static int site_is_tail(const an_trace *t, uint32_t id)
 static int calls_record(calls_build *b, const an_record *r)
 {
 	map_slot *s;
+	uint32_t key = canon_id(b->t, r->id);
 
 	switch (r->kind) {
 	case TRACE_ENTRY:
 		if (!call_add(b, AN_CALL, r->id, r->tsc) ||
 		    sp_grow((void **)&b->stack, &b->capstack, b->depth + 1, sizeof *b->stack) ||
-		    !(s = map_get(&b->open, r->id, 0)))
+		    !(s = map_get(&b->open, key, 0)))
 			return -1;
 		s->val++;
 		b->stack[b->depth++] = b->n - 1;
+		/* A tail jump with nothing open below it comes from a function
+		 * the trace never entered (called from untraced code, e.g. a new
+		 * thread's start in libc): nothing will close it, so it counts as
+		 * a call of unknown length. */
+		if (b->depth == 1 && site_is_tail(b->t, r->id))
+			call_close(b, AN_END_TAIL, r->tsc);
 		return 0;
 	case TRACE_EXIT:
-		s = map_find(&b->open, r->id, 0);
+		s = map_find(&b->open, key, 0);
 		if (!s || !s->val)
 			return call_add(b, AN_EXIT_ONLY, r->id, r->tsc) ? 0 : -1;
 		/* The innermost open call of this site, at k.  Above it: first the
@@ -1551,7 +1578,7 @@ static int calls_record(calls_build *b, const an_record *r)
 		 * without their exit (longjmp, exception). */
 		size_t k = b->depth - 1, j;
 
-		while (b->c[b->stack[k]].id != r->id)
+		while (canon_id(b->t, b->c[b->stack[k]].id) != key)
 			k--;
 		for (j = k + 1; j < b->depth && site_is_tail(b->t, b->c[b->stack[j]].id); j++)
 			;

@@ -180,6 +180,10 @@ typedef struct an_site_info {
 	uint32_t kind;           /* enum ca_site_kind (0 for a root or a bad id) */
 	uint32_t flags;          /* TRACE_SITE_* */
 	int valid;               /* 0: the sites file has no such id */
+	uint32_t canon;          /* the first id of the same call instruction: an
+	                          * indirect site has an id per callee, and its
+	                          * EXIT may carry another callee's id than its
+	                          * ENTRY (the agent's per-site cache moved on) */
 } an_site_info;
 
 /* A tail jump: the agent records its ENTRY only (see an_thread_calls). */

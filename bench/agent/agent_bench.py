@@ -243,6 +243,7 @@ class Bench:
     def micro(self):
         """Interleaved rounds of every variant of the microbenchmark."""
         n = str(self.a.calls)
+        nd = str(self.a.calls * self.a.dormant_factor)
         rows = {}
 
         def add(key, r):
@@ -262,8 +263,14 @@ class Bench:
             for mode, never in (("flat", "tree_leaf_b"), ("tree", "flat_leaf")):
                 add(mode + "/native", self.run([self.calls, mode, n]))
                 add(mode + "/sptrace", self.traced([self.calls, mode, n]))
-                add(mode + "/dormant", self.traced([self.calls, mode, n], on="call " + never))
                 add(mode + "/native", self.run([self.calls, mode, n]))
+                # The dormant agent costs ~0, so it needs longer loops and
+                # a native run on each side to be told from the noise.
+                a = self.run([self.calls, mode, nd])
+                dm = self.traced([self.calls, mode, nd], on="call " + never)
+                b = self.run([self.calls, mode, nd])
+                add(mode + "/dormant", dm)
+                rows.setdefault(mode + "/dormant-pairs", []).append((a, dm, b))
                 if self.a.uftrace:
                     uft(mode + "/uftrace-pg", [self.calls_pg, mode, n])
                     uft(mode + "/uftrace-dyn", [self.calls_pfe, mode, n], ["-P", "."])
@@ -338,7 +345,7 @@ class Bench:
             self.text[key] = r
 
     def startup(self):
-        res = {"native": [], "warm": [], "dormant": [], "cold": []}
+        res = {"native": [], "warm": [], "dormant": [], "cold": [], "preload": []}
         self.traced([self.calls, "empty"])                         # warm the repository
         cold = os.path.join(self.tmp, "repo-cold")
         for rnd in range(self.a.rounds):
@@ -346,6 +353,15 @@ class Bench:
             res["native"].append(self.run([self.calls, "empty"]))
             res["warm"].append(self.traced([self.calls, "empty"]))
             res["dormant"].append(self.traced([self.calls, "empty"], on="call flat_leaf"))
+            # The agent without the `sptrace run` front end: what the CLI adds.
+            d = self.fresh("tr-preload")
+            os.makedirs(d)
+            res["preload"].append(self.run([self.calls, "empty"], env=dict(
+                self.env, LD_PRELOAD=self.a.agent, LD_BIND_NOW="1", SPTRACE_LD_PRELOAD="-",
+                SPTRACE_LD_BIND_NOW="-", SPTRACE_DIR=d, SPTRACE_ON="start")))
+            if self.rings(d)[0] == 0:
+                self.problem("the agent loaded by LD_PRELOAD into `calls empty` wrote no records")
+            shutil.rmtree(d, ignore_errors=True)
             shutil.rmtree(cold, ignore_errors=True)
             os.makedirs(cold)
             res["cold"].append(self.traced([self.calls, "empty"], env=dict(self.env, SPTRACE_REPO=cold)))
@@ -423,7 +439,7 @@ class Bench:
             nat = [r for r in self.rows.get(mode + "/native", []) if r.good and r.calls]
             if not nat:
                 continue
-            for tool in ("sptrace", "dormant", "uftrace-pg", "uftrace-dyn", "pg"):
+            for tool in ("sptrace", "uftrace-pg", "uftrace-dyn", "pg"):
                 rs = [r for r in self.rows.get("%s/%s" % (mode, tool), []) if r.good and r.calls]
                 if not rs:
                     continue
@@ -445,6 +461,29 @@ class Bench:
                 elif hasattr(rs[0], "data_bytes"):
                     f["bytes"] = med(r.data_bytes for r in rs) / calls
                 out[(mode, tool)] = f
+            # Dormant: the median over rounds of dormant ÷ the mean of the two
+            # native runs beside it.
+            pairs = [(a, d, b) for a, d, b in self.rows.get(mode + "/dormant-pairs", [])
+                     if a.good and d.good and b.good and d.calls]
+            if pairs:
+                calls = pairs[0][1].calls
+                f = {"calls": calls, "rounds": len(pairs)}
+                for c in CLOCKS:
+                    f[c] = dict(ratio=med(d.loop[c] * 2 / (a.loop[c] + b.loop[c]) for a, d, b in pairs),
+                                per_call=med((d.loop[c] - (a.loop[c] + b.loop[c]) / 2) / calls
+                                             for a, d, b in pairs),
+                                ms=med(d.loop[c] for _, d, _ in pairs) / 1e6,
+                                min_ms=min(d.loop[c] for _, d, _ in pairs) / 1e6,
+                                native_ms=med(x.loop[c] for a, _, b in pairs for x in (a, b)) / 1e6)
+                    f[c]["native_call"] = f[c]["native_ms"] * 1e6 / calls
+                f["proc_cpu_per_call"] = med(d.proc["cpu"] - (a.proc["cpu"] + b.proc["cpu"]) / 2
+                                             for a, d, b in pairs) / calls
+                f["proc_wall_ms"] = med(d.proc["wall"] for _, d, _ in pairs) / 1e6
+                f["native_proc_wall_ms"] = med(x.proc["wall"] for a, _, b in pairs for x in (a, b)) / 1e6
+                f["records"] = med(d.records for _, d, _ in pairs)
+                f["lost"] = 0
+                f["bytes"] = f["records"] * 8 / calls
+                out[(mode, "dormant")] = f
         return out
 
     def warm_figures(self, per_call_ns, clock, agg=med):
@@ -497,6 +536,11 @@ class Bench:
         def verdict(v, goal):
             return "—" if v is None else ("met" if v <= goal else "**NOT met**")
 
+        def verdict_ns(v, goal):
+            """Per-call cost: say so when it is within 5 % of the goal."""
+            close = v is not None and abs(v - goal) <= 0.05 * goal
+            return verdict(v, goal) + (" (within 5 %: inside this machine's noise)" if close else "")
+
         w("## Agent")
         w("")
         w("Written by `bench/agent_bench.sh` (see README.md); do not edit by hand.  Native and")
@@ -519,7 +563,7 @@ class Bench:
             p = pc.get((mode, "sptrace"))
             if p:
                 w("| ≤ 20 ns per traced call (%s) | %.1f ns (%.1f) | %s |" %
-                  (mode, p["cpu"]["per_call"], p["wall"]["per_call"], verdict(p["cpu"]["per_call"], 20)))
+                  (mode, p["cpu"]["per_call"], p["wall"]["per_call"], verdict_ns(p["cpu"]["per_call"], 20)))
         for mode in ("flat", "tree"):
             p = pc.get((mode, "sptrace"))
             if p:
@@ -545,12 +589,19 @@ class Bench:
         w("")
         if rdtsc["cpu"]:
             two = 2 * rdtsc["cpu"][0]
-            w("The agent reads the TSC twice per traced call (entry and exit record), so "
-              "**2 × rdtsc = %.1f ns** (median; %.1f ns in the best round) is a floor for the "
-              "per-call cost on this machine%s." %
+            costs = [pc[(m, "sptrace")]["cpu"]["per_call"] for m in ("flat", "tree") if (m, "sptrace") in pc]
+            w("The agent reads the TSC twice per traced call (entry and exit record).  Two rdtsc "
+              "cost **%.1f ns** on this machine (back to back; median, %.1f ns in the best round), "
+              "%s of the measured per-call cost (%s ns): the TSC reads are most of it.%s%s" %
               (two, 2 * rdtsc["cpu"][1],
-               ": above the 20 ns goal, which cannot be met here while every record reads the TSC"
-               if two > 20 else ""))
+               " and ".join("%.0f %%" % (100 * two / c) for c in costs) if costs else "—",
+               " and ".join("%.1f" % c for c in costs) or "—",
+               " A traced call can come out a little cheaper than two back-to-back reads because "
+               "the reads overlap with the record's other instructions."
+               if costs and min(costs) < two else "",
+               " The 20 ns goal is below the cost of the two reads alone: it cannot be met on this "
+               "machine while every record reads the TSC." if two > 20 else
+               " That leaves %.1f ns of the 20 ns goal for everything else." % (20 - two)))
             w("")
         if self.problems:
             w("**Misbehaviour seen in this run:**")
@@ -568,8 +619,10 @@ class Bench:
           "the median loop times; ratio = tool ÷ native. Bytes per call = records written (the ring "
           "headers' `count`, which counts the records a full ring overwrote too) × 8 ÷ calls, or "
           "the size of uftrace's data directory ÷ calls. \"All CPU\" = (CPU time of the whole "
-          "process tree, startup and uftrace's recorder included − native's) ÷ calls." %
-          (n, self.a.rounds))
+          "process tree, startup and uftrace's recorder included − native's) ÷ calls. The dormant "
+          "rows make %d× as many calls, and each is compared with the mean of a native run just "
+          "before and just after it (median of those ratios over the rounds): their cost is too "
+          "small to see otherwise." % (n, self.a.rounds, self.a.dormant_factor))
         w("")
         w("| variant | tool | **ns per traced call (cpu)** | ratio (cpu) | ns per traced call (wall) "
           "| ratio (wall) | bytes per call | all CPU ns per call | loop ms cpu median / min | native loop ms cpu "
@@ -588,8 +641,9 @@ class Bench:
                 if not p:
                     continue
                 c, wl = p["cpu"], p["wall"]
-                w("| %s | %s | **%.1f** | %.2f | %.1f | %.2f | %s | %.1f | %.1f / %.1f | %.1f | %.2f | %.0f (%.0f) |" %
-                  (mode, names[tool], c["per_call"], c["ratio"], wl["per_call"], wl["ratio"],
+                w("| %s | %s | **%.2f** | %.3f | %.2f | %.3f | %s | %.1f | %.1f / %.1f | %.1f | %.2f | %.0f (%.0f) |" %
+                  (mode, names[tool] + (" (%d M calls)" % (p["calls"] // 1000000) if tool == "dormant" else ""),
+                   c["per_call"], c["ratio"], wl["per_call"], wl["ratio"],
                    fmt(p.get("bytes"), 2), p["proc_cpu_per_call"], c["ms"], c["min_ms"], c["native_ms"],
                    c["native_call"], p["proc_wall_ms"], p["native_proc_wall_ms"]))
         w("")
@@ -675,6 +729,7 @@ class Bench:
         for key, label in (("native", "native `calls empty`"),
                            ("warm", "`sptrace run -- calls empty`, repository warm"),
                            ("dormant", "`sptrace run --on 'call flat_leaf' -- calls empty` (dormant), warm"),
+                           ("preload", "the agent by LD_PRELOAD with the same environment, no `sptrace run`, warm"),
                            ("cold", "`sptrace run -- calls empty`, repository cold (first run)")):
             rs = [r for r in st[key] if r.good]
             if not rs:
@@ -768,6 +823,8 @@ def main():
     ap.add_argument("--cc", default="gcc")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=50000000)
+    ap.add_argument("--dormant-factor", type=int, default=10,
+                    help="the dormant runs make this many times --calls calls")
     ap.add_argument("--warm-funcs", type=int, default=2000)
     ap.add_argument("--warm-sites", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 4])
     ap.add_argument("--warm-rounds", type=int, default=11)

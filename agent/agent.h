@@ -151,6 +151,7 @@ typedef struct ag_area_spec {
 	int64_t tls_offset;      /* %fs offset of ag_tls_ring */
 	bool cond;               /* tail jump: conditional (jcc) */
 	uint8_t cond_code;       /* its condition (low nibble of 0f 8x) */
+	bool fix_return;         /* tail jump to a caller-sensitive function (instrument.c) */
 	/* indirect calls */
 	uint8_t load[16];        /* `mov OP,%r11` re-encoded from the call */
 	uint8_t load_len;
@@ -163,6 +164,7 @@ typedef struct ag_area_spec {
 size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
+size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word);
 
 /* An indirect site's cache (pool data, rip-reachable from its area). */
 typedef struct ag_indirect_cache {
@@ -183,7 +185,14 @@ typedef struct ag_indirect_site {
 
 extern __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));
 uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
-#define AG_AREA_MAX 640   /* bytes per area slot (a call area is ~510 today; shared slow-path stubs would halve it) */
+/* Area slots: fixed size, 1024-aligned within the pool (so an address in
+ * an area finds its slot by masking), code first, three words at the end. */
+#define AG_AREA_MAX 1024
+#define AG_SLOT_RA (AG_AREA_MAX - 8)     /* S+len-1: the unwinder's return address */
+#define AG_SLOT_MAGIC (AG_AREA_MAX - 16) /* AG_SLOT_MAGIC_VALUE: this is a call area */
+#define AG_SLOT_RET (AG_AREA_MAX - 24)   /* S+len: the caller's real return address */
+#define AG_SLOT_CODE (AG_AREA_MAX - 24)  /* room for code */
+#define AG_SLOT_MAGIC_VALUE 0x5350545241524541ull /* "AERARTPS" */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
 /* FDEs for `n` area slots of `stride` bytes from `first`; each slot's last

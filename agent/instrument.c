@@ -103,6 +103,23 @@ static uint64_t plt_slot(uint64_t stub)
 	return (uint64_t)(uintptr_t)(p + 6) + (uint64_t)(int64_t)disp;
 }
 
+/*
+ * Functions that find their caller from their return address: called from a
+ * patch area they would see the area, not the caller (dlsym(RTLD_NEXT, ...)
+ * would search after the wrong object, dlopen would use the wrong search
+ * path).  Their sites get an area that keeps the real return address.
+ */
+static bool caller_sensitive(const ag_module *m, uint32_t func)
+{
+	static const char *const names[] = { "dlsym", "dlvsym", "dlopen", "dlmopen" };
+	const char *n = ca_str(m->ca, ca_module_funcs(m->ca, NULL)[func].name);
+
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (strcmp(n, names[i]) == 0)
+			return true;
+	return false;
+}
+
 /* Where a site leads.  0 ok; -1 when the callee is unknown (not yet bound,
  * or in a module the agent does not trace). */
 typedef struct callee {
@@ -145,6 +162,18 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 }
 
 static int site_patch(ag_module *m, const ca_site *s, uint8_t *rx, ag_patch *p, ag_patch *sb);
+
+/* The words at the end of an area slot (agent.h): the caller's return
+ * address S+len, the magic that marks a call area, and S+len-1 for the
+ * unwinder. */
+static void slot_words(uint8_t *rw, uint64_t ret)
+{
+	uint64_t magic = AG_SLOT_MAGIC_VALUE, ra = ret - 1;
+
+	memcpy(rw + AG_SLOT_RET, &ret, 8);
+	memcpy(rw + AG_SLOT_MAGIC, &magic, 8);
+	memcpy(rw + AG_SLOT_RA, &ra, 8);
+}
 
 static bool is_indirect(const ca_site *s)
 {
@@ -221,13 +250,13 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	if (tail)
 		return -1;      /* indirect tail jumps: not yet (see patchable) */
 	len = ag_emit_indirect(&spec, scratch, (uint64_t)(uintptr_t)rx);
-	if (len > AG_AREA_MAX - 8) {
+	if (len > AG_SLOT_CODE) {
 		ag_log("instrument: indirect area of %zu bytes overflows its slot", len);
 		return -1;
 	}
 	ra = spec.site + s->len - 1;
 	memcpy(rw, scratch, len);
-	memcpy(rw + AG_AREA_MAX - 8, &ra, 8);
+	slot_words(rw, ra + 1);
 	m->site_ids[si] = UINT32_MAX;          /* ids come per callee, from the slow path */
 	return site_patch(m, s, rx, p, sb);
 }
@@ -348,6 +377,9 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 	ts.caller_func = funcs[s->func].addr;
 	ts.callee_func = c.entry - c.m->bias;
 	ts.kind = s->kind;
+	if (!tail && caller_sensitive(c.m, c.func))
+		ts.flags |= TRACE_SITE_NO_EXIT;
+	spec.fix_return = tail && caller_sensitive(c.m, c.func);
 	m->site_ids[si] = new_site(&ts);
 	if (!m->site_ids[si] || !ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
 		return -1;
@@ -379,18 +411,21 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 	/* Emitted into scratch first: only an area that fits reaches the pool. */
 	{
 		uint8_t scratch[2 * AG_AREA_MAX];
+		uint64_t ret_word = (uint64_t)(uintptr_t)rx + AG_SLOT_RET;
 
-		uint64_t ra = spec.site + s->len - 1;
-
-		len = tail ? ag_emit_tail(&spec, scratch, (uint64_t)(uintptr_t)rx)
-			   : ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
-		if (len > AG_AREA_MAX - 8) {
+		if (tail)
+			len = ag_emit_tail(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		else if (ts.flags & TRACE_SITE_NO_EXIT)
+			len = ag_emit_call_noexit(&spec, scratch, (uint64_t)(uintptr_t)rx, ret_word);
+		else
+			len = ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		if (len > AG_SLOT_CODE) {
 			ag_log("instrument: area of %zu bytes overflows its %d-byte slot", len,
 			       AG_AREA_MAX);
 			return -1;
 		}
 		memcpy(rw, scratch, len);
-		memcpy(rw + AG_AREA_MAX - 8, &ra, 8);      /* for the unwinder (unwind.c) */
+		slot_words(rw, spec.site + s->len);
 	}
 	return site_patch(m, s, rx, p, sb);
 }

@@ -1549,6 +1549,12 @@ static int site_is_tail(const an_trace *t, uint32_t id)
 	return id < t->nsites && t->sites[id].valid && an_site_is_tail(&t->sites[id]);
 }
 
+/* A call whose callee returns to the caller directly (TRACE_SITE_NO_EXIT). */
+static int site_no_exit(const an_trace *t, uint32_t id)
+{
+	return id < t->nsites && t->sites[id].valid && (t->sites[id].flags & TRACE_SITE_NO_EXIT);
+}
+
 static int calls_record(calls_build *b, const an_record *r)
 {
 	map_slot *s;
@@ -1566,7 +1572,7 @@ static int calls_record(calls_build *b, const an_record *r)
 		 * the trace never entered (called from untraced code, e.g. a new
 		 * thread's start in libc): nothing will close it, so it counts as
 		 * a call of unknown length. */
-		if (b->depth == 1 && site_is_tail(b->t, r->id))
+		if ((b->depth == 1 && site_is_tail(b->t, r->id)) || site_no_exit(b->t, r->id))
 			call_close(b, AN_END_TAIL, r->tsc);
 		return 0;
 	case TRACE_EXIT:

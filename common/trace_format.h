@@ -124,6 +124,8 @@ typedef struct trace_site {
 
 enum {
 	TRACE_SITE_ROOT = 1,     /* not a call site: the function where tracing began */
+	TRACE_SITE_NO_EXIT = 2,  /* the callee returns straight to the caller (it looks
+	                          * at its return address: dlsym, dlopen): ENTRY only */
 };
 
 /* meta keys (text file, "key value" per line; values run to end of line). */

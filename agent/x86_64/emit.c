@@ -194,6 +194,38 @@ static void instr_slow(buf *b, const ag_area_spec *s, size_t je, uint64_t entry)
 }
 
 /*
+ * Before a tail jump to a caller-sensitive function: if the return address
+ * on the stack is in a call area (F was called through one), put back the
+ * real one, S+len of that call, read from the area's slot (found by masking:
+ * slots are AG_AREA_MAX-aligned; the magic word says it is one).  The call
+ * through that area then has no exit record: the reader closes it with its
+ * caller... acceptable for the rare dlsym/dlopen tail call.
+ *
+ *   mov %rax,-16(%rsp); mov %r11,-8(%rsp)      both dead below rsp here
+ *   mov (%rsp),%r11; and $-AG_AREA_MAX,%r11
+ *   movabs $MAGIC,%rax; cmp MAGIC(%r11),%rax; jne 1f
+ *   mov RET(%r11),%rax; mov %rax,(%rsp)
+ * 1: mov -16(%rsp),%rax; mov -8(%rsp),%r11
+ */
+static void fix_return(buf *b)
+{
+	size_t jne;
+
+	b1(b, 0x48); b1(b, 0x89); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);   /* mov %rax,-16(%rsp) */
+	b1(b, 0x4c); b1(b, 0x89); b1(b, 0x5c); b1(b, 0x24); b1(b, 0xf8);   /* mov %r11,-8(%rsp) */
+	b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x24);                /* mov (%rsp),%r11 */
+	b1(b, 0x49); b1(b, 0x81); b1(b, 0xe3); b32(b, (uint32_t)-AG_AREA_MAX); /* and $-N,%r11 */
+	b1(b, 0x48); b1(b, 0xb8); b64(b, AG_SLOT_MAGIC_VALUE);             /* movabs $MAGIC,%rax */
+	b1(b, 0x49); b1(b, 0x3b); b1(b, 0x83); b32(b, AG_SLOT_MAGIC);      /* cmp MAGIC(%r11),%rax */
+	b1(b, 0x75); jne = b->n; b1(b, 0);                                 /* jne 1f */
+	b1(b, 0x49); b1(b, 0x8b); b1(b, 0x83); b32(b, AG_SLOT_RET);        /* mov RET(%r11),%rax */
+	b1(b, 0x48); b1(b, 0x89); b1(b, 0x04); b1(b, 0x24);                /* mov %rax,(%rsp) */
+	b->p[jne] = (uint8_t)(b->n - (jne + 1));
+	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);   /* mov -16(%rsp),%rax */
+	b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x5c); b1(b, 0x24); b1(b, 0xf8);   /* mov -8(%rsp),%r11 */
+}
+
+/*
  * A tail jump `jmp G` / `jcc G` at S: G will return straight to F's caller,
  * so the area records the entry only and jumps; the reader closes G when
  * F's exit arrives (the sites file says this site is a tail jump).  For a
@@ -215,6 +247,8 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	je = flag_test(&b, s);
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY, &in);
+	if (s->fix_return)
+		fix_return(&b);
 	b1(&b, 0xe9); brel32(&b, s->callee);                               /* jmp G */
 	instr_slow(&b, s, je, entry);
 	record_slow(&b, s, &in);
@@ -301,5 +335,39 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	b1(&b, 0xe9); brel32(&b, hit);
 	record_slow(&b, s, &in);
 	record_slow(&b, s, &out);
+	return b.n;
+}
+
+/*
+ * A call to a function that looks at its return address to find its caller
+ * (dlsym(RTLD_NEXT), dlopen's search path): the callee must see S+len, not
+ * an address in the area.  The area records the entry, pushes S+len itself
+ * and jumps; the callee returns straight to the caller, so there is no exit
+ * record (the sites file says TRACE_SITE_NO_EXIT).
+ *
+ *   area:  endbr64; cmpb $0,flag; je slow_instr
+ *   entry: <record ENTRY>
+ *          push ret(%rip)               ret: a word holding S+len
+ *          jmp G  |  jmp *slot(%rip)
+ */
+size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word)
+{
+	buf b = { rw, rx, 0 };
+	rec_fix in;
+	size_t je;
+	uint64_t entry;
+
+	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	je = flag_test(&b, s);
+	entry = here(&b);
+	record(&b, s, TRACE_ENTRY, &in);
+	b1(&b, 0xff); b1(&b, 0x35); brel32(&b, ret_word);                 /* push ret(%rip) */
+	if (s->slot) {
+		b1(&b, 0xff); b1(&b, 0x25); brel32(&b, s->slot);           /* jmp *slot(%rip) */
+	} else {
+		b1(&b, 0xe9); brel32(&b, s->callee);                       /* jmp G */
+	}
+	instr_slow(&b, s, je, entry);
+	record_slow(&b, s, &in);
 	return b.n;
 }

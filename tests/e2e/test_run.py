@@ -141,6 +141,19 @@ def case_fork(sptrace, prog, tmp):
           ("\n".join(want), "\n".join(trees)))
 
 
+def case_dl(sptrace, prog, tmp):
+    """dlsym(RTLD_NEXT) and dlopen find their caller from their return
+    address: tracing must not change what they find."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "dl"])
+    trace = traced(sptrace, tdir, [prog, "dl"])
+    check(native.stdout == "tail found, call found, dlopen ok\n", "native: %r" % native.stdout)
+    same_behaviour(native, trace, "dl")
+    names = [l.strip().split("(")[0] for l in replay_tree(sptrace, tdir)]
+    check("next_sym_tail" in names and "next_sym_call" in names and "dlsym" in names,
+          "dl: the calls are missing from the trace")
+
+
 def case_threads(sptrace, prog, tmp):
     """Threads created after activation are traced from their start routine;
     pthread_exit unwinds through traced calls without harm."""
@@ -361,7 +374,9 @@ def case_errors(sptrace, tmp):
 def main():
     sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-run-") as tmp:
-        if case == "fork":
+        if case == "dl":
+            case_dl(sptrace, sys.argv[3], tmp)
+        elif case == "fork":
             case_fork(sptrace, sys.argv[3], tmp)
         elif case == "threads":
             case_threads(sptrace, sys.argv[3], tmp)

@@ -3,6 +3,7 @@
  * a known call tree, written out in tests/e2e/test_run.py.  Every function is
  * noinline/noclone and does visible work, so -O2 keeps the calls.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +40,17 @@ KEEP void spin(void) { for (;;) leaf(1); }
 
 KEEP void *worker(void *arg) { leaf(1); leaf(2); return arg; }
 KEEP void *worker_exit(void *arg) { leaf(3); pthread_exit(arg); }
+
+/* Caller-sensitive functions: dlsym(RTLD_NEXT) searches after the object
+ * that called it, found from its return address. */
+KEEP void *next_sym_tail(const char *n) { return dlsym(RTLD_NEXT, n); }
+KEEP void *next_sym_call(const char *n)
+{
+	void *p = dlsym(RTLD_NEXT, n);
+
+	sink++;
+	return p;
+}
 
 KEEP int child_work(void) { return leaf(1) + leaf(2); }
 KEEP int parent_work(void) { return leaf(3); }
@@ -89,6 +101,11 @@ int main(int argc, char **argv)
 		crash2();
 	} else if (strcmp(what, "fork") == 0) {
 		printf("child said %d\n", forked());
+	} else if (strcmp(what, "dl") == 0) {
+		void *h = dlopen("libm.so.6", RTLD_NOW);
+
+		printf("tail %s, call %s, dlopen %s\n", next_sym_tail("puts") ? "found" : "missing",
+		       next_sym_call("puts") ? "found" : "missing", h ? "ok" : dlerror());
 	} else if (strcmp(what, "threads") == 0) {
 		printf("%d\n", threads());
 	} else if (strcmp(what, "spin") == 0) {

@@ -190,11 +190,10 @@ static void on_activate(struct ucontext_t *ucp)
 {
 	ucontext_t *uc = (ucontext_t *)ucp;
 	uint64_t *sp = (uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-	uint64_t entry = (uint64_t)uc->uc_mcontext.gregs[REG_RIP] - 1;
+	uint64_t entry = root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr;
 	trace_ring_header *ring;
 
-	ag_trap_disarm();
-	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;   /* run the restored instruction */
+	ag_trap_disarm();      /* the trap code then resumes at the entry */
 	ring = ag_enter();
 	if (!ring)
 		ring = ag_ring_create();

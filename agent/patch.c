@@ -28,16 +28,23 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/hw_breakpoint.h>
 #include <linux/membarrier.h>
+#include <linux/perf_event.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include "agent.h"
+
+#ifndef TRAP_PERF
+#define TRAP_PERF 6     /* si_code of a perf event's SIGTRAP (Linux 5.13) */
+#endif
 
 #define MAX_PENDING 4096
 #define MAX_APPLIED (1u << 20)
@@ -55,9 +62,12 @@ static volatile int patch_lock;
 static ag_patch *applied;
 static size_t napplied;
 
-/* The activation trap (an int3 the agent placed to catch a function entry). */
+/* The activation trap: a hardware breakpoint on a function entry (the code
+ * stays byte-identical to the file), or an int3 there when the CPU or the
+ * kernel offers no breakpoint. */
 static volatile uint64_t act_addr;
 static volatile uint8_t act_old;
+static volatile int act_fd = -1;          /* perf breakpoint, -1: the int3 */
 static void (*act_handler)(struct ucontext_t *uc);
 
 void ag_serialize_cores(void)
@@ -94,8 +104,15 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 	ucontext_t *uc = ctx;
 	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP] - 1;
 
-	if (act_addr && pc == act_addr) {
+	/* An exec breakpoint stops before the instruction (rip = the entry);
+	 * an int3 after it (rip = entry + 1).  Either way the handler runs,
+	 * then the entry's own instruction. */
+	if (act_addr && ((act_fd >= 0 && si->si_code == TRAP_PERF && pc + 1 == act_addr) ||
+			 (act_fd < 0 && pc == act_addr))) {
+		uint64_t entry = act_addr;
+
 		act_handler(uc);
+		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;
 		return;
 	}
 	for (size_t i = 0; i < npending; i++)
@@ -240,16 +257,43 @@ int ag_patch_restore_all(void)
 	return rc;
 }
 
-/* Arm a one-shot trap at a function entry; `handler` runs in the trapping
- * thread's signal context with the byte already restored. */
+/*
+ * Arm a one-shot trap at a function entry; `handler` runs in the trapping
+ * thread's signal context (it disarms the trap first).  A hardware execute
+ * breakpoint (perf_event_open, sigtrap, inherited by threads created later)
+ * leaves every byte of code alone while the agent is dormant; without one
+ * the entry's first byte becomes int3.
+ */
 int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc))
 {
 	static const uint8_t int3 = 0xcc;
+	struct perf_event_attr a;
 	uint8_t old;
+	int fd;
 
+	act_handler = handler;
+	memset(&a, 0, sizeof a);
+	a.type = PERF_TYPE_BREAKPOINT;
+	a.size = sizeof a;
+	a.bp_type = HW_BREAKPOINT_X;
+	a.bp_addr = addr;
+	a.bp_len = sizeof(long);
+	a.sample_period = 1;
+	a.sigtrap = 1;
+	a.remove_on_exec = 1;
+	a.inherit = 1;
+	a.exclude_kernel = 1;
+	a.exclude_hv = 1;
+	fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd >= 0) {
+		act_fd = fd;
+		act_addr = addr;
+		return 0;
+	}
+	ag_log("activation: no hardware breakpoint (%s); using an int3 at %#lx",
+	       strerror(errno), (unsigned long)addr);
 	memcpy(&old, (void *)(uintptr_t)addr, 1);
 	act_old = old;
-	act_handler = handler;
 	act_addr = addr;
 	if (ag_write_text(addr, &int3, 1))
 		return -1;
@@ -264,8 +308,14 @@ void ag_trap_disarm(void)
 
 	if (!act_addr)
 		return;
-	ag_write_text(act_addr, &old, 1);
-	ag_serialize_cores();
+	if (act_fd >= 0) {
+		ioctl(act_fd, PERF_EVENT_IOC_DISABLE, 0);
+		close(act_fd);
+		act_fd = -1;
+	} else {
+		ag_write_text(act_addr, &old, 1);
+		ag_serialize_cores();
+	}
 	act_addr = 0;
 }
 

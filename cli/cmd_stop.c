@@ -4,8 +4,9 @@
  * the files) and the trace is completed; the program goes on untraced.
  *
  * The agent registers each traced process as a link
- * $XDG_RUNTIME_DIR/sptrace/<pid> (or /tmp/sptrace-<uid>/<pid>) to its trace
- * directory, where a FIFO named `control` takes the command (agent/control.c).
+ * $XDG_RUNTIME_DIR/sptrace/<pid>-<start time> (or /tmp/sptrace-<uid>/...) to
+ * its trace directory, where a FIFO named `control` takes the command
+ * (agent/control.c).
  */
 #include "cli.h"
 
@@ -65,6 +66,28 @@ static int meta_end(const char *dir, char *why, size_t len)
 	return found;
 }
 
+/* /proc/PID/stat field 22, the start time: with the pid it names one
+ * process (0 if there is no such process). */
+static unsigned long long start_time(const char *pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%s/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (fgets(buf, sizeof buf, f) && (p = strrchr(buf, ')'))) {
+		for (int field = 2; p && field < 22; field++)
+			p = strchr(p + 1, ' ');
+		if (p)
+			v = strtoull(p + 1, NULL, 10);
+	}
+	fclose(f);
+	return v;
+}
+
 static int stop_one(const char *reg, const char *pid, double timeout)
 {
 	char link[PATH_MAX], dir[PATH_MAX], fifo[PATH_MAX + 16], why[512];
@@ -75,7 +98,7 @@ static int stop_one(const char *reg, const char *pid, double timeout)
 	for (const char *p = pid; *p; p++)
 		if (*p < '0' || *p > '9')
 			return cli_error("stop: '%s' is not a process id", pid);
-	snprintf(link, sizeof link, "%s/%s", reg, pid);
+	snprintf(link, sizeof link, "%s/%s-%llu", reg, pid, start_time(pid));
 	n = readlink(link, dir, sizeof dir - 1);
 	if (n <= 0) {
 		if (kill(atoi(pid), 0) != 0 && errno == ESRCH)
@@ -145,11 +168,23 @@ int cmd_stop(int argc, char **argv)
 		struct dirent *de;
 		int any = 0;
 
-		while (d && (de = readdir(d)))
-			if (de->d_name[0] >= '0' && de->d_name[0] <= '9') {
-				any = 1;
-				failed |= stop_one(reg, de->d_name, timeout);
+		while (d && (de = readdir(d))) {
+			char pid[32], stale[PATH_MAX + 300];
+			const char *dash = strchr(de->d_name, '-');
+
+			if (de->d_name[0] < '0' || de->d_name[0] > '9' || !dash ||
+			    (size_t)(dash - de->d_name) >= sizeof pid)
+				continue;
+			snprintf(pid, sizeof pid, "%.*s", (int)(dash - de->d_name), de->d_name);
+			if (strtoull(dash + 1, NULL, 10) != start_time(pid)) {
+				/* left by a process that is gone: not ours to stop */
+				snprintf(stale, sizeof stale, "%s/%s", reg, de->d_name);
+				unlink(stale);
+				continue;
 			}
+			any = 1;
+			failed |= stop_one(reg, pid, timeout);
+		}
 		if (d)
 			closedir(d);
 		if (!any)

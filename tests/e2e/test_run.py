@@ -357,6 +357,30 @@ def case_debian(sptrace, name, tmp):
           (name, len(tree), tree[:3]))
 
 
+def case_dormant(sptrace, prog, tmp):
+    """Before its activation event the agent changes no byte of code: the
+    trap on the --on function is a hardware breakpoint."""
+    tdir = os.path.join(tmp, "trace")
+    p = subprocess.Popen([sptrace, "run", "--on", "call tail_target", "-o", tdir, "--", prog, "spin"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
+    child = None
+    try:
+        check(p.stdout.readline().strip() == "spinning", "the spinning program did not start")
+        child = int(open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()[0])
+        time.sleep(0.2)
+        diff = text_differences(child)
+        check(not diff, "a dormant agent changed the code of %r" % diff)
+        check(not [f for f in os.listdir(tdir) if f.startswith("ring.")],
+              "a dormant agent wrote records")
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL) if child else p.kill()
+        except ProcessLookupError:
+            pass
+        p.communicate(timeout=60)
+
+
 def case_errors(sptrace, tmp):
     r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
     check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
@@ -388,6 +412,8 @@ def main():
             case_python(sptrace, tmp)
         elif case == "debian":
             case_debian(sptrace, sys.argv[3], tmp)
+        elif case == "dormant":
+            case_dormant(sptrace, sys.argv[3], tmp)
         elif case == "stop":
             case_stop(sptrace, sys.argv[3], tmp)
         elif case == "kill9":

@@ -141,6 +141,18 @@ def case_fork(sptrace, prog, tmp):
           ("\n".join(want), "\n".join(trees)))
 
 
+def case_spawn(sptrace, prog, tmp):
+    """posix_spawn, system() and vfork+exec: the same output and status."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "spawn"])
+    trace = traced(sptrace, tdir, [prog, "spawn"])
+    check("spawned" in native.stdout and "vforked" in native.stdout and "spawn 30" in native.stdout,
+          "native: %r" % native.stdout)
+    same_behaviour(native, trace, "spawn")
+    names = [l.strip().split("(")[0] for l in replay_tree(sptrace, tdir)]
+    check("spawn_all" in names and "posix_spawn" in names, "spawn: calls missing from the trace")
+
+
 def case_dl(sptrace, prog, tmp):
     """dlsym(RTLD_NEXT) and dlopen find their caller from their return
     address: tracing must not change what they find."""
@@ -398,7 +410,9 @@ def case_errors(sptrace, tmp):
 def main():
     sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-run-") as tmp:
-        if case == "dl":
+        if case == "spawn":
+            case_spawn(sptrace, sys.argv[3], tmp)
+        elif case == "dl":
             case_dl(sptrace, sys.argv[3], tmp)
         elif case == "fork":
             case_fork(sptrace, sys.argv[3], tmp)

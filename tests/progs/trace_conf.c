@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,28 @@ KEEP void *next_sym_call(const char *n)
 
 	sink++;
 	return p;
+}
+
+extern char **environ;
+
+/* posix_spawn, system() and vfork+exec from traced code. */
+KEEP int spawn_all(void)
+{
+	char *argv[] = { "/bin/echo", "spawned", NULL };
+	int st = 0, r;
+	pid_t p, v;
+
+	fflush(stdout);
+	if (posix_spawn(&p, "/bin/echo", NULL, NULL, argv, environ) == 0)
+		waitpid(p, &st, 0);
+	r = system("echo from-system; exit 3");
+	v = vfork();
+	if (v == 0) {
+		execl("/bin/echo", "echo", "vforked", (char *)0);
+		_exit(127);
+	}
+	waitpid(v, &st, 0);
+	return WEXITSTATUS(r) * 10 + WEXITSTATUS(st);
 }
 
 KEEP int child_work(void) { return leaf(1) + leaf(2); }
@@ -101,6 +124,8 @@ int main(int argc, char **argv)
 		crash2();
 	} else if (strcmp(what, "fork") == 0) {
 		printf("child said %d\n", forked());
+	} else if (strcmp(what, "spawn") == 0) {
+		printf("spawn %d\n", spawn_all());
 	} else if (strcmp(what, "dl") == 0) {
 		void *h = dlopen("libm.so.6", RTLD_NOW);
 

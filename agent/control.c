@@ -24,20 +24,11 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "registry.h"
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 
 static char fifo[4200], link_path[512];
-
-static void registry_path(char *out, size_t len)
-{
-	const char *run = getenv("XDG_RUNTIME_DIR");
-
-	if (run && *run)
-		snprintf(out, len, "%s/sptrace", run);
-	else
-		snprintf(out, len, "/tmp/sptrace-%u", (unsigned)getuid());
-}
 
 static void *control_main(void *arg)
 {
@@ -73,28 +64,6 @@ static void *control_main(void *arg)
 	}
 }
 
-/* The process's start time (clock ticks since boot, /proc/self/stat field
- * 22): with the pid it names this process even after the pid is reused. */
-static unsigned long long proc_start_time(void)
-{
-	char buf[1024], *p;
-	unsigned long long v = 0;
-	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	p = strrchr(buf, ')');          /* the command name may hold spaces */
-	for (int field = 2; p && field < 22; field++)
-		p = strchr(p + 1, ' ');
-	if (p)
-		v = strtoull(p + 1, NULL, 10);
-	return v;
-}
-
 int ag_control_start(void)
 {
 	char dir[480];
@@ -109,9 +78,10 @@ int ag_control_start(void)
 		ag_log("control: mkfifo %s: %s", fifo, strerror(errno));
 		return -1;
 	}
-	registry_path(dir, sizeof dir);
+	sp_registry_dir(dir, sizeof dir);
 	mkdir(dir, 0700);
-	snprintf(link_path, sizeof link_path, "%s/%d-%llu", dir, (int)getpid(), proc_start_time());
+	snprintf(link_path, sizeof link_path, "%s/%d-%llu", dir, (int)getpid(),
+		 sp_proc_start_time("self"));
 	unlink(link_path);
 	if (symlink(ag_dir, link_path) != 0)
 		ag_log("control: cannot register %s: %s", link_path, strerror(errno));

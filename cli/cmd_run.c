@@ -137,23 +137,6 @@ static int prepare_dir(const char *dir, char *abs)
 	return 0;
 }
 
-static int meta_has_end(const char *dir)
-{
-	char path[PATH_MAX + 8], line[8192];
-	FILE *f;
-	int found = 0;
-
-	snprintf(path, sizeof path, "%s/meta", dir);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, TRACE_META_END " ", strlen(TRACE_META_END) + 1) == 0)
-			found = 1;
-	fclose(f);
-	return found;
-}
-
 static void meta_end(const char *dir, int status)
 {
 	char path[PATH_MAX + 8];
@@ -205,6 +188,7 @@ int cmd_run(int argc, char **argv)
 	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
 	const char *old_preload = getenv("LD_PRELOAD");
 	int c, status, errpipe[2], exec_errno = 0;
+	char why[8];
 	pid_t pid;
 
 	optind = 1;
@@ -282,7 +266,7 @@ int cmd_run(int argc, char **argv)
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
-	if (!meta_has_end(absdir))
+	if (!cli_meta_end(absdir, why, sizeof why))
 		meta_end(absdir, status);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);

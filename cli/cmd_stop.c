@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "registry.h"
 #include "trace_format.h"
 
 static const char help[] =
@@ -36,58 +37,6 @@ static const char help[] =
 	"  --timeout SECONDS   how long to wait for each agent (default 10)\n"
 	"  -h, --help          this text\n";
 
-static void registry_dir(char *out, size_t len)
-{
-	const char *run = getenv("XDG_RUNTIME_DIR");
-
-	if (run && *run)
-		snprintf(out, len, "%s/sptrace", run);
-	else
-		snprintf(out, len, "/tmp/sptrace-%u", (unsigned)getuid());
-}
-
-static int meta_end(const char *dir, char *why, size_t len)
-{
-	char path[PATH_MAX + 8], line[4096];
-	FILE *f;
-	int found = 0;
-
-	snprintf(path, sizeof path, "%s/meta", dir);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, TRACE_META_END " ", strlen(TRACE_META_END) + 1) == 0) {
-			snprintf(why, len, "%.500s", line + strlen(TRACE_META_END) + 1);
-			why[strcspn(why, "\n")] = '\0';
-			found = 1;
-		}
-	fclose(f);
-	return found;
-}
-
-/* /proc/PID/stat field 22, the start time: with the pid it names one
- * process (0 if there is no such process). */
-static unsigned long long start_time(const char *pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long v = 0;
-	FILE *f;
-
-	snprintf(path, sizeof path, "/proc/%s/stat", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	if (fgets(buf, sizeof buf, f) && (p = strrchr(buf, ')'))) {
-		for (int field = 2; p && field < 22; field++)
-			p = strchr(p + 1, ' ');
-		if (p)
-			v = strtoull(p + 1, NULL, 10);
-	}
-	fclose(f);
-	return v;
-}
-
 static int stop_one(const char *reg, const char *pid, double timeout)
 {
 	char link[PATH_MAX], dir[PATH_MAX], fifo[PATH_MAX + 16], why[512];
@@ -98,7 +47,7 @@ static int stop_one(const char *reg, const char *pid, double timeout)
 	for (const char *p = pid; *p; p++)
 		if (*p < '0' || *p > '9')
 			return cli_error("stop: '%s' is not a process id", pid);
-	snprintf(link, sizeof link, "%s/%s-%llu", reg, pid, start_time(pid));
+	snprintf(link, sizeof link, "%s/%s-%llu", reg, pid, sp_proc_start_time(pid));
 	n = readlink(link, dir, sizeof dir - 1);
 	if (n <= 0) {
 		if (kill(atoi(pid), 0) != 0 && errno == ESRCH)
@@ -111,7 +60,7 @@ static int stop_one(const char *reg, const char *pid, double timeout)
 		unlink(link);
 		return cli_error("stop: pid %s has exited; its trace is in %s", pid, dir);
 	}
-	if (meta_end(dir, why, sizeof why))
+	if (cli_meta_end(dir, why, sizeof why))
 		return cli_error("stop: pid %s: tracing already ended (%s); trace in %s", pid, why, dir);
 	snprintf(fifo, sizeof fifo, "%s/control", dir);
 	fd = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
@@ -125,7 +74,7 @@ static int stop_one(const char *reg, const char *pid, double timeout)
 	close(fd);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		if (meta_end(dir, why, sizeof why)) {
+		if (cli_meta_end(dir, why, sizeof why)) {
 			printf("sptrace: pid %s: %s; trace in %s\n", pid, why, dir);
 			return 0;
 		}
@@ -162,7 +111,7 @@ int cmd_stop(int argc, char **argv)
 					 argv[optind - 1]), 2;
 		}
 	}
-	registry_dir(reg, sizeof reg);
+	sp_registry_dir(reg, sizeof reg);
 	if (all) {
 		DIR *d = opendir(reg);
 		struct dirent *de;
@@ -176,7 +125,7 @@ int cmd_stop(int argc, char **argv)
 			    (size_t)(dash - de->d_name) >= sizeof pid)
 				continue;
 			snprintf(pid, sizeof pid, "%.*s", (int)(dash - de->d_name), de->d_name);
-			if (strtoull(dash + 1, NULL, 10) != start_time(pid)) {
+			if (strtoull(dash + 1, NULL, 10) != sp_proc_start_time(pid)) {
 				/* left by a process that is gone: not ours to stop */
 				snprintf(stale, sizeof stale, "%s/%s", reg, de->d_name);
 				unlink(stale);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "sp.h"
+#include "trace_format.h"
 
 static const cli_cmd commands[] = {
 	{ "run", cmd_run, "run a program under the agent and trace it" },
@@ -67,6 +68,26 @@ void cli_progress_end(void)
 		fputs("\r\033[K", stderr);
 		progress_shown = 0;
 	}
+}
+
+int cli_meta_end(const char *dir, char *why, size_t len)
+{
+	char path[4200], line[4096];
+	FILE *f;
+	int found = 0;
+
+	snprintf(path, sizeof path, "%s/meta", dir);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, TRACE_META_END " ", strlen(TRACE_META_END) + 1) == 0) {
+			snprintf(why, len, "%.500s", line + strlen(TRACE_META_END) + 1);
+			why[strcspn(why, "\n")] = '\0';
+			found = 1;
+		}
+	fclose(f);
+	return found;
 }
 
 int main(int argc, char **argv)

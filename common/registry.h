@@ -1,0 +1,54 @@
+/*
+ * registry.h — how `sptrace stop` finds the agent of a running process: a
+ * link <registry dir>/<pid>-<start time> to the process's trace directory.
+ * The start time (clock ticks since boot, /proc/PID/stat field 22) makes the
+ * name unique even when the pid is reused after a process was killed and
+ * could not remove its link.  Used by the agent (agent/control.c) and the CLI
+ * (cli/cmd_stop.c); libc only, no allocation.
+ */
+#ifndef SP_REGISTRY_H
+#define SP_REGISTRY_H
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* $XDG_RUNTIME_DIR/sptrace, else /tmp/sptrace-<uid>. */
+static inline void sp_registry_dir(char *out, size_t len)
+{
+	const char *run = getenv("XDG_RUNTIME_DIR");
+
+	if (run && *run)
+		snprintf(out, len, "%s/sptrace", run);
+	else
+		snprintf(out, len, "/tmp/sptrace-%u", (unsigned)getuid());
+}
+
+/* The start time of process `pid` ("self" for the caller); 0 if none. */
+static inline unsigned long long sp_proc_start_time(const char *pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long v = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%s/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');          /* the command name may hold spaces */
+	for (int field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		v = strtoull(p + 1, NULL, 10);
+	return v;
+}
+
+#endif

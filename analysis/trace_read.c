@@ -1555,6 +1555,29 @@ static int site_no_exit(const an_trace *t, uint32_t id)
 	return id < t->nsites && t->sites[id].valid && (t->sites[id].flags & TRACE_SITE_NO_EXIT);
 }
 
+/* Close, as unwound, the open calls above the innermost one that entered
+ * the function making call `id` (nothing if none is open). */
+static void resync_to_caller(calls_build *b, uint32_t id, uint64_t tsc)
+{
+	const an_trace *t = b->t;
+	size_t k = b->depth;
+
+	if (id >= t->nsites || !t->sites[id].valid || t->sites[id].caller == AN_NONE)
+		return;
+	while (k > 0) {
+		uint32_t open = b->c[b->stack[k - 1]].id;
+
+		if (open < t->nsites && t->sites[open].valid &&
+		    t->sites[open].callee == t->sites[id].caller)
+			break;
+		k--;
+	}
+	if (k == 0)
+		return;
+	while (b->depth > k)
+		call_close(b, AN_END_UNWOUND, tsc);
+}
+
 static int calls_record(calls_build *b, const an_record *r)
 {
 	map_slot *s;
@@ -1577,8 +1600,13 @@ static int calls_record(calls_build *b, const an_record *r)
 		return 0;
 	case TRACE_EXIT:
 		s = map_find(&b->open, key, 0);
-		if (!s || !s->val)
+		if (!s || !s->val) {
+			/* A call returning whose entry is closed: a second return
+			 * of setjmp after a longjmp, say.  The function that made the
+			 * call is the innermost running one: close what lies above it. */
+			resync_to_caller(b, r->id, r->tsc);
 			return call_add(b, AN_EXIT_ONLY, r->id, r->tsc) ? 0 : -1;
+		}
 		/* The innermost open call of this site, at k.  Above it: first the
 		 * callees of tail jumps, which return with it; then calls left
 		 * without their exit (longjmp, exception). */

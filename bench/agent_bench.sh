@@ -14,9 +14,9 @@
 # harness is bench/agent/agent_bench.py; see bench/README.md for the method.
 #
 # Environment: ROUNDS (microbenchmark and startup rounds, default 5), CALLS
-# (default 50000000), WARM_ROUNDS (default 11), WL_ROUNDS (workload rounds,
-# default 5), NO_UFTRACE=1, NO_CALLGRIND=1, NO_WORKLOADS=1, REV, KEEP=1
-# (keep the scratch directory).
+# (default 50000000), DORMANT_ROUNDS (default 15), WARM_ROUNDS (default 11),
+# WL_ROUNDS (workload rounds, default 5), NO_UFTRACE=1, NO_CALLGRIND=1,
+# NO_WORKLOADS=1, REV, KEEP=1 (keep the scratch directory).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,11 +66,12 @@ machine="$(nproc) CPUs, $cpu ($tsc), $(awk '/MemTotal/ { printf "%.0f GB RAM", $
 
 set -- --sptrace "$work/snap/cli/sptrace" --agent "$work/snap/agent/libsptrace-agent.so" \
 	--work "$work" --rounds "${ROUNDS:-5}" --calls "${CALLS:-50000000}" \
-	--warm-rounds "${WARM_ROUNDS:-11}" --wl-rounds "${WL_ROUNDS:-5}"
+	--dormant-rounds "${DORMANT_ROUNDS:-15}" --warm-rounds "${WARM_ROUNDS:-11}" \
+	--wl-rounds "${WL_ROUNDS:-5}"
 [ -z "${NO_UFTRACE:-}" ] || set -- "$@" --no-uftrace
 [ -z "${NO_CALLGRIND:-}" ] || set -- "$@" --no-callgrind
 [ -z "${NO_WORKLOADS:-}" ] || set -- "$@" --no-workloads
 python3 "$here/agent/agent_bench.py" "$@" \
 	--meta "machine=$machine" \
 	--meta "sptrace measured=$source_desc; agent sha256 $agent_sum…" \
-	--meta "command=\`bench/agent_bench.sh\` (ROUNDS=${ROUNDS:-5} CALLS=${CALLS:-50000000} WARM_ROUNDS=${WARM_ROUNDS:-11} WL_ROUNDS=${WL_ROUNDS:-5}${REV:+ REV=$REV})"
+	--meta "command=\`bench/agent_bench.sh\` (ROUNDS=${ROUNDS:-5} CALLS=${CALLS:-50000000} DORMANT_ROUNDS=${DORMANT_ROUNDS:-15} WARM_ROUNDS=${WARM_ROUNDS:-11} WL_ROUNDS=${WL_ROUNDS:-5}${REV:+ REV=$REV})"

@@ -110,6 +110,7 @@ class Bench:
         self.warm = {}
         self.uft_skip = None
         self.cg = None
+        self.cg_log = []
         self.wl = None
 
     # ---- processes ----
@@ -176,6 +177,7 @@ class Bench:
         r.sites = self.agent_end(d)
         r.analysed = self.analysed(d)
         r.files = sorted(os.listdir(d)) if os.path.isdir(d) else []
+        r.act_log = self.activation_log(d)
         shutil.rmtree(d, ignore_errors=True)
         return r
 
@@ -227,6 +229,14 @@ class Bench:
         return out
 
     @staticmethod
+    def activation_log(tdir):
+        try:
+            with open(os.path.join(tdir, "agent.log")) as f:
+                return [l.strip() for l in f if l.startswith(("activation", "activated", "dormant"))]
+        except OSError:
+            return []
+
+    @staticmethod
     def dir_bytes(d):
         return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
 
@@ -251,6 +261,7 @@ class Bench:
         adir = os.path.dirname(self.a.agent)
         self.calls_cg = self.compile("calls-cg", calls, "-Wl,--no-as-needed", "-L" + adir,
                                      "-l:" + os.path.basename(self.a.agent), "-Wl,-rpath," + adir)
+        self.no_perf = self.compile("no_perf_event", os.path.join(HERE, "no_perf_event.c"))
         for s in self.a.warm_sites:
             src = os.path.join(self.bin, "warmup-%d.c" % s)
             with open(src, "w") as f:
@@ -286,17 +297,19 @@ class Bench:
                 add(mode + "/native", self.run([self.calls, mode, n]))
                 add(mode + "/sptrace", self.traced([self.calls, mode, n]))
                 add(mode + "/native", self.run([self.calls, mode, n]))
-                # The dormant agent costs ~0, so it needs longer loops and
-                # a native run on each side to be told from the noise.
-                a = self.run([self.calls, mode, nd])
-                dm = self.traced([self.calls, mode, nd], on="call " + never)
-                b = self.run([self.calls, mode, nd])
-                add(mode + "/dormant", dm)
-                rows.setdefault(mode + "/dormant-pairs", []).append((a, dm, b))
                 if self.a.uftrace:
                     uft(mode + "/uftrace-pg", [self.calls_pg, mode, n])
                     uft(mode + "/uftrace-dyn", [self.calls_pfe, mode, n], ["-P", "."])
                     add(mode + "/pg", self.run([self.calls_pg, mode, n]))
+        # The dormant agent costs ~0: more, tightly interleaved rounds, each
+        # dormant run between two native runs, to tell it from the noise.
+        for rnd in range(self.a.dormant_rounds):
+            log("dormant round %d/%d" % (rnd + 1, self.a.dormant_rounds))
+            for mode, never in (("flat", "tree_leaf_b"), ("tree", "flat_leaf")):
+                a = self.run([self.calls, mode, nd])
+                dm = self.traced([self.calls, mode, nd], on="call " + never)
+                b = self.run([self.calls, mode, nd])
+                rows.setdefault(mode + "/dormant-pairs", []).append((a, dm, b))
         self.rows = rows
 
     def uftrace_skip(self):
@@ -340,7 +353,7 @@ class Bench:
                     if traced:
                         env.update(SPTRACE_DIR=tdir, SPTRACE_ON="start", LD_BIND_NOW="1",
                                    SPTRACE_LD_PRELOAD="-", SPTRACE_LD_BIND_NOW="-")
-                    r = self.run(["valgrind", "--tool=callgrind", "--smc-check=all",
+                    r = self.run([self.no_perf, "valgrind", "--tool=callgrind", "--smc-check=all",
                                   "--callgrind-out-file=" + os.path.join(self.tmp, "cg.out"),
                                   self.calls_cg, mode, str(n or 1000)], env=env, timeout=600)
                     if n is None:
@@ -348,6 +361,8 @@ class Bench:
                     m = re.search(rb"Collected : (\d+)", r.err)
                     irs[n] = (int(m.group(1)) if m and r.good else None,
                               self.rings(tdir)[0] if traced else 0)
+                    if traced:
+                        self.cg_log = self.activation_log(tdir)
                 good = all(v[0] for v in irs.values()) and (not traced or irs[n1][1] >= 2 * n1)
                 res[(mode, traced)] = ((irs[n2][0] - irs[n1][0]) / (n2 - n1) if good else None,
                                        (irs[n2][1] - irs[n1][1]) / (n2 - n1))
@@ -648,9 +663,10 @@ class Bench:
           "headers' `count`, which counts the records a full ring overwrote too) × 8 ÷ calls, or "
           "the size of uftrace's data directory ÷ calls. \"All CPU\" = (CPU time of the whole "
           "process tree, startup and uftrace's recorder included − native's) ÷ calls. The dormant "
-          "rows make %d× as many calls, and each is compared with the mean of a native run just "
-          "before and just after it (median of those ratios over the rounds): their cost is too "
-          "small to see otherwise." % (n, self.a.rounds, self.a.dormant_factor))
+          "rows have rounds of their own (%d, with %d× as many calls): each dormant run is compared "
+          "with the mean of a native run just before and just after it, and the table gives the "
+          "median of those ratios; a cost this small is not seen otherwise." %
+          (n, self.a.rounds, self.a.dormant_rounds, self.a.dormant_factor))
         w("")
         w("| variant | tool | **ns per traced call (cpu)** | ratio (cpu) | ns per traced call (wall) "
           "| ratio (wall) | bytes per call | all CPU ns per call | loop ms cpu median / min | native loop ms cpu "
@@ -702,8 +718,16 @@ class Bench:
               "as a DT_NEEDED library (under LD_PRELOAD, valgrind's own dynamically linked launcher "
               "would take the agent), run with the environment `sptrace run` sets (SPTRACE_DIR, "
               "SPTRACE_ON=start, LD_BIND_NOW=1). Ir per call = (Ir at 2 M calls − Ir at 1 M calls) "
-              "÷ 1 M, so startup and module analysis cancel out.  The self-patching agent does "
-              "work under valgrind: it writes its two records per call there too (last column).")
+              "÷ 1 M, so startup and module analysis cancel out.  The agent's activation trap is "
+              "a hardware execute breakpoint, which never fires under valgrind (valgrind runs its "
+              "own translation of the code, so the agent stays dormant and records nothing); these "
+              "runs therefore go through `no_perf_event` (agent/no_perf_event.c: a seccomp filter "
+              "that fails perf_event_open), and the agent falls back to its int3 trap, which "
+              "valgrind sees.  The per-call code is the same either way.  Then the self-patching "
+              "agent works under valgrind: it writes its two records per call there too (last "
+              "column).  Agent log of the last traced run: %s." %
+              ("; ".join("\"%s\"" % l for l in self.cg_log) or "none"))
+            w("")
             w("")
             w("| variant | native Ir per call (loop included) | traced Ir per call | **extra Ir per traced call** | records per call |")
             w("|---|---:|---:|---:|---:|")
@@ -733,6 +757,10 @@ class Bench:
             w("| %s | %d | %s | %s |" % (label, r.diff[0], "; ".join(r.where) or "—",
                                          ", ".join(getattr(r, "files", [])) or "—"))
         w("")
+        if td and td.diff is not None:
+            w("The dormant run's agent.log on activation: %s." %
+              ("; ".join("\"%s\"" % l for l in getattr(td, "act_log", [])) or "nothing"))
+            w("")
         if td and td.diff and td.diff[0] == 1:
             w("Dormant text identical except the 1-byte activation trap: the agent places one `int3` "
               "at the entry of the `--on 'call FUNC'` function, which DESIGN.md's \"not one byte of "
@@ -851,8 +879,9 @@ def main():
     ap.add_argument("--cc", default="gcc")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=50000000)
-    ap.add_argument("--dormant-factor", type=int, default=10,
+    ap.add_argument("--dormant-factor", type=int, default=2,
                     help="the dormant runs make this many times --calls calls")
+    ap.add_argument("--dormant-rounds", type=int, default=15)
     ap.add_argument("--warm-funcs", type=int, default=2000)
     ap.add_argument("--warm-sites", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 4])
     ap.add_argument("--warm-rounds", type=int, default=11)

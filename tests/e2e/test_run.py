@@ -26,6 +26,13 @@ CONF = {
                  "      fact() {;        fact();;      } /* fact */;    } /* fact */;"
                  "  } /* fact */;} /* main */",
     "tail": "main() {;  tail_caller() {;    tail_target();;  } /* tail_caller */;} /* main */",
+    # longjmp out of three frames: they end "unwound", the caller goes on.
+    "longjmp": "main() {;  jumper() {;    jump_a() {;      jump_b() {;        jump_c() {;"
+               "          leaf();;"
+               "        } /* jump_c (no exit: unwound by longjmp or exception) */;"
+               "      } /* jump_b (no exit: unwound by longjmp or exception) */;"
+               "    } /* jump_a (no exit: unwound by longjmp or exception) */;    leaf();;"
+               "  } /* jumper */;} /* main */",
     # exit() deep in the stack: the open calls have no exit record (the calls
     # into libc under deep_exit and crash are left out, see only()).
     "exit": "main() {;  deep2() {;    leaf();;    deep_exit() {;"
@@ -97,7 +104,8 @@ def case_conf(sptrace, prog, scenario, tmp):
     trace = traced(sptrace, tdir, [prog, scenario])
     same_behaviour(native, trace, "%s %s" % (os.path.basename(prog), scenario))
     allowed = {"main", "top", "mid", "leaf", "fact", "even", "odd", "tail_caller",
-               "tail_target", "deep2", "deep_exit", "crash2", "crash", "spin"}
+               "tail_target", "deep2", "deep_exit", "crash2", "crash", "spin", "jumper",
+               "jump_a", "jump_b", "jump_c"}
     got = ";".join(only(replay_tree(sptrace, tdir), allowed))
     want = CONF[scenario]
     check(got == want, "%s %s: call tree differs\n--- want\n%s\n--- got\n%s" %
@@ -139,6 +147,20 @@ def case_fork(sptrace, prog, tmp):
                    "    } /* parent_work */;  } /* forked */;} /* main */"])
     check(trees == want, "fork: trees differ\n--- want\n%s\n--- got\n%s" %
           ("\n".join(want), "\n".join(trees)))
+
+
+def case_signals(sptrace, prog, tmp):
+    """Timer signals arriving while traced code runs (in patch areas too):
+    same behaviour, a well-formed trace.  (Handlers the kernel enters are
+    not roots of tracing yet: on_alarm_work is not in the trace.)"""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "signals"])
+    trace = traced(sptrace, tdir, [prog, "signals"])
+    check(native.stdout == "alarms 20\n", "native: %r" % native.stdout)
+    same_behaviour(native, trace, "signals")
+    tree = only(replay_tree(sptrace, tdir), {"main", "signals", "leaf"})
+    check(tree[:2] == ["main() {", "  signals() {"] and tree.count("    leaf();") > 100,
+          "signals: unexpected trace %r" % tree[:4])
 
 
 def case_spawn(sptrace, prog, tmp):
@@ -410,7 +432,9 @@ def case_errors(sptrace, tmp):
 def main():
     sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-run-") as tmp:
-        if case == "spawn":
+        if case == "signals":
+            case_signals(sptrace, sys.argv[3], tmp)
+        elif case == "spawn":
             case_spawn(sptrace, sys.argv[3], tmp)
         elif case == "dl":
             case_dl(sptrace, sys.argv[3], tmp)

@@ -5,6 +5,8 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <sys/time.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -51,6 +53,50 @@ KEEP void *next_sym_call(const char *n)
 
 	sink++;
 	return p;
+}
+
+static jmp_buf jump_buf;
+
+KEEP void jump_c(int x) { leaf(x); longjmp(jump_buf, x); }
+KEEP void jump_b(int x) { jump_c(x + 1); sink++; }
+KEEP void jump_a(int x) { jump_b(x + 1); sink++; }
+
+KEEP int jumper(void)
+{
+	int r = setjmp(jump_buf);
+
+	if (r == 0)
+		jump_a(1);
+	return leaf(r);
+}
+
+/* Timer signals arriving while traced code runs, the handler itself traced. */
+static volatile sig_atomic_t alarms;
+
+KEEP void on_alarm_work(void) { leaf(7); }
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	on_alarm_work();
+	alarms++;
+}
+
+KEEP int signals(void)
+{
+	struct itimerval it = { { 0, 1000 }, { 0, 1000 } };
+	struct sigaction sa;
+	long spins = 0;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_alarm;
+	sigaction(SIGALRM, &sa, NULL);
+	setitimer(ITIMER_REAL, &it, NULL);
+	while (alarms < 20)
+		spins += leaf(1) > 0;
+	memset(&it, 0, sizeof it);
+	setitimer(ITIMER_REAL, &it, NULL);
+	return spins > 0 ? (int)alarms : -1;
 }
 
 extern char **environ;
@@ -124,6 +170,10 @@ int main(int argc, char **argv)
 		crash2();
 	} else if (strcmp(what, "fork") == 0) {
 		printf("child said %d\n", forked());
+	} else if (strcmp(what, "longjmp") == 0) {
+		printf("longjmp %d\n", jumper());
+	} else if (strcmp(what, "signals") == 0) {
+		printf("alarms %d\n", signals());
 	} else if (strcmp(what, "spawn") == 0) {
 		printf("spawn %d\n", spawn_all());
 	} else if (strcmp(what, "dl") == 0) {

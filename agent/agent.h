@@ -82,6 +82,7 @@ void ag_ring_put(trace_ring_header *r, unsigned kind, uint32_t id); /* from C */
 trace_ring_header *ag_enter(void);
 void ag_leave(trace_ring_header *ring);
 bool ag_active(void);                      /* activated and not stopped */
+bool ag_busy(void);                        /* agent code runs on this thread */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
 void ag_rings_close_all(void);
 int ag_rings_init(void);
@@ -123,6 +124,9 @@ void ag_serialize_cores(void);
 struct ucontext_t;
 int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc));
 void ag_trap_disarm(void);
+struct sigaction;
+int ag_trap_chain(const struct sigaction *act, struct sigaction *old); /* the program's SIGTRAP */
+int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
 /* ---- instrument.c ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */

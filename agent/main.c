@@ -231,6 +231,11 @@ uint64_t ag_root_return(void)
 static __thread int busy __attribute__((tls_model("initial-exec")));
 __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));
 
+bool ag_busy(void)
+{
+	return busy != 0;
+}
+
 trace_ring_header *ag_enter(void)
 {
 	trace_ring_header *r = ag_tls_ring;

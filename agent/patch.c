@@ -108,21 +108,23 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 	 * an int3 after it (rip = entry + 1).  Either way the handler runs,
 	 * then the entry's own instruction. */
 	if (act_addr && ((act_fd >= 0 && si->si_code == TRAP_PERF && pc + 1 == act_addr) ||
-			 (act_fd < 0 && pc == act_addr))) {
+			 (act_fd < 0 && si->si_code == SI_KERNEL && pc == act_addr))) {
 		uint64_t entry = act_addr;
 
 		act_handler(uc);
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;
 		return;
 	}
-	for (size_t i = 0; i < npending; i++)
+	/* Only an int3 (si_code SI_KERNEL) can be one of the agent's; a
+	 * SIGTRAP sent by kill/raise, a single step or a debugger's is not. */
+	for (size_t i = 0; si->si_code == SI_KERNEL && i < npending; i++)
 		if (pending[i].addr == pc) {
 			uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pending[i].redirect;
 			return;
 		}
 	/* Not ours.  Our int3 may also have been removed just now by another
 	 * thread (step 5/6 raced with the trap): the byte is no longer int3. */
-	if (*(volatile uint8_t *)(uintptr_t)pc != 0xcc) {
+	if (si->si_code == SI_KERNEL && *(volatile uint8_t *)(uintptr_t)pc != 0xcc) {
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pc;
 		return;
 	}
@@ -131,7 +133,11 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 			old_trap.sa_sigaction(sig, si, ctx);
 	} else if (old_trap.sa_handler == SIG_DFL) {
 		/* Let the default action happen: restore it and re-raise. */
-		signal(SIGTRAP, SIG_DFL);
+		struct sigaction dfl;
+
+		memset(&dfl, 0, sizeof dfl);
+		dfl.sa_handler = SIG_DFL;
+		ag_real_sigaction(SIGTRAP, &dfl, NULL);
 		raise(SIGTRAP);
 	} else if (old_trap.sa_handler != SIG_IGN) {
 		old_trap.sa_handler(sig);
@@ -160,7 +166,7 @@ int ag_patch_init(char *err, size_t errlen)
 	sa.sa_sigaction = on_trap;
 	sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGTRAP, &sa, &old_trap)) {
+	if (ag_real_sigaction(SIGTRAP, &sa, &old_trap)) {
 		snprintf(err, errlen, "cannot install the SIGTRAP handler: %s", strerror(errno));
 		return -1;
 	}
@@ -332,4 +338,20 @@ void ag_patch_after_fork(void)
 					  MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0;
 	patch_lock = 0;
 	npending = 0;
+}
+
+/*
+ * The program installs or asks for a SIGTRAP handler (signals.c): the
+ * agent's stays in the kernel and passes on what is not its own to the
+ * program's, which is only recorded here.
+ */
+int ag_trap_chain(const struct sigaction *act, struct sigaction *old)
+{
+	struct sigaction prev = old_trap;
+
+	if (act)
+		old_trap = *act;
+	if (old)
+		*old = prev;
+	return 0;
 }

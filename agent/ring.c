@@ -49,13 +49,14 @@ uint64_t ag_rdtsc(void)
 	return tsc_now();
 }
 
+/* Take a slot and fill it; taking it is one instruction, so a signal
+ * handler recording on this thread meanwhile gets other slots. */
 static void put(trace_ring_header *r, uint64_t rec)
 {
 	uint64_t *recs = (uint64_t *)((char *)r + TRACE_RING_HEADER_SIZE);
-	uint64_t c = r->count;
+	uint64_t c = __atomic_fetch_add(&r->count, 1, __ATOMIC_RELAXED);
 
 	recs[c & r->mask] = rec;
-	__atomic_store_n(&r->count, c + 1, __ATOMIC_RELEASE);
 }
 
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc)

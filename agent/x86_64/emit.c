@@ -25,8 +25,8 @@
  *          rdtsc; shl $32,%rdx; or %rdx,%rax
  *          mov  %rax,%rdx; shr $38,%rdx; cmp EPOCH(%r11),%rdx; jne sync
  *          shl  $26,%rax; or $(id<<2|kind),%rax
- *          mov  COUNT(%r11),%rdx; and MASK(%r11),%rdx
- *          mov  %rax,4096(%r11,%rdx,8); incq COUNT(%r11)
+ *          mov  $1,%edx; xadd %rdx,COUNT(%r11)   the slot, taken in one instruction
+ *          and  MASK(%r11),%rdx; mov %rax,4096(%r11,%rdx,8)
  *          mov  -16(%rsp),%rax; mov -24(%rsp),%rdx; mov -32(%rsp),%r11
  *   done:
  *
@@ -122,11 +122,13 @@ static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idw
 		0x48, 0xc1, 0xea, 0x26,         /* shr $38,%rdx */
 		0x49, 0x3b, 0x53, TRACE_RING_OFF_EPOCH, /* cmp EPOCH(%r11),%rdx */
 	};
+	/* The slot is taken with one instruction (xadd): a signal handler that
+	 * records on this thread in between gets the next slots, never ours. */
 	static const uint8_t store[] = {
-		0x49, 0x8b, 0x53, TRACE_RING_OFF_COUNT, /* mov COUNT(%r11),%rdx */
+		0xba, 0x01, 0x00, 0x00, 0x00,           /* mov $1,%edx */
+		0x49, 0x0f, 0xc1, 0x53, TRACE_RING_OFF_COUNT, /* xadd %rdx,COUNT(%r11) */
 		0x49, 0x23, 0x53, TRACE_RING_OFF_MASK,  /* and MASK(%r11),%rdx */
 		0x49, 0x89, 0x84, 0xd3, 0x00, 0x10, 0x00, 0x00, /* mov %rax,4096(%r11,%rdx,8) */
-		0x49, 0xff, 0x43, TRACE_RING_OFF_COUNT, /* incq COUNT(%r11) */
 	};
 	uint32_t imm = (uint32_t)(((uint64_t)(s->site_id & TRACE_ID_MAX) << 2) | kind);
 

@@ -728,7 +728,6 @@ class Bench:
               "column).  Agent log of the last traced run: %s." %
               ("; ".join("\"%s\"" % l for l in self.cg_log) or "none"))
             w("")
-            w("")
             w("| variant | native Ir per call (loop included) | traced Ir per call | **extra Ir per traced call** | records per call |")
             w("|---|---:|---:|---:|---:|")
             for mode in ("flat", "tree"):

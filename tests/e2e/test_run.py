@@ -151,16 +151,17 @@ def case_fork(sptrace, prog, tmp):
 
 def case_signals(sptrace, prog, tmp):
     """Timer signals arriving while traced code runs (in patch areas too):
-    same behaviour, a well-formed trace.  (Handlers the kernel enters are
-    not roots of tracing yet: on_alarm_work is not in the trace.)"""
+    same behaviour; the handler is traced from its start, like a thread's
+    start routine; the program's own SIGTRAP handler still gets its traps."""
     tdir = os.path.join(tmp, "trace")
     native = run([prog, "signals"])
     trace = traced(sptrace, tdir, [prog, "signals"])
-    check(native.stdout == "alarms 20\n", "native: %r" % native.stdout)
+    check(native.stdout == "alarms 220\n", "native: %r" % native.stdout)
     same_behaviour(native, trace, "signals")
-    tree = only(replay_tree(sptrace, tdir), {"main", "signals", "leaf"})
-    check(tree[:2] == ["main() {", "  signals() {"] and tree.count("    leaf();") > 100,
-          "signals: unexpected trace %r" % tree[:4])
+    tree = replay_tree(sptrace, tdir)
+    names = [l.strip().split("(")[0] for l in tree]
+    check(names.count("on_alarm") >= 20 and names.count("on_alarm_work") >= 20,
+          "signals: %d handler calls traced, expected 20" % names.count("on_alarm"))
 
 
 def case_spawn(sptrace, prog, tmp):

@@ -416,6 +416,20 @@ def case_dormant(sptrace, prog, tmp):
         p.communicate(timeout=60)
 
 
+def case_stress(sptrace, prog, tmp):
+    """16 threads reach functions and sites while they are being patched:
+    five traced runs give the native checksum, and every thread's ring holds
+    its calls."""
+    native = run([prog])
+    check(native.returncode == 0 and native.stdout.strip(), "native stress run failed")
+    for i in range(5):
+        tdir = os.path.join(tmp, "trace%d" % i)
+        trace = traced(sptrace, tdir, [prog])
+        same_behaviour(native, trace, "stress run %d" % i)
+        rings = [f for f in os.listdir(tdir) if f.startswith("ring.")]
+        check(len(rings) == 17, "stress run %d: %d rings, expected 17" % (i, len(rings)))
+
+
 def case_errors(sptrace, tmp):
     r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
     check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
@@ -449,6 +463,8 @@ def main():
             case_exceptions(sptrace, sys.argv[3], tmp)
         elif case == "python":
             case_python(sptrace, tmp)
+        elif case == "stress":
+            case_stress(sptrace, sys.argv[3], tmp)
         elif case == "debian":
             case_debian(sptrace, sys.argv[3], tmp)
         elif case == "dormant":

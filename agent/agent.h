@@ -57,6 +57,8 @@ enum {
 
 int ag_modules_init(char *err, size_t errlen);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
+void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
+void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
 uint32_t ag_module_count(void);
 ag_module *ag_module_at(uint32_t index);

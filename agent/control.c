@@ -7,6 +7,10 @@
  * through the registry link $XDG_RUNTIME_DIR-or-/tmp/sptrace-<uid>/<pid>
  * and writes a command line into the FIFO:
  *
+ * Between commands it looks every 200 ms for modules loaded since (dlopen)
+ * and analyses them -- off the program's threads, as the slow paths must not
+ * allocate or wait for a disassembler.
+ *
  *   stop     restore every patched byte (the text of every module is then
  *            identical to its file), close the rings, write "end stopped" to
  *            meta.  Threads inside patch areas finish their calls there: the
@@ -15,6 +19,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,34 +35,49 @@ typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
 
 static char fifo[4200], link_path[512];
 
+/* Wait for a command, checking for newly loaded modules meanwhile. */
 static void *control_main(void *arg)
 {
 	char buf[256];
+	int fd = -1;
 
 	(void)arg;
 	/* This thread is the agent's: it records nothing, ever (the libc code
 	 * it runs may be instrumented). */
 	ag_enter();
 	for (;;) {
-		int fd = open(fifo, O_RDONLY | O_CLOEXEC);
+		struct pollfd p;
 		ssize_t n;
+		int r;
 
+		if (fd < 0)
+			fd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 		if (fd < 0) {
-			if (errno == EINTR)
-				continue;
 			ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
 			       fifo, strerror(errno));
 			return NULL;
 		}
-		n = read(fd, buf, sizeof buf - 1);
-		close(fd);
-		if (n <= 0)
+		p = (struct pollfd){ .fd = fd, .events = POLLIN };
+		r = poll(&p, 1, 200);
+		if (r == 0 || (r < 0 && errno == EINTR)) {
+			/* Modules dlopen'd since: analysed here, off the program's
+			 * threads, then traced from the next function that reaches them. */
+			ag_modules_refresh();
 			continue;
+		}
+		n = read(fd, buf, sizeof buf - 1);
+		if (n <= 0) {
+			/* The writer closed (POLLHUP): wait for the next one. */
+			close(fd);
+			fd = -1;
+			continue;
+		}
 		buf[n] = '\0';
 		if (strncmp(buf, "stop", 4) == 0) {
 			ag_deactivate("stopped by sptrace stop");
 			unlink(link_path);
 			unlink(fifo);
+			close(fd);
 			return NULL;
 		}
 		ag_log("control: unknown command '%.40s'", buf);

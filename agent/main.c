@@ -172,11 +172,15 @@ static void write_meta(void)
 		    (unsigned long)hz, TRACE_META_TSC0, (unsigned long)tsc0, TRACE_META_MONO0,
 		    (unsigned long)mono0, TRACE_META_REAL0, (unsigned long)real0, TRACE_META_EVENT,
 		    on_event);
-	for (uint32_t i = 0; i < ag_module_count(); i++) {
-		ag_module *m = ag_module_at(i);
-		meta_append("%s %u %s %s %lx\n", TRACE_META_MODULE, m->index, m->path,
-			    ca_module_key(m->ca), (unsigned long)m->bias);
-	}
+	for (uint32_t i = 0; i < ag_module_count(); i++)
+		ag_meta_module(ag_module_at(i));
+}
+
+/* A "module" line in meta (also for modules found after the start). */
+void ag_meta_module(const ag_module *m)
+{
+	meta_append("%s %u %s %s %lx\n", TRACE_META_MODULE, m->index, m->path,
+		    ca_module_key(m->ca), (unsigned long)m->bias);
 }
 
 /* ---- activation ---- */

@@ -8,9 +8,9 @@
  * disassembler.  A module's patch-area pool and its per-function state are
  * created when its first function is instrumented.
  *
- * Not traced: the agent itself and the libraries only it uses, the vDSO,
- * and modules loaded later with dlopen (they come with on-the-fly analysis
- * off the application's threads).
+ * Not traced: the agent itself and the libraries only it uses, and the vDSO.
+ * Modules loaded later with dlopen are found by the control thread, which
+ * analyses them off the program's threads (ag_modules_refresh).
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -110,11 +110,67 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	if (!m->site_ids)
 		return 1;
 	m->index = nmodules;
-	modules[nmodules++] = m;
+	modules[nmodules] = m;
+	__atomic_store_n(&nmodules, nmodules + 1, __ATOMIC_RELEASE);  /* readers see it whole */
 	ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
 	       (unsigned long)m->bias, ca_module_stats(m->ca)->nfuncs, ca_module_stats(m->ca)->nsites,
 	       from_repo ? "from the repository" : "analysed now");
 	return 0;
+}
+
+/*
+ * Modules loaded since the last look (dlopen): the C library counts loads
+ * and unloads (dlpi_adds, dlpi_subs), so a look costs one dl_iterate_phdr
+ * when nothing changed.  Called by the control thread only.
+ */
+static int count_loads(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	*(unsigned long long *)arg = info->dlpi_adds;
+	return 1;
+}
+
+static bool known(uint64_t lo)
+{
+	for (uint32_t i = 0; i < nmodules; i++)
+		if (modules[i]->text_lo == lo)
+			return true;
+	return false;
+}
+
+static int add_new_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	uint64_t lo = UINT64_MAX;
+
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) &&
+		    info->dlpi_addr + ph->p_vaddr < lo)
+			lo = info->dlpi_addr + ph->p_vaddr;
+	}
+	if (lo == UINT64_MAX || known(lo) || !info->dlpi_name || !info->dlpi_name[0])
+		return 0;
+	return add_object(info, size, arg);
+}
+
+void ag_modules_refresh(void)
+{
+	static unsigned long long seen;
+	unsigned long long adds = 0;
+	char err[1024];
+	load_ctx lc = { err, sizeof err, 0 };
+	uint32_t before = nmodules;
+
+	dl_iterate_phdr(count_loads, &adds);
+	if (adds == seen)
+		return;
+	seen = adds;
+	dl_iterate_phdr(add_new_object, &lc);
+	for (uint32_t i = before; i < nmodules; i++) {
+		if (!ag_module_ready(modules[i]))
+			ag_log("module %s: no patch-area pool; it will not be traced", modules[i]->path);
+		ag_meta_module(modules[i]);
+	}
 }
 
 int ag_modules_init(char *err, size_t errlen)

@@ -258,6 +258,41 @@ def case_python(sptrace, tmp):
           "python3.11: no Py_BytesMain under main: %r" % tree[:5])
 
 
+def case_python_dlopen(sptrace, tmp):
+    """Modules loaded with dlopen after the start (a Python C extension and
+    the library under it) are found, analysed off the program's threads and
+    traced from then on."""
+    py = "/usr/bin/python3.11"
+    script = os.path.join(tmp, "d.py")
+    with open(script, "w") as f:
+        f.write("import sqlite3, time\n"
+                "time.sleep(1.0)   # the agent's control thread looks every 200 ms\n"
+                "c = sqlite3.connect(':memory:')\n"
+                "c.execute('create table t(a)')\n"
+                "c.executemany('insert into t values (?)', [(i,) for i in range(100)])\n"
+                "print(c.execute('select sum(a) from t').fetchone()[0])\n")
+    # The repository already knows the two libraries, as it would after
+    # their first traced run: their analysis (seconds) does not race the
+    # script's one-second sleep.
+    import glob
+    libs = glob.glob("/usr/lib/python3.11/lib-dynload/_sqlite3*.so") + \
+        glob.glob("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0")
+    check(len(libs) == 2, "python3.11's sqlite3 module or libsqlite3 is missing: %r" % libs)
+    r = run([sptrace, "analyze-binary", "-q", "--repo", os.path.join(tmp, "repo")] + libs)
+    check(r.returncode == 0, "analyze-binary failed: " + r.stderr)
+    tdir = os.path.join(tmp, "trace")
+    native = run([py, script])
+    trace = traced(sptrace, tdir, [py, script])
+    same_behaviour(native, trace, "python3.11 with sqlite3")
+    with open(os.path.join(tdir, "meta")) as f:
+        meta = f.read()
+    check("libsqlite3.so" in meta and "_sqlite3" in meta,
+          "the dlopen'd modules are not in meta:\n" + meta)
+    r = run([sptrace, "report", tdir])
+    check(r.returncode == 0 and "sqlite3_prepare_v2" in r.stdout,
+          "no call into libsqlite3 was traced: %s" % r.stdout[:800])
+
+
 def case_kill9(sptrace, prog, tmp):
     """kill -9 of the traced process: the records written so far are kept.
     The ring is 1 MiB, so it wraps: the replay must say how much was lost."""
@@ -461,6 +496,8 @@ def main():
             case_conf(sptrace, sys.argv[3], case, tmp)
         elif case == "exceptions":
             case_exceptions(sptrace, sys.argv[3], tmp)
+        elif case == "python-dlopen":
+            case_python_dlopen(sptrace, tmp)
         elif case == "python":
             case_python(sptrace, tmp)
         elif case == "stress":

@@ -343,6 +343,7 @@ class Bench:
         res = {}
         n1, n2 = 1000000, 2000000
         tdir = os.path.join(self.tmp, "cg-trace")
+        failed = False
         for mode in ("flat", "tree"):
             for traced in (False, True):
                 irs = {}
@@ -355,7 +356,16 @@ class Bench:
                                    SPTRACE_LD_PRELOAD="-", SPTRACE_LD_BIND_NOW="-")
                     r = self.run([self.no_perf, "valgrind", "--tool=callgrind", "--smc-check=all",
                                   "--callgrind-out-file=" + os.path.join(self.tmp, "cg.out"),
-                                  self.calls_cg, mode, str(n or 1000)], env=env, timeout=600)
+                                  self.calls_cg, mode, str(n or 1000)], env=env, timeout=600,
+                                 check=False)
+                    if r.rc != 0 and not failed:
+                        failed = True
+                        why = [l.split("== ", 1)[-1].strip() for l in r.err.decode(errors="replace").splitlines()
+                               if "Process terminating" in l or re.search(r"==\s+(at|by) 0x", l)][:4]
+                        self.problem("under callgrind, `calls-cg %s` %s exited with status %s%s; valgrind: %s" %
+                                     (mode, "traced" if traced else "native", r.rc,
+                                      " (killed by signal %d)" % -r.rc if isinstance(r.rc, int) and r.rc < 0 else "",
+                                      " / ".join(why) or "(no report)"))
                     if n is None:
                         continue
                     m = re.search(rb"Collected : (\d+)", r.err)

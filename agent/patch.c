@@ -108,23 +108,26 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 	 * an int3 after it (rip = entry + 1).  Either way the handler runs,
 	 * then the entry's own instruction. */
 	if (act_addr && ((act_fd >= 0 && si->si_code == TRAP_PERF && pc + 1 == act_addr) ||
-			 (act_fd < 0 && si->si_code == SI_KERNEL && pc == act_addr))) {
+			 (act_fd < 0 && (si->si_code == SI_KERNEL || si->si_code == TRAP_BRKPT) &&
+			  pc == act_addr))) {
 		uint64_t entry = act_addr;
 
 		act_handler(uc);
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;
 		return;
 	}
-	/* Only an int3 (si_code SI_KERNEL) can be one of the agent's; a
-	 * SIGTRAP sent by kill/raise, a single step or a debugger's is not. */
-	for (size_t i = 0; si->si_code == SI_KERNEL && i < npending; i++)
+	/* Only an int3 can be one of the agent's (si_code SI_KERNEL; TRAP_BRKPT
+	 * under valgrind); a SIGTRAP sent by kill/raise or a single step is not. */
+	bool int3 = si->si_code == SI_KERNEL || si->si_code == TRAP_BRKPT;
+
+	for (size_t i = 0; int3 && i < npending; i++)
 		if (pending[i].addr == pc) {
 			uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pending[i].redirect;
 			return;
 		}
 	/* Not ours.  Our int3 may also have been removed just now by another
 	 * thread (step 5/6 raced with the trap): the byte is no longer int3. */
-	if (si->si_code == SI_KERNEL && *(volatile uint8_t *)(uintptr_t)pc != 0xcc) {
+	if (int3 && *(volatile uint8_t *)(uintptr_t)pc != 0xcc) {
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pc;
 		return;
 	}

@@ -7,13 +7,18 @@
  * the callee is instrumented, call it, record exit, jump back).  Tracing thus
  * moves ahead of the flow of control, one function at a time.
  *
- *   main.c        configuration, activation, the end of the trace
+ *   main.c        configuration, activation, slow paths, the end of the trace
  *   modules.c     loaded modules and their code analysis (the repository)
  *   instrument.c  instrument(F): patch areas for F's sites, the sites file
- *   patch.c       live code patching (int3-first protocol) and SIGTRAP
+ *   patch.c       live code patching (int3-first protocol), SIGTRAP, the
+ *                 activation trap (hardware breakpoint)
  *   pool.c        executable memory within +-2 GiB of a module
  *   ring.c        per-thread trace rings in shared files
- *   x86_64/       the instruction-level parts: area code, trampolines
+ *   threads.c     threads started after activation; fork
+ *   signals.c     signal handlers traced from their start
+ *   control.c     sptrace stop; modules dlopen'd later
+ *   x86_64/       the instruction-level parts: area code (emit.c),
+ *                 trampolines (tramp.S), unwind information (unwind.c)
  *
  * Nothing on the hot path allocates or makes a system call; the slow paths
  * (first call of a function, a thread's first record) may run in a signal

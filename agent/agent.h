@@ -28,6 +28,7 @@
 #ifndef AGENT_H
 #define AGENT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,7 +53,6 @@ typedef struct ag_module {
 	uint64_t text_lo, text_hi; /* run-time range of its executable segments */
 	ca_module *ca;           /* functions and sites (read only once loaded) */
 	uint8_t *func_state;     /* one byte per function: AG_FUNC_* */
-	uint32_t *site_ids;      /* trace site id per ca site, 0 = none yet */
 	struct ag_pool *pool;    /* patch areas for this module's sites */
 } ag_module;
 
@@ -69,13 +69,6 @@ uint32_t ag_module_count(void);
 ag_module *ag_module_at(uint32_t index);
 
 /* ---- ring.c ---- */
-typedef struct ag_thread {
-	trace_ring_header *ring; /* == the TLS pointer the generated code reads */
-	uint64_t root_ret;       /* original return address of the root function */
-	uint32_t root_site;
-	int depth_guard;         /* reentrancy guard for slow paths */
-} ag_thread;
-
 /* The TLS slot the generated code reads: the ring header of this thread, or
  * NULL until the thread's first record. */
 extern __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")));
@@ -95,6 +88,9 @@ void ag_rings_close_all(void);
 int ag_rings_init(void);
 void ag_forked_child(void);                /* atfork: drop the parent's rings */
 int ag_threads_init(void);                 /* atfork handler */
+/* The C library's pthread_create, past the agent's interposer (threads.c). */
+int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
+			   void *(*start)(void *), void *arg);
 void ag_pools_after_fork(void);
 void ag_patch_after_fork(void);
 void ag_ring_set_size(uint64_t bytes);
@@ -105,9 +101,7 @@ typedef struct ag_pool ag_pool;
 ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data);
 /* Room for `n` bytes of code: *rx is where it runs, *rw where it is written. */
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
-/* A byte of data reachable rip-relative from the pool's code. */
-uint8_t *ag_pool_flag(ag_pool *p);
-uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable */
+uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable from the code */
 uint64_t ag_pool_tramp(ag_pool *p);            /* slow-path entry, rel32-reachable */
 
 /* ---- patch.c ---- */

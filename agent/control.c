@@ -16,7 +16,6 @@
  *            meta.  Threads inside patch areas finish their calls there: the
  *            pools stay mapped.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -30,8 +29,6 @@
 
 #include "agent.h"
 #include "registry.h"
-
-typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 
 static char fifo[4200], link_path[512];
 
@@ -87,7 +84,6 @@ static void *control_main(void *arg)
 int ag_control_start(void)
 {
 	char dir[480];
-	create_fn create = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
 	pthread_attr_t attr;
 	sigset_t all, old;
 	pthread_t th;
@@ -105,8 +101,6 @@ int ag_control_start(void)
 	unlink(link_path);
 	if (symlink(ag_dir, link_path) != 0)
 		ag_log("control: cannot register %s: %s", link_path, strerror(errno));
-	if (!create)
-		return -1;
 	/* The program's signals never go to this thread; the synchronous ones
 	 * stay open: it may meet a pending int3 in the libc code it runs, and a
 	 * blocked SIGTRAP would kill the process. */
@@ -120,7 +114,7 @@ int ag_control_start(void)
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
-	rc = create(&th, &attr, control_main, NULL);
+	rc = ag_real_pthread_create(&th, &attr, control_main, NULL);
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc == 0)

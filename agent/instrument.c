@@ -257,7 +257,6 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	ra = spec.site + s->len - 1;
 	memcpy(rw, scratch, len);
 	slot_words(rw, ra + 1);
-	m->site_ids[si] = UINT32_MAX;          /* ids come per callee, from the slow path */
 	return site_patch(m, s, rx, p, sb);
 }
 
@@ -377,17 +376,19 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 	ts.caller_func = funcs[s->func].addr;
 	ts.callee_func = c.entry - c.m->bias;
 	ts.kind = s->kind;
-	if (!tail && caller_sensitive(c.m, c.func))
-		ts.flags |= TRACE_SITE_NO_EXIT;
-	spec.fix_return = tail && caller_sensitive(c.m, c.func);
-	m->site_ids[si] = new_site(&ts);
-	if (!m->site_ids[si] || !ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
+	if (caller_sensitive(c.m, c.func)) {
+		if (tail)
+			spec.fix_return = true;
+		else
+			ts.flags |= TRACE_SITE_NO_EXIT;
+	}
+	spec.site_id = new_site(&ts);
+	if (!spec.site_id || !ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
 		return -1;
 	spec.site = m->bias + s->addr;
 	spec.site_len = s->len;
 	spec.callee = c.entry;
 	spec.slot = c.slot;
-	spec.site_id = m->site_ids[si];
 	spec.slow_instr = ag_pool_tramp(m->pool);
 	spec.callee_ref = ref;
 	spec.tls_offset = ag_tls_offset();

@@ -53,29 +53,37 @@ typedef struct load_ctx {
 	int failed;
 } load_ctx;
 
+/* The run-time range of an object's executable segments; false if none. */
+static bool code_range(const struct dl_phdr_info *info, uint64_t *lo, uint64_t *hi)
+{
+	*lo = UINT64_MAX;
+	*hi = 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+			continue;
+		if (info->dlpi_addr + ph->p_vaddr < *lo)
+			*lo = info->dlpi_addr + ph->p_vaddr;
+		if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > *hi)
+			*hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+	}
+	return *lo < *hi;
+}
+
 static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	load_ctx *lc = arg;
 	ag_module *m;
 	sp_err e = { "" };
 	int from_repo = 0;
-	uint64_t lo = UINT64_MAX, hi = 0;
+	uint64_t lo, hi;
 
 	if (nmodules >= MAX_MODULES)
 		return 1;
 	if (nmodules > 0 && (!info->dlpi_name || !info->dlpi_name[0]))
 		return 0;                          /* only the executable has no name */
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-
-		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
-			continue;
-		if (info->dlpi_addr + ph->p_vaddr < lo)
-			lo = info->dlpi_addr + ph->p_vaddr;
-		if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
-			hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-	}
-	if (lo >= hi)
+	if (!code_range(info, &lo, &hi))
 		return 0;
 	m = ag_alloc(sizeof *m);
 	if (!m)
@@ -106,9 +114,6 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 		ag_log("module %s not traced: %s", m->path, e.msg);
 		return 0;
 	}
-	m->site_ids = ag_alloc((ca_module_stats(m->ca)->nsites + 1) * sizeof *m->site_ids);
-	if (!m->site_ids)
-		return 1;
 	m->index = nmodules;
 	modules[nmodules] = m;
 	__atomic_store_n(&nmodules, nmodules + 1, __ATOMIC_RELEASE);  /* readers see it whole */
@@ -139,16 +144,9 @@ static bool known(uint64_t lo)
 
 static int add_new_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	uint64_t lo = UINT64_MAX;
+	uint64_t lo, hi;
 
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-
-		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) &&
-		    info->dlpi_addr + ph->p_vaddr < lo)
-			lo = info->dlpi_addr + ph->p_vaddr;
-	}
-	if (lo == UINT64_MAX || known(lo) || !info->dlpi_name || !info->dlpi_name[0])
+	if (!code_range(info, &lo, &hi) || known(lo) || !info->dlpi_name || !info->dlpi_name[0])
 		return 0;
 	return add_object(info, size, arg);
 }

@@ -234,11 +234,6 @@ uint8_t *ag_pool_data(ag_pool *p, size_t n)
 	return r;
 }
 
-uint8_t *ag_pool_flag(ag_pool *p)
-{
-	return ag_pool_data(p, 1);
-}
-
 uint64_t ag_pool_tramp(ag_pool *p)
 {
 	return p->tramp;

@@ -51,36 +51,35 @@ static void *ag_thread_start(void *p)
 	return ret;
 }
 
+int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),
+			   void *arg)
+{
+	if (!real_create)
+		real_create = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+	return real_create ? real_create(th, attr, start, arg) : EAGAIN;
+}
+
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),
 			     void *arg)
 {
 	start_ctx *c;
 	ag_module *m;
 	uint32_t func;
+	int rc;
 
-	if (!real_create) {
-		real_create = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
-		if (!real_create)
-			return EAGAIN;
-	}
 	if (!ag_active())
-		return real_create(th, attr, start, arg);
+		return ag_real_pthread_create(th, attr, start, arg);
 	m = ag_module_of((uint64_t)(uintptr_t)start);
 	func = m ? ca_func_at(m->ca, (uint64_t)(uintptr_t)start - m->bias) : CA_NONE;
 	if (func == CA_NONE ||
-	    ca_module_funcs(m->ca, NULL)[func].addr != (uint64_t)(uintptr_t)start - m->bias)
-		return real_create(th, attr, start, arg);
-	c = malloc(sizeof *c);
-	if (!c)
-		return real_create(th, attr, start, arg);
+	    ca_module_funcs(m->ca, NULL)[func].addr != (uint64_t)(uintptr_t)start - m->bias ||
+	    !(c = malloc(sizeof *c)))
+		return ag_real_pthread_create(th, attr, start, arg);
 	*c = (start_ctx){ start, arg, m, func };
-	{
-		int rc = real_create(th, attr, ag_thread_start, c);
-
-		if (rc != 0)
-			free(c);
-		return rc;
-	}
+	rc = ag_real_pthread_create(th, attr, ag_thread_start, c);
+	if (rc != 0)
+		free(c);
+	return rc;
 }
 
 /*

@@ -83,6 +83,7 @@ typedef struct ca_elf {
 	size_t npads;
 	uint8_t buildid[64];
 	size_t buildid_len;
+	char buildid_hex[2 * 64 + 1]; /* lowercase hex, "" if none */
 	const char *debuglink; /* .gnu_debuglink file name, or NULL */
 	uint32_t debuglink_crc;
 } ca_elf;
@@ -118,11 +119,15 @@ uint32_t ca_str_add(ca_module *m, const char *s);  /* CA_NONE on ENOMEM */
 ca_module *ca_module_new(void);
 
 /* elf.c */
-int ca_elf_open(ca_elf *e, const char *path, sp_err *err);
+/* debug_dir: where separate debug files live (NULL: /usr/lib/debug). */
+int ca_elf_open(ca_elf *e, const char *path, const char *debug_dir, sp_err *err);
 void ca_elf_close(ca_elf *e);
 const ca_section *ca_elf_section_at(const ca_elf *e, uint64_t addr); /* exec or data with bytes */
 const ca_section *ca_elf_section_named(const ca_elf *e, const char *name);
 const char *ca_elf_got_name(const ca_elf *e, uint64_t slot);        /* NULL if none */
+/* <debug dir>/.build-id/xx/rest.debug for the module (debug_dir NULL:
+ * /usr/lib/debug); false if it has no build-id. */
+bool ca_elf_debug_path(const ca_elf *e, const char *debug_dir, char *out, size_t len);
 /* Read `n` bytes at `addr` from any section with file bytes; false if out of range. */
 bool ca_elf_read(const ca_elf *e, uint64_t addr, void *buf, size_t n);
 

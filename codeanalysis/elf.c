@@ -65,8 +65,15 @@ static void read_buildid(ca_elf *e, Elf_Data *d)
 		if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
 		    memcmp((char *)d->d_buf + noff, "GNU", 4) == 0 &&
 		    nh.n_descsz > 0 && nh.n_descsz <= sizeof e->buildid) {
+			static const char hex[] = "0123456789abcdef";
+
 			memcpy(e->buildid, (char *)d->d_buf + doff, nh.n_descsz);
 			e->buildid_len = nh.n_descsz;
+			for (size_t i = 0; i < e->buildid_len; i++) {
+				e->buildid_hex[2 * i] = hex[e->buildid[i] >> 4];
+				e->buildid_hex[2 * i + 1] = hex[e->buildid[i] & 15];
+			}
+			e->buildid_hex[2 * e->buildid_len] = '\0';
 			return;
 		}
 	}
@@ -184,24 +191,26 @@ static int read_relocs(ca_elf *e, Elf_Scn *scn, const GElf_Shdr *sh, size_t *cap
  * of its local functions are worth having.  Its addresses are the module's.
  * A missing or unreadable debug file only means fewer names.
  */
+bool ca_elf_debug_path(const ca_elf *e, const char *debug_dir, char *out, size_t len)
+{
+	int n;
+
+	if (e->buildid_len < 2)
+		return false;
+	n = snprintf(out, len, "%s/.build-id/%.2s/%s.debug", debug_dir ? debug_dir : "/usr/lib/debug",
+		     e->buildid_hex, e->buildid_hex + 2);
+	return n > 0 && (size_t)n < len;
+}
+
 static int read_debug_symbols(ca_elf *e, size_t *cap, sp_err *err)
 {
-	static const char hex[] = "0123456789abcdef";
-	char path[4096], id[160];
+	char path[4096];
 	Elf_Scn *scn = NULL;
-	size_t i;
 	Elf *elf;
 	int fd;
 
-	if (e->buildid_len < 2)
+	if (!ca_elf_debug_path(e, e->debug_dir, path, sizeof path))
 		return 0;
-	for (i = 0; i < e->buildid_len && 2 * i + 2 < sizeof id; i++) {
-		id[2 * i] = hex[e->buildid[i] >> 4];
-		id[2 * i + 1] = hex[e->buildid[i] & 15];
-	}
-	id[2 * i] = '\0';
-	snprintf(path, sizeof path, "%s/.build-id/%.2s/%s.debug", e->debug_dir ? e->debug_dir :
-		 "/usr/lib/debug", id, id + 2);
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return 0;
@@ -376,7 +385,7 @@ static int map_file(ca_elf *e, const char *path, sp_err *err)
 	return 0;
 }
 
-int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
+int ca_elf_open(ca_elf *e, const char *path, const char *debug_dir, sp_err *err)
 {
 	size_t shstrndx, capsec = 0, capsym = 0, capgot = 0;
 	Elf_Scn *scn = NULL;
@@ -385,6 +394,7 @@ int ca_elf_open(ca_elf *e, const char *path, sp_err *err)
 	memset(e, 0, sizeof *e);
 	e->fd = -1;
 	e->path = path;
+	e->debug_dir = debug_dir && *debug_dir ? debug_dir : NULL;
 	if (map_file(e, path, err))
 		return -1;
 	elf_version(EV_CURRENT);

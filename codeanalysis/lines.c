@@ -940,21 +940,13 @@ static bool find_by_debuglink_in(const ca_elf *e, const char *dir, const char *d
 static bool find_dwarf_file(const ca_elf *e, const char *debug_dir, char *out, size_t len)
 {
 	char dir[4096], *real;
-	int n;
 
 	if (e->path && has_debug_line(e->path)) {
 		snprintf(out, len, "%s", e->path);
 		return true;
 	}
-	if (e->buildid_len >= 2) {
-		char hex[2 * sizeof e->buildid + 1];
-
-		for (size_t i = 0; i < e->buildid_len && i < sizeof e->buildid; i++)
-			snprintf(hex + 2 * i, 3, "%02x", e->buildid[i]);
-		n = snprintf(out, len, "%s/.build-id/%.2s/%s.debug", debug_dir, hex, hex + 2);
-		if (n > 0 && (size_t)n < len && has_debug_line(out))
-			return true;
-	}
+	if (ca_elf_debug_path(e, debug_dir, out, len) && has_debug_line(out))
+		return true;
 	if (!e->debuglink || !e->debuglink[0] || !e->path)
 		return false;
 	dir_of(e->path, dir, sizeof dir);

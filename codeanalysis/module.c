@@ -69,14 +69,7 @@ void ca_module_free(ca_module *m)
 
 static void fill_key(ca_module *m, const ca_elf *e)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t i;
-
-	for (i = 0; i < e->buildid_len && 2 * i + 2 < sizeof m->buildid; i++) {
-		m->buildid[2 * i] = hex[e->buildid[i] >> 4];
-		m->buildid[2 * i + 1] = hex[e->buildid[i] & 15];
-	}
-	m->buildid[2 * i] = '\0';
+	snprintf(m->buildid, sizeof m->buildid, "%s", e->buildid_hex);
 	snprintf(m->key, sizeof m->key, "%s", m->buildid);
 }
 
@@ -198,7 +191,7 @@ int ca_analyze(const char *path, const ca_options *opt, ca_module **out, sp_err 
 		ca_module_free(m);
 		return sp_fail(err, "%s: out of memory", path);
 	}
-	if (ca_elf_open(&e, path, err)) {
+	if (ca_elf_open(&e, path, opt->debug_dir, err)) {
 		ca_elf_close(&e);
 		ca_module_free(m);
 		return -1;

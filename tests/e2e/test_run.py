@@ -5,6 +5,7 @@ written below; the traced program's output and exit status must not change.
 usage: test_run.py SPTRACE CASE [PROGRAM...]
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -199,18 +200,7 @@ def case_threads(sptrace, prog, tmp):
     native = run([prog, "threads"])
     trace = traced(sptrace, tdir, [prog, "threads"])
     same_behaviour(native, trace, "threads")
-    r = run([sptrace, "replay", tdir])
-    check(r.returncode == 0, "threads: replay failed: " + r.stderr)
-    per_tid = {}
-    for line in r.stdout.splitlines():
-        if "[" not in line or "| " not in line:
-            continue
-        tid = line.split("[", 1)[1].split("]", 1)[0].strip()
-        text = line.split("| ", 1)[1].rstrip()
-        if not text.strip().startswith("/*"):
-            per_tid.setdefault(tid, []).append(text)
-    allowed = {"main", "threads", "worker", "worker_exit", "leaf"}
-    trees = sorted(";".join(only(t, allowed)) for t in per_tid.values())
+    trees = per_thread_trees(sptrace, tdir, {"main", "threads", "worker", "worker_exit", "leaf"})
     want = sorted(["main() {;  threads() {;  } /* threads */;} /* main */",
                    "worker() {;  leaf();;  leaf();;} /* worker */",
                    "worker() {;  leaf();;  leaf();;} /* worker */",
@@ -296,20 +286,36 @@ def case_python_dlopen(sptrace, tmp):
           "no call into libsqlite3 was traced: %s" % r.stdout[:800])
 
 
+@contextlib.contextmanager
+def spinning(sptrace, prog, tmp, tdir, options=()):
+    """`sptrace run OPTIONS -- prog spin` running: yields (the sptrace run
+    process, the pid of the spinning program); kills the program at the end
+    and waits for sptrace run."""
+    p = subprocess.Popen([sptrace, "run", "-o", tdir] + list(options) + ["--", prog, "spin"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
+    child = None
+    try:
+        check(p.stdout.readline().strip() == "spinning", "the spinning program did not start")
+        children = open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()
+        check(len(children) == 1, "expected one child of sptrace run, found %r" % children)
+        child = int(children[0])
+        yield p, child
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL) if child else p.kill()
+        except ProcessLookupError:
+            pass
+        p.communicate(timeout=60)
+
+
 def case_kill9(sptrace, prog, tmp):
     """kill -9 of the traced process: the records written so far are kept.
     The ring is 1 MiB, so it wraps: the replay must say how much was lost."""
     tdir = os.path.join(tmp, "trace")
-    p = subprocess.Popen([sptrace, "run", "--ring-size", "1", "-o", tdir, "--", prog, "spin"],
-                         stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
-    check(p.stdout.readline().strip() == "spinning", "the spinning program did not start")
-    time.sleep(0.3)
-    children = open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()
-    check(len(children) == 1, "expected one child of sptrace run, found %r" % children)
-    os.kill(int(children[0]), signal.SIGKILL)
-    p.communicate(timeout=60)
+    with spinning(sptrace, prog, tmp, tdir, ["--ring-size", "1"]) as (p, child):
+        time.sleep(0.3)
+        os.kill(child, signal.SIGKILL)
     check(p.returncode == -signal.SIGKILL,
           "sptrace run should end like the program (SIGKILL), got %d" % p.returncode)
     with open(os.path.join(tdir, "meta")) as f:
@@ -346,13 +352,7 @@ def case_stop(sptrace, prog, tmp):
     """sptrace stop PID: every patched byte back, the trace completed, the
     program running on."""
     tdir = os.path.join(tmp, "trace")
-    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--", prog, "spin"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
-    child = None
-    try:
-        check(p.stdout.readline().strip() == "spinning", "the spinning program did not start")
-        child = int(open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()[0])
+    with spinning(sptrace, prog, tmp, tdir) as (p, child):
         check(text_differences(child), "the traced program's code was not patched at all")
         r = run([sptrace, "stop", str(child)])
         check(r.returncode == 0 and "stopped by sptrace stop" in r.stdout,
@@ -364,12 +364,6 @@ def case_stop(sptrace, prog, tmp):
         r = run([sptrace, "stop", str(child)])
         check(r.returncode != 0 and ("already ended" in r.stderr or "not traced" in r.stderr),
               "second stop: %r" % r.stderr)
-    finally:
-        try:
-            os.kill(child, signal.SIGKILL) if child else p.kill()
-        except ProcessLookupError:
-            pass
-        p.communicate(timeout=60)
     with open(os.path.join(tdir, "meta")) as f:
         check("end stopped by sptrace stop" in f.read(), "meta does not record the stop")
     tree = only(replay_tree(sptrace, tdir), {"main", "spin", "leaf"})
@@ -438,24 +432,12 @@ def case_dormant(sptrace, prog, tmp):
     """Before its activation event the agent changes no byte of code: the
     trap on the --on function is a hardware breakpoint."""
     tdir = os.path.join(tmp, "trace")
-    p = subprocess.Popen([sptrace, "run", "--on", "call tail_target", "-o", tdir, "--", prog, "spin"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
-    child = None
-    try:
-        check(p.stdout.readline().strip() == "spinning", "the spinning program did not start")
-        child = int(open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()[0])
+    with spinning(sptrace, prog, tmp, tdir, ["--on", "call tail_target"]) as (p, child):
         time.sleep(0.2)
         diff = text_differences(child)
         check(not diff, "a dormant agent changed the code of %r" % diff)
         check(not [f for f in os.listdir(tdir) if f.startswith("ring.")],
               "a dormant agent wrote records")
-    finally:
-        try:
-            os.kill(child, signal.SIGKILL) if child else p.kill()
-        except ProcessLookupError:
-            pass
-        p.communicate(timeout=60)
 
 
 def case_stress(sptrace, prog, tmp):

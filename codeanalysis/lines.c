@@ -1073,40 +1073,6 @@ typedef struct lines_result {
 	char error[sizeof ((sp_err *)0)->msg];
 } lines_result;
 
-static bool write_all(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-
-	while (n) {
-		ssize_t k = write(fd, p, n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return false;
-		p += k;
-		n -= (size_t)k;
-	}
-	return true;
-}
-
-static bool read_all(int fd, void *buf, size_t n)
-{
-	char *p = buf;
-
-	while (n) {
-		ssize_t k = read(fd, p, n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return false;
-		p += k;
-		n -= (size_t)k;
-	}
-	return true;
-}
-
 static void child_read_lines(int fd, ca_module *m, const ca_elf *e, const ca_options *opt,
 			     size_t base)
 {
@@ -1118,9 +1084,9 @@ static void child_read_lines(int fd, ca_module *m, const ca_elf *e, const ca_opt
 	r.nstrs = r.status == 0 ? m->nstrs - base : 0;
 	memcpy(r.source, m->lines_source, sizeof r.source);
 	memcpy(r.error, err.msg, sizeof r.error);
-	if (!write_all(fd, &r, sizeof r) ||
-	    !write_all(fd, m->lines, r.nlines * sizeof *m->lines) ||
-	    !write_all(fd, m->strs + base, r.nstrs))
+	if (sp_write_all(fd, &r, sizeof r) ||
+	    sp_write_all(fd, m->lines, r.nlines * sizeof *m->lines) ||
+	    sp_write_all(fd, m->strs + base, r.nstrs))
 		_exit(2);
 	_exit(0);
 }
@@ -1155,15 +1121,15 @@ int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *
 	}
 	close(fds[1]);
 	r = calloc(1, sizeof *r);
-	ok = r && read_all(fds[0], r, sizeof *r) && r->nlines < (1u << 28) &&
+	ok = r && sp_read_all(fds[0], r, sizeof *r) == 0 && r->nlines < (1u << 28) &&
 	     r->nstrs < (1u << 30) && base + r->nstrs < UINT32_MAX;
 	if (ok && r->nlines) {
 		ok = sp_grow((void **)&m->lines, &m->caplines, r->nlines, sizeof *m->lines) == 0 &&
-		     read_all(fds[0], m->lines, r->nlines * sizeof *m->lines);
+		     sp_read_all(fds[0], m->lines, r->nlines * sizeof *m->lines) == 0;
 	}
 	if (ok && r->nstrs) {
 		ok = sp_grow((void **)&m->strs, &m->capstrs, base + r->nstrs, 1) == 0 &&
-		     read_all(fds[0], m->strs + base, r->nstrs);
+		     sp_read_all(fds[0], m->strs + base, r->nstrs) == 0;
 	}
 	close(fds[0]);
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)

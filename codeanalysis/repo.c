@@ -498,25 +498,6 @@ static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 	return 0;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -1;
-		if (w == 0) {
-			errno = EIO;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /*
  * Replace `path` with `buf` atomically:
  *   1. create a temporary file beside it (same directory, so same file
@@ -549,7 +530,7 @@ static int write_atomic(const char *path, const uint8_t *buf, size_t len,
 	}
 	/* mkstemp makes it 0600; entries are meant to be shared (an agent
 	 * inside another user's process reads root's repository). */
-	if (fchmod(fd, 0644) < 0 || write_all(fd, buf, len) < 0 || fsync(fd) < 0) {
+	if (fchmod(fd, 0644) < 0 || sp_write_all(fd, buf, len) < 0 || fsync(fd) < 0) {
 		e = errno;
 		close(fd);
 		unlink(tmp);

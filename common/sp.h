@@ -1,7 +1,7 @@
 /*
  * common/sp.h — what every sptrace component shares: the error type that
- * carries a message naming the object that failed, small string helpers and
- * time.  Kept libc-only so the agent can use it too.
+ * carries a message naming the object that failed, small string helpers,
+ * whole-buffer I/O and time.  Kept libc-only so the agent can use it too.
  */
 #ifndef SP_H
 #define SP_H
@@ -30,5 +30,12 @@ uint64_t sp_now_ns(void);
 
 /* Growable array helper: ensure room for `need` elements of `elsize` bytes. */
 int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize);
+
+/*
+ * Write or read all n bytes, retrying on EINTR and short counts; 0, or -1
+ * with errno set (EIO when the file ends or takes no more bytes).
+ */
+int sp_write_all(int fd, const void *buf, size_t n);
+int sp_read_all(int fd, void *buf, size_t n);
 
 #endif

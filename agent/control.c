@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 #include "registry.h"
 
 static char fifo[4200], link_path[512];
+static volatile int control_ready;
 
 /* Wait for a command, checking for newly loaded modules meanwhile. */
 static void *control_main(void *arg)
@@ -42,6 +44,7 @@ static void *control_main(void *arg)
 	/* This thread is the agent's: it records nothing, ever (the libc code
 	 * it runs may be instrumented). */
 	ag_enter();
+	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
 	for (;;) {
 		struct pollfd p;
 		ssize_t n;
@@ -119,6 +122,14 @@ int ag_control_start(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc == 0)
 		pthread_setname_np(th, "sptrace-ctl");
+	/* Wait until the thread has marked itself the agent's.  Until then it
+	 * runs glibc's thread start with every signal blocked, SIGTRAP too, and
+	 * as an untraced-yet thread: were that code patched meanwhile, it would
+	 * open a ring of its own, and an int3 pending there would kill the
+	 * process (a blocked int3 trap is fatal).  While dormant nothing is
+	 * patched, so the wait makes that prelude run before any patch can. */
+	while (rc == 0 && !__atomic_load_n(&control_ready, __ATOMIC_ACQUIRE))
+		sched_yield();
 	return rc == 0 ? 0 : -1;
 }
 

@@ -59,6 +59,10 @@ static void b64(buf *b, uint64_t v) { bn(b, &v, 8); }
 
 static uint64_t here(const buf *b) { return b->rx + b->n; }
 
+/* Every area starts with endbr64, so that under IBT it stays a valid
+ * target should an indirect branch ever reach it. */
+static void endbr64(buf *b) { bn(b, "\xf3\x0f\x1e\xfa", 4); }
+
 /* rel32 from the end of a 4-byte field at the current position to `to`. */
 static void brel32(buf *b, uint64_t to)
 {
@@ -240,7 +244,7 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	size_t je;
 	uint64_t entry;
 
-	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	endbr64(&b);
 	if (s->cond) {
 		b1(&b, 0x0f); b1(&b, (uint8_t)(0x80 | s->cond_code));      /* jcc rel32 taken */
 		b32(&b, 5);
@@ -264,7 +268,7 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	size_t je;
 	uint64_t entry;
 
-	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	endbr64(&b);
 	je = flag_test(&b, s);
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY, &in);
@@ -310,7 +314,7 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	size_t jne;
 	uint64_t hit;
 
-	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	endbr64(&b);
 	bn(&b, save_r11, sizeof save_r11);                                /* mov %r11,-32(%rsp) */
 	bn(&b, s->load, s->load_len);                                     /* mov OP,%r11 */
 	if (s->load_rip_at) {                                             /* re-aim rip-relative */
@@ -359,7 +363,7 @@ size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint
 	size_t je;
 	uint64_t entry;
 
-	b1(&b, 0xf3); b1(&b, 0x0f); b1(&b, 0x1e); b1(&b, 0xfa);          /* endbr64 */
+	endbr64(&b);
 	je = flag_test(&b, s);
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY, &in);

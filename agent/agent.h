@@ -129,6 +129,11 @@ struct sigaction;
 int ag_trap_chain(const struct sigaction *act, struct sigaction *old); /* the program's SIGTRAP */
 int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
+/* ---- signals.c ---- */
+void ag_signals_init(void);            /* the C library's mask functions */
+bool ag_trap_program_blocked(void);    /* this thread's program believes SIGTRAP blocked */
+void ag_trap_hold(void);               /* raise SIGTRAP again when it unblocks it */
+
 /* ---- instrument.c ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,

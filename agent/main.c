@@ -400,6 +400,7 @@ __attribute__((constructor)) static void agent_init(void)
 	if (!dir || !*dir)
 		return;                 /* loaded without sptrace run: stay out of the way */
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
+	ag_signals_init();
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
 	if (ring)
 		ag_ring_set_size(strtoull(ring, NULL, 10));

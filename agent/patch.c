@@ -131,17 +131,29 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pc;
 		return;
 	}
-	if (old_trap.sa_flags & SA_SIGINFO) {
+	/* The program believes SIGTRAP blocked (signals.c): one it sent itself
+	 * waits for the unblock; a trap of its own code would kill it, as the
+	 * kernel does with a blocked synchronous trap. */
+	bool dfl = old_trap.sa_handler == SIG_DFL && !(old_trap.sa_flags & SA_SIGINFO);
+
+	if (ag_trap_program_blocked()) {
+		if (si->si_code <= 0) {
+			ag_trap_hold();
+			return;
+		}
+		dfl = true;
+	}
+	if (dfl) {
+		/* Let the default action happen: restore it and re-raise. */
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = SIG_DFL;
+		ag_real_sigaction(SIGTRAP, &sa, NULL);
+		raise(SIGTRAP);
+	} else if (old_trap.sa_flags & SA_SIGINFO) {
 		if (old_trap.sa_sigaction)
 			old_trap.sa_sigaction(sig, si, ctx);
-	} else if (old_trap.sa_handler == SIG_DFL) {
-		/* Let the default action happen: restore it and re-raise. */
-		struct sigaction dfl;
-
-		memset(&dfl, 0, sizeof dfl);
-		dfl.sa_handler = SIG_DFL;
-		ag_real_sigaction(SIGTRAP, &dfl, NULL);
-		raise(SIGTRAP);
 	} else if (old_trap.sa_handler != SIG_IGN) {
 		old_trap.sa_handler(sig);
 	}

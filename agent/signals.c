@@ -16,6 +16,22 @@
  * The wrapper runs in signal context: ring writes and instrument() use no
  * locks that ordinary code holds, and if the signal interrupted the agent
  * itself on this thread (busy) the handler is called untraced.
+ *
+ * SIGTRAP is never really blocked.  A thread that reaches an int3 of the
+ * agent's (a site being patched, patch.c) while SIGTRAP is blocked is killed
+ * by the kernel, and the activation breakpoint's signal would stay pending
+ * for ever.  Programs block every signal routinely (sigfillset + pthread_
+ * sigmask in worker threads, the sigwait pattern; sa_mask = all in handlers),
+ * so pthread_sigmask, sigprocmask and sigsuspend are interposed and SIGTRAP
+ * is taken out of what reaches the kernel, and out of the sa_mask given with
+ * a handler.  The program keeps its view: each thread remembers whether it
+ * believes SIGTRAP blocked, and the old masks it reads back say so.  A
+ * SIGTRAP the program sends itself meanwhile (raise, kill) is held by the
+ * agent's handler and raised again when the program unblocks it -- as the
+ * kernel would have kept it pending.
+ * Not covered: masks set by raw rt_sigprocmask system calls (glibc's own
+ * short all-blocked windows in pthread_create, fork and posix_spawn among
+ * them), which the agent cannot see.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -25,18 +41,136 @@
 #include "agent.h"
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef int (*sigmask_fn)(int, const sigset_t *, sigset_t *);
+typedef int (*sigsuspend_fn)(const sigset_t *);
 
 #define NSIG_MAX 65
 
 static struct sigaction user[NSIG_MAX];     /* what the program installed */
 static volatile uint32_t root_site[NSIG_MAX];
 static sigaction_fn real_sigaction;
+static sigmask_fn real_pthread_sigmask, real_sigprocmask;
+static sigsuspend_fn real_sigsuspend;
+static bool keep_trap_open;      /* the agent is tracing this process */
+
+/* Per thread: the program believes SIGTRAP blocked; a SIGTRAP it sent
+ * itself waits for the unblock. */
+static __thread uint8_t trap_view_blocked __attribute__((tls_model("initial-exec")));
+static __thread uint8_t trap_held __attribute__((tls_model("initial-exec")));
 
 static bool resolve_real(void)
 {
 	if (!real_sigaction)
 		real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
 	return real_sigaction != NULL;
+}
+
+/* Resolved once at start: dlsym is not async-signal-safe, and the program
+ * may change its mask in a signal handler. */
+void ag_signals_init(void)
+{
+	resolve_real();
+	real_pthread_sigmask = (sigmask_fn)dlsym(RTLD_NEXT, "pthread_sigmask");
+	real_sigprocmask = (sigmask_fn)dlsym(RTLD_NEXT, "sigprocmask");
+	real_sigsuspend = (sigsuspend_fn)dlsym(RTLD_NEXT, "sigsuspend");
+	keep_trap_open = real_pthread_sigmask && real_sigprocmask && real_sigsuspend;
+	if (!keep_trap_open)
+		ag_log("signals: cannot find the C library's signal-mask functions; a thread that "
+		       "blocks SIGTRAP may be killed by a pending patch");
+}
+
+bool ag_trap_program_blocked(void)
+{
+	return trap_view_blocked != 0;
+}
+
+void ag_trap_hold(void)
+{
+	trap_held = 1;
+}
+
+/* What reaches the kernel: the program's mask without SIGTRAP.  *view is the
+ * thread's belief after the call. */
+static const sigset_t *open_trap(int how, const sigset_t *set, sigset_t *copy, uint8_t *view)
+{
+	*view = trap_view_blocked;
+	if (!set || !keep_trap_open)
+		return set;
+	if (sigismember(set, SIGTRAP) == 1) {
+		*copy = *set;
+		sigdelset(copy, SIGTRAP);
+		if (how == SIG_BLOCK || how == SIG_SETMASK)
+			*view = 1;
+		else if (how == SIG_UNBLOCK)
+			*view = 0;
+		return copy;
+	}
+	if (how == SIG_SETMASK)
+		*view = 0;
+	return set;
+}
+
+static void mask_done(sigset_t *old, uint8_t view)
+{
+	if (!keep_trap_open)
+		return;
+	if (old && trap_view_blocked)
+		sigaddset(old, SIGTRAP);
+	trap_view_blocked = view;
+	if (!view && trap_held) {
+		trap_held = 0;
+		raise(SIGTRAP);
+	}
+}
+
+static int set_mask(sigmask_fn real, int how, const sigset_t *set, sigset_t *old, bool errno_style)
+{
+	sigset_t copy;
+	uint8_t view;
+	const sigset_t *pass = open_trap(how, set, &copy, &view);
+	int rc;
+
+	if (!real) {
+		if (errno_style)
+			errno = ENOSYS;
+		return errno_style ? -1 : ENOSYS;
+	}
+	rc = real(how, pass, old);
+	if (rc == 0)
+		mask_done(old, view);
+	return rc;
+}
+
+AG_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
+{
+	if (!real_pthread_sigmask)
+		real_pthread_sigmask = (sigmask_fn)dlsym(RTLD_NEXT, "pthread_sigmask");
+	return set_mask(real_pthread_sigmask, how, set, old, false);
+}
+
+AG_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
+{
+	if (!real_sigprocmask)
+		real_sigprocmask = (sigmask_fn)dlsym(RTLD_NEXT, "sigprocmask");
+	return set_mask(real_sigprocmask, how, set, old, true);
+}
+
+AG_EXPORT int sigsuspend(const sigset_t *mask)
+{
+	sigset_t copy;
+
+	if (!real_sigsuspend)
+		real_sigsuspend = (sigsuspend_fn)dlsym(RTLD_NEXT, "sigsuspend");
+	if (!real_sigsuspend) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (keep_trap_open && sigismember(mask, SIGTRAP) == 1) {
+		copy = *mask;
+		sigdelset(&copy, SIGTRAP);
+		mask = &copy;
+	}
+	return real_sigsuspend(mask);
 }
 
 /* The C library's sigaction, for the agent's own handlers (its calls to
@@ -56,6 +190,8 @@ static bool is_function(const struct sigaction *sa)
 		: (sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN);
 }
 
+static void handle(int sig, siginfo_t *si, void *uc, const struct sigaction *user_sa);
+
 static void call_user(int sig, siginfo_t *si, void *uc, const struct sigaction *sa)
 {
 	if (sa->sa_flags & SA_SIGINFO)
@@ -67,6 +203,19 @@ static void call_user(int sig, siginfo_t *si, void *uc, const struct sigaction *
 static void ag_sig_wrapper(int sig, siginfo_t *si, void *uc)
 {
 	struct sigaction sa = user[sig];
+	uint8_t view = trap_view_blocked;
+
+	/* While the handler runs the program believes SIGTRAP blocked if its
+	 * sa_mask said so (the kernel was given the mask without it). */
+	if (keep_trap_open && sigismember(&sa.sa_mask, SIGTRAP) == 1)
+		trap_view_blocked = 1;
+	handle(sig, si, uc, &sa);
+	trap_view_blocked = view;
+}
+
+static void handle(int sig, siginfo_t *si, void *uc, const struct sigaction *user_sa)
+{
+	struct sigaction sa = *user_sa;
 	uint64_t fn = (uint64_t)(uintptr_t)((sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction
 									: (void *)sa.sa_handler);
 	ag_module *m = ag_active() && !ag_busy() ? ag_module_of(fn) : NULL;
@@ -77,6 +226,7 @@ static void ag_sig_wrapper(int sig, siginfo_t *si, void *uc)
 
 	if (sa.sa_flags & SA_RESETHAND)
 		memset(&user[sig], 0, sizeof user[sig]);    /* the kernel reset ours too */
+
 	if (func == CA_NONE || ca_module_funcs(m->ca, NULL)[func].addr != fn - m->bias) {
 		errno = saved;
 		call_user(sig, si, uc, &sa);
@@ -122,6 +272,8 @@ AG_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 		mine = *act;
 		mine.sa_flags |= SA_SIGINFO;
 		mine.sa_sigaction = ag_sig_wrapper;
+		if (keep_trap_open)
+			sigdelset(&mine.sa_mask, SIGTRAP);
 		rc = real_sigaction(sig, &mine, &prev);
 	} else {
 		rc = real_sigaction(sig, act, &prev);

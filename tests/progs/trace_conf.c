@@ -98,6 +98,7 @@ KEEP int signals(void)
 
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_alarm;
+	sigfillset(&sa.sa_mask);    /* a handler that blocks everything, SIGTRAP too */
 	sigaction(SIGALRM, &sa, NULL);
 	setitimer(ITIMER_REAL, &it, NULL);
 	while (alarms < 20)
@@ -108,6 +109,21 @@ KEEP int signals(void)
 	signal(SIGTRAP, on_trap);
 	raise(SIGTRAP);
 	raise(SIGTRAP);
+	/* SIGTRAP blocked by the program: a raised one waits for the unblock,
+	 * and the mask read back says blocked. */
+	sigset_t trap, now;
+	int before = traps;
+
+	sigemptyset(&trap);
+	sigaddset(&trap, SIGTRAP);
+	sigprocmask(SIG_BLOCK, &trap, NULL);
+	raise(SIGTRAP);
+	pthread_sigmask(SIG_BLOCK, NULL, &now);
+	if (traps != before || !sigismember(&now, SIGTRAP))
+		return -2;
+	sigprocmask(SIG_UNBLOCK, &trap, NULL);
+	if (traps != before + 1)
+		return -3;
 	return spins > 0 ? (int)alarms + 100 * traps : -1;
 }
 

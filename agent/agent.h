@@ -16,7 +16,8 @@
  *   ring.c        per-thread trace rings in shared files
  *   threads.c     threads started after activation; fork
  *   signals.c     signal handlers traced from their start
- *   control.c     sptrace stop; modules dlopen'd later
+ *   activate.c    activation in mid-run: stack walks, return stubs
+ *   control.c     sptrace stop/activate, the timer; modules dlopen'd later
  *   x86_64/       the instruction-level parts: area code (emit.c),
  *                 trampolines (tramp.S), unwind information (unwind.c)
  *
@@ -29,6 +30,7 @@
 #define AGENT_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +76,9 @@ ag_module *ag_module_at(uint32_t index);
 extern __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")));
 trace_ring_header *ag_ring_create(void);   /* for the calling thread */
 void ag_ring_put(trace_ring_header *r, unsigned kind, uint32_t id); /* from C */
+/* The same with a given time, for records of a fresh ring only (a ring's
+ * records must not go back in time). */
+void ag_ring_put_at(trace_ring_header *r, unsigned kind, uint32_t id, uint64_t tsc);
 
 /* Agent code running on an application thread brackets itself with these:
  * meanwhile the thread's TLS ring is NULL, so traced code the agent calls
@@ -128,6 +133,16 @@ void ag_trap_disarm(void);
 struct sigaction;
 int ag_trap_chain(const struct sigaction *act, struct sigaction *old); /* the program's SIGTRAP */
 int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+
+#ifndef TRAP_PERF
+#define TRAP_PERF 6     /* si_code of a perf event's SIGTRAP (Linux 5.13) */
+#endif
+
+/* ---- activate.c: activation in the middle of a run ---- */
+int ag_activate_init(void);            /* return-stub pool (at start) */
+void ag_activate_running(void);        /* control thread: every thread walks its stack */
+bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
+uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */
 
 /* ---- signals.c ---- */
 void ag_signals_init(void);            /* the C library's mask functions */
@@ -212,6 +227,7 @@ int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);
 /* ---- x86_64/tramp.S ---- */
 extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */
 extern char ag_tramp_return[];    /* root function's return: exit record */
+extern char ag_tramp_retpoint[];  /* a return stub's common part (activate.c) */
 
 enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIRECT = 4 };
 uint64_t ag_slow(uint64_t request) AG_HIDDEN;   /* the answer goes back in r11 */
@@ -223,6 +239,9 @@ void ag_control_stop(void);
 
 /* ---- main.c ---- */
 void ag_deactivate(const char *why);   /* restore all code, end the trace */
+void ag_activate_now(const char *why); /* mid-run activation (timer, sptrace activate) */
+extern uint64_t ag_activation_tsc;     /* when it happened */
+double ag_timer_seconds(void);         /* --on timer S: S, else < 0 */
 extern char ag_dir[4096];
 int64_t ag_tls_offset(void);
 int64_t ag_tls_target_offset(void);

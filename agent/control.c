@@ -15,6 +15,10 @@
  *            identical to its file), close the rings, write "end stopped" to
  *            meta.  Threads inside patch areas finish their calls there: the
  *            pools stay mapped.
+ *   activate start tracing now, every thread from where it stands
+ *            (activate.c); meta gets an "activated" line.
+ *
+ * With `--on timer S` the same activation happens S seconds after start.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -35,10 +40,19 @@ static char fifo[4200], link_path[512];
 static volatile int control_ready;
 
 /* Wait for a command, checking for newly loaded modules meanwhile. */
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void *control_main(void *arg)
 {
 	char buf[256];
 	int fd = -1;
+	double due = ag_timer_seconds() >= 0 ? now_s() + ag_timer_seconds() : -1;
 
 	(void)arg;
 	/* This thread is the agent's: it records nothing, ever (the libc code
@@ -58,7 +72,18 @@ static void *control_main(void *arg)
 			return NULL;
 		}
 		p = (struct pollfd){ .fd = fd, .events = POLLIN };
-		r = poll(&p, 1, 200);
+		if (due >= 0) {
+			double left = due - now_s();
+
+			if (left <= 0) {
+				due = -1;
+				ag_activate_now("timer");
+				continue;
+			}
+			r = poll(&p, 1, left < 0.2 ? (int)(left * 1000) + 1 : 200);
+		} else {
+			r = poll(&p, 1, 200);
+		}
 		if (r == 0 || (r < 0 && errno == EINTR)) {
 			/* Modules dlopen'd since: analysed here, off the program's
 			 * threads, then traced from the next function that reaches them. */
@@ -79,6 +104,11 @@ static void *control_main(void *arg)
 			unlink(fifo);
 			close(fd);
 			return NULL;
+		}
+		if (strncmp(buf, "activate", 8) == 0) {
+			due = -1;
+			ag_activate_now("sptrace activate");
+			continue;
 		}
 		ag_log("control: unknown command '%.40s'", buf);
 	}

@@ -5,8 +5,10 @@
  *
  * Environment (set by `sptrace run`):
  *   SPTRACE_DIR            trace directory (exists, absolute)
- *   SPTRACE_ON             "start" (trace from main) or "call FUNC" (a name,
- *                          or 0xADDR as a link-time address in the executable)
+ *   SPTRACE_ON             "start" (trace from main), "call FUNC" (a name,
+ *                          or 0xADDR as a link-time address in the executable),
+ *                          "timer SECONDS" (after that long, every thread from
+ *                          where it stands) or "signal" (at `sptrace activate`)
  *   SPTRACE_RING_BYTES     size of each thread's ring
  *   SPTRACE_LD_PRELOAD     the program's own LD_PRELOAD, restored at start so
  *                          the program sees its environment unchanged ("-"
@@ -39,6 +41,7 @@ static __thread uint64_t root_ret __attribute__((tls_model("initial-exec")));
 static __thread uint32_t root_site __attribute__((tls_model("initial-exec")));
 static volatile int finished;
 static volatile int active;
+static double timer_seconds = -1;
 
 /* ---- memory: a bump allocator over mmap (never malloc: slow paths may run
  * in signal handlers or inside malloc) ---- */
@@ -212,8 +215,33 @@ static void on_activate(struct ucontext_t *ucp)
 		*sp = (uint64_t)(uintptr_t)ag_tramp_return;
 		ag_log("activated in %s at %#lx", ca_str(root_module->ca,
 		       ca_module_funcs(root_module->ca, NULL)[root_func].name), (unsigned long)entry);
+		meta_append("%s %lu %s\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), on_event);
 	}
 	ag_leave(ring);
+}
+
+/*
+ * Activation in mid-run (the control thread: --on timer, sptrace activate):
+ * every other thread walks its stack and traces on from where it stands
+ * (activate.c).  Also ends the wait of an armed start/call trap.
+ */
+uint64_t ag_activation_tsc;
+
+void ag_activate_now(const char *why)
+{
+	if (active || finished)
+		return;
+	ag_trap_disarm();
+	ag_activation_tsc = ag_rdtsc();
+	active = 1;
+	ag_activate_running();
+	ag_log("activated in mid-run (%s)", why);
+	meta_append("%s %lu %s\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), why);
+}
+
+double ag_timer_seconds(void)
+{
+	return timer_seconds;
 }
 
 uint64_t ag_root_return(void)
@@ -304,11 +332,24 @@ static int find_root(char *err, size_t errlen)
 
 	root_module = ag_module_at(0);
 	ca = root_module->ca;
+	if (strcmp(on_event, "signal") == 0)
+		return 0;
+	if (strncmp(on_event, "timer ", 6) == 0) {
+		char *end;
+
+		timer_seconds = strtod(on_event + 6, &end);
+		if (end == on_event + 6 || *end || !(timer_seconds >= 0)) {
+			snprintf(err, errlen, "activation event '%s': give the delay in seconds",
+				 on_event);
+			return -1;
+		}
+		return 0;
+	}
 	if (strncmp(on_event, "call ", 5) == 0)
 		what = on_event + 5;
 	else if (strcmp(on_event, "start") != 0) {
-		snprintf(err, errlen, "unknown activation event '%s' (this agent knows 'start' and "
-			 "'call FUNC')", on_event);
+		snprintf(err, errlen, "unknown activation event '%s' (this agent knows 'start', "
+			 "'call FUNC', 'timer SECONDS' and 'signal')", on_event);
 		return -1;
 	}
 	root_func = ca_func_by_name(ca, what);
@@ -375,6 +416,10 @@ void ag_deactivate(const char *why)
 
 static void finish(void)
 {
+	/* The exiting thread records nothing more: the libc code the agent
+	 * runs now (formatting the last log lines) and what exit() does after
+	 * this handler are not the program's calls. */
+	ag_enter();
 	ag_control_stop();
 	end_trace("exit", false);
 }
@@ -422,9 +467,13 @@ __attribute__((constructor)) static void agent_init(void)
 	atexit(finish);
 	if (ag_threads_init())
 		ag_log("no fork handler: a forked child would write into its parent's ring");
+	if (ag_activate_init())
+		ag_log("no return-stub pool: a mid-run activation will not record the exits of "
+		       "the functions already running");
 	if (ag_control_start())
 		ag_log("no control thread: 'sptrace stop %d' will not work", (int)getpid());
-	if (ag_trap_arm(root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr,
+	if (root_func != CA_NONE &&
+	    ag_trap_arm(root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr,
 			on_activate)) {
 		fail("cannot place the activation trap");
 		return;

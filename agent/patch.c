@@ -42,9 +42,6 @@
 
 #include "agent.h"
 
-#ifndef TRAP_PERF
-#define TRAP_PERF 6     /* si_code of a perf event's SIGTRAP (Linux 5.13) */
-#endif
 
 #define MAX_PENDING 4096
 #define MAX_APPLIED (1u << 20)
@@ -116,6 +113,9 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;
 		return;
 	}
+	/* A thread asked to walk its stack (activation in mid-run). */
+	if ((si->si_code == SI_QUEUE || si->si_code == TRAP_PERF) && ag_activation_trap(si, uc))
+		return;
 	/* Only an int3 can be one of the agent's (si_code SI_KERNEL; TRAP_BRKPT
 	 * under valgrind); a SIGTRAP sent by kill/raise or a single step is not. */
 	bool int3 = si->si_code == SI_KERNEL || si->si_code == TRAP_BRKPT;

@@ -112,11 +112,13 @@ trace_ring_header *ag_ring_create(void)
 
 void ag_ring_put(trace_ring_header *r, unsigned kind, uint32_t id)
 {
-	uint64_t tsc;
+	ag_ring_put_at(r, kind, id, tsc_now());
+}
 
+void ag_ring_put_at(trace_ring_header *r, unsigned kind, uint32_t id, uint64_t tsc)
+{
 	if (!r)
 		return;
-	tsc = tsc_now();
 	if ((tsc >> TRACE_TSC_LOW_BITS) != r->epoch)
 		ag_ring_sync(r, tsc);
 	put(r, trace_rec(kind, id, tsc));

@@ -19,12 +19,15 @@ int cmd_replay(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
+int cmd_activate(int argc, char **argv);
 
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The trace's "end" line (why it ended) from DIR/meta: 1 and *why, or 0. */
 int cli_meta_end(const char *dir, char *why, size_t len);
+/* The last "KEY value" line of DIR/meta: 1 and *val, or 0. */
+int cli_meta_get(const char *dir, const char *key, char *val, size_t len);
 
 /* A one-line progress indicator on stderr when it is a terminal. */
 void cli_progress(const char *what, size_t done, size_t total);

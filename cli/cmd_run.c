@@ -36,6 +36,10 @@ static const char help[] =
 	"  --on EVENT          when tracing starts:\n"
 	"                        start         at main (the default)\n"
 	"                        call FUNC     when FUNC (a name or 0xADDR) is first reached\n"
+	"                        timer SECONDS after that long, every thread from where it\n"
+	"                                      stands (its functions already running are\n"
+	"                                      found by a stack walk)\n"
+	"                        signal        at 'sptrace activate PID', likewise\n"
 	"  -o, --output DIR    trace directory (default: sptrace.data; an existing one\n"
 	"                      is kept as DIR.old)\n"
 	"  --ring-size MB      size of each thread's ring (default 16); a full ring\n"
@@ -218,9 +222,18 @@ int cmd_run(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return cli_error("run: no program given; see 'sptrace run --help'"), 2;
-	if (strcmp(on, "start") != 0 && strncmp(on, "call ", 5) != 0)
-		return cli_error("run: unknown event '%s'; this version knows 'start' and "
-				 "'call FUNC'", on), 2;
+	if (strncmp(on, "timer ", 6) == 0) {
+		char *end;
+		double s = strtod(on + 6, &end);
+
+		if (end == on + 6 || *end || !(s >= 0) || s > 1e9)
+			return cli_error("run: --on '%s': give the delay in seconds, e.g. 'timer 2.5'",
+					 on), 2;
+	} else if (strcmp(on, "start") != 0 && strncmp(on, "call ", 5) != 0 &&
+		   strcmp(on, "signal") != 0) {
+		return cli_error("run: unknown event '%s'; this version knows 'start', 'call FUNC', "
+				 "'timer SECONDS' and 'signal'", on), 2;
+	}
 	if (find_agent(agent, sizeof agent) || prepare_dir(dir, absdir))
 		return 1;
 	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",

@@ -13,6 +13,7 @@
 static const cli_cmd commands[] = {
 	{ "run", cmd_run, "run a program under the agent and trace it" },
 	{ "stop", cmd_stop, "stop tracing a running process; its code is restored" },
+	{ "activate", cmd_activate, "start tracing now in a process whose agent waits" },
 	{ "analyze-binary", cmd_analyze_binary,
 	  "analyse ELF modules and fill the code-analysis repository" },
 	{ "replay", cmd_replay, "print each thread's calls as a tree (uftrace-like)" },
@@ -70,9 +71,10 @@ void cli_progress_end(void)
 	}
 }
 
-int cli_meta_end(const char *dir, char *why, size_t len)
+int cli_meta_get(const char *dir, const char *key, char *val, size_t len)
 {
 	char path[4200], line[4096];
+	size_t klen = strlen(key);
 	FILE *f;
 	int found = 0;
 
@@ -81,13 +83,18 @@ int cli_meta_end(const char *dir, char *why, size_t len)
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof line, f))
-		if (strncmp(line, TRACE_META_END " ", strlen(TRACE_META_END) + 1) == 0) {
-			snprintf(why, len, "%.500s", line + strlen(TRACE_META_END) + 1);
-			why[strcspn(why, "\n")] = '\0';
+		if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
+			snprintf(val, len, "%.500s", line + klen + 1);
+			val[strcspn(val, "\n")] = '\0';
 			found = 1;
 		}
 	fclose(f);
 	return found;
+}
+
+int cli_meta_end(const char *dir, char *why, size_t len)
+{
+	return cli_meta_get(dir, TRACE_META_END, why, len);
 }
 
 int main(int argc, char **argv)

@@ -12,6 +12,11 @@
  * returns here instead of to its caller.  It records the exit, asks the
  * agent for the real return address and jumps there with the return values
  * intact.
+ *
+ * ag_tramp_retpoint: a return stub (activate.c) jumps here with r11 = its
+ * slot.  Like ag_tramp_return, with ag_retpoint(slot) naming the real
+ * return address.  (r11 is free at a return point: the ABI lets a callee
+ * clobber it.)
  */
 	.text
 
@@ -98,5 +103,22 @@ ag_tramp_return:
 	ret
 	.cfi_endproc
 	.size	ag_tramp_return, .-ag_tramp_return
+
+	.globl	ag_tramp_retpoint
+	.hidden	ag_tramp_retpoint
+	.type	ag_tramp_retpoint, @function
+ag_tramp_retpoint:
+	.cfi_startproc
+	.cfi_undefined rip
+	endbr64
+	push	$0			/* becomes the real return address */
+	SAVE_ALL
+	mov	%r11, %rdi
+	call	ag_retpoint
+	mov	%rax, 12*8(%rbp)
+	RESTORE_ALL
+	ret
+	.cfi_endproc
+	.size	ag_tramp_retpoint, .-ag_tramp_retpoint
 
 	.section .note.GNU-stack,"",@progbits

@@ -478,6 +478,64 @@ def case_stress_sigblock(sptrace, prog, tmp):
         check(rings, "sigblock stress --on 'call f0' run %d: never activated" % i)
 
 
+MIDRUN_FUNCS = {"main", "midrun", "outer", "middle", "after", "reader", "napper", "after_wake"}
+MIDRUN_WANT = sorted([
+    "main() {;  midrun() {;    outer() {;      middle() {;      } /* middle */;"
+    "    } /* outer */;    after() {;    } /* after */;  } /* midrun */;} /* main */",
+    "reader() {;  after_wake() {;  } /* after_wake */;} /* reader */",
+    "napper() {;  after_wake() {;  } /* after_wake */;} /* napper */"])
+
+
+def check_midrun(sptrace, tdir, native, trace, what):
+    """Activation while main is inside outer() -> middle() and two threads
+    sleep in read() and nanosleep(): the sleepers see no EINTR and sleep
+    their full time (the output says so), the functions already running open
+    the trees and close with their real returns (return stubs), and what
+    runs afterwards is traced."""
+    same_behaviour(native, trace, what)
+    trees = per_thread_trees(sptrace, tdir, MIDRUN_FUNCS)
+    check(trees == MIDRUN_WANT, "%s: per-thread trees\n%s\nwant\n%s" %
+          (what, "\n".join(trees), "\n".join(MIDRUN_WANT)))
+    log = open(os.path.join(tdir, "agent.log")).read()
+    check("breakpoint after its system call" in log,
+          "%s: no sleeping thread was reached by a breakpoint:\n%s" % (what, log))
+
+
+def case_midrun(sptrace, prog, tmp):
+    native = run([prog, "midrun"])
+    check(native.stdout == "midrun 471\n", "native midrun: %r" % native.stdout)
+    tdir = os.path.join(tmp, "timer")
+    trace = traced(sptrace, tdir, [prog, "midrun"], on="timer 0.3")
+    check_midrun(sptrace, tdir, native, trace, "--on 'timer 0.3'")
+    check("activated" in open(os.path.join(tdir, "meta")).read(), "no 'activated' line in meta")
+
+    # --on signal: nothing happens until `sptrace activate PID`.
+    tdir = os.path.join(tmp, "signal")
+    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--on", "signal", "--", prog, "midrun"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
+    pid = None
+    for _ in range(500):
+        try:
+            pid = [l.split()[1] for l in open(os.path.join(tdir, "meta")) if l.startswith("pid ")][0]
+            break
+        except (OSError, IndexError):
+            time.sleep(0.01)
+    check(pid, "--on signal: the agent never wrote its pid")
+    time.sleep(0.3)
+    check(not [f for f in os.listdir(tdir) if f.startswith("ring.")],
+          "--on signal: records before sptrace activate")
+    a = run([sptrace, "activate", pid])
+    check(a.returncode == 0 and "tracing" in a.stdout,
+          "sptrace activate %s: %d %r %r" % (pid, a.returncode, a.stdout, a.stderr))
+    out, err = p.communicate(timeout=60)
+    trace = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    check_midrun(sptrace, tdir, native, trace, "--on signal + sptrace activate")
+    a = run([sptrace, "activate", pid])
+    check(a.returncode == 1 and ("no such process" in a.stderr or "has exited" in a.stderr),
+          "sptrace activate of an exited pid: %d %r" % (a.returncode, a.stderr))
+
+
 def case_errors(sptrace, tmp):
     r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
     check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
@@ -486,8 +544,17 @@ def case_errors(sptrace, tmp):
     check(not os.path.exists(os.path.join(tmp, "t")), "missing program: a trace directory was left")
     r = run([sptrace, "run", "--on", "bogus", "--", "/bin/true"])
     check(r.returncode == 2 and "unknown event 'bogus'" in r.stderr, "bad --on: %r" % r.stderr)
+    r = run([sptrace, "run", "--on", "timer soon", "--", "/bin/true"])
+    check(r.returncode == 2 and "give the delay in seconds" in r.stderr, "bad timer: %r" % r.stderr)
     r = run([sptrace, "run"])
     check(r.returncode == 2 and "no program given" in r.stderr, "no program: %r" % r.stderr)
+    r = run([sptrace, "activate", "abc"])
+    check(r.returncode == 1 and "'abc' is not a process id" in r.stderr, "activate abc: %r" % r.stderr)
+    r = run([sptrace, "activate", "1"])
+    check(r.returncode == 1 and "pid 1 is not traced by sptrace" in r.stderr,
+          "activate 1: %r" % r.stderr)
+    r = run([sptrace, "activate", "--help"])
+    check(r.returncode == 0 and "usage: sptrace activate" in r.stdout, "activate --help")
     r = run([sptrace, "run", "--help"])
     check(r.returncode == 0 and "usage: sptrace run" in r.stdout, "run --help")
 
@@ -515,6 +582,8 @@ def main():
             case_python(sptrace, tmp)
         elif case == "stress":
             case_stress(sptrace, sys.argv[3], tmp)
+        elif case == "midrun":
+            case_midrun(sptrace, sys.argv[3], tmp)
         elif case == "stress-sigblock":
             case_stress_sigblock(sptrace, sys.argv[3], tmp)
         elif case == "debian":

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <sys/time.h>
+#include <time.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -181,6 +182,85 @@ KEEP int threads(void)
 	return (int)sum;
 }
 
+/*
+ * Activation in mid-run (--on 'timer S' / signal): when it comes, main is
+ * inside outer() -> middle(), one thread is blocked in read() and one in
+ * nanosleep().  The sleepers must not notice (no EINTR, the full sleep) and
+ * everything they do after waking is traced.
+ */
+static int wake_pipe[2];
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+KEEP int after_wake(int x) { return leaf(x) + 1; }
+
+KEEP void *reader(void *arg)
+{
+	char c;
+
+	(void)arg;
+	if (read(wake_pipe[0], &c, 1) != 1)
+		return (void *)-1L;
+	return (void *)(long)after_wake(c);
+}
+
+KEEP void *napper(void *arg)
+{
+	struct timespec d = { 1, 200000000 };
+	double t0 = now_s();
+
+	(void)arg;
+	if (nanosleep(&d, NULL) != 0 || now_s() - t0 < 1.2)
+		return (void *)-1L;
+	return (void *)(long)after_wake(2);
+}
+
+KEEP long inner(long i) { return leaf((int)(i & 7)); }
+
+KEEP long middle(double seconds)
+{
+	double end = now_s() + seconds;
+	long s = 0;
+
+	struct timespec ms = { 0, 1000000 };
+
+	while (now_s() < end) {
+		for (int i = 0; i < 100; i++)
+			s += inner(i) & 1;
+		nanosleep(&ms, NULL);
+	}
+	return s;
+}
+
+KEEP long outer(double seconds) { return middle(seconds) > 0; }
+
+KEEP void after(void) { leaf(5); }
+
+KEEP int midrun(void)
+{
+	pthread_t r, n;
+	void *rv, *nv;
+	long o;
+
+	if (pipe(wake_pipe) != 0)
+		return -1;
+	pthread_create(&r, NULL, reader, NULL);
+	pthread_create(&n, NULL, napper, NULL);
+	o = outer(0.8);
+	after();
+	if (write(wake_pipe[1], "\x05", 1) != 1)
+		return -1;
+	pthread_join(r, &rv);
+	pthread_join(n, &nv);
+	return (int)o + (int)(long)rv * 10 + (int)(long)nv * 100;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "nest";
@@ -211,6 +291,8 @@ int main(int argc, char **argv)
 		       next_sym_call("puts") ? "found" : "missing", h ? "ok" : dlerror());
 	} else if (strcmp(what, "threads") == 0) {
 		printf("%d\n", threads());
+	} else if (strcmp(what, "midrun") == 0) {
+		printf("midrun %d\n", midrun());
 	} else if (strcmp(what, "spin") == 0) {
 		printf("spinning\n");
 		fflush(stdout);

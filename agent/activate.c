@@ -1,0 +1,466 @@
+/*
+ * activate.c — starting to trace in the middle of a run (`--on timer S`,
+ * `--on signal` with `sptrace activate PID`): every thread is already deep
+ * in its calls, and tracing must pick them up where they are.
+ *
+ * One thread cannot read another's registers in-process, so each thread
+ * walks its own stack, in the agent's SIGTRAP handler, and the control
+ * thread only makes every other thread take that trap:
+ *
+ *   - a thread blocked in a system call (/proc/self/task/T/syscall names
+ *     one) gets a hardware breakpoint bound to it at the instruction after
+ *     the syscall: the call completes exactly as it would have (no EINTR, no
+ *     restart) and the trap fires on its way back to the program;
+ *   - a running thread gets a SIGTRAP queued with rt_tgsigqueueinfo, code
+ *     SI_QUEUE and a value only the agent uses.  (A thread that enters a
+ *     system call between the check and the signal sees that call end as a
+ *     handled signal would end it: read/write/accept/futex restart, while
+ *     poll/epoll_wait/nanosleep return EINTR.  The window is microseconds.)
+ *
+ * The handler walks from the interrupted context with libunwind (CFI: -O2
+ * code without frame pointers is fine) and, for each frame in a traced
+ * module from the outermost traced one (main, or the function a thread
+ * started in) inwards:
+ *
+ *   1. records an ENTRY of the function's root site, with the activation
+ *      time: the call began before the trace, the tree opens there;
+ *   2. instruments the function, so its further calls are traced;
+ *   3. replaces the frame's return address (CFA - 8) with a return stub,
+ *      which records the matching EXIT and jumps to the real return address.
+ *
+ * Return stubs are slots of a pool like patch areas (pool.c), so each has an
+ * FDE: "CFA = rsp, rip = the word at slot + AG_SLOT_RA", that word holding
+ * the real return address - 1 (the slot is a signal frame, see unwind.c).
+ * C++ exceptions, pthread_exit and backtrace() thus unwind through a stub as
+ * through the original return address.  The return address written is
+ * slot + 1 (a nop at the slot's start), so the unwinder, which looks up
+ * "return address - 1", lands in the stub's own FDE.
+ *
+ *   slot + 0    nop
+ *   slot + 1    movabs $slot, %r11 ; jmp *ag_tramp_retpoint
+ *   slot + 64   the root site id (u32)
+ *   slot + AG_SLOT_RA   real return address - 1
+ *
+ * A stub is the thread's until it runs (ag_retpoint) or until a stub outer
+ * to it runs after a longjmp or an exception skipped it: each thread keeps
+ * its stubs in stack order, and a stub that runs retires the inner ones
+ * left behind, recording their exits.  Retired slots are reused.
+ */
+#define UNW_LOCAL_ONLY
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libunwind.h>
+#include <linux/hw_breakpoint.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#define MAX_FRAMES 256
+#define STUB_SLOTS 2048
+#define STUB_SITE 64
+#define SHADOW_MAX 512
+#define MAX_BPS 1024
+
+/* What the queued SIGTRAP carries; nothing else sends this value. */
+static const char activate_magic[] = "sptrace-activate";
+
+/* ---- return stubs ---- */
+
+static ag_pool *stub_pool;
+static uint64_t *stub_free;       /* rx addresses of free slots */
+static uint32_t stub_nfree;
+static volatile int stub_lock;
+static uint8_t *stub_rw0, *stub_rx0;   /* the pool's first stub slot, both views */
+
+typedef struct frame {
+	uint64_t ip, sp;
+	bool exact;       /* ip is where the thread stands, not a return address */
+	bool signal;      /* a signal frame (the kernel's sigreturn trampoline) */
+} frame;
+
+/* Per thread, made at its first walk (signal handlers may run on small
+ * stacks: the walk keeps its frames here). */
+typedef struct shadow {
+	uint32_t n;
+	uint64_t slot[SHADOW_MAX];        /* the thread's stubs, outermost first */
+	frame f[MAX_FRAMES];
+	ag_module *fm[MAX_FRAMES];
+	uint32_t ff[MAX_FRAMES];
+} shadow;
+
+static __thread shadow *thread_stubs __attribute__((tls_model("initial-exec")));
+
+static void slock(void)
+{
+	while (__atomic_exchange_n(&stub_lock, 1, __ATOMIC_ACQUIRE))
+		__builtin_ia32_pause();
+}
+
+static void sunlock(void)
+{
+	__atomic_store_n(&stub_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Made at start (pool creation registers unwind information, which must
+ * not happen from a signal handler). */
+int ag_activate_init(void)
+{
+	uint8_t *rx, *rw;
+
+	stub_pool = ag_pool_near((uint64_t)(uintptr_t)ag_tramp_retpoint,
+				 (uint64_t)(uintptr_t)ag_tramp_retpoint + 1, STUB_SLOTS + 1, 0);
+	stub_free = ag_alloc(STUB_SLOTS * sizeof *stub_free);
+	if (!stub_pool || !stub_free)
+		return -1;
+	while (stub_nfree < STUB_SLOTS && ag_pool_code(stub_pool, AG_AREA_MAX, &rx, &rw)) {
+		if (!stub_rw0) {
+			stub_rw0 = rw;
+			stub_rx0 = rx;
+		}
+		stub_free[stub_nfree++] = (uint64_t)(uintptr_t)rx;
+	}
+	return 0;
+}
+
+static uint8_t *stub_rw(uint64_t rx)
+{
+	return stub_rw0 + (rx - (uint64_t)(uintptr_t)stub_rx0);
+}
+
+/* A free slot, its code written (the same bytes at every use; written
+ * here rather than at start so that only slots in use take memory). */
+static uint64_t stub_get(void)
+{
+	uint64_t s = 0, tramp = (uint64_t)(uintptr_t)ag_tramp_retpoint;
+	uint8_t *p;
+
+	slock();
+	if (stub_nfree)
+		s = stub_free[--stub_nfree];
+	sunlock();
+	if (!s)
+		return 0;
+	p = stub_rw(s);
+	*p++ = 0x90;                                     /* nop */
+	*p++ = 0x49; *p++ = 0xbb;                        /* movabs $slot, %r11 */
+	memcpy(p, &s, 8); p += 8;
+	*p++ = 0xff; *p++ = 0x25;                        /* jmp *0(%rip) */
+	memset(p, 0, 4); p += 4;
+	memcpy(p, &tramp, 8);
+	return s;
+}
+
+static void stub_put(uint64_t s)
+{
+	slock();
+	if (stub_nfree < STUB_SLOTS)
+		stub_free[stub_nfree++] = s;
+	sunlock();
+}
+
+static uint32_t stub_site(uint64_t s)
+{
+	uint32_t id;
+
+	memcpy(&id, (const void *)(uintptr_t)(s + STUB_SITE), 4);
+	return id;
+}
+
+/*
+ * A stub ran: the frame it stood for has returned.  Called from
+ * ag_tramp_retpoint with the slot; returns where the frame really returns.
+ */
+uint64_t ag_retpoint(uint64_t slot)
+{
+	trace_ring_header *ring = ag_enter();
+	shadow *sh = thread_stubs;
+	uint64_t ra;
+	uint32_t k;
+
+	memcpy(&ra, (const void *)(uintptr_t)(slot + AG_SLOT_RA), 8);
+	ra += 1;
+	if (sh) {
+		for (k = sh->n; k > 0 && sh->slot[k - 1] != slot; k--)
+			;
+		if (k > 0) {
+			/* Inner stubs left behind by a longjmp or an exception:
+			 * their frames are gone. */
+			for (uint32_t j = sh->n; j > k; j--) {
+				if (ag_active() && ring)
+					ag_ring_put(ring, TRACE_EXIT, stub_site(sh->slot[j - 1]));
+				stub_put(sh->slot[j - 1]);
+			}
+			sh->n = k - 1;
+		}
+	}
+	if (ag_active() && ring)
+		ag_ring_put(ring, TRACE_EXIT, stub_site(slot));
+	stub_put(slot);
+	ag_leave(ring);
+	return ra;
+}
+
+/* ---- the walk, in the thread's SIGTRAP handler ---- */
+
+/* Functions that start a process or a thread never return: the walk stops
+ * below them. */
+static bool is_start(const char *name)
+{
+	static const char *const starts[] = {
+		"_start", "__libc_start_main", "__libc_start_main_impl", "__libc_start_call_main",
+		"start_thread", "clone3", "__clone3", "clone", "__clone", "__clone_internal",
+	};
+
+	for (size_t i = 0; i < sizeof starts / sizeof *starts; i++)
+		if (strcmp(name, starts[i]) == 0)
+			return true;
+	return false;
+}
+
+static void walk(ucontext_t *uc)
+{
+	unw_cursor_t c;
+	trace_ring_header *ring;
+	int n = 0, top, stubs = 0, entered = 0;
+	bool exact = true;
+
+	if (ag_busy()) {
+		ag_log("activation: thread %ld was inside the agent; it joins at its next traced call",
+		       (long)syscall(SYS_gettid));
+		return;
+	}
+	ring = ag_enter();
+	/* A thread without records yet (the rule at a first activation) gets
+	 * its ring now, and the calls it was in open at the activation time:
+	 * a thread that slept through it was in them then. */
+	uint64_t t = ag_rdtsc();
+
+	if (!ring) {
+		ring = ag_ring_create();
+		if (ring && ag_activation_tsc && ag_activation_tsc < t) {
+			t = ag_activation_tsc;
+			ring->start_tsc = t;
+		}
+	}
+	if (!ring) {
+		ag_leave(ring);
+		return;
+	}
+	if (!thread_stubs)
+		thread_stubs = ag_alloc(sizeof *thread_stubs);
+	if (!thread_stubs) {
+		ag_leave(ring);
+		return;
+	}
+	frame *f = thread_stubs->f;
+	ag_module **fm = thread_stubs->fm;
+	uint32_t *ff = thread_stubs->ff;
+
+	ag_ring_put_at(ring, TRACE_EVENT, TRACE_EV_ACTIVATE, t);
+	if (unw_init_local2(&c, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+		do {
+			unw_word_t ip = 0, sp = 0;
+
+			unw_get_reg(&c, UNW_REG_IP, &ip);
+			unw_get_reg(&c, UNW_REG_SP, &sp);
+			f[n] = (frame){ ip, sp, exact, unw_is_signal_frame(&c) > 0 };
+			exact = f[n].signal;
+			n++;
+		} while (n < MAX_FRAMES && unw_step(&c) > 0);
+	}
+	/* Which frames are traced functions, up to the first start function. */
+	for (top = 0; top < n; top++) {
+		uint64_t at = f[top].exact ? f[top].ip : f[top].ip - 1;
+		ag_module *m = ag_module_of(at);
+		uint32_t func = m && !f[top].signal ? ca_func_at(m->ca, at - m->bias) : CA_NONE;
+
+		fm[top] = m;
+		ff[top] = func;
+		if (func != CA_NONE &&
+		    is_start(ca_str(m->ca, ca_module_funcs(m->ca, NULL)[func].name)))
+			break;
+	}
+	/* Outermost first: the tree opens in call order. */
+	for (int i = top - 1; i >= 0; i--) {
+		uint64_t slot_addr, stub;
+		uint32_t site;
+
+		if (ff[i] == CA_NONE)
+			continue;
+		site = ag_site_root(fm[i], ff[i]);
+		ag_ring_put_at(ring, TRACE_ENTRY, site, t);
+		entered++;
+		ag_instrument(fm[i], ff[i]);
+		/* The return address of frame i lies just below the CFA, which
+		 * is the stack pointer of frame i+1; it must hold frame i+1's ip. */
+		if (i + 1 >= n || f[i + 1].exact || f[i].signal)
+			continue;
+		slot_addr = f[i + 1].sp - 8;
+		if (*(uint64_t *)(uintptr_t)slot_addr != f[i + 1].ip ||
+		    thread_stubs->n >= SHADOW_MAX || !(stub = stub_get())) {
+			ag_log("activation: frame %d of thread %ld keeps its return address; its "
+			       "exit will not be recorded", i, (long)syscall(SYS_gettid));
+			continue;
+		}
+		{
+			uint8_t *rw = stub_rw(stub);
+			uint64_t ra = f[i + 1].ip - 1;
+
+			memcpy(rw + STUB_SITE, &site, 4);
+			memcpy(rw + AG_SLOT_RA, &ra, 8);
+		}
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		thread_stubs->slot[thread_stubs->n++] = stub;
+		*(uint64_t *)(uintptr_t)slot_addr = stub + 1;
+		stubs++;
+	}
+	ag_log("activation: thread %ld walked %d frames, %d traced functions entered, %d return "
+	       "stubs", (long)syscall(SYS_gettid), n, entered, stubs);
+	ag_leave(ring);
+}
+
+/* ---- making every thread walk (control thread) ---- */
+
+typedef struct bp {
+	volatile int tid;          /* 0: free */
+	uint64_t addr;
+	int fd;
+} bp;
+
+static bp bps[MAX_BPS];
+
+/* A breakpoint at `addr` for thread `tid` only. */
+static bool arm_thread_bp(int tid, uint64_t addr)
+{
+	struct perf_event_attr a;
+	int fd;
+
+	memset(&a, 0, sizeof a);
+	a.type = PERF_TYPE_BREAKPOINT;
+	a.size = sizeof a;
+	a.bp_type = HW_BREAKPOINT_X;
+	a.bp_addr = addr;
+	a.bp_len = sizeof(long);
+	a.sample_period = 1;
+	a.sigtrap = 1;
+	a.remove_on_exec = 1;
+	a.exclude_kernel = 1;
+	a.exclude_hv = 1;
+	a.disabled = 1;
+	fd = (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0)
+		return false;
+	for (int i = 0; i < MAX_BPS; i++)
+		if (__atomic_load_n(&bps[i].tid, __ATOMIC_ACQUIRE) == 0) {
+			bps[i].addr = addr;
+			bps[i].fd = fd;
+			__atomic_store_n(&bps[i].tid, tid, __ATOMIC_RELEASE);
+			ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+			return true;
+		}
+	close(fd);
+	return false;
+}
+
+static bool queue_trap(int tid)
+{
+	siginfo_t si;
+
+	memset(&si, 0, sizeof si);
+	si.si_signo = SIGTRAP;
+	si.si_code = SI_QUEUE;
+	si.si_pid = getpid();
+	si.si_uid = getuid();
+	si.si_value.sival_ptr = (void *)activate_magic;
+	return syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, SIGTRAP, &si) == 0;
+}
+
+/* Thread `tid`: blocked in a system call (breakpoint after it) or running
+ * (a queued SIGTRAP). */
+static const char *reach(int tid)
+{
+	char path[64], buf[512];
+	unsigned long nr, args[6], sp, pc;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n > 0) {
+		buf[n] = '\0';
+		if (sscanf(buf, "%lu %lx %lx %lx %lx %lx %lx %lx %lx", &nr, &args[0], &args[1],
+			   &args[2], &args[3], &args[4], &args[5], &sp, &pc) == 9 &&
+		    arm_thread_bp(tid, pc))
+			return "breakpoint after its system call";
+	}
+	return queue_trap(tid) ? "signal" : NULL;
+}
+
+/*
+ * Activate now (the control thread, on the timer or `sptrace activate`):
+ * every thread but this one walks its stack.  Threads created later are
+ * traced from their start routine (threads.c).
+ */
+void ag_activate_running(void)
+{
+	int self = (int)syscall(SYS_gettid), nthreads = 0;
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		int tid = atoi(de->d_name);
+		const char *how;
+
+		if (tid <= 0 || tid == self)
+			continue;
+		how = reach(tid);
+		nthreads++;
+		if (how)
+			ag_log("activation: thread %d reached by %s", tid, how);
+		else
+			ag_log("activation: thread %d cannot be reached (%s); it joins at its first "
+			       "traced call", tid, strerror(errno));
+	}
+	if (d)
+		closedir(d);
+	ag_log("activation: %d threads asked to walk their stacks", nthreads);
+}
+
+/*
+ * From the SIGTRAP handler: is this trap one of the activation's?  Then the
+ * thread walks (and the interrupted code resumes where it was).
+ */
+bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
+{
+	if (si->si_code == SI_QUEUE && si->si_pid == getpid() &&
+	    si->si_value.sival_ptr == (void *)activate_magic) {
+		walk(uc);
+		return true;
+	}
+	if (si->si_code == TRAP_PERF) {
+		int tid = (int)syscall(SYS_gettid);
+		uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+
+		for (int i = 0; i < MAX_BPS; i++)
+			if (__atomic_load_n(&bps[i].tid, __ATOMIC_ACQUIRE) == tid && bps[i].addr == pc) {
+				ioctl(bps[i].fd, PERF_EVENT_IOC_DISABLE, 0);
+				close(bps[i].fd);
+				__atomic_store_n(&bps[i].tid, 0, __ATOMIC_RELEASE);
+				walk(uc);
+				return true;
+			}
+	}
+	return false;
+}

@@ -44,7 +44,8 @@
  * A stub is the thread's until it runs (ag_retpoint) or until a stub outer
  * to it runs after a longjmp or an exception skipped it: each thread keeps
  * its stubs in stack order, and a stub that runs retires the inner ones
- * left behind, recording their exits.  Retired slots are reused.
+ * left behind (no exit is recorded for them: their calls were unwound).
+ * Retired slots are reused.
  */
 #define UNW_LOCAL_ONLY
 #include <dirent.h>
@@ -193,12 +194,10 @@ uint64_t ag_retpoint(uint64_t slot)
 			;
 		if (k > 0) {
 			/* Inner stubs left behind by a longjmp or an exception:
-			 * their frames are gone. */
-			for (uint32_t j = sh->n; j > k; j--) {
-				if (ag_active() && ring)
-					ag_ring_put(ring, TRACE_EXIT, stub_site(sh->slot[j - 1]));
+			 * their frames are gone, without an exit (the replay marks
+			 * them unwound when this exit closes the outer call). */
+			for (uint32_t j = sh->n; j > k; j--)
 				stub_put(sh->slot[j - 1]);
-			}
 			sh->n = k - 1;
 		}
 	}

@@ -56,6 +56,9 @@ typedef struct ag_module {
 	ca_module *ca;           /* functions and sites (read only once loaded) */
 	uint8_t *func_state;     /* one byte per function: AG_FUNC_* */
 	struct ag_pool *pool;    /* patch areas for this module's sites */
+	/* A function's .cold/.part fragments (its code, placed elsewhere): the
+	 * first, then each one's next; CA_NONE ends.  NULL when unknown. */
+	uint32_t *first_fragment, *next_fragment;
 } ag_module;
 
 enum {

@@ -549,6 +549,11 @@ int ag_instrument(ag_module *m, uint32_t func)
 	/* Published last: areas that test this flag now go straight to F. */
 	__atomic_store_n(&m->func_state[func], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
 	unlock();
+	/* F's .cold/.part pieces are F's code too (reached by jumps, never
+	 * through a call site): their calls are F's calls. */
+	if (m->first_fragment)
+		for (uint32_t c = m->first_fragment[func]; c != CA_NONE; c = m->next_fragment[c])
+			rc |= ag_instrument(m, c);
 	return rc;
 }
 

@@ -210,6 +210,22 @@ bool ag_module_ready(ag_module *m)
 				       nfuncs + st->nsites * 16u);
 		if (m->pool) {
 			uint8_t *fs = ag_pool_data(m->pool, nfuncs ? nfuncs : 1);
+			const ca_func *f = ca_module_funcs(m->ca, NULL);
+
+			/* Each function's .cold/.part fragments, chained. */
+			m->first_fragment = ag_alloc((nfuncs ? nfuncs : 1) * sizeof(uint32_t));
+			m->next_fragment = ag_alloc((nfuncs ? nfuncs : 1) * sizeof(uint32_t));
+			if (m->first_fragment && m->next_fragment) {
+				memset(m->first_fragment, 0xff, nfuncs * sizeof(uint32_t));
+				for (uint32_t i = 0; i < nfuncs; i++)
+					if ((f[i].flags & CA_FUNC_FRAGMENT) && f[i].parent < nfuncs &&
+					    f[i].parent != i) {
+						m->next_fragment[i] = m->first_fragment[f[i].parent];
+						m->first_fragment[f[i].parent] = i;
+					}
+			} else {
+				m->first_fragment = NULL;
+			}
 			__atomic_store_n(&m->func_state, fs, __ATOMIC_RELEASE);
 		}
 	}

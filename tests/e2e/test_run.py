@@ -230,6 +230,36 @@ def case_exceptions(sptrace, prog, tmp):
           "the frames the exception unwound are not marked in the replay")
 
 
+def case_exceptions_midrun(sptrace, prog, tmp):
+    """Tracing begins while s3 sleeps under s2, s1 and catcher_slow, whose
+    return addresses become return stubs; s3 then throws: the exception
+    must unwind through the stubs (their unwind information), run every
+    destructor and be caught, and the replay must show the frames unwound."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "midrun"])
+    check("caught: late 1" in native.stdout and native.returncode == 5,
+          "native: %d %r" % (native.returncode, native.stdout))
+    trace = traced(sptrace, tdir, [prog, "midrun"], on="timer 0.3")
+    same_behaviour(native, trace, os.path.basename(prog) + " midrun")
+    log = open(os.path.join(tdir, "agent.log")).read()
+    check(re.search(r"walked \d+ frames, \d+ traced functions entered, [1-9]\d* return stubs", log),
+          "no return stubs were placed:\n" + log)
+    tree = [re.sub(r"_Z\d+([a-z0-9_]+?)i\(\)", r"\1()", l) for l in replay_tree(sptrace, tdir)]
+    # main() opens the tree at -O0; at -O2 it tail-calls catcher_slow.
+    top = [l for l in tree if l.strip() == "catcher_slow() {"]
+    check(top, "catcher_slow is missing from the replay:\n" + "\n".join(tree))
+    pad = top[0][:len(top[0]) - len(top[0].lstrip())]
+    for depth, fn in enumerate(["s1() {", "s2() {", "s3() {"]):
+        check(any(l == pad + "  " * (depth + 1) + fn for l in tree),
+              "no '%s' under catcher_slow in the replay:\n%s" % (fn, "\n".join(tree)))
+    check(any("/* s1 (no exit: unwound by longjmp or exception) */" in l for l in tree),
+          "s1, unwound by the exception, is not marked:\n" + "\n".join(tree))
+    check(any(l == pad + "} /* catcher_slow */" for l in tree),
+          "catcher_slow's return (through its stub) is missing:\n" + "\n".join(tree))
+    check(any(l.strip() == "catcher() {" for l in tree),
+          "the handler's call of catcher() is not traced:\n" + "\n".join(tree))
+
+
 def case_python(sptrace, tmp):
     py = "/usr/bin/python3.11"
     if not os.path.exists(py):
@@ -576,6 +606,8 @@ def main():
             case_conf(sptrace, sys.argv[3], case, tmp)
         elif case == "exceptions":
             case_exceptions(sptrace, sys.argv[3], tmp)
+        elif case == "exceptions-midrun":
+            case_exceptions_midrun(sptrace, sys.argv[3], tmp)
         elif case == "python-dlopen":
             case_python_dlopen(sptrace, tmp)
         elif case == "python":

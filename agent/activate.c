@@ -54,6 +54,7 @@
 #include <libunwind.h>
 #include <linux/hw_breakpoint.h>
 #include <linux/perf_event.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,9 +94,11 @@ typedef struct frame {
 typedef struct shadow {
 	uint32_t n;
 	uint64_t slot[SHADOW_MAX];        /* the thread's stubs, outermost first */
+	uint64_t loc[SHADOW_MAX];         /* where each one stands in for a return address */
 	frame f[MAX_FRAMES];
 	ag_module *fm[MAX_FRAMES];
 	uint32_t ff[MAX_FRAMES];
+	ucontext_t area_uc;               /* where the walk goes on past an area */
 } shadow;
 
 static __thread shadow *thread_stubs __attribute__((tls_model("initial-exec")));
@@ -210,6 +213,71 @@ uint64_t ag_retpoint(uint64_t slot)
 
 /* ---- the walk, in the thread's SIGTRAP handler ---- */
 
+/* Stubs of an earlier activation still on the stack go back to the real
+ * return addresses before the walk (libunwind cannot step through a stub);
+ * the walk puts new ones.  Live frames lie above the interrupted stack
+ * pointer; the others were unwound. */
+static void unstub(shadow *sh, uint64_t rsp)
+{
+	for (uint32_t i = sh->n; i > 0; i--) {
+		uint64_t stub = sh->slot[i - 1], loc = sh->loc[i - 1];
+
+		if (loc >= rsp && *(volatile uint64_t *)(uintptr_t)loc == stub + 1) {
+			uint64_t ra;
+
+			memcpy(&ra, (const void *)(uintptr_t)(stub + AG_SLOT_RA), 8);
+			*(volatile uint64_t *)(uintptr_t)loc = ra + 1;
+		}
+		stub_put(stub);
+	}
+	sh->n = 0;
+}
+
+/* Is ip inside a call area?  Then *site gets the id its exit records and
+ * *ret the caller's return address. */
+static bool in_area(uint64_t ip, uint32_t *site, uint64_t *ret)
+{
+	uint64_t slot = ip & ~(uint64_t)(AG_AREA_MAX - 1), magic, id;
+
+	if (!ag_pool_holds(ip))
+		return false;
+	memcpy(&magic, (const void *)(uintptr_t)(slot + AG_SLOT_MAGIC), 8);
+	if (magic != AG_SLOT_MAGIC_VALUE)
+		return false;
+	memcpy(&id, (const void *)(uintptr_t)(slot + AG_SLOT_SITE), 8);
+	memcpy(ret, (const void *)(uintptr_t)(slot + AG_SLOT_RET), 8);
+	*site = (uint32_t)id;
+	return true;
+}
+
+/* The cursor stands in an area (ip, sp): restart it at the area's caller
+ * with the same callee-saved registers (the area is a frame of size zero
+ * that saves nothing, see unwind.c). */
+static bool area_caller(unw_cursor_t *c, uint64_t ip, uint64_t sp)
+{
+	static const struct { int unw, greg; } regs[] = {
+		{ UNW_X86_64_RBX, REG_RBX }, { UNW_X86_64_RBP, REG_RBP }, { UNW_X86_64_R12, REG_R12 },
+		{ UNW_X86_64_R13, REG_R13 }, { UNW_X86_64_R14, REG_R14 }, { UNW_X86_64_R15, REG_R15 },
+	};
+	shadow *sh = thread_stubs;
+	ucontext_t *uc = &sh->area_uc;
+	uint64_t ret;
+	uint32_t site;
+
+	if (!in_area(ip, &site, &ret))
+		return false;
+	memset(uc, 0, sizeof *uc);
+	for (size_t i = 0; i < sizeof regs / sizeof *regs; i++) {
+		unw_word_t v = 0;
+
+		unw_get_reg(c, regs[i].unw, &v);
+		uc->uc_mcontext.gregs[regs[i].greg] = (greg_t)v;
+	}
+	uc->uc_mcontext.gregs[REG_RSP] = (greg_t)sp;
+	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)ret;
+	return unw_init_local2(c, (unw_context_t *)uc, 0) == 0;
+}
+
 /* Functions that start a process or a thread never return: the walk stops
  * below them. */
 static bool is_start(const char *name)
@@ -225,18 +293,40 @@ static bool is_start(const char *name)
 	return false;
 }
 
+/* Activations so far; the one a thread last walked for.  A thread walks
+ * once per activation, whichever of its signal or breakpoint comes first
+ * (a standard signal does not queue: one sent while an older one is still
+ * pending is lost, so a late one may stand for the newer activation). */
+static volatile uint32_t generation;
+static __thread uint32_t walked_gen __attribute__((tls_model("initial-exec")));
+/* Walks in progress: a stop waits for them, so that no walk records after
+ * the stop's DEACTIVATE event. */
+static volatile int walkers;
+
+static void walk_stack(ucontext_t *uc);
+
 static void walk(ucontext_t *uc)
+{
+	if (ag_busy()) {
+		ag_log("activation: thread %ld was inside the agent; it joins at its next traced call",
+		       (long)syscall(SYS_gettid));
+		return;
+	}
+	__atomic_add_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
+	if (ag_active() && walked_gen != __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) {
+		walked_gen = generation;
+		walk_stack(uc);
+	}
+	__atomic_sub_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
+}
+
+static void walk_stack(ucontext_t *uc)
 {
 	unw_cursor_t c;
 	trace_ring_header *ring;
 	int n = 0, top, stubs = 0, entered = 0;
 	bool exact = true;
 
-	if (ag_busy()) {
-		ag_log("activation: thread %ld was inside the agent; it joins at its next traced call",
-		       (long)syscall(SYS_gettid));
-		return;
-	}
 	ring = ag_enter();
 	/* A thread without records yet (the rule at a first activation) gets
 	 * its ring now, and the calls it was in open at the activation time:
@@ -265,16 +355,26 @@ static void walk(ucontext_t *uc)
 	uint32_t *ff = thread_stubs->ff;
 
 	ag_ring_put_at(ring, TRACE_EVENT, TRACE_EV_ACTIVATE, t);
+	unstub(thread_stubs, (uint64_t)uc->uc_mcontext.gregs[REG_RSP]);
 	if (unw_init_local2(&c, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
-		do {
+		for (;;) {
 			unw_word_t ip = 0, sp = 0;
 
 			unw_get_reg(&c, UNW_REG_IP, &ip);
 			unw_get_reg(&c, UNW_REG_SP, &sp);
 			f[n] = (frame){ ip, sp, exact, unw_is_signal_frame(&c) > 0 };
 			exact = f[n].signal;
-			n++;
-		} while (n < MAX_FRAMES && unw_step(&c) > 0);
+			if (++n >= MAX_FRAMES)
+				break;
+			if (unw_step(&c) > 0)
+				continue;
+			/* libunwind knows nothing of the agent's areas: a call in
+			 * flight from an earlier activation returns into one.  Go on
+			 * from the area's caller, as its unwind information says. */
+			if (!area_caller(&c, ip, sp))
+				break;
+			exact = false;
+		}
 	}
 	/* Which frames are traced functions, up to the first start function. */
 	for (top = 0; top < n; top++) {
@@ -290,11 +390,21 @@ static void walk(ucontext_t *uc)
 	}
 	/* Outermost first: the tree opens in call order. */
 	for (int i = top - 1; i >= 0; i--) {
-		uint64_t slot_addr, stub;
+		uint64_t slot_addr, stub, ret;
 		uint32_t site;
 
 		if (ff[i] == CA_NONE)
 			continue;
+		if (i + 1 < n && in_area(f[i + 1].ip, &site, &ret)) {
+			/* Called through an area (an earlier activation's call
+			 * still in flight): the area records the exit, under its
+			 * site id. */
+			if (site)
+				ag_ring_put_at(ring, TRACE_ENTRY, site, t);
+			entered++;
+			ag_instrument(fm[i], ff[i]);
+			continue;
+		}
 		site = ag_site_root(fm[i], ff[i]);
 		ag_ring_put_at(ring, TRACE_ENTRY, site, t);
 		entered++;
@@ -318,7 +428,8 @@ static void walk(ucontext_t *uc)
 			memcpy(rw + AG_SLOT_RA, &ra, 8);
 		}
 		__atomic_thread_fence(__ATOMIC_RELEASE);
-		thread_stubs->slot[thread_stubs->n++] = stub;
+		thread_stubs->slot[thread_stubs->n] = stub;
+		thread_stubs->loc[thread_stubs->n++] = slot_addr;
 		*(uint64_t *)(uintptr_t)slot_addr = stub + 1;
 		stubs++;
 	}
@@ -329,13 +440,21 @@ static void walk(ucontext_t *uc)
 
 /* ---- making every thread walk (control thread) ---- */
 
+/*
+ * Breakpoints armed for sleeping threads.  One that fired, or that a stop
+ * disarmed, stays in the table as retired (fd -1): its SIGTRAP may already
+ * be queued on its thread, and must still be recognised (and swallowed)
+ * when it arrives.  Entries are handed out round robin, so a retired one is
+ * reused only after MAX_BPS newer ones.
+ */
 typedef struct bp {
-	volatile int tid;          /* 0: free */
+	volatile int tid;          /* 0: never used */
 	uint64_t addr;
-	int fd;
+	volatile int fd;           /* -1: retired */
 } bp;
 
 static bp bps[MAX_BPS];
+static uint32_t bp_next;       /* control thread only */
 
 /* A breakpoint at `addr` for thread `tid` only. */
 static bool arm_thread_bp(int tid, uint64_t addr)
@@ -358,16 +477,42 @@ static bool arm_thread_bp(int tid, uint64_t addr)
 	fd = (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
 	if (fd < 0)
 		return false;
-	for (int i = 0; i < MAX_BPS; i++)
-		if (__atomic_load_n(&bps[i].tid, __ATOMIC_ACQUIRE) == 0) {
-			bps[i].addr = addr;
-			bps[i].fd = fd;
-			__atomic_store_n(&bps[i].tid, tid, __ATOMIC_RELEASE);
-			ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
-			return true;
-		}
+	for (int k = 0; k < MAX_BPS; k++) {
+		bp *b = &bps[bp_next++ % MAX_BPS];
+
+		if (b->tid && b->fd >= 0)
+			continue;               /* still armed */
+		__atomic_store_n(&b->tid, 0, __ATOMIC_RELEASE);
+		b->addr = addr;
+		b->fd = fd;
+		__atomic_store_n(&b->tid, tid, __ATOMIC_RELEASE);
+		ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+		return true;
+	}
 	close(fd);
 	return false;
+}
+
+/* Take a breakpoint out (it fired, or tracing stopped); the entry stays. */
+static void retire(bp *b)
+{
+	int fd = __atomic_exchange_n(&b->fd, -1, __ATOMIC_ACQ_REL);
+
+	if (fd >= 0) {
+		ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+		close(fd);
+	}
+}
+
+/* sptrace stop (control thread; tracing is already off): wait for walks in
+ * progress, and take out the breakpoints of threads still asleep. */
+void ag_activate_quiesce(void)
+{
+	while (__atomic_load_n(&walkers, __ATOMIC_SEQ_CST))
+		sched_yield();
+	for (int i = 0; i < MAX_BPS; i++)
+		if (bps[i].tid)
+			retire(&bps[i]);
 }
 
 static bool queue_trap(int tid)
@@ -415,6 +560,8 @@ static const char *reach(int tid)
 void ag_activate_running(void)
 {
 	int self = (int)syscall(SYS_gettid), nthreads = 0;
+
+	__atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *de;
 
@@ -454,9 +601,7 @@ bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 
 		for (int i = 0; i < MAX_BPS; i++)
 			if (__atomic_load_n(&bps[i].tid, __ATOMIC_ACQUIRE) == tid && bps[i].addr == pc) {
-				ioctl(bps[i].fd, PERF_EVENT_IOC_DISABLE, 0);
-				close(bps[i].fd);
-				__atomic_store_n(&bps[i].tid, 0, __ATOMIC_RELEASE);
+				retire(&bps[i]);
 				walk(uc);
 				return true;
 			}

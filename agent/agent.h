@@ -59,6 +59,7 @@ typedef struct ag_module {
 	/* A function's .cold/.part fragments (its code, placed elsewhere): the
 	 * first, then each one's next; CA_NONE ends.  NULL when unknown. */
 	uint32_t *first_fragment, *next_fragment;
+	struct site_saved **site_saved; /* per site: its patch, kept across activations */
 } ag_module;
 
 enum {
@@ -93,6 +94,7 @@ bool ag_active(void);                      /* activated and not stopped */
 bool ag_busy(void);                        /* agent code runs on this thread */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
 void ag_rings_close_all(void);
+void ag_rings_event_all(uint32_t event);   /* an event in every ring */
 int ag_rings_init(void);
 void ag_forked_child(void);                /* atfork: drop the parent's rings */
 int ag_threads_init(void);                 /* atfork handler */
@@ -111,6 +113,7 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data);
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
 uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable from the code */
 uint64_t ag_pool_tramp(ag_pool *p);            /* slow-path entry, rel32-reachable */
+bool ag_pool_holds(uint64_t addr);             /* addr is in some pool's code */
 
 /* ---- patch.c ---- */
 typedef struct ag_patch {
@@ -144,6 +147,7 @@ int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *ol
 /* ---- activate.c: activation in the middle of a run ---- */
 int ag_activate_init(void);            /* return-stub pool (at start) */
 void ag_activate_running(void);        /* control thread: every thread walks its stack */
+void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
 bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */
 
@@ -154,6 +158,8 @@ void ag_trap_hold(void);               /* raise SIGTRAP again when it unblocks i
 
 /* ---- instrument.c ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */
+int ag_instrument_stop(void);      /* deactivation: restore all, forget states */
+void ag_instrument_restart(void);  /* before a new activation */
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
 			 uint64_t *unresolved);
 uint32_t ag_site_root(ag_module *m, uint32_t func); /* site id for a root entry */
@@ -219,7 +225,8 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 #define AG_SLOT_RA (AG_AREA_MAX - 8)     /* S+len-1: the unwinder's return address */
 #define AG_SLOT_MAGIC (AG_AREA_MAX - 16) /* AG_SLOT_MAGIC_VALUE: this is a call area */
 #define AG_SLOT_RET (AG_AREA_MAX - 24)   /* S+len: the caller's real return address */
-#define AG_SLOT_CODE (AG_AREA_MAX - 24)  /* room for code */
+#define AG_SLOT_SITE (AG_AREA_MAX - 32)  /* the site id its exit records (0: varies) */
+#define AG_SLOT_CODE (AG_AREA_MAX - 32)  /* room for code */
 #define AG_SLOT_MAGIC_VALUE 0x5350545241524541ull /* "AERARTPS" */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
@@ -241,7 +248,7 @@ int ag_control_start(void);            /* FIFO, registry link, control thread */
 void ag_control_stop(void);
 
 /* ---- main.c ---- */
-void ag_deactivate(const char *why);   /* restore all code, end the trace */
+void ag_deactivate(const char *why);   /* restore all code; dormant again */
 void ag_activate_now(const char *why); /* mid-run activation (timer, sptrace activate) */
 extern uint64_t ag_activation_tsc;     /* when it happened */
 double ag_timer_seconds(void);         /* --on timer S: S, else < 0 */

@@ -12,9 +12,9 @@
  * allocate or wait for a disassembler.
  *
  *   stop     restore every patched byte (the text of every module is then
- *            identical to its file), close the rings, write "end stopped" to
- *            meta.  Threads inside patch areas finish their calls there: the
- *            pools stay mapped.
+ *            identical to its file) and go dormant; meta gets a "stopped"
+ *            line.  Threads inside patch areas finish their calls there: the
+ *            pools stay mapped.  The agent can be activated again.
  *   activate start tracing now, every thread from where it stands
  *            (activate.c); meta gets an "activated" line.
  *
@@ -37,6 +37,7 @@
 #include "registry.h"
 
 static char fifo[4200], link_path[512];
+static pid_t owner;             /* the process that registered them (not a forked child) */
 static volatile int control_ready;
 
 /* Wait for a command, checking for newly loaded modules meanwhile. */
@@ -99,11 +100,9 @@ static void *control_main(void *arg)
 		}
 		buf[n] = '\0';
 		if (strncmp(buf, "stop", 4) == 0) {
-			ag_deactivate("stopped by sptrace stop");
-			unlink(link_path);
-			unlink(fifo);
-			close(fd);
-			return NULL;
+			due = -1;
+			ag_deactivate("sptrace stop");
+			continue;
 		}
 		if (strncmp(buf, "activate", 8) == 0) {
 			due = -1;
@@ -122,6 +121,7 @@ int ag_control_start(void)
 	pthread_t th;
 	int rc;
 
+	owner = getpid();
 	snprintf(fifo, sizeof fifo, "%s/control", ag_dir);
 	if (mkfifo(fifo, 0600) != 0 && errno != EEXIST) {
 		ag_log("control: mkfifo %s: %s", fifo, strerror(errno));
@@ -165,6 +165,10 @@ int ag_control_start(void)
 
 void ag_control_stop(void)
 {
+	if (getpid() != owner)
+		return;
 	if (link_path[0])
 		unlink(link_path);
+	if (fifo[0])
+		unlink(fifo);
 }

@@ -33,6 +33,27 @@ static volatile uint32_t *next_site;
 static volatile int instr_lock;
 static uint64_t skipped_kind, skipped_plan, skipped_unresolved;
 
+/*
+ * What a site got the first time, kept for the next activation: the agent
+ * can be stopped and activated again any number of times, and each site
+ * keeps its one area (and site id) -- re-patching puts back the same jump.
+ * Deactivation zeroes what says "the callee is instrumented" (the function
+ * states, the flag bytes of cross-module sites, the indirect sites' caches)
+ * so that propagation starts afresh.
+ */
+typedef struct site_saved {
+	ag_patch p, sb;
+	bool has_sb;
+	uint8_t *flag;               /* the area's callee flag, if its own byte */
+	ag_indirect_cache *cache;    /* an indirect site's cache */
+	struct site_saved *next;     /* every saved site, for the reset */
+} site_saved;
+
+static site_saved *all_saved;
+/* What prepare() made besides the patch, for save_site (under the lock). */
+static uint8_t *saved_flag;
+static ag_indirect_cache *saved_cache;
+
 int ag_sites_open(const char *dir)
 {
 	char path[4200];
@@ -163,13 +184,15 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 
 static int site_patch(ag_module *m, const ca_site *s, uint8_t *rx, ag_patch *p, ag_patch *sb);
 
-/* The words at the end of an area slot (agent.h): the caller's return
- * address S+len, the magic that marks a call area, and S+len-1 for the
- * unwinder. */
-static void slot_words(uint8_t *rw, uint64_t ret)
+/* The words at the end of an area slot (agent.h): the site id of its exit
+ * record (0 for an indirect site, whose id depends on the callee), the
+ * caller's return address S+len, the magic that marks a call area, and
+ * S+len-1 for the unwinder. */
+static void slot_words(uint8_t *rw, uint64_t ret, uint32_t site)
 {
-	uint64_t magic = AG_SLOT_MAGIC_VALUE, ra = ret - 1;
+	uint64_t magic = AG_SLOT_MAGIC_VALUE, ra = ret - 1, id = site;
 
+	memcpy(rw + AG_SLOT_SITE, &id, 8);
 	memcpy(rw + AG_SLOT_RET, &ret, 8);
 	memcpy(rw + AG_SLOT_MAGIC, &magic, 8);
 	memcpy(rw + AG_SLOT_RA, &ra, 8);
@@ -238,6 +261,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 		spec.load_rip_target = m->bias + s->addr + s->len + (uint64_t)(int64_t)disp;
 	}
 	*is = (ag_indirect_site){ .m = m, .site = si, .cache = cache };
+	saved_cache = cache;
 	if (!ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
 		return -1;
 	spec.site = m->bias + s->addr;
@@ -256,7 +280,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	}
 	ra = spec.site + s->len - 1;
 	memcpy(rw, scratch, len);
-	slot_words(rw, ra + 1);
+	slot_words(rw, ra + 1, 0);
 	return site_patch(m, s, rx, p, sb);
 }
 
@@ -365,6 +389,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 
 		if (!flag)
 			return -1;
+		saved_flag = flag;
 		*flag = c.m->func_state[c.func];
 		*ref = (ag_callee){ c.m->index, c.func, flag };
 		spec.callee_flag = flag;
@@ -426,7 +451,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 			return -1;
 		}
 		memcpy(rw, scratch, len);
-		slot_words(rw, spec.site + s->len);
+		slot_words(rw, spec.site + s->len, spec.site_id);
 	}
 	return site_patch(m, s, rx, p, sb);
 }
@@ -505,6 +530,70 @@ static bool patchable(const ca_site *s)
 	}
 }
 
+static void save_site(ag_module *m, uint32_t si, const ag_patch *p, const ag_patch *sb)
+{
+	site_saved *sv;
+
+	if (!m->site_saved || !(sv = ag_alloc(sizeof *sv)))
+		return;
+	sv->p = *p;
+	if (sb) {
+		sv->sb = *sb;
+		sv->has_sb = true;
+	}
+	sv->flag = saved_flag;
+	sv->cache = saved_cache;
+	sv->next = all_saved;
+	all_saved = sv;
+	m->site_saved[si] = sv;
+}
+
+/* Forget which functions are instrumented (see site_saved). */
+static void reset_states(void)
+{
+	for (uint32_t i = 0; i < ag_module_count(); i++) {
+		ag_module *m = ag_module_at(i);
+		size_t nfuncs;
+
+		ca_module_funcs(m->ca, &nfuncs);
+		if (m->func_state)
+			for (size_t f = 0; f < nfuncs; f++)
+				__atomic_store_n(&m->func_state[f], 0, __ATOMIC_RELAXED);
+	}
+	for (site_saved *sv = all_saved; sv; sv = sv->next) {
+		if (sv->flag)
+			__atomic_store_n(sv->flag, 0, __ATOMIC_RELAXED);
+		if (sv->cache)
+			__atomic_store_n(&sv->cache->target, 0, __ATOMIC_RELEASE);
+	}
+}
+
+/*
+ * Deactivation (the caller has cleared the active state): put every byte
+ * back and forget the instrumented functions.  Under the instrument lock: an
+ * instrument() that got there first finishes and is undone here; one that
+ * waits finds the agent inactive and patches nothing.
+ */
+int ag_instrument_stop(void)
+{
+	int rc;
+
+	lock();
+	rc = ag_patch_restore_all();
+	reset_states();
+	unlock();
+	return rc;
+}
+
+/* Before a new activation: states a late slow path may have set after the
+ * stop are cleared again. */
+void ag_instrument_restart(void)
+{
+	lock();
+	reset_states();
+	unlock();
+}
+
 int ag_instrument(ag_module *m, uint32_t func)
 {
 	size_t nfuncs, nsites;
@@ -521,6 +610,10 @@ int ag_instrument(ag_module *m, uint32_t func)
 		unlock();
 		return 0;
 	}
+	if (!ag_active()) {
+		unlock();
+		return -1;
+	}
 	for (uint32_t i = 0; i < funcs[func].nsites; i++) {
 		uint32_t si = funcs[func].first_site + i;
 		const ca_site *s = &sites[si];
@@ -535,10 +628,23 @@ int ag_instrument(ag_module *m, uint32_t func)
 			skipped_plan++;
 			continue;
 		}
-		switch (prepare(m, s, si, &batch[nb], &boards[nsb])) {
-		case 1: nsb++; /* fall through */
-		case 0: nb++; break;
-		default: break;
+		site_saved *sv = m->site_saved ? m->site_saved[si] : NULL;
+
+		if (sv) {
+			/* Patched in an earlier activation: the same area again. */
+			batch[nb++] = sv->p;
+			if (sv->has_sb)
+				boards[nsb++] = sv->sb;
+		} else {
+			saved_flag = NULL;
+			saved_cache = NULL;
+			int r = prepare(m, s, si, &batch[nb], &boards[nsb]);
+
+			if (r >= 0) {
+				save_site(m, si, &batch[nb], r == 1 ? &boards[nsb] : NULL);
+				nb++;
+				nsb += r == 1;
+			}
 		}
 		if (nb == sizeof batch / sizeof *batch) {
 			rc |= flush(batch, nb, boards, nsb);

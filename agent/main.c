@@ -229,9 +229,16 @@ uint64_t ag_activation_tsc;
 
 void ag_activate_now(const char *why)
 {
-	if (active || finished)
+	if (finished)
 		return;
+	if (active) {
+		/* Said so that `sptrace activate` gets its answer. */
+		meta_append("%s %lu %s (already tracing)\n", TRACE_META_ACTIVATED,
+			    (unsigned long)ag_rdtsc(), why);
+		return;
+	}
 	ag_trap_disarm();
+	ag_instrument_restart();
 	ag_activation_tsc = ag_rdtsc();
 	active = 1;
 	ag_activate_running();
@@ -409,9 +416,24 @@ static void end_trace(const char *why, bool restore)
 		    TRACE_META_MONO1, (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END, why);
 }
 
+/*
+ * sptrace stop (the control thread): put every patched byte back and go
+ * dormant; `sptrace activate` may start tracing again.  The rings stay: a
+ * DEACTIVATE event in each marks the stop (calls still running then finish
+ * untraced, and the reader drops what they record until the next ACTIVATE).
+ */
 void ag_deactivate(const char *why)
 {
-	end_trace(why, true);
+	if (finished)
+		return;
+	ag_trap_disarm();
+	active = 0;
+	ag_activate_quiesce();
+	if (ag_instrument_stop())
+		ag_log("stop: some patched bytes could not be restored");
+	ag_rings_event_all(TRACE_EV_DEACTIVATE);
+	ag_log("stopped (%s)", why);
+	meta_append("%s %lu %s\n", TRACE_META_STOPPED, (unsigned long)ag_rdtsc(), why);
 }
 
 static void finish(void)

@@ -226,6 +226,7 @@ bool ag_module_ready(ag_module *m)
 			} else {
 				m->first_fragment = NULL;
 			}
+			m->site_saved = ag_alloc((st->nsites ? st->nsites : 1) * sizeof *m->site_saved);
 			__atomic_store_n(&m->func_state, fs, __ATOMIC_RELEASE);
 		}
 	}

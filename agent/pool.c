@@ -239,6 +239,14 @@ uint64_t ag_pool_tramp(ag_pool *p)
 	return p->tramp;
 }
 
+bool ag_pool_holds(uint64_t addr)
+{
+	for (ag_pool *p = all_pools; p; p = p->next)
+		if (addr >= (uint64_t)(uintptr_t)p->rx && addr < (uint64_t)(uintptr_t)p->rx + p->code_size)
+			return true;
+	return false;
+}
+
 /*
  * In a forked child the pools are still the parent's memfd, mapped shared:
  * an area the child writes would appear in the parent.  Give each pool a

@@ -139,6 +139,17 @@ void ag_rings_close_all(void)
 			__atomic_or_fetch(&rings[i]->flags, TRACE_RING_CLOSED, __ATOMIC_RELEASE);
 }
 
+/* An event in every ring of the process (sptrace stop: DEACTIVATE).  Safe
+ * next to the owner's records: a slot is taken with one atomic add. */
+void ag_rings_event_all(uint32_t event)
+{
+	uint32_t n = nrings < MAX_RINGS ? nrings : MAX_RINGS;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (rings[i])
+			ag_ring_put(rings[i], TRACE_EVENT, event);
+}
+
 /* In a forked child: forget the parent's rings (still mapped, not ours). */
 void ag_forked_child(void)
 {

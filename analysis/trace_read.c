@@ -1512,6 +1512,7 @@ typedef struct calls_build {
 	size_t *stack;           /* indices of open AN_CALL items */
 	size_t depth, capstack;
 	map open;                /* site id -> number of open calls of it */
+	int stopped;             /* between a DEACTIVATE and the next ACTIVATE */
 } calls_build;
 
 static an_call *call_add(calls_build *b, uint32_t kind, uint32_t id, uint64_t tsc)
@@ -1583,6 +1584,8 @@ static int calls_record(calls_build *b, const an_record *r)
 	map_slot *s;
 	uint32_t key = canon_id(b->t, r->id);
 
+	if (b->stopped && r->kind != TRACE_EVENT)
+		return 0;
 	switch (r->kind) {
 	case TRACE_ENTRY:
 		if (!call_add(b, AN_CALL, r->id, r->tsc) ||
@@ -1623,6 +1626,13 @@ static int calls_record(calls_build *b, const an_record *r)
 		call_close(b, AN_END_EXIT, r->tsc);
 		return 0;
 	default:
+		if (r->id == TRACE_EV_DEACTIVATE) {
+			while (b->depth)
+				call_close(b, AN_END_STOPPED, r->tsc);
+			b->stopped = 1;
+		} else if (r->id == TRACE_EV_ACTIVATE) {
+			b->stopped = 0;
+		}
 		return call_add(b, AN_EVENT, r->id, r->tsc) ? 0 : -1;
 	}
 }

@@ -233,6 +233,8 @@ enum an_call_end {
 				    (longjmp or exception); t1 is that exit */
 	AN_END_TAIL,             /* entered by a tail jump: it returned to its
 				    caller's caller, at the caller's EXIT (t1) */
+	AN_END_STOPPED,          /* no exit: tracing was stopped (sptrace stop)
+				    while it ran; t1 is the stop */
 };
 
 typedef struct an_call {
@@ -253,7 +255,10 @@ typedef struct an_call {
  * all others are AN_END_UNWOUND.  An EXIT of a site with no open call is
  * AN_EXIT_ONLY (its entry was overwritten, or happened before tracing began).
  * Calls still open at the end are AN_END_TRACE with t1 = the thread's last
- * record.
+ * record.  A DEACTIVATE event (sptrace stop) ends the calls still open as
+ * AN_END_STOPPED, and the records up to the next ACTIVATE are dropped: they
+ * are calls finishing after the stop, which the agent cannot silence
+ * without a test on the hot path.
  * *out is malloc'ed (free it); *stats, if not NULL, gets the iteration's.
  */
 int an_thread_calls(an_trace *t, const an_thread *th, an_call **out, size_t *n,

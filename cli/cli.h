@@ -26,7 +26,7 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The trace's "end" line (why it ended) from DIR/meta: 1 and *why, or 0. */
 int cli_meta_end(const char *dir, char *why, size_t len);
-/* The last "KEY value" line of DIR/meta: 1 and *val, or 0. */
+/* The "KEY value" lines of DIR/meta: how many, and the last value in *val. */
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len);
 
 /* A one-line progress indicator on stderr when it is a terminal. */

@@ -34,8 +34,9 @@ static const char stop_help[] =
 	"       sptrace stop --all\n"
 	"\n"
 	"Stop tracing in running processes started with 'sptrace run': the agent puts\n"
-	"back every byte of code it patched, closes the trace and goes dormant for\n"
-	"good; the program runs on untraced.  Waits until the agent confirms.\n"
+	"back every byte of code it patched and goes dormant; the program runs on\n"
+	"untraced, and 'sptrace activate PID' starts tracing again (into the same\n"
+	"trace).  Waits until the agent confirms.\n"
 	"\n"
 	"options:\n"
 	"  --all               every traced process of this user\n"
@@ -62,8 +63,28 @@ typedef struct command {
 	const char *confirm;     /* the meta key the agent appends when done */
 } command;
 
-static const command stop_cmd = { "stop", "stop\n", TRACE_META_END };
+static const command stop_cmd = { "stop", "stop\n", TRACE_META_STOPPED };
 static const command activate_cmd = { "activate", "activate\n", TRACE_META_ACTIVATED };
+
+/* Is the agent tracing, by meta: its last "activated" or "stopped" line. */
+static int tracing_now(const char *dir)
+{
+	char path[PATH_MAX + 8], line[1024];
+	size_t ka = strlen(TRACE_META_ACTIVATED), ks = strlen(TRACE_META_STOPPED);
+	int state = 0;
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/meta", dir);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, TRACE_META_ACTIVATED, ka) == 0 && line[ka] == ' ')
+			state = 1;
+		else if (strncmp(line, TRACE_META_STOPPED, ks) == 0 && line[ks] == ' ')
+			state = 0;
+	fclose(f);
+	return state;
+}
 
 static int control_one(const command *cmd, const char *reg, const char *pid, double timeout)
 {
@@ -91,9 +112,12 @@ static int control_one(const command *cmd, const char *reg, const char *pid, dou
 	if (cli_meta_end(dir, why, sizeof why))
 		return cli_error("%s: pid %s: tracing already ended (%s); trace in %s", cmd->name, pid,
 				 why, dir);
-	if (cmd == &activate_cmd && cli_meta_get(dir, TRACE_META_ACTIVATED, why, sizeof why)) {
-		printf("sptrace: pid %s: already tracing (activated: %s); trace in %s\n", pid, why,
-		       dir);
+	/* Each activation and each stop appends a line to meta: the agent's
+	 * answer is one more line of the command's kind. */
+	int before = cli_meta_get(dir, cmd->confirm, why, sizeof why);
+
+	if (cmd == &activate_cmd && tracing_now(dir)) {
+		printf("sptrace: pid %s: already tracing; trace in %s\n", pid, dir);
 		return 0;
 	}
 	snprintf(fifo, sizeof fifo, "%s/control", dir);
@@ -109,16 +133,18 @@ static int control_one(const command *cmd, const char *reg, const char *pid, dou
 	close(fd);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		if (cli_meta_get(dir, cmd->confirm, why, sizeof why)) {
+		if (cli_meta_get(dir, cmd->confirm, why, sizeof why) > before) {
 			if (cmd == &activate_cmd)
 				printf("sptrace: pid %s: tracing; trace in %s\n", pid, dir);
 			else
-				printf("sptrace: pid %s: %s; trace in %s\n", pid, why, dir);
+				printf("sptrace: pid %s: tracing stopped, code restored; the agent "
+				       "is dormant ('sptrace activate %s' starts again); trace in %s\n",
+				       pid, pid, dir);
 			return 0;
 		}
-		if (cmd == &activate_cmd && cli_meta_end(dir, why, sizeof why))
-			return cli_error("activate: pid %s: the trace ended (%s) before the agent "
-					 "answered; see %s/agent.log", pid, why, dir);
+		if (cli_meta_end(dir, why, sizeof why))
+			return cli_error("%s: pid %s: the trace ended (%s) before the agent "
+					 "answered; see %s/agent.log", cmd->name, pid, why, dir);
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9 > timeout)
 			return cli_error("%s: pid %s: no confirmation from the agent within %.0f s; "

@@ -29,6 +29,8 @@ static const char help[] =
 	"  (no exit: unwound by longjmp or exception)\n"
 	"                                 an outer call returned first; the duration\n"
 	"                                 runs to that return\n"
+	"  (no exit: tracing stopped)     sptrace stop came while it ran; the\n"
+	"                                 duration runs to the stop\n"
 	"  (exit without a recorded entry)  the call began before the records do\n"
 	"  /* activate */, /* signal */ ...  events of the thread\n"
 	"  /* N records lost ... */       the ring was full and overwrote its oldest\n"
@@ -206,6 +208,7 @@ static void close_call(printer *p)
 	const an_func *f = callee(p, c->id);
 	const char *why = c->end == AN_END_TRACE ? "no exit: the trace ended"
 			  : c->end == AN_END_UNWOUND ? "no exit: unwound by longjmp or exception"
+			  : c->end == AN_END_STOPPED ? "no exit: tracing stopped"
 			  : NULL;
 	char dur[24], src[4300];
 

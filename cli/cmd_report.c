@@ -134,7 +134,7 @@ static int add_thread(report *r, const an_thread *th)
 			free(c);
 			return cli_error("report: out of memory");
 		}
-		if (c[i].end == AN_END_TRACE || c[i].end == AN_END_UNWOUND)
+		if (c[i].end == AN_END_TRACE || c[i].end == AN_END_UNWOUND || c[i].end == AN_END_STOPPED)
 			r->no_exit++;
 		if (depth)
 			stack[depth - 1].children += f->dur;

@@ -86,7 +86,7 @@ int cli_meta_get(const char *dir, const char *key, char *val, size_t len)
 		if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
 			snprintf(val, len, "%.500s", line + klen + 1);
 			val[strcspn(val, "\n")] = '\0';
-			found = 1;
+			found++;
 		}
 	fclose(f);
 	return found;

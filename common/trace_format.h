@@ -139,7 +139,8 @@ enum {
 #define TRACE_META_MONO0 "mono0_ns"      /* CLOCK_MONOTONIC then */
 #define TRACE_META_REAL0 "real0_ns"      /* CLOCK_REALTIME then */
 #define TRACE_META_EVENT "activation"    /* the --on event */
-#define TRACE_META_ACTIVATED "activated" /* TSC and cause, when tracing began */
+#define TRACE_META_ACTIVATED "activated" /* TSC and cause, each time tracing began */
+#define TRACE_META_STOPPED "stopped"     /* TSC and cause, each time it was stopped */
 #define TRACE_META_END "end"             /* why the trace ended */
 #define TRACE_META_MODULE "module"       /* index path key bias */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */

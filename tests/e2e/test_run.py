@@ -385,17 +385,28 @@ def case_stop(sptrace, prog, tmp):
     with spinning(sptrace, prog, tmp, tdir) as (p, child):
         check(text_differences(child), "the traced program's code was not patched at all")
         r = run([sptrace, "stop", str(child)])
-        check(r.returncode == 0 and "stopped by sptrace stop" in r.stdout,
+        check(r.returncode == 0 and "tracing stopped, code restored" in r.stdout,
               "sptrace stop failed (%d): %s %s" % (r.returncode, r.stdout, r.stderr))
         diff = text_differences(child)
         check(not diff, "after sptrace stop the code still differs from the files: %r" % diff)
         time.sleep(0.2)
         check(p.poll() is None, "the program did not survive sptrace stop")
+        # A stopped agent is dormant: stop again is harmless, activate
+        # patches again, and the next stop restores again.
         r = run([sptrace, "stop", str(child)])
-        check(r.returncode != 0 and ("already ended" in r.stderr or "not traced" in r.stderr),
-              "second stop: %r" % r.stderr)
+        check(r.returncode == 0, "second stop: %r" % r.stderr)
+        r = run([sptrace, "activate", str(child)])
+        check(r.returncode == 0 and "tracing" in r.stdout, "activate after stop: %r" % r.stderr)
+        time.sleep(0.05)
+        check(text_differences(child), "activate after stop patched nothing")
+        r = run([sptrace, "activate", str(child)])
+        check(r.returncode == 0 and "already tracing" in r.stdout, "activate twice: %r" % r.stdout)
+        r = run([sptrace, "stop", str(child)])
+        check(r.returncode == 0 and not text_differences(child), "third stop: %r" % r.stderr)
     with open(os.path.join(tdir, "meta")) as f:
-        check("end stopped by sptrace stop" in f.read(), "meta does not record the stop")
+        m = f.read()
+        check(m.count("\nstopped ") == 3 and m.count("\nactivated ") == 2,
+              "meta does not record the stops and activations:\n" + m)
     tree = only(replay_tree(sptrace, tdir), {"main", "spin", "leaf"})
     wrapped = "records lost" in run([sptrace, "replay", tdir]).stdout
     # The spinning program fills its 16 MB ring in a fraction of a second;
@@ -566,6 +577,74 @@ def case_midrun(sptrace, prog, tmp):
           "sptrace activate of an exited pid: %d %r" % (a.returncode, a.stderr))
 
 
+def meta_count(tdir, key):
+    with open(os.path.join(tdir, "meta")) as f:
+        return sum(1 for l in f if l.startswith(key + " "))
+
+
+def case_cycles(sptrace, prog, tmp, cycles=1000):
+    """16 threads call through 400 functions while the agent is activated
+    (each thread walks its stack, the code is patched) and stopped (every
+    byte put back) a thousand times: no crash, every round of calls gives
+    the same sum, and after the last stop the code is the files' again.
+    The cycles are driven through the control FIFO (what sptrace activate
+    and stop write) to keep them quick; the first and last use the CLI."""
+    native = subprocess.run([prog, "cycles"], input="", capture_output=True, text=True)
+    check(native.returncode == 0 and native.stdout.endswith("rounds ok\n"),
+          "native cycles run: %r" % native.stdout)
+    tdir = os.path.join(tmp, "trace")
+    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--on", "signal", "--", prog, "cycles"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo")))
+    try:
+        check(p.stdout.readline() == "running\n", "the cycles program did not start")
+        pid = [l.split()[1] for l in open(os.path.join(tdir, "meta")) if l.startswith("pid ")][0]
+        fifo = os.path.join(tdir, "control")
+
+        def command(word, key):
+            n = meta_count(tdir, key)
+            fd = os.open(fifo, os.O_WRONLY)
+            os.write(fd, (word + "\n").encode())
+            os.close(fd)
+            deadline = time.monotonic() + 30
+            while meta_count(tdir, key) == n:
+                if p.poll() is not None:
+                    fail("the program died during %s: %r" % (word, p.stderr.read()))
+                check(time.monotonic() < deadline, "no answer to '%s'" % word)
+                time.sleep(0.001)
+
+        r = run([sptrace, "activate", pid])
+        check(r.returncode == 0 and "tracing" in r.stdout, "sptrace activate: %r" % r.stderr)
+        time.sleep(0.05)
+        check(text_differences(int(pid)), "activation patched nothing")
+        r = run([sptrace, "stop", pid])
+        check(r.returncode == 0 and "tracing stopped" in r.stdout, "sptrace stop: %r" % r.stderr)
+        check(not text_differences(int(pid)), "the code differs from the files after a stop")
+        for i in range(cycles - 2):
+            command("activate", "activated")
+            if i % 3 == 0:
+                time.sleep(0.002)
+            command("stop", "stopped")
+        r = run([sptrace, "activate", pid])
+        check(r.returncode == 0, "last sptrace activate: %r" % r.stderr)
+        r = run([sptrace, "stop", pid])
+        check(r.returncode == 0, "last sptrace stop: %r" % r.stderr)
+        diff = text_differences(int(pid))
+        check(not diff, "after %d cycles the code still differs from the files: %r" % (cycles, diff))
+        out, err = p.communicate(input="", timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    check(p.returncode == 0 and out == native.stdout.replace("running\n", ""),
+          "cycles: status %d, output %r, native %r; %s" % (p.returncode, out, native.stdout, err))
+    check(meta_count(tdir, "activated") == cycles and meta_count(tdir, "stopped") == cycles,
+          "meta does not record %d activations and stops" % cycles)
+    r = run([sptrace, "replay", tdir])
+    check(r.returncode == 0 and "tracing stopped" in r.stdout and "f3" in r.stdout,
+          "replay after the cycles: %d %s" % (r.returncode, r.stderr[-2000:]))
+
+
 def case_errors(sptrace, tmp):
     r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
     check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
@@ -614,6 +693,8 @@ def main():
             case_python(sptrace, tmp)
         elif case == "stress":
             case_stress(sptrace, sys.argv[3], tmp)
+        elif case == "cycles":
+            case_cycles(sptrace, sys.argv[3], tmp, int(os.environ.get("SPTRACE_CYCLES", "1000")))
         elif case == "midrun":
             case_midrun(sptrace, sys.argv[3], tmp)
         elif case == "stress-sigblock":

@@ -8,7 +8,12 @@ same moment.  It prints one checksum, the same with and without tracing.
 With the argument "sigblock" every worker first blocks every signal (the
 sigwait pattern of many daemons), SIGTRAP included: the agent must keep its
 int3 traps deliverable anyway, and the worker must still see the mask it
-set (the program prints "mask kept" if so)."""
+set (the program prints "mask kept" if so).
+
+With "cycles" every worker repeats its 3,000 calls until standard input
+closes, checking that each round gives the first round's sum: the test
+activates and stops the agent a thousand times meanwhile.  It prints the
+first rounds' checksum and "rounds ok", or "WRONG" if a round differed."""
 import sys
 
 N = 400
@@ -21,12 +26,34 @@ for i in reversed(range(N)):
 out.append("typedef long (*fn)(long);\nstatic fn table[] = {%s};\n" %
            ", ".join("f%d" % i for i in range(N)))
 out.append("""
-static int block_all, mask_lost;
+static int block_all, mask_lost, cycles;
+static volatile int done, wrong;
+
+static long round_of(long id)
+{
+	unsigned seed = (unsigned)id * 2654435761u;
+	long s = 0;
+
+	for (int it = 0; it < 3000; it++) {
+		seed = seed * 1103515245u + 12345u;
+		s += table[seed %% %d]((long)seed);
+	}
+	return s;
+}
 
 static void *worker(void *arg)
 {
 	unsigned seed = (unsigned)(long)arg * 2654435761u;
 	long s = 0;
+
+	if (cycles) {
+		long first = round_of((long)arg);
+
+		while (!done)
+			if (round_of((long)arg) != first)
+				wrong = 1;
+		return (void *)first;
+	}
 
 	if (block_all) {
 		sigset_t all, now;
@@ -51,9 +78,19 @@ int main(int argc, char **argv)
 	long total = 0;
 
 	block_all = argc > 1 && strcmp(argv[1], "sigblock") == 0;
+	cycles = argc > 1 && strcmp(argv[1], "cycles") == 0;
 
 	for (long i = 0; i < 16; i++)
 		pthread_create(&t[i], 0, worker, (void *)i);
+	if (cycles) {
+		char buf[256];
+
+		printf("running\\n");
+		fflush(stdout);
+		while (fread(buf, 1, sizeof buf, stdin) > 0)
+			;
+		done = 1;
+	}
 	for (int i = 0; i < 16; i++) {
 		void *r;
 		pthread_join(t[i], &r);
@@ -62,8 +99,10 @@ int main(int argc, char **argv)
 	printf("%%ld\\n", total);
 	if (block_all)
 		printf(mask_lost ? "mask lost\\n" : "mask kept\\n");
+	if (cycles)
+		printf(wrong ? "WRONG\\n" : "rounds ok\\n");
 	return 0;
 }
-""" % N)
+""" % (N, N))
 with open(sys.argv[1], "w") as f:
     f.write("".join(out))

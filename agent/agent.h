@@ -153,6 +153,8 @@ uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */
 
 /* ---- signals.c ---- */
 void ag_signals_init(void);            /* the C library's mask functions */
+void ag_signals_fatal_init(void);      /* record fatal signals (default actions) */
+void ag_note_fatal(int sig, int code, uint64_t addr); /* main.c: a "fatal" line in meta */
 bool ag_trap_program_blocked(void);    /* this thread's program believes SIGTRAP blocked */
 void ag_trap_hold(void);               /* raise SIGTRAP again when it unblocks it */
 

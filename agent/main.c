@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -244,6 +245,15 @@ void ag_activate_now(const char *why)
 	ag_activate_running();
 	ag_log("activated in mid-run (%s)", why);
 	meta_append("%s %lu %s\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), why);
+}
+
+/* A deadly signal is about to take effect (signals.c, in its handler). */
+void ag_note_fatal(int sig, int code, uint64_t addr)
+{
+	ag_log("fatal signal %d (code %d, address %#lx) in thread %ld", sig, code,
+	       (unsigned long)addr, (long)syscall(SYS_gettid));
+	meta_append("%s %d %ld %d %#lx %lu\n", TRACE_META_FATAL, sig, (long)syscall(SYS_gettid), code,
+		    (unsigned long)addr, (unsigned long)ag_rdtsc());
 }
 
 double ag_timer_seconds(void)
@@ -480,6 +490,7 @@ __attribute__((constructor)) static void agent_init(void)
 		fail("cannot create the trace files");
 		return;
 	}
+	ag_signals_fatal_init();
 	if (ag_patch_init(err, sizeof err) || ag_modules_init(err, sizeof err) ||
 	    find_root(err, sizeof err)) {
 		fail(err);

@@ -32,11 +32,23 @@
  * Not covered: masks set by raw rt_sigprocmask system calls (glibc's own
  * short all-blocked windows in pthread_create, fork and posix_spawn among
  * them), which the agent cannot see.
+ *
+ * Fatal signals are recorded before they take effect.  Where the program
+ * leaves a deadly signal at its default action (SIGSEGV, SIGABRT, SIGTERM,
+ * ...), the agent's on_fatal stands in: it puts a SIGNAL event into the
+ * thread's ring and a "fatal" line into meta, restores the default action
+ * and lets the signal happen as it would have -- a fault by returning (the
+ * instruction faults again, with the default action now: same core dump,
+ * same registers in it), a sent signal by sending it again.  The program
+ * still sees SIG_DFL when it asks, and whatever it installs replaces
+ * on_fatal.  (A stack overflow is not recorded: the handler has no stack.)
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "agent.h"
 
@@ -57,6 +69,62 @@ static bool keep_trap_open;      /* the agent is tracing this process */
  * itself waits for the unblock. */
 static __thread uint8_t trap_view_blocked __attribute__((tls_model("initial-exec")));
 static __thread uint8_t trap_held __attribute__((tls_model("initial-exec")));
+
+static const int fatal_sigs[] = {
+	SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS, SIGQUIT, SIGTERM, SIGINT, SIGHUP,
+	SIGPIPE, SIGXCPU, SIGXFSZ,
+};
+
+static bool is_fatal(int sig)
+{
+	for (size_t i = 0; i < sizeof fatal_sigs / sizeof *fatal_sigs; i++)
+		if (fatal_sigs[i] == sig)
+			return true;
+	return false;
+}
+
+static void on_fatal(int sig, siginfo_t *si, void *uc)
+{
+	struct sigaction dfl;
+	int saved = errno;
+
+	(void)uc;
+	if (ag_active() && ag_tls_ring)
+		ag_ring_put(ag_tls_ring, TRACE_EVENT, TRACE_EV_SIGNAL);
+	ag_note_fatal(sig, si->si_code, (uint64_t)(uintptr_t)si->si_addr);
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	real_sigaction(sig, &dfl, NULL);
+	/* A fault repeats when the handler returns; anything else is sent
+	 * again, and arrives when the handler returns. */
+	if (si->si_code <= 0 || sig == SIGABRT || sig == SIGTERM || sig == SIGINT || sig == SIGHUP ||
+	    sig == SIGQUIT || sig == SIGPIPE)
+		syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), sig);
+	errno = saved;
+}
+
+static int install_fatal(int sig)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_fatal;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	return real_sigaction(sig, &sa, NULL);
+}
+
+/* At start: on_fatal where the program has the default action. */
+void ag_signals_fatal_init(void)
+{
+	for (size_t i = 0; i < sizeof fatal_sigs / sizeof *fatal_sigs; i++) {
+		struct sigaction cur;
+
+		if (real_sigaction(fatal_sigs[i], NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+		    cur.sa_handler == SIG_DFL && install_fatal(fatal_sigs[i]) != 0)
+			ag_log("signals: cannot watch signal %d: %s", fatal_sigs[i], strerror(errno));
+	}
+}
 
 static bool resolve_real(void)
 {
@@ -265,7 +333,15 @@ AG_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 	if (sig == SIGTRAP)
 		return ag_trap_chain(act, old);
 	keep = user[sig];
-	if (act && is_function(act)) {
+	if (act && keep_trap_open && is_fatal(sig) && !(act->sa_flags & SA_SIGINFO) &&
+	    act->sa_handler == SIG_DFL) {
+		/* Back to the default action: on_fatal stands in for it. */
+		memset(&user[sig], 0, sizeof user[sig]);
+		user[sig].sa_mask = act->sa_mask;
+		rc = real_sigaction(sig, NULL, &prev);
+		if (rc == 0)
+			rc = install_fatal(sig);
+	} else if (act && is_function(act)) {
 		/* The program's handler is recorded before the kernel can call
 		 * the wrapper for it. */
 		user[sig] = *act;
@@ -283,8 +359,15 @@ AG_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 		return rc;
 	}
 	/* What the program installed before, as it installed it. */
-	if (old)
-		*old = prev.sa_sigaction == ag_sig_wrapper ? keep : prev;
+	if (old) {
+		if (prev.sa_sigaction == ag_sig_wrapper)
+			*old = keep;
+		else if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction == on_fatal) {
+			memset(old, 0, sizeof *old);    /* SIG_DFL, as far as the program knows */
+			old->sa_handler = SIG_DFL;
+		} else
+			*old = prev;
+	}
 	return 0;
 }
 

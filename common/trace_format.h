@@ -141,6 +141,7 @@ enum {
 #define TRACE_META_EVENT "activation"    /* the --on event */
 #define TRACE_META_ACTIVATED "activated" /* TSC and cause, each time tracing began */
 #define TRACE_META_STOPPED "stopped"     /* TSC and cause, each time it was stopped */
+#define TRACE_META_FATAL "fatal"         /* signal tid si_code address TSC: a deadly signal */
 #define TRACE_META_END "end"             /* why the trace ended */
 #define TRACE_META_MODULE "module"       /* index path key bias */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */

@@ -43,6 +43,9 @@ CONF = {
     "abort": "main() {;  crash2() {;    leaf();;    crash() {;"
              "    } /* crash (no exit: the trace ended) */;"
              "  } /* crash2 (no exit: the trace ended) */;} /* main (no exit: the trace ended) */",
+    "segv": "main() {;  segv_outer() {;    leaf();;    segv_inner() {;      leaf();;"
+            "    } /* segv_inner (no exit: the trace ended) */;"
+            "  } /* segv_outer (no exit: the trace ended) */;} /* main (no exit: the trace ended) */",
 }
 
 
@@ -108,16 +111,26 @@ def case_conf(sptrace, prog, scenario, tmp):
     same_behaviour(native, trace, "%s %s" % (os.path.basename(prog), scenario))
     allowed = {"main", "top", "mid", "leaf", "fact", "even", "odd", "tail_caller",
                "tail_target", "deep2", "deep_exit", "crash2", "crash", "spin", "jumper",
-               "jump_a", "jump_b", "jump_c"}
+               "jump_a", "jump_b", "jump_c", "segv_outer", "segv_inner"}
     got = ";".join(only(replay_tree(sptrace, tdir), allowed))
     want = CONF[scenario]
     check(got == want, "%s %s: call tree differs\n--- want\n%s\n--- got\n%s" %
           (os.path.basename(prog), scenario, want.replace(";", "\n"), got.replace(";", "\n")))
     with open(os.path.join(tdir, "meta")) as f:
         meta = f.read()
-    if scenario == "abort":
-        check("end killed by signal 6" in meta, "abort: meta does not say the program was "
-              "killed by SIGABRT:\n" + meta)
+    if scenario in ("abort", "segv"):
+        sig = 6 if scenario == "abort" else 11
+        check("end killed by signal %d" % sig in meta, "%s: meta does not say the program was "
+              "killed by signal %d:\n%s" % (scenario, sig, meta))
+        # The agent recorded the signal before it took effect: a "fatal"
+        # line in meta, a signal event last in the crashing thread.
+        check(re.search(r"\nfatal %d \d+ " % sig, meta), "%s: no 'fatal %d' line in meta:\n%s" %
+              (scenario, sig, meta))
+        r = run([sptrace, "replay", tdir])
+        events = [l for l in r.stdout.splitlines() if "/* " in l and "{" not in l and "}" not in l
+                  and "();" not in l]
+        check(events and events[-1].endswith("/* signal */"),
+              "%s: the replay does not end with the signal: %r" % (scenario, events))
     else:
         check("\nend " in meta, "meta has no 'end' line:\n" + meta)
 

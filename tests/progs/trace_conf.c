@@ -40,6 +40,9 @@ KEEP void deep2(int code) { leaf(code); deep_exit(code); }
 KEEP void crash(void) { abort(); }
 KEEP void crash2(void) { leaf(1); crash(); }
 
+KEEP void segv_inner(int *p) { leaf(2); *(volatile int *)p = 1; }
+KEEP void segv_outer(void) { leaf(1); segv_inner(NULL); }
+
 KEEP void spin(void) { for (;;) leaf(1); }
 
 KEEP void *worker(void *arg) { leaf(1); leaf(2); return arg; }
@@ -278,6 +281,8 @@ int main(int argc, char **argv)
 		deep2(7);
 	} else if (strcmp(what, "abort") == 0) {
 		crash2();
+	} else if (strcmp(what, "segv") == 0) {
+		segv_outer();
 	} else if (strcmp(what, "fork") == 0) {
 		printf("child said %d\n", forked());
 	} else if (strcmp(what, "longjmp") == 0) {

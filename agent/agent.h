@@ -18,6 +18,7 @@
  *   signals.c     signal handlers traced from their start
  *   activate.c    activation in mid-run: stack walks, return stubs
  *   control.c     sptrace stop/activate, the timer; modules dlopen'd later
+ *   exec.c        the agent carried into an exec'd image
  *   x86_64/       the instruction-level parts: area code (emit.c),
  *                 trampolines (tramp.S), unwind information (unwind.c)
  *
@@ -254,6 +255,12 @@ void ag_deactivate(const char *why);   /* restore all code; dormant again */
 void ag_activate_now(const char *why); /* mid-run activation (timer, sptrace activate) */
 extern uint64_t ag_activation_tsc;     /* when it happened */
 double ag_timer_seconds(void);         /* --on timer S: S, else < 0 */
+const char *ag_on_event(void);         /* the activation event, as given */
+void ag_note_exec(const char *sub, const char *path);   /* meta: "exec SUB PATH" */
+void ag_note_exec_failed(const char *sub);
+
+/* ---- exec.c ---- */
+void ag_exec_init(const char *ring_bytes);
 extern char ag_dir[4096];
 int64_t ag_tls_offset(void);
 int64_t ag_tls_target_offset(void);

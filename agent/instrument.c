@@ -60,7 +60,9 @@ int ag_sites_open(const char *dir)
 
 	snprintf(path, sizeof path, "%s/sites", dir);
 	sites_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (sites_fd < 0 || ftruncate(sites_fd, 4096) != 0) {
+	/* One record, the counter's; the mapping's page reaches past the end
+	 * of the file only where nothing is read. */
+	if (sites_fd < 0 || ftruncate(sites_fd, sizeof(trace_site)) != 0) {
 		ag_log("cannot create %s: %s", path, strerror(errno));
 		return -1;
 	}

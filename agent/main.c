@@ -15,6 +15,8 @@
  *                          when it had none)
  *   SPTRACE_LD_BIND_NOW    likewise for LD_BIND_NOW, which sptrace run sets so
  *                          that every PLT slot holds its callee from the start
+ *   SPTRACE_EXEC_OF        set by the agent of an image that exec'd this one
+ *                          (exec.c): SPTRACE_DIR is a new subdirectory of it
  */
 #include <cpuid.h>
 #include <errno.h>
@@ -24,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
@@ -247,6 +250,22 @@ void ag_activate_now(const char *why)
 	meta_append("%s %lu %s\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), why);
 }
 
+const char *ag_on_event(void)
+{
+	return on_event;
+}
+
+/* exec.c: this image is about to exec another, traced in DIR/sub. */
+void ag_note_exec(const char *sub, const char *path)
+{
+	meta_append("%s %s %s\n", TRACE_META_EXEC, sub, path);
+}
+
+void ag_note_exec_failed(const char *sub)
+{
+	meta_append("%s %s\n", TRACE_META_EXEC_FAILED, sub);
+}
+
 /* A deadly signal is about to take effect (signals.c, in its handler). */
 void ag_note_fatal(int sig, int code, uint64_t addr)
 {
@@ -403,6 +422,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_DIR");
 	unsetenv("SPTRACE_ON");
 	unsetenv("SPTRACE_RING_BYTES");
+	unsetenv("SPTRACE_EXEC_OF");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -470,8 +490,8 @@ static void fail(const char *why)
 __attribute__((constructor)) static void agent_init(void)
 {
 	const char *dir = getenv("SPTRACE_DIR"), *on = getenv("SPTRACE_ON");
-	const char *ring = getenv("SPTRACE_RING_BYTES");
-	char err[1024], path[4200];
+	const char *ring = getenv("SPTRACE_RING_BYTES"), *exec_of = getenv("SPTRACE_EXEC_OF");
+	char err[1024], path[4200], parent[4096] = "";
 	unsigned a, b, c, d;
 
 	if (!dir || !*dir)
@@ -481,6 +501,12 @@ __attribute__((constructor)) static void agent_init(void)
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
 	if (ring)
 		ag_ring_set_size(strtoull(ring, NULL, 10));
+	ag_exec_init(ring);
+	if (exec_of) {
+		snprintf(parent, sizeof parent, "%s", exec_of);
+		if (mkdir(ag_dir, 0755) != 0 && errno != EEXIST)
+			return;         /* nowhere to write: run untraced */
+	}
 	restore_env();
 	snprintf(path, sizeof path, "%s/agent.log", ag_dir);
 	log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -497,6 +523,8 @@ __attribute__((constructor)) static void agent_init(void)
 		return;
 	}
 	write_meta();
+	if (parent[0])
+		meta_append("%s %s\n", TRACE_META_EXEC_OF, parent);
 	atexit(finish);
 	if (ag_threads_init())
 		ag_log("no fork handler: a forked child would write into its parent's ring");

@@ -26,6 +26,9 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The trace's "end" line (why it ended) from DIR/meta: 1 and *why, or 0. */
 int cli_meta_end(const char *dir, char *why, size_t len);
+/* The image traced in DIR exec'd another: 1 and the directory of its trace
+ * (DIR/exec.PID.N, the last exec that did not fail) in *sub, else 0. */
+int cli_exec_successor(const char *dir, char *sub, size_t len);
 /* The "KEY value" lines of DIR/meta: how many, and the last value in *val. */
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len);
 

@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "trace_read.h"
@@ -299,6 +300,42 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 	return 0;
 }
 
+/* One image's trace.  A --tid list names threads of the first; a later
+ * image shows the listed threads it has. */
+static int replay_dir(const char *dir, replay_opts *o, int first)
+{
+	an_trace *t;
+	unsigned char *sel;
+	sp_err err;
+	int rc = 0;
+
+	if (an_trace_open_opts(dir, &o->open, &t, &err) < 0)
+		return cli_error("replay: %s", err.msg);
+	sel = malloc(an_trace_nthreads(t) + 1);
+	if (!sel) {
+		an_trace_close(t);
+		return cli_error("replay: out of memory");
+	}
+	memset(sel, 1, an_trace_nthreads(t) + 1);
+	if (o->tids && an_select_threads(t, o->tids, sel, &err) < 0) {
+		if (first) {
+			free(sel);
+			an_trace_close(t);
+			return cli_error("replay: --tid: %s", err.msg);
+		}
+		memset(sel, 0, an_trace_nthreads(t) + 1);
+	}
+	for (size_t i = 0; i < an_trace_nwarnings(t); i++)
+		fprintf(stderr, "sptrace: replay: warning: %s\n", an_trace_warning(t, i));
+	printf("# DURATION     TID     FUNCTION\n");
+	for (size_t i = 0; i < an_trace_nthreads(t) && !rc; i++)
+		if (sel[i])
+			rc = replay_thread(t, an_trace_thread(t, i), o);
+	free(sel);
+	an_trace_close(t);
+	return rc;
+}
+
 int cmd_replay(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -309,9 +346,6 @@ int cmd_replay(int argc, char **argv)
 		{ "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 },
 	};
 	replay_opts o;
-	an_trace *t;
-	unsigned char *sel;
-	sp_err err;
 	char *end;
 	int c, rc = 0;
 
@@ -359,26 +393,17 @@ int cmd_replay(int argc, char **argv)
 	if (o.since.set && o.until.set && o.since.absolute == o.until.absolute &&
 	    o.since.ns > o.until.ns)
 		return cli_error("replay: --since is after --until: nothing to show"), 2;
-	if (an_trace_open_opts(argv[optind], &o.open, &t, &err) < 0)
-		return cli_error("replay: %s", err.msg);
-	sel = malloc(an_trace_nthreads(t) + 1);
-	if (!sel) {
-		an_trace_close(t);
-		return cli_error("replay: out of memory");
+	/* The process's images one after the other: each exec'd one has its
+	 * own trace in a subdirectory (agent/exec.c). */
+	char dir[PATH_MAX], next[PATH_MAX];
+
+	snprintf(dir, sizeof dir, "%s", argv[optind]);
+	for (int k = 0; rc == 0; k++) {
+		rc = replay_dir(dir, &o, k == 0);
+		if (rc || !cli_exec_successor(dir, next, sizeof next))
+			break;
+		printf("# exec: the process went on in a new image, traced in %s\n", next);
+		snprintf(dir, sizeof dir, "%s", next);
 	}
-	memset(sel, 1, an_trace_nthreads(t) + 1);
-	if (o.tids && an_select_threads(t, o.tids, sel, &err) < 0) {
-		free(sel);
-		an_trace_close(t);
-		return cli_error("replay: --tid: %s", err.msg);
-	}
-	for (size_t i = 0; i < an_trace_nwarnings(t); i++)
-		fprintf(stderr, "sptrace: replay: warning: %s\n", an_trace_warning(t, i));
-	printf("# DURATION     TID     FUNCTION\n");
-	for (size_t i = 0; i < an_trace_nthreads(t) && !rc; i++)
-		if (sel[i])
-			rc = replay_thread(t, an_trace_thread(t, i), &o);
-	free(sel);
-	an_trace_close(t);
 	return rc;
 }

@@ -166,6 +166,31 @@ static void meta_end(const char *dir, int status)
 	fclose(f);
 }
 
+/* Complete every trace of the process: each image that exec'd ends with
+ * that, the last one with how the process ended (unless its agent said). */
+static void end_traces(const char *dir, int status)
+{
+	char cur[PATH_MAX], next[PATH_MAX], why[512];
+
+	snprintf(cur, sizeof cur, "%s", dir);
+	for (int depth = 0; depth < 64 && cli_exec_successor(cur, next, sizeof next); depth++) {
+		if (!cli_meta_end(cur, why, sizeof why)) {
+			char path[PATH_MAX + 8];
+			FILE *f;
+
+			snprintf(path, sizeof path, "%s/meta", cur);
+			if ((f = fopen(path, "ae"))) {
+				fprintf(f, "%s exec: the process went on in %s\n", TRACE_META_END,
+					strrchr(next, '/') + 1);
+				fclose(f);
+			}
+		}
+		snprintf(cur, sizeof cur, "%s", next);
+	}
+	if (!cli_meta_end(cur, why, sizeof why))
+		meta_end(cur, status);
+}
+
 /* End like the program did: same status, or the same signal (no core of
  * our own: the program already dumped one if it was going to). */
 static int end_like(int status)
@@ -192,7 +217,6 @@ int cmd_run(int argc, char **argv)
 	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
 	const char *old_preload = getenv("LD_PRELOAD");
 	int c, status, errpipe[2], exec_errno = 0;
-	char why[8];
 	pid_t pid;
 
 	optind = 1;
@@ -279,8 +303,7 @@ int cmd_run(int argc, char **argv)
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
-	if (!cli_meta_end(absdir, why, sizeof why))
-		meta_end(absdir, status);
+	end_traces(absdir, status);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);
 }

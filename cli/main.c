@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
@@ -95,6 +96,35 @@ int cli_meta_get(const char *dir, const char *key, char *val, size_t len)
 int cli_meta_end(const char *dir, char *why, size_t len)
 {
 	return cli_meta_get(dir, TRACE_META_END, why, len);
+}
+
+/* The image traced in `dir` exec'd another: the subdirectory its trace is
+ * in (the last exec that did not fail), or 0. */
+int cli_exec_successor(const char *dir, char *sub, size_t len)
+{
+	char path[PATH_MAX + 8], line[PATH_MAX + 64], name[256];
+	size_t ke = strlen(TRACE_META_EXEC), kf = strlen(TRACE_META_EXEC_FAILED);
+	FILE *f;
+
+	sub[0] = '\0';
+	snprintf(path, sizeof path, "%s/meta", dir);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, TRACE_META_EXEC " ", ke + 1) == 0 &&
+		    sscanf(line + ke + 1, "%255s", name) == 1 &&
+		    strlen(dir) + strlen(name) + 2 <= len) {
+			size_t kd = strlen(dir);
+
+			memcpy(sub, dir, kd);
+			sub[kd] = '/';
+			memcpy(sub + kd + 1, name, strlen(name) + 1);
+		}
+		else if (strncmp(line, TRACE_META_EXEC_FAILED " ", kf + 1) == 0)
+			sub[0] = '\0';
+	}
+	fclose(f);
+	return sub[0] != '\0' && access(sub, F_OK) == 0;
 }
 
 int main(int argc, char **argv)

@@ -658,6 +658,35 @@ def case_cycles(sptrace, prog, tmp, cycles=1000):
           "replay after the cycles: %d %s" % (r.returncode, r.stderr[-2000:]))
 
 
+def case_exec(sptrace, prog, scenario, tmp):
+    """exec (from main, or from a second thread, which then takes over the
+    process): the agent comes back in the new image, whose trace is in a
+    subdirectory; the replay goes on into it; both metas end properly."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, scenario])
+    check(native.stdout == "26\n", "native %s: %r" % (scenario, native.stdout))
+    trace = traced(sptrace, tdir, [prog, scenario])
+    same_behaviour(native, trace, scenario)
+    subs = [d for d in os.listdir(tdir) if d.startswith("exec.")]
+    check(len(subs) == 1, "%s: expected one exec subdirectory, found %r" % (scenario, subs))
+    meta = open(os.path.join(tdir, "meta")).read()
+    check("\nexec %s " % subs[0] in meta and "\nend exec: the process went on in %s" % subs[0] in meta,
+          "%s: the first image's meta does not say where the process went:\n%s" % (scenario, meta))
+    sub_meta = open(os.path.join(tdir, subs[0], "meta")).read()
+    check("\nend exit" in sub_meta and "\nexec_of " in sub_meta,
+          "%s: the new image's meta:\n%s" % (scenario, sub_meta))
+    r = run([sptrace, "replay", tdir])
+    check(r.returncode == 0 and "# exec: the process went on" in r.stdout,
+          "%s: replay does not follow the exec: %s" % (scenario, r.stderr))
+    before, after = r.stdout.split("# exec: the process went on", 1)
+    check("do_exec() {" in before, "%s: the exec call is not in the first image's trace" % scenario)
+    names = [l.split("| ", 1)[1].strip() for l in after.splitlines() if "| " in l]
+    check("top() {" in names and "mid() {" in names, "%s: the new image's calls are missing:\n%s" %
+          (scenario, after[:3000]))
+    if scenario == "exec-thread":
+        check("exec_thread() {" in before, "exec-thread: the exec'ing thread is not traced")
+
+
 def case_errors(sptrace, tmp):
     r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
     check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
@@ -708,6 +737,8 @@ def main():
             case_stress(sptrace, sys.argv[3], tmp)
         elif case == "cycles":
             case_cycles(sptrace, sys.argv[3], tmp, int(os.environ.get("SPTRACE_CYCLES", "1000")))
+        elif case in ("exec", "exec-thread"):
+            case_exec(sptrace, sys.argv[3], case, tmp)
         elif case == "midrun":
             case_midrun(sptrace, sys.argv[3], tmp)
         elif case == "stress-sigblock":

@@ -266,9 +266,40 @@ KEEP int midrun(void)
 	return (int)o + (int)(long)rv * 10 + (int)(long)nv * 100;
 }
 
+/* exec: the process becomes itself running "nest" (from main, or from a
+ * second thread: then that thread takes over the process). */
+static char self_exe[4096];
+
+KEEP int do_exec(void)
+{
+	fflush(stdout);
+	execl(self_exe, self_exe, "nest", (char *)0);
+	return -1;
+}
+
+KEEP void *exec_thread(void *arg)
+{
+	(void)arg;
+	leaf(4);
+	return (void *)(long)do_exec();
+}
+
+KEEP int exec_from_thread(void)
+{
+	pthread_t t;
+	void *r;
+
+	pthread_create(&t, NULL, exec_thread, NULL);
+	pthread_join(t, &r);
+	return (int)(long)r;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "nest";
+	ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+
+	self_exe[n > 0 ? n : 0] = '\0';
 
 	if (strcmp(what, "nest") == 0) {
 		printf("%d\n", top(1) + top(2));
@@ -298,6 +329,10 @@ int main(int argc, char **argv)
 		       next_sym_call("puts") ? "found" : "missing", h ? "ok" : dlerror());
 	} else if (strcmp(what, "threads") == 0) {
 		printf("%d\n", threads());
+	} else if (strcmp(what, "exec") == 0) {
+		printf("exec failed: %d\n", do_exec());
+	} else if (strcmp(what, "exec-thread") == 0) {
+		printf("exec failed: %d\n", exec_from_thread());
 	} else if (strcmp(what, "midrun") == 0) {
 		printf("midrun %d\n", midrun());
 	} else if (strcmp(what, "spin") == 0) {

@@ -1,0 +1,267 @@
+/*
+ * exec.c — the agent comes back after exec: tracing goes on in the new image
+ * of the same process.
+ *
+ * The agent restored the program's environment at start (main.c), so an
+ * exec would lose it.  The exec functions are interposed (execve, execv,
+ * execvp, execvpe, execl, execle, execlp, fexecve): each passes the new
+ * image an environment with the agent put back -- LD_PRELOAD, LD_BIND_NOW
+ * and the SPTRACE_* variables, the program's own LD_PRELOAD/LD_BIND_NOW
+ * kept aside for the new agent to restore -- and changes nothing else.
+ *
+ * The new image has other modules, so it writes a trace of its own, in a
+ * subdirectory DIR/exec.PID.N; meta here gets "exec exec.PID.N PATH" first
+ * (and "exec_failed exec.PID.N" if the exec returns).  It starts tracing at
+ * its main if this image was tracing, else it waits for the same event.
+ *
+ * An exec may run in a vfork child, which shares the parent's memory: no
+ * allocation here, everything is built on the stack.  (glibc's posix_spawn
+ * and system() exec through an internal entry the agent cannot see: those
+ * children run untraced.)
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#define MAX_ENV 4096
+#define MAX_ARGS 4096
+#define ENV_TEXT 16384
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+
+static execve_fn real_execve, real_execvpe;
+static fexecve_fn real_fexecve;
+static char agent_path[4096];
+static char ring_bytes[32];
+static unsigned exec_seq;
+extern char **environ;
+
+/* At start (dlsym and dladdr are not for a vfork child). */
+void ag_exec_init(const char *ring)
+{
+	Dl_info di;
+
+	real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
+	real_execvpe = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
+	real_fexecve = (fexecve_fn)dlsym(RTLD_NEXT, "fexecve");
+	if (dladdr((void *)ag_exec_init, &di) && di.dli_fname && di.dli_fname[0] == '/')
+		snprintf(agent_path, sizeof agent_path, "%s", di.dli_fname);
+	else
+		ag_log("exec: cannot tell where the agent was loaded from; an exec'd image will "
+		       "run untraced");
+	if (ring)
+		snprintf(ring_bytes, sizeof ring_bytes, "%s", ring);
+}
+
+typedef struct env_buf {
+	char *env[MAX_ENV];
+	size_t n;
+	char text[ENV_TEXT];
+	size_t used;
+	char sub[64];            /* exec.PID.N */
+} env_buf;
+
+static int put(env_buf *b, const char *name, const char *value)
+{
+	int k;
+
+	if (b->n + 1 >= MAX_ENV)
+		return -1;
+	k = snprintf(b->text + b->used, sizeof b->text - b->used, "%s=%s", name, value);
+	if (k < 0 || (size_t)k >= sizeof b->text - b->used)
+		return -1;
+	b->env[b->n++] = b->text + b->used;
+	b->used += (size_t)k + 1;
+	return 0;
+}
+
+static bool named(const char *var, const char *name)
+{
+	size_t k = strlen(name);
+
+	return strncmp(var, name, k) == 0 && var[k] == '=';
+}
+
+/*
+ * The new image's environment: the program's, with the agent put back.
+ * NULL if it does not fit (the exec then goes ahead untraced).
+ */
+static char *const *traced_env(env_buf *b, char *const envp[], const char *path)
+{
+	const char *preload = NULL, *bind = NULL;
+	char dir[4300];
+
+	if (!agent_path[0] || !ag_dir[0])
+		return NULL;
+	b->n = 0;
+	b->used = 0;
+	for (size_t i = 0; envp && envp[i]; i++) {
+		if (named(envp[i], "LD_PRELOAD"))
+			preload = envp[i] + 11;
+		else if (named(envp[i], "LD_BIND_NOW"))
+			bind = envp[i] + 12;
+		else if (strncmp(envp[i], "SPTRACE_", 8) != 0) {
+			if (b->n + 16 >= MAX_ENV)
+				return NULL;
+			b->env[b->n++] = envp[i];
+		}
+	}
+	snprintf(b->sub, sizeof b->sub, "exec.%d.%u", (int)getpid(), ++exec_seq);
+	snprintf(dir, sizeof dir, "%s/%s", ag_dir, b->sub);
+	if (put(b, "LD_PRELOAD", agent_path))
+		return NULL;
+	if (preload && *preload) {
+		/* agent:program's -- the new entry is the last text written */
+		size_t k = strlen(preload);
+
+		if (b->used + k + 1 >= sizeof b->text)
+			return NULL;
+		b->text[b->used - 1] = ':';
+		memcpy(b->text + b->used, preload, k + 1);
+		b->used += k + 1;
+	}
+	if (put(b, "SPTRACE_LD_PRELOAD", preload && *preload ? preload : "-") ||
+	    put(b, "SPTRACE_LD_BIND_NOW", bind ? bind : "-") ||
+	    put(b, "LD_BIND_NOW", "1") || put(b, "SPTRACE_DIR", dir) ||
+	    put(b, "SPTRACE_ON", ag_active() ? "start" : ag_on_event()) ||
+	    put(b, "SPTRACE_EXEC_OF", ag_dir) ||
+	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)))
+		return NULL;
+	b->env[b->n] = NULL;
+	ag_note_exec(b->sub, path);
+	return b->env;
+}
+
+static int failed(env_buf *b)
+{
+	int e = errno;
+
+	ag_note_exec_failed(b->sub);
+	errno = e;
+	return -1;
+}
+
+AG_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	env_buf b;
+	char *const *env;
+
+	if (!real_execve) {
+		errno = ENOSYS;
+		return -1;
+	}
+	env = traced_env(&b, envp, path);
+	if (!env)
+		return real_execve(path, argv, envp);
+	real_execve(path, argv, env);
+	return failed(&b);
+}
+
+AG_EXPORT int execv(const char *path, char *const argv[])
+{
+	return execve(path, argv, environ);
+}
+
+AG_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	env_buf b;
+	char *const *env;
+
+	if (!real_execvpe) {
+		errno = ENOSYS;
+		return -1;
+	}
+	env = traced_env(&b, envp, file);
+	if (!env)
+		return real_execvpe(file, argv, envp);
+	real_execvpe(file, argv, env);
+	return failed(&b);
+}
+
+AG_EXPORT int execvp(const char *file, char *const argv[])
+{
+	return execvpe(file, argv, environ);
+}
+
+AG_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	env_buf b;
+	char *const *env;
+	char what[32];
+
+	if (!real_fexecve) {
+		errno = ENOSYS;
+		return -1;
+	}
+	snprintf(what, sizeof what, "fd %d", fd);
+	env = traced_env(&b, envp, what);
+	if (!env)
+		return real_fexecve(fd, argv, envp);
+	real_fexecve(fd, argv, env);
+	return failed(&b);
+}
+
+/* execl and friends: the arguments into an array on the stack. */
+static int collect(const char *arg0, va_list ap, char **argv, char ***envp)
+{
+	size_t n = 0;
+
+	argv[n++] = (char *)arg0;
+	while (arg0 && n < MAX_ARGS) {
+		argv[n] = va_arg(ap, char *);
+		if (!argv[n])
+			break;
+		n++;
+	}
+	if (n >= MAX_ARGS) {
+		errno = E2BIG;
+		return -1;
+	}
+	argv[n] = NULL;
+	if (envp)
+		*envp = va_arg(ap, char **);
+	return 0;
+}
+
+AG_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	char *argv[MAX_ARGS + 1];
+	va_list ap;
+	int rc;
+
+	va_start(ap, arg);
+	rc = collect(arg, ap, argv, NULL);
+	va_end(ap);
+	return rc ? rc : execve(path, argv, environ);
+}
+
+AG_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	char *argv[MAX_ARGS + 1];
+	va_list ap;
+	int rc;
+
+	va_start(ap, arg);
+	rc = collect(arg, ap, argv, NULL);
+	va_end(ap);
+	return rc ? rc : execvpe(file, argv, environ);
+}
+
+AG_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	char *argv[MAX_ARGS + 1], **envp = NULL;
+	va_list ap;
+	int rc;
+
+	va_start(ap, arg);
+	rc = collect(arg, ap, argv, &envp);
+	va_end(ap);
+	return rc ? rc : execve(path, argv, envp);
+}

@@ -258,7 +258,9 @@ const char *ag_on_event(void)
 /* exec.c: this image is about to exec another, traced in DIR/sub. */
 void ag_note_exec(const char *sub, const char *path)
 {
-	meta_append("%s %s %s\n", TRACE_META_EXEC, sub, path);
+	/* The pid tells the traced process's own exec from a forked or
+	 * vforked child's, which shares this trace directory. */
+	meta_append("%s %s %d %s\n", TRACE_META_EXEC, sub, (int)getpid(), path);
 }
 
 void ag_note_exec_failed(const char *sub)

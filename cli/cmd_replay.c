@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "trace_format.h"
 #include "trace_read.h"
 
 static const char help[] =
@@ -300,6 +301,27 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 	return 0;
 }
 
+/* Children (fork, vfork) that exec'd have traces of their own: say where. */
+static void children_exec(const char *dir)
+{
+	char path[PATH_MAX + 8], line[PATH_MAX + 64], sub[256], prog[PATH_MAX];
+	size_t ke = strlen(TRACE_META_EXEC), kp = strlen(TRACE_META_PID);
+	int pid = -1, epid;
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/meta", dir);
+	if (!(f = fopen(path, "re")))
+		return;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, TRACE_META_PID " ", kp + 1) == 0)
+			pid = atoi(line + kp + 1);
+		else if (strncmp(line, TRACE_META_EXEC " ", ke + 1) == 0 &&
+			 sscanf(line + ke + 1, "%255s %d %4095[^\n]", sub, &epid, prog) == 3 &&
+			 epid != pid)
+			printf("# child pid %d exec'd %s: its trace is in %s/%s\n", epid, prog, dir, sub);
+	fclose(f);
+}
+
 /* One image's trace.  A --tid list names threads of the first; a later
  * image shows the listed threads it has. */
 static int replay_dir(const char *dir, replay_opts *o, int first)
@@ -400,6 +422,7 @@ int cmd_replay(int argc, char **argv)
 	snprintf(dir, sizeof dir, "%s", argv[optind]);
 	for (int k = 0; rc == 0; k++) {
 		rc = replay_dir(dir, &o, k == 0);
+		children_exec(dir);
 		if (rc || !cli_exec_successor(dir, next, sizeof next))
 			break;
 		printf("# exec: the process went on in a new image, traced in %s\n", next);

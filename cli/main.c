@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -102,8 +103,10 @@ int cli_meta_end(const char *dir, char *why, size_t len)
  * in (the last exec that did not fail), or 0. */
 int cli_exec_successor(const char *dir, char *sub, size_t len)
 {
-	char path[PATH_MAX + 8], line[PATH_MAX + 64], name[256];
+	char path[PATH_MAX + 8], line[PATH_MAX + 64], name[256], pid[32] = "";
 	size_t ke = strlen(TRACE_META_EXEC), kf = strlen(TRACE_META_EXEC_FAILED);
+	size_t kp = strlen(TRACE_META_PID);
+	int epid;
 	FILE *f;
 
 	sub[0] = '\0';
@@ -111,17 +114,20 @@ int cli_exec_successor(const char *dir, char *sub, size_t len)
 	if (!(f = fopen(path, "re")))
 		return 0;
 	while (fgets(line, sizeof line, f)) {
-		if (strncmp(line, TRACE_META_EXEC " ", ke + 1) == 0 &&
-		    sscanf(line + ke + 1, "%255s", name) == 1 &&
-		    strlen(dir) + strlen(name) + 2 <= len) {
+		if (strncmp(line, TRACE_META_PID " ", kp + 1) == 0)
+			snprintf(pid, sizeof pid, "%d", atoi(line + kp + 1));
+		else if (strncmp(line, TRACE_META_EXEC " ", ke + 1) == 0 &&
+			 sscanf(line + ke + 1, "%255s %d", name, &epid) == 2 && epid == atoi(pid) &&
+			 strlen(dir) + strlen(name) + 2 <= len) {
 			size_t kd = strlen(dir);
 
 			memcpy(sub, dir, kd);
 			sub[kd] = '/';
 			memcpy(sub + kd + 1, name, strlen(name) + 1);
-		}
-		else if (strncmp(line, TRACE_META_EXEC_FAILED " ", kf + 1) == 0)
+		} else if (strncmp(line, TRACE_META_EXEC_FAILED " ", kf + 1) == 0 &&
+			   sub[0] && strcmp(strrchr(sub, '/') + 1, strtok(line + kf + 1, " \n")) == 0) {
 			sub[0] = '\0';
+		}
 	}
 	fclose(f);
 	return sub[0] != '\0' && access(sub, F_OK) == 0;

@@ -141,7 +141,9 @@ enum {
 #define TRACE_META_EVENT "activation"    /* the --on event */
 #define TRACE_META_ACTIVATED "activated" /* TSC and cause, each time tracing began */
 #define TRACE_META_STOPPED "stopped"     /* TSC and cause, each time it was stopped */
-#define TRACE_META_EXEC "exec"           /* SUBDIR PATH: the process exec'd; its trace is in SUBDIR */
+#define TRACE_META_EXEC "exec"           /* SUBDIR PID PATH: process PID (the traced one, or a
+					    child sharing the trace) exec'd; the new image's
+					    trace is in SUBDIR */
 #define TRACE_META_EXEC_FAILED "exec_failed" /* SUBDIR: ... and the exec failed */
 #define TRACE_META_EXEC_OF "exec_of"     /* DIR: this image was exec'd by the one traced in DIR */
 #define TRACE_META_FATAL "fatal"         /* signal tid si_code address TSC: a deadly signal */

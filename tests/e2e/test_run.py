@@ -191,6 +191,13 @@ def case_spawn(sptrace, prog, tmp):
     same_behaviour(native, trace, "spawn")
     names = [l.strip().split("(")[0] for l in replay_tree(sptrace, tdir)]
     check("spawn_all" in names and "posix_spawn" in names, "spawn: calls missing from the trace")
+    # The vfork child's exec is traced in a subdirectory of its own, and
+    # does not pass for the traced process's exec.
+    r = run([sptrace, "replay", tdir])
+    check(re.search(r"# child pid \d+ exec'd /bin/echo: its trace is in .*/exec\.\d+\.1", r.stdout)
+          and "# exec: the process went on" not in r.stdout,
+          "spawn: the vfork child's exec is not reported as the child's:\n" +
+          "\n".join(l for l in r.stdout.splitlines() if l.startswith("#")))
 
 
 def case_dl(sptrace, prog, tmp):

@@ -63,8 +63,38 @@ def traced(sptrace, tdir, argv, on=None, ring_mb=None):
     return run(cmd + ["--"] + argv, env=dict(os.environ, SPTRACE_REPO=os.path.join(tdir, "..", "repo")))
 
 
-def replay_tree(sptrace, tdir):
+# For a stripped program: its functions' names by address, from the
+# unstripped file next to it (the agent names them sub_<address>).
+SYMBOLS = {}
+
+
+def load_symbols(prog):
+    if not prog.endswith(".stripped"):
+        return
+    # Demangled and without parameters, as the replay shows names.
+    out = subprocess.run(["nm", "-C", "--defined-only", prog[:-len(".stripped")]],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        p = line.split(" ", 2)
+        if len(p) == 3 and p[1] in "tTwW":
+            SYMBOLS.setdefault(int(p[0], 16), p[2].split("(")[0])
+
+
+def unstrip(text):
+    if not SYMBOLS:
+        return text
+    return re.sub(r"\bsub_([0-9a-f]+)\b", lambda m: SYMBOLS.get(int(m.group(1), 16), m.group(0)), text)
+
+
+def replay(sptrace, tdir):
+    """sptrace replay DIR, with a stripped program's sub_<address> names
+    turned back into its symbols."""
     r = run([sptrace, "replay", tdir])
+    return subprocess.CompletedProcess(r.args, r.returncode, unstrip(r.stdout), r.stderr)
+
+
+def replay_tree(sptrace, tdir):
+    r = replay(sptrace, tdir)
     check(r.returncode == 0, "sptrace replay %s failed (%d): %s" % (tdir, r.returncode, r.stderr))
     lines = []
     for line in r.stdout.splitlines():
@@ -126,7 +156,7 @@ def case_conf(sptrace, prog, scenario, tmp):
         # line in meta, a signal event last in the crashing thread.
         check(re.search(r"\nfatal %d \d+ " % sig, meta), "%s: no 'fatal %d' line in meta:\n%s" %
               (scenario, sig, meta))
-        r = run([sptrace, "replay", tdir])
+        r = replay(sptrace, tdir)
         events = [l for l in r.stdout.splitlines() if "/* " in l and "{" not in l and "}" not in l
                   and "();" not in l]
         check(events and events[-1].endswith("/* signal */"),
@@ -136,7 +166,7 @@ def case_conf(sptrace, prog, scenario, tmp):
 
 
 def per_thread_trees(sptrace, tdir, allowed):
-    r = run([sptrace, "replay", tdir])
+    r = replay(sptrace, tdir)
     check(r.returncode == 0, "replay failed: " + r.stderr)
     per_tid = {}
     for line in r.stdout.splitlines():
@@ -682,7 +712,7 @@ def case_exec(sptrace, prog, scenario, tmp):
     sub_meta = open(os.path.join(tdir, subs[0], "meta")).read()
     check("\nend exit" in sub_meta and "\nexec_of " in sub_meta,
           "%s: the new image's meta:\n%s" % (scenario, sub_meta))
-    r = run([sptrace, "replay", tdir])
+    r = replay(sptrace, tdir)
     check(r.returncode == 0 and "# exec: the process went on" in r.stdout,
           "%s: replay does not follow the exec: %s" % (scenario, r.stderr))
     before, after = r.stdout.split("# exec: the process went on", 1)
@@ -719,6 +749,8 @@ def case_errors(sptrace, tmp):
 
 def main():
     sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
+    if len(sys.argv) > 3:
+        load_symbols(sys.argv[3])
     with tempfile.TemporaryDirectory(prefix="sptrace-run-") as tmp:
         if case == "signals":
             case_signals(sptrace, sys.argv[3], tmp)

@@ -1,6 +1,6 @@
 /*
  * threads.c — threads created after activation are traced from their start
- * routine on.
+ * routine on; so are coroutines started by makecontext (below).
  *
  * The agent interposes pthread_create (it comes first in the lookup order,
  * through LD_PRELOAD) and starts the thread in ag_thread_start instead, which
@@ -12,7 +12,9 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
+#include <ucontext.h>
 
 #include "agent.h"
 
@@ -80,6 +82,80 @@ AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*
 	if (rc != 0)
 		free(c);
 	return rc;
+}
+
+/*
+ * makecontext: like a thread's start routine, a coroutine's function is
+ * entered by no call site.  The agent's interposer starts it through
+ * ag_context_start, which records it as a root call and instruments it.
+ * makecontext passes int arguments; the wrapper takes the context record's
+ * address as two of them and passes on the program's, up to four (with more
+ * the function is started directly, untraced).
+ */
+typedef int (*makecontext_fn)(ucontext_t *, void (*)(void), int, ...);
+
+typedef struct ctx_start {
+	void (*func)(void);
+	ag_module *m;
+	uint32_t f;
+} ctx_start;
+
+static void ag_context_start(unsigned hi, unsigned lo, int a0, int a1, int a2, int a3)
+{
+	ctx_start *c = (ctx_start *)(uintptr_t)((uint64_t)hi << 32 | lo);
+	trace_ring_header *ring = ag_enter();
+	uint32_t site = 0;
+
+	if (ag_active()) {
+		if (!ring)
+			ring = ag_ring_create();
+		site = ag_site_root(c->m, c->f);
+		ag_ring_put(ring, TRACE_ENTRY, site);
+		ag_instrument(c->m, c->f);
+	}
+	ag_leave(ring);
+	((void (*)(int, int, int, int))c->func)(a0, a1, a2, a3);
+	ring = ag_enter();
+	if (site && ag_active())
+		ag_ring_put(ring, TRACE_EXIT, site);
+	ag_leave(ring);
+}
+
+#define CTX_MAX_ARGS 32
+
+AG_EXPORT void makecontext(ucontext_t *ucp, void (*func)(void), int argc, ...)
+{
+	static makecontext_fn real;
+	int a[CTX_MAX_ARGS] = { 0 };
+	ag_module *m = ag_module_of((uint64_t)(uintptr_t)func);
+	uint32_t f = m ? ca_func_at(m->ca, (uint64_t)(uintptr_t)func - m->bias) : CA_NONE;
+	ctx_start *c = NULL;
+	va_list ap;
+
+	if (!real)
+		real = (makecontext_fn)dlsym(RTLD_NEXT, "makecontext");
+	if (!real)
+		return;
+	if (argc > CTX_MAX_ARGS)
+		ag_log("makecontext with %d arguments: only %d are passed on", argc, CTX_MAX_ARGS);
+	va_start(ap, argc);
+	for (int i = 0; i < argc && i < CTX_MAX_ARGS; i++)
+		a[i] = va_arg(ap, int);
+	va_end(ap);
+	if (argc <= 4 && f != CA_NONE &&
+	    ca_module_funcs(m->ca, NULL)[f].addr == (uint64_t)(uintptr_t)func - m->bias)
+		c = ag_alloc(sizeof *c);
+	if (!c) {
+		/* The call as the program made it: makecontext reads argc of them. */
+		real(ucp, func, argc > CTX_MAX_ARGS ? CTX_MAX_ARGS : argc, a[0], a[1], a[2], a[3],
+		     a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
+		     a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26],
+		     a[27], a[28], a[29], a[30], a[31]);
+		return;
+	}
+	*c = (ctx_start){ func, m, f };
+	real(ucp, (void (*)(void))ag_context_start, 6, (unsigned)((uint64_t)(uintptr_t)c >> 32),
+	     (unsigned)(uintptr_t)c, a[0], a[1], a[2], a[3]);
 }
 
 /*

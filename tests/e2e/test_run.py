@@ -724,6 +724,42 @@ def case_exec(sptrace, prog, scenario, tmp):
         check("exec_thread() {" in before, "exec-thread: the exec'ing thread is not traced")
 
 
+def case_ucontext(sptrace, prog, tmp):
+    """A coroutine made by makecontext, entered and left by swapcontext:
+    same result, and the coroutine's own calls are traced (it is started
+    like a thread's start routine)."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "ucontext"])
+    check(native.stdout == "contexts 158\n", "native ucontext: %r" % native.stdout)
+    trace = traced(sptrace, tdir, [prog, "ucontext"])
+    same_behaviour(native, trace, "ucontext")
+    names = [l.strip() for l in replay_tree(sptrace, tdir)]
+    check(names.count("co_work() {") == 3 and "coroutine() {" in names,
+          "ucontext: the coroutine's calls are not traced:\n" + "\n".join(names))
+
+
+def case_daemon(sptrace, prog, tmp):
+    """daemon(): the parent returns at once (sptrace run ends with it), the
+    daemon goes on in the background and is traced into the same trace."""
+    tdir = os.path.join(tmp, "trace")
+    out = os.path.join(tmp, "daemon.out")
+    trace = traced(sptrace, tdir, [prog, "daemon", out])
+    check(trace.returncode == 0 and trace.stdout == "daemonizing\n",
+          "daemon: %d %r %r" % (trace.returncode, trace.stdout, trace.stderr))
+    deadline = time.monotonic() + 20
+    while not (os.path.exists(out) and open(out).read().endswith("\n")):
+        check(time.monotonic() < deadline, "the daemon never wrote %s" % out)
+        time.sleep(0.05)
+    check(open(out).read() == "daemon 15\n", "daemon output: %r" % open(out).read())
+    # The daemon's agent ends its part of the trace at its exit.
+    while open(os.path.join(tdir, "meta")).read().count("\nend ") < 2:
+        check(time.monotonic() < deadline, "the daemon's agent never finished the trace")
+        time.sleep(0.05)
+    trees = per_thread_trees(sptrace, tdir, {"main", "daemon_work", "top", "mid", "leaf"})
+    check(any(t.startswith("daemon_work() {") or "daemon_work() {" in t for t in trees),
+          "daemon: the daemon's calls are not in the trace:\n" + "\n".join(trees))
+
+
 def case_errors(sptrace, tmp):
     r = run([sptrace, "run", "-o", os.path.join(tmp, "t"), "--", os.path.join(tmp, "no-such")])
     check(r.returncode == 127, "missing program: status %d, want 127" % r.returncode)
@@ -778,6 +814,10 @@ def main():
             case_cycles(sptrace, sys.argv[3], tmp, int(os.environ.get("SPTRACE_CYCLES", "1000")))
         elif case in ("exec", "exec-thread"):
             case_exec(sptrace, sys.argv[3], case, tmp)
+        elif case == "ucontext":
+            case_ucontext(sptrace, sys.argv[3], tmp)
+        elif case == "daemon":
+            case_daemon(sptrace, sys.argv[3], tmp)
         elif case == "midrun":
             case_midrun(sptrace, sys.argv[3], tmp)
         elif case == "stress-sigblock":

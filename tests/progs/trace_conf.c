@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <sys/time.h>
 #include <time.h>
+#include <ucontext.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -294,6 +295,49 @@ KEEP int exec_from_thread(void)
 	return (int)(long)r;
 }
 
+/* swapcontext: a coroutine on its own stack yields three times. */
+static ucontext_t main_ctx, co_ctx;
+static int co_value;
+
+KEEP int co_work(int i) { return leaf(i) + i; }
+
+KEEP void coroutine(void)
+{
+	for (int i = 1; i <= 3; i++) {
+		co_value += co_work(i);
+		swapcontext(&co_ctx, &main_ctx);
+	}
+}
+
+KEEP int contexts(void)
+{
+	static char stack[64 * 1024];
+	int rounds = 0;
+
+	getcontext(&co_ctx);
+	co_ctx.uc_stack.ss_sp = stack;
+	co_ctx.uc_stack.ss_size = sizeof stack;
+	co_ctx.uc_link = &main_ctx;
+	makecontext(&co_ctx, coroutine, 0);
+	for (int i = 0; i < 4; i++) {
+		swapcontext(&main_ctx, &co_ctx);
+		rounds += leaf(1);
+	}
+	return co_value * 10 + rounds;
+}
+
+/* daemon(): the parent exits at once; the daemon goes on (traced) and
+ * leaves a file to say it did. */
+KEEP int daemon_work(const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -1;
+	fprintf(f, "daemon %d\n", leaf(3) + top(1));
+	return fclose(f);
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "nest";
@@ -329,6 +373,14 @@ int main(int argc, char **argv)
 		       next_sym_call("puts") ? "found" : "missing", h ? "ok" : dlerror());
 	} else if (strcmp(what, "threads") == 0) {
 		printf("%d\n", threads());
+	} else if (strcmp(what, "ucontext") == 0) {
+		printf("contexts %d\n", contexts());
+	} else if (strcmp(what, "daemon") == 0 && argc > 2) {
+		printf("daemonizing\n");
+		fflush(stdout);
+		if (daemon(0, 0) != 0)
+			return 1;
+		return daemon_work(argv[2]) == 0 ? 3 : 4;
 	} else if (strcmp(what, "exec") == 0) {
 		printf("exec failed: %d\n", do_exec());
 	} else if (strcmp(what, "exec-thread") == 0) {

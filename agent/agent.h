@@ -102,7 +102,9 @@ int ag_threads_init(void);                 /* atfork handler */
 /* The C library's pthread_create, past the agent's interposer (threads.c). */
 int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
 			   void *(*start)(void *), void *arg);
-void ag_pools_after_fork(void);
+void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock held) */
+void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
+void ag_pools_after_fork(void);     /* ... the child maps the copies */
 void ag_patch_after_fork(void);
 void ag_ring_set_size(uint64_t bytes);
 
@@ -161,8 +163,13 @@ void ag_trap_hold(void);               /* raise SIGTRAP again when it unblocks i
 
 /* ---- instrument.c ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */
+/* The same, F first reached from a call in `caller` (of module cm): the
+ * caller's other callees are likely next and join the batch. */
+int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller);
 int ag_instrument_stop(void);      /* deactivation: restore all, forget states */
 void ag_instrument_restart(void);  /* before a new activation */
+void ag_instrument_lock(void);     /* hold off every change of code and areas (fork) */
+void ag_instrument_unlock(void);
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
 			 uint64_t *unresolved);
 uint32_t ag_site_root(ag_module *m, uint32_t func); /* site id for a root entry */
@@ -173,6 +180,7 @@ int ag_sites_open(const char *dir);
 typedef struct ag_callee {
 	uint32_t module, func;   /* instrument this function ... */
 	uint8_t *flag;           /* ... then set this byte (NULL: the function's own state) */
+	uint32_t caller_module, caller; /* the function making the call (look-ahead) */
 } ag_callee;
 
 typedef struct ag_area_spec {

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -54,24 +55,51 @@ static site_saved *all_saved;
 static uint8_t *saved_flag;
 static ag_indirect_cache *saved_cache;
 
+/*
+ * The sites file is mapped whole (address space for every possible id) and
+ * grown in chunks of whole records with fallocate, which never shrinks it:
+ * a forked child growing it from an older idea of its size cannot cut off
+ * what the parent wrote.  A record is then a copy into the mapping, not a
+ * system call.  Records of zeros at the end are holes the reader skips.
+ */
+#define SITES_CHUNK ((off_t)sizeof(trace_site) * 26214)   /* ~1 MiB */
+
+/* Make the file at least `size` long, never shorter (fallocate; where the
+ * file system has none, ftruncate after a look at the size). */
+static int grow(off_t from, off_t len)
+{
+	struct stat st;
+
+	if (fallocate(sites_fd, 0, from, len) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP || fstat(sites_fd, &st) != 0)
+		return -1;
+	return st.st_size >= from + len ? 0 : ftruncate(sites_fd, from + len);
+}
+
+static uint8_t *sites_map;
+static volatile off_t sites_size;
+static volatile int sites_lock;
+
 int ag_sites_open(const char *dir)
 {
 	char path[4200];
+	size_t span = (size_t)(TRACE_ID_MAX + 1u) * sizeof(trace_site);
 
 	snprintf(path, sizeof path, "%s/sites", dir);
 	sites_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	/* One record, the counter's; the mapping's page reaches past the end
-	 * of the file only where nothing is read. */
-	if (sites_fd < 0 || ftruncate(sites_fd, sizeof(trace_site)) != 0) {
+	if (sites_fd < 0 || grow(0, SITES_CHUNK) != 0) {
 		ag_log("cannot create %s: %s", path, strerror(errno));
 		return -1;
 	}
-	next_site = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, sites_fd, 0);
-	if (next_site == MAP_FAILED) {
-		next_site = NULL;
+	sites_size = SITES_CHUNK;
+	sites_map = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, sites_fd, 0);
+	if (sites_map == MAP_FAILED) {
+		sites_map = NULL;
 		ag_log("cannot map %s: %s", path, strerror(errno));
 		return -1;
 	}
+	next_site = (volatile uint32_t *)sites_map;
 	*next_site = 1;                    /* id 0 is never used */
 	return 0;
 }
@@ -79,13 +107,24 @@ int ag_sites_open(const char *dir)
 static uint32_t new_site(const trace_site *ts)
 {
 	uint32_t id = __atomic_fetch_add(next_site, 1, __ATOMIC_ACQ_REL);
+	off_t end = ((off_t)id + 1) * (off_t)sizeof *ts;
 
 	if (id > TRACE_ID_MAX)
 		return 0;
-	if (pwrite(sites_fd, ts, sizeof *ts, (off_t)id * (off_t)sizeof *ts) != (ssize_t)sizeof *ts) {
-		ag_log("sites: write failed: %s", strerror(errno));
-		return 0;
+	if (end > __atomic_load_n(&sites_size, __ATOMIC_ACQUIRE)) {
+		while (__atomic_exchange_n(&sites_lock, 1, __ATOMIC_ACQUIRE))
+			__builtin_ia32_pause();
+		while (end > sites_size) {
+			if (grow(sites_size, SITES_CHUNK) != 0) {
+				__atomic_store_n(&sites_lock, 0, __ATOMIC_RELEASE);
+				ag_log("sites: cannot grow the file: %s", strerror(errno));
+				return 0;
+			}
+			__atomic_store_n(&sites_size, sites_size + SITES_CHUNK, __ATOMIC_RELEASE);
+		}
+		__atomic_store_n(&sites_lock, 0, __ATOMIC_RELEASE);
 	}
+	memcpy(sites_map + (size_t)id * sizeof *ts, ts, sizeof *ts);
 	return id;
 }
 
@@ -382,7 +421,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 		return -1;
 	memset(&spec, 0, sizeof spec);
 	if (c.m == m && !c.slot) {
-		*ref = (ag_callee){ c.m->index, c.func, NULL };
+		*ref = (ag_callee){ c.m->index, c.func, NULL, m->index, s->func };
 		spec.callee_flag = &m->func_state[c.func];      /* rip-reachable: same pool */
 	} else {
 		/* The callee's state lives near its own module: test a byte of
@@ -393,7 +432,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 			return -1;
 		saved_flag = flag;
 		*flag = c.m->func_state[c.func];
-		*ref = (ag_callee){ c.m->index, c.func, flag };
+		*ref = (ag_callee){ c.m->index, c.func, flag, m->index, s->func };
 		spec.callee_flag = flag;
 	}
 	memset(&ts, 0, sizeof ts);
@@ -587,6 +626,16 @@ int ag_instrument_stop(void)
 	return rc;
 }
 
+void ag_instrument_lock(void)
+{
+	lock();
+}
+
+void ag_instrument_unlock(void)
+{
+	unlock();
+}
+
 /* Before a new activation: states a late slow path may have set after the
  * stop are cleared again. */
 void ag_instrument_restart(void)
@@ -596,26 +645,59 @@ void ag_instrument_restart(void)
 	unlock();
 }
 
-int ag_instrument(ag_module *m, uint32_t func)
+/*
+ * instrument(F), with look-ahead: F's direct callees in the same module,
+ * and when F was reached from a call in C, C's other direct callees (the
+ * calls C makes next), join the batch -- with the .cold/.part fragments of
+ * all of them, which are their code too.  The cost of a batch is mostly
+ * fixed -- three writes to /proc/self/mem and three core serialisations --
+ * so reaching those functions then costs nothing more; functions reached
+ * through them start the next batch.
+ */
+#define LOOKAHEAD_MAX 1024
+#define SEEN_SLOTS 4096                 /* a power of two, > 2 * LOOKAHEAD_MAX */
+
+/* The batch's functions (under the instrument lock, so static). */
+typedef struct todo {
+	uint32_t func[LOOKAHEAD_MAX];
+	uint8_t depth[LOOKAHEAD_MAX];
+	uint32_t n;
+	uint64_t seen[SEEN_SLOTS];      /* (round << 32) | (func + 1): already listed */
+	uint64_t round;
+} todo;
+
+static todo work;
+
+static void todo_add(todo *t, ag_module *m, uint32_t f, uint8_t depth)
 {
-	size_t nfuncs, nsites;
-	const ca_func *funcs = ca_module_funcs(m->ca, &nfuncs);
-	const ca_site *sites = ca_module_sites(m->ca, &nsites);
-	ag_patch batch[256], boards[256];
-	size_t nb = 0, nsb = 0;
+	uint64_t key = t->round << 32 | (uint64_t)(f + 1);
+	size_t h = (f * 2654435761u) & (SEEN_SLOTS - 1);
+
+	if (t->n >= LOOKAHEAD_MAX || (m->func_state[f] & AG_FUNC_INSTRUMENTED))
+		return;
+	while ((t->seen[h] >> 32) == t->round) {
+		if (t->seen[h] == key)
+			return;
+		h = (h + 1) & (SEEN_SLOTS - 1);
+	}
+	t->seen[h] = key;
+	t->func[t->n] = f;
+	t->depth[t->n++] = depth;
+}
+
+/* Under the instrument lock. */
+static ag_patch batch[1024], boards[1024];
+static size_t nb, nsb;
+
+static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
+{
+	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
+	const ca_site *sites = ca_module_sites(m->ca, NULL);
 	int rc = 0;
 
-	if (func >= nfuncs || !ag_module_ready(m))
-		return -1;
-	lock();
-	if (m->func_state[func] & AG_FUNC_INSTRUMENTED) {
-		unlock();
-		return 0;
-	}
-	if (!ag_active()) {
-		unlock();
-		return -1;
-	}
+	if (m->first_fragment)
+		for (uint32_t c = m->first_fragment[func]; c != CA_NONE; c = m->next_fragment[c])
+			todo_add(t, m, c, depth);
 	for (uint32_t i = 0; i < funcs[func].nsites; i++) {
 		uint32_t si = funcs[func].first_site + i;
 		const ca_site *s = &sites[si];
@@ -630,6 +712,9 @@ int ag_instrument(ag_module *m, uint32_t func)
 			skipped_plan++;
 			continue;
 		}
+		if (depth == 0 && (s->kind == CA_SITE_DIRECT || s->kind == CA_SITE_TAIL_DIRECT) &&
+		    s->callee != CA_NONE && !(funcs[s->callee].flags & CA_FUNC_PLT))
+			todo_add(t, m, s->callee, 1);
 		site_saved *sv = m->site_saved ? m->site_saved[si] : NULL;
 
 		if (sv) {
@@ -653,15 +738,61 @@ int ag_instrument(ag_module *m, uint32_t func)
 			nb = nsb = 0;
 		}
 	}
+	return rc;
+}
+
+int ag_instrument(ag_module *m, uint32_t func)
+{
+	return ag_instrument_from(m, func, NULL, CA_NONE);
+}
+
+/* The caller's direct callees in m that are not instrumented yet. */
+static void add_siblings(todo *t, ag_module *m, uint32_t caller)
+{
+	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
+	const ca_site *sites = ca_module_sites(m->ca, NULL);
+
+	for (uint32_t i = 0; i < funcs[caller].nsites; i++) {
+		const ca_site *s = &sites[funcs[caller].first_site + i];
+
+		if ((s->kind == CA_SITE_DIRECT || s->kind == CA_SITE_TAIL_DIRECT) &&
+		    s->callee != CA_NONE && !(funcs[s->callee].flags & CA_FUNC_PLT))
+			todo_add(t, m, s->callee, 1);
+	}
+}
+
+int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller)
+{
+	size_t nfuncs;
+	todo *t = &work;
+	int rc = 0;
+
+	ca_module_funcs(m->ca, &nfuncs);
+	if (func >= nfuncs || !ag_module_ready(m))
+		return -1;
+	lock();
+	if (m->func_state[func] & AG_FUNC_INSTRUMENTED) {
+		unlock();
+		return 0;
+	}
+	if (!ag_active()) {
+		unlock();
+		return -1;
+	}
+	nb = nsb = 0;
+	t->n = 0;
+	t->round++;
+	todo_add(t, m, func, 0);
+	if (cm == m && caller != CA_NONE && caller < nfuncs)
+		add_siblings(t, m, caller);
+	for (uint32_t k = 0; k < t->n; k++)
+		rc |= add_sites(m, t->func[k], t, t->depth[k]);
 	rc |= flush(batch, nb, boards, nsb);
-	/* Published last: areas that test this flag now go straight to F. */
-	__atomic_store_n(&m->func_state[func], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
+	nb = nsb = 0;
+	/* Published last: areas that test these flags now go straight on. */
+	for (uint32_t k = 0; k < t->n; k++)
+		__atomic_store_n(&m->func_state[t->func[k]], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
 	unlock();
-	/* F's .cold/.part pieces are F's code too (reached by jumps, never
-	 * through a call site): their calls are F's calls. */
-	if (m->first_fragment)
-		for (uint32_t c = m->first_fragment[func]; c != CA_NONE; c = m->next_fragment[c])
-			rc |= ag_instrument(m, c);
 	return rc;
 }
 

@@ -350,7 +350,8 @@ uint64_t ag_slow(uint64_t req)
 		const ag_callee *c = (const ag_callee *)(uintptr_t)(req & ((1ull << 56) - 1));
 		ag_module *m = ag_module_at(c->module);
 
-		if (m && ag_instrument(m, c->func) == 0 && c->flag)
+		if (m && ag_instrument_from(m, c->func, ag_module_at(c->caller_module), c->caller) == 0 &&
+		    c->flag)
 			__atomic_store_n(c->flag, 1, __ATOMIC_RELEASE);
 		answer = 1;
 		break;

@@ -199,8 +199,92 @@ static void unlock(void)
 	__atomic_store_n(&patch_lock, 0, __ATOMIC_RELEASE);
 }
 
+/*
+ * One step of the protocol for a whole batch, with as few writes as
+ * possible: sites close together (a function's) are written as one span,
+ * the bytes between them copied from memory unchanged.  Writing a byte with
+ * its own value is no change to the code another core may be running; and
+ * only this thread writes code (the patch lock), so the copy is current.
+ * The activation trap's int3 byte (its fallback without a breakpoint) is
+ * not ours to rewrite: no span crosses it.
+ */
+enum step { STEP_HEAD_INT3, STEP_TAIL, STEP_HEAD };
+
+#define SPAN_GAP 256
+#define SPAN_MAX 4096
+
+/* By address; a heap sort: no allocation (qsort may call malloc, and this
+ * can run in a signal handler or inside malloc). */
+static void sift(ag_patch **a, size_t root, size_t n)
+{
+	for (size_t child; (child = 2 * root + 1) < n; root = child) {
+		if (child + 1 < n && a[child + 1]->addr > a[child]->addr)
+			child++;
+		if (a[root]->addr >= a[child]->addr)
+			return;
+		ag_patch *t = a[root];
+		a[root] = a[child];
+		a[child] = t;
+	}
+}
+
+static void sort_by_addr(ag_patch **a, size_t n)
+{
+	for (size_t i = n / 2; i-- > 0;)
+		sift(a, i, n);
+	for (size_t end = n; end-- > 1;) {
+		ag_patch *t = a[0];
+		a[0] = a[end];
+		a[end] = t;
+		sift(a, 0, end);
+	}
+}
+
+static void step_bytes(const ag_patch *q, enum step st, uint8_t *buf, uint64_t lo)
+{
+	uint8_t *at = buf + (q->addr - lo);
+
+	if (st == STEP_HEAD_INT3)
+		at[0] = 0xcc;
+	else if (st == STEP_TAIL)
+		memcpy(at + 1, q->new + 1, q->len - 1u);
+	else
+		at[0] = q->new[0];
+}
+
+static int write_step(ag_patch **order, size_t n, enum step st)
+{
+	static uint8_t buf[SPAN_MAX];       /* under the patch lock */
+	uint64_t act = act_fd < 0 ? act_addr : 0;
+
+	for (size_t i = 0; i < n;) {
+		uint64_t lo = order[i]->addr, hi = lo + order[i]->len;
+		size_t j = i + 1;
+
+		while (j < n && order[j]->addr <= hi + SPAN_GAP &&
+		       order[j]->addr + order[j]->len - lo <= SPAN_MAX &&
+		       !(act && act >= hi && act < order[j]->addr)) {
+			if (order[j]->addr + order[j]->len > hi)
+				hi = order[j]->addr + order[j]->len;
+			j++;
+		}
+		if (st == STEP_TAIL && j == i + 1 && order[i]->len <= 1) {
+			i = j;
+			continue;
+		}
+		memcpy(buf, (const void *)(uintptr_t)lo, hi - lo);
+		for (size_t k = i; k < j; k++)
+			step_bytes(order[k], st, buf, lo);
+		if (ag_write_text(lo, buf, hi - lo))
+			return -1;
+		i = j;
+	}
+	return 0;
+}
+
 int ag_patch_apply(ag_patch *p, size_t n)
 {
+	static ag_patch *order[MAX_PENDING];     /* under the patch lock */
 	static const uint8_t int3 = 0xcc;
 	int rc = 0;
 
@@ -211,15 +295,16 @@ int ag_patch_apply(ag_patch *p, size_t n)
 	lock();
 	memcpy((void *)pending, p, n * sizeof *p);
 	__atomic_store_n(&npending, n, __ATOMIC_RELEASE);
-	for (size_t i = 0; i < n && !rc; i++)                      /* 1 */
-		rc = ag_write_text(p[i].addr, &int3, 1);
+	for (size_t i = 0; i < n; i++)
+		order[i] = &p[i];
+	sort_by_addr(order, n);
+	rc = write_step(order, n, STEP_HEAD_INT3);                  /* 1 */
 	ag_serialize_cores();                                       /* 2 */
-	for (size_t i = 0; i < n && !rc; i++)                      /* 3 */
-		if (p[i].len > 1)
-			rc = ag_write_text(p[i].addr + 1, p[i].new + 1, p[i].len - 1u);
+	if (!rc)
+		rc = write_step(order, n, STEP_TAIL);               /* 3 */
 	ag_serialize_cores();                                       /* 4 */
-	for (size_t i = 0; i < n && !rc; i++)                      /* 5 */
-		rc = ag_write_text(p[i].addr, p[i].new, 1);
+	if (!rc)
+		rc = write_step(order, n, STEP_HEAD);               /* 5 */
 	ag_serialize_cores();                                       /* 6 */
 	if (rc) {
 		/* Put back whatever was changed: the old bytes, head last. */

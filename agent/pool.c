@@ -37,6 +37,7 @@ struct ag_pool {
 	size_t used, data_used;
 	volatile int lock;
 	uint64_t tramp;   /* rx address of `jmp *ag_tramp_slow`, reachable by rel32 */
+	int snap_fd;      /* its copy for a fork in progress, -1 */
 };
 
 /* Read /proc/self/maps without stdio: is [a, a+len) free? */
@@ -131,6 +132,7 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data)
 		return NULL;
 	pool->code_size = code_size;
 	pool->data_size = data_size;
+	pool->snap_fd = -1;
 	fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)total) < 0) {
 		ag_log("pool: memfd: %s", strerror(errno));
@@ -248,21 +250,50 @@ bool ag_pool_holds(uint64_t addr)
 }
 
 /*
- * In a forked child the pools are still the parent's memfd, mapped shared:
- * an area the child writes would appear in the parent.  Give each pool a
- * private copy at the same addresses (the child is single-threaded here, and
- * the copy is byte-identical, so returning into an area stays valid).
- * System calls only: this runs in an atfork handler.
+ * fork: the pools are the parent's memfd, mapped shared, so the child needs
+ * copies of its own -- and copies of the pools as they were at the fork:
+ * the child's code (a copy-on-write image of the parent's) jumps into areas
+ * that must be there, and nothing the parent writes afterwards may show.
+ * So the parent copies the used part of every pool into a new memfd just
+ * before the fork, with the instrument lock held (areas and patches are
+ * made only under it), and the child maps the copies over its pools.
+ * Only what is used is copied: a fork costs a copy of the areas, not of
+ * the pools' full reservations.
  */
-void ag_pools_after_fork(void)
+void ag_pools_snapshot(void)
 {
 	for (ag_pool *p = all_pools; p; p = p->next) {
 		int fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
-		size_t total = p->code_size + p->data_size;
 
-		if (fd < 0 || ftruncate(fd, (off_t)total) < 0 ||
-		    pwrite(fd, p->rw, p->code_size, 0) != (ssize_t)p->code_size ||
-		    pwrite(fd, p->data, p->data_size, (off_t)p->code_size) != (ssize_t)p->data_size ||
+		if (fd >= 0 && (ftruncate(fd, (off_t)(p->code_size + p->data_size)) < 0 ||
+				pwrite(fd, p->rw, p->used, 0) != (ssize_t)p->used ||
+				pwrite(fd, p->data, p->data_used, (off_t)p->code_size) !=
+					(ssize_t)p->data_used)) {
+			close(fd);
+			fd = -1;
+		}
+		p->snap_fd = fd;
+	}
+}
+
+/* The parent, after the fork: the copies are the child's. */
+void ag_pools_snapshot_done(void)
+{
+	for (ag_pool *p = all_pools; p; p = p->next)
+		if (p->snap_fd >= 0) {
+			close(p->snap_fd);
+			p->snap_fd = -1;
+		}
+}
+
+/* The child: its pools become the copies.  System calls only (an atfork
+ * handler). */
+void ag_pools_after_fork(void)
+{
+	for (ag_pool *p = all_pools; p; p = p->next) {
+		int fd = p->snap_fd;
+
+		if (fd < 0 ||
 		    mmap(p->rw, p->code_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
 			    MAP_FAILED ||
 		    mmap(p->data, p->data_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
@@ -270,11 +301,12 @@ void ag_pools_after_fork(void)
 		    mmap(p->rx, p->code_size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd, 0) ==
 			    MAP_FAILED) {
 			/* Without a private pool the child must not instrument. */
-			ag_log("fork: cannot copy a patch-area pool: %s; the child stops tracing",
+			ag_log("fork: no copy of a patch-area pool: %s; the child stops tracing",
 			       strerror(errno));
 			p->used = p->code_size;
 		}
 		if (fd >= 0)
 			close(fd);
+		p->snap_fd = -1;
 	}
 }

@@ -167,17 +167,23 @@ AG_EXPORT void makecontext(ucontext_t *ucp, void (*func)(void), int argc, ...)
  * skip), the parent takes its ring back afterwards, and the child starts
  * without one: its first record creates ring.<child tid>.  Site ids come
  * from the counter shared through the sites file.  The child also needs its
- * own patch-area pools and its own /proc/self/mem (see pool.c, patch.c).
+ * own patch-area pools, copied as they are at the fork -- the instrument
+ * lock is held from `prepare` to the end so that no area or patch is made
+ * meanwhile -- and its own /proc/self/mem (see pool.c, patch.c).
  */
 static __thread trace_ring_header *ring_before_fork __attribute__((tls_model("initial-exec")));
 
 static void prepare_fork(void)
 {
 	ring_before_fork = ag_enter();
+	ag_instrument_lock();
+	ag_pools_snapshot();
 }
 
 static void parent_after_fork(void)
 {
+	ag_pools_snapshot_done();
+	ag_instrument_unlock();
 	ag_leave(ring_before_fork);
 }
 
@@ -185,6 +191,7 @@ static void child_after_fork(void)
 {
 	ag_patch_after_fork();
 	ag_pools_after_fork();
+	ag_instrument_unlock();
 	ag_forked_child();
 	ag_leave(NULL);
 }

@@ -311,7 +311,7 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
 	rec_fix in, out;
-	size_t jne;
+	size_t jne, jz;
 	uint64_t hit;
 
 	endbr64(&b);
@@ -336,9 +336,21 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x1c); b1(&b, 0x25); /* mov %r11,%fs:tmp */
 	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
 	slow_call(&b, s, ((uint64_t)AG_SLOW_INDIRECT << 56) | (uint64_t)(uintptr_t)s->indirect_ref);
+	b1(&b, 0x4d); b1(&b, 0x85); b1(&b, 0xdb);                            /* test %r11,%r11 */
+	b1(&b, 0x0f); b1(&b, 0x84); jz = b.n; b32(&b, 0);                 /* jz untraced */
 	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:tmp,%r11 */
 	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
 	b1(&b, 0xe9); brel32(&b, hit);
+	/* The slow path said skip (the agent runs on this thread): the call
+	 * as the program made it, without records (the cache may not be for
+	 * this target). */
+	fix_rel32(&b, jz);
+	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:tmp,%r11 */
+	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
+	b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x5c); b1(&b, 0x24); b1(&b, 0xd8); /* mov %r11,-40(%rsp) */
+	bn(&b, load_r11, sizeof load_r11);                                /* r11 as it was */
+	b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);          /* call *-40(%rsp) */
+	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
 	record_slow(&b, s, &in);
 	record_slow(&b, s, &out);
 	return b.n;

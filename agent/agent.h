@@ -67,6 +67,7 @@ enum {
 	AG_FUNC_INSTRUMENTED = 1,
 };
 
+extern char ag_repo_dir[4096];               /* "" : the default repository */
 int ag_modules_init(char *err, size_t errlen);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
@@ -137,7 +138,9 @@ void ag_serialize_cores(void);
 /* A one-shot int3 at a function entry; `handler` runs in the trapping
  * thread's signal context and must call ag_trap_disarm() first. */
 struct ucontext_t;
-int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc));
+/* every_thread: on each thread now running too (an attached agent; a
+ * preloaded one starts with one thread, whose breakpoint new threads inherit) */
+int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool every_thread);
 void ag_trap_disarm(void);
 struct sigaction;
 int ag_trap_chain(const struct sigaction *act, struct sigaction *old); /* the program's SIGTRAP */
@@ -257,6 +260,7 @@ uint64_t ag_root_return(void) AG_HIDDEN;
 /* ---- control.c ---- */
 int ag_control_start(void);            /* FIFO, registry link, control thread */
 void ag_control_stop(void);
+int ag_control_tid(void);              /* the control thread's id, 0 before it runs */
 
 /* ---- main.c ---- */
 void ag_deactivate(const char *why);   /* restore all code; dormant again */
@@ -266,6 +270,9 @@ double ag_timer_seconds(void);         /* --on timer S: S, else < 0 */
 const char *ag_on_event(void);         /* the activation event, as given */
 void ag_note_exec(const char *sub, const char *path);   /* meta: "exec SUB PATH" */
 void ag_note_exec_failed(const char *sub);
+
+/* ---- hooks.c ---- */
+void ag_hooks_install(void);           /* attached: GOT slots to the interposers */
 
 /* ---- exec.c ---- */
 void ag_exec_init(const char *ring_bytes);

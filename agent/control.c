@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +40,12 @@
 static char fifo[4200], link_path[512];
 static pid_t owner;             /* the process that registered them (not a forked child) */
 static volatile int control_ready;
+static volatile int control_tid;
+
+int ag_control_tid(void)
+{
+	return control_tid;
+}
 
 /* Wait for a command, checking for newly loaded modules meanwhile. */
 static double now_s(void)
@@ -59,6 +66,7 @@ static void *control_main(void *arg)
 	/* This thread is the agent's: it records nothing, ever (the libc code
 	 * it runs may be instrumented). */
 	ag_enter();
+	control_tid = (int)syscall(SYS_gettid);
 	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
 	for (;;) {
 		struct pollfd p;

@@ -490,15 +490,19 @@ static void fail(const char *why)
 	meta_append("%s not tracing: %s\n", TRACE_META_END, why);
 }
 
-__attribute__((constructor)) static void agent_init(void)
+/*
+ * Start the agent: trace files, analysis of the loaded modules, the
+ * control thread, the activation trap; then dormant.  Returns 0, or -1 after
+ * saying why (stderr, agent.log, meta).  `attached`: loaded into a running
+ * process by sptrace attach, not preloaded.
+ */
+static bool attached;
+
+static int agent_start(const char *dir, const char *on, const char *ring, const char *exec_of)
 {
-	const char *dir = getenv("SPTRACE_DIR"), *on = getenv("SPTRACE_ON");
-	const char *ring = getenv("SPTRACE_RING_BYTES"), *exec_of = getenv("SPTRACE_EXEC_OF");
 	char err[1024], path[4200], parent[4096] = "";
 	unsigned a, b, c, d;
 
-	if (!dir || !*dir)
-		return;                 /* loaded without sptrace run: stay out of the way */
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_signals_init();
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
@@ -508,26 +512,36 @@ __attribute__((constructor)) static void agent_init(void)
 	if (exec_of) {
 		snprintf(parent, sizeof parent, "%s", exec_of);
 		if (mkdir(ag_dir, 0755) != 0 && errno != EEXIST)
-			return;         /* nowhere to write: run untraced */
+			return -1;      /* nowhere to write: run untraced */
 	}
-	restore_env();
+	if (!attached)
+		restore_env();
 	snprintf(path, sizeof path, "%s/agent.log", ag_dir);
 	log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (__get_cpuid_count(0xd, 0, &a, &b, &c, &d) && b >= 576)
 		ag_xsave_size = b + 64;
 	if (ag_rings_init() || ag_sites_open(ag_dir)) {
 		fail("cannot create the trace files");
-		return;
+		return -1;
 	}
 	ag_signals_fatal_init();
+	if (attached && strcmp(on_event, "start") == 0) {
+		fail("attached to a running process: 'start' (main) is long past; use 'call FUNC', "
+		     "'timer SECONDS' or 'signal'");
+		return -1;
+	}
 	if (ag_patch_init(err, sizeof err) || ag_modules_init(err, sizeof err) ||
 	    find_root(err, sizeof err)) {
 		fail(err);
-		return;
+		return -1;
 	}
+	if (attached)
+		ag_hooks_install();
 	write_meta();
 	if (parent[0])
 		meta_append("%s %s\n", TRACE_META_EXEC_OF, parent);
+	if (attached)
+		meta_append("%s %lu\n", TRACE_META_ATTACHED, (unsigned long)ag_rdtsc());
 	atexit(finish);
 	if (ag_threads_init())
 		ag_log("no fork handler: a forked child would write into its parent's ring");
@@ -538,9 +552,54 @@ __attribute__((constructor)) static void agent_init(void)
 		ag_log("no control thread: 'sptrace stop %d' will not work", (int)getpid());
 	if (root_func != CA_NONE &&
 	    ag_trap_arm(root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr,
-			on_activate)) {
+			on_activate, attached)) {
 		fail("cannot place the activation trap");
-		return;
+		return -1;
 	}
 	ag_log("dormant; waiting for '%s'", on_event);
+	return 0;
+}
+
+__attribute__((constructor)) static void agent_init(void)
+{
+	const char *dir = getenv("SPTRACE_DIR");
+
+	if (!dir || !*dir)
+		return;                 /* loaded without sptrace run: stay out of the way */
+	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
+		    getenv("SPTRACE_EXEC_OF"));
+}
+
+/*
+ * sptrace attach: the injector dlopen's the agent into a running process
+ * and calls this on a thread of its own with "dir=DIR\non=EVENT\n", and
+ * optionally "ring=BYTES\n" and "repo=DIR\n" (the code-analysis repository).
+ * Returns 0, or 1 when not tracing (the reason is in DIR/agent.log and
+ * meta), 2 when the agent was started already.
+ */
+AG_EXPORT int sptrace_agent_attach(const char *config)
+{
+	static int started;
+	char dir[4096] = "", on[512] = "", ring[32] = "";
+
+	if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL) || ag_dir[0])
+		return 2;
+	for (const char *p = config; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (len > 4 && strncmp(p, "dir=", 4) == 0)
+			snprintf(dir, sizeof dir, "%.*s", (int)(len - 4), p + 4);
+		else if (len > 3 && strncmp(p, "on=", 3) == 0)
+			snprintf(on, sizeof on, "%.*s", (int)(len - 3), p + 3);
+		else if (len > 5 && strncmp(p, "ring=", 5) == 0)
+			snprintf(ring, sizeof ring, "%.*s", (int)(len - 5), p + 5);
+		else if (len > 5 && strncmp(p, "repo=", 5) == 0)
+			snprintf(ag_repo_dir, sizeof ag_repo_dir, "%.*s", (int)(len - 5), p + 5);
+		p = nl ? nl + 1 : p + len;
+	}
+	if (!dir[0])
+		return 1;
+	attached = true;
+	return agent_start(dir, on, ring[0] ? ring : NULL, NULL) == 0 ? 0 : 1;
 }

@@ -24,6 +24,7 @@
 
 #define MAX_MODULES 1024
 
+char ag_repo_dir[4096];               /* "" : the default repository */
 static ag_module *modules[MAX_MODULES];
 static uint32_t nmodules;
 static volatile int ready_lock;
@@ -32,6 +33,7 @@ static volatile int ready_lock;
 static const char *const agent_only[] = {
 	"libsptrace-agent.so", "libcapstone.so", "libelf.so", "libdwarf.so", "libprotobuf-c.so",
 	"libcrypto.so", "libz.so", "libgcc_s.so", "libzstd.so", "liblzma.so", "libbz2.so",
+	"libunwind.so",
 };
 
 static bool skip_object(const char *path)
@@ -85,6 +87,9 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 		return 0;                          /* only the executable has no name */
 	if (!code_range(info, &lo, &hi))
 		return 0;
+	/* The agent itself (attached, it is /proc/self/fd/N, not by name). */
+	if ((uint64_t)(uintptr_t)add_object >= lo && (uint64_t)(uintptr_t)add_object < hi)
+		return 0;
 	m = ag_alloc(sizeof *m);
 	if (!m)
 		return 1;
@@ -105,7 +110,7 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	m->bias = info->dlpi_addr;
 	m->text_lo = lo;
 	m->text_hi = hi;
-	if (ca_repo_get(NULL, m->path, NULL, &m->ca, &from_repo, &e)) {
+	if (ca_repo_get(ag_repo_dir[0] ? ag_repo_dir : NULL, m->path, NULL, &m->ca, &from_repo, &e)) {
 		if (nmodules == 0) {
 			snprintf(lc->err, lc->errlen, "analysing %.1000s: %.1000s", m->path, e.msg);
 			lc->failed = 1;

@@ -26,6 +26,7 @@
  * /proc/self/mem cannot be opened, mprotect(RWX-free: RW, write, RX) is the
  * fallback, and the log says so.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/hw_breakpoint.h>
@@ -33,6 +34,7 @@
 #include <linux/perf_event.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -370,7 +372,13 @@ int ag_patch_restore_all(void)
  * leaves every byte of code alone while the agent is dormant; without one
  * the entry's first byte becomes int3.
  */
-int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc))
+/* Attached: the breakpoint on each thread there was (each one's inherited
+ * by the threads it creates later). */
+#define MAX_THREAD_BPS 4096
+static int thread_bps[MAX_THREAD_BPS];
+static int nthread_bps;
+
+int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool every_thread)
 {
 	static const uint8_t int3 = 0xcc;
 	struct perf_event_attr a;
@@ -391,6 +399,26 @@ int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc))
 	a.exclude_kernel = 1;
 	a.exclude_hv = 1;
 	fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd >= 0 && every_thread) {
+		DIR *d = opendir("/proc/self/task");
+		struct dirent *de;
+		int self = (int)syscall(SYS_gettid), ctl = ag_control_tid();
+
+		while (d && (de = readdir(d)) && nthread_bps < MAX_THREAD_BPS) {
+			int tid = atoi(de->d_name), f;
+
+			if (tid <= 0 || tid == self || tid == ctl)
+				continue;
+			f = (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+			if (f >= 0)
+				thread_bps[nthread_bps++] = f;
+			else
+				ag_log("activation: no breakpoint on thread %d (%s); it will not "
+				       "activate tracing", tid, strerror(errno));
+		}
+		if (d)
+			closedir(d);
+	}
 	if (fd >= 0) {
 		act_fd = fd;
 		act_addr = addr;
@@ -414,6 +442,11 @@ void ag_trap_disarm(void)
 
 	if (!act_addr)
 		return;
+	for (int i = 0; i < nthread_bps; i++) {
+		ioctl(thread_bps[i], PERF_EVENT_IOC_DISABLE, 0);
+		close(thread_bps[i]);
+	}
+	nthread_bps = 0;
 	if (act_fd >= 0) {
 		ioctl(act_fd, PERF_EVENT_IOC_DISABLE, 0);
 		close(act_fd);

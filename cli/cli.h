@@ -20,6 +20,12 @@ int cmd_report(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 int cmd_activate(int argc, char **argv);
+int cmd_attach(int argc, char **argv);
+
+/* trace_dir.c.  `cmd` names the command in messages. */
+int cli_find_agent(const char *cmd, char *out, size_t len);   /* libsptrace-agent.so */
+int cli_prepare_trace_dir(const char *cmd, const char *dir, char *abs); /* fresh; old kept */
+int cli_remove_trace_dir(const char *dir);    /* only a trace's files; else -1 */
 
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -49,98 +49,6 @@ static const char help[] =
 	"Then: 'sptrace replay DIR' prints the call trees, 'sptrace report DIR' the\n"
 	"time per function.\n";
 
-/* The agent sits next to the sptrace binary in a build tree, else in the
- * installed libdir; $SPTRACE_AGENT overrides both. */
-static int find_agent(char *out, size_t len)
-{
-	char self[PATH_MAX], *slash;
-	const char *env = getenv("SPTRACE_AGENT");
-	ssize_t n;
-	static const char *const rel[] = { "/../agent/libsptrace-agent.so",
-					   "/../lib/sptrace/libsptrace-agent.so",
-					   "/../lib/x86_64-linux-gnu/sptrace/libsptrace-agent.so" };
-
-	if (env && *env) {
-		if (access(env, R_OK) == 0) {
-			snprintf(out, len, "%s", env);
-			return 0;
-		}
-		return cli_error("run: SPTRACE_AGENT=%s: %s", env, strerror(errno));
-	}
-	n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		return cli_error("run: cannot find my own executable: %s", strerror(errno));
-	self[n] = '\0';
-	slash = strrchr(self, '/');
-	if (slash)
-		*slash = '\0';
-	for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
-		char cand[PATH_MAX + 64], real[PATH_MAX];
-
-		snprintf(cand, sizeof cand, "%s%s", self, rel[i]);
-		if (realpath(cand, real) && access(real, R_OK) == 0) {
-			snprintf(out, len, "%s", real);
-			return 0;
-		}
-	}
-	return cli_error("run: cannot find libsptrace-agent.so next to %s; set SPTRACE_AGENT to "
-			 "its path", self);
-}
-
-/* Remove a trace directory made by us: only the files a trace holds, so a
- * directory with anything else in it is left alone. */
-static int remove_trace_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	int rc = 0;
-
-	if (!d)
-		return -1;
-	while ((de = readdir(d))) {
-		char path[PATH_MAX + 300];
-
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (strncmp(de->d_name, "ring.", 5) != 0 && strcmp(de->d_name, "sites") != 0 &&
-		    strcmp(de->d_name, "meta") != 0 && strcmp(de->d_name, "agent.log") != 0 &&
-		    strcmp(de->d_name, "control") != 0) {
-			rc = -1;
-			continue;
-		}
-		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-		if (unlink(path) != 0)
-			rc = -1;
-	}
-	closedir(d);
-	return rc == 0 ? rmdir(dir) : rc;
-}
-
-/* A fresh, empty trace directory; an existing one becomes DIR.old. */
-static int prepare_dir(const char *dir, char *abs)
-{
-	char old[PATH_MAX + 8];
-	struct stat st;
-
-	if (stat(dir, &st) == 0) {
-		if (!S_ISDIR(st.st_mode))
-			return cli_error("run: %s exists and is not a directory; choose another with -o",
-					 dir);
-		snprintf(old, sizeof old, "%s.old", dir);
-		if (stat(old, &st) == 0 && remove_trace_dir(old) != 0)
-			return cli_error("run: %s holds files that are not a trace's; remove it or "
-					 "choose another directory with -o", old);
-		if (rename(dir, old) != 0)
-			return cli_error("run: cannot keep the previous trace as %s: %s", old,
-					 strerror(errno));
-	}
-	if (mkdir(dir, 0755) != 0)
-		return cli_error("run: cannot create the trace directory %s: %s", dir, strerror(errno));
-	if (!realpath(dir, abs))
-		return cli_error("run: %s: %s", dir, strerror(errno));
-	return 0;
-}
-
 static void meta_end(const char *dir, int status)
 {
 	char path[PATH_MAX + 8];
@@ -258,7 +166,7 @@ int cmd_run(int argc, char **argv)
 		return cli_error("run: unknown event '%s'; this version knows 'start', 'call FUNC', "
 				 "'timer SECONDS' and 'signal'", on), 2;
 	}
-	if (find_agent(agent, sizeof agent) || prepare_dir(dir, absdir))
+	if (cli_find_agent("run", agent, sizeof agent) || cli_prepare_trace_dir("run", dir, absdir))
 		return 1;
 	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",
 		 old_preload ? old_preload : "");
@@ -292,7 +200,7 @@ int cmd_run(int argc, char **argv)
 	if (read(errpipe[0], &exec_errno, sizeof exec_errno) == (ssize_t)sizeof exec_errno) {
 		close(errpipe[0]);
 		waitpid(pid, &status, 0);
-		remove_trace_dir(absdir);
+		cli_remove_trace_dir(absdir);
 		cli_error("run: cannot execute %s: %s", argv[optind], strerror(exec_errno));
 		return exec_errno == ENOENT ? 127 : 126;
 	}

@@ -14,6 +14,7 @@
 
 static const cli_cmd commands[] = {
 	{ "run", cmd_run, "run a program under the agent and trace it" },
+	{ "attach", cmd_attach, "load the agent into a running process and trace it" },
 	{ "stop", cmd_stop, "stop tracing a running process; its code is restored" },
 	{ "activate", cmd_activate, "start tracing now in a process whose agent waits" },
 	{ "analyze-binary", cmd_analyze_binary,

@@ -40,6 +40,7 @@
 #include <libelf.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,9 +166,28 @@ static int entry_path(const char *dir, const char *key, char *path, size_t len,
 /* Directory                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static const char *default_dir_now(void);
+
+/* Worked out once (the environment and the home directory do not change
+ * under us).  No thread-local buffer: the agent, which has this code, may be
+ * loaded into a running process, where static TLS space is scarce. */
+static char default_dir[PATH_MAX];
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void find_default_dir(void)
+{
+	snprintf(default_dir, sizeof default_dir, "%s", default_dir_now());
+}
+
 const char *ca_repo_default_dir(void)
 {
-	static __thread char buf[PATH_MAX];
+	pthread_once(&default_once, find_default_dir);
+	return default_dir;
+}
+
+static const char *default_dir_now(void)
+{
+	static char buf[PATH_MAX];
 	const char *env = getenv("SPTRACE_REPO");
 	const char *home;
 
@@ -572,7 +592,8 @@ int ca_repo_store(const ca_module *m, const char *dir, char *path_out,
 	if (resolve_dir(&dir, err) < 0 ||
 	    entry_path(dir, m->key, path, sizeof path, err) < 0)
 		return -1;
-	snprintf(sub, sizeof sub, "%s/%.2s", dir, m->key);
+	if (snprintf(sub, sizeof sub, "%s/%.2s", dir, m->key) >= (int)sizeof sub)
+		return sp_fail(err, "repository path under %s is too long", dir);
 	if (make_dirs(sub, err) < 0)
 		return -1;
 

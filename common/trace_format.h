@@ -146,6 +146,7 @@ enum {
 					    trace is in SUBDIR */
 #define TRACE_META_EXEC_FAILED "exec_failed" /* SUBDIR: ... and the exec failed */
 #define TRACE_META_EXEC_OF "exec_of"     /* DIR: this image was exec'd by the one traced in DIR */
+#define TRACE_META_ATTACHED "attached"   /* TSC: the agent was loaded into the running process */
 #define TRACE_META_FATAL "fatal"         /* signal tid si_code address TSC: a deadly signal */
 #define TRACE_META_END "end"             /* why the trace ended */
 #define TRACE_META_MODULE "module"       /* index path key bias */

@@ -1,0 +1,139 @@
+/*
+ * hooks.c — the agent's interposers when it was loaded into a running
+ * process (sptrace attach) rather than preloaded.
+ *
+ * Preloaded, the agent's sigaction, pthread_sigmask, pthread_create, exec*,
+ * ... come first in the symbol lookup (signals.c, threads.c, exec.c).
+ * Loaded later, the program's modules are already bound to the C library's.
+ * So their GOT slots are rewritten: for every loaded module but the agent
+ * and the loader, each R_X86_64_JUMP_SLOT or R_X86_64_GLOB_DAT relocation
+ * of one of those names gets the agent's function.  The GOT is data, not
+ * code (under full RELRO read-only data, written through /proc/self/mem
+ * like code), so the text of every module stays identical to its file.
+ * Calls inside the C library do not go through its GOT for these and stay
+ * unseen, as with a preload.  Modules loaded later are hooked by the
+ * control thread when it finds them.
+ */
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+typedef struct hook {
+	const char *name;
+	void *fn;
+} hook;
+
+/* The agent's interposers (AG_EXPORT in signals.c, threads.c, exec.c). */
+extern int sigaction(int, const struct sigaction *, struct sigaction *);
+extern int pthread_sigmask(int, const sigset_t *, sigset_t *);
+extern int sigprocmask(int, const sigset_t *, sigset_t *);
+extern int sigsuspend(const sigset_t *);
+
+static uint64_t agent_lo;
+static unsigned hooked;
+
+static void *hook_for(const char *name)
+{
+	static hook hooks[16];
+	static size_t n;
+
+	if (!n) {
+		hooks[n++] = (hook){ "sigaction", (void *)sigaction };
+		hooks[n++] = (hook){ "signal", (void *)signal };
+		hooks[n++] = (hook){ "pthread_sigmask", (void *)pthread_sigmask };
+		hooks[n++] = (hook){ "sigprocmask", (void *)sigprocmask };
+		hooks[n++] = (hook){ "sigsuspend", (void *)sigsuspend };
+		hooks[n++] = (hook){ "pthread_create", (void *)pthread_create };
+		hooks[n++] = (hook){ "makecontext", (void *)makecontext };
+		hooks[n++] = (hook){ "execve", (void *)execve };
+		hooks[n++] = (hook){ "execv", (void *)execv };
+		hooks[n++] = (hook){ "execvp", (void *)execvp };
+		hooks[n++] = (hook){ "execvpe", (void *)execvpe };
+		hooks[n++] = (hook){ "execl", (void *)execl };
+		hooks[n++] = (hook){ "execlp", (void *)execlp };
+		hooks[n++] = (hook){ "execle", (void *)execle };
+		hooks[n++] = (hook){ "fexecve", (void *)fexecve };
+	}
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(hooks[i].name, name) == 0)
+			return hooks[i].fn;
+	return NULL;
+}
+
+static void hook_relocs(uint64_t bias, const ElfW(Rela) *rel, size_t n, const ElfW(Sym) *syms,
+			const char *strs)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned type = ELF64_R_TYPE(rel[i].r_info);
+		uint64_t fn;
+
+		if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
+			continue;
+		fn = (uint64_t)(uintptr_t)hook_for(strs + syms[ELF64_R_SYM(rel[i].r_info)].st_name);
+		if (!fn)
+			continue;
+		if (ag_write_text(bias + rel[i].r_offset, &fn, 8) == 0)
+			hooked++;
+	}
+}
+
+static int hook_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	const ElfW(Dyn) *dyn = NULL;
+	const ElfW(Rela) *jmprel = NULL, *rela = NULL;
+	const ElfW(Sym) *syms = NULL;
+	const char *strs = NULL, *base;
+	size_t pltrelsz = 0, relasz = 0;
+
+	(void)size;
+	(void)arg;
+	if (info->dlpi_addr == agent_lo)
+		return 0;                        /* the agent itself */
+	base = strrchr(info->dlpi_name ? info->dlpi_name : "", '/');
+	base = base ? base + 1 : info->dlpi_name ? info->dlpi_name : "";
+	if (strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "linux-vdso", 10) == 0)
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
+		/* The loader has turned these into run-time addresses. */
+		switch (dyn->d_tag) {
+		case DT_SYMTAB: syms = (const ElfW(Sym) *)dyn->d_un.d_ptr; break;
+		case DT_STRTAB: strs = (const char *)dyn->d_un.d_ptr; break;
+		case DT_JMPREL: jmprel = (const ElfW(Rela) *)dyn->d_un.d_ptr; break;
+		case DT_PLTRELSZ: pltrelsz = dyn->d_un.d_val; break;
+		case DT_RELA: rela = (const ElfW(Rela) *)dyn->d_un.d_ptr; break;
+		case DT_RELASZ: relasz = dyn->d_un.d_val; break;
+		default: break;
+		}
+	}
+	if (!syms || !strs)
+		return 0;
+	if (jmprel)
+		hook_relocs(info->dlpi_addr, jmprel, pltrelsz / sizeof *jmprel, syms, strs);
+	if (rela)
+		hook_relocs(info->dlpi_addr, rela, relasz / sizeof *rela, syms, strs);
+	return 0;
+}
+
+/* Hook every module loaded now (again for ones loaded later: a slot
+ * already pointing at the agent is written with the same value). */
+void ag_hooks_install(void)
+{
+	Dl_info di;
+	unsigned before = hooked;
+
+	if (!agent_lo && dladdr((void *)ag_hooks_install, &di)) {
+		agent_lo = (uint64_t)(uintptr_t)di.dli_fbase;
+	}
+	dl_iterate_phdr(hook_object, NULL);
+	ag_log("attach: %u GOT slots now lead to the agent's interposers", hooked - before);
+}

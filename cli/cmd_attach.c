@@ -1,0 +1,174 @@
+/*
+ * cmd_attach.c — `sptrace attach PID`: load the agent into a running process
+ * (injector/) and trace it from the activation event on, without restarting
+ * it.  The agent then behaves as under `sptrace run`: `sptrace stop PID`
+ * puts every byte back, `sptrace activate PID` starts again.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "injector.h"
+#include "trace_format.h"
+
+static const char help[] =
+	"usage: sptrace attach [OPTIONS] PID\n"
+	"\n"
+	"Load the sptrace agent into the running process PID and trace it: no\n"
+	"restart, no rebuild.  One thread of the process is stopped for a few\n"
+	"milliseconds, at a point where it waits in a system call; the agent is\n"
+	"loaded on a thread of its own.\n"
+	"\n"
+	"options:\n"
+	"  --on EVENT          when tracing starts:\n"
+	"                        now           at once (the default): every thread from\n"
+	"                                      where it stands\n"
+	"                        call FUNC     when FUNC (a name or 0xADDR) is next reached\n"
+	"                        timer SECONDS after that long\n"
+	"                        signal        at 'sptrace activate PID'\n"
+	"  -o, --output DIR    trace directory (default: sptrace.PID; an existing one is\n"
+	"                      kept as DIR.old)\n"
+	"  --ring-size MB      size of each thread's ring (default 16)\n"
+	"  --timeout SECONDS   how long to wait for the agent to be ready (default 120:\n"
+	"                      it analyses the process's modules the first time)\n"
+	"  -h, --help          this text\n"
+	"\n"
+	"Then: 'sptrace stop PID' stops tracing and restores every byte of code;\n"
+	"'sptrace activate PID' starts again; 'sptrace replay DIR' prints the trees.\n";
+
+/* What the agent said about its start (meta "end not tracing: ..."). */
+static void agent_reason(const char *dir, char *why, size_t len)
+{
+	if (!cli_meta_end(dir, why, len))
+		snprintf(why, len, "see %.500s/agent.log", dir);
+}
+
+int cmd_attach(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
+		{ "ring-size", required_argument, 0, 'r' }, { "timeout", required_argument, 0, 't' },
+		{ "help", no_argument, 0, 'h' },            { 0, 0, 0, 0 },
+	};
+	const char *dir = NULL, *on = "now";
+	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], config[PATH_MAX + 1800], why[600];
+	char ring[32] = "", *end;
+	double timeout = 120;
+	inj_opts o;
+	inj_result r;
+	sp_err err;
+	struct stat st;
+	long pidl;
+	pid_t pid;
+	int c;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":o:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'e': on = optarg; break;
+		case 'o': dir = optarg; break;
+		case 'r': {
+			unsigned long mb = strtoul(optarg, &end, 10);
+
+			if (*end || mb == 0 || mb > 65536)
+				return cli_error("attach: --ring-size wants megabytes (1..65536), not "
+						 "'%s'", optarg), 2;
+			snprintf(ring, sizeof ring, "%lu", mb << 20);
+			break;
+		}
+		case 't':
+			timeout = strtod(optarg, &end);
+			if (*end || !(timeout > 0))
+				return cli_error("attach: --timeout wants seconds, not '%s'", optarg), 2;
+			break;
+		case 'h': fputs(help, stdout); return 0;
+		case ':':
+			return cli_error("attach: option '%s' needs a value; see 'sptrace attach "
+					 "--help'", argv[optind - 1]), 2;
+		default:
+			return cli_error("attach: unknown option '%s'; see 'sptrace attach --help'",
+					 argv[optind - 1]), 2;
+		}
+	}
+	if (optind != argc - 1)
+		return cli_error("attach: %s; see 'sptrace attach --help'",
+				 optind >= argc ? "no process id given" : "give one process id"), 2;
+	pidl = strtol(argv[optind], &end, 10);
+	if (*end || pidl <= 0 || pidl > INT32_MAX)
+		return cli_error("attach: '%s' is not a process id", argv[optind]), 2;
+	pid = (pid_t)pidl;
+	if (strcmp(on, "now") == 0) {
+		on = "timer 0";
+	} else if (strncmp(on, "timer ", 6) == 0) {
+		double s = strtod(on + 6, &end);
+
+		if (end == on + 6 || *end || !(s >= 0))
+			return cli_error("attach: --on '%s': give the delay in seconds, e.g. 'timer "
+					 "2.5'", on), 2;
+	} else if (strncmp(on, "call ", 5) != 0 && strcmp(on, "signal") != 0) {
+		return cli_error("attach: unknown event '%s'; this version knows 'now', 'call FUNC', "
+				 "'timer SECONDS' and 'signal'", on), 2;
+	}
+	if (inj_check(pid, &err))
+		return cli_error("attach: %s", err.msg);
+	if (inj_has_mapping(pid, "sptrace-agent") == 1)
+		return cli_error("attach: pid %d already has the sptrace agent; use 'sptrace "
+				 "activate %d' to trace and 'sptrace stop %d' to stop", (int)pid, (int)pid,
+				 (int)pid);
+	if (!dir) {
+		snprintf(defdir, sizeof defdir, "sptrace.%d", (int)pid);
+		dir = defdir;
+	}
+	if (cli_find_agent("attach", agent, sizeof agent) ||
+	    cli_prepare_trace_dir("attach", dir, absdir))
+		return 1;
+	/* The agent writes as the target's user. */
+	{
+		char proc[64];
+
+		snprintf(proc, sizeof proc, "/proc/%d", (int)pid);
+		if (stat(proc, &st) == 0 && geteuid() == 0 && st.st_uid != 0 &&
+		    chown(absdir, st.st_uid, st.st_gid) != 0)
+			return cli_error("attach: cannot give %s to pid %d's user: %s", absdir, (int)pid,
+					 strerror(errno));
+	}
+	{
+		const char *repo = getenv("SPTRACE_REPO");
+
+		snprintf(config, sizeof config, "dir=%s\non=%s\n%s%s%s%s%.*s%s", absdir, on,
+			 ring[0] ? "ring=" : "", ring, ring[0] ? "\n" : "", repo && *repo ? "repo=" : "",
+			 repo && *repo ? 1000 : 0, repo ? repo : "", repo && *repo ? "\n" : "");
+	}
+	memset(&o, 0, sizeof o);
+	o.so_path = agent;
+	o.entry = "sptrace_agent_attach";
+	o.arg = config;
+	o.timeout = timeout;
+	o.safe_wait = 3;
+	if (inj_load(pid, &o, &r, &err)) {
+		if (r.entry_rc == 1) {
+			agent_reason(absdir, why, sizeof why);
+			cli_error("attach: pid %d: the agent is loaded but does not trace: %s", (int)pid,
+				  why);
+		} else {
+			cli_error("attach: %s", err.msg);
+			cli_remove_trace_dir(absdir);
+		}
+		return 1;
+	}
+	printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); %s; trace "
+	       "in %s\n", (int)pid, r.total_ms, (int)r.tid, r.pause_ms,
+	       strcmp(on, "timer 0") == 0 ? "tracing"
+	       : strcmp(on, "signal") == 0 ? "dormant until 'sptrace activate'"
+	       : "dormant until the event", absdir);
+	return 0;
+}

@@ -1,0 +1,48 @@
+/*
+ * injector.h — load a shared object into a running process (ptrace).
+ *
+ * Used by `sptrace attach` (and later by spdaemon).  One thread of the
+ * target is stopped for a few remote calls -- memfd_create, mmap,
+ * pthread_create -- at a point where it holds no lock of the C library, and
+ * the thread it starts does the dlopen while the target runs on.  See
+ * inject.c for the protocol.
+ */
+#ifndef INJECTOR_H
+#define INJECTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "sp.h"
+
+typedef struct inj_opts {
+	const char *so_path;     /* the object to load (read here, sent as a memfd) */
+	const char *entry;       /* exported function called after dlopen: int f(const char *) */
+	const char *arg;         /* its argument (copied into the target) */
+	double timeout;          /* seconds to wait for the target to finish loading */
+	double safe_wait;        /* seconds to look for a thread at a safe point */
+} inj_opts;
+
+typedef struct inj_result {
+	pid_t tid;               /* the thread that was stopped */
+	double pause_ms;         /* how long it was stopped */
+	double total_ms;         /* from the start to the entry function's return */
+	int tries;               /* threads looked at before one was at a safe point */
+	long entry_rc;           /* what the entry function returned */
+} inj_result;
+
+/* Can `pid` be injected?  0, or -1 with a message naming the pid and what
+ * to do (no such process, permission, ptrace_scope, 32-bit, static or
+ * non-glibc, a tracer already attached). */
+int inj_check(pid_t pid, sp_err *err);
+
+/* Does `pid` have a mapping whose path contains `name` (an object already
+ * loaded)?  1 yes, 0 no, -1 error. */
+int inj_has_mapping(pid_t pid, const char *name);
+
+/* Load o->so_path into pid and call o->entry(o->arg) there, on a thread of
+ * its own.  0 when entry returned 0 (r->entry_rc), -1 with a message. */
+int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err);
+
+#endif

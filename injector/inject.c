@@ -49,6 +49,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -297,6 +298,8 @@ typedef struct tgt {
 	size_t xstate_len;
 	uint64_t held_signals;             /* arrived during our calls: sent again */
 	bool restart;                      /* its system call is to be made again */
+	bool reniced;                      /* its nice level is ours for now ... */
+	int nice;                          /* ... and this is its own */
 } tgt;
 
 static int mem_write(tgt *t, uint64_t addr, const void *buf, size_t n)
@@ -399,6 +402,8 @@ static void release(tgt *t)
 		ptrace(PTRACE_SETREGSET, t->tid, NT_X86_XSTATE, &iov);
 	}
 	ptrace(PTRACE_DETACH, t->tid, 0, 0);
+	if (t->reniced && setpriority(PRIO_PROCESS, (id_t)t->tid, t->nice) == 0)
+		t->reniced = false;
 	for (int s = 1; s <= 64; s++)
 		if (t->held_signals & (1ull << (s - 1)))
 			syscall(SYS_tgkill, t->pid, t->tid, s);
@@ -569,6 +574,12 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		goto out;
 	}
 	r->tid = t.tid;
+	/* Our calls on the thread should not wait behind the target's busy
+	 * threads for a CPU: the thread gets the highest nice level while it
+	 * is ours (as root; its own is put back at release). */
+	errno = 0;
+	t.nice = getpriority(PRIO_PROCESS, (id_t)t.tid);
+	t.reniced = errno == 0 && setpriority(PRIO_PROCESS, (id_t)t.tid, -20) == 0;
 	{
 		struct iovec iov = { t.xstate, sizeof t.xstate };
 

@@ -751,8 +751,9 @@ def case_daemon(sptrace, prog, tmp):
         check(time.monotonic() < deadline, "the daemon never wrote %s" % out)
         time.sleep(0.05)
     check(open(out).read() == "daemon 15\n", "daemon output: %r" % open(out).read())
-    # The daemon's agent ends its part of the trace at its exit.
-    while open(os.path.join(tdir, "meta")).read().count("\nend ") < 2:
+    # The daemon's agent ends its part of the trace at its exit (its
+    # parent left with _exit, without the agent's exit handler).
+    while "end (exit)" not in open(os.path.join(tdir, "agent.log")).read():
         check(time.monotonic() < deadline, "the daemon's agent never finished the trace")
         time.sleep(0.05)
     trees = per_thread_trees(sptrace, tdir, {"main", "daemon_work", "top", "mid", "leaf"})

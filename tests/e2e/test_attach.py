@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""test_attach.py SPTRACE CASE [PROG...] — `sptrace attach` on running processes.
+
+  blocked PROG      attach_target: threads blocked in accept, read, epoll_wait,
+                    nanosleep and a condition variable, 16 busy threads; attach
+                    (tracing at once), stop, activate, stop while a client
+                    keeps asking: no EINTR, no early wake-up, no wrong answer,
+                    no failed request; code restored after each stop
+  http              Debian's python3.11 -m http.server under a load of HTTP
+                    requests: attach, stop, activate, stop; no request fails
+  errors SLEEPER STATIC
+                    the refusals, each naming the pid and what to do
+"""
+import ctypes
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from e2elib import check, fail
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_run import text_differences  # noqa: E402
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=300, **kw)
+
+
+def env(tmp):
+    return dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))
+
+
+class Load(threading.Thread):
+    """Asks `ask()` again and again until stopped; counts answers and failures."""
+
+    def __init__(self, ask):
+        super().__init__(daemon=True)
+        self.ask, self.ok, self.failed, self.errors = ask, 0, 0, []
+        self.stopping = False
+
+    def run(self):
+        while not self.stopping:
+            try:
+                self.ask()
+                self.ok += 1
+            except Exception as e:  # noqa: BLE001 - every failure counts
+                self.failed += 1
+                self.errors.append(repr(e))
+            time.sleep(0.005)
+
+    def stop(self):
+        self.stopping = True
+        self.join(30)
+
+
+def cycle(sptrace, pid, tdir, tmp, load):
+    """attach (tracing at once), stop, activate, stop -- under load."""
+    r = run([sptrace, "attach", "-o", tdir, str(pid)], env=env(tmp))
+    check(r.returncode == 0 and "attached to pid %d" % pid in r.stdout,
+          "sptrace attach %d: %d %r %r" % (pid, r.returncode, r.stdout, r.stderr))
+    m = re.search(r"in ([\d.]+) ms \(thread \d+ stopped for ([\d.]+) ms\)", r.stdout)
+    check(m, "attach does not say how long it took: %r" % r.stdout)
+    print("attach %s ms, pause %s ms" % (m.group(1), m.group(2)))
+    time.sleep(0.5)
+    before = load.ok
+    time.sleep(0.5)
+    check(load.ok > before, "the target stopped answering while traced")
+    check(text_differences(pid), "attached and tracing, yet no code is patched")
+    r = run([sptrace, "stop", str(pid)])
+    check(r.returncode == 0, "sptrace stop: %r" % r.stderr)
+    diff = text_differences(pid)
+    check(not diff, "after sptrace stop the code differs from the files: %r" % diff)
+    r = run([sptrace, "activate", str(pid)])
+    check(r.returncode == 0, "sptrace activate: %r" % r.stderr)
+    time.sleep(0.3)
+    r = run([sptrace, "stop", str(pid)])
+    check(r.returncode == 0 and not text_differences(pid), "second stop: %r" % r.stderr)
+    r = run([sptrace, "attach", str(pid)], env=env(tmp))
+    check(r.returncode == 1 and "already has the sptrace agent" in r.stderr,
+          "attach twice: %r" % r.stderr)
+    check(load.failed == 0, "%d requests failed: %s" % (load.failed, load.errors[:5]))
+
+
+def case_blocked(sptrace, prog, tmp):
+    p = subprocess.Popen([prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(p.stdout.readline())
+        check(p.stdout.readline() == "ready\n", "attach_target did not start")
+
+        def ask():
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(b"1000")
+                s.shutdown(socket.SHUT_WR)
+                got = s.recv(100)
+                if got != b"%d\n" % sum(i * 7 % 13 for i in range(1000)):
+                    raise ValueError("answer %r" % got)
+
+        load = Load(ask)
+        load.start()
+        tdir = os.path.join(tmp, "trace")
+        cycle(sptrace, p.pid, tdir, tmp, load)
+        load.stop()
+        out, _ = p.communicate(input="", timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    m = re.match(r"eintr (\d+) early (\d+) wrong (\d+) served (\d+)", out)
+    check(m, "attach_target's report: %r" % out)
+    check(m.group(1) == "0", "a system call of the target failed with EINTR: %r" % out)
+    check(m.group(2) == "0", "a sleep or a timed wait of the target ended early: %r" % out)
+    check(m.group(3) == "0", "the target computed a wrong result: %r" % out)
+    check(p.returncode == 0, "attach_target exited with %d" % p.returncode)
+    # Busy threads were caught running and walked; sleeping ones on waking.
+    log = open(os.path.join(tdir, "agent.log")).read()
+    check("reached by signal" in log and "reached by breakpoint after its system call" in log,
+          "the activation did not reach both running and sleeping threads:\n" + log)
+    r = run([sptrace, "replay", tdir], env=env(tmp))
+    check(r.returncode == 0 and "busy() {" in r.stdout and "serve() {" in r.stdout,
+          "the replay lacks the busy threads or the served requests: %s" % r.stderr[-500:])
+
+
+def case_http(sptrace, tmp):
+    py = "/usr/bin/python3.11"
+    if not os.path.exists(py):
+        fail("%s is missing; install the Debian package python3.11 (test.sh does)" % py)
+    root = os.path.join(tmp, "www")
+    os.mkdir(root)
+    with open(os.path.join(root, "index.html"), "w") as f:
+        f.write("hello from http.server\n")
+    p = subprocess.Popen([py, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                          "--directory", root], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
+    try:
+        line = p.stdout.readline()
+        m = re.search(r"port (\d+)", line)
+        check(m, "http.server did not say its port: %r" % line)
+        url = "http://127.0.0.1:%s/index.html" % m.group(1)
+
+        def ask():
+            with urllib.request.urlopen(url, timeout=10) as r:
+                if r.read() != b"hello from http.server\n":
+                    raise ValueError("wrong body")
+
+        ask()
+        load = Load(ask)
+        load.start()
+        tdir = os.path.join(tmp, "trace")
+        cycle(sptrace, p.pid, tdir, tmp, load)
+        load.stop()
+        check(load.ok > 20, "only %d requests were answered" % load.ok)
+    finally:
+        p.kill()
+        p.wait()
+    r = run([sptrace, "replay", tdir], env=env(tmp))
+    check(r.returncode == 0 and "_PyEval_EvalFrameDefault() {" in r.stdout,
+          "the replay of http.server shows no interpreter calls: %s" % r.stderr[-500:])
+
+
+def case_errors(sptrace, sleeper, static, tmp):
+    r = run([sptrace, "attach", "999999999"])
+    check(r.returncode == 1 and "pid 999999999: no such process" in r.stderr,
+          "missing pid: %r" % r.stderr)
+    r = run([sptrace, "attach", "abc"])
+    check(r.returncode == 2 and "'abc' is not a process id" in r.stderr, "bad pid: %r" % r.stderr)
+    r = run([sptrace, "attach"])
+    check(r.returncode == 2 and "no process id given" in r.stderr, "no pid: %r" % r.stderr)
+    r = run([sptrace, "attach", "--on", "bogus", "1"])
+    check(r.returncode == 2 and "unknown event 'bogus'" in r.stderr, "bad event: %r" % r.stderr)
+    r = run([sptrace, "attach", "--help"])
+    check(r.returncode == 0 and "usage: sptrace attach" in r.stdout, "attach --help")
+
+    # A statically linked program: refused before anything is touched.
+    p = subprocess.Popen([static], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdout.readline()
+        r = run([sptrace, "attach", "-o", os.path.join(tmp, "s"), str(p.pid)])
+        check(r.returncode == 1 and "does not use the GNU C library" in r.stderr and
+              str(p.pid) in r.stderr, "static program: %r" % r.stderr)
+        check(not os.path.exists(os.path.join(tmp, "s")), "a refused attach left a directory")
+    finally:
+        p.kill()
+        p.wait()
+
+    # A process another tracer holds (a child that asked its parent, this
+    # script, to trace it).
+    libc = ctypes.CDLL(None, use_errno=True)
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(rfd, 0)                          # stdin stays open: it waits
+        libc.ptrace(0, 0, None, None)            # PTRACE_TRACEME
+        os.execv(sleeper, [sleeper])
+    os.close(rfd)
+    try:
+        os.waitpid(pid, 0)                       # stopped at the exec
+        libc.ptrace(7, pid, None, None)          # PTRACE_CONT
+        time.sleep(0.2)
+        r = run([sptrace, "attach", str(pid)])
+        check(r.returncode == 1 and ("pid %d is already traced by pid %d" % (pid, os.getpid()))
+              in r.stderr, "traced process: %r" % r.stderr)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(wfd)
+
+    # Another user's process, attached to as an unprivileged user.
+    p = subprocess.Popen([sleeper], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdout.readline()
+        if os.geteuid() == 0 and os.path.exists("/usr/bin/setpriv"):
+            r = run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                     sptrace, "attach", "-o", "/tmp/sptrace-nobody-%d" % os.getpid(), str(p.pid)])
+            check(r.returncode == 1 and "pid %d: permission denied" % p.pid in r.stderr,
+                  "another user's process: %r" % r.stderr)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def main():
+    sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="sptrace-attach-") as tmp:
+        if case == "blocked":
+            case_blocked(sptrace, sys.argv[3], tmp)
+        elif case == "http":
+            case_http(sptrace, tmp)
+        elif case == "errors":
+            case_errors(sptrace, sys.argv[3], sys.argv[4], tmp)
+        else:
+            fail("unknown case %s" % case)
+
+
+if __name__ == "__main__":
+    main()

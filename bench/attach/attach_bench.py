@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""attach_bench.py — `sptrace attach` on a live redis-server under load.
+
+    attach_bench.py --sptrace SPTRACE --work DIR [--rounds N] [--requests N]
+
+For each round, a fresh redis-server (no persistence, on a free port) and
+redis-benchmark (GET and SET, 50 clients):
+
+  native      redis-benchmark against the untouched server;
+  attach      `sptrace attach --on signal PID`: the command's wall time (start
+              to agent dormant in the target) and the time the target's
+              stopped thread was held (both as sptrace attach prints them);
+  dormant     redis-benchmark with the agent loaded and waiting;
+  activate    `sptrace activate PID`: the command's wall time (command start
+              to every thread walking its stack and the agent confirming);
+  traced      redis-benchmark while tracing;
+  stopped     `sptrace stop PID`, then redis-benchmark again.
+
+Throughput (requests/s) and p99 latency per phase, as ratios to the native
+run of the same round; medians over the rounds.  The repository is warmed
+first (one attach on a throw-away server) so that attach time is not module
+analysis.  Writes a Markdown report to stdout.
+"""
+import argparse
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def start_redis(work):
+    port = free_port()
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", work, "--daemonize", "no",
+                          "--logfile", os.path.join(work, "redis.log")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return p, port
+        except OSError:
+            time.sleep(0.02)
+    p.kill()
+    sys.exit("redis-server did not start")
+
+
+def bench(port, requests):
+    """requests/s and p99 ms per test (GET, SET), from redis-benchmark --csv."""
+    r = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-n", str(requests),
+                        "-c", "50", "-t", "get,set", "--csv"], capture_output=True, text=True,
+                       timeout=600)
+    out = {}
+    for line in r.stdout.splitlines():
+        f = [x.strip('"') for x in line.split(",")]
+        if len(f) >= 8 and f[0] in ("SET", "GET"):
+            out[f[0]] = (float(f[1]), float(f[7]))   # rps, p99_latency_ms
+    if len(out) != 2:
+        sys.exit("redis-benchmark gave no figures: %r %r" % (r.stdout, r.stderr))
+    return out
+
+
+def timed(cmd, env=None):
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    ms = (time.monotonic() - t0) * 1e3
+    if r.returncode != 0:
+        sys.exit("%s failed: %s %s" % (" ".join(cmd), r.stdout, r.stderr))
+    return r, ms
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sptrace", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=100000)
+    ap.add_argument("--meta", action="append", default=[])
+    a = ap.parse_args()
+    env = dict(os.environ, SPTRACE_REPO=os.path.join(a.work, "repo"))
+
+    # Warm the repository: one attach on a throw-away server.
+    p, port = start_redis(a.work)
+    timed([a.sptrace, "attach", "--on", "signal", "-o", os.path.join(a.work, "warm"), str(p.pid)],
+          env)
+    p.kill()
+    p.wait()
+
+    rows = []
+    for rnd in range(a.rounds):
+        print("attach-bench: round %d/%d" % (rnd + 1, a.rounds), file=sys.stderr)
+        p, port = start_redis(a.work)
+        try:
+            row = {"native": bench(port, a.requests)}
+            tdir = os.path.join(a.work, "trace%d" % rnd)
+            r, ms = timed([a.sptrace, "attach", "--on", "signal", "-o", tdir, str(p.pid)], env)
+            m = re.search(r"in ([\d.]+) ms \(thread \d+ stopped for ([\d.]+) ms\)", r.stdout)
+            row["attach_ms"], row["attach_cmd_ms"] = float(m.group(1)), ms
+            row["pause_ms"] = float(m.group(2))
+            row["dormant"] = bench(port, a.requests)
+            r, row["activate_ms"] = timed([a.sptrace, "activate", str(p.pid)], env)
+            row["traced"] = bench(port, a.requests)
+            timed([a.sptrace, "stop", str(p.pid)], env)
+            row["stopped"] = bench(port, a.requests)
+            rows.append(row)
+        finally:
+            p.kill()
+            p.wait()
+
+    med = statistics.median
+    o = []
+    o.append("# sptrace attach on a live redis-server\n")
+    o.append("Written by `bench/attach_bench.sh`; do not edit by hand.\n")
+    for m in a.meta:
+        k, _, v = m.partition("=")
+        o.append("- %s: %s" % (k, v))
+    o.append("- redis-benchmark: %d requests per test, 50 clients, GET and SET; %d rounds, "
+             "medians (min … max)\n" % (a.requests, a.rounds))
+
+    def span(xs, fmt="%.1f"):
+        return (fmt + " (" + fmt + " … " + fmt + ")") % (med(xs), min(xs), max(xs))
+
+    o.append("## Attach and activation\n")
+    o.append("| what | ms |\n|---|---:|")
+    o.append("| attach: `sptrace attach` start → agent dormant in the target (as it reports) | %s |"
+             % span([r["attach_ms"] for r in rows]))
+    o.append("| attach: the whole command, wall | %s |" % span([r["attach_cmd_ms"] for r in rows]))
+    o.append("| pause: the target's stopped thread held | %s |" % span([r["pause_ms"] for r in rows],
+                                                                       "%.2f"))
+    o.append("| activation: `sptrace activate` command, wall (until the agent confirms) | %s |\n"
+             % span([r["activate_ms"] for r in rows]))
+    o.append("## Served throughput and p99 latency, as ratios to native\n")
+    o.append("| phase | GET rps (native) | GET ratio | GET p99 ratio | SET rps (native) | SET ratio "
+             "| SET p99 ratio |")
+    o.append("|---|---:|---:|---:|---:|---:|---:|")
+    for phase in ("native", "dormant", "traced", "stopped"):
+        cells = []
+        for t in ("GET", "SET"):
+            rps = [r[phase][t][0] for r in rows]
+            ratio = [r[phase][t][0] / r["native"][t][0] for r in rows]
+            p99 = [r[phase][t][1] / r["native"][t][1] for r in rows]
+            cells += ["%.0f" % med(rps), "%.3f" % med(ratio), "%.2f" % med(p99)]
+        o.append("| %s | %s |" % (phase, " | ".join(cells)))
+    o.append("")
+    o.append("\"dormant\": agent loaded, waiting for `sptrace activate` (no code changed); "
+             "\"traced\": every call recorded; \"stopped\": after `sptrace stop` (code restored).")
+    print("\n".join(o))
+
+
+if __name__ == "__main__":
+    main()

@@ -99,6 +99,7 @@ typedef struct shadow {
 	ag_module *fm[MAX_FRAMES];
 	uint32_t ff[MAX_FRAMES];
 	ucontext_t area_uc;               /* where the walk goes on past an area */
+	ucontext_t self_uc;               /* ag_walk_self's own context */
 } shadow;
 
 static __thread shadow *thread_stubs __attribute__((tls_model("initial-exec")));
@@ -303,7 +304,7 @@ static __thread uint32_t walked_gen __attribute__((tls_model("initial-exec")));
  * the stop's DEACTIVATE event. */
 static volatile int walkers;
 
-static void walk_stack(ucontext_t *uc);
+static void walk_stack(ucontext_t *uc, bool in_signal);
 
 static void walk(ucontext_t *uc)
 {
@@ -315,17 +316,17 @@ static void walk(ucontext_t *uc)
 	__atomic_add_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
 	if (ag_active() && walked_gen != __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) {
 		walked_gen = generation;
-		walk_stack(uc);
+		walk_stack(uc, true);
 	}
 	__atomic_sub_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
 }
 
-static void walk_stack(ucontext_t *uc)
+static void walk_stack(ucontext_t *uc, bool in_signal)
 {
 	unw_cursor_t c;
 	trace_ring_header *ring;
 	int n = 0, top, stubs = 0, entered = 0;
-	bool exact = true;
+	bool exact = in_signal;
 
 	ring = ag_enter();
 	/* A thread without records yet (the rule at a first activation) gets
@@ -356,7 +357,7 @@ static void walk_stack(ucontext_t *uc)
 
 	ag_ring_put_at(ring, TRACE_EVENT, TRACE_EV_ACTIVATE, t);
 	unstub(thread_stubs, (uint64_t)uc->uc_mcontext.gregs[REG_RSP]);
-	if (unw_init_local2(&c, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+	if (unw_init_local2(&c, (unw_context_t *)uc, in_signal ? UNW_INIT_SIGNAL_FRAME : 0) == 0) {
 		for (;;) {
 			unw_word_t ip = 0, sp = 0;
 
@@ -438,6 +439,88 @@ static void walk_stack(ucontext_t *uc)
 	ag_leave(ring);
 }
 
+/*
+ * Attached with --on accept or recv: a thread already blocked in that
+ * system call made it through the C library's entry, not the agent's
+ * interposer, so its return would go unseen.  It gets a breakpoint after
+ * the syscall instruction instead (as a sleeping thread does at an
+ * activation): when the call returns a connection or data, the event
+ * happens there.
+ */
+static bool arm_thread_bp(int tid, uint64_t addr, const char *event);
+
+void ag_watch_blocked_calls(const char *event)
+{
+	static const long accept_nrs[] = { SYS_accept, SYS_accept4 };
+	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg };
+	const long *nrs = strcmp(event, "accept") == 0 ? accept_nrs : recv_nrs;
+	int self = (int)syscall(SYS_gettid), ctl = ag_control_tid(), armed = 0;
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		char path[64], buf[512];
+		unsigned long nr, args[6], sp, pc;
+		int tid = atoi(de->d_name), fd;
+		ssize_t n;
+
+		if (tid <= 0 || tid == self || tid == ctl)
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		if (sscanf(buf, "%lu %lx %lx %lx %lx %lx %lx %lx %lx", &nr, &args[0], &args[1], &args[2],
+			   &args[3], &args[4], &args[5], &sp, &pc) == 9 &&
+		    ((long)nr == nrs[0] || (long)nr == nrs[1]) && arm_thread_bp(tid, pc, event))
+			armed++;
+	}
+	if (d)
+		closedir(d);
+	if (armed)
+		ag_log("%s: %d thread(s) already waiting in it are watched by a breakpoint", event,
+		       armed);
+}
+
+/*
+ * The calling thread walks its own stack now (an event -- accept, recv --
+ * happened on it, in the agent's interposer; not in a signal handler).
+ * The agent's own frames on top are not traced functions and are skipped.
+ */
+void ag_walk_self(ucontext_t *signal_uc)
+{
+	ucontext_t *uc;
+
+	if (signal_uc) {
+		walk(signal_uc);          /* in the SIGTRAP handler: from the trap */
+		return;
+	}
+	if (!thread_stubs)
+		thread_stubs = ag_alloc(sizeof *thread_stubs);
+	if (!thread_stubs)
+		return;
+	uc = &thread_stubs->self_uc;
+	if (getcontext(uc) != 0)
+		return;
+	__atomic_add_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
+	if (ag_active() && walked_gen != __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) {
+		walked_gen = generation;
+		walk_stack(uc, false);
+	}
+	__atomic_sub_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A new activation round (an event activation that does not ask the other
+ * threads to walk still counts as one). */
+void ag_activation_round(void)
+{
+	__atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
+}
+
 /* ---- making every thread walk (control thread) ---- */
 
 /*
@@ -451,13 +534,15 @@ typedef struct bp {
 	volatile int tid;          /* 0: never used */
 	uint64_t addr;
 	volatile int fd;           /* -1: retired */
+	const char *event;         /* NULL: walk for an activation; else the event
+				      ("accept", "recv") whose system call returns here */
 } bp;
 
 static bp bps[MAX_BPS];
 static uint32_t bp_next;       /* control thread only */
 
 /* A breakpoint at `addr` for thread `tid` only. */
-static bool arm_thread_bp(int tid, uint64_t addr)
+static bool arm_thread_bp(int tid, uint64_t addr, const char *event)
 {
 	struct perf_event_attr a;
 	int fd;
@@ -485,6 +570,7 @@ static bool arm_thread_bp(int tid, uint64_t addr)
 		__atomic_store_n(&b->tid, 0, __ATOMIC_RELEASE);
 		b->addr = addr;
 		b->fd = fd;
+		b->event = event;
 		__atomic_store_n(&b->tid, tid, __ATOMIC_RELEASE);
 		ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
 		return true;
@@ -546,7 +632,7 @@ static const char *reach(int tid)
 		buf[n] = '\0';
 		if (sscanf(buf, "%lu %lx %lx %lx %lx %lx %lx %lx %lx", &nr, &args[0], &args[1],
 			   &args[2], &args[3], &args[4], &args[5], &sp, &pc) == 9 &&
-		    arm_thread_bp(tid, pc))
+		    arm_thread_bp(tid, pc, NULL))
 			return "breakpoint after its system call";
 	}
 	return queue_trap(tid) ? "signal" : NULL;
@@ -557,11 +643,12 @@ static const char *reach(int tid)
  * every thread but this one walks its stack.  Threads created later are
  * traced from their start routine (threads.c).
  */
-void ag_activate_running(void)
+void ag_activate_running(bool new_round)
 {
 	int self = (int)syscall(SYS_gettid), nthreads = 0;
 
-	__atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
+	if (new_round)
+		__atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *de;
 
@@ -601,8 +688,16 @@ bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 
 		for (int i = 0; i < MAX_BPS; i++)
 			if (__atomic_load_n(&bps[i].tid, __ATOMIC_ACQUIRE) == tid && bps[i].addr == pc) {
+				const char *event = bps[i].event;
+				long rc = (long)uc->uc_mcontext.gregs[REG_RAX];
+
 				retire(&bps[i]);
-				walk(uc);
+				if (!event)
+					walk(uc);
+				else if (rc > 0 || (rc == 0 && strcmp(event, "accept") == 0))
+					ag_activate_on_event(event, strcmp(event, "accept") == 0
+							     ? (int)rc
+							     : (int)uc->uc_mcontext.gregs[REG_RDI], uc);
 				return true;
 			}
 	}

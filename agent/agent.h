@@ -152,7 +152,13 @@ int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *ol
 
 /* ---- activate.c: activation in the middle of a run ---- */
 int ag_activate_init(void);            /* return-stub pool (at start) */
-void ag_activate_running(void);        /* control thread: every thread walks its stack */
+/* Every other thread walks its stack (new_round: a new activation). */
+void ag_activate_running(bool new_round);
+void ag_activation_round(void);        /* a new activation */
+/* The calling thread walks now (an event); from the interrupted context of
+ * a SIGTRAP handler if uc is not NULL. */
+void ag_walk_self(struct ucontext_t *uc);
+void ag_watch_blocked_calls(const char *event); /* attached: threads already in accept/recv */
 void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
 bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */
@@ -270,6 +276,15 @@ double ag_timer_seconds(void);         /* --on timer S: S, else < 0 */
 const char *ag_on_event(void);         /* the activation event, as given */
 void ag_note_exec(const char *sub, const char *path);   /* meta: "exec SUB PATH" */
 void ag_note_exec_failed(const char *sub);
+
+/* ---- events.c: activation by what a thread does (accept, recv) ---- */
+bool ag_event_wanted(const char *what);   /* the agent waits for this event */
+bool ag_may_trace(void);                  /* --threads event: this thread may record */
+bool ag_may_trace_get(void);              /* ... as it was set for this thread */
+void ag_may_trace_set(bool yes);
+void ag_event_only(bool yes);             /* only threads set so may record */
+/* main.c; uc: the SIGTRAP context when the event was caught by a breakpoint */
+void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 
 /* ---- hooks.c ---- */
 void ag_hooks_install(void);           /* attached: GOT slots to the interposers */

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ static unsigned hooked;
 
 static void *hook_for(const char *name)
 {
-	static hook hooks[16];
+	static hook hooks[24];
 	static size_t n;
 
 	if (!n) {
@@ -60,6 +61,11 @@ static void *hook_for(const char *name)
 		hooks[n++] = (hook){ "execlp", (void *)execlp };
 		hooks[n++] = (hook){ "execle", (void *)execle };
 		hooks[n++] = (hook){ "fexecve", (void *)fexecve };
+		hooks[n++] = (hook){ "accept", (void *)accept };
+		hooks[n++] = (hook){ "accept4", (void *)accept4 };
+		hooks[n++] = (hook){ "recv", (void *)recv };
+		hooks[n++] = (hook){ "recvfrom", (void *)recvfrom };
+		hooks[n++] = (hook){ "recvmsg", (void *)recvmsg };
 	}
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(hooks[i].name, name) == 0)

@@ -15,6 +15,8 @@
  *                          when it had none)
  *   SPTRACE_LD_BIND_NOW    likewise for LD_BIND_NOW, which sptrace run sets so
  *                          that every PLT slot holds its callee from the start
+ *   SPTRACE_THREADS        after an event on one thread (accept, recv): "event"
+ *                          (that thread and those it creates trace) or "all"
  *   SPTRACE_EXEC_OF        set by the agent of an image that exec'd this one
  *                          (exec.c): SPTRACE_DIR is a new subdirectory of it
  */
@@ -46,6 +48,7 @@ static __thread uint32_t root_site __attribute__((tls_model("initial-exec")));
 static volatile int finished;
 static volatile int active;
 static double timer_seconds = -1;
+static bool threads_event_only;       /* --threads event */
 
 /* ---- memory: a bump allocator over mmap (never malloc: slow paths may run
  * in signal handlers or inside malloc) ---- */
@@ -243,9 +246,10 @@ void ag_activate_now(const char *why)
 	}
 	ag_trap_disarm();
 	ag_instrument_restart();
+	ag_event_only(false);           /* activated for everyone */
 	ag_activation_tsc = ag_rdtsc();
 	active = 1;
-	ag_activate_running();
+	ag_activate_running(true);
 	ag_log("activated in mid-run (%s)", why);
 	meta_append("%s %lu %s\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), why);
 }
@@ -275,6 +279,44 @@ void ag_note_fatal(int sig, int code, uint64_t addr)
 	       (unsigned long)addr, (long)syscall(SYS_gettid));
 	meta_append("%s %d %ld %d %#lx %lu\n", TRACE_META_FATAL, sig, (long)syscall(SYS_gettid), code,
 		    (unsigned long)addr, (unsigned long)ag_rdtsc());
+}
+
+/*
+ * An event the agent waits for happened on this thread (events.c: accept
+ * returned a connection, recv returned data).  This thread starts tracing
+ * where it stands (it walks its own stack); with --threads all the others
+ * are asked to walk too, with --threads event only this one (and threads it
+ * creates) records.  The event itself is recorded after the walk's entries.
+ */
+static volatile int event_lock;
+
+void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc)
+{
+	trace_ring_header *ring;
+
+	if (__atomic_exchange_n(&event_lock, 1, __ATOMIC_ACQUIRE))
+		return;                          /* another thread is activating */
+	if (active || finished) {
+		__atomic_store_n(&event_lock, 0, __ATOMIC_RELEASE);
+		return;
+	}
+	ag_instrument_restart();
+	ag_activation_tsc = ag_rdtsc();
+	ag_may_trace_set(true);
+	ag_event_only(threads_event_only);
+	ag_activation_round();
+	active = 1;
+	ag_walk_self(uc);
+	ring = ag_tls_ring;
+	if (ring)
+		ag_ring_put(ring, TRACE_EVENT, strcmp(what, "accept") == 0 ? TRACE_EV_ACCEPT
+					       : TRACE_EV_RECV);
+	if (!threads_event_only)
+		ag_activate_running(false);
+	ag_log("activated by %s (fd %d) in thread %ld", what, fd, (long)syscall(SYS_gettid));
+	meta_append("%s %lu %s fd %d tid %ld\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), what,
+		    fd, (long)syscall(SYS_gettid));
+	__atomic_store_n(&event_lock, 0, __ATOMIC_RELEASE);
 }
 
 double ag_timer_seconds(void)
@@ -332,7 +374,7 @@ uint64_t ag_slow(uint64_t req)
 	ring = ag_enter();
 	switch (op) {
 	case AG_SLOW_RING:
-		if (!ring)
+		if (!ring && ag_may_trace())
 			ring = ag_ring_create();
 		answer = ring != NULL;
 		break;
@@ -371,7 +413,8 @@ static int find_root(char *err, size_t errlen)
 
 	root_module = ag_module_at(0);
 	ca = root_module->ca;
-	if (strcmp(on_event, "signal") == 0)
+	if (strcmp(on_event, "signal") == 0 || strcmp(on_event, "accept") == 0 ||
+	    strcmp(on_event, "recv") == 0)
 		return 0;
 	if (strncmp(on_event, "timer ", 6) == 0) {
 		char *end;
@@ -388,7 +431,7 @@ static int find_root(char *err, size_t errlen)
 		what = on_event + 5;
 	else if (strcmp(on_event, "start") != 0) {
 		snprintf(err, errlen, "unknown activation event '%s' (this agent knows 'start', "
-			 "'call FUNC', 'timer SECONDS' and 'signal')", on_event);
+			 "'call FUNC', 'timer SECONDS', 'signal', 'accept' and 'recv')", on_event);
 		return -1;
 	}
 	root_func = ca_func_by_name(ca, what);
@@ -426,6 +469,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_ON");
 	unsetenv("SPTRACE_RING_BYTES");
 	unsetenv("SPTRACE_EXEC_OF");
+	unsetenv("SPTRACE_THREADS");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -498,7 +542,13 @@ static void fail(const char *why)
  */
 static bool attached;
 
-static int agent_start(const char *dir, const char *on, const char *ring, const char *exec_of)
+bool ag_event_wanted(const char *what)
+{
+	return !active && !finished && strcmp(on_event, what) == 0;
+}
+
+static int agent_start(const char *dir, const char *on, const char *ring, const char *exec_of,
+		       const char *threads)
 {
 	char err[1024], path[4200], parent[4096] = "";
 	unsigned a, b, c, d;
@@ -506,6 +556,10 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_signals_init();
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
+	/* Who traces after an event on one thread: by default that thread (and
+	 * what it starts) for accept and recv, every thread otherwise. */
+	threads_event_only = threads && *threads ? strcmp(threads, "event") == 0
+			     : strcmp(on_event, "accept") == 0 || strcmp(on_event, "recv") == 0;
 	if (ring)
 		ag_ring_set_size(strtoull(ring, NULL, 10));
 	ag_exec_init(ring);
@@ -556,6 +610,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		fail("cannot place the activation trap");
 		return -1;
 	}
+	if (attached && (strcmp(on_event, "accept") == 0 || strcmp(on_event, "recv") == 0))
+		ag_watch_blocked_calls(on_event);
 	ag_log("dormant; waiting for '%s'", on_event);
 	return 0;
 }
@@ -567,7 +623,7 @@ __attribute__((constructor)) static void agent_init(void)
 	if (!dir || !*dir)
 		return;                 /* loaded without sptrace run: stay out of the way */
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
-		    getenv("SPTRACE_EXEC_OF"));
+		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }
 
 /*
@@ -580,7 +636,7 @@ __attribute__((constructor)) static void agent_init(void)
 AG_EXPORT int sptrace_agent_attach(const char *config)
 {
 	static int started;
-	char dir[4096] = "", on[512] = "", ring[32] = "";
+	char dir[4096] = "", on[512] = "", ring[32] = "", threads[16] = "";
 
 	if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL) || ag_dir[0])
 		return 2;
@@ -594,6 +650,8 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 			snprintf(on, sizeof on, "%.*s", (int)(len - 3), p + 3);
 		else if (len > 5 && strncmp(p, "ring=", 5) == 0)
 			snprintf(ring, sizeof ring, "%.*s", (int)(len - 5), p + 5);
+		else if (len > 8 && strncmp(p, "threads=", 8) == 0)
+			snprintf(threads, sizeof threads, "%.*s", (int)(len - 8), p + 8);
 		else if (len > 5 && strncmp(p, "repo=", 5) == 0)
 			snprintf(ag_repo_dir, sizeof ag_repo_dir, "%.*s", (int)(len - 5), p + 5);
 		p = nl ? nl + 1 : p + len;
@@ -601,5 +659,5 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 	if (!dir[0])
 		return 1;
 	attached = true;
-	return agent_start(dir, on, ring[0] ? ring : NULL, NULL) == 0 ? 0 : 1;
+	return agent_start(dir, on, ring[0] ? ring : NULL, NULL, threads) == 0 ? 0 : 1;
 }

@@ -286,7 +286,7 @@ static void handle(int sig, siginfo_t *si, void *uc, const struct sigaction *use
 	struct sigaction sa = *user_sa;
 	uint64_t fn = (uint64_t)(uintptr_t)((sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction
 									: (void *)sa.sa_handler);
-	ag_module *m = ag_active() && !ag_busy() ? ag_module_of(fn) : NULL;
+	ag_module *m = ag_active() && !ag_busy() && ag_may_trace() ? ag_module_of(fn) : NULL;
 	uint32_t func = m ? ca_func_at(m->ca, fn - m->bias) : CA_NONE;
 	trace_ring_header *ring;
 	uint32_t site;

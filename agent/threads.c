@@ -25,6 +25,7 @@ typedef struct start_ctx {
 	void *arg;
 	ag_module *m;
 	uint32_t func;
+	bool may_trace;          /* its creator's (--threads event) */
 } start_ctx;
 
 static create_fn real_create;
@@ -37,6 +38,9 @@ static void *ag_thread_start(void *p)
 	void *ret;
 
 	free(p);
+	ag_may_trace_set(c.may_trace);
+	if (!ag_may_trace())
+		return c.start(c.arg);
 	ring = ag_enter();
 	if (!ring)
 		ring = ag_ring_create();
@@ -77,7 +81,7 @@ AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*
 	    ca_module_funcs(m->ca, NULL)[func].addr != (uint64_t)(uintptr_t)start - m->bias ||
 	    !(c = malloc(sizeof *c)))
 		return ag_real_pthread_create(th, attr, start, arg);
-	*c = (start_ctx){ start, arg, m, func };
+	*c = (start_ctx){ start, arg, m, func, ag_may_trace_get() };
 	rc = ag_real_pthread_create(th, attr, ag_thread_start, c);
 	if (rc != 0)
 		free(c);

@@ -1021,6 +1021,8 @@ const char *an_event_name(uint32_t id, char *buf, size_t len)
 	case TRACE_EV_DEACTIVATE: return "deactivate";
 	case TRACE_EV_THREAD_EXIT: return "thread exit";
 	case TRACE_EV_SIGNAL: return "signal";
+	case TRACE_EV_ACCEPT: return "accept";
+	case TRACE_EV_RECV: return "recv";
 	}
 	snprintf(buf, len, "event %u", id);
 	return buf;

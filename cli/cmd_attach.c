@@ -34,6 +34,10 @@ static const char help[] =
 	"                        call FUNC     when FUNC (a name or 0xADDR) is next reached\n"
 	"                        timer SECONDS after that long\n"
 	"                        signal        at 'sptrace activate PID'\n"
+	"                        accept        when a thread's accept returns a connection\n"
+	"                        recv          when a thread's recv returns data\n"
+	"  --threads WHICH     after an accept or recv: 'event' (the default) traces that\n"
+	"                      thread and the threads it creates; 'all' every thread\n"
 	"  -o, --output DIR    trace directory (default: sptrace.PID; an existing one is\n"
 	"                      kept as DIR.old)\n"
 	"  --ring-size MB      size of each thread's ring (default 16)\n"
@@ -56,9 +60,10 @@ int cmd_attach(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
 		{ "ring-size", required_argument, 0, 'r' }, { "timeout", required_argument, 0, 't' },
-		{ "help", no_argument, 0, 'h' },            { 0, 0, 0, 0 },
+		{ "threads", required_argument, 0, 'T' },   { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
-	const char *dir = NULL, *on = "now";
+	const char *dir = NULL, *on = "now", *threads = "";
 	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], config[PATH_MAX + 1800], why[600];
 	char ring[32] = "", *end;
 	double timeout = 120;
@@ -90,6 +95,11 @@ int cmd_attach(int argc, char **argv)
 			if (*end || !(timeout > 0))
 				return cli_error("attach: --timeout wants seconds, not '%s'", optarg), 2;
 			break;
+		case 'T':
+			if (strcmp(optarg, "event") != 0 && strcmp(optarg, "all") != 0)
+				return cli_error("attach: --threads '%s': use 'event' or 'all'", optarg), 2;
+			threads = optarg;
+			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
 			return cli_error("attach: option '%s' needs a value; see 'sptrace attach "
@@ -114,9 +124,10 @@ int cmd_attach(int argc, char **argv)
 		if (end == on + 6 || *end || !(s >= 0))
 			return cli_error("attach: --on '%s': give the delay in seconds, e.g. 'timer "
 					 "2.5'", on), 2;
-	} else if (strncmp(on, "call ", 5) != 0 && strcmp(on, "signal") != 0) {
+	} else if (strncmp(on, "call ", 5) != 0 && strcmp(on, "signal") != 0 &&
+		   strcmp(on, "accept") != 0 && strcmp(on, "recv") != 0) {
 		return cli_error("attach: unknown event '%s'; this version knows 'now', 'call FUNC', "
-				 "'timer SECONDS' and 'signal'", on), 2;
+				 "'timer SECONDS', 'signal', 'accept' and 'recv'", on), 2;
 	}
 	if (inj_check(pid, &err))
 		return cli_error("attach: %s", err.msg);
@@ -144,9 +155,10 @@ int cmd_attach(int argc, char **argv)
 	{
 		const char *repo = getenv("SPTRACE_REPO");
 
-		snprintf(config, sizeof config, "dir=%s\non=%s\n%s%s%s%s%.*s%s", absdir, on,
+		snprintf(config, sizeof config, "dir=%s\non=%s\n%s%s%s%s%.*s%s%s%s%s", absdir, on,
 			 ring[0] ? "ring=" : "", ring, ring[0] ? "\n" : "", repo && *repo ? "repo=" : "",
-			 repo && *repo ? 1000 : 0, repo ? repo : "", repo && *repo ? "\n" : "");
+			 repo && *repo ? 1000 : 0, repo ? repo : "", repo && *repo ? "\n" : "",
+			 *threads ? "threads=" : "", threads, *threads ? "\n" : "");
 	}
 	memset(&o, 0, sizeof o);
 	o.so_path = agent;

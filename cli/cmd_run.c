@@ -40,6 +40,10 @@ static const char help[] =
 	"                                      stands (its functions already running are\n"
 	"                                      found by a stack walk)\n"
 	"                        signal        at 'sptrace activate PID', likewise\n"
+	"                        accept        when a thread's accept returns a connection\n"
+	"                        recv          when a thread's recv returns data\n"
+	"  --threads WHICH     after an accept or recv: 'event' (the default) traces that\n"
+	"                      thread and the threads it creates; 'all' every thread\n"
 	"  -o, --output DIR    trace directory (default: sptrace.data; an existing one\n"
 	"                      is kept as DIR.old)\n"
 	"  --ring-size MB      size of each thread's ring (default 16); a full ring\n"
@@ -119,8 +123,9 @@ int cmd_run(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
 		{ "ring-size", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+		{ "threads", required_argument, 0, 'T' },   { 0, 0, 0, 0 },
 	};
+	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start";
 	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
 	const char *old_preload = getenv("LD_PRELOAD");
@@ -143,6 +148,11 @@ int cmd_run(int argc, char **argv)
 			snprintf(ring, sizeof ring, "%lu", mb << 20);
 			break;
 		}
+		case 'T':
+			if (strcmp(optarg, "event") != 0 && strcmp(optarg, "all") != 0)
+				return cli_error("run: --threads '%s': use 'event' or 'all'", optarg), 2;
+			threads = optarg;
+			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
 			return cli_error("run: option '%s' needs a value; see 'sptrace run --help'",
@@ -162,9 +172,9 @@ int cmd_run(int argc, char **argv)
 			return cli_error("run: --on '%s': give the delay in seconds, e.g. 'timer 2.5'",
 					 on), 2;
 	} else if (strcmp(on, "start") != 0 && strncmp(on, "call ", 5) != 0 &&
-		   strcmp(on, "signal") != 0) {
+		   strcmp(on, "signal") != 0 && strcmp(on, "accept") != 0 && strcmp(on, "recv") != 0) {
 		return cli_error("run: unknown event '%s'; this version knows 'start', 'call FUNC', "
-				 "'timer SECONDS' and 'signal'", on), 2;
+				 "'timer SECONDS', 'signal', 'accept' and 'recv'", on), 2;
 	}
 	if (cli_find_agent("run", agent, sizeof agent) || cli_prepare_trace_dir("run", dir, absdir))
 		return 1;
@@ -190,6 +200,8 @@ int cmd_run(int argc, char **argv)
 		setenv("SPTRACE_ON", on, 1);
 		if (*ring)
 			setenv("SPTRACE_RING_BYTES", ring, 1);
+		if (threads)
+			setenv("SPTRACE_THREADS", threads, 1);
 		execvp(argv[optind], argv + optind);
 		exec_errno = errno;
 		if (write(errpipe[1], &exec_errno, sizeof exec_errno) < 0)

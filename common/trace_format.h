@@ -76,6 +76,8 @@ enum trace_event {
 	TRACE_EV_DEACTIVATE = 2, /* tracing stopped (sptrace stop, exit) */
 	TRACE_EV_THREAD_EXIT = 3,
 	TRACE_EV_SIGNAL = 4,     /* a fatal signal arrived; the trace ends here */
+	TRACE_EV_ACCEPT = 5,     /* accept returned a connection: tracing began here */
+	TRACE_EV_RECV = 6,       /* recv returned data: tracing began here */
 };
 
 /* The header of a ring file.  The agent keeps `count` current after every

@@ -6,6 +6,8 @@
                     (tracing at once), stop, activate, stop while a client
                     keeps asking: no EINTR, no early wake-up, no wrong answer,
                     no failed request; code restored after each stop
+  accept PROG       --on accept (attached and under sptrace run): the thread
+                    whose accept returns traces from there, alone
   http              Debian's python3.11 -m http.server under a load of HTTP
                     requests: attach, stop, activate, stop; no request fails
   errors SLEEPER STATIC
@@ -129,6 +131,53 @@ def case_blocked(sptrace, prog, tmp):
           "the replay lacks the busy threads or the served requests: %s" % r.stderr[-500:])
 
 
+def case_accept(sptrace, prog, tmp):
+    """--on accept: the agent waits (dormant, attached or under sptrace run)
+    until a thread's accept returns a connection; that thread traces from
+    there, the accept recorded first; with --threads event (the default) the
+    16 busy threads record nothing."""
+    for how in ("attach", "run"):
+        tdir = os.path.join(tmp, how)
+        if how == "attach":
+            p = subprocess.Popen([prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        else:
+            p = subprocess.Popen([sptrace, "run", "--on", "accept", "-o", tdir, "--", prog],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=env(tmp))
+        try:
+            port = int(p.stdout.readline())
+            check(p.stdout.readline() == "ready\n", "attach_target did not start")
+            if how == "attach":
+                r = run([sptrace, "attach", "--on", "accept", "-o", tdir, str(p.pid)], env=env(tmp))
+                check(r.returncode == 0 and "dormant until the event" in r.stdout,
+                      "attach --on accept: %r %r" % (r.stdout, r.stderr))
+            time.sleep(0.3)
+            check(not [f for f in os.listdir(tdir) if f.startswith("ring.")],
+                  "%s --on accept: records before any connection" % how)
+            for _ in range(3):
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                    s.sendall(b"100")
+                    s.shutdown(socket.SHUT_WR)
+                    check(s.recv(100) == b"%d\n" % sum(i * 7 % 13 for i in range(100)),
+                          "wrong answer")
+            out, _ = p.communicate(input="", timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        check(out.startswith("eintr 0 early 0 wrong 0 served 3"), "%s: report %r" % (how, out))
+        rings = [f for f in os.listdir(tdir) if f.startswith("ring.")]
+        check(len(rings) == 1, "%s --on accept: %d threads recorded, want the acceptor only: %r"
+              % (how, len(rings), rings))
+        r = run([sptrace, "replay", tdir], env=env(tmp))
+        lines = [l.split("| ", 1)[1].strip() for l in r.stdout.splitlines() if "| " in l]
+        check(r.returncode == 0 and "acceptor() {" in lines and "/* accept */" in lines and
+              lines.count("serve() {") >= 3,
+              "%s --on accept: the acceptor's trace:\n%s" % (how, "\n".join(lines[:40])))
+        check(lines.index("/* accept */") < lines.index("serve() {"),
+              "%s: the accept is not the start of the flow" % how)
+
+
 def case_http(sptrace, tmp):
     py = "/usr/bin/python3.11"
     if not os.path.exists(py):
@@ -232,6 +281,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="sptrace-attach-") as tmp:
         if case == "blocked":
             case_blocked(sptrace, sys.argv[3], tmp)
+        elif case == "accept":
+            case_accept(sptrace, sys.argv[3], tmp)
         elif case == "http":
             case_http(sptrace, tmp)
         elif case == "errors":

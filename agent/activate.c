@@ -52,7 +52,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libunwind.h>
-#include <linux/hw_breakpoint.h>
 #include <linux/perf_event.h>
 #include <sched.h>
 #include <signal.h>
@@ -306,6 +305,17 @@ static volatile int walkers;
 
 static void walk_stack(ucontext_t *uc, bool in_signal);
 
+/* Walk once per activation, counted among the walks in progress. */
+static void walk_once(ucontext_t *uc, bool in_signal)
+{
+	__atomic_add_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
+	if (ag_active() && walked_gen != __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) {
+		walked_gen = generation;
+		walk_stack(uc, in_signal);
+	}
+	__atomic_sub_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
+}
+
 static void walk(ucontext_t *uc)
 {
 	if (ag_busy()) {
@@ -313,12 +323,7 @@ static void walk(ucontext_t *uc)
 		       (long)syscall(SYS_gettid));
 		return;
 	}
-	__atomic_add_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
-	if (ag_active() && walked_gen != __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) {
-		walked_gen = generation;
-		walk_stack(uc, true);
-	}
-	__atomic_sub_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
+	walk_once(uc, true);
 }
 
 static void walk_stack(ucontext_t *uc, bool in_signal)
@@ -504,14 +509,8 @@ void ag_walk_self(ucontext_t *signal_uc)
 	if (!thread_stubs)
 		return;
 	uc = &thread_stubs->self_uc;
-	if (getcontext(uc) != 0)
-		return;
-	__atomic_add_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
-	if (ag_active() && walked_gen != __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) {
-		walked_gen = generation;
-		walk_stack(uc, false);
-	}
-	__atomic_sub_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
+	if (getcontext(uc) == 0)
+		walk_once(uc, false);
 }
 
 /* A new activation round (an event activation that does not ask the other
@@ -544,22 +543,8 @@ static uint32_t bp_next;       /* control thread only */
 /* A breakpoint at `addr` for thread `tid` only. */
 static bool arm_thread_bp(int tid, uint64_t addr, const char *event)
 {
-	struct perf_event_attr a;
-	int fd;
+	int fd = ag_perf_breakpoint(addr, tid, false, true);
 
-	memset(&a, 0, sizeof a);
-	a.type = PERF_TYPE_BREAKPOINT;
-	a.size = sizeof a;
-	a.bp_type = HW_BREAKPOINT_X;
-	a.bp_addr = addr;
-	a.bp_len = sizeof(long);
-	a.sample_period = 1;
-	a.sigtrap = 1;
-	a.remove_on_exec = 1;
-	a.exclude_kernel = 1;
-	a.exclude_hv = 1;
-	a.disabled = 1;
-	fd = (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
 	if (fd < 0)
 		return false;
 	for (int k = 0; k < MAX_BPS; k++) {

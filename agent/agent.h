@@ -138,6 +138,7 @@ void ag_serialize_cores(void);
 /* A one-shot int3 at a function entry; `handler` runs in the trapping
  * thread's signal context and must call ag_trap_disarm() first. */
 struct ucontext_t;
+int ag_perf_breakpoint(uint64_t addr, int tid, bool inherit, bool disabled);
 /* every_thread: on each thread now running too (an attached agent; a
  * preloaded one starts with one thread, whose breakpoint new threads inherit) */
 int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool every_thread);

@@ -148,20 +148,26 @@ static int failed(env_buf *b)
 	return -1;
 }
 
-AG_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+/* An exec through `real` (execve or execvpe) with the traced environment. */
+static int exec_traced(execve_fn real, const char *file, char *const argv[], char *const envp[])
 {
 	env_buf b;
 	char *const *env;
 
-	if (!real_execve) {
+	if (!real) {
 		errno = ENOSYS;
 		return -1;
 	}
-	env = traced_env(&b, envp, path);
+	env = traced_env(&b, envp, file);
 	if (!env)
-		return real_execve(path, argv, envp);
-	real_execve(path, argv, env);
+		return real(file, argv, envp);
+	real(file, argv, env);
 	return failed(&b);
+}
+
+AG_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	return exec_traced(real_execve, path, argv, envp);
 }
 
 AG_EXPORT int execv(const char *path, char *const argv[])
@@ -171,18 +177,7 @@ AG_EXPORT int execv(const char *path, char *const argv[])
 
 AG_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	env_buf b;
-	char *const *env;
-
-	if (!real_execvpe) {
-		errno = ENOSYS;
-		return -1;
-	}
-	env = traced_env(&b, envp, file);
-	if (!env)
-		return real_execvpe(file, argv, envp);
-	real_execvpe(file, argv, env);
-	return failed(&b);
+	return exec_traced(real_execvpe, file, argv, envp);
 }
 
 AG_EXPORT int execvp(const char *file, char *const argv[])

@@ -378,14 +378,14 @@ int ag_patch_restore_all(void)
 static int thread_bps[MAX_THREAD_BPS];
 static int nthread_bps;
 
-int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool every_thread)
+/* An execute breakpoint at addr for thread tid (0: the calling thread) that
+ * raises SIGTRAP in it (Linux >= 5.13); `inherit`: threads it creates get
+ * one too; `disabled`: armed later with PERF_EVENT_IOC_ENABLE.  -1 if the
+ * CPU or the kernel has none. */
+int ag_perf_breakpoint(uint64_t addr, int tid, bool inherit, bool disabled)
 {
-	static const uint8_t int3 = 0xcc;
 	struct perf_event_attr a;
-	uint8_t old;
-	int fd;
 
-	act_handler = handler;
 	memset(&a, 0, sizeof a);
 	a.type = PERF_TYPE_BREAKPOINT;
 	a.size = sizeof a;
@@ -395,10 +395,21 @@ int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool ever
 	a.sample_period = 1;
 	a.sigtrap = 1;
 	a.remove_on_exec = 1;
-	a.inherit = 1;
+	a.inherit = inherit;
+	a.disabled = disabled;
 	a.exclude_kernel = 1;
 	a.exclude_hv = 1;
-	fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	return (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool every_thread)
+{
+	static const uint8_t int3 = 0xcc;
+	uint8_t old;
+	int fd;
+
+	act_handler = handler;
+	fd = ag_perf_breakpoint(addr, 0, true, false);
 	if (fd >= 0 && every_thread) {
 		DIR *d = opendir("/proc/self/task");
 		struct dirent *de;
@@ -409,7 +420,7 @@ int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool ever
 
 			if (tid <= 0 || tid == self || tid == ctl)
 				continue;
-			f = (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+			f = ag_perf_breakpoint(addr, tid, true, false);
 			if (f >= 0)
 				thread_bps[nthread_bps++] = f;
 			else

@@ -16,11 +16,14 @@ echo "== sptrace run: python3.11 computing fib(18), traced from main into libc"
 print("fib(18) =", fib(18))'
 echo
 echo "== sptrace replay: the first calls of the main thread"
-"$sptrace" replay --depth 4 "$out/trace" | head -40
+# (into files first: `head` closing a pipe early would fail the pipeline)
+"$sptrace" replay --depth 4 "$out/trace" > "$out/replay.txt"
+head -40 "$out/replay.txt"
 echo "   ..."
 echo
 echo "== sptrace report: where the time went"
-"$sptrace" report "$out/trace" | head -16
+"$sptrace" report "$out/trace" > "$out/report.txt"
+head -16 "$out/report.txt"
 echo
 echo "== the code analysis behind it: libc, from the repository"
 libc=$(ldd /bin/ls | awk '/libc.so.6/ {print $3}')

@@ -49,6 +49,9 @@ static volatile int finished;
 static volatile int active;
 static double timer_seconds = -1;
 static bool threads_event_only;       /* --threads event */
+/* The activation event is still awaited: not after it happened once, nor
+ * after a stop (`sptrace activate` starts tracing again, not the event). */
+static volatile int event_spent;
 
 /* ---- memory: a bump allocator over mmap (never malloc: slow paths may run
  * in signal handlers or inside malloc) ---- */
@@ -302,6 +305,7 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc)
 	}
 	ag_instrument_restart();
 	ag_activation_tsc = ag_rdtsc();
+	event_spent = 1;
 	ag_may_trace_set(true);
 	ag_event_only(threads_event_only);
 	ag_activation_round();
@@ -504,6 +508,7 @@ void ag_deactivate(const char *why)
 	if (finished)
 		return;
 	ag_trap_disarm();
+	event_spent = 1;
 	active = 0;
 	ag_activate_quiesce();
 	if (ag_instrument_stop())
@@ -544,7 +549,7 @@ static bool attached;
 
 bool ag_event_wanted(const char *what)
 {
-	return !active && !finished && strcmp(on_event, what) == 0;
+	return !active && !finished && !event_spent && strcmp(on_event, what) == 0;
 }
 
 static int agent_start(const char *dir, const char *on, const char *ring, const char *exec_of,

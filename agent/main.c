@@ -556,6 +556,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		       const char *threads)
 {
 	char err[1024], path[4200], parent[4096] = "";
+	uint64_t t_start = ns(CLOCK_MONOTONIC);
 	unsigned a, b, c, d;
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
@@ -589,11 +590,14 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		     "'timer SECONDS' or 'signal'");
 		return -1;
 	}
+	uint64_t t_mod = ns(CLOCK_MONOTONIC);
+
 	if (ag_patch_init(err, sizeof err) || ag_modules_init(err, sizeof err) ||
 	    find_root(err, sizeof err)) {
 		fail(err);
 		return -1;
 	}
+	t_mod = ns(CLOCK_MONOTONIC) - t_mod;
 	if (attached)
 		ag_hooks_install();
 	write_meta();
@@ -617,7 +621,9 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	}
 	if (attached && (strcmp(on_event, "accept") == 0 || strcmp(on_event, "recv") == 0))
 		ag_watch_blocked_calls(on_event);
-	ag_log("dormant; waiting for '%s'", on_event);
+	ag_log("dormant; waiting for '%s' (started in %.1f ms, %.1f ms of it the %u modules' "
+	       "analyses)", on_event, (double)(ns(CLOCK_MONOTONIC) - t_start) / 1e6,
+	       (double)t_mod / 1e6, ag_module_count());
 	return 0;
 }
 

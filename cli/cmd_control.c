@@ -99,6 +99,15 @@ static int control_one(const command *cmd, const char *reg, const char *pid, dou
 	snprintf(link, sizeof link, "%s/%s-%llu", reg, pid, sp_proc_start_time(pid));
 	n = readlink(link, dir, sizeof dir - 1);
 	if (n <= 0) {
+		/* A process of another user registered in its own user's dir. */
+		char other[PATH_MAX];
+
+		if (sp_registry_dir_of(pid, other, sizeof other) == 0 && strcmp(other, reg) != 0) {
+			snprintf(link, sizeof link, "%.3000s/%s-%llu", other, pid, sp_proc_start_time(pid));
+			n = readlink(link, dir, sizeof dir - 1);
+		}
+	}
+	if (n <= 0) {
 		if (kill(atoi(pid), 0) != 0 && errno == ESRCH)
 			return cli_error("%s: pid %s: no such process", cmd->name, pid);
 		return cli_error("%s: pid %s is not traced by sptrace (nothing registered in %s); "

@@ -4,7 +4,9 @@
  * The start time (clock ticks since boot, /proc/PID/stat field 22) makes the
  * name unique even when the pid is reused after a process was killed and
  * could not remove its link.  Used by the agent (agent/control.c) and the CLI
- * (cli/cmd_stop.c); libc only, no allocation.
+ * (cli/cmd_control.c); libc only, no allocation.  A process of another user
+ * (an attached nginx worker runs as nobody) registers in its own user's dir,
+ * where root's sptrace looks too (sp_registry_dir_of).
  */
 #ifndef SP_REGISTRY_H
 #define SP_REGISTRY_H
@@ -24,6 +26,40 @@ static inline void sp_registry_dir(char *out, size_t len)
 		snprintf(out, len, "%s/sptrace", run);
 	else
 		snprintf(out, len, "/tmp/sptrace-%u", (unsigned)getuid());
+}
+
+/* The registry dir of process `pid` as its agent computes it: from its
+ * environment (XDG_RUNTIME_DIR) and its real uid.  0, or -1 if /proc/PID
+ * cannot be read. */
+static inline int sp_registry_dir_of(const char *pid, char *out, size_t len)
+{
+	char path[64], buf[65536], line[256];
+	unsigned uid = 0;
+	ssize_t n;
+	int fd, found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%s/status", pid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	while (!found && fgets(line, sizeof line, f))
+		found = sscanf(line, "Uid: %u", &uid) == 1;
+	fclose(f);
+	if (!found)
+		return -1;
+	snprintf(out, len, "/tmp/sptrace-%u", uid);
+	snprintf(path, sizeof path, "/proc/%s/environ", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(buf + i) + 1) {
+		buf[n] = '\0';
+		if (strncmp(buf + i, "XDG_RUNTIME_DIR=", 16) == 0 && buf[i + 16])
+			snprintf(out, len, "%s/sptrace", buf + i + 16);
+	}
+	return 0;
 }
 
 /* The start time of process `pid` ("self" for the caller); 0 if none. */

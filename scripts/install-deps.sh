@@ -12,9 +12,9 @@ packages=(
 	# tests: binutils for objdump/readelf/strip, real programs to analyse,
 	# libc's separate debug file for source lines
 	binutils python3 coreutils libc6-dbg libstdc++6 procps file
-	# real programs traced by the end-to-end tests (redis: attached to under
-	# redis-benchmark's load)
-	gzip xz-utils sqlite3 redis-server redis-tools
+	# real programs traced by the end-to-end tests (redis and nginx: attached
+	# to under load)
+	gzip xz-utils sqlite3 redis-server redis-tools nginx-light
 )
 
 missing=()

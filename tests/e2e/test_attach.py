@@ -12,6 +12,8 @@
                     requests: attach, stop, activate, stop; no request fails
   redis             Debian's redis-server under redis-benchmark: attach --on
                     accept, stop, activate, stop; no request fails
+  nginx             Debian's nginx (master, two pre-forked workers) under HTTP
+                    load: attach --on accept to one worker, stop, activate, stop
   errors SLEEPER STATIC
                     the refusals, each naming the pid and what to do
 """
@@ -314,6 +316,97 @@ def case_redis(sptrace, tmp):
           "the replay of redis-server: %s" % r.stderr[-300:])
 
 
+def case_nginx(sptrace, tmp):
+    """Debian's nginx, a master and two pre-forked worker processes, under a
+    load of HTTP requests: attach --on accept to one worker, which starts
+    tracing at its next accepted connection; stop, activate, stop.  No
+    request fails, the worker's code is the files' after each stop, and the
+    other worker and the master are not touched."""
+    if not shutil.which("nginx"):
+        fail("nginx is missing; install the Debian package nginx-light "
+             "(scripts/install-deps.sh does)")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    os.chmod(tmp, 0o755)          # the workers run as nobody
+    www = os.path.join(tmp, "www")
+    os.mkdir(www)
+    with open(os.path.join(www, "index.html"), "w") as f:
+        f.write("hello from nginx\n")
+    conf = os.path.join(tmp, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write("daemon off;\nmaster_process on;\nworker_processes 2;\npid %s/nginx.pid;\n"
+                "error_log %s/error.log;\nevents { worker_connections 256; }\n"
+                "http { access_log off; server { listen 127.0.0.1:%d; root %s; } }\n"
+                % (tmp, tmp, port, www))
+    p = subprocess.Popen(["nginx", "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    url = "http://127.0.0.1:%d/index.html" % port
+    try:
+        for _ in range(250):
+            try:
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    r.read()
+                break
+            except OSError:
+                time.sleep(0.02)
+        workers = []
+        for _ in range(100):
+            workers = [int(c) for c in
+                       open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()]
+            if len(workers) == 2:
+                break
+            time.sleep(0.05)
+        check(len(workers) == 2, "nginx did not start two workers: %r" % workers)
+        worker, other = workers
+
+        def ask():
+            with urllib.request.urlopen(url, timeout=10) as r:
+                if r.read() != b"hello from nginx\n":
+                    raise ValueError("wrong body")
+
+        load = Load(ask)
+        load.start()
+        time.sleep(0.3)
+        # The worker runs as nobody: its agent writes the trace (sptrace
+        # attach gives it the directory) and keeps its own repository.
+        tdir = os.path.join(tmp, "trace")
+        noenv = {k: v for k, v in os.environ.items() if k != "SPTRACE_REPO"}
+        r = run([sptrace, "attach", "--on", "accept", "-o", tdir, str(worker)], env=noenv)
+        check(r.returncode == 0 and "attached to pid %d" % worker in r.stdout,
+              "sptrace attach --on accept (nginx worker): %r %r" % (r.stdout, r.stderr))
+        print(r.stdout.strip())
+        deadline = time.monotonic() + 20
+        while "\nactivated " not in open(os.path.join(tdir, "meta")).read():
+            check(time.monotonic() < deadline, "the worker accepted nothing after the attach")
+            time.sleep(0.05)
+        time.sleep(0.3)
+        check(text_differences(worker), "tracing, yet no code of the worker is patched")
+        check(not text_differences(other) and not text_differences(p.pid),
+              "the other worker or the master was changed")
+        r = run([sptrace, "stop", str(worker)])
+        check(r.returncode == 0 and not text_differences(worker), "stop: %r" % r.stderr)
+        r = run([sptrace, "activate", str(worker)])
+        check(r.returncode == 0, "activate: %r" % r.stderr)
+        time.sleep(0.3)
+        r = run([sptrace, "stop", str(worker)])
+        check(r.returncode == 0 and not text_differences(worker), "second stop: %r" % r.stderr)
+        load.stop()
+        check(load.failed == 0 and load.ok > 10, "%d requests failed, %d answered: %s" %
+              (load.failed, load.ok, load.errors[:3]))
+    finally:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    meta = open(os.path.join(tdir, "meta")).read()
+    check(re.search(r"\nactivated \d+ accept fd \d+ tid %d\n" % worker, meta),
+          "meta does not say an accept in the worker started tracing:\n" + meta)
+
+
 def case_errors(sptrace, sleeper, static, tmp):
     r = run([sptrace, "attach", "999999999"])
     check(r.returncode == 1 and "pid 999999999: no such process" in r.stderr,
@@ -386,6 +479,8 @@ def main():
             case_http(sptrace, tmp)
         elif case == "redis":
             case_redis(sptrace, tmp)
+        elif case == "nginx":
+            case_nginx(sptrace, tmp)
         elif case == "errors":
             case_errors(sptrace, sys.argv[3], sys.argv[4], tmp)
         else:

@@ -48,7 +48,6 @@
  * Retired slots are reused.
  */
 #define UNW_LOCAL_ONLY
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libunwind.h>
@@ -454,41 +453,59 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
  */
 static bool arm_thread_bp(int tid, uint64_t addr, const char *event);
 
+/* Thread `tid` is in a system call: its number and the address it returns
+ * to (/proc/self/task/T/syscall; a running thread says "running"). */
+static bool thread_syscall(int tid, long *nr, uint64_t *pc)
+{
+	char path[64], buf[512];
+	unsigned long n_, args[6], sp, pc_;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	if (sscanf(buf, "%lu %lx %lx %lx %lx %lx %lx %lx %lx", &n_, &args[0], &args[1], &args[2],
+		   &args[3], &args[4], &args[5], &sp, &pc_) != 9)
+		return false;
+	*nr = (long)n_;
+	*pc = pc_;
+	return true;
+}
+
+typedef struct watch {
+	const char *event;
+	const long *nrs;         /* the event's two system calls */
+	int armed;
+} watch;
+
+static int watch_one(int tid, void *arg)
+{
+	watch *w = arg;
+	uint64_t pc;
+	long nr;
+
+	if (thread_syscall(tid, &nr, &pc) && (nr == w->nrs[0] || nr == w->nrs[1]) &&
+	    arm_thread_bp(tid, pc, w->event))
+		w->armed++;
+	return 0;
+}
+
 void ag_watch_blocked_calls(const char *event)
 {
 	static const long accept_nrs[] = { SYS_accept, SYS_accept4 };
 	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg };
-	const long *nrs = strcmp(event, "accept") == 0 ? accept_nrs : recv_nrs;
-	int self = (int)syscall(SYS_gettid), ctl = ag_control_tid(), armed = 0;
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
+	watch w = { event, strcmp(event, "accept") == 0 ? accept_nrs : recv_nrs, 0 };
 
-	while (d && (de = readdir(d))) {
-		char path[64], buf[512];
-		unsigned long nr, args[6], sp, pc;
-		int tid = atoi(de->d_name), fd;
-		ssize_t n;
-
-		if (tid <= 0 || tid == self || tid == ctl)
-			continue;
-		snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-		if (fd >= 0)
-			close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		if (sscanf(buf, "%lu %lx %lx %lx %lx %lx %lx %lx %lx", &nr, &args[0], &args[1], &args[2],
-			   &args[3], &args[4], &args[5], &sp, &pc) == 9 &&
-		    ((long)nr == nrs[0] || (long)nr == nrs[1]) && arm_thread_bp(tid, pc, event))
-			armed++;
-	}
-	if (d)
-		closedir(d);
-	if (armed)
+	ag_for_other_threads(watch_one, &w);
+	if (w.armed)
 		ag_log("%s: %d thread(s) already waiting in it are watched by a breakpoint", event,
-		       armed);
+		       w.armed);
 }
 
 /*
@@ -603,59 +620,38 @@ static bool queue_trap(int tid)
  * (a queued SIGTRAP). */
 static const char *reach(int tid)
 {
-	char path[64], buf[512];
-	unsigned long nr, args[6], sp, pc;
-	ssize_t n;
-	int fd;
+	uint64_t pc;
+	long nr;
 
-	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n > 0) {
-		buf[n] = '\0';
-		if (sscanf(buf, "%lu %lx %lx %lx %lx %lx %lx %lx %lx", &nr, &args[0], &args[1],
-			   &args[2], &args[3], &args[4], &args[5], &sp, &pc) == 9 &&
-		    arm_thread_bp(tid, pc, NULL))
-			return "breakpoint after its system call";
-	}
+	if (thread_syscall(tid, &nr, &pc) && arm_thread_bp(tid, pc, NULL))
+		return "breakpoint after its system call";
 	return queue_trap(tid) ? "signal" : NULL;
 }
-
 /*
  * Activate now (the control thread, on the timer or `sptrace activate`):
  * every thread but this one walks its stack.  Threads created later are
  * traced from their start routine (threads.c).
  */
-void ag_activate_running(bool new_round)
+static int reach_one(int tid, void *arg)
 {
-	int self = (int)syscall(SYS_gettid), nthreads = 0;
+	const char *how = reach(tid);
 
-	if (new_round)
-		__atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
-
-	while (d && (de = readdir(d))) {
-		int tid = atoi(de->d_name);
-		const char *how;
-
-		if (tid <= 0 || tid == self)
-			continue;
-		how = reach(tid);
-		nthreads++;
-		if (how)
-			ag_log("activation: thread %d reached by %s", tid, how);
-		else
-			ag_log("activation: thread %d cannot be reached (%s); it joins at its first "
-			       "traced call", tid, strerror(errno));
-	}
-	if (d)
-		closedir(d);
-	ag_log("activation: %d threads asked to walk their stacks", nthreads);
+	(void)arg;
+	if (how)
+		ag_log("activation: thread %d reached by %s", tid, how);
+	else
+		ag_log("activation: thread %d cannot be reached (%s); it joins at its first "
+		       "traced call", tid, strerror(errno));
+	return 0;
 }
 
+void ag_activate_running(bool new_round)
+{
+	if (new_round)
+		__atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
+	ag_log("activation: %d threads asked to walk their stacks",
+	       ag_for_other_threads(reach_one, NULL));
+}
 /*
  * From the SIGTRAP handler: is this trap one of the activation's?  Then the
  * thread walks (and the interrupted code resumes where it was).

@@ -100,6 +100,9 @@ void ag_rings_event_all(uint32_t event);   /* an event in every ring */
 int ag_rings_init(void);
 void ag_forked_child(void);                /* atfork: drop the parent's rings */
 int ag_threads_init(void);                 /* atfork handler */
+/* fn(tid) for every thread but this one and the control thread, until it
+ * returns non-zero; how many it was called for. */
+int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg);
 /* The C library's pthread_create, past the agent's interposer (threads.c). */
 int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
 			   void *(*start)(void *), void *arg);

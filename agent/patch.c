@@ -26,7 +26,6 @@
  * /proc/self/mem cannot be opened, mprotect(RWX-free: RW, write, RX) is the
  * fallback, and the log says so.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/hw_breakpoint.h>
@@ -34,7 +33,6 @@
 #include <linux/perf_event.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -402,6 +400,18 @@ int ag_perf_breakpoint(uint64_t addr, int tid, bool inherit, bool disabled)
 	return (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
 }
 
+static int arm_on_thread(int tid, void *arg)
+{
+	int f = ag_perf_breakpoint(*(uint64_t *)arg, tid, true, false);
+
+	if (f >= 0)
+		thread_bps[nthread_bps++] = f;
+	else
+		ag_log("activation: no breakpoint on thread %d (%s); it will not activate tracing",
+		       tid, strerror(errno));
+	return nthread_bps >= MAX_THREAD_BPS;
+}
+
 int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool every_thread)
 {
 	static const uint8_t int3 = 0xcc;
@@ -410,26 +420,8 @@ int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool ever
 
 	act_handler = handler;
 	fd = ag_perf_breakpoint(addr, 0, true, false);
-	if (fd >= 0 && every_thread) {
-		DIR *d = opendir("/proc/self/task");
-		struct dirent *de;
-		int self = (int)syscall(SYS_gettid), ctl = ag_control_tid();
-
-		while (d && (de = readdir(d)) && nthread_bps < MAX_THREAD_BPS) {
-			int tid = atoi(de->d_name), f;
-
-			if (tid <= 0 || tid == self || tid == ctl)
-				continue;
-			f = ag_perf_breakpoint(addr, tid, true, false);
-			if (f >= 0)
-				thread_bps[nthread_bps++] = f;
-			else
-				ag_log("activation: no breakpoint on thread %d (%s); it will not "
-				       "activate tracing", tid, strerror(errno));
-		}
-		if (d)
-			closedir(d);
-	}
+	if (fd >= 0 && every_thread)
+		ag_for_other_threads(arm_on_thread, &addr);
 	if (fd >= 0) {
 		act_fd = fd;
 		act_addr = addr;

@@ -9,12 +9,15 @@
  * start routines outside the traced modules, the wrapper only passes the
  * call on: the thread runs exactly as it would have.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include "agent.h"
 
@@ -203,4 +206,29 @@ static void child_after_fork(void)
 int ag_threads_init(void)
 {
 	return pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
+}
+
+/*
+ * fn(tid, arg) for every thread of the process but the calling one and the
+ * agent's control thread, until fn returns non-zero.  Returns how many
+ * threads it was called for.
+ */
+int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg)
+{
+	int self = (int)syscall(SYS_gettid), ctl = ag_control_tid(), n = 0;
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		int tid = atoi(de->d_name);
+
+		if (tid <= 0 || tid == self || tid == ctl)
+			continue;
+		n++;
+		if (fn(tid, arg))
+			break;
+	}
+	if (d)
+		closedir(d);
+	return n;
 }

@@ -203,9 +203,12 @@ AG_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	return failed(&b);
 }
 
-/* execl and friends: the arguments into an array on the stack. */
-static int collect(const char *arg0, va_list ap, char **argv, char ***envp)
+/* execl and friends: the arguments into an array on the stack (and, for
+ * execle, the environment after them), then the traced exec. */
+static int exec_list(execve_fn real, const char *file, const char *arg0, va_list ap,
+		     bool env_follows)
 {
+	char *argv[MAX_ARGS + 1], **envp = environ;
 	size_t n = 0;
 
 	argv[n++] = (char *)arg0;
@@ -220,43 +223,40 @@ static int collect(const char *arg0, va_list ap, char **argv, char ***envp)
 		return -1;
 	}
 	argv[n] = NULL;
-	if (envp)
-		*envp = va_arg(ap, char **);
-	return 0;
+	if (env_follows)
+		envp = va_arg(ap, char **);
+	return exec_traced(real, file, argv, envp);
 }
 
 AG_EXPORT int execl(const char *path, const char *arg, ...)
 {
-	char *argv[MAX_ARGS + 1];
 	va_list ap;
 	int rc;
 
 	va_start(ap, arg);
-	rc = collect(arg, ap, argv, NULL);
+	rc = exec_list(real_execve, path, arg, ap, false);
 	va_end(ap);
-	return rc ? rc : execve(path, argv, environ);
+	return rc;
 }
 
 AG_EXPORT int execlp(const char *file, const char *arg, ...)
 {
-	char *argv[MAX_ARGS + 1];
 	va_list ap;
 	int rc;
 
 	va_start(ap, arg);
-	rc = collect(arg, ap, argv, NULL);
+	rc = exec_list(real_execvpe, file, arg, ap, false);
 	va_end(ap);
-	return rc ? rc : execvpe(file, argv, environ);
+	return rc;
 }
 
 AG_EXPORT int execle(const char *path, const char *arg, ...)
 {
-	char *argv[MAX_ARGS + 1], **envp = NULL;
 	va_list ap;
 	int rc;
 
 	va_start(ap, arg);
-	rc = collect(arg, ap, argv, &envp);
+	rc = exec_list(real_execve, path, arg, ap, true);
 	va_end(ap);
-	return rc ? rc : execve(path, argv, envp);
+	return rc;
 }

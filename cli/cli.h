@@ -26,6 +26,12 @@ int cmd_attach(int argc, char **argv);
 int cli_find_agent(const char *cmd, char *out, size_t len);   /* libsptrace-agent.so */
 int cli_prepare_trace_dir(const char *cmd, const char *dir, char *abs); /* fresh; old kept */
 int cli_remove_trace_dir(const char *dir);    /* only a trace's files; else -1 */
+/* Options for the agent: 0, or 2 after the message.  --ring-size MB into
+ * ring as bytes; --threads; --on, where `first` is the command's own first
+ * event (run: start; attach: now). */
+int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len);
+int cli_check_threads(const char *cmd, const char *arg);
+int cli_check_event(const char *cmd, const char *on, const char *first);
 
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

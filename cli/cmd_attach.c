@@ -81,23 +81,18 @@ int cmd_attach(int argc, char **argv)
 		switch (c) {
 		case 'e': on = optarg; break;
 		case 'o': dir = optarg; break;
-		case 'r': {
-			unsigned long mb = strtoul(optarg, &end, 10);
-
-			if (*end || mb == 0 || mb > 65536)
-				return cli_error("attach: --ring-size wants megabytes (1..65536), not "
-						 "'%s'", optarg), 2;
-			snprintf(ring, sizeof ring, "%lu", mb << 20);
+		case 'r':
+			if (cli_ring_size("attach", optarg, ring, sizeof ring))
+				return 2;
 			break;
-		}
 		case 't':
 			timeout = strtod(optarg, &end);
 			if (*end || !(timeout > 0))
 				return cli_error("attach: --timeout wants seconds, not '%s'", optarg), 2;
 			break;
 		case 'T':
-			if (strcmp(optarg, "event") != 0 && strcmp(optarg, "all") != 0)
-				return cli_error("attach: --threads '%s': use 'event' or 'all'", optarg), 2;
+			if (cli_check_threads("attach", optarg))
+				return 2;
 			threads = optarg;
 			break;
 		case 'h': fputs(help, stdout); return 0;
@@ -116,19 +111,10 @@ int cmd_attach(int argc, char **argv)
 	if (*end || pidl <= 0 || pidl > INT32_MAX)
 		return cli_error("attach: '%s' is not a process id", argv[optind]), 2;
 	pid = (pid_t)pidl;
-	if (strcmp(on, "now") == 0) {
+	if (cli_check_event("attach", on, "now"))
+		return 2;
+	if (strcmp(on, "now") == 0)
 		on = "timer 0";
-	} else if (strncmp(on, "timer ", 6) == 0) {
-		double s = strtod(on + 6, &end);
-
-		if (end == on + 6 || *end || !(s >= 0))
-			return cli_error("attach: --on '%s': give the delay in seconds, e.g. 'timer "
-					 "2.5'", on), 2;
-	} else if (strncmp(on, "call ", 5) != 0 && strcmp(on, "signal") != 0 &&
-		   strcmp(on, "accept") != 0 && strcmp(on, "recv") != 0) {
-		return cli_error("attach: unknown event '%s'; this version knows 'now', 'call FUNC', "
-				 "'timer SECONDS', 'signal', 'accept' and 'recv'", on), 2;
-	}
 	if (inj_check(pid, &err))
 		return cli_error("attach: %s", err.msg);
 	if (inj_has_mapping(pid, "sptrace-agent") == 1)

@@ -138,19 +138,13 @@ int cmd_run(int argc, char **argv)
 		switch (c) {
 		case 'e': on = optarg; break;
 		case 'o': dir = optarg; break;
-		case 'r': {
-			char *end;
-			unsigned long mb = strtoul(optarg, &end, 10);
-
-			if (*end || mb == 0 || mb > 65536)
-				return cli_error("run: --ring-size wants megabytes (1..65536), not '%s'",
-						 optarg), 2;
-			snprintf(ring, sizeof ring, "%lu", mb << 20);
+		case 'r':
+			if (cli_ring_size("run", optarg, ring, sizeof ring))
+				return 2;
 			break;
-		}
 		case 'T':
-			if (strcmp(optarg, "event") != 0 && strcmp(optarg, "all") != 0)
-				return cli_error("run: --threads '%s': use 'event' or 'all'", optarg), 2;
+			if (cli_check_threads("run", optarg))
+				return 2;
 			threads = optarg;
 			break;
 		case 'h': fputs(help, stdout); return 0;
@@ -164,18 +158,8 @@ int cmd_run(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return cli_error("run: no program given; see 'sptrace run --help'"), 2;
-	if (strncmp(on, "timer ", 6) == 0) {
-		char *end;
-		double s = strtod(on + 6, &end);
-
-		if (end == on + 6 || *end || !(s >= 0) || s > 1e9)
-			return cli_error("run: --on '%s': give the delay in seconds, e.g. 'timer 2.5'",
-					 on), 2;
-	} else if (strcmp(on, "start") != 0 && strncmp(on, "call ", 5) != 0 &&
-		   strcmp(on, "signal") != 0 && strcmp(on, "accept") != 0 && strcmp(on, "recv") != 0) {
-		return cli_error("run: unknown event '%s'; this version knows 'start', 'call FUNC', "
-				 "'timer SECONDS', 'signal', 'accept' and 'recv'", on), 2;
-	}
+	if (cli_check_event("run", on, "start"))
+		return 2;
 	if (cli_find_agent("run", agent, sizeof agent) || cli_prepare_trace_dir("run", dir, absdir))
 		return 1;
 	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",

@@ -1,6 +1,7 @@
 /*
  * trace_dir.c — what `sptrace run` and `sptrace attach` share: finding the
- * agent, and making (or clearing away) a trace directory.
+ * agent, making (or clearing away) a trace directory, and checking the
+ * options that go to the agent.
  */
 #include "cli.h"
 
@@ -106,3 +107,38 @@ int cli_prepare_trace_dir(const char *cmd, const char *dir, char *abs)
 	return 0;
 }
 
+
+int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len)
+{
+	char *end;
+	unsigned long mb = strtoul(arg, &end, 10);
+
+	if (*end || mb == 0 || mb > 65536)
+		return cli_error("%s: --ring-size wants megabytes (1..65536), not '%s'", cmd, arg), 2;
+	snprintf(ring, len, "%lu", mb << 20);
+	return 0;
+}
+
+int cli_check_threads(const char *cmd, const char *arg)
+{
+	if (strcmp(arg, "event") != 0 && strcmp(arg, "all") != 0)
+		return cli_error("%s: --threads '%s': use 'event' or 'all'", cmd, arg), 2;
+	return 0;
+}
+
+int cli_check_event(const char *cmd, const char *on, const char *first)
+{
+	if (strncmp(on, "timer ", 6) == 0) {
+		char *end;
+		double s = strtod(on + 6, &end);
+
+		if (end == on + 6 || *end || !(s >= 0) || s > 1e9)
+			return cli_error("%s: --on '%s': give the delay in seconds, e.g. 'timer 2.5'",
+					 cmd, on), 2;
+	} else if (strcmp(on, first) != 0 && strncmp(on, "call ", 5) != 0 &&
+		   strcmp(on, "signal") != 0 && strcmp(on, "accept") != 0 && strcmp(on, "recv") != 0) {
+		return cli_error("%s: unknown event '%s'; this version knows '%s', 'call FUNC', "
+				 "'timer SECONDS', 'signal', 'accept' and 'recv'", cmd, on, first), 2;
+	}
+	return 0;
+}

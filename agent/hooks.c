@@ -11,8 +11,8 @@
  * code (under full RELRO read-only data, written through /proc/self/mem
  * like code), so the text of every module stays identical to its file.
  * Calls inside the C library do not go through its GOT for these and stay
- * unseen, as with a preload.  Modules loaded later are hooked by the
- * control thread when it finds them.
+ * unseen, as with a preload.  Modules dlopen'd after the attach are not
+ * hooked (yet): their calls to these functions reach the C library's.
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -130,8 +130,7 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *arg)
 	return 0;
 }
 
-/* Hook every module loaded now (again for ones loaded later: a slot
- * already pointing at the agent is written with the same value). */
+/* Hook every module loaded now (at attach). */
 void ag_hooks_install(void)
 {
 	Dl_info di;

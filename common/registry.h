@@ -28,63 +28,57 @@ static inline void sp_registry_dir(char *out, size_t len)
 		snprintf(out, len, "/tmp/sptrace-%u", (unsigned)getuid());
 }
 
+/* /proc/PID/NAME ("self" for the caller) into buf, NUL-terminated; the
+ * bytes read, or -1. */
+static inline ssize_t sp_read_proc(const char *pid, const char *name, char *buf, size_t len)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%s/%s", pid, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n >= 0)
+		buf[n] = '\0';
+	return n;
+}
+
 /* The registry dir of process `pid` as its agent computes it: from its
  * environment (XDG_RUNTIME_DIR) and its real uid.  0, or -1 if /proc/PID
  * cannot be read. */
 static inline int sp_registry_dir_of(const char *pid, char *out, size_t len)
 {
-	char path[64], buf[65536], line[256];
-	unsigned uid = 0;
+	char buf[65536];
+	const char *u;
+	unsigned uid;
 	ssize_t n;
-	int fd, found = 0;
-	FILE *f;
 
-	snprintf(path, sizeof path, "/proc/%s/status", pid);
-	if (!(f = fopen(path, "re")))
-		return -1;
-	while (!found && fgets(line, sizeof line, f))
-		found = sscanf(line, "Uid: %u", &uid) == 1;
-	fclose(f);
-	if (!found)
+	if (sp_read_proc(pid, "status", buf, sizeof buf) <= 0 || !(u = strstr(buf, "\nUid:")) ||
+	    sscanf(u + 5, "%u", &uid) != 1)
 		return -1;
 	snprintf(out, len, "/tmp/sptrace-%u", uid);
-	snprintf(path, sizeof path, "/proc/%s/environ", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(buf + i) + 1) {
-		buf[n] = '\0';
+	n = sp_read_proc(pid, "environ", buf, sizeof buf);
+	for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
 		if (strncmp(buf + i, "XDG_RUNTIME_DIR=", 16) == 0 && buf[i + 16])
 			snprintf(out, len, "%s/sptrace", buf + i + 16);
-	}
 	return 0;
 }
 
 /* The start time of process `pid` ("self" for the caller); 0 if none. */
 static inline unsigned long long sp_proc_start_time(const char *pid)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long v = 0;
-	ssize_t n;
-	int fd;
+	char buf[1024], *p;
 
-	snprintf(path, sizeof path, "/proc/%s/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (sp_read_proc(pid, "stat", buf, sizeof buf) <= 0)
 		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
 	p = strrchr(buf, ')');          /* the command name may hold spaces */
 	for (int field = 2; p && field < 22; field++)
 		p = strchr(p + 1, ' ');
-	if (p)
-		v = strtoull(p + 1, NULL, 10);
-	return v;
+	return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
 #endif

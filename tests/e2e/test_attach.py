@@ -42,6 +42,13 @@ def run(cmd, **kw):
                           timeout=300, **kw)
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 nobody listens on now (for a server to take)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def env(tmp):
     return dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))
 
@@ -242,10 +249,7 @@ def case_redis(sptrace, tmp):
         if not shutil.which(tool):
             fail("%s is missing; install the Debian packages redis-server and redis-tools "
                  "(scripts/install-deps.sh does)" % tool)
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                           "--appendonly", "no", "--dir", tmp, "--daemonize", "no"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -325,10 +329,7 @@ def case_nginx(sptrace, tmp):
     if not shutil.which("nginx"):
         fail("nginx is missing; install the Debian package nginx-light "
              "(scripts/install-deps.sh does)")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     os.chmod(tmp, 0o755)          # the workers run as nobody
     www = os.path.join(tmp, "www")
     os.mkdir(www)

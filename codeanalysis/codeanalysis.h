@@ -171,6 +171,10 @@ typedef struct ca_line {
 typedef struct ca_options {
 	int no_lines;         /* skip DWARF source lines */
 	const char *debug_dir;/* root of build-id debug files (default /usr/lib/debug) */
+	int calls_only;       /* ca_repo_get: a repository entry gives functions, call
+	                       * sites and strings only -- no blocks, edges, lines or
+	                       * undecodable regions (the agent's view: a fifth of
+	                       * the bytes of a typical entry, read without the rest) */
 } ca_options;
 
 /* Totals for the summary. */
@@ -237,6 +241,10 @@ int ca_repo_store(const ca_module *m, const char *dir, char *path_out, size_t pa
 /* Load the entry for `key`.  Returns 0, 1 if there is none, -1 if the entry
  * is corrupt, truncated or of another version (err says which file). */
 int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err);
+/* The same, the calls view only (see ca_options.calls_only): functions have
+ * no blocks there.  The entry's checksum covers bytes this does not read, so
+ * it is not checked; every record is still checked against what it indexes. */
+int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err *err);
 /* Key of an ELF file without analysing it (build-id, else content hash). */
 int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err);
 /* The usual entry point: load the entry for `path` from the repository, or

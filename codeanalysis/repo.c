@@ -701,7 +701,7 @@ static void *alloc_records(size_t n, size_t elsize, bool zero, sp_err *err)
 }
 
 static int load_funcs(const Sptrace__Repo__Funcs *c, ca_module *m, size_t nblocks,
-		      size_t nsites, sp_err *err)
+		      size_t nsites, bool calls_only, sp_err *err)
 {
 	size_t n = c ? c->n_addr : 0;
 
@@ -727,8 +727,8 @@ static int load_funcs(const Sptrace__Repo__Funcs *c, ca_module *m, size_t nblock
 		if (check_str("function", i, "name", c->name[i], m->nstrs, err) < 0 ||
 		    check_idx("function", i, "parent", c->parent[i], n,
 			      "functions", true, err) < 0 ||
-		    check_range("function", i, "blocks", c->first_block[i],
-				c->nblocks[i], nblocks, err) < 0 ||
+		    (!calls_only && check_range("function", i, "blocks", c->first_block[i],
+						c->nblocks[i], nblocks, err) < 0) ||
 		    check_range("function", i, "sites", c->first_site[i],
 				c->nsites[i], nsites, err) < 0 ||
 		    check_fits("function", i, "sources", c->sources[i], 0xffff, err) < 0 ||
@@ -742,8 +742,8 @@ static int load_funcs(const Sptrace__Repo__Funcs *c, ca_module *m, size_t nblock
 		f->size = c->size[i];
 		f->name = c->name[i];
 		f->parent = c->parent[i];
-		f->first_block = c->first_block[i];
-		f->nblocks = c->nblocks[i];
+		f->first_block = calls_only ? 0 : c->first_block[i];
+		f->nblocks = calls_only ? 0 : c->nblocks[i];  /* the view has no blocks */
 		f->first_site = c->first_site[i];
 		f->nsites = c->nsites[i];
 		f->sources = (uint16_t)c->sources[i];
@@ -982,7 +982,7 @@ static int copy_field(char *dst, size_t cap, const char *src, const char *name,
 #define NREC(msg, f) ((msg) ? (msg)->n_##f : 0)
 
 /* Turn a checked-version Entry into a module, validating as it goes. */
-static int entry_to_module(const Entry *e, ca_module *m, sp_err *err)
+static int entry_to_module(const Entry *e, ca_module *m, bool calls_only, sp_err *err)
 {
 	size_t nfuncs = NREC(e->funcs, addr), nblocks = NREC(e->blocks, addr);
 	size_t nedges = NREC(e->edges, to), nsites = NREC(e->sites, addr);
@@ -1029,7 +1029,7 @@ static int entry_to_module(const Entry *e, ca_module *m, sp_err *err)
 	m->sites = NULL;
 	m->lines = NULL;
 	m->undec = NULL;
-	if (load_funcs(e->funcs, m, nblocks, nsites, err) < 0 ||
+	if (load_funcs(e->funcs, m, nblocks, nsites, calls_only, err) < 0 ||
 	    load_blocks(e->blocks, m, nfuncs, nedges, err) < 0 ||
 	    load_edges(e->edges, m, nblocks, err) < 0 ||
 	    load_sites(e->sites, m, nfuncs, err) < 0 ||
@@ -1047,7 +1047,7 @@ static int check_loadable(const Entry *e, sp_err *err)
 
 	if (!m)
 		return sp_fail(err, "out of memory");
-	rc = entry_to_module(e, m, err);
+	rc = entry_to_module(e, m, false, err);
 	ca_module_free(m);
 	return rc;
 }
@@ -1096,14 +1096,14 @@ static void arena_free(void *data, void *p)
 /* Check the header and the payload of the file image `buf`, then build the
  * module.  The payload is unpacked into `arena`.  Messages do not name the
  * file; the caller adds it. */
+static int parse_payload(const uint8_t *payload, size_t plen, const char *key,
+			 unpack_arena *arena, bool calls_only, ca_module **out, sp_err *err);
+
 static int parse_entry(const uint8_t *buf, size_t size, const char *key,
 		       unpack_arena *arena, ca_module **out, sp_err *err)
 {
 	uint64_t plen;
 	uint32_t crc, want;
-	Entry *e;
-	ca_module *m;
-	int rc = -1;
 
 	if (size < REPO_HDR_SIZE)
 		return sp_fail(err, "truncated: %zu of %d header bytes", size,
@@ -1128,9 +1128,18 @@ static int parse_entry(const uint8_t *buf, size_t size, const char *key,
 	if (crc != want)
 		return sp_fail(err, "checksum mismatch (header says 0x%08x, "
 			       "payload has 0x%08x)", want, crc);
+	return parse_payload(buf + REPO_HDR_SIZE, plen, key, arena, false, out, err);
+}
+
+static int parse_payload(const uint8_t *payload, size_t plen, const char *key,
+			 unpack_arena *arena, bool calls_only, ca_module **out, sp_err *err)
+{
+	Entry *e;
+	ca_module *m;
+	int rc = -1;
 
 	arena->al = (ProtobufCAllocator){ arena_alloc, arena_free, arena };
-	e = sptrace__repo__entry__unpack(&arena->al, plen, buf + REPO_HDR_SIZE);
+	e = sptrace__repo__entry__unpack(&arena->al, plen, payload);
 	if (!e)
 		return sp_fail(err, "corrupt entry: the payload is not a valid "
 			       "repository message");
@@ -1153,7 +1162,7 @@ static int parse_entry(const uint8_t *buf, size_t size, const char *key,
 		sp_fail(err, "out of memory");
 		goto out;
 	}
-	if (entry_to_module(e, m, err) < 0) {
+	if (entry_to_module(e, m, calls_only, err) < 0) {
 		ca_module_free(m);
 		goto out;
 	}
@@ -1164,50 +1173,62 @@ out:
 	return rc;
 }
 
-int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
+/* Open the entry for `key`: 0 with *fd and *size, 1 if there is none, -1. */
+static int open_entry(const char *dir, const char *key, char *path, size_t pathlen, int *fd,
+		      size_t *size, sp_err *err)
 {
-	char path[PATH_MAX];
 	struct stat st;
-	unpack_arena arena;
-	uint8_t *buf;
-	size_t size, bufcap, got = 0;
-	int fd, e, rc;
+	int e;
 
-	*out = NULL;
 	if (check_key(key, err) < 0 || resolve_dir(&dir, err) < 0 ||
-	    entry_path(dir, key, path, sizeof path, err) < 0)
+	    entry_path(dir, key, path, pathlen, err) < 0)
 		return -1;
 	/* O_NONBLOCK: a FIFO planted at the entry's path must not hang us. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0) {
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (*fd < 0) {
 		e = errno;
 		if (e == ENOENT || e == ENOTDIR)
 			return 1;
 		return sp_fail(err, "opening repository entry %s: %s", path,
 			       strerror(e));
 	}
-	if (fstat(fd, &st) < 0) {
+	if (fstat(*fd, &st) < 0) {
 		e = errno;
-		close(fd);
+		close(*fd);
 		return sp_fail(err, "repository entry %s: %s", path, strerror(e));
 	}
 	if (!S_ISREG(st.st_mode)) {
-		close(fd);
+		close(*fd);
 		return sp_fail(err, "repository entry %s is not a regular file",
 			       path);
 	}
 	if ((uint64_t)st.st_size > REPO_MAX_ENTRY + REPO_HDR_SIZE) {
-		close(fd);
+		close(*fd);
 		return sp_fail(err, "repository entry %s: %lld bytes is "
 			       "implausibly large", path, (long long)st.st_size);
 	}
+	*size = (size_t)st.st_size;
+	return 0;
+}
+
+int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
+{
+	char path[PATH_MAX];
+	unpack_arena arena;
+	uint8_t *buf;
+	size_t size, bufcap, got = 0;
+	int fd, e, rc;
+
+	*out = NULL;
+	rc = open_entry(dir, key, path, sizeof path, &fd, &size, err);
+	if (rc != 0)
+		return rc;
 	/*
 	 * One read of the whole file into the first part of one block; the
 	 * rest is the unpack arena.  Not mmap, although it would save a copy:
 	 * a file truncated under the mapping would raise SIGBUS inside the
 	 * traced process that loads it.
 	 */
-	size = (size_t)st.st_size;
 	bufcap = (size + 15) & ~(size_t)15;
 	arena.cap = size + ARENA_SLACK;
 	buf = malloc(bufcap + arena.cap);
@@ -1237,6 +1258,152 @@ int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
 	close(fd);
 	rc = parse_entry(buf, got, key, &arena, out, err);
 	free(buf);
+	if (rc < 0)
+		return sp_failctx(err, "repository entry %s", path);
+	return 0;
+}
+
+/* All of n bytes at off, or -1 (a short read: the file shrank). */
+static int pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = pread(fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+/* A protobuf varint at p[0..n): its length, 0 if it does not end there. */
+static size_t get_varint(const uint8_t *p, size_t n, uint64_t *v)
+{
+	*v = 0;
+	for (size_t i = 0; i < n && i < 10; i++) {
+		*v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+		if (!(p[i] & 0x80))
+			return i + 1;
+	}
+	return 0;
+}
+
+/* Entry fields the calls view leaves out (proto/repo.proto): blocks,
+ * edges, lines, undecodable -- four fifths of a typical entry. */
+static bool calls_view_skips(uint64_t field)
+{
+	return field == 12 || field == 13 || field == 15 || field == 16;
+}
+
+#define CALLS_VIEW_MAX_FIELDS 64
+
+/*
+ * The calls view: one look at each top-level field's key and length (a
+ * pread of a few bytes each), then one pread per wanted field into one
+ * block, which is parsed as a whole entry without the skipped fields.
+ */
+static int load_calls(int fd, size_t size, const char *key, ca_module **out, sp_err *err)
+{
+	struct { uint64_t off, len; } part[CALLS_VIEW_MAX_FIELDS];
+	uint8_t hdr[REPO_HDR_SIZE], h[24];
+	uint64_t plen, pos, end, total = 0;
+	size_t nparts = 0, bufcap;
+	unpack_arena arena;
+	uint8_t *buf;
+	int rc;
+
+	if (size < REPO_HDR_SIZE || pread_all(fd, hdr, REPO_HDR_SIZE, 0) < 0)
+		return sp_fail(err, "truncated: %zu of %d header bytes", size, REPO_HDR_SIZE);
+	if (memcmp(hdr, REPO_MAGIC, 8) != 0)
+		return sp_fail(err, "not a repository entry (bad magic)");
+	if (get_le32(hdr + 8) != REPO_HDR_VERSION)
+		return sp_fail(err, "header version %u, this reader knows %d",
+			       get_le32(hdr + 8), REPO_HDR_VERSION);
+	plen = get_le64(hdr + 16);
+	if (plen > REPO_MAX_ENTRY || plen != size - REPO_HDR_SIZE)
+		return sp_fail(err, "payload length %llu in the header, %zu bytes in the file",
+			       (unsigned long long)plen, size - REPO_HDR_SIZE);
+	end = REPO_HDR_SIZE + plen;
+	for (pos = REPO_HDR_SIZE; pos < end;) {
+		size_t n = end - pos < sizeof h ? (size_t)(end - pos) : sizeof h, kl, ll;
+		uint64_t k, v, flen;
+
+		if (pread_all(fd, h, n, pos) < 0)
+			return sp_fail(err, "truncated at offset %llu", (unsigned long long)pos);
+		kl = get_varint(h, n, &k);
+		if (!kl)
+			return sp_fail(err, "bad field key at offset %llu", (unsigned long long)pos);
+		switch (k & 7) {
+		case 0:
+			ll = get_varint(h + kl, n - kl, &v);
+			flen = kl + ll;
+			break;
+		case 1:
+			ll = 1;
+			flen = kl + 8;
+			break;
+		case 2:
+			ll = get_varint(h + kl, n - kl, &v);
+			flen = kl + ll + v;
+			break;
+		case 5:
+			ll = 1;
+			flen = kl + 4;
+			break;
+		default:
+			ll = 0;
+			flen = 0;
+		}
+		if (!ll || flen > end - pos)
+			return sp_fail(err, "bad field %llu at offset %llu",
+				       (unsigned long long)(k >> 3), (unsigned long long)pos);
+		if (!calls_view_skips(k >> 3)) {
+			if (nparts == CALLS_VIEW_MAX_FIELDS)
+				return sp_fail(err, "more than %d top-level fields",
+					       CALLS_VIEW_MAX_FIELDS);
+			part[nparts].off = pos;
+			part[nparts++].len = flen;
+			total += flen;
+		}
+		pos += flen;
+	}
+	bufcap = ((size_t)total + 15) & ~(size_t)15;
+	arena.cap = (size_t)total + ARENA_SLACK;
+	buf = malloc(bufcap + arena.cap);
+	if (!buf)
+		return sp_fail(err, "out of memory (%zu bytes)", bufcap + arena.cap);
+	arena.base = buf + bufcap;
+	arena.used = 0;
+	pos = 0;
+	for (size_t i = 0; i < nparts; i++) {
+		if (pread_all(fd, buf + pos, part[i].len, part[i].off) < 0) {
+			free(buf);
+			return sp_fail(err, "truncated at offset %llu",
+				       (unsigned long long)part[i].off);
+		}
+		pos += part[i].len;
+	}
+	rc = parse_payload(buf, (size_t)total, key, &arena, true, out, err);
+	free(buf);
+	return rc;
+}
+
+int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err *err)
+{
+	char path[PATH_MAX];
+	size_t size;
+	int fd, rc;
+
+	*out = NULL;
+	rc = open_entry(dir, key, path, sizeof path, &fd, &size, err);
+	if (rc != 0)
+		return rc;
+	rc = load_calls(fd, size, key, out, err);
+	close(fd);
 	if (rc < 0)
 		return sp_failctx(err, "repository entry %s", path);
 	return 0;
@@ -1427,7 +1594,8 @@ int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
 		*from_repo = 0;
 	if (ca_module_key_of(path, key, sizeof key, err) < 0)
 		return -1;
-	rc = ca_repo_load(dir, key, &m, &ignored);
+	rc = opt && opt->calls_only ? ca_repo_load_calls(dir, key, &m, &ignored)
+				    : ca_repo_load(dir, key, &m, &ignored);
 	if (rc == 0) {
 		/* Same build-id (or content) means the same module, wherever
 		 * it lives now: report it under the name we were given. */

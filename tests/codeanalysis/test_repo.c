@@ -568,6 +568,83 @@ static void test_fuzz(const ctx *c)
 	       nfail);
 }
 
+/*
+ * The calls view (ca_repo_load_calls): the same functions (without their
+ * blocks), call sites, strings and stats as the full load, no blocks,
+ * edges or lines; damaged entries are refused or loaded, never a crash.
+ */
+static void test_calls_view(const ctx *c)
+{
+	ca_module *v = NULL;
+	sp_err err = { "" };
+	size_t na, nb;
+	int nok = 0, nfail = 0;
+
+	write_whole(c->entry, c->orig.p, c->orig.n);
+	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0, "calls view: %s", err.msg);
+	if (!v)
+		return;
+	CHECK(!memcmp(ca_module_stats(c->m), ca_module_stats(v), sizeof(ca_stats)),
+	      "calls view: stats differ");
+	const ca_func *fa = ca_module_funcs(c->m, &na), *fb = ca_module_funcs(v, &nb);
+
+	CHECK(na == nb && na > 0, "calls view: %zu functions, %zu in the full entry", nb, na);
+	for (size_t i = 0; i < na && na == nb; i++)
+		if (fa[i].addr != fb[i].addr || fa[i].size != fb[i].size ||
+		    fa[i].first_site != fb[i].first_site || fa[i].nsites != fb[i].nsites ||
+		    fa[i].flags != fb[i].flags || fa[i].parent != fb[i].parent ||
+		    fb[i].nblocks != 0 || strcmp(ca_str(c->m, fa[i].name), ca_str(v, fb[i].name))) {
+			CHECK(0, "calls view: function %zu differs", i);
+			break;
+		}
+	const ca_site *sa = ca_module_sites(c->m, &na), *sb = ca_module_sites(v, &nb);
+
+	CHECK(na == nb && na > 0, "calls view: %zu sites, %zu in the full entry", nb, na);
+	for (size_t i = 0; i < na && na == nb; i++)
+		if (sa[i].addr != sb[i].addr || sa[i].target != sb[i].target ||
+		    sa[i].callee != sb[i].callee || sa[i].method != sb[i].method ||
+		    sa[i].patch_addr != sb[i].patch_addr || sa[i].kind != sb[i].kind) {
+			CHECK(0, "calls view: site %zu differs", i);
+			break;
+		}
+	ca_module_blocks(v, &na);
+	ca_module_edges(v, &nb);
+	CHECK(na == 0 && nb == 0, "calls view: %zu blocks, %zu edges", na, nb);
+	ca_module_free(v);
+
+	/* Mutated (the view does not check the checksum: every byte counts)
+	 * and truncated entries. */
+	srand(777);
+	for (int iter = 0; iter < FUZZ_ITERS; iter++) {
+		blob b = entry_copy(c);
+		int rc;
+
+		for (int k = 0, n = 1 + rand() % 8; k < n; k++)
+			b.p[HDR_SIZE + (size_t)rand() % (b.n - HDR_SIZE)] ^= (uint8_t)(1 + rand() % 255);
+		write_whole(c->entry, b.p, b.n);
+		free(b.p);
+		v = NULL;
+		rc = ca_repo_load_calls(c->repo, c->key, &v, &err);
+		CHECK(rc == 0 || rc == -1, "calls view fuzz: rc %d", rc);
+		if (rc == 0) {
+			nok++;
+			ca_module_free(v);
+		} else {
+			nfail++;
+		}
+	}
+	for (int iter = 0; iter < 50; iter++) {
+		size_t n = (size_t)rand() % c->orig.n;
+
+		write_whole(c->entry, c->orig.p, n);
+		v = NULL;
+		CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == -1,
+		      "calls view: truncated to %zu bytes accepted", n);
+	}
+	write_whole(c->entry, c->orig.p, c->orig.n);
+	printf("test_repo: calls view: %d mutated entries loaded, %d rejected\n", nok, nfail);
+}
+
 /* ca_repo_get replaces a corrupt entry, then finds it. */
 static void test_get_regenerates(const ctx *c)
 {
@@ -691,6 +768,7 @@ int main(int argc, char **argv)
 	test_bad_content(&c);
 	test_out_of_bounds(&c);
 	test_fuzz(&c);
+	test_calls_view(&c);
 	test_get_regenerates(&c);
 	test_no_buildid(&c);
 	test_unwritable(&c);

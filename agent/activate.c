@@ -453,29 +453,10 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
  */
 static bool arm_thread_bp(int tid, uint64_t addr, const char *event);
 
-/* Thread `tid` is in a system call: its number and the address it returns
- * to (/proc/self/task/T/syscall; a running thread says "running"). */
+/* Thread `tid` is in a system call: its number and the address it returns to. */
 static bool thread_syscall(int tid, long *nr, uint64_t *pc)
 {
-	char path[64], buf[512];
-	unsigned long n_, args[6], sp, pc_;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	if (sscanf(buf, "%lu %lx %lx %lx %lx %lx %lx %lx %lx", &n_, &args[0], &args[1], &args[2],
-		   &args[3], &args[4], &args[5], &sp, &pc_) != 9)
-		return false;
-	*nr = (long)n_;
-	*pc = pc_;
-	return true;
+	return ag_thread_where(tid, nr, pc) == 1 && *nr >= 0;
 }
 
 typedef struct watch {

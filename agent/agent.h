@@ -54,7 +54,9 @@ typedef struct ag_module {
 	char path[4096];
 	uint64_t bias;           /* run-time address = link-time address + bias */
 	uint64_t text_lo, text_hi; /* run-time range of its executable segments */
-	ca_module *ca;           /* functions and sites (read only once loaded) */
+	ca_module *ca;           /* functions and sites (read only once loaded; NULL
+	                          * until then when deferred, see modules.c) */
+	char key[160];           /* its build-id (or content hash) */
 	uint8_t *func_state;     /* one byte per function: AG_FUNC_* */
 	struct ag_pool *pool;    /* patch areas for this module's sites */
 	/* A function's .cold/.part fragments (its code, placed elsewhere): the
@@ -68,7 +70,11 @@ enum {
 };
 
 extern char ag_repo_dir[4096];               /* "" : the default repository */
-int ag_modules_init(char *err, size_t errlen);
+/* defer: register the modules only; their entries come with ag_modules_load. */
+int ag_modules_init(char *err, size_t errlen, bool defer);
+void ag_modules_load(void);                  /* read deferred entries (waits for a reader) */
+bool ag_modules_loaded(void);
+void ag_modules_after_fork(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
 void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
@@ -106,6 +112,9 @@ int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg);
 /* The C library's pthread_create, past the agent's interposer (threads.c). */
 int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
 			   void *(*start)(void *), void *arg);
+/* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
+ * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
+int ag_thread_where(int tid, long *nr, uint64_t *pc);
 void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock held) */
 void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
 void ag_pools_after_fork(void);     /* ... the child maps the copies */
@@ -135,6 +144,8 @@ int ag_patch_init(char *err, size_t errlen);
 int ag_patch_apply(ag_patch *p, size_t n);
 /* Restore the original bytes of every patch ever applied. */
 int ag_patch_restore_all(void);
+/* A site whose int3 stays: a thread hitting it goes to `redirect`. */
+int ag_trap_site_add(uint64_t addr, uint64_t redirect);
 /* Write bytes to code we own (pool) or the app's text through /proc/self/mem. */
 int ag_write_text(uint64_t addr, const void *buf, size_t n);
 void ag_serialize_cores(void);
@@ -166,6 +177,19 @@ void ag_watch_blocked_calls(const char *event); /* attached: threads already in 
 void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
 bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */
+
+/* ---- relocate.c: relocated windows, trap first, jump later ---- */
+typedef struct ag_reloc {
+	uint64_t start, end;     /* the window: [start, site end) */
+	uint64_t copy;           /* its copy in the area (same layout) */
+	ag_patch jump;           /* the 5-byte jmp at start, old = the original bytes */
+} ag_reloc;
+void ag_reloc_queue(ag_reloc *r);      /* its int3 is in: upgrade later (instrument lock held) */
+void ag_reloc_forget(void);            /* a stop (instrument lock held) */
+void ag_reloc_upgrade(void);           /* the control thread, now and then */
+void ag_control_wake(void);            /* ... and soon after this (control.c) */
+bool ag_reloc_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
+void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded);
 
 /* ---- signals.c ---- */
 void ag_signals_init(void);            /* the C library's mask functions */
@@ -216,6 +240,8 @@ typedef struct ag_area_spec {
 	uint8_t load_rip_at;     /* non-zero: offset of a rip-relative disp32 in load */
 	uint64_t load_rip_target;/* ... which must point here */
 	uint64_t cache;          /* the site's cache: target, entry word, exit word */
+	uint8_t prefix[16];      /* a relocated window: instructions run before the call */
+	uint8_t prefix_len;
 	int64_t tls_target_offset; /* %fs offset of ag_tls_target */
 } ag_area_spec;
 
@@ -278,7 +304,8 @@ void ag_activate_now(const char *why); /* mid-run activation (timer, sptrace act
 extern uint64_t ag_activation_tsc;     /* when it happened */
 double ag_timer_seconds(void);         /* --on timer S: S, else < 0 */
 const char *ag_on_event(void);         /* the activation event, as given */
-void ag_note_exec(const char *sub, const char *path);   /* meta: "exec SUB PATH" */
+/* meta: "exec SUB PID PATH" (pid: the image's process, this one or a child) */
+void ag_note_exec(const char *sub, const char *path, pid_t pid);
 void ag_note_exec_failed(const char *sub);
 
 /* ---- events.c: activation by what a thread does (accept, recv) ---- */

@@ -9,7 +9,8 @@
  *
  * Between commands it looks every 200 ms for modules loaded since (dlopen)
  * and analyses them -- off the program's threads, as the slow paths must not
- * allocate or wait for a disassembler.
+ * allocate or wait for a disassembler -- and turns relocated windows that
+ * are still reached through their int3 into jumps (relocate.c).
  *
  *   stop     restore every patched byte (the text of every module is then
  *            identical to its file) and go dormant; meta gets a "stopped"
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -38,6 +40,7 @@
 #include "registry.h"
 
 static char fifo[4200], link_path[512];
+static int wake_fd = -1;          /* ag_control_wake */
 static pid_t owner;             /* the process that registered them (not a forked child) */
 static volatile int control_ready;
 static volatile int control_tid;
@@ -68,8 +71,9 @@ static void *control_main(void *arg)
 	ag_enter();
 	control_tid = (int)syscall(SYS_gettid);
 	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
+	ag_modules_load();      /* attached: the repository entries (modules.c) */
 	for (;;) {
-		struct pollfd p;
+		struct pollfd p[2];
 		ssize_t n;
 		int r;
 
@@ -80,7 +84,8 @@ static void *control_main(void *arg)
 			       fifo, strerror(errno));
 			return NULL;
 		}
-		p = (struct pollfd){ .fd = fd, .events = POLLIN };
+		p[0] = (struct pollfd){ .fd = fd, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = wake_fd, .events = POLLIN };
 		if (due >= 0) {
 			double left = due - now_s();
 
@@ -89,14 +94,28 @@ static void *control_main(void *arg)
 				ag_activate_now("timer");
 				continue;
 			}
-			r = poll(&p, 1, left < 0.2 ? (int)(left * 1000) + 1 : 200);
+			r = poll(p, 2, left < 0.2 ? (int)(left * 1000) + 1 : 200);
 		} else {
-			r = poll(&p, 1, 200);
+			r = poll(p, 2, 200);
+		}
+		if (r > 0 && (p[1].revents & POLLIN)) {
+			/* Windows wait for their jumps: let the batch fill a little
+			 * (the thread that queued them is instrumenting on). */
+			uint64_t v;
+			struct timespec nap = { 0, 2000000 };
+
+			if (read(wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+				ag_log("control: wake-up: %s", strerror(errno));
+			nanosleep(&nap, NULL);
+			ag_reloc_upgrade();
+			if (!(p[0].revents & (POLLIN | POLLHUP)))
+				continue;
 		}
 		if (r == 0 || (r < 0 && errno == EINTR)) {
 			/* Modules dlopen'd since: analysed here, off the program's
 			 * threads, then traced from the next function that reaches them. */
 			ag_modules_refresh();
+			ag_reloc_upgrade();
 			continue;
 		}
 		n = read(fd, buf, sizeof buf - 1);
@@ -121,6 +140,16 @@ static void *control_main(void *arg)
 	}
 }
 
+/* Ask the control thread to look at relocated windows soon (relocate.c):
+ * from a slow path, so one async-signal-safe write. */
+void ag_control_wake(void)
+{
+	uint64_t one = 1;
+
+	if (wake_fd >= 0 && write(wake_fd, &one, sizeof one) < 0)
+		return;                         /* the counter is full: awake anyway */
+}
+
 int ag_control_start(void)
 {
 	char dir[480];
@@ -130,6 +159,7 @@ int ag_control_start(void)
 	int rc;
 
 	owner = getpid();
+	wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	snprintf(fifo, sizeof fifo, "%s/control", ag_dir);
 	if (mkfifo(fifo, 0600) != 0 && errno != EEXIST) {
 		ag_log("control: mkfifo %s: %s", fifo, strerror(errno));

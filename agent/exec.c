@@ -15,12 +15,18 @@
  * its main if this image was tracing, else it waits for the same event.
  *
  * An exec may run in a vfork child, which shares the parent's memory: no
- * allocation here, everything is built on the stack.  (glibc's posix_spawn
- * and system() exec through an internal entry the agent cannot see: those
- * children run untraced.)
+ * allocation here, everything is built on the stack.
+ *
+ * posix_spawn and posix_spawnp exec in their child through an internal
+ * entry of the C library: they are interposed too, and spawn the child with
+ * the same environment; the child's pid is known when they return, and meta
+ * gets "exec spawn.PID.N CHILD PATH" then, as for a forked child's exec.
+ * (system() spawns through that internal entry with the program's environ,
+ * which no longer names the agent: its shell runs untraced.)
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +41,12 @@
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+typedef int (*spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			const posix_spawnattr_t *, char *const[], char *const[]);
 
 static execve_fn real_execve, real_execvpe;
 static fexecve_fn real_fexecve;
+static spawn_fn real_spawn, real_spawnp;
 static char agent_path[4096];
 static char ring_bytes[32];
 static unsigned exec_seq;
@@ -51,7 +60,12 @@ void ag_exec_init(const char *ring)
 	real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
 	real_execvpe = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
 	real_fexecve = (fexecve_fn)dlsym(RTLD_NEXT, "fexecve");
-	if (dladdr((void *)ag_exec_init, &di) && di.dli_fname && di.dli_fname[0] == '/')
+	real_spawn = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
+	real_spawnp = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
+	/* Attached, the agent came from a memfd (/proc/self/fd/N), which a new
+	 * image could not load: it would only print an error. */
+	if (dladdr((void *)ag_exec_init, &di) && di.dli_fname && di.dli_fname[0] == '/' &&
+	    strncmp(di.dli_fname, "/proc/self/fd/", 14) != 0)
 		snprintf(agent_path, sizeof agent_path, "%s", di.dli_fname);
 	else
 		ag_log("exec: cannot tell where the agent was loaded from; an exec'd image will "
@@ -93,7 +107,18 @@ static bool named(const char *var, const char *name)
  * The new image's environment: the program's, with the agent put back.
  * NULL if it does not fit (the exec then goes ahead untraced).
  */
+static char *const *traced_env_as(env_buf *b, char *const envp[], const char *path,
+				  const char *kind);
+
 static char *const *traced_env(env_buf *b, char *const envp[], const char *path)
+{
+	return traced_env_as(b, envp, path, "exec");
+}
+
+/* kind "exec": this process's image is replaced, meta says so now; "spawn":
+ * a child's, the caller says so with its pid. */
+static char *const *traced_env_as(env_buf *b, char *const envp[], const char *path,
+				  const char *kind)
 {
 	const char *preload = NULL, *bind = NULL;
 	char dir[4300];
@@ -113,7 +138,8 @@ static char *const *traced_env(env_buf *b, char *const envp[], const char *path)
 			b->env[b->n++] = envp[i];
 		}
 	}
-	snprintf(b->sub, sizeof b->sub, "exec.%d.%u", (int)getpid(), ++exec_seq);
+	snprintf(b->sub, sizeof b->sub, "%s.%d.%u", kind, (int)getpid(),
+		 __atomic_add_fetch(&exec_seq, 1, __ATOMIC_RELAXED));
 	snprintf(dir, sizeof dir, "%s/%s", ag_dir, b->sub);
 	if (put(b, "LD_PRELOAD", agent_path))
 		return NULL;
@@ -135,7 +161,8 @@ static char *const *traced_env(env_buf *b, char *const envp[], const char *path)
 	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)))
 		return NULL;
 	b->env[b->n] = NULL;
-	ag_note_exec(b->sub, path);
+	if (strcmp(kind, "exec") == 0)
+		ag_note_exec(b->sub, path, getpid());
 	return b->env;
 }
 
@@ -259,4 +286,45 @@ AG_EXPORT int execle(const char *path, const char *arg, ...)
 	rc = exec_list(real_execve, path, arg, ap, true);
 	va_end(ap);
 	return rc;
+}
+
+/* posix_spawn(p): the child gets the traced environment; its trace is in
+ * DIR/spawn.PID.N (the buffer is large: not for a vfork child, this runs
+ * in the program's own thread). */
+static int spawn_traced(spawn_fn real, pid_t *pid, const char *file,
+			const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
+			char *const argv[], char *const envp[])
+{
+	static __thread env_buf *tls_b;  /* not on the stack: 48 KiB */
+	env_buf *b = tls_b;
+	char *const *env;
+	pid_t child;
+	int rc;
+
+	if (!real)
+		return ENOSYS;
+	if (!b)
+		b = tls_b = ag_alloc(sizeof *b);
+	env = b ? traced_env_as(b, envp, file, "spawn") : NULL;
+	if (!env)
+		return real(pid, file, fa, attr, argv, envp);
+	rc = real(&child, file, fa, attr, argv, env);
+	if (rc == 0) {
+		ag_note_exec(b->sub, file, child);
+		if (pid)
+			*pid = child;
+	}
+	return rc;
+}
+
+AG_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	return spawn_traced(real_spawn, pid, path, fa, attr, argv, envp);
+}
+
+AG_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	return spawn_traced(real_spawnp, pid, file, fa, attr, argv, envp);
 }

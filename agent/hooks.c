@@ -19,6 +19,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <ucontext.h>
@@ -42,7 +43,7 @@ static unsigned hooked;
 
 static void *hook_for(const char *name)
 {
-	static hook hooks[24];
+	static hook hooks[32];
 	static size_t n;
 
 	if (!n) {
@@ -54,6 +55,8 @@ static void *hook_for(const char *name)
 		hooks[n++] = (hook){ "pthread_create", (void *)pthread_create };
 		hooks[n++] = (hook){ "makecontext", (void *)makecontext };
 		hooks[n++] = (hook){ "execve", (void *)execve };
+		hooks[n++] = (hook){ "posix_spawn", (void *)posix_spawn };
+		hooks[n++] = (hook){ "posix_spawnp", (void *)posix_spawnp };
 		hooks[n++] = (hook){ "execv", (void *)execv };
 		hooks[n++] = (hook){ "execvp", (void *)execvp };
 		hooks[n++] = (hook){ "execvpe", (void *)execvpe };

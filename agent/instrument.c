@@ -12,13 +12,16 @@
  *   (-fno-plt): the slot already holds the callee (the agent runs programs
  *   with LD_BIND_NOW), which may live in another module -- that is how
  *   tracing crosses into shared libraries;
- *   with a 5-byte patch, or (tail jumps) a springboard in dead padding.
- * Not yet: indirect calls through registers or memory, relocated blocks and
- * traps; such sites are left untouched and counted in the log.
+ *   indirect calls through registers or memory (a per-site cache, emit.c);
+ *   with a 5-byte patch, a springboard in dead padding, a relocated window
+ *   (relocate.c) or, last, an int3 that stays (the trap table, patch.c).
+ * Not yet: indirect tail jumps; such sites are left untouched and counted
+ * in the log.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -47,6 +50,7 @@ typedef struct site_saved {
 	bool has_sb;
 	uint8_t *flag;               /* the area's callee flag, if its own byte */
 	ag_indirect_cache *cache;    /* an indirect site's cache */
+	ag_reloc *reloc;             /* a relocated window: its jump, for later */
 	struct site_saved *next;     /* every saved site, for the reset */
 } site_saved;
 
@@ -54,6 +58,7 @@ static site_saved *all_saved;
 /* What prepare() made besides the patch, for save_site (under the lock). */
 static uint8_t *saved_flag;
 static ag_indirect_cache *saved_cache;
+static ag_reloc *saved_reloc;
 
 /*
  * The sites file is mapped whole (address space for every possible id) and
@@ -182,6 +187,34 @@ static bool caller_sensitive(const ag_module *m, uint32_t func)
 	return false;
 }
 
+/*
+ * Code the C library runs with every signal blocked behind the agent's back
+ * (raw system calls): a new thread's or posix_spawn's child's first steps
+ * -- clone's child path, an outermost frame that starts with `xor %ebp,%ebp`
+ * (often unnamed in a stripped libc) and calls the start function through a
+ * register -- and posix_spawn's child, which also resets every handler.  An
+ * int3 met there kills the process (a blocked trap is fatal).  Their short
+ * sites get no trap and no relocated window (whose int3 comes first); jumps
+ * are fine.
+ */
+static bool signals_blocked(const ag_module *m, uint32_t func)
+{
+	static const char *const names[] = { "__spawni_child", "__spawnix", "start_thread" };
+	const ca_func *f = ca_module_funcs(m->ca, NULL) + func;
+	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + f->addr);
+	const char *n = ca_str(m->ca, f->name);
+
+	if (f->size >= 6 && memcmp(code, "\xf3\x0f\x1e\xfa", 4) == 0)
+		code += 4;                      /* endbr64 */
+	if (code[0] == 0x31 && code[1] == 0xed)
+		return true;                    /* xor %ebp,%ebp: a thread's or process's start */
+
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (strcmp(n, names[i]) == 0)
+			return true;
+	return false;
+}
+
 /* Where a site leads.  0 ok; -1 when the callee is unknown (not yet bound,
  * or in a module the agent does not trace). */
 typedef struct callee {
@@ -224,6 +257,8 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 }
 
 static int site_patch(ag_module *m, const ca_site *s, uint8_t *rx, ag_patch *p, ag_patch *sb);
+static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, ag_patch *p);
+static bool one_byte_insn(uint8_t b);
 
 /* The words at the end of an area slot (agent.h): the site id of its exit
  * record (0 for an indirect site, whose id depends on the callee), the
@@ -314,6 +349,15 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	spec.tls_target_offset = ag_tls_target_offset();
 	if (tail)
 		return -1;      /* indirect tail jumps: not yet (see patchable) */
+	bool window = s->method == CA_PATCH_RELOCATE && !s->reloc_rip &&
+		      !one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
+
+	if (window) {
+		/* The instructions before the call run first in the area. */
+		spec.prefix_len = (uint8_t)(s->addr - s->patch_addr);
+		memcpy(spec.prefix, (const void *)(uintptr_t)(m->bias + s->patch_addr),
+		       spec.prefix_len);
+	}
 	len = ag_emit_indirect(&spec, scratch, (uint64_t)(uintptr_t)rx);
 	if (len > AG_SLOT_CODE) {
 		ag_log("instrument: indirect area of %zu bytes overflows its slot", len);
@@ -322,7 +366,60 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	ra = spec.site + s->len - 1;
 	memcpy(rw, scratch, len);
 	slot_words(rw, ra + 1, 0);
+	if (s->method == CA_PATCH_RELOCATE || s->method == CA_PATCH_TRAP)
+		return trap_patch(m, s, window, rx, p);
 	return site_patch(m, s, rx, p, sb);
+}
+
+/*
+ * Opcodes of one-byte instructions (push/pop, nop/xchg, cdq, lahf/sahf,
+ * string instructions without prefix, leave, flag instructions...).  A
+ * window that starts with one gets a trap at the call instead: a thread
+ * standing right after the window's int3 must be one that executed it (see
+ * the SIGTRAP handler in patch.c), never one that ran the old instruction.
+ */
+static bool one_byte_insn(uint8_t b)
+{
+	return (b >= 0x50 && b <= 0x5f) || (b >= 0x90 && b <= 0x99) || (b >= 0x9b && b <= 0x9f) ||
+	       (b >= 0xa4 && b <= 0xa7) || (b >= 0xaa && b <= 0xaf) || (b >= 0x6c && b <= 0x6f) ||
+	       (b >= 0xec && b <= 0xef) || b == 0xc9 || b == 0xcc || b == 0xd7 || b == 0xf4 ||
+	       b == 0xf5 || (b >= 0xf8 && b <= 0xfd);
+}
+
+/*
+ * A site without room for a jump: an int3 that stays, on the call itself
+ * (TRAP, or a window with rip-relative operands, whose copy would need
+ * re-aiming) or on the window's first byte, which becomes a jump once no
+ * thread can stand inside (relocate.c).
+ */
+static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, ag_patch *p)
+{
+	uint64_t at = m->bias + (window ? s->patch_addr : s->addr);
+	ag_reloc *r = NULL;
+	int64_t rel = (int64_t)((uint64_t)(uintptr_t)rx - (at + 5));
+
+	if (window) {
+		r = ag_alloc(sizeof *r);
+		if (!r || rel != (int32_t)rel)
+			return -1;
+	}
+	if (ag_trap_site_add(at, (uint64_t)(uintptr_t)rx))
+		return -1;
+	memset(p, 0, sizeof *p);
+	p->addr = at;
+	p->len = 1;
+	memcpy(p->old, (const void *)(uintptr_t)at, window ? 5 : 1);
+	p->new[0] = 0xcc;
+	p->redirect = (uint64_t)(uintptr_t)rx;
+	if (window) {
+		*r = (ag_reloc){ .start = at, .end = m->bias + s->addr + s->len,
+				 .copy = (uint64_t)(uintptr_t)rx + 4, .jump = *p };
+		r->jump.len = 5;
+		r->jump.new[0] = 0xe9;
+		memcpy(r->jump.new + 1, &(int32_t){ (int32_t)rel }, 4);
+		saved_reloc = r;
+	}
+	return 0;
 }
 
 /*
@@ -584,6 +681,7 @@ static void save_site(ag_module *m, uint32_t si, const ag_patch *p, const ag_pat
 	}
 	sv->flag = saved_flag;
 	sv->cache = saved_cache;
+	sv->reloc = saved_reloc;
 	sv->next = all_saved;
 	all_saved = sv;
 	m->site_saved[si] = sv;
@@ -596,6 +694,8 @@ static void reset_states(void)
 		ag_module *m = ag_module_at(i);
 		size_t nfuncs;
 
+		if (!m->ca)
+			continue;               /* never loaded (modules.c) */
 		ca_module_funcs(m->ca, &nfuncs);
 		if (m->func_state)
 			for (size_t f = 0; f < nfuncs; f++)
@@ -622,6 +722,7 @@ int ag_instrument_stop(void)
 	lock();
 	rc = ag_patch_restore_all();
 	reset_states();
+	ag_reloc_forget();
 	unlock();
 	return rc;
 }
@@ -708,7 +809,9 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 		}
 		if (!(s->method == CA_PATCH_DIRECT && s->len >= 5) &&
 		    !(s->method == CA_PATCH_SPRINGBOARD &&
-		      (s->kind == CA_SITE_TAIL_DIRECT || is_indirect(s)))) {
+		      (s->kind == CA_SITE_TAIL_DIRECT || is_indirect(s))) &&
+		    !((s->method == CA_PATCH_RELOCATE || s->method == CA_PATCH_TRAP) &&
+		      is_indirect(s) && !signals_blocked(m, func))) {
 			skipped_plan++;
 			continue;
 		}
@@ -722,13 +825,18 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 			batch[nb++] = sv->p;
 			if (sv->has_sb)
 				boards[nsb++] = sv->sb;
+			if (sv->reloc)
+				ag_reloc_queue(sv->reloc);
 		} else {
 			saved_flag = NULL;
 			saved_cache = NULL;
+			saved_reloc = NULL;
 			int r = prepare(m, s, si, &batch[nb], &boards[nsb]);
 
 			if (r >= 0) {
 				save_site(m, si, &batch[nb], r == 1 ? &boards[nsb] : NULL);
+				if (saved_reloc)
+					ag_reloc_queue(saved_reloc);
 				nb++;
 				nsb += r == 1;
 			}

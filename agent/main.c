@@ -192,8 +192,8 @@ static void write_meta(void)
 /* A "module" line in meta (also for modules found after the start). */
 void ag_meta_module(const ag_module *m)
 {
-	meta_append("%s %u %s %s %lx\n", TRACE_META_MODULE, m->index, m->path,
-		    ca_module_key(m->ca), (unsigned long)m->bias);
+	meta_append("%s %u %s %s %lx\n", TRACE_META_MODULE, m->index, m->path, m->key,
+		    (unsigned long)m->bias);
 }
 
 /* ---- activation ---- */
@@ -247,6 +247,7 @@ void ag_activate_now(const char *why)
 			    (unsigned long)ag_rdtsc(), why);
 		return;
 	}
+	ag_modules_load();              /* deferred analyses: all in first */
 	ag_trap_disarm();
 	ag_instrument_restart();
 	ag_event_only(false);           /* activated for everyone */
@@ -263,11 +264,11 @@ const char *ag_on_event(void)
 }
 
 /* exec.c: this image is about to exec another, traced in DIR/sub. */
-void ag_note_exec(const char *sub, const char *path)
+void ag_note_exec(const char *sub, const char *path, pid_t pid)
 {
-	/* The pid tells the traced process's own exec from a forked or
-	 * vforked child's, which shares this trace directory. */
-	meta_append("%s %s %d %s\n", TRACE_META_EXEC, sub, (int)getpid(), path);
+	/* The pid tells the traced process's own exec from a forked, vforked
+	 * or spawned child's, which shares this trace directory. */
+	meta_append("%s %s %d %s\n", TRACE_META_EXEC, sub, (int)pid, path);
 }
 
 void ag_note_exec_failed(const char *sub)
@@ -303,6 +304,7 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc)
 		__atomic_store_n(&event_lock, 0, __ATOMIC_RELEASE);
 		return;
 	}
+	ag_modules_load();              /* deferred analyses: all in first */
 	ag_instrument_restart();
 	ag_activation_tsc = ag_rdtsc();
 	event_spent = 1;
@@ -493,6 +495,9 @@ static void end_trace(const char *why, bool restore)
 	ag_log("end (%s): %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by "
 	       "plan, %lu with a callee outside the traced modules", why, (unsigned long)sites,
 	       (unsigned long)skind, (unsigned long)splan, (unsigned long)sunres);
+	ag_reloc_stats(&sites, &skind);
+	ag_log("end: %lu relocated windows, %lu of them reached through a jump (the rest "
+	       "through their int3)", (unsigned long)sites, (unsigned long)skind);
 	meta_append("%s %lu\n%s %lu\n%s %s\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(),
 		    TRACE_META_MONO1, (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END, why);
 }
@@ -592,7 +597,11 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	}
 	uint64_t t_mod = ns(CLOCK_MONOTONIC);
 
-	if (ag_patch_init(err, sizeof err) || ag_modules_init(err, sizeof err) ||
+	/* Attached, the repository entries are read after "dormant", unless
+	 * the event names a function to find in them. */
+	bool defer = attached && strncmp(on_event, "call ", 5) != 0;
+
+	if (ag_patch_init(err, sizeof err) || ag_modules_init(err, sizeof err, defer) ||
 	    find_root(err, sizeof err)) {
 		fail(err);
 		return -1;
@@ -622,8 +631,9 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	if (attached && (strcmp(on_event, "accept") == 0 || strcmp(on_event, "recv") == 0))
 		ag_watch_blocked_calls(on_event);
 	ag_log("dormant; waiting for '%s' (started in %.1f ms, %.1f ms of it the %u modules' "
-	       "analyses)", on_event, (double)(ns(CLOCK_MONOTONIC) - t_start) / 1e6,
-	       (double)t_mod / 1e6, ag_module_count());
+	       "%s)", on_event, (double)(ns(CLOCK_MONOTONIC) - t_start) / 1e6,
+	       (double)t_mod / 1e6, ag_module_count(),
+	       defer ? "registration; their analyses follow" : "analyses");
 	return 0;
 }
 

@@ -8,6 +8,12 @@
  * disassembler.  A module's patch-area pool and its per-function state are
  * created when its first function is instrumented.
  *
+ * Attached (sptrace attach), the repository entries are read by the control
+ * thread after the agent has reported itself dormant: the program is not
+ * waiting for them, and a command that attaches should not either.  An
+ * activation before they are all in waits for them (ag_modules_wait); a
+ * module is invisible (ag_module_of) until its entry is in.
+ *
  * Not traced: the agent itself and the libraries only it uses, and the vDSO.
  * Modules loaded later with dlopen are found by the control thread, which
  * analyses them off the program's threads (ag_modules_refresh).
@@ -18,6 +24,7 @@
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -53,7 +60,11 @@ typedef struct load_ctx {
 	char *err;
 	size_t errlen;
 	int failed;
+	bool defer;          /* register only; ag_modules_load reads the entries */
 } load_ctx;
+
+static volatile int all_loaded = 1;      /* 0 while entries are deferred */
+static volatile int load_lock;
 
 /* The run-time range of an object's executable segments; false if none. */
 static bool code_range(const struct dl_phdr_info *info, uint64_t *lo, uint64_t *hi)
@@ -72,6 +83,9 @@ static bool code_range(const struct dl_phdr_info *info, uint64_t *lo, uint64_t *
 	}
 	return *lo < *hi;
 }
+
+/* The agent reads functions and call sites only (ca_options.calls_only). */
+static const ca_options calls_view = { .calls_only = 1 };
 
 static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
@@ -110,7 +124,18 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	m->bias = info->dlpi_addr;
 	m->text_lo = lo;
 	m->text_hi = hi;
-	if (ca_repo_get(ag_repo_dir[0] ? ag_repo_dir : NULL, m->path, NULL, &m->ca, &from_repo, &e)) {
+	if (lc->defer) {
+		if (ca_module_key_of(m->path, m->key, sizeof m->key, &e) < 0) {
+			ag_log("module %s not traced: %s", m->path, e.msg);
+			return 0;
+		}
+		m->index = nmodules;
+		modules[nmodules] = m;
+		__atomic_store_n(&nmodules, nmodules + 1, __ATOMIC_RELEASE);
+		return 0;
+	}
+	if (ca_repo_get(ag_repo_dir[0] ? ag_repo_dir : NULL, m->path, &calls_view, &m->ca,
+			&from_repo, &e)) {
 		if (nmodules == 0) {
 			snprintf(lc->err, lc->errlen, "analysing %.1000s: %.1000s", m->path, e.msg);
 			lc->failed = 1;
@@ -119,6 +144,7 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 		ag_log("module %s not traced: %s", m->path, e.msg);
 		return 0;
 	}
+	snprintf(m->key, sizeof m->key, "%s", ca_module_key(m->ca));
 	m->index = nmodules;
 	modules[nmodules] = m;
 	__atomic_store_n(&nmodules, nmodules + 1, __ATOMIC_RELEASE);  /* readers see it whole */
@@ -161,7 +187,7 @@ void ag_modules_refresh(void)
 	static unsigned long long seen;
 	unsigned long long adds = 0;
 	char err[1024];
-	load_ctx lc = { err, sizeof err, 0 };
+	load_ctx lc = { err, sizeof err, 0, false };
 	uint32_t before = nmodules;
 
 	dl_iterate_phdr(count_loads, &adds);
@@ -176,10 +202,12 @@ void ag_modules_refresh(void)
 	}
 }
 
-int ag_modules_init(char *err, size_t errlen)
+int ag_modules_init(char *err, size_t errlen, bool defer)
 {
-	load_ctx lc = { err, errlen, 0 };
+	load_ctx lc = { err, errlen, 0, defer };
 
+	if (defer)
+		all_loaded = 0;
 	dl_iterate_phdr(add_object, &lc);
 	if (lc.failed)
 		return -1;
@@ -187,11 +215,78 @@ int ag_modules_init(char *err, size_t errlen)
 		snprintf(err, errlen, "cannot find the executable's code segments");
 		return -1;
 	}
+	if (defer)
+		return 0;
 	/* Pools now, while it is safe to register unwind information. */
 	for (uint32_t i = 0; i < nmodules; i++)
 		if (!ag_module_ready(modules[i]))
 			ag_log("module %s: no patch-area pool; it will not be traced", modules[i]->path);
 	return 0;
+}
+
+/*
+ * Read the deferred repository entries (the control thread at its start, or
+ * an activation that cannot wait): each module becomes visible with its
+ * entry and pool.  A module whose entry cannot be had stays invisible.
+ */
+void ag_modules_load(void)
+{
+	uint64_t t0;
+	struct timespec ts, nap = { 0, 100000 };
+	uint32_t n, ok = 0;
+
+	if (__atomic_load_n(&all_loaded, __ATOMIC_ACQUIRE))
+		return;
+	if (__atomic_exchange_n(&load_lock, 1, __ATOMIC_ACQUIRE)) {
+		/* Another thread reads them: wait for it. */
+		while (!__atomic_load_n(&all_loaded, __ATOMIC_ACQUIRE))
+			nanosleep(&nap, NULL);
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	n = nmodules;
+	for (uint32_t i = 0; i < n; i++) {
+		ag_module *m = modules[i];
+		ca_module *ca = NULL;
+		sp_err e = { "" };
+		int from_repo = 0;
+
+		if (m->ca)
+			continue;
+		if (ca_repo_get(ag_repo_dir[0] ? ag_repo_dir : NULL, m->path, &calls_view, &ca,
+				&from_repo, &e)) {
+			ag_log("module %s not traced: %s", m->path, e.msg);
+			continue;
+		}
+		/* Published under the instrument lock: a fork copies the pools
+		 * under it (threads.c), never one half made. */
+		ag_instrument_lock();
+		__atomic_store_n(&m->ca, ca, __ATOMIC_RELEASE);
+		if (!ag_module_ready(m))
+			ag_log("module %s: no patch-area pool; it will not be traced", m->path);
+		ag_instrument_unlock();
+		ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
+		       (unsigned long)m->bias, ca_module_stats(ca)->nfuncs,
+		       ca_module_stats(ca)->nsites, from_repo ? "from the repository" : "analysed now");
+		ok++;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ag_log("code analyses of %u of %u modules in %.1f ms (after the agent was dormant)", ok,
+	       n, (double)((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - t0) / 1e6);
+	__atomic_store_n(&all_loaded, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&load_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* A forked child: the reader, if any, stayed in the parent. */
+void ag_modules_after_fork(void)
+{
+	load_lock = 0;
+}
+
+bool ag_modules_loaded(void)
+{
+	return __atomic_load_n(&all_loaded, __ATOMIC_ACQUIRE);
 }
 
 /* Create the module's pool and function states on first use. */
@@ -244,7 +339,7 @@ ag_module *ag_module_of(uint64_t addr)
 {
 	for (uint32_t i = 0; i < nmodules; i++)
 		if (addr >= modules[i]->text_lo && addr < modules[i]->text_hi)
-			return modules[i];
+			return __atomic_load_n(&modules[i]->ca, __ATOMIC_ACQUIRE) ? modules[i] : NULL;
 	return NULL;
 }
 

@@ -59,6 +59,21 @@ static volatile int patch_lock;
 static ag_patch *applied;
 static size_t napplied;
 
+/*
+ * Sites whose int3 stays after the batch: a TRAP plan (no room for a jump),
+ * and a relocated window until every thread is known to be outside it
+ * (relocate.c).  A thread hitting one goes where the table says, as for a
+ * pending site.  Entries are only ever added, under the patch lock; the
+ * handler reads without it (redirect is stored before the address that
+ * makes the entry visible).  An entry whose byte was restored is never
+ * looked at: nothing traps there any more.
+ */
+#define TRAP_SLOTS 16384                /* a power of two */
+static struct trap_site {
+	uint64_t addr, redirect;
+} *trap_sites;
+static size_t ntrap_sites;
+
 /* The activation trap: a hardware breakpoint on a function entry (the code
  * stays byte-identical to the file), or an int3 there when the CPU or the
  * kernel offers no breakpoint. */
@@ -91,6 +106,36 @@ int ag_write_text(uint64_t addr, const void *buf, size_t n)
 	}
 }
 
+static size_t trap_hash(uint64_t addr)
+{
+	return (size_t)((addr * 0x9e3779b97f4a7c15ull) >> 50) & (TRAP_SLOTS - 1);
+}
+
+static uint64_t trap_site_find(uint64_t addr)
+{
+	for (size_t h = trap_hash(addr), k = 0; k < TRAP_SLOTS; k++, h = (h + 1) & (TRAP_SLOTS - 1)) {
+		uint64_t a = __atomic_load_n(&trap_sites[h].addr, __ATOMIC_ACQUIRE);
+
+		if (a == addr)
+			return trap_sites[h].redirect;
+		if (a == 0)
+			return 0;
+	}
+	return 0;
+}
+
+/* Where an int3 of ours at pc sends the thread (a site being patched, or
+ * one whose int3 stays), 0 if none is ours. */
+static uint64_t our_int3(uint64_t pc)
+{
+	size_t n = __atomic_load_n(&npending, __ATOMIC_ACQUIRE);
+
+	for (size_t i = 0; i < n; i++)
+		if (pending[i].addr == pc)
+			return pending[i].redirect;
+	return trap_site_find(pc);
+}
+
 /*
  * SIGTRAP: a thread hit a pending site (go where the patch leads), or the
  * activation trap; anything else belongs to the program (or a debugger) and
@@ -113,6 +158,25 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;
 		return;
 	}
+	/*
+	 * SIGTRAP is not a real-time signal: while one is pending, another is
+	 * dropped.  A thread that executes one of our int3s while the agent's
+	 * queued request (or a breakpoint's signal) is pending gets only that
+	 * one, and stands after the int3: first do what the int3 asked.  (No
+	 * thread stands legitimately right after one of these bytes: a site's
+	 * int3 covers the first byte of a longer instruction, and a window
+	 * never starts with a one-byte instruction, see instrument.c.)
+	 */
+	if (si->si_code == SI_QUEUE || si->si_code == TRAP_PERF) {
+		uint64_t after = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+		uint64_t to = our_int3(after - 1);
+
+		if (to && *(volatile uint8_t *)(uintptr_t)(after - 1) == 0xcc)
+			uc->uc_mcontext.gregs[REG_RIP] = (greg_t)to;
+	}
+	/* A thread asked where it stands (relocated windows). */
+	if (ag_reloc_trap(si, uc))
+		return;
 	/* A thread asked to walk its stack (activation in mid-run). */
 	if ((si->si_code == SI_QUEUE || si->si_code == TRAP_PERF) && ag_activation_trap(si, uc))
 		return;
@@ -120,11 +184,12 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 	 * under valgrind); a SIGTRAP sent by kill/raise or a single step is not. */
 	bool int3 = si->si_code == SI_KERNEL || si->si_code == TRAP_BRKPT;
 
-	for (size_t i = 0; int3 && i < npending; i++)
-		if (pending[i].addr == pc) {
-			uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pending[i].redirect;
-			return;
-		}
+	uint64_t to = int3 ? our_int3(pc) : 0;
+
+	if (to) {
+		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)to;
+		return;
+	}
 	/* Not ours.  Our int3 may also have been removed just now by another
 	 * thread (step 5/6 raced with the trap): the byte is no longer int3. */
 	if (int3 && *(volatile uint8_t *)(uintptr_t)pc != 0xcc) {
@@ -173,7 +238,8 @@ int ag_patch_init(char *err, size_t errlen)
 		       "this core only", strerror(errno));
 	pending = ag_alloc(MAX_PENDING * sizeof *pending);
 	applied = ag_alloc(MAX_APPLIED * sizeof *applied);
-	if (!pending || !applied) {
+	trap_sites = ag_alloc(TRAP_SLOTS * sizeof *trap_sites);
+	if (!pending || !applied || !trap_sites) {
 		snprintf(err, errlen, "out of memory for the patch tables");
 		return -1;
 	}
@@ -327,6 +393,26 @@ int ag_patch_apply(ag_patch *p, size_t n)
 	return rc;
 }
 
+int ag_trap_site_add(uint64_t addr, uint64_t redirect)
+{
+	size_t h = trap_hash(addr);
+	int rc = 0;
+
+	lock();
+	if (ntrap_sites >= TRAP_SLOTS / 2) {
+		rc = -1;                        /* keep probes short */
+	} else {
+		while (trap_sites[h].addr && trap_sites[h].addr != addr)
+			h = (h + 1) & (TRAP_SLOTS - 1);
+		if (!trap_sites[h].addr)
+			ntrap_sites++;
+		trap_sites[h].redirect = redirect;
+		__atomic_store_n(&trap_sites[h].addr, addr, __ATOMIC_RELEASE);
+	}
+	unlock();
+	return rc;
+}
+
 int ag_patch_restore_all(void)
 {
 	int rc;
@@ -343,7 +429,18 @@ int ag_patch_restore_all(void)
 	if (n && !undo)
 		return -1;
 	/* Same protocol with old and new swapped; a thread that traps on the
-	 * int3 of a site being restored continues at the original code. */
+	 * int3 of a site being restored continues at the original code.  Last
+	 * applied, first undone: a relocated window has two patches at one
+	 * address, its int3 and later its jump (relocate.c); the jump's undo
+	 * restores all five bytes, and must not come in a batch after the
+	 * int3's, which puts back the first byte only (the others would still
+	 * be the jump's, in between: not an instruction). */
+	for (size_t i = 0; i < n / 2; i++) {
+		ag_patch t = undo[i];
+
+		undo[i] = undo[n - 1 - i];
+		undo[n - 1 - i] = t;
+	}
 	for (size_t i = 0; i < n; i++) {
 		uint8_t tmp[16];
 

@@ -12,9 +12,12 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -198,6 +201,7 @@ static void child_after_fork(void)
 {
 	ag_patch_after_fork();
 	ag_pools_after_fork();
+	ag_modules_after_fork();
 	ag_instrument_unlock();
 	ag_forked_child();
 	ag_leave(NULL);
@@ -231,4 +235,40 @@ int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg)
 	if (d)
 		closedir(d);
 	return n;
+}
+
+/*
+ * Where thread `tid` stands, from /proc/self/task/T/syscall: 1 when it is
+ * blocked in the kernel (*nr the system call, -1 for none: a page fault, a
+ * stop), *pc the address it returns to in user space; 0 when it is running
+ * or runnable (the kernel cannot say where); -1 when it is gone.
+ */
+int ag_thread_where(int tid, long *nr, uint64_t *pc)
+{
+	char path[64], buf[512];
+	unsigned long n_, args[6], sp, pc_;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	if (strncmp(buf, "running", 7) == 0)
+		return 0;
+	if (sscanf(buf, "-1 %lx %lx", &sp, &pc_) == 2) {
+		*nr = -1;
+		*pc = pc_;
+		return 1;
+	}
+	if (sscanf(buf, "%lu %lx %lx %lx %lx %lx %lx %lx %lx", &n_, &args[0], &args[1], &args[2],
+		   &args[3], &args[4], &args[5], &sp, &pc_) != 9)
+		return -1;
+	*nr = (long)n_;
+	*pc = pc_;
+	return 1;
 }

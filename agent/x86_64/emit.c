@@ -3,7 +3,7 @@
  *
  * A call site S is replaced by `jmp area`.  The area runs in the caller's
  * state at S, where the red zone below rsp is dead (the call itself would
- * overwrite it) and so are the flags (the SysV ABI).  Every register is
+ * overwrite it) and so are the flags (the SysV ABI: undefined at a call).  Every register is
  * preserved -- r11 too: calls with private conventions (TLS descriptors,
  * glibc's own asm) may keep values in it:
  *
@@ -19,22 +19,25 @@
  *
  * Recording a record (the writer side of trace_format.h):
  *
- *   again: mov  %rax,-16(%rsp); mov %rdx,-24(%rsp); mov %r11,-32(%rsp)
- *          mov  %fs:ag_tls_ring,%r11   the thread's ring, NULL if none (yet)
+ *          mov  %rax,-16(%rsp); mov %rdx,-24(%rsp); mov %r11,-32(%rsp)
+ *          [exit: lahf; seto %al; mov %ax,-48(%rsp)]   the callee's flags
+ *   again: mov  %fs:ag_tls_ring,%r11   the thread's ring, NULL if none (yet)
  *          test %r11,%r11; je no_ring
  *          rdtsc; shl $32,%rdx; or %rdx,%rax
  *          mov  %rax,%rdx; shr $38,%rdx; cmp EPOCH(%r11),%rdx; jne sync
  *          shl  $26,%rax; or $(id<<2|kind),%rax
  *          mov  $1,%edx; xadd %rdx,COUNT(%r11)   the slot, taken in one instruction
  *          and  MASK(%r11),%rdx; mov %rax,4096(%r11,%rdx,8)
+ *   done:  [exit: mov -48(%rsp),%ax; add $0x7f,%al; sahf]
  *          mov  -16(%rsp),%rax; mov -24(%rsp),%rdx; mov -32(%rsp),%r11
- *   done:
  *
  * no_ring and sync call the slow-path trampoline with r11 = the request,
  * 128 bytes below rsp so the spills survive; it answers in r11: non-zero to
  * retry the record, zero to skip it (the agent itself is running, or the
- * thread cannot get a ring); either way rax, rdx and r11 are reloaded.  The trampoline saves every register, the flags and the whole XSAVE
- * state, so slow paths change nothing the program sees.
+ * thread cannot get a ring).  The trampoline saves every register, the
+ * flags and the whole XSAVE state, so slow paths change nothing the program
+ * sees.  The exit record keeps the flags too: the area returns to the
+ * caller with every register and flag as the callee left them.
  */
 #include <string.h>
 
@@ -101,11 +104,19 @@ static const uint8_t unspill[] = { 0x48, 0x8b, 0x44, 0x24, 0xf0,   /* mov -16(%r
 /* Where a record's slow paths must jump back to. */
 typedef struct rec_fix {
 	size_t no_ring, sync;   /* rel32 fields to point at the slow paths */
-	uint64_t retry;         /* the spill, to try again */
-	uint64_t done;          /* past the record, to skip it (the slow path has
-	                         * restored rax/rdx already; the red zone holding
-	                         * the spills was overwritten by the call) */
+	uint64_t retry;         /* past the spills, to try again */
+	uint64_t done;          /* the restores at the end, to skip the record */
 } rec_fix;
+
+/* The flags, kept across an exit record (with rax spilled):
+ * lahf takes SF ZF AF PF CF into ah, seto OF into al; sahf puts the five
+ * back and `add $0x7f,%al` overflows exactly when OF was set. */
+static const uint8_t save_flags[] = { 0x9f,                             /* lahf */
+				      0x0f, 0x90, 0xc0,                 /* seto %al */
+				      0x66, 0x89, 0x44, 0x24, 0xd0 };   /* mov %ax,-48(%rsp) */
+static const uint8_t load_flags[] = { 0x66, 0x8b, 0x44, 0x24, 0xd0,     /* mov -48(%rsp),%ax */
+				      0x04, 0x7f,                       /* add $0x7f,%al */
+				      0x9e };                           /* sahf */
 
 /* Record `kind` for the site; with `idword` non-zero the (id << 2 | kind)
  * word is loaded from there (an indirect site's cache) instead. */
@@ -135,10 +146,15 @@ static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idw
 		0x49, 0x89, 0x84, 0xd3, 0x00, 0x10, 0x00, 0x00, /* mov %rax,4096(%r11,%rdx,8) */
 	};
 	uint32_t imm = (uint32_t)(((uint64_t)(s->site_id & TRACE_ID_MAX) << 2) | kind);
+	/* After a call the flags are the callee's result, which code with a
+	 * private convention may use; before one they are undefined (ABI). */
+	bool keep = kind == TRACE_EXIT;
 
 	_Static_assert(TRACE_RING_HEADER_SIZE == 4096, "the store above encodes 4096");
-	f->retry = here(b);
 	bn(b, spill, sizeof spill);
+	if (keep)
+		bn(b, save_flags, sizeof save_flags);
+	f->retry = here(b);
 	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25); /* mov %fs:disp32,%r11 */
 	b32(b, (uint32_t)(int32_t)s->tls_offset);
 	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
@@ -152,19 +168,21 @@ static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idw
 		b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                    /* or $imm,%rax */
 	}
 	bn(b, store, sizeof store);
-	bn(b, unspill, sizeof unspill);
 	f->done = here(b);
+	if (keep)
+		bn(b, load_flags, sizeof load_flags);
+	bn(b, unspill, sizeof unspill);
 }
 
-/* One slow path of a record: ask, restore rax/rdx/r11 (mov keeps the
- * flags of the test), then retry or skip. */
+/* One slow path of a record: ask, then retry (the record reloads rax, rdx
+ * and r11 itself) or skip to the restores (the spills below rsp survive
+ * the call, made 128 bytes further down). */
 static void record_slow_one(buf *b, const ag_area_spec *s, size_t field, unsigned op,
 			    const rec_fix *f)
 {
 	fix_rel32(b, field);
 	slow_call(b, s, (uint64_t)op << 56);
 	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
-	bn(b, unspill, sizeof unspill);
 	b1(b, 0x0f); b1(b, 0x85); brel32(b, f->retry);                    /* jnz retry */
 	b1(b, 0xe9); brel32(b, f->done);                                  /* jmp done */
 }
@@ -291,6 +309,7 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
  * site (in pool data: target, entry word, exit word, see ag_indirect_cache):
  *
  *   area:  endbr64
+ *          [the instructions of a relocated window, copied unchanged]
  *          mov  %r11,-32(%rsp)          keep r11 (see above)
  *          mov  OP,%r11                 the original operand, re-encoded
  *          cmp  cache.target(%rip),%r11
@@ -315,6 +334,7 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	uint64_t hit;
 
 	endbr64(&b);
+	bn(&b, s->prefix, s->prefix_len);       /* a relocated window (relocate.c), unchanged */
 	bn(&b, save_r11, sizeof save_r11);                                /* mov %r11,-32(%rsp) */
 	bn(&b, s->load, s->load_len);                                     /* mov OP,%r11 */
 	if (s->load_rip_at) {                                             /* re-aim rip-relative */

@@ -79,6 +79,19 @@ def timed(cmd, env=None):
     return r, ms
 
 
+def analyses_ms(tdir, timeout=30):
+    """How long the agent took, after reporting itself dormant, to read the
+    modules' repository entries (its log says so when done)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        with open(os.path.join(tdir, "agent.log")) as f:
+            m = re.search(r"code analyses of \d+ of \d+ modules in ([\d.]+) ms", f.read())
+        if m:
+            return float(m.group(1))
+        time.sleep(0.05)
+    sys.exit("the agent in %s never said its analyses were in" % tdir)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sptrace", required=True)
@@ -107,6 +120,7 @@ def main():
             m = re.search(r"in ([\d.]+) ms \(thread \d+ stopped for ([\d.]+) ms\)", r.stdout)
             row["attach_ms"], row["attach_cmd_ms"] = float(m.group(1)), ms
             row["pause_ms"] = float(m.group(2))
+            row["analyses_ms"] = analyses_ms(tdir)
             row["dormant"] = bench(port, a.requests)
             r, row["activate_ms"] = timed([a.sptrace, "activate", str(p.pid)], env)
             row["traced"] = bench(port, a.requests)
@@ -135,6 +149,9 @@ def main():
     o.append("| attach: `sptrace attach` start → agent dormant in the target (as it reports) | %s |"
              % span([r["attach_ms"] for r in rows]))
     o.append("| attach: the whole command, wall | %s |" % span([r["attach_cmd_ms"] for r in rows]))
+    o.append("| then, in the target's agent thread: the modules' repository entries read "
+             "(an activation before that waits for them) | %s |"
+             % span([r["analyses_ms"] for r in rows]))
     o.append("| pause: the target's stopped thread held | %s |" % span([r["pause_ms"] for r in rows],
                                                                        "%.2f"))
     o.append("| activation: `sptrace activate` command, wall (until the agent confirms) | %s |\n"

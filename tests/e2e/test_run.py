@@ -43,6 +43,13 @@ CONF = {
     "abort": "main() {;  crash2() {;    leaf();;    crash() {;"
              "    } /* crash (no exit: the trace ended) */;"
              "  } /* crash2 (no exit: the trace ended) */;} /* main (no exit: the trace ended) */",
+    # short sites (assembly): a relocated window and a trap, both traced;
+    # flags returned by callees survive the exit records.
+    "short": "main() {;  short_sites() {;    leaf();;    leaf();;    leaf();;"
+             "  } /* short_sites */;  short_sites() {;    leaf();;    leaf();;    leaf();;"
+             "  } /* short_sites */;} /* main */",
+    "flags": "main() {;  flags_probe() {;    flag_setter();;    flag_zero();;"
+             "  } /* flags_probe */;} /* main */",
     "segv": "main() {;  segv_outer() {;    leaf();;    segv_inner() {;      leaf();;"
             "    } /* segv_inner (no exit: the trace ended) */;"
             "  } /* segv_outer (no exit: the trace ended) */;} /* main (no exit: the trace ended) */",
@@ -60,7 +67,7 @@ def traced(sptrace, tdir, argv, on=None, ring_mb=None):
         cmd += ["--on", on]
     if ring_mb:
         cmd += ["--ring-size", str(ring_mb)]
-    return run(cmd + ["--"] + argv, env=dict(os.environ, SPTRACE_REPO=os.path.join(tdir, "..", "repo")))
+    return run(cmd + ["--"] + argv, env=repo_env(tdir))
 
 
 # For a stripped program: its functions' names by address, from the
@@ -86,10 +93,17 @@ def unstrip(text):
     return re.sub(r"\bsub_([0-9a-f]+)\b", lambda m: SYMBOLS.get(int(m.group(1), 16), m.group(0)), text)
 
 
+def repo_env(tdir):
+    """The repository the traced run used (beside the trace directory): a
+    stripped and an unstripped build share a build-id, so a repository shared
+    by several tests would name one's functions from the other's analysis."""
+    return dict(os.environ, SPTRACE_REPO=os.path.join(tdir, "..", "repo"))
+
+
 def replay(sptrace, tdir):
     """sptrace replay DIR, with a stripped program's sub_<address> names
     turned back into its symbols."""
-    r = run([sptrace, "replay", tdir])
+    r = run([sptrace, "replay", tdir], env=repo_env(tdir))
     return subprocess.CompletedProcess(r.args, r.returncode, unstrip(r.stdout), r.stderr)
 
 
@@ -141,9 +155,13 @@ def case_conf(sptrace, prog, scenario, tmp):
     same_behaviour(native, trace, "%s %s" % (os.path.basename(prog), scenario))
     allowed = {"main", "top", "mid", "leaf", "fact", "even", "odd", "tail_caller",
                "tail_target", "deep2", "deep_exit", "crash2", "crash", "spin", "jumper",
-               "jump_a", "jump_b", "jump_c", "segv_outer", "segv_inner"}
+               "jump_a", "jump_b", "jump_c", "segv_outer", "segv_inner", "short_sites",
+               "flags_probe", "flag_setter", "flag_zero"}
     got = ";".join(only(replay_tree(sptrace, tdir), allowed))
     want = CONF[scenario]
+    if scenario == "flags":
+        check(trace.stdout == "flags 0x8950044\n",
+              "flags: the callees' flags were not seen by their caller: %r" % trace.stdout)
     check(got == want, "%s %s: call tree differs\n--- want\n%s\n--- got\n%s" %
           (os.path.basename(prog), scenario, want.replace(";", "\n"), got.replace(";", "\n")))
     with open(os.path.join(tdir, "meta")) as f:
@@ -223,11 +241,21 @@ def case_spawn(sptrace, prog, tmp):
     check("spawn_all" in names and "posix_spawn" in names, "spawn: calls missing from the trace")
     # The vfork child's exec is traced in a subdirectory of its own, and
     # does not pass for the traced process's exec.
-    r = run([sptrace, "replay", tdir])
-    check(re.search(r"# child pid \d+ exec'd /bin/echo: its trace is in .*/exec\.\d+\.1", r.stdout)
+    r = run([sptrace, "replay", tdir], env=repo_env(tdir))
+    check(re.search(r"# child pid \d+ exec'd /bin/echo: its trace is in .*/exec\.\d+\.\d+", r.stdout)
           and "# exec: the process went on" not in r.stdout,
           "spawn: the vfork child's exec is not reported as the child's:\n" +
           "\n".join(l for l in r.stdout.splitlines() if l.startswith("#")))
+    # The posix_spawn child is traced too, from echo's main, in its own
+    # subdirectory.
+    m = re.search(r"# child pid \d+ exec'd /bin/echo: its trace is in (.*/spawn\.\d+\.\d+)",
+                  r.stdout)
+    check(m, "spawn: the posix_spawn child's trace is not named:\n" +
+          "\n".join(l for l in r.stdout.splitlines() if l.startswith("#")))
+    child = replay(sptrace, m.group(1))
+    check(child.returncode == 0 and "main() {" in child.stdout,
+          "spawn: the posix_spawn child's trace has no main:\n%s%s" %
+          (child.stdout[:2000], child.stderr))
 
 
 def case_dl(sptrace, prog, tmp):
@@ -401,7 +429,7 @@ def case_kill9(sptrace, prog, tmp):
     with open(os.path.join(tdir, "meta")) as f:
         meta = f.read()
     check("end killed by signal 9" in meta, "meta does not record the kill:\n" + meta)
-    r = run([sptrace, "replay", tdir])
+    r = run([sptrace, "replay", tdir], env=repo_env(tdir))
     check(r.returncode == 0, "kill -9: replay failed: " + r.stderr)
     check("records lost: the ring was full" in r.stdout,
           "kill -9: the wrapped ring's losses are not reported:\n" + r.stdout[:500])
@@ -458,7 +486,7 @@ def case_stop(sptrace, prog, tmp):
         check(m.count("\nstopped ") == 3 and m.count("\nactivated ") == 2,
               "meta does not record the stops and activations:\n" + m)
     tree = only(replay_tree(sptrace, tdir), {"main", "spin", "leaf"})
-    wrapped = "records lost" in run([sptrace, "replay", tdir]).stdout
+    wrapped = "records lost" in run([sptrace, "replay", tdir], env=repo_env(tdir)).stdout
     # The spinning program fills its 16 MB ring in a fraction of a second;
     # if it wrapped, the beginning is gone (and said so), the calls are not.
     check(tree[:3] == ["main() {", "  spin() {", "    leaf();"] or
@@ -690,7 +718,7 @@ def case_cycles(sptrace, prog, tmp, cycles=1000):
           "cycles: status %d, output %r, native %r; %s" % (p.returncode, out, native.stdout, err))
     check(meta_count(tdir, "activated") == cycles and meta_count(tdir, "stopped") == cycles,
           "meta does not record %d activations and stops" % cycles)
-    r = run([sptrace, "replay", tdir])
+    r = run([sptrace, "replay", tdir], env=repo_env(tdir))
     check(r.returncode == 0 and "tracing stopped" in r.stdout and "f3" in r.stdout,
           "replay after the cycles: %d %s" % (r.returncode, r.stderr[-2000:]))
 

@@ -25,6 +25,19 @@ for i in reversed(range(N)):
                % (i, i + 3, i, nxt))
 out.append("typedef long (*fn)(long);\nstatic fn table[] = {%s};\n" %
            ", ".join("f%d" % i for i in range(N)))
+# Every 8th call goes through a 2-byte `call *%rax` with 130 bytes of
+# straight code on each side: no dead padding in reach, so the agent traces
+# it through a relocated window (int3 first, a jump once no thread stands
+# inside) -- patched, upgraded and restored while 16 threads run through it.
+out.append(r"""long via_window(fn f, long x);
+__asm__(".text\n.globl via_window\n.type via_window,@function\nvia_window:\n"
+	".cfi_startproc\n	push %rbx\n	.cfi_adjust_cfa_offset 8\n"
+	"	.rept 34\n	add $1,%r8d\n	.endr\n"
+	"	mov %rdi,%rax\n	mov %rsi,%rdi\n	call *%rax\n"
+	"	.rept 34\n	add $1,%r8d\n	.endr\n"
+	"	pop %rbx\n	.cfi_adjust_cfa_offset -8\n	ret\n	.cfi_endproc\n"
+	".size via_window, .-via_window\n");
+""")
 out.append("""
 static int block_all, mask_lost, cycles;
 static volatile int done, wrong;
@@ -36,7 +49,7 @@ static long round_of(long id)
 
 	for (int it = 0; it < 3000; it++) {
 		seed = seed * 1103515245u + 12345u;
-		s += table[seed %% %d]((long)seed);
+		s += it %% 8 ? table[seed %% %d]((long)seed) : via_window(table[seed %% %d], (long)seed);
 	}
 	return s;
 }
@@ -103,6 +116,6 @@ int main(int argc, char **argv)
 		printf(wrong ? "WRONG\\n" : "rounds ok\\n");
 	return 0;
 }
-""" % (N, N))
+""" % (N, N, N))
 with open(sys.argv[1], "w") as f:
     f.write("".join(out))

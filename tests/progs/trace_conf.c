@@ -338,6 +338,111 @@ KEEP int daemon_work(const char *path)
 	return fclose(f);
 }
 
+/*
+ * Short call sites, written in assembly so their shape is certain: a
+ * 2-byte `call *%rcx` with 130 bytes of straight code on both sides (no
+ * dead padding within a rel8 jump: the analyser relocates the 6 bytes of
+ * instructions before it with it), then a 2-byte `call *%rbx` right after
+ * another call (nothing before it can move: a trap).  And callees that
+ * return a result in the flags: the caller reads them right after the call,
+ * through a 5-byte direct site and a relocated short one.
+ */
+int short_sites(int (*f)(int), int x);
+unsigned long flags_probe(void);
+
+__asm__(
+	".text\n"
+	".globl short_sites\n"
+	".type short_sites,@function\n"
+	"short_sites:\n"
+	"	.cfi_startproc\n"
+	"	push %rbx\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	push %r12\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	sub $8,%rsp\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	mov %rdi,%rbx\n"
+	"	mov %esi,%r12d\n"
+	"	.rept 34\n"
+	"	add $1,%r8d\n"
+	"	.endr\n"
+	"	mov %r12d,%edi\n"
+	"	mov %rbx,%rcx\n"
+	"	call *%rcx\n"
+	"	mov %eax,%r12d\n"
+	"	mov %eax,%edi\n"
+	"	call leaf\n"
+	"	mov %eax,%edi\n"
+	"	call *%rbx\n"
+	"	add %r12d,%eax\n"
+	"	.rept 34\n"
+	"	add $1,%r8d\n"
+	"	.endr\n"
+	"	add $8,%rsp\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	pop %r12\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	pop %rbx\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	ret\n"
+	"	.cfi_endproc\n"
+	".size short_sites, .-short_sites\n"
+	"\n"
+	/* OF SF CF set, ZF clear: 0x7fffffff + 1, then stc. */
+	".globl flag_setter\n"
+	".type flag_setter,@function\n"
+	"flag_setter:\n"
+	"	.cfi_startproc\n"
+	"	mov $0x7fffffff,%eax\n"
+	"	add $1,%eax\n"
+	"	stc\n"
+	"	ret\n"
+	"	.cfi_endproc\n"
+	".size flag_setter, .-flag_setter\n"
+	"\n"
+	/* ZF PF set, the others clear: 0 - 0. */
+	".globl flag_zero\n"
+	".type flag_zero,@function\n"
+	"flag_zero:\n"
+	"	.cfi_startproc\n"
+	"	xor %eax,%eax\n"
+	"	sub %eax,%eax\n"
+	"	ret\n"
+	"	.cfi_endproc\n"
+	".size flag_zero, .-flag_zero\n"
+	"\n"
+	".globl flags_probe\n"
+	".type flags_probe,@function\n"
+	"flags_probe:\n"
+	"	.cfi_startproc\n"
+	"	push %rbx\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	call flag_setter\n"
+	"	pushf\n"
+	"	pop %rbx\n"
+	"	and $0x8d5,%ebx\n"
+	"	shl $16,%rbx\n"
+	"	.rept 34\n"
+	"	add $1,%r8d\n"
+	"	.endr\n"
+	"	lea flag_zero(%rip),%rcx\n"
+	"	mov %rcx,%rdx\n"
+	"	xor %esi,%esi\n"
+	"	call *%rdx\n"
+	"	pushf\n"
+	"	pop %rax\n"
+	"	and $0x8d5,%eax\n"
+	"	or %rbx,%rax\n"
+	"	.rept 34\n"
+	"	add $1,%r8d\n"
+	"	.endr\n"
+	"	pop %rbx\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	ret\n"
+	"	.cfi_endproc\n"
+	".size flags_probe, .-flags_probe\n");
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "nest";
@@ -387,6 +492,15 @@ int main(int argc, char **argv)
 		printf("exec failed: %d\n", exec_from_thread());
 	} else if (strcmp(what, "midrun") == 0) {
 		printf("midrun %d\n", midrun());
+	} else if (strcmp(what, "short") == 0) {
+		/* The first call meets the window's int3; by the second the
+		 * control thread has turned it into a jump (relocate.c). */
+		int a = short_sites(leaf, 5);
+
+		usleep(100000);
+		printf("short %d %d\n", a, short_sites(leaf, 6));
+	} else if (strcmp(what, "flags") == 0) {
+		printf("flags %#lx\n", flags_probe());
 	} else if (strcmp(what, "spin") == 0) {
 		printf("spinning\n");
 		fflush(stdout);

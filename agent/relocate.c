@@ -1,0 +1,209 @@
+/*
+ * relocate.c — short call sites traced through a relocated window.
+ *
+ * A 2- or 3-byte indirect call (`call *%rax`, `call *0x18(%rbx)`) has no
+ * room for a 5-byte jump and, often, no dead padding within a rel8 jump.
+ * The analyser then plans a *window*: the instructions before the call in
+ * the same basic block, none a branch target, call or system call, which
+ * together with the call are at least 5 bytes.  The area begins with a copy
+ * of them, byte for byte (the analyser only picks windows without
+ * rip-relative operands for this; others get a trap), then does the call as
+ * every indirect area does.
+ *
+ * Writing the jump over the window is only safe when no thread stands
+ * inside it: a thread preempted, or interrupted by a signal, between two of
+ * its instructions would resume in the middle of the new jump.  So:
+ *
+ *   1. The window's first byte becomes int3, through the usual batch
+ *      (patch.c), and stays: a thread reaching the window traps and goes to
+ *      the area (the trap table).  A thread already past the first byte is
+ *      unaffected; it runs the original instructions and the call goes
+ *      untraced, once.
+ *   2. Now and then the control thread looks at every other thread
+ *      (/proc/self/task/T/syscall): one blocked in the kernel has its user
+ *      address there -- inside a window, that window waits for a later
+ *      round; one running gets a queued SIGTRAP whose handler moves it, if
+ *      it stands inside a window, to the same offset in the copy (the
+ *      copy has the same layout).  The round waits for every handler.
+ *   3. No thread is inside a window and none can enter one (the int3): the
+ *      5-byte jumps are written, int3 first as always.
+ *
+ * Step 2 holds the instrument lock, so no instrumentation and no stop run
+ * meanwhile.  A thread that enters a system call between the look and the
+ * signal sees the call end as a handled signal ends it (read, accept, futex
+ * restart; poll, epoll_wait, nanosleep return EINTR), as at an activation
+ * (activate.c); rounds happen only while windows wait, a handful per run.
+ * Not covered: a thread inside a program's signal handler that interrupted
+ * it inside a window (its outer frame returns there); the handler would
+ * have to be running at the moment of the round.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#define QUEUE_MAX 16384
+#define ROUND_TIMEOUT_NS 200000000L
+
+/* What the queued SIGTRAP carries; nothing else sends this value. */
+static const char quiesce_magic[] = "sptrace-quiesce";
+
+/* Under the instrument lock. */
+static ag_reloc *queue[QUEUE_MAX];
+static size_t nqueue;
+static uint64_t nqueued, nupgraded;
+static bool given_up;              /* a round timed out: windows stay traps */
+
+/* The round in progress, read by the signal handlers. */
+static ag_reloc *volatile round_v[QUEUE_MAX];
+static volatile size_t round_n;
+static volatile int acks;
+
+void ag_reloc_queue(ag_reloc *r)
+{
+	nqueued++;
+	if (nqueue < QUEUE_MAX && !given_up) {
+		queue[nqueue++] = r;
+		if (nqueue == 1)
+			ag_control_wake();
+	}
+}
+
+void ag_reloc_forget(void)
+{
+	nqueue = 0;
+}
+
+void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded)
+{
+	*queued = nqueued;
+	*upgraded = nupgraded;
+}
+
+static ag_reloc *window_at(uint64_t pc)
+{
+	size_t n = __atomic_load_n(&round_n, __ATOMIC_ACQUIRE);
+
+	for (size_t i = 0; i < n; i++)
+		if (pc > round_v[i]->start && pc < round_v[i]->end)
+			return round_v[i];
+	return NULL;
+}
+
+bool ag_reloc_trap(siginfo_t *si, ucontext_t *uc)
+{
+	uint64_t pc;
+	ag_reloc *r;
+
+	if (si->si_code != SI_QUEUE || si->si_pid != getpid() ||
+	    si->si_value.sival_ptr != (void *)quiesce_magic)
+		return false;
+	pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+	r = window_at(pc);
+	if (r)
+		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(r->copy + (pc - r->start));
+	__atomic_add_fetch(&acks, 1, __ATOMIC_RELEASE);
+	return true;
+}
+
+typedef struct look {
+	int expected;
+	bool busy[QUEUE_MAX];          /* a blocked thread stands inside */
+} look;
+
+static int look_at(int tid, void *arg)
+{
+	look *l = arg;
+	uint64_t pc;
+	long nr;
+	int where = ag_thread_where(tid, &nr, &pc);
+	siginfo_t si;
+
+	if (where < 0)
+		return 0;                       /* gone */
+	if (where == 1) {
+		for (size_t i = 0; i < round_n; i++)
+			if (pc > round_v[i]->start && pc < round_v[i]->end)
+				l->busy[i] = true;
+		return 0;
+	}
+	memset(&si, 0, sizeof si);
+	si.si_signo = SIGTRAP;
+	si.si_code = SI_QUEUE;
+	si.si_pid = getpid();
+	si.si_uid = getuid();
+	si.si_value.sival_ptr = (void *)quiesce_magic;
+	if (syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, SIGTRAP, &si) == 0)
+		l->expected++;
+	return 0;
+}
+
+static bool wait_acks(int expected)
+{
+	struct timespec t0, now, nap = { 0, 50000 };
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (__atomic_load_n(&acks, __ATOMIC_ACQUIRE) < expected) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) >
+		    ROUND_TIMEOUT_NS)
+			return false;
+		nanosleep(&nap, NULL);
+	}
+	return true;
+}
+
+void ag_reloc_upgrade(void)
+{
+	static look l;
+	static ag_patch jumps[QUEUE_MAX];
+	static ag_reloc *later[QUEUE_MAX];
+	size_t nj = 0, nlater = 0;
+
+	if (!__atomic_load_n(&nqueue, __ATOMIC_RELAXED))
+		return;
+	ag_instrument_lock();
+	if (!nqueue || !ag_active() || given_up) {
+		ag_instrument_unlock();
+		return;
+	}
+	memset(&l, 0, sizeof l);
+	for (size_t i = 0; i < nqueue; i++)
+		round_v[i] = queue[i];
+	__atomic_store_n(&acks, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&round_n, nqueue, __ATOMIC_RELEASE);
+	ag_for_other_threads(look_at, &l);
+	if (!wait_acks(l.expected)) {
+		/* A thread that cannot take the signal now (stopped, say) may
+		 * still be inside: never write the jumps; a late handler finds
+		 * no round and changes nothing. */
+		__atomic_store_n(&round_n, 0, __ATOMIC_RELEASE);
+		given_up = true;
+		nqueue = 0;
+		ag_instrument_unlock();
+		ag_log("relocate: %d of %d threads did not answer within %ld ms; relocated sites "
+		       "stay traps", l.expected - acks, l.expected, ROUND_TIMEOUT_NS / 1000000);
+		return;
+	}
+	for (size_t i = 0; i < nqueue; i++) {
+		if (l.busy[i])
+			later[nlater++] = queue[i];
+		else
+			jumps[nj++] = queue[i]->jump;
+	}
+	__atomic_store_n(&round_n, 0, __ATOMIC_RELEASE);
+	for (size_t i = 0; i < nj; i += 4096) {
+		size_t k = nj - i < 4096 ? nj - i : 4096;   /* ag_patch_apply's batch */
+
+		if (ag_patch_apply(jumps + i, k) == 0)
+			nupgraded += k;
+	}
+	memcpy(queue, later, nlater * sizeof *later);
+	nqueue = nlater;
+	ag_instrument_unlock();
+}

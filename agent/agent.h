@@ -142,6 +142,8 @@ typedef struct ag_patch {
 int ag_patch_init(char *err, size_t errlen);
 /* Apply a batch with the int3-first protocol (see the comment in patch.c). */
 int ag_patch_apply(ag_patch *p, size_t n);
+/* Undo and forget the patches at these addresses (sorted ascending). */
+int ag_patch_revert(const uint64_t *sorted, size_t n);
 /* Restore the original bytes of every patch ever applied. */
 int ag_patch_restore_all(void);
 /* A site whose int3 stays: a thread hitting it goes to `redirect`. */
@@ -186,6 +188,7 @@ typedef struct ag_reloc {
 } ag_reloc;
 void ag_reloc_queue(ag_reloc *r);      /* its int3 is in: upgrade later (instrument lock held) */
 void ag_reloc_forget(void);            /* a stop (instrument lock held) */
+bool ag_reloc_gave_up(void);           /* a round failed: windows are not used */
 void ag_reloc_upgrade(void);           /* the control thread, now and then */
 void ag_control_wake(void);            /* ... and soon after this (control.c) */
 bool ag_reloc_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
@@ -206,6 +209,7 @@ int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t call
 int ag_instrument_stop(void);      /* deactivation: restore all, forget states */
 void ag_instrument_restart(void);  /* before a new activation */
 void ag_instrument_lock(void);     /* hold off every change of code and areas (fork) */
+void ag_instrument_after_fork(void); /* the child: locks the parent's threads held */
 void ag_instrument_unlock(void);
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
 			 uint64_t *unresolved);

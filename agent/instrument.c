@@ -13,13 +13,15 @@
  *   with LD_BIND_NOW), which may live in another module -- that is how
  *   tracing crosses into shared libraries;
  *   indirect calls through registers or memory (a per-site cache, emit.c);
- *   with a 5-byte patch, a springboard in dead padding, a relocated window
- *   (relocate.c) or, last, an int3 that stays (the trap table, patch.c).
- * Not yet: indirect tail jumps; such sites are left untouched and counted
+ *   with a 5-byte patch, a springboard in dead padding or a relocated
+ *   window (relocate.c).
+ * Not: indirect tail jumps, and sites only a trap could reach (an int3
+ * that stays costs a signal per call); they are left untouched and counted
  * in the log.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,6 +310,14 @@ static size_t load_of_call(const uint8_t *c, size_t len, unsigned op, uint8_t *o
 	return 3 + n;
 }
 
+/* tramp.S reads these fields (its fast path for a known callee). */
+_Static_assert(offsetof(ag_indirect_site, cache) == 16, "IS_CACHE in tramp.S");
+_Static_assert(offsetof(ag_indirect_site, known_ids) == 24, "IS_KNOWN_IDS in tramp.S");
+_Static_assert(offsetof(ag_indirect_site, known_targets) == 56, "IS_KNOWN_TARGETS in tramp.S");
+_Static_assert(AG_SLOW_INDIRECT == 4 && TRACE_ENTRY == 0 && TRACE_EXIT == 1, "tramp.S");
+_Static_assert(offsetof(ag_indirect_cache, entry_word) == 8 &&
+	       offsetof(ag_indirect_cache, exit_word) == 16, "tramp.S");
+
 /* An indirect call: the callee is known only at run time (see emit.c). */
 static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb)
 {
@@ -349,7 +359,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	spec.tls_target_offset = ag_tls_target_offset();
 	if (tail)
 		return -1;      /* indirect tail jumps: not yet (see patchable) */
-	bool window = s->method == CA_PATCH_RELOCATE && !s->reloc_rip &&
+	bool window = s->method == CA_PATCH_RELOCATE && !s->reloc_rip && !ag_reloc_gave_up() &&
 		      !one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
 
 	if (window) {
@@ -366,17 +376,24 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	ra = spec.site + s->len - 1;
 	memcpy(rw, scratch, len);
 	slot_words(rw, ra + 1, 0);
-	if (s->method == CA_PATCH_RELOCATE || s->method == CA_PATCH_TRAP)
+	if (s->method == CA_PATCH_RELOCATE || s->method == CA_PATCH_TRAP) {
+		if (!window) {
+			/* An int3 that stays costs a signal per call (microseconds):
+			 * measured, python3.11 ran 9x slower with them.  Left alone. */
+			skipped_plan++;
+			return -1;
+		}
 		return trap_patch(m, s, window, rx, p);
+	}
 	return site_patch(m, s, rx, p, sb);
 }
 
 /*
  * Opcodes of one-byte instructions (push/pop, nop/xchg, cdq, lahf/sahf,
  * string instructions without prefix, leave, flag instructions...).  A
- * window that starts with one gets a trap at the call instead: a thread
- * standing right after the window's int3 must be one that executed it (see
- * the SIGTRAP handler in patch.c), never one that ran the old instruction.
+ * window that starts with one is not used: a thread standing right after
+ * the window's int3 must be one that executed it (see the SIGTRAP handler
+ * in patch.c), never one that ran the old instruction.
  */
 static bool one_byte_insn(uint8_t b)
 {
@@ -387,10 +404,10 @@ static bool one_byte_insn(uint8_t b)
 }
 
 /*
- * A site without room for a jump: an int3 that stays, on the call itself
- * (TRAP, or a window with rip-relative operands, whose copy would need
- * re-aiming) or on the window's first byte, which becomes a jump once no
- * thread can stand inside (relocate.c).
+ * A relocated window: an int3 on its first byte, which becomes a jump once
+ * no thread can stand inside (relocate.c).  (The same code would keep an
+ * int3 on a call itself, window false, for a TRAP plan: not used, see
+ * prepare_indirect.)
  */
 static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, ag_patch *p)
 {
@@ -420,6 +437,57 @@ static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, 
 		saved_reloc = r;
 	}
 	return 0;
+}
+
+/*
+ * Ids of (indirect site, callee) pairs beyond a site's first eight, in one
+ * table for all sites: a megamorphic site (a dispatch over many types)
+ * must not take a new id -- and a record in the sites file -- at every
+ * miss.  Under its own lock (a miss holds only its site's lock).
+ */
+#define PAIR_SLOTS (1u << 16)                 /* a power of two */
+
+typedef struct pair {
+	const ag_indirect_site *is;
+	uint64_t target;
+	uint32_t id;
+} pair;
+
+static pair *pairs;
+static uint32_t npairs;
+static volatile int pair_lock;
+
+static size_t pair_hash(const ag_indirect_site *is, uint64_t target)
+{
+	return (size_t)((((uint64_t)(uintptr_t)is ^ target) * 0x9e3779b97f4a7c15ull) >> 48) &
+	       (PAIR_SLOTS - 1);
+}
+
+/* The pair's id, else a new one from make(); 0 if none can be had. */
+static uint32_t pair_id(const ag_indirect_site *is, uint64_t target, const trace_site *ts)
+{
+	uint32_t id = 0;
+	size_t h = pair_hash(is, target);
+
+	while (__atomic_exchange_n(&pair_lock, 1, __ATOMIC_ACQUIRE))
+		__builtin_ia32_pause();
+	if (!pairs)
+		pairs = ag_alloc(PAIR_SLOTS * sizeof *pairs);
+	if (pairs) {
+		while (pairs[h].is && !(pairs[h].is == is && pairs[h].target == target))
+			h = (h + 1) & (PAIR_SLOTS - 1);
+		if (pairs[h].is) {
+			id = pairs[h].id;
+		} else {
+			id = new_site(ts);
+			if (id && npairs < PAIR_SLOTS / 4 * 3) {
+				pairs[h] = (pair){ is, target, id };
+				npairs++;
+			}
+		}
+	}
+	__atomic_store_n(&pair_lock, 0, __ATOMIC_RELEASE);
+	return id;
 }
 
 /*
@@ -468,7 +536,7 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
 		ts.kind = s->kind;
 		if (f != CA_NONE)
 			ag_instrument(cm, f);
-		id = new_site(&ts);
+		id = k < 8 ? new_site(&ts) : pair_id(is, target, &ts);
 		if (id && k < 8) {
 			is->known_targets[k] = target;
 			is->known_ids[k] = id;
@@ -727,6 +795,13 @@ int ag_instrument_stop(void)
 	return rc;
 }
 
+/* A forked child: a thread that held the pair table's lock stayed in the
+ * parent. */
+void ag_instrument_after_fork(void)
+{
+	pair_lock = 0;
+}
+
 void ag_instrument_lock(void)
 {
 	lock();
@@ -820,7 +895,9 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 			todo_add(t, m, s->callee, 1);
 		site_saved *sv = m->site_saved ? m->site_saved[si] : NULL;
 
-		if (sv) {
+		if (sv && sv->reloc && ag_reloc_gave_up()) {
+			skipped_plan++;         /* windows are not used any more */
+		} else if (sv) {
 			/* Patched in an earlier activation: the same area again. */
 			batch[nb++] = sv->p;
 			if (sv->has_sb)

@@ -60,9 +60,8 @@ static ag_patch *applied;
 static size_t napplied;
 
 /*
- * Sites whose int3 stays after the batch: a TRAP plan (no room for a jump),
- * and a relocated window until every thread is known to be outside it
- * (relocate.c).  A thread hitting one goes where the table says, as for a
+ * Sites whose int3 stays after the batch: a relocated window until every
+ * thread is known to be outside it (relocate.c).  A thread hitting one goes where the table says, as for a
  * pending site.  Entries are only ever added, under the patch lock; the
  * handler reads without it (redirect is stored before the address that
  * makes the entry visible).  An entry whose byte was restored is never
@@ -410,6 +409,79 @@ int ag_trap_site_add(uint64_t addr, uint64_t redirect)
 		__atomic_store_n(&trap_sites[h].addr, addr, __ATOMIC_RELEASE);
 	}
 	unlock();
+	return rc;
+}
+
+static int cmp_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? -1 : a > b;
+}
+
+/* Is x among the n sorted addresses? */
+static bool among(const uint64_t *sorted, size_t n, uint64_t x)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = cmp_u64(sorted[mid], x);
+
+		if (c == 0)
+			return true;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/*
+ * Put back the original bytes of every patch applied at these addresses
+ * (sorted) and forget them, as if they had never been applied: relocated
+ * windows whose jumps cannot be written (relocate.c).  The instrument lock
+ * is held, so nothing else applies meanwhile.
+ */
+int ag_patch_revert(const uint64_t *sorted, size_t n)
+{
+	static ag_patch undo[MAX_PENDING];      /* under the instrument lock */
+	size_t k = 0, kept = 0;
+	int rc = 0;
+
+	if (n == 0)
+		return 0;
+	lock();
+	for (size_t i = 0; i < napplied; i++) {
+		if (among(sorted, n, applied[i].addr) && k < MAX_PENDING)
+			undo[k++] = applied[i];
+		else
+			applied[kept++] = applied[i];
+	}
+	napplied = kept;
+	unlock();
+	for (size_t i = 0; i < k / 2; i++) {             /* last applied, first undone */
+		ag_patch t = undo[i];
+
+		undo[i] = undo[k - 1 - i];
+		undo[k - 1 - i] = t;
+	}
+	for (size_t i = 0; i < k; i++) {
+		uint8_t tmp[16];
+
+		memcpy(tmp, undo[i].new, sizeof tmp);
+		memcpy(undo[i].new, undo[i].old, sizeof tmp);
+		memcpy(undo[i].old, tmp, sizeof tmp);
+		undo[i].redirect = undo[i].addr;
+		/* One at a time: two patches at one address in a batch would
+		 * write their first bytes in no set order. */
+		if (ag_patch_apply(&undo[i], 1) == 0) {
+			lock();
+			napplied--;         /* apply() recorded the undo: forget it */
+			unlock();
+		} else {
+			rc = -1;
+		}
+	}
 	return rc;
 }
 

@@ -6,9 +6,12 @@
  * The analyser then plans a *window*: the instructions before the call in
  * the same basic block, none a branch target, call or system call, which
  * together with the call are at least 5 bytes.  The area begins with a copy
- * of them, byte for byte (the analyser only picks windows without
- * rip-relative operands for this; others get a trap), then does the call as
- * every indirect area does.
+ * of them, byte for byte, then does the call as every indirect area does.
+ * (A window with rip-relative operands, whose copy would need re-aiming, or
+ * one starting with a one-byte instruction (see patch.c's SIGTRAP handler)
+ * is not used; nor are TRAP plans: an int3 that stays costs a signal per
+ * call -- python3.11 ran 9 times slower with them.  Those sites stay
+ * untraced and are counted in agent.log.)
  *
  * Writing the jump over the window is only safe when no thread stands
  * inside it: a thread preempted, or interrupted by a signal, between two of
@@ -63,6 +66,25 @@ static bool given_up;              /* a round timed out: windows stay traps */
 static ag_reloc *volatile round_v[QUEUE_MAX];
 static volatile size_t round_n;
 static volatile int acks;
+
+/* Insertion sort: the queue is short, and this runs with the instrument
+ * lock held (no malloc, no qsort). */
+static void sort_u64(uint64_t *a, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		uint64_t x = a[i];
+		size_t j = i;
+
+		for (; j > 0 && a[j - 1] > x; j--)
+			a[j] = a[j - 1];
+		a[j] = x;
+	}
+}
+
+bool ag_reloc_gave_up(void)
+{
+	return given_up;
+}
 
 void ag_reloc_queue(ag_reloc *r)
 {
@@ -124,8 +146,9 @@ static int look_at(int tid, void *arg)
 	int where = ag_thread_where(tid, &nr, &pc);
 	siginfo_t si;
 
-	if (where < 0)
-		return 0;                       /* gone */
+	/* -1: gone, or the kernel could not say (it answers EAGAIN for a
+	 * thread that woke up while it looked): ask it like a running one (if
+	 * it is gone, the signal cannot be queued and nobody waits for it). */
 	if (where == 1) {
 		for (size_t i = 0; i < round_n; i++)
 			if (pc > round_v[i]->start && pc < round_v[i]->end)
@@ -181,13 +204,22 @@ void ag_reloc_upgrade(void)
 	if (!wait_acks(l.expected)) {
 		/* A thread that cannot take the signal now (stopped, say) may
 		 * still be inside: never write the jumps; a late handler finds
-		 * no round and changes nothing. */
+		 * no round and changes nothing.  The windows' int3s go (a signal
+		 * per call is too slow to keep) and no window is used again. */
+		static uint64_t starts[QUEUE_MAX];
+		size_t n = nqueue;
+
 		__atomic_store_n(&round_n, 0, __ATOMIC_RELEASE);
 		given_up = true;
+		for (size_t i = 0; i < n; i++)
+			starts[i] = queue[i]->start;
+		sort_u64(starts, n);
 		nqueue = 0;
+		ag_patch_revert(starts, n);
 		ag_instrument_unlock();
-		ag_log("relocate: %d of %d threads did not answer within %ld ms; relocated sites "
-		       "stay traps", l.expected - acks, l.expected, ROUND_TIMEOUT_NS / 1000000);
+		ag_log("relocate: %d of %d threads did not answer within %ld ms; %zu relocated "
+		       "windows put back, and no more are used", l.expected - acks, l.expected,
+		       ROUND_TIMEOUT_NS / 1000000, n);
 		return;
 	}
 	for (size_t i = 0; i < nqueue; i++) {

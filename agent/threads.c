@@ -202,6 +202,7 @@ static void child_after_fork(void)
 	ag_patch_after_fork();
 	ag_pools_after_fork();
 	ag_modules_after_fork();
+	ag_instrument_after_fork();
 	ag_instrument_unlock();
 	ag_forked_child();
 	ag_leave(NULL);

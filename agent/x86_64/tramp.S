@@ -20,6 +20,13 @@
  */
 	.text
 
+/* agent.h: AG_SLOW_INDIRECT and the layout of ag_indirect_site (checked
+ * by static assertions in instrument.c). */
+#define AG_SLOW_INDIRECT 4
+#define IS_CACHE 16
+#define IS_KNOWN_IDS 24
+#define IS_KNOWN_TARGETS 56
+
 .macro SAVE_ALL
 	pushfq
 	push	%rax
@@ -77,6 +84,51 @@
 ag_tramp_slow:
 	.cfi_startproc
 	endbr64
+	/*
+	 * First, without the full save: an indirect site's cache missed a
+	 * callee the site has seen before (a polymorphic call alternates
+	 * between a few): find it among the site's known callees and refill
+	 * the cache -- words first, target last, as ag_indirect_miss does --
+	 * then answer "retry".  Anything else goes to C below.
+	 */
+	pushfq
+	push	%rax
+	push	%rcx
+	push	%rdx
+	mov	%r11, %rax
+	shr	$56, %rax
+	cmp	$AG_SLOW_INDIRECT, %eax
+	jne	9f
+	movabs	$0x00ffffffffffffff, %rax
+	and	%r11, %rax			/* the ag_indirect_site */
+	movq	ag_tls_target@gottpoff(%rip), %rcx
+	movq	%fs:(%rcx), %rdx		/* the callee this call goes to */
+	xor	%ecx, %ecx
+1:	cmp	IS_KNOWN_TARGETS(%rax,%rcx,8), %rdx
+	je	2f
+	inc	%ecx
+	cmp	$8, %ecx
+	jb	1b
+	jmp	9f
+2:	mov	IS_KNOWN_IDS(%rax,%rcx,4), %ecx
+	test	%ecx, %ecx			/* its id not written yet: to C */
+	jz	9f
+	mov	IS_CACHE(%rax), %rax		/* the ag_indirect_cache */
+	shl	$2, %rcx
+	mov	%rcx, 8(%rax)			/* entry word: id << 2 | TRACE_ENTRY */
+	or	$1, %rcx
+	mov	%rcx, 16(%rax)			/* exit word: id << 2 | TRACE_EXIT */
+	mov	%rdx, (%rax)			/* target */
+	pop	%rdx
+	pop	%rcx
+	pop	%rax
+	popfq
+	mov	$1, %r11d
+	ret
+9:	pop	%rdx
+	pop	%rcx
+	pop	%rax
+	popfq
 	SAVE_ALL
 	mov	%r11, %rdi
 	call	ag_slow

@@ -343,7 +343,8 @@ KEEP int daemon_work(const char *path)
  * 2-byte `call *%rcx` with 130 bytes of straight code on both sides (no
  * dead padding within a rel8 jump: the analyser relocates the 6 bytes of
  * instructions before it with it), then a 2-byte `call *%rbx` right after
- * another call (nothing before it can move: a trap).  And callees that
+ * another call (nothing before it can move: only a trap could reach it,
+ * and the agent leaves such sites alone).  And callees that
  * return a result in the flags: the caller reads them right after the call,
  * through a 5-byte direct site and a relocated short one.
  */

@@ -586,15 +586,7 @@ void ag_activate_quiesce(void)
 
 static bool queue_trap(int tid)
 {
-	siginfo_t si;
-
-	memset(&si, 0, sizeof si);
-	si.si_signo = SIGTRAP;
-	si.si_code = SI_QUEUE;
-	si.si_pid = getpid();
-	si.si_uid = getuid();
-	si.si_value.sival_ptr = (void *)activate_magic;
-	return syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, SIGTRAP, &si) == 0;
+	return ag_queue_sigtrap(tid, activate_magic);
 }
 
 /* Thread `tid`: blocked in a system call (breakpoint after it) or running

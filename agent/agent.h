@@ -115,6 +115,7 @@ int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
 /* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
  * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
 int ag_thread_where(int tid, long *nr, uint64_t *pc);
+bool ag_queue_sigtrap(int tid, const void *magic); /* an agent request (SI_QUEUE) */
 void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock held) */
 void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
 void ag_pools_after_fork(void);     /* ... the child maps the copies */

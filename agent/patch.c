@@ -412,6 +412,34 @@ int ag_trap_site_add(uint64_t addr, uint64_t redirect)
 	return rc;
 }
 
+/*
+ * Turn applied patches into the patches that undo them: the same protocol
+ * with old and new swapped; a thread that traps on the int3 of a site
+ * being restored continues at the original code.  Last applied, first
+ * undone: a relocated window has two patches at one address, its int3 and
+ * later its jump (relocate.c); the jump's undo restores all five bytes,
+ * and must not come in a batch after the int3's, which puts back the first
+ * byte only (the others would still be the jump's, in between: not an
+ * instruction).
+ */
+static void make_undo(ag_patch *p, size_t n)
+{
+	for (size_t i = 0; i < n / 2; i++) {
+		ag_patch t = p[i];
+
+		p[i] = p[n - 1 - i];
+		p[n - 1 - i] = t;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint8_t tmp[16];
+
+		memcpy(tmp, p[i].new, sizeof tmp);
+		memcpy(p[i].new, p[i].old, sizeof tmp);
+		memcpy(p[i].old, tmp, sizeof tmp);
+		p[i].redirect = p[i].addr;
+	}
+}
+
 static int cmp_u64(uint64_t a, uint64_t b)
 {
 	return a < b ? -1 : a > b;
@@ -459,19 +487,8 @@ int ag_patch_revert(const uint64_t *sorted, size_t n)
 	}
 	napplied = kept;
 	unlock();
-	for (size_t i = 0; i < k / 2; i++) {             /* last applied, first undone */
-		ag_patch t = undo[i];
-
-		undo[i] = undo[k - 1 - i];
-		undo[k - 1 - i] = t;
-	}
+	make_undo(undo, k);
 	for (size_t i = 0; i < k; i++) {
-		uint8_t tmp[16];
-
-		memcpy(tmp, undo[i].new, sizeof tmp);
-		memcpy(undo[i].new, undo[i].old, sizeof tmp);
-		memcpy(undo[i].old, tmp, sizeof tmp);
-		undo[i].redirect = undo[i].addr;
 		/* One at a time: two patches at one address in a batch would
 		 * write their first bytes in no set order. */
 		if (ag_patch_apply(&undo[i], 1) == 0) {
@@ -500,27 +517,7 @@ int ag_patch_restore_all(void)
 	unlock();
 	if (n && !undo)
 		return -1;
-	/* Same protocol with old and new swapped; a thread that traps on the
-	 * int3 of a site being restored continues at the original code.  Last
-	 * applied, first undone: a relocated window has two patches at one
-	 * address, its int3 and later its jump (relocate.c); the jump's undo
-	 * restores all five bytes, and must not come in a batch after the
-	 * int3's, which puts back the first byte only (the others would still
-	 * be the jump's, in between: not an instruction). */
-	for (size_t i = 0; i < n / 2; i++) {
-		ag_patch t = undo[i];
-
-		undo[i] = undo[n - 1 - i];
-		undo[n - 1 - i] = t;
-	}
-	for (size_t i = 0; i < n; i++) {
-		uint8_t tmp[16];
-
-		memcpy(tmp, undo[i].new, sizeof tmp);
-		memcpy(undo[i].new, undo[i].old, sizeof tmp);
-		memcpy(undo[i].old, tmp, sizeof tmp);
-		undo[i].redirect = undo[i].addr;
-	}
+	make_undo(undo, n);
 	rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i += MAX_PENDING) {
 		size_t k = n - i < MAX_PENDING ? n - i : MAX_PENDING;

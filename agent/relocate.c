@@ -144,7 +144,6 @@ static int look_at(int tid, void *arg)
 	uint64_t pc;
 	long nr;
 	int where = ag_thread_where(tid, &nr, &pc);
-	siginfo_t si;
 
 	/* -1: gone, or the kernel could not say (it answers EAGAIN for a
 	 * thread that woke up while it looked): ask it like a running one (if
@@ -155,13 +154,7 @@ static int look_at(int tid, void *arg)
 				l->busy[i] = true;
 		return 0;
 	}
-	memset(&si, 0, sizeof si);
-	si.si_signo = SIGTRAP;
-	si.si_code = SI_QUEUE;
-	si.si_pid = getpid();
-	si.si_uid = getuid();
-	si.si_value.sival_ptr = (void *)quiesce_magic;
-	if (syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, SIGTRAP, &si) == 0)
+	if (ag_queue_sigtrap(tid, quiesce_magic))
 		l->expected++;
 	return 0;
 }

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,4 +273,19 @@ int ag_thread_where(int tid, long *nr, uint64_t *pc)
 	*nr = (long)n_;
 	*pc = pc_;
 	return 1;
+}
+
+/* A SIGTRAP for thread tid, code SI_QUEUE, carrying `magic` (the agent's
+ * requests: activation walks, relocated windows).  False if not queued. */
+bool ag_queue_sigtrap(int tid, const void *magic)
+{
+	siginfo_t si;
+
+	memset(&si, 0, sizeof si);
+	si.si_signo = SIGTRAP;
+	si.si_code = SI_QUEUE;
+	si.si_pid = getpid();
+	si.si_uid = getuid();
+	si.si_value.sival_ptr = (void *)magic;
+	return syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, SIGTRAP, &si) == 0;
 }

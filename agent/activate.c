@@ -622,8 +622,14 @@ void ag_activate_running(bool new_round)
 {
 	if (new_round)
 		__atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
-	ag_log("activation: %d threads asked to walk their stacks",
-	       ag_for_other_threads(reach_one, NULL));
+	int n;
+
+	/* Under the instrument lock, so that an exec on another thread never
+	 * carries one of these SIGTRAPs into its new image (exec.c). */
+	ag_instrument_lock();
+	n = ag_for_other_threads(reach_one, NULL);
+	ag_instrument_unlock();
+	ag_log("activation: %d threads asked to walk their stacks", n);
 }
 /*
  * From the SIGTRAP handler: is this trap one of the activation's?  Then the

@@ -115,6 +115,7 @@ int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
 /* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
  * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
 int ag_thread_where(int tid, long *nr, uint64_t *pc);
+extern pid_t ag_self_pid;              /* a vfork child sees its parent's */
 bool ag_queue_sigtrap(int tid, const void *magic); /* an agent request (SI_QUEUE) */
 void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock held) */
 void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
@@ -147,8 +148,12 @@ int ag_patch_apply(ag_patch *p, size_t n);
 int ag_patch_revert(const uint64_t *sorted, size_t n);
 /* Restore the original bytes of every patch ever applied. */
 int ag_patch_restore_all(void);
-/* A site whose int3 stays: a thread hitting it goes to `redirect`. */
-int ag_trap_site_add(uint64_t addr, uint64_t redirect);
+/* A site whose int3 stays: a thread hitting it goes to `redirect`;
+ * may_retire: a call's trap, put back once hot (ag_traps_retire_hot). */
+int ag_trap_site_add(uint64_t addr, uint64_t redirect, bool may_retire);
+bool ag_trap_site_retired(uint64_t addr);
+void ag_traps_retire_hot(void);        /* the control thread, instrument lock held */
+uint64_t ag_traps_retired(void);
 /* Write bytes to code we own (pool) or the app's text through /proc/self/mem. */
 int ag_write_text(uint64_t addr, const void *buf, size_t n);
 void ag_serialize_cores(void);

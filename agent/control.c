@@ -108,6 +108,9 @@ static void *control_main(void *arg)
 				ag_log("control: wake-up: %s", strerror(errno));
 			nanosleep(&nap, NULL);
 			ag_reloc_upgrade();
+			ag_instrument_lock();
+			ag_traps_retire_hot();
+			ag_instrument_unlock();
 			if (!(p[0].revents & (POLLIN | POLLHUP)))
 				continue;
 		}

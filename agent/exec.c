@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -175,6 +176,47 @@ static int failed(env_buf *b)
 	return -1;
 }
 
+/*
+ * The exec itself, under the instrument lock: a signal pending when exec
+ * succeeds stays pending in the new image, whose handlers are the
+ * defaults -- a SIGTRAP the agent queued to this thread (a relocated
+ * windows round, relocate.c, or an activation's walk, activate.c, both
+ * queued under the lock) would kill it.  Holding the lock, none is queued;
+ * those queued before are delivered first.
+ * Not in a vfork child: it runs on its parent's memory, and a successful
+ * exec would leave the lock held there.
+ */
+static bool exec_lock(void)
+{
+	bool lock = syscall(SYS_getpid) == ag_self_pid;
+
+	if (lock) {
+		ag_instrument_lock();
+		/* A request queued before we held the lock (an activation's walk
+		 * too: it queues under the lock) is delivered on the way out of
+		 * this system call. */
+		syscall(SYS_getpid);
+	}
+	return lock;
+}
+
+static int exec_unlock(bool lock, int rc)
+{
+	int e = errno;
+
+	if (lock)
+		ag_instrument_unlock();
+	errno = e;
+	return rc;
+}
+
+static int exec_locked(execve_fn real, const char *file, char *const argv[], char *const envp[])
+{
+	bool lock = exec_lock();
+
+	return exec_unlock(lock, real(file, argv, envp));
+}
+
 /* An exec through `real` (execve or execvpe) with the traced environment. */
 static int exec_traced(execve_fn real, const char *file, char *const argv[], char *const envp[])
 {
@@ -187,8 +229,8 @@ static int exec_traced(execve_fn real, const char *file, char *const argv[], cha
 	}
 	env = traced_env(&b, envp, file);
 	if (!env)
-		return real(file, argv, envp);
-	real(file, argv, env);
+		return exec_locked(real, file, argv, envp);
+	exec_locked(real, file, argv, env);
 	return failed(&b);
 }
 
@@ -224,9 +266,11 @@ AG_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	}
 	snprintf(what, sizeof what, "fd %d", fd);
 	env = traced_env(&b, envp, what);
+	bool lock = exec_lock();
+
 	if (!env)
-		return real_fexecve(fd, argv, envp);
-	real_fexecve(fd, argv, env);
+		return exec_unlock(lock, real_fexecve(fd, argv, envp));
+	exec_unlock(lock, real_fexecve(fd, argv, env));
 	return failed(&b);
 }
 

@@ -14,10 +14,10 @@
  *   tracing crosses into shared libraries;
  *   indirect calls through registers or memory (a per-site cache, emit.c);
  *   with a 5-byte patch, a springboard in dead padding or a relocated
- *   window (relocate.c).
- * Not: indirect tail jumps, and sites only a trap could reach (an int3
- * that stays costs a signal per call); they are left untouched and counted
- * in the log.
+ *   window (relocate.c),
+ *   or, last, an int3 on the call (a signal per call; put back once hot).
+ * Not yet: indirect tail jumps; they are left untouched and counted in the
+ * log.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -376,15 +376,8 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	ra = spec.site + s->len - 1;
 	memcpy(rw, scratch, len);
 	slot_words(rw, ra + 1, 0);
-	if (s->method == CA_PATCH_RELOCATE || s->method == CA_PATCH_TRAP) {
-		if (!window) {
-			/* An int3 that stays costs a signal per call (microseconds):
-			 * measured, python3.11 ran 9x slower with them.  Left alone. */
-			skipped_plan++;
-			return -1;
-		}
+	if (s->method == CA_PATCH_RELOCATE || s->method == CA_PATCH_TRAP)
 		return trap_patch(m, s, window, rx, p);
-	}
 	return site_patch(m, s, rx, p, sb);
 }
 
@@ -404,10 +397,11 @@ static bool one_byte_insn(uint8_t b)
 }
 
 /*
- * A relocated window: an int3 on its first byte, which becomes a jump once
- * no thread can stand inside (relocate.c).  (The same code would keep an
- * int3 on a call itself, window false, for a TRAP plan: not used, see
- * prepare_indirect.)
+ * A site without room for a jump: an int3 on the call itself (a TRAP plan,
+ * or a window that cannot be used), the last resort -- a signal per call,
+ * microseconds: the trap is put back once it has been hit TRAP_HOT times
+ * (patch.c), a bounded cost -- or on a relocated window's first byte, which
+ * becomes a jump once no thread can stand inside (relocate.c).
  */
 static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, ag_patch *p)
 {
@@ -420,7 +414,7 @@ static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, 
 		if (!r || rel != (int32_t)rel)
 			return -1;
 	}
-	if (ag_trap_site_add(at, (uint64_t)(uintptr_t)rx))
+	if (ag_trap_site_add(at, (uint64_t)(uintptr_t)rx, !window))
 		return -1;
 	memset(p, 0, sizeof *p);
 	p->addr = at;
@@ -895,8 +889,10 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 			todo_add(t, m, s->callee, 1);
 		site_saved *sv = m->site_saved ? m->site_saved[si] : NULL;
 
-		if (sv && sv->reloc && ag_reloc_gave_up()) {
-			skipped_plan++;         /* windows are not used any more */
+		if (sv && ((sv->reloc && ag_reloc_gave_up()) ||
+			   (!sv->reloc && sv->p.len == 1 && sv->p.new[0] == 0xcc &&
+			    ag_trap_site_retired(sv->p.addr)))) {
+			skipped_plan++;         /* a window not used any more, a hot trap */
 		} else if (sv) {
 			/* Patched in an earlier activation: the same area again. */
 			batch[nb++] = sv->p;

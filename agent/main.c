@@ -497,7 +497,8 @@ static void end_trace(const char *why, bool restore)
 	       (unsigned long)skind, (unsigned long)splan, (unsigned long)sunres);
 	ag_reloc_stats(&sites, &skind);
 	ag_log("end: %lu relocated windows, %lu of them reached through a jump (the rest "
-	       "through their int3)", (unsigned long)sites, (unsigned long)skind);
+	       "through their int3); %lu hot traps put back", (unsigned long)sites,
+	       (unsigned long)skind, (unsigned long)ag_traps_retired());
 	meta_append("%s %lu\n%s %lu\n%s %s\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(),
 		    TRACE_META_MONO1, (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END, why);
 }

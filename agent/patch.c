@@ -61,17 +61,23 @@ static size_t napplied;
 
 /*
  * Sites whose int3 stays after the batch: a relocated window until every
- * thread is known to be outside it (relocate.c).  A thread hitting one goes where the table says, as for a
+ * thread is known to be outside it (relocate.c), and the call of a TRAP
+ * plan until it gets hot (ag_traps_retire_hot).  A thread hitting one goes where the table says, as for a
  * pending site.  Entries are only ever added, under the patch lock; the
  * handler reads without it (redirect is stored before the address that
  * makes the entry visible).  An entry whose byte was restored is never
  * looked at: nothing traps there any more.
  */
 #define TRAP_SLOTS 16384                /* a power of two */
+#define TRAP_HOT 64                     /* hits before a call's trap goes */
 static struct trap_site {
 	uint64_t addr, redirect;
+	uint32_t hits;
+	uint8_t may_retire, retired;
 } *trap_sites;
 static size_t ntrap_sites;
+static volatile int traps_hot;          /* some trap reached TRAP_HOT */
+static uint64_t traps_retired;
 
 /* The activation trap: a hardware breakpoint on a function entry (the code
  * stays byte-identical to the file), or an int3 there when the CPU or the
@@ -110,17 +116,33 @@ static size_t trap_hash(uint64_t addr)
 	return (size_t)((addr * 0x9e3779b97f4a7c15ull) >> 50) & (TRAP_SLOTS - 1);
 }
 
-static uint64_t trap_site_find(uint64_t addr)
+static struct trap_site *trap_site_at(uint64_t addr)
 {
 	for (size_t h = trap_hash(addr), k = 0; k < TRAP_SLOTS; k++, h = (h + 1) & (TRAP_SLOTS - 1)) {
 		uint64_t a = __atomic_load_n(&trap_sites[h].addr, __ATOMIC_ACQUIRE);
 
 		if (a == addr)
-			return trap_sites[h].redirect;
+			return &trap_sites[h];
 		if (a == 0)
-			return 0;
+			return NULL;
 	}
-	return 0;
+	return NULL;
+}
+
+/* A thread hit the trap at addr: where it goes (0: not one of them).  A
+ * trap on a call counts its hits; a hot one is retired by the control
+ * thread (ag_traps_retire_hot): a signal per call costs microseconds. */
+static uint64_t trap_site_find(uint64_t addr)
+{
+	struct trap_site *t = trap_site_at(addr);
+
+	if (!t)
+		return 0;
+	if (t->may_retire && __atomic_add_fetch(&t->hits, 1, __ATOMIC_RELAXED) == TRAP_HOT) {
+		__atomic_store_n(&traps_hot, 1, __ATOMIC_RELEASE);
+		ag_control_wake();
+	}
+	return t->redirect;
 }
 
 /* Where an int3 of ours at pc sends the thread (a site being patched, or
@@ -392,7 +414,51 @@ int ag_patch_apply(ag_patch *p, size_t n)
 	return rc;
 }
 
-int ag_trap_site_add(uint64_t addr, uint64_t redirect)
+bool ag_trap_site_retired(uint64_t addr)
+{
+	struct trap_site *t = trap_site_at(addr);
+
+	return t && t->retired;
+}
+
+/*
+ * The control thread, instrument lock held: put back the original byte of
+ * every trap on a call that reached TRAP_HOT hits and forget its patch;
+ * the call goes on untraced (and stays so after a new activation).
+ */
+void ag_traps_retire_hot(void)
+{
+	static uint64_t addrs[1024];
+	size_t n = 0;
+
+	if (!__atomic_exchange_n(&traps_hot, 0, __ATOMIC_ACQ_REL))
+		return;
+	for (size_t h = 0; h < TRAP_SLOTS && n < sizeof addrs / sizeof *addrs; h++)
+		if (trap_sites[h].addr && trap_sites[h].may_retire && !trap_sites[h].retired &&
+		    __atomic_load_n(&trap_sites[h].hits, __ATOMIC_RELAXED) >= TRAP_HOT) {
+			trap_sites[h].retired = 1;
+			addrs[n++] = trap_sites[h].addr;
+		}
+	for (size_t i = 1; i < n; i++)          /* ascending, for ag_patch_revert */
+		for (size_t j = i; j > 0 && addrs[j - 1] > addrs[j]; j--) {
+			uint64_t t = addrs[j];
+
+			addrs[j] = addrs[j - 1];
+			addrs[j - 1] = t;
+		}
+	if (n && ag_patch_revert(addrs, n) == 0) {
+		traps_retired += n;
+		ag_log("patch: %zu trap(s) on calls hit %d times put back: those calls go on "
+		       "untraced (%lu so far)", n, TRAP_HOT, (unsigned long)traps_retired);
+	}
+}
+
+uint64_t ag_traps_retired(void)
+{
+	return traps_retired;
+}
+
+int ag_trap_site_add(uint64_t addr, uint64_t redirect, bool may_retire)
 {
 	size_t h = trap_hash(addr);
 	int rc = 0;
@@ -406,6 +472,7 @@ int ag_trap_site_add(uint64_t addr, uint64_t redirect)
 		if (!trap_sites[h].addr)
 			ntrap_sites++;
 		trap_sites[h].redirect = redirect;
+		trap_sites[h].may_retire = may_retire;
 		__atomic_store_n(&trap_sites[h].addr, addr, __ATOMIC_RELEASE);
 	}
 	unlock();

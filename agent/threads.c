@@ -9,7 +9,6 @@
  * start routines outside the traced modules, the wrapper only passes the
  * call on: the thread runs exactly as it would have.
  */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -198,8 +197,13 @@ static void parent_after_fork(void)
 	ag_leave(ring_before_fork);
 }
 
+/* This process's pid: a vfork child, which runs on its parent's memory
+ * without the fork handlers, sees its parent's (exec.c). */
+pid_t ag_self_pid;
+
 static void child_after_fork(void)
 {
+	ag_self_pid = getpid();
 	ag_patch_after_fork();
 	ag_pools_after_fork();
 	ag_modules_after_fork();
@@ -211,6 +215,7 @@ static void child_after_fork(void)
 
 int ag_threads_init(void)
 {
+	ag_self_pid = getpid();
 	return pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
 }
 
@@ -221,21 +226,35 @@ int ag_threads_init(void)
  */
 int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg)
 {
-	int self = (int)syscall(SYS_gettid), ctl = ag_control_tid(), n = 0;
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
+	/* getdents64 into a buffer on the stack, not opendir: callers hold the
+	 * instrument lock, and a thread holding malloc's lock may be waiting
+	 * for it. */
+	struct linux_dirent64 {
+		uint64_t d_ino;
+		int64_t d_off;
+		unsigned short d_reclen;
+		unsigned char d_type;
+		char d_name[];
+	};
+	char buf[4096] __attribute__((aligned(8)));
+	int self = (int)syscall(SYS_gettid), ctl = ag_control_tid(), n = 0, stop = 0;
+	int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long got;
 
-	while (d && (de = readdir(d))) {
-		int tid = atoi(de->d_name);
+	while (fd >= 0 && !stop && (got = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+		for (long off = 0; off < got && !stop;) {
+			const struct linux_dirent64 *de = (const void *)(buf + off);
+			int tid = atoi(de->d_name);
 
-		if (tid <= 0 || tid == self || tid == ctl)
-			continue;
-		n++;
-		if (fn(tid, arg))
-			break;
+			off += de->d_reclen;
+			if (tid <= 0 || tid == self || tid == ctl)
+				continue;
+			n++;
+			stop = fn(tid, arg);
+		}
 	}
-	if (d)
-		closedir(d);
+	if (fd >= 0)
+		close(fd);
 	return n;
 }
 

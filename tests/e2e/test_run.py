@@ -43,11 +43,10 @@ CONF = {
     "abort": "main() {;  crash2() {;    leaf();;    crash() {;"
              "    } /* crash (no exit: the trace ended) */;"
              "  } /* crash2 (no exit: the trace ended) */;} /* main (no exit: the trace ended) */",
-    # short sites (assembly): a relocated window is traced; a site only a
-    # trap could reach is left alone (a signal per call is too slow);
+    # short sites (assembly): a relocated window and a trap, both traced;
     # flags returned by callees survive the exit records.
-    "short": "main() {;  short_sites() {;    leaf();;    leaf();;"
-             "  } /* short_sites */;  short_sites() {;    leaf();;    leaf();;"
+    "short": "main() {;  short_sites() {;    leaf();;    leaf();;    leaf();;"
+             "  } /* short_sites */;  short_sites() {;    leaf();;    leaf();;    leaf();;"
              "  } /* short_sites */;} /* main */",
     "flags": "main() {;  flags_probe() {;    flag_setter();;    flag_zero();;"
              "  } /* flags_probe */;} /* main */",
@@ -196,6 +195,25 @@ def per_thread_trees(sptrace, tdir, allowed):
         if not text.strip().startswith("/*"):
             per_tid.setdefault(tid, []).append(text)
     return sorted(";".join(only(t, allowed)) for t in per_tid.values())
+
+
+def case_short_hot(sptrace, prog, tmp):
+    """A trap on a hot call (short_sites' `call *%rbx`, 2,000 times) is put
+    back after 64 hits: the program's output is the same, the agent says
+    so, the calls before go through the trap and are traced."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "short-hot"])
+    trace = traced(sptrace, tdir, [prog, "short-hot"])
+    same_behaviour(native, trace, "short-hot")
+    with open(os.path.join(tdir, "agent.log")) as f:
+        log = f.read()
+    check(re.search(r"1 trap\(s\) on calls hit 64 times put back", log),
+          "short-hot: the hot trap was not put back:\n%s" % log[-2000:])
+    tree = only(replay_tree(sptrace, tdir), {"main", "short_sites", "leaf"})
+    leaves = sum(1 for l in tree if l.strip() == "leaf();")
+    check(2 * 2000 + 64 <= leaves < 3 * 2000,
+          "short-hot: %d leaf calls traced; want every window and direct call (4,000) and "
+          "the trap's calls until it went (64 or a few more)" % leaves)
 
 
 def case_fork(sptrace, prog, tmp):
@@ -828,6 +846,8 @@ def main():
             case_fork(sptrace, sys.argv[3], tmp)
         elif case == "threads":
             case_threads(sptrace, sys.argv[3], tmp)
+        elif case == "short-hot":
+            case_short_hot(sptrace, sys.argv[3], tmp)
         elif case in CONF:
             case_conf(sptrace, sys.argv[3], case, tmp)
         elif case == "exceptions":

@@ -343,8 +343,7 @@ KEEP int daemon_work(const char *path)
  * 2-byte `call *%rcx` with 130 bytes of straight code on both sides (no
  * dead padding within a rel8 jump: the analyser relocates the 6 bytes of
  * instructions before it with it), then a 2-byte `call *%rbx` right after
- * another call (nothing before it can move: only a trap could reach it,
- * and the agent leaves such sites alone).  And callees that
+ * another call (nothing before it can move: a trap, put back once hot).  And callees that
  * return a result in the flags: the caller reads them right after the call,
  * through a 5-byte direct site and a relocated short one.
  */
@@ -500,6 +499,12 @@ int main(int argc, char **argv)
 
 		usleep(100000);
 		printf("short %d %d\n", a, short_sites(leaf, 6));
+	} else if (strcmp(what, "short-hot") == 0) {
+		long sum = 0;
+
+		for (int i = 0; i < 2000; i++)
+			sum += short_sites(leaf, i);
+		printf("short-hot %ld\n", sum);
 	} else if (strcmp(what, "flags") == 0) {
 		printf("flags %#lx\n", flags_probe());
 	} else if (strcmp(what, "spin") == 0) {

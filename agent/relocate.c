@@ -27,7 +27,9 @@
  *      address there -- inside a window, that window waits for a later
  *      round; one running gets a queued SIGTRAP whose handler moves it, if
  *      it stands inside a window, to the same offset in the copy (the
- *      copy has the same layout).  The round waits for every handler.
+ *      copy has the same layout).  The round waits for every handler
+ *      (asking again a thread whose signal was merged with a pending
+ *      SIGTRAP of its own: standard signals are not queued twice).
  *   3. No thread is inside a window and none can enter one (the int3): the
  *      5-byte jumps are written, int3 first as always.
  *
@@ -65,7 +67,14 @@ static bool given_up;              /* a round timed out: windows stay traps */
 /* The round in progress, read by the signal handlers. */
 static ag_reloc *volatile round_v[QUEUE_MAX];
 static volatile size_t round_n;
-static volatile int acks;
+
+/* The threads asked this round, and which have answered.  A SIGTRAP is
+ * not queued while another is pending (not a real-time signal): a thread
+ * running into int3s may drop ours, so unanswered threads are asked again. */
+#define ASKED_MAX 4096
+static int asked_tid[ASKED_MAX];
+static volatile int answered[ASKED_MAX];
+static volatile int nasked;
 
 /* Insertion sort: the queue is short, and this runs with the instrument
  * lock held (no malloc, no qsort). */
@@ -129,12 +138,15 @@ bool ag_reloc_trap(siginfo_t *si, ucontext_t *uc)
 	r = window_at(pc);
 	if (r)
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(r->copy + (pc - r->start));
-	__atomic_add_fetch(&acks, 1, __ATOMIC_RELEASE);
+	int tid = (int)syscall(SYS_gettid), n = __atomic_load_n(&nasked, __ATOMIC_ACQUIRE);
+
+	for (int i = 0; i < n; i++)
+		if (asked_tid[i] == tid)
+			__atomic_store_n(&answered[i], 1, __ATOMIC_RELEASE);
 	return true;
 }
 
 typedef struct look {
-	int expected;
 	bool busy[QUEUE_MAX];          /* a blocked thread stands inside */
 } look;
 
@@ -154,24 +166,56 @@ static int look_at(int tid, void *arg)
 				l->busy[i] = true;
 		return 0;
 	}
-	if (ag_queue_sigtrap(tid, quiesce_magic))
-		l->expected++;
+	if (nasked < ASKED_MAX && ag_queue_sigtrap(tid, quiesce_magic)) {
+		asked_tid[nasked] = tid;
+		answered[nasked] = 0;
+		__atomic_store_n(&nasked, nasked + 1, __ATOMIC_RELEASE);
+	} else if (nasked >= ASKED_MAX) {
+		for (size_t i = 0; i < round_n; i++)
+			l->busy[i] = true;    /* cannot ask them all: no jumps this round */
+	}
 	return 0;
 }
 
-static bool wait_acks(int expected)
+/* How many asked threads have not answered; every 5 ms they are asked
+ * again (a thread that is gone cannot be: it counts as answered). */
+static int unanswered(bool ask_again)
+{
+	int left = 0;
+
+	for (int i = 0; i < nasked; i++) {
+		if (__atomic_load_n(&answered[i], __ATOMIC_ACQUIRE))
+			continue;
+		if (ask_again && !ag_queue_sigtrap(asked_tid[i], quiesce_magic) && errno == ESRCH) {
+			answered[i] = 1;
+			continue;
+		}
+		left++;
+	}
+	return left;
+}
+
+static bool wait_acks(void)
 {
 	struct timespec t0, now, nap = { 0, 50000 };
+	long last_ask = 0;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (__atomic_load_n(&acks, __ATOMIC_ACQUIRE) < expected) {
+	for (;;) {
+		long ns;
+
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) >
-		    ROUND_TIMEOUT_NS)
+		ns = (now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec);
+		bool again = ns - last_ask > 5000000;
+
+		if (again)
+			last_ask = ns;
+		if (unanswered(again && ns > 0) == 0)
+			return true;
+		if (ns > ROUND_TIMEOUT_NS)
 			return false;
 		nanosleep(&nap, NULL);
 	}
-	return true;
 }
 
 void ag_reloc_upgrade(void)
@@ -191,10 +235,10 @@ void ag_reloc_upgrade(void)
 	memset(&l, 0, sizeof l);
 	for (size_t i = 0; i < nqueue; i++)
 		round_v[i] = queue[i];
-	__atomic_store_n(&acks, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&nasked, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&round_n, nqueue, __ATOMIC_RELEASE);
 	ag_for_other_threads(look_at, &l);
-	if (!wait_acks(l.expected)) {
+	if (!wait_acks()) {
 		/* A thread that cannot take the signal now (stopped, say) may
 		 * still be inside: never write the jumps; a late handler finds
 		 * no round and changes nothing.  The windows' int3s go (a signal
@@ -211,7 +255,7 @@ void ag_reloc_upgrade(void)
 		ag_patch_revert(starts, n);
 		ag_instrument_unlock();
 		ag_log("relocate: %d of %d threads did not answer within %ld ms; %zu relocated "
-		       "windows put back, and no more are used", l.expected - acks, l.expected,
+		       "windows put back, and no more are used", unanswered(false), (int)nasked,
 		       ROUND_TIMEOUT_NS / 1000000, n);
 		return;
 	}

@@ -142,10 +142,11 @@ typedef struct ag_patch {
 } ag_patch;
 
 int ag_patch_init(char *err, size_t errlen);
-/* Apply a batch with the int3-first protocol (see the comment in patch.c). */
+/* Apply patches with the int3-first protocol (see the comment in patch.c),
+ * in batches of the pending table's size. */
 int ag_patch_apply(ag_patch *p, size_t n);
-/* Undo and forget the patches at these addresses (sorted ascending). */
-int ag_patch_revert(const uint64_t *sorted, size_t n);
+/* Undo and forget the patches at these addresses (sorted in place). */
+int ag_patch_revert(uint64_t *addrs, size_t n);
 /* Restore the original bytes of every patch ever applied. */
 int ag_patch_restore_all(void);
 /* A site whose int3 stays: a thread hitting it goes to `redirect`;

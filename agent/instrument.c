@@ -23,7 +23,6 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -178,15 +177,22 @@ static uint64_t plt_slot(uint64_t stub)
  * would search after the wrong object, dlopen would use the wrong search
  * path).  Their sites get an area that keeps the real return address.
  */
+/* Is the function named one of names[0..n)? */
+static bool named_one_of(const ag_module *m, uint32_t func, const char *const *names, size_t n)
+{
+	const char *name = ca_str(m->ca, ca_module_funcs(m->ca, NULL)[func].name);
+
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(name, names[i]) == 0)
+			return true;
+	return false;
+}
+
 static bool caller_sensitive(const ag_module *m, uint32_t func)
 {
 	static const char *const names[] = { "dlsym", "dlvsym", "dlopen", "dlmopen" };
-	const char *n = ca_str(m->ca, ca_module_funcs(m->ca, NULL)[func].name);
 
-	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-		if (strcmp(n, names[i]) == 0)
-			return true;
-	return false;
+	return named_one_of(m, func, names, sizeof names / sizeof *names);
 }
 
 /*
@@ -204,17 +210,12 @@ static bool signals_blocked(const ag_module *m, uint32_t func)
 	static const char *const names[] = { "__spawni_child", "__spawnix", "start_thread" };
 	const ca_func *f = ca_module_funcs(m->ca, NULL) + func;
 	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + f->addr);
-	const char *n = ca_str(m->ca, f->name);
 
 	if (f->size >= 6 && memcmp(code, "\xf3\x0f\x1e\xfa", 4) == 0)
 		code += 4;                      /* endbr64 */
 	if (code[0] == 0x31 && code[1] == 0xed)
 		return true;                    /* xor %ebp,%ebp: a thread's or process's start */
-
-	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-		if (strcmp(n, names[i]) == 0)
-			return true;
-	return false;
+	return named_one_of(m, func, names, sizeof names / sizeof *names);
 }
 
 /* Where a site leads.  0 ok; -1 when the callee is unknown (not yet bound,
@@ -889,9 +890,7 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 			todo_add(t, m, s->callee, 1);
 		site_saved *sv = m->site_saved ? m->site_saved[si] : NULL;
 
-		if (sv && ((sv->reloc && ag_reloc_gave_up()) ||
-			   (!sv->reloc && sv->p.len == 1 && sv->p.new[0] == 0xcc &&
-			    ag_trap_site_retired(sv->p.addr)))) {
+		if (sv && ((sv->reloc && ag_reloc_gave_up()) || ag_trap_site_retired(sv->p.addr))) {
 			skipped_plan++;         /* a window not used any more, a hot trap */
 		} else if (sv) {
 			/* Patched in an earlier activation: the same area again. */

@@ -87,6 +87,35 @@ static bool code_range(const struct dl_phdr_info *info, uint64_t *lo, uint64_t *
 /* The agent reads functions and call sites only (ca_options.calls_only). */
 static const ca_options calls_view = { .calls_only = 1 };
 
+/* The module's code analysis: its repository entry, else analysed now. */
+static int analysis_of(const ag_module *m, ca_module **ca, int *from_repo, sp_err *e)
+{
+	return ca_repo_get(ag_repo_dir[0] ? ag_repo_dir : NULL, m->path, &calls_view, ca,
+			   from_repo, e);
+}
+
+static void log_module(const ag_module *m, int from_repo)
+{
+	ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
+	       (unsigned long)m->bias, ca_module_stats(m->ca)->nfuncs, ca_module_stats(m->ca)->nsites,
+	       from_repo ? "from the repository" : "analysed now");
+}
+
+/* Its pool and function states now (see ag_module_ready), or say why not. */
+static void make_ready(ag_module *m)
+{
+	if (!ag_module_ready(m))
+		ag_log("module %s: no patch-area pool; it will not be traced", m->path);
+}
+
+/* Add m to the list; readers see it whole. */
+static void publish(ag_module *m)
+{
+	m->index = nmodules;
+	modules[nmodules] = m;
+	__atomic_store_n(&nmodules, nmodules + 1, __ATOMIC_RELEASE);
+}
+
 static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	load_ctx *lc = arg;
@@ -129,13 +158,10 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 			ag_log("module %s not traced: %s", m->path, e.msg);
 			return 0;
 		}
-		m->index = nmodules;
-		modules[nmodules] = m;
-		__atomic_store_n(&nmodules, nmodules + 1, __ATOMIC_RELEASE);
+		publish(m);
 		return 0;
 	}
-	if (ca_repo_get(ag_repo_dir[0] ? ag_repo_dir : NULL, m->path, &calls_view, &m->ca,
-			&from_repo, &e)) {
+	if (analysis_of(m, &m->ca, &from_repo, &e)) {
 		if (nmodules == 0) {
 			snprintf(lc->err, lc->errlen, "analysing %.1000s: %.1000s", m->path, e.msg);
 			lc->failed = 1;
@@ -145,12 +171,8 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 		return 0;
 	}
 	snprintf(m->key, sizeof m->key, "%s", ca_module_key(m->ca));
-	m->index = nmodules;
-	modules[nmodules] = m;
-	__atomic_store_n(&nmodules, nmodules + 1, __ATOMIC_RELEASE);  /* readers see it whole */
-	ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
-	       (unsigned long)m->bias, ca_module_stats(m->ca)->nfuncs, ca_module_stats(m->ca)->nsites,
-	       from_repo ? "from the repository" : "analysed now");
+	publish(m);
+	log_module(m, from_repo);
 	return 0;
 }
 
@@ -196,8 +218,7 @@ void ag_modules_refresh(void)
 	seen = adds;
 	dl_iterate_phdr(add_new_object, &lc);
 	for (uint32_t i = before; i < nmodules; i++) {
-		if (!ag_module_ready(modules[i]))
-			ag_log("module %s: no patch-area pool; it will not be traced", modules[i]->path);
+		make_ready(modules[i]);
 		ag_meta_module(modules[i]);
 	}
 }
@@ -219,8 +240,7 @@ int ag_modules_init(char *err, size_t errlen, bool defer)
 		return 0;
 	/* Pools now, while it is safe to register unwind information. */
 	for (uint32_t i = 0; i < nmodules; i++)
-		if (!ag_module_ready(modules[i]))
-			ag_log("module %s: no patch-area pool; it will not be traced", modules[i]->path);
+		make_ready(modules[i]);
 	return 0;
 }
 
@@ -254,8 +274,7 @@ void ag_modules_load(void)
 
 		if (m->ca)
 			continue;
-		if (ca_repo_get(ag_repo_dir[0] ? ag_repo_dir : NULL, m->path, &calls_view, &ca,
-				&from_repo, &e)) {
+		if (analysis_of(m, &ca, &from_repo, &e)) {
 			ag_log("module %s not traced: %s", m->path, e.msg);
 			continue;
 		}
@@ -263,12 +282,9 @@ void ag_modules_load(void)
 		 * under it (threads.c), never one half made. */
 		ag_instrument_lock();
 		__atomic_store_n(&m->ca, ca, __ATOMIC_RELEASE);
-		if (!ag_module_ready(m))
-			ag_log("module %s: no patch-area pool; it will not be traced", m->path);
+		make_ready(m);
 		ag_instrument_unlock();
-		ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
-		       (unsigned long)m->bias, ca_module_stats(ca)->nfuncs,
-		       ca_module_stats(ca)->nsites, from_repo ? "from the repository" : "analysed now");
+		log_module(m, from_repo);
 		ok++;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &ts);

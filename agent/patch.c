@@ -369,7 +369,8 @@ static int write_step(ag_patch **order, size_t n, enum step st)
 	return 0;
 }
 
-int ag_patch_apply(ag_patch *p, size_t n)
+/* One batch of at most MAX_PENDING patches (the pending table's size). */
+static int apply_batch(ag_patch *p, size_t n)
 {
 	static ag_patch *order[MAX_PENDING];     /* under the patch lock */
 	static const uint8_t int3 = 0xcc;
@@ -377,7 +378,7 @@ int ag_patch_apply(ag_patch *p, size_t n)
 
 	if (n == 0)
 		return 0;
-	if (n > MAX_PENDING || napplied + n > MAX_APPLIED)
+	if (napplied + n > MAX_APPLIED)
 		return -1;
 	lock();
 	memcpy((void *)pending, p, n * sizeof *p);
@@ -414,6 +415,16 @@ int ag_patch_apply(ag_patch *p, size_t n)
 	return rc;
 }
 
+/* Any number of patches: batches of MAX_PENDING, in order, until one fails. */
+int ag_patch_apply(ag_patch *p, size_t n)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i += MAX_PENDING)
+		rc = apply_batch(p + i, n - i < MAX_PENDING ? n - i : MAX_PENDING);
+	return rc;
+}
+
 bool ag_trap_site_retired(uint64_t addr)
 {
 	struct trap_site *t = trap_site_at(addr);
@@ -438,13 +449,6 @@ void ag_traps_retire_hot(void)
 		    __atomic_load_n(&trap_sites[h].hits, __ATOMIC_RELAXED) >= TRAP_HOT) {
 			trap_sites[h].retired = 1;
 			addrs[n++] = trap_sites[h].addr;
-		}
-	for (size_t i = 1; i < n; i++)          /* ascending, for ag_patch_revert */
-		for (size_t j = i; j > 0 && addrs[j - 1] > addrs[j]; j--) {
-			uint64_t t = addrs[j];
-
-			addrs[j] = addrs[j - 1];
-			addrs[j - 1] = t;
 		}
 	if (n && ag_patch_revert(addrs, n) == 0) {
 		traps_retired += n;
@@ -507,9 +511,32 @@ static void make_undo(ag_patch *p, size_t n)
 	}
 }
 
-static int cmp_u64(uint64_t a, uint64_t b)
+/* Ascending; a heap sort (no allocation, as for sort_by_addr). */
+static void sort_u64(uint64_t *a, size_t n)
 {
-	return a < b ? -1 : a > b;
+	for (size_t i = n / 2, end = n; end > 1;) {
+		size_t root;
+
+		if (i > 0) {
+			root = --i;
+		} else {
+			uint64_t t = a[0];
+
+			a[0] = a[--end];
+			a[end] = t;
+			root = 0;
+		}
+		for (size_t child; (child = 2 * root + 1) < end; root = child) {
+			if (child + 1 < end && a[child + 1] > a[child])
+				child++;
+			if (a[root] >= a[child])
+				break;
+			uint64_t t = a[root];
+
+			a[root] = a[child];
+			a[child] = t;
+		}
+	}
 }
 
 /* Is x among the n sorted addresses? */
@@ -519,11 +546,10 @@ static bool among(const uint64_t *sorted, size_t n, uint64_t x)
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int c = cmp_u64(sorted[mid], x);
 
-		if (c == 0)
+		if (sorted[mid] == x)
 			return true;
-		if (c < 0)
+		if (sorted[mid] < x)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -533,18 +559,21 @@ static bool among(const uint64_t *sorted, size_t n, uint64_t x)
 
 /*
  * Put back the original bytes of every patch applied at these addresses
- * (sorted) and forget them, as if they had never been applied: relocated
- * windows whose jumps cannot be written (relocate.c).  The instrument lock
- * is held, so nothing else applies meanwhile.
+ * (sorted here, in place) and forget them, as if they had never been
+ * applied: relocated windows whose jumps cannot be written (relocate.c),
+ * hot traps (ag_traps_retire_hot).  The instrument lock is held, so nothing
+ * else applies meanwhile.
  */
-int ag_patch_revert(const uint64_t *sorted, size_t n)
+int ag_patch_revert(uint64_t *addrs, size_t n)
 {
 	static ag_patch undo[MAX_PENDING];      /* under the instrument lock */
+	const uint64_t *sorted = addrs;
 	size_t k = 0, kept = 0;
 	int rc = 0;
 
 	if (n == 0)
 		return 0;
+	sort_u64(addrs, n);
 	lock();
 	for (size_t i = 0; i < napplied; i++) {
 		if (among(sorted, n, applied[i].addr) && k < MAX_PENDING)
@@ -577,7 +606,12 @@ int ag_patch_restore_all(void)
 
 	lock();
 	n = napplied;
-	undo = n ? ag_alloc(n * sizeof *undo) : NULL;   /* apply() appends to `applied` */
+	/* A copy (apply() appends to `applied`), unmapped after: a stop may
+	 * come a thousand times, ag_alloc never gives memory back. */
+	undo = n ? mmap(NULL, n * sizeof *undo, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : NULL;
+	if (undo == MAP_FAILED)
+		undo = NULL;
 	if (undo)
 		memcpy(undo, applied, n * sizeof *undo);
 	napplied = 0;
@@ -585,11 +619,9 @@ int ag_patch_restore_all(void)
 	if (n && !undo)
 		return -1;
 	make_undo(undo, n);
-	rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i += MAX_PENDING) {
-		size_t k = n - i < MAX_PENDING ? n - i : MAX_PENDING;
-		rc = ag_patch_apply(undo + i, k);
-	}
+	rc = ag_patch_apply(undo, n);
+	if (undo)
+		munmap(undo, n * sizeof *undo);
 	lock();
 	napplied = 0;       /* the restore batches were recorded as applied: forget them */
 	unlock();

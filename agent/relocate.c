@@ -64,8 +64,9 @@ static size_t nqueue;
 static uint64_t nqueued, nupgraded;
 static bool given_up;              /* a round timed out: windows stay traps */
 
-/* The round in progress, read by the signal handlers. */
-static ag_reloc *volatile round_v[QUEUE_MAX];
+/* The round in progress: its windows are queue[0..round_n), read by the
+ * signal handlers (the queue does not change while the round holds the
+ * instrument lock). */
 static volatile size_t round_n;
 
 /* The threads asked this round, and which have answered.  A SIGTRAP is
@@ -75,20 +76,6 @@ static volatile size_t round_n;
 static int asked_tid[ASKED_MAX];
 static volatile int answered[ASKED_MAX];
 static volatile int nasked;
-
-/* Insertion sort: the queue is short, and this runs with the instrument
- * lock held (no malloc, no qsort). */
-static void sort_u64(uint64_t *a, size_t n)
-{
-	for (size_t i = 1; i < n; i++) {
-		uint64_t x = a[i];
-		size_t j = i;
-
-		for (; j > 0 && a[j - 1] > x; j--)
-			a[j] = a[j - 1];
-		a[j] = x;
-	}
-}
 
 bool ag_reloc_gave_up(void)
 {
@@ -116,28 +103,30 @@ void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded)
 	*upgraded = nupgraded;
 }
 
-static ag_reloc *window_at(uint64_t pc)
+/* The round's window pc stands inside (past its first byte), -1 if none
+ * (windows never overlap: each holds one call). */
+static ssize_t window_at(uint64_t pc)
 {
 	size_t n = __atomic_load_n(&round_n, __ATOMIC_ACQUIRE);
 
 	for (size_t i = 0; i < n; i++)
-		if (pc > round_v[i]->start && pc < round_v[i]->end)
-			return round_v[i];
-	return NULL;
+		if (pc > queue[i]->start && pc < queue[i]->end)
+			return (ssize_t)i;
+	return -1;
 }
 
 bool ag_reloc_trap(siginfo_t *si, ucontext_t *uc)
 {
 	uint64_t pc;
-	ag_reloc *r;
+	ssize_t w;
 
 	if (si->si_code != SI_QUEUE || si->si_pid != getpid() ||
 	    si->si_value.sival_ptr != (void *)quiesce_magic)
 		return false;
 	pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
-	r = window_at(pc);
-	if (r)
-		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(r->copy + (pc - r->start));
+	w = window_at(pc);
+	if (w >= 0)
+		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(queue[w]->copy + (pc - queue[w]->start));
 	int tid = (int)syscall(SYS_gettid), n = __atomic_load_n(&nasked, __ATOMIC_ACQUIRE);
 
 	for (int i = 0; i < n; i++)
@@ -161,9 +150,10 @@ static int look_at(int tid, void *arg)
 	 * thread that woke up while it looked): ask it like a running one (if
 	 * it is gone, the signal cannot be queued and nobody waits for it). */
 	if (where == 1) {
-		for (size_t i = 0; i < round_n; i++)
-			if (pc > round_v[i]->start && pc < round_v[i]->end)
-				l->busy[i] = true;
+		ssize_t w = window_at(pc);
+
+		if (w >= 0)
+			l->busy[w] = true;
 		return 0;
 	}
 	if (nasked < ASKED_MAX && ag_queue_sigtrap(tid, quiesce_magic)) {
@@ -233,8 +223,6 @@ void ag_reloc_upgrade(void)
 		return;
 	}
 	memset(&l, 0, sizeof l);
-	for (size_t i = 0; i < nqueue; i++)
-		round_v[i] = queue[i];
 	__atomic_store_n(&nasked, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&round_n, nqueue, __ATOMIC_RELEASE);
 	ag_for_other_threads(look_at, &l);
@@ -250,7 +238,6 @@ void ag_reloc_upgrade(void)
 		given_up = true;
 		for (size_t i = 0; i < n; i++)
 			starts[i] = queue[i]->start;
-		sort_u64(starts, n);
 		nqueue = 0;
 		ag_patch_revert(starts, n);
 		ag_instrument_unlock();
@@ -266,12 +253,8 @@ void ag_reloc_upgrade(void)
 			jumps[nj++] = queue[i]->jump;
 	}
 	__atomic_store_n(&round_n, 0, __ATOMIC_RELEASE);
-	for (size_t i = 0; i < nj; i += 4096) {
-		size_t k = nj - i < 4096 ? nj - i : 4096;   /* ag_patch_apply's batch */
-
-		if (ag_patch_apply(jumps + i, k) == 0)
-			nupgraded += k;
-	}
+	if (ag_patch_apply(jumps, nj) == 0)
+		nupgraded += nj;
 	memcpy(queue, later, nlater * sizeof *later);
 	nqueue = nlater;
 	ag_instrument_unlock();

@@ -43,6 +43,10 @@ int cli_meta_end(const char *dir, char *why, size_t len);
 int cli_exec_successor(const char *dir, char *sub, size_t len);
 /* The "KEY value" lines of DIR/meta: how many, and the last value in *val. */
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len);
+/* Wait until DIR/meta has more than `before` KEY lines (1), the trace ends
+ * (-1, the reason in *why) or `timeout` seconds pass (0); *ms: how long. */
+int cli_meta_wait(const char *dir, const char *key, int before, double timeout, double *ms,
+		  char *why, size_t len);
 
 /* A one-line progress indicator on stderr when it is a terminal. */
 void cli_progress(const char *what, size_t done, size_t total);

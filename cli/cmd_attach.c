@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "injector.h"
@@ -54,26 +53,6 @@ static void agent_reason(const char *dir, char *why, size_t len)
 {
 	if (!cli_meta_end(dir, why, len))
 		snprintf(why, len, "see %.500s/agent.log", dir);
-}
-
-/* Milliseconds until meta says "activated", -1 after `timeout` seconds. */
-static double tracing_after(const char *dir, double timeout)
-{
-	struct timespec t0, now, nap = { 0, 5000000 };
-	char val[256];
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		double ms;
-
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) / 1e6;
-		if (cli_meta_get(dir, TRACE_META_ACTIVATED, val, sizeof val) > 0)
-			return ms;
-		if (ms > timeout * 1e3)
-			return -1;
-		nanosleep(&nap, NULL);
-	}
 }
 
 int cmd_attach(int argc, char **argv)
@@ -187,9 +166,16 @@ int cmd_attach(int argc, char **argv)
 	if (strcmp(on, "timer 0") == 0) {
 		/* Tracing starts once the agent has read the modules' code
 		 * analyses, which it does after it is in (modules.c). */
-		double ms = tracing_after(absdir, timeout);
+		double ms;
+		int got = cli_meta_wait(absdir, TRACE_META_ACTIVATED, 0, timeout, &ms, why, sizeof why);
 
-		if (ms < 0) {
+		if (got < 0) {
+			printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
+			       "the trace ended before tracing began (%s; see %s/agent.log); trace in "
+			       "%s\n", (int)pid, r.total_ms, (int)r.tid, r.pause_ms, why, absdir, absdir);
+			return 1;
+		}
+		if (got == 0) {
 			printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
 			       "not tracing yet after %.0f s (see %s/agent.log); trace in %s\n",
 			       (int)pid, r.total_ms, (int)r.tid, r.pause_ms, timeout, absdir, absdir);

@@ -89,7 +89,7 @@ static int tracing_now(const char *dir)
 static int control_one(const command *cmd, const char *reg, const char *pid, double timeout)
 {
 	char link[PATH_MAX], dir[PATH_MAX], fifo[PATH_MAX + 16], why[512];
-	struct timespec t0, now;
+	double ms;
 	ssize_t n;
 	int fd;
 
@@ -140,25 +140,21 @@ static int control_one(const command *cmd, const char *reg, const char *pid, dou
 				 strerror(errno));
 	}
 	close(fd);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		if (cli_meta_get(dir, cmd->confirm, why, sizeof why) > before) {
-			if (cmd == &activate_cmd)
-				printf("sptrace: pid %s: tracing; trace in %s\n", pid, dir);
-			else
-				printf("sptrace: pid %s: tracing stopped, code restored; the agent "
-				       "is dormant ('sptrace activate %s' starts again); trace in %s\n",
-				       pid, pid, dir);
-			return 0;
-		}
-		if (cli_meta_end(dir, why, sizeof why))
-			return cli_error("%s: pid %s: the trace ended (%s) before the agent "
-					 "answered; see %s/agent.log", cmd->name, pid, why, dir);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9 > timeout)
-			return cli_error("%s: pid %s: no confirmation from the agent within %.0f s; "
-					 "see %s/agent.log", cmd->name, pid, timeout, dir);
-		usleep(10000);
+	switch (cli_meta_wait(dir, cmd->confirm, before, timeout, &ms, why, sizeof why)) {
+	case 1:
+		if (cmd == &activate_cmd)
+			printf("sptrace: pid %s: tracing; trace in %s\n", pid, dir);
+		else
+			printf("sptrace: pid %s: tracing stopped, code restored; the agent "
+			       "is dormant ('sptrace activate %s' starts again); trace in %s\n",
+			       pid, pid, dir);
+		return 0;
+	case -1:
+		return cli_error("%s: pid %s: the trace ended (%s) before the agent "
+				 "answered; see %s/agent.log", cmd->name, pid, why, dir);
+	default:
+		return cli_error("%s: pid %s: no confirmation from the agent within %.0f s; "
+				 "see %s/agent.log", cmd->name, pid, timeout, dir);
 	}
 }
 

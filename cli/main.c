@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sp.h"
@@ -98,6 +99,26 @@ int cli_meta_get(const char *dir, const char *key, char *val, size_t len)
 int cli_meta_end(const char *dir, char *why, size_t len)
 {
 	return cli_meta_get(dir, TRACE_META_END, why, len);
+}
+
+int cli_meta_wait(const char *dir, const char *key, int before, double timeout, double *ms,
+		  char *why, size_t len)
+{
+	struct timespec t0, now, nap = { 0, 5000000 };
+	char val[512];
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		*ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) / 1e6;
+		if (cli_meta_get(dir, key, val, sizeof val) > before)
+			return 1;
+		if (cli_meta_end(dir, why, len))
+			return -1;
+		if (*ms > timeout * 1e3)
+			return 0;
+		nanosleep(&nap, NULL);
+	}
 }
 
 /* The image traced in `dir` exec'd another: the subdirectory its trace is

@@ -1099,31 +1099,40 @@ static void arena_free(void *data, void *p)
 static int parse_payload(const uint8_t *payload, size_t plen, const char *key,
 			 unpack_arena *arena, bool calls_only, ca_module **out, sp_err *err);
 
+/* The header of an entry of `size` bytes: magic, version, and a payload
+ * length that fills the rest of the file exactly (*plen). */
+static int check_header(const uint8_t *hdr, size_t size, uint64_t *plen, sp_err *err)
+{
+	if (size < REPO_HDR_SIZE)
+		return sp_fail(err, "truncated: %zu of %d header bytes", size,
+			       REPO_HDR_SIZE);
+	if (memcmp(hdr, REPO_MAGIC, 8) != 0)
+		return sp_fail(err, "not a repository entry (bad magic)");
+	if (get_le32(hdr + 8) != REPO_HDR_VERSION)
+		return sp_fail(err, "header version %u, this reader knows %d",
+			       get_le32(hdr + 8), REPO_HDR_VERSION);
+	*plen = get_le64(hdr + 16);
+	if (*plen > REPO_MAX_ENTRY)
+		return sp_fail(err, "payload length %llu in the header is "
+			       "implausible", (unsigned long long)*plen);
+	if (size - REPO_HDR_SIZE < *plen)
+		return sp_fail(err, "truncated: %zu of %llu bytes", size,
+			       (unsigned long long)(*plen + REPO_HDR_SIZE));
+	if (size - REPO_HDR_SIZE > *plen)
+		return sp_fail(err, "%zu bytes of trailing garbage after the "
+			       "payload", size - REPO_HDR_SIZE - (size_t)*plen);
+	return 0;
+}
+
 static int parse_entry(const uint8_t *buf, size_t size, const char *key,
 		       unpack_arena *arena, ca_module **out, sp_err *err)
 {
 	uint64_t plen;
 	uint32_t crc, want;
 
-	if (size < REPO_HDR_SIZE)
-		return sp_fail(err, "truncated: %zu of %d header bytes", size,
-			       REPO_HDR_SIZE);
-	if (memcmp(buf, REPO_MAGIC, 8) != 0)
-		return sp_fail(err, "not a repository entry (bad magic)");
-	if (get_le32(buf + 8) != REPO_HDR_VERSION)
-		return sp_fail(err, "header version %u, this reader knows %d",
-			       get_le32(buf + 8), REPO_HDR_VERSION);
+	if (check_header(buf, size, &plen, err) < 0)
+		return -1;
 	want = get_le32(buf + 12);
-	plen = get_le64(buf + 16);
-	if (plen > REPO_MAX_ENTRY)
-		return sp_fail(err, "payload length %llu in the header is "
-			       "implausible", (unsigned long long)plen);
-	if (size - REPO_HDR_SIZE < plen)
-		return sp_fail(err, "truncated: %zu of %llu bytes", size,
-			       (unsigned long long)(plen + REPO_HDR_SIZE));
-	if (size - REPO_HDR_SIZE > plen)
-		return sp_fail(err, "%zu bytes of trailing garbage after the "
-			       "payload", size - REPO_HDR_SIZE - (size_t)plen);
 	crc = (uint32_t)crc32_z(0, buf + REPO_HDR_SIZE, plen);
 	if (crc != want)
 		return sp_fail(err, "checksum mismatch (header says 0x%08x, "
@@ -1316,17 +1325,10 @@ static int load_calls(int fd, size_t size, const char *key, ca_module **out, sp_
 	uint8_t *buf;
 	int rc;
 
-	if (size < REPO_HDR_SIZE || pread_all(fd, hdr, REPO_HDR_SIZE, 0) < 0)
-		return sp_fail(err, "truncated: %zu of %d header bytes", size, REPO_HDR_SIZE);
-	if (memcmp(hdr, REPO_MAGIC, 8) != 0)
-		return sp_fail(err, "not a repository entry (bad magic)");
-	if (get_le32(hdr + 8) != REPO_HDR_VERSION)
-		return sp_fail(err, "header version %u, this reader knows %d",
-			       get_le32(hdr + 8), REPO_HDR_VERSION);
-	plen = get_le64(hdr + 16);
-	if (plen > REPO_MAX_ENTRY || plen != size - REPO_HDR_SIZE)
-		return sp_fail(err, "payload length %llu in the header, %zu bytes in the file",
-			       (unsigned long long)plen, size - REPO_HDR_SIZE);
+	if (size >= REPO_HDR_SIZE && pread_all(fd, hdr, REPO_HDR_SIZE, 0) < 0)
+		return sp_fail(err, "truncated: the header is not all there");
+	if (check_header(hdr, size, &plen, err) < 0)
+		return -1;
 	end = REPO_HDR_SIZE + plen;
 	for (pos = REPO_HDR_SIZE; pos < end;) {
 		size_t n = end - pos < sizeof h ? (size_t)(end - pos) : sizeof h, kl, ll;

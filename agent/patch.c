@@ -85,6 +85,7 @@ static uint64_t traps_retired;
 static volatile uint64_t act_addr;
 static volatile uint8_t act_old;
 static volatile int act_fd = -1;          /* perf breakpoint, -1: the int3 */
+static volatile uint64_t act_was;         /* the perf breakpoint's address, once disarmed */
 static void (*act_handler)(struct ucontext_t *uc);
 
 void ag_serialize_cores(void)
@@ -179,6 +180,11 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;
 		return;
 	}
+	/* The breakpoint fired on other threads too, at the same moment, and
+	 * their signals come after the first one disarmed it: nothing to do
+	 * but run the entry's instruction (a default SIGTRAP would kill). */
+	if (si->si_code == TRAP_PERF && act_was && pc + 1 == act_was)
+		return;
 	/*
 	 * SIGTRAP is not a real-time signal: while one is pending, another is
 	 * dropped.  A thread that executes one of our int3s while the agent's
@@ -716,6 +722,7 @@ void ag_trap_disarm(void)
 	}
 	nthread_bps = 0;
 	if (act_fd >= 0) {
+		act_was = act_addr;
 		ioctl(act_fd, PERF_EVENT_IOC_DISABLE, 0);
 		close(act_fd);
 		act_fd = -1;

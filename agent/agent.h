@@ -14,13 +14,16 @@
  *                 activation trap (hardware breakpoint)
  *   pool.c        executable memory within +-2 GiB of a module
  *   ring.c        per-thread trace rings in shared files
- *   threads.c     threads started after activation; fork
+ *   threads.c     threads started after activation; coroutines and
+ *                 context switches; fork
  *   signals.c     signal handlers traced from their start
  *   activate.c    activation in mid-run: stack walks, return stubs
  *   control.c     sptrace stop/activate, the timer; modules dlopen'd later
  *   exec.c        the agent carried into an exec'd image
+ *   hooks.c       the interposers' table; GOT hooks when attached
  *   x86_64/       the instruction-level parts: area code (emit.c),
- *                 trampolines (tramp.S), unwind information (unwind.c)
+ *                 trampolines (tramp.S), unwind information (unwind.c),
+ *                 the context-switch stubs (context.S)
  *
  * Nothing on the hot path allocates or makes a system call; the slow paths
  * (first call of a function, a thread's first record) may run in a signal
@@ -101,6 +104,7 @@ void ag_leave(trace_ring_header *ring);
 bool ag_active(void);                      /* activated and not stopped */
 bool ag_busy(void);                        /* agent code runs on this thread */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
+void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key); /* CTX_* events */
 void ag_rings_close_all(void);
 void ag_rings_event_all(uint32_t event);   /* an event in every ring */
 int ag_rings_init(void);
@@ -300,6 +304,11 @@ extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore *
 extern char ag_tramp_return[];    /* root function's return: exit record */
 extern char ag_tramp_retpoint[];  /* a return stub's common part (activate.c) */
 
+/* ---- x86_64/context.S: getcontext, setcontext, swapcontext ---- */
+enum { AG_CTX_GET = 0, AG_CTX_SET = 1, AG_CTX_SWAP = 2 };
+/* threads.c: record the switch; returns the C library's function to go on to */
+uint64_t ag_context_note(unsigned which, const void *a, const void *b) AG_HIDDEN;
+
 enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIRECT = 4 };
 uint64_t ag_slow(uint64_t request) AG_HIDDEN;   /* the answer goes back in r11 */
 uint64_t ag_root_return(void) AG_HIDDEN;
@@ -330,6 +339,8 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 
 /* ---- hooks.c ---- */
 void ag_hooks_install(void);           /* attached: GOT slots to the interposers */
+void ag_hooks_init(bool attached);     /* find the C library's functions behind them */
+uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at addr, or 0 */
 
 /* ---- exec.c ---- */
 void ag_exec_init(const char *ring_bytes);

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <ucontext.h>
@@ -29,51 +30,84 @@
 
 typedef struct hook {
 	const char *name;
-	void *fn;
+	void *fn;                /* the agent's */
+	uint64_t real;           /* the C library's, once ag_hooks_init ran */
 } hook;
 
-/* The agent's interposers (AG_EXPORT in signals.c, threads.c, exec.c). */
+/* The agent's interposers (AG_EXPORT in signals.c, threads.c, exec.c,
+ * events.c; the context functions in x86_64/context.S). */
 extern int sigaction(int, const struct sigaction *, struct sigaction *);
 extern int pthread_sigmask(int, const sigset_t *, sigset_t *);
 extern int sigprocmask(int, const sigset_t *, sigset_t *);
 extern int sigsuspend(const sigset_t *);
+
+static hook hooks[] = {
+	{ "sigaction", (void *)sigaction, 0 },
+	{ "signal", (void *)signal, 0 },
+	{ "pthread_sigmask", (void *)pthread_sigmask, 0 },
+	{ "sigprocmask", (void *)sigprocmask, 0 },
+	{ "sigsuspend", (void *)sigsuspend, 0 },
+	{ "pthread_create", (void *)pthread_create, 0 },
+	{ "makecontext", (void *)makecontext, 0 },
+	{ "getcontext", (void *)getcontext, 0 },
+	{ "setcontext", (void *)setcontext, 0 },
+	{ "swapcontext", (void *)swapcontext, 0 },
+	{ "execve", (void *)execve, 0 },
+	{ "posix_spawn", (void *)posix_spawn, 0 },
+	{ "posix_spawnp", (void *)posix_spawnp, 0 },
+	{ "execv", (void *)execv, 0 },
+	{ "execvp", (void *)execvp, 0 },
+	{ "execvpe", (void *)execvpe, 0 },
+	{ "execl", (void *)execl, 0 },
+	{ "execlp", (void *)execlp, 0 },
+	{ "execle", (void *)execle, 0 },
+	{ "fexecve", (void *)fexecve, 0 },
+	{ "system", (void *)system, 0 },
+	{ "accept", (void *)accept, 0 },
+	{ "accept4", (void *)accept4, 0 },
+	{ "recv", (void *)recv, 0 },
+	{ "recvfrom", (void *)recvfrom, 0 },
+	{ "recvmsg", (void *)recvmsg, 0 },
+};
+
+#define NHOOKS (sizeof hooks / sizeof *hooks)
 
 static uint64_t agent_lo;
 static unsigned hooked;
 
 static void *hook_for(const char *name)
 {
-	static hook hooks[32];
-	static size_t n;
-
-	if (!n) {
-		hooks[n++] = (hook){ "sigaction", (void *)sigaction };
-		hooks[n++] = (hook){ "signal", (void *)signal };
-		hooks[n++] = (hook){ "pthread_sigmask", (void *)pthread_sigmask };
-		hooks[n++] = (hook){ "sigprocmask", (void *)sigprocmask };
-		hooks[n++] = (hook){ "sigsuspend", (void *)sigsuspend };
-		hooks[n++] = (hook){ "pthread_create", (void *)pthread_create };
-		hooks[n++] = (hook){ "makecontext", (void *)makecontext };
-		hooks[n++] = (hook){ "execve", (void *)execve };
-		hooks[n++] = (hook){ "posix_spawn", (void *)posix_spawn };
-		hooks[n++] = (hook){ "posix_spawnp", (void *)posix_spawnp };
-		hooks[n++] = (hook){ "execv", (void *)execv };
-		hooks[n++] = (hook){ "execvp", (void *)execvp };
-		hooks[n++] = (hook){ "execvpe", (void *)execvpe };
-		hooks[n++] = (hook){ "execl", (void *)execl };
-		hooks[n++] = (hook){ "execlp", (void *)execlp };
-		hooks[n++] = (hook){ "execle", (void *)execle };
-		hooks[n++] = (hook){ "fexecve", (void *)fexecve };
-		hooks[n++] = (hook){ "accept", (void *)accept };
-		hooks[n++] = (hook){ "accept4", (void *)accept4 };
-		hooks[n++] = (hook){ "recv", (void *)recv };
-		hooks[n++] = (hook){ "recvfrom", (void *)recvfrom };
-		hooks[n++] = (hook){ "recvmsg", (void *)recvmsg };
-	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < NHOOKS; i++)
 		if (strcmp(hooks[i].name, name) == 0)
 			return hooks[i].fn;
 	return NULL;
+}
+
+/*
+ * The C library's function behind each interposer, looked up once while
+ * the agent starts (dlsym may take locks and allocate: never under the
+ * instrument lock).  Preloaded, the agent comes first and RTLD_NEXT finds
+ * the C library's; attached, the agent is not in the global scope and
+ * RTLD_DEFAULT does.
+ */
+void ag_hooks_init(bool attached)
+{
+	for (size_t i = 0; i < NHOOKS; i++) {
+		void *real = dlsym(attached ? RTLD_DEFAULT : RTLD_NEXT, hooks[i].name);
+
+		if (real != hooks[i].fn)
+			hooks[i].real = (uint64_t)(uintptr_t)real;
+	}
+}
+
+/* A call reaching the agent's interposer at addr is shown as a call of the
+ * C library's function: its address (0 if addr is not an interposer). */
+uint64_t ag_hook_real(uint64_t addr)
+{
+	for (size_t i = 0; i < NHOOKS; i++)
+		if ((uint64_t)(uintptr_t)hooks[i].fn == addr)
+			return hooks[i].real;
+	return 0;
 }
 
 static void hook_relocs(uint64_t bias, const ElfW(Rela) *rel, size_t n, const ElfW(Sym) *syms,

@@ -223,7 +223,8 @@ static bool signals_blocked(const ag_module *m, uint32_t func)
 typedef struct callee {
 	ag_module *m;
 	uint32_t func;
-	uint64_t entry;     /* run-time */
+	uint64_t entry;     /* run-time: what the site calls */
+	uint64_t named;     /* link-time address in m the trace names it by */
 	uint64_t slot;      /* run-time GOT slot, 0 for a direct site */
 } callee;
 
@@ -240,6 +241,12 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 		c->slot = m->bias + s->target;  /* a GOT slot (-fno-plt); else a variable */
 	if (c->slot) {
 		target = *(volatile uint64_t *)(uintptr_t)c->slot;
+		/* An agent interposer (pthread_create, sigaction, swapcontext,
+		 * ...) is called as it is, and named and instrumented as the C
+		 * library's function it stands for. */
+		c->entry = target;
+		if (!ag_module_of(target) && ag_hook_real(target))
+			target = ag_hook_real(target);
 		c->m = ag_module_of(target);
 		if (!c->m)
 			return -1;
@@ -248,7 +255,7 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 		    ca_module_funcs(c->m->ca, NULL)[c->func].addr != target - c->m->bias ||
 		    (ca_module_funcs(c->m->ca, NULL)[c->func].flags & CA_FUNC_PLT))
 			return -1;  /* lazy binding not done, or not a function start */
-		c->entry = target;
+		c->named = target - c->m->bias;
 		return 0;
 	}
 	if ((s->kind != CA_SITE_DIRECT && s->kind != CA_SITE_TAIL_DIRECT) || s->callee == CA_NONE)
@@ -256,6 +263,7 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 	c->m = m;
 	c->func = s->callee;
 	c->entry = m->bias + s->target;
+	c->named = s->target;
 	return 0;
 }
 
@@ -600,7 +608,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 	ts.callee_module = c.m->index;
 	ts.site_addr = s->addr;
 	ts.caller_func = funcs[s->func].addr;
-	ts.callee_func = c.entry - c.m->bias;
+	ts.callee_func = c.named;
 	ts.kind = s->kind;
 	if (caller_sensitive(c.m, c.func)) {
 		if (tail)

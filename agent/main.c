@@ -608,6 +608,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	}
 	t_mod = ns(CLOCK_MONOTONIC) - t_mod;
+	ag_hooks_init(attached);
 	if (attached)
 		ag_hooks_install();
 	write_meta();

@@ -124,6 +124,13 @@ void ag_ring_put_at(trace_ring_header *r, unsigned kind, uint32_t id, uint64_t t
 	put(r, trace_rec(kind, id, tsc));
 }
 
+/* A context event (trace_format.h): the key takes the timestamp's place. */
+void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key)
+{
+	if (r)
+		put(r, trace_rec(TRACE_EVENT, event, key));
+}
+
 int ag_rings_init(void)
 {
 	rings = ag_alloc(MAX_RINGS * sizeof *rings);

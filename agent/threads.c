@@ -108,7 +108,18 @@ typedef struct ctx_start {
 	void (*func)(void);
 	ag_module *m;
 	uint32_t f;
+	const ucontext_t *link;  /* where the context goes when func returns */
 } ctx_start;
+
+/* A context event in the ring of a thread that is tracing. */
+static void note_context(uint32_t event, const void *ucp)
+{
+	trace_ring_header *ring = ag_enter();
+
+	if (ring && ag_active())
+		ag_ring_put_key(ring, event, trace_ctx_key(ucp));
+	ag_leave(ring);
+}
 
 static void ag_context_start(unsigned hi, unsigned lo, int a0, int a1, int a2, int a3)
 {
@@ -129,6 +140,9 @@ static void ag_context_start(unsigned hi, unsigned lo, int a0, int a1, int a2, i
 	if (site && ag_active())
 		ag_ring_put(ring, TRACE_EXIT, site);
 	ag_leave(ring);
+	/* The C library goes on to uc_link (its internal setcontext). */
+	if (c->link)
+		note_context(TRACE_EV_CTX_LOAD, c->link);
 }
 
 #define CTX_MAX_ARGS 32
@@ -161,11 +175,42 @@ AG_EXPORT void makecontext(ucontext_t *ucp, void (*func)(void), int argc, ...)
 		     a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
 		     a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26],
 		     a[27], a[28], a[29], a[30], a[31]);
+		note_context(TRACE_EV_CTX_NEW, ucp);
 		return;
 	}
-	*c = (ctx_start){ func, m, f };
+	*c = (ctx_start){ func, m, f, ucp->uc_link };
 	real(ucp, (void (*)(void))ag_context_start, 6, (unsigned)((uint64_t)(uintptr_t)c >> 32),
 	     (unsigned)(uintptr_t)c, a[0], a[1], a[2], a[3]);
+	note_context(TRACE_EV_CTX_NEW, ucp);
+}
+
+/*
+ * getcontext, setcontext, swapcontext (x86_64/context.S) come here first:
+ * the context events that tell the reader which stack the thread goes on
+ * on (trace_format.h), then the C library's function.
+ */
+uint64_t ag_context_note(unsigned which, const void *a, const void *b)
+{
+	static const char *const names[] = { "getcontext", "setcontext", "swapcontext" };
+	static void *const ours[] = { (void *)getcontext, (void *)setcontext, (void *)swapcontext };
+	static uint64_t real[3];
+	uint64_t fn = __atomic_load_n(&real[which], __ATOMIC_RELAXED);
+
+	if (!fn) {
+		/* Found by ag_hooks_init when the agent started; without
+		 * SPTRACE_DIR it never did. */
+		fn = ag_hook_real((uint64_t)(uintptr_t)ours[which]);
+		if (!fn)
+			fn = (uint64_t)(uintptr_t)dlsym(RTLD_NEXT, names[which]);
+		__atomic_store_n(&real[which], fn, __ATOMIC_RELAXED);
+	}
+	if (which == AG_CTX_GET || which == AG_CTX_SWAP)
+		note_context(TRACE_EV_CTX_SAVE, a);
+	if (which == AG_CTX_SET)
+		note_context(TRACE_EV_CTX_LOAD, a);
+	if (which == AG_CTX_SWAP)
+		note_context(TRACE_EV_CTX_LOAD, b);
+	return fn;
 }
 
 /*

@@ -1023,6 +1023,9 @@ const char *an_event_name(uint32_t id, char *buf, size_t len)
 	case TRACE_EV_SIGNAL: return "signal";
 	case TRACE_EV_ACCEPT: return "accept";
 	case TRACE_EV_RECV: return "recv";
+	case TRACE_EV_CTX_SAVE: return "context saved";
+	case TRACE_EV_CTX_LOAD: return "context switch";
+	case TRACE_EV_CTX_NEW: return "context made";
 	}
 	snprintf(buf, len, "event %u", id);
 	return buf;
@@ -1391,6 +1394,13 @@ int an_iter_next(an_iter *it, an_record *r)
 		}
 		r->kind = kind;
 		r->id = trace_rec_id(raw);
+		r->key = 0;
+		if (kind == TRACE_EVENT && trace_event_has_key(r->id)) {
+			r->key = trace_rec_tsc_low(raw);
+			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;
+			it->st.nrecords++;
+			return 1;
+		}
 		r->tsc = it->high << TRACE_TSC_LOW_BITS | trace_rec_tsc_low(raw);
 		if (i < it->first_sync && it->first_sync < it->n)
 			it->st.nguessed++;
@@ -1507,6 +1517,15 @@ char *an_fmt_duration(uint64_t ns, char buf[24])
 /* Calls                                                                     */
 /* ------------------------------------------------------------------------ */
 
+/* One stack the thread runs on, once context events say it has several. */
+typedef struct shadow {
+	uint32_t *saved;         /* site ids of its calls while suspended, outermost first */
+	size_t nsaved, capsaved;
+	size_t base;             /* in the chain: the depth its calls start at */
+	int in_chain;
+	int entered;             /* the thread has run on it */
+} shadow;
+
 typedef struct calls_build {
 	an_trace *t;
 	an_call *c;
@@ -1515,6 +1534,11 @@ typedef struct calls_build {
 	size_t depth, capstack;
 	map open;                /* site id -> number of open calls of it */
 	int stopped;             /* between a DEACTIVATE and the next ACTIVATE */
+	shadow *sh;              /* stacks; [0] the thread's own (none: one stack) */
+	size_t nsh, capsh;
+	size_t *chain;           /* indices into sh, outermost first */
+	size_t nchain, capchain;
+	map keys;                /* context key -> index into sh + 1 */
 } calls_build;
 
 static an_call *call_add(calls_build *b, uint32_t kind, uint32_t id, uint64_t tsc)
@@ -1524,8 +1548,8 @@ static an_call *call_add(calls_build *b, uint32_t kind, uint32_t id, uint64_t ts
 	if (sp_grow((void **)&b->c, &b->cap, b->n + 1, sizeof *b->c))
 		return NULL;
 	c = &b->c[b->n++];
-	*c = (an_call){ kind, 0, id, (uint32_t)(b->depth > UINT32_MAX ? UINT32_MAX : b->depth),
-			0, tsc, tsc };
+	*c = (an_call){ (uint16_t)kind, 0, 0, id,
+			(uint32_t)(b->depth > UINT32_MAX ? UINT32_MAX : b->depth), 0, tsc, tsc };
 	return c;
 }
 
@@ -1581,6 +1605,138 @@ static void resync_to_caller(calls_build *b, uint32_t id, uint64_t tsc)
 		call_close(b, AN_END_UNWOUND, tsc);
 }
 
+/* ---- stacks (context events) ---- */
+
+static void stacks_free(calls_build *b)
+{
+	for (size_t i = 0; i < b->nsh; i++)
+		free(b->sh[i].saved);
+	free(b->sh);
+	free(b->chain);
+	map_free(&b->keys);
+	b->sh = NULL;
+	b->chain = NULL;
+	b->nsh = b->capsh = b->nchain = b->capchain = 0;
+}
+
+/* A new stack, not run on yet. */
+static long stack_new(calls_build *b)
+{
+	if (sp_grow((void **)&b->sh, &b->capsh, b->nsh + 1, sizeof *b->sh))
+		return -1;
+	b->sh[b->nsh] = (shadow){ 0 };
+	return (long)b->nsh++;
+}
+
+/* At the first context event: stack 0, the thread's own, with its calls. */
+static int stacks_start(calls_build *b)
+{
+	if (sp_grow((void **)&b->chain, &b->capchain, 1, sizeof *b->chain) || stack_new(b) < 0)
+		return -1;
+	b->sh[0].in_chain = b->sh[0].entered = 1;
+	b->chain[b->nchain++] = 0;
+	return 0;
+}
+
+/* Suspend the top stack of the chain: its open calls end AN_END_SWITCHED
+ * and are kept to go on when the thread comes back. */
+static int stack_suspend(calls_build *b, uint64_t tsc)
+{
+	shadow *s = &b->sh[b->chain[--b->nchain]];
+	size_t n = b->depth - s->base;
+
+	if (sp_grow((void **)&s->saved, &s->capsaved, n, sizeof *s->saved))
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		s->saved[i] = b->c[b->stack[s->base + i]].id;
+	s->nsaved = n;
+	s->in_chain = 0;
+	while (b->depth > s->base)
+		call_close(b, AN_END_SWITCHED, tsc);
+	return 0;
+}
+
+/* Put stack i on top of the chain: its suspended calls go on. */
+static int stack_resume(calls_build *b, size_t i, uint64_t tsc)
+{
+	shadow *s;
+
+	if (sp_grow((void **)&b->chain, &b->capchain, b->nchain + 1, sizeof *b->chain))
+		return -1;
+	b->chain[b->nchain++] = i;
+	s = &b->sh[i];
+	s->in_chain = 1;
+	s->base = b->depth;
+	for (size_t k = 0; k < s->nsaved; k++) {
+		map_slot *o;
+		an_call *c = call_add(b, AN_CALL, s->saved[k], tsc);
+
+		if (!c || sp_grow((void **)&b->stack, &b->capstack, b->depth + 1, sizeof *b->stack) ||
+		    !(o = map_get(&b->open, canon_id(b->t, s->saved[k]), 0)))
+			return -1;
+		c->flags = AN_CONTINUED;
+		o->val++;
+		b->stack[b->depth++] = b->n - 1;
+	}
+	s->nsaved = 0;
+	return 0;
+}
+
+/* The stack a context key names; a new one if none did. */
+static long stack_of(calls_build *b, uint64_t key)
+{
+	map_slot *k = map_get(&b->keys, key, 0);
+	long i;
+
+	if (!k)
+		return -1;
+	if (k->val)
+		return (long)k->val - 1;
+	if ((i = stack_new(b)) >= 0)
+		k->val = (uint32_t)i + 1;
+	return i;
+}
+
+static int context_event(calls_build *b, const an_record *r)
+{
+	map_slot *k;
+	an_call *c;
+	long i;
+
+	if (!b->nsh && stacks_start(b) < 0)
+		return -1;
+	switch (r->id) {
+	case TRACE_EV_CTX_SAVE:
+		if (!(k = map_get(&b->keys, r->key, 0)))
+			return -1;
+		k->val = (uint32_t)b->chain[b->nchain - 1] + 1;
+		return 0;
+	case TRACE_EV_CTX_NEW:
+		if ((i = stack_new(b)) < 0 || !(k = map_get(&b->keys, r->key, 0)))
+			return -1;
+		k->val = (uint32_t)i + 1;
+		return 0;
+	default:
+		if ((i = stack_of(b, r->key)) < 0)
+			return -1;
+		if ((size_t)i == b->chain[b->nchain - 1])
+			return 0;                       /* setcontext on the same stack */
+		if (b->sh[i].in_chain) {
+			while (b->chain[b->nchain - 1] != (size_t)i)
+				if (stack_suspend(b, r->tsc))
+					return -1;
+		}
+		if (!(c = call_add(b, AN_EVENT, r->id, r->tsc)))
+			return -1;
+		c->end = (uint32_t)i;
+		c->flags = b->sh[i].entered ? 0 : AN_NEW_STACK;
+		b->sh[i].entered = 1;
+		if (!b->sh[i].in_chain)
+			return stack_resume(b, (size_t)i, r->tsc);
+		return 0;
+	}
+}
+
 static int calls_record(calls_build *b, const an_record *r)
 {
 	map_slot *s;
@@ -1628,9 +1784,12 @@ static int calls_record(calls_build *b, const an_record *r)
 		call_close(b, AN_END_EXIT, r->tsc);
 		return 0;
 	default:
+		if (trace_event_has_key(r->id))
+			return context_event(b, r);
 		if (r->id == TRACE_EV_DEACTIVATE) {
 			while (b->depth)
 				call_close(b, AN_END_STOPPED, r->tsc);
+			stacks_free(b);             /* begin again with one stack */
 			b->stopped = 1;
 		} else if (r->id == TRACE_EV_ACTIVATE) {
 			b->stopped = 0;
@@ -1661,6 +1820,7 @@ int an_thread_calls(an_trace *t, const an_thread *th, an_call **out, size_t *n,
 	an_iter_close(it);
 	free(b.stack);
 	map_free(&b.open);
+	stacks_free(&b);
 	if (rc) {
 		free(b.c);
 		return sp_fail(err, "%s: out of memory building the call tree", th->path);

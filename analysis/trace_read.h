@@ -109,9 +109,10 @@ const an_thread *an_trace_thread_by_tid(const an_trace *t, uint32_t tid);
 /* One record with its full timestamp.  SYNC records are consumed by the
  * iterator and never returned. */
 typedef struct an_record {
-	uint64_t tsc;            /* the full TSC */
+	uint64_t tsc;            /* the full TSC (a context event: the record before's) */
 	uint32_t id;             /* site id (ENTRY, EXIT) or enum trace_event (EVENT) */
 	uint32_t kind;           /* TRACE_ENTRY, TRACE_EXIT or TRACE_EVENT */
+	uint64_t key;            /* context events (trace_event_has_key): the key */
 } an_record;
 
 /* What an iteration found, complete once an_iter_next() returned 0. */
@@ -235,11 +236,26 @@ enum an_call_end {
 				    caller's caller, at the caller's EXIT (t1) */
 	AN_END_STOPPED,          /* no exit: tracing was stopped (sptrace stop)
 				    while it ran; t1 is the stop */
+	AN_END_SWITCHED,         /* suspended: the thread switched to another
+				    stack (swapcontext); t1 is the switch.  It
+				    goes on in an AN_CONTINUED item when the
+				    thread switches back */
+};
+
+enum an_call_flags {
+	AN_CONTINUED = 1,        /* AN_CALL: a suspended call going on after the
+				    thread switched back to its stack: the same
+				    call, not a new one; t0 is the switch */
+	AN_NEW_STACK = 2,        /* AN_EVENT TRACE_EV_CTX_LOAD: a stack never run
+				    on before */
 };
 
 typedef struct an_call {
-	uint32_t kind;           /* enum an_call_kind */
-	uint32_t end;            /* AN_CALL: enum an_call_end */
+	uint16_t kind;           /* enum an_call_kind */
+	uint16_t flags;          /* enum an_call_flags */
+	uint32_t end;            /* AN_CALL: enum an_call_end; AN_EVENT
+				    TRACE_EV_CTX_LOAD: the stack switched to
+				    (0 the thread's own, then in order of use) */
 	uint32_t id;             /* site id, or event id for AN_EVENT */
 	uint32_t depth;          /* 0 = outermost */
 	size_t last;             /* AN_CALL: index one past its last nested item */
@@ -259,6 +275,13 @@ typedef struct an_call {
  * AN_END_STOPPED, and the records up to the next ACTIVATE are dropped: they
  * are calls finishing after the stop, which the agent cannot silence
  * without a test on the hot path.
+ * Context events (trace_format.h) give each stack the thread runs on its own
+ * open calls.  The stacks entered form a chain, each nested under the call
+ * that switched to it: switching to a stack not in the chain adds it on top
+ * (an AN_EVENT item for the CTX_LOAD, then its suspended calls again as
+ * AN_CONTINUED items); switching to one lower in the chain suspends the
+ * calls of the stacks above it (AN_END_SWITCHED).  Only CTX_LOAD events
+ * that change stacks become items.
  * *out is malloc'ed (free it); *stats, if not NULL, gets the iteration's.
  */
 int an_thread_calls(an_trace *t, const an_thread *th, an_call **out, size_t *n,

@@ -198,7 +198,8 @@ static void open_pending(printer *p)
 			continue;
 		f = callee(p, c->id);
 		srcline(p, f, src, sizeof src);
-		line(p, "", c->depth, "%s%s {%s", f->name, parens(f), src);
+		line(p, "", c->depth, "%s%s {%s%s", f->name, parens(f), src,
+		     c->flags & AN_CONTINUED ? " /* continued */" : "");
 		p->opened[i] = 1;
 	}
 }
@@ -211,8 +212,12 @@ static void close_call(printer *p)
 	const char *why = c->end == AN_END_TRACE ? "no exit: the trace ended"
 			  : c->end == AN_END_UNWOUND ? "no exit: unwound by longjmp or exception"
 			  : c->end == AN_END_STOPPED ? "no exit: tracing stopped"
+			  : c->end == AN_END_SWITCHED ? "suspended: the thread switched stacks"
 			  : NULL;
 	char dur[24], src[4300];
+
+	if (!p->opened[p->nopen] && (c->flags & AN_CONTINUED))
+		why = why ? "continued; suspended again" : "continued";
 
 	an_fmt_duration(an_tsc_ns(p->t, c->t0, c->t1), dur);
 	if (p->opened[p->nopen]) {
@@ -252,6 +257,12 @@ static void print_calls(printer *p)
 		if (c->kind == AN_CALL) {
 			p->opened[p->nopen] = 0;
 			p->open[p->nopen++] = i;
+		} else if (c->kind == AN_EVENT && c->id == TRACE_EV_CTX_LOAD) {
+			if (c->end)
+				line(p, "", c->depth, "/* switched to stack %u%s */", c->end,
+				     c->flags & AN_NEW_STACK ? " (new)" : "");
+			else
+				line(p, "", c->depth, "/* switched to the thread's own stack */");
 		} else if (c->kind == AN_EVENT) {
 			line(p, "", c->depth, "/* %s */", an_event_name(c->id, name, sizeof name));
 		} else {

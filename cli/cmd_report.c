@@ -138,7 +138,8 @@ static int add_thread(report *r, const an_thread *th)
 			r->no_exit++;
 		if (depth)
 			stack[depth - 1].children += f->dur;
-		s->calls++;
+		if (!(c[i].flags & AN_CONTINUED))
+			s->calls++;             /* a continued call was counted once */
 		if (!s->active++)
 			s->total += f->dur;
 		depth++;

@@ -78,7 +78,36 @@ enum trace_event {
 	TRACE_EV_SIGNAL = 4,     /* a fatal signal arrived; the trace ends here */
 	TRACE_EV_ACCEPT = 5,     /* accept returned a connection: tracing began here */
 	TRACE_EV_RECV = 6,       /* recv returned data: tracing began here */
+	TRACE_EV_CTX_SAVE = 7,   /* context events: see below */
+	TRACE_EV_CTX_LOAD = 8,
+	TRACE_EV_CTX_NEW = 9,
 };
+
+/*
+ * Context events: a thread switching stacks (getcontext, setcontext,
+ * swapcontext, makecontext).  Calls left open on the stack a thread leaves
+ * are suspended, not ended; they go on when the thread switches back.  The
+ * agent records no stack pointers, so these events name the ucontext_t the
+ * program passed: in place of the timestamp they carry a 38-bit key of its
+ * address (trace_ctx_key), and their time is that of the record before.
+ *
+ *   CTX_SAVE key   the current stack can be resumed through `key`
+ *                  (getcontext, or swapcontext's first argument)
+ *   CTX_LOAD key   the thread goes on on the stack saved under `key`, or on
+ *                  a new one when no SAVE or NEW named it (setcontext,
+ *                  swapcontext's second argument, a coroutine's uc_link
+ *                  when its function returns)
+ *   CTX_NEW key    `key` now names a new, empty stack (makecontext)
+ */
+static inline int trace_event_has_key(uint32_t ev)
+{
+	return ev == TRACE_EV_CTX_SAVE || ev == TRACE_EV_CTX_LOAD || ev == TRACE_EV_CTX_NEW;
+}
+
+static inline uint64_t trace_ctx_key(const void *ucp)
+{
+	return ((uint64_t)(uintptr_t)ucp * 0x9e3779b97f4a7c15ull) >> (64 - TRACE_TSC_LOW_BITS);
+}
 
 /* The header of a ring file.  The agent keeps `count` current after every
  * record, so a reader of a crashed process's ring knows where the newest

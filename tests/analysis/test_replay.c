@@ -13,6 +13,8 @@
  *   tail       a tail jump's callee closes with its caller, unmarked
  *   badsite    a site id the sites file does not hold
  *   events     signal and unknown events inside a call
+ *   contexts   a coroutine's calls suspended and continued across
+ *              swapcontext, in replay and report
  *   cxx        C++ names (traced_cxx.cpp) with --demangle simple (the
  *              default), full and no, in replay and report
  *   errors     corrupt and truncated rings, missing sites and meta, malformed
@@ -94,7 +96,8 @@ static void expect(const char *what, int want_rc, const char *want_out, const ch
 	free_strs();
 }
 
-/* A record for write_ring: kind, id, TSC offset from the base. */
+/* A record for write_ring: kind, id, TSC offset from the base (a context
+ * event's key). */
 typedef struct rec {
 	unsigned kind;
 	uint32_t id;
@@ -109,8 +112,12 @@ static void write_ring(const char *dir, uint32_t tid, uint64_t cap, uint64_t bas
 	tg_ring ring;
 
 	tg_ring_init(&ring, tid, cap, TG_TSC0);
-	for (size_t i = 0; i < n; i++)
-		tg_put(&ring, r[i].kind, r[i].id, base + r[i].off);
+	for (size_t i = 0; i < n; i++) {
+		if (r[i].kind == TRACE_EVENT && trace_event_has_key(r[i].id))
+			tg_put_raw(&ring, trace_rec(TRACE_EVENT, r[i].id, r[i].off));
+		else
+			tg_put(&ring, r[i].kind, r[i].id, base + r[i].off);
+	}
 	tg_ring_write(&ring, dir, NULL, -1);
 	tg_ring_free(&ring);
 }
@@ -136,6 +143,7 @@ static const char *src_of(const char *func)
 #define E(id, off) { TRACE_ENTRY, id, off }
 #define X(id, off) { TRACE_EXIT, id, off }
 #define EV(ev, off) { TRACE_EVENT, ev, off }
+#define CTX(ev, key) { TRACE_EVENT, TRACE_EV_CTX_##ev, key }
 #define N(a) (sizeof a / sizeof *a)
 
 static const char HDR[] = "# DURATION     TID     FUNCTION\n";
@@ -445,7 +453,7 @@ static void test_badsite(void)
 static void test_events(void)
 {
 	static const rec r[] = {
-		EV(TRACE_EV_ACTIVATE, 0), E(S_MAIN, 0), EV(TRACE_EV_SIGNAL, 100), EV(9, 200),
+		EV(TRACE_EV_ACTIVATE, 0), E(S_MAIN, 0), EV(TRACE_EV_SIGNAL, 100), EV(99, 200),
 	};
 	char *dir = standard_dir("events");
 
@@ -454,9 +462,54 @@ static void test_events(void)
 		"            [ 1234] | /* activate */\n"
 		"            [ 1234] | main() {\n"
 		"            [ 1234] |   /* signal */\n"
-		"            [ 1234] |   /* event 9 */\n"
+		"            [ 1234] |   /* event 99 */\n"
 		"   0.200 us [ 1234] | } /* main (no exit: the trace ended) */\n", HDR),
 	       NULL, "replay", dir, NULL);
+	free(dir);
+}
+
+/*
+ * A coroutine (swapcontext): main's middle() switches to a new stack where
+ * worker() runs and switches back from inside leaf(); the second middle()
+ * switches to it again, and worker returns to its uc_link.  The calls left
+ * on the coroutine's stack are suspended, then continued, never unwound;
+ * report counts each call once and its time on its stack.
+ */
+static void test_contexts(void)
+{
+	enum { K_MAIN = 11, K_CO = 22 };
+	static const rec r[] = {
+		E(S_MAIN, 0), E(S_MIDDLE, 100), CTX(SAVE, K_MAIN), CTX(LOAD, K_CO),
+		E(S_WORKER, 200), E(S_W_LEAF, 300), CTX(SAVE, K_CO), CTX(LOAD, K_MAIN),
+		X(S_MIDDLE, 400), E(S_MIDDLE, 500), CTX(SAVE, K_MAIN), CTX(LOAD, K_CO),
+		X(S_W_LEAF, 600), X(S_WORKER, 700), CTX(LOAD, K_MAIN), X(S_MIDDLE, 800),
+		CTX(SAVE, K_MAIN), CTX(LOAD, K_MAIN), X(S_MAIN, 900),
+	};
+	char *dir = standard_dir("contexts");
+
+	write_ring(dir, 1234, 64, T0, r, N(r));
+	expect("contexts", 0, S("%s"
+		"            [ 1234] | main() {\n"
+		"            [ 1234] |   middle() {\n"
+		"            [ 1234] |     /* switched to stack 1 (new) */\n"
+		"            [ 1234] |     worker() {\n"
+		"   0.000 us [ 1234] |       leaf(); /* suspended: the thread switched stacks */\n"
+		"   0.100 us [ 1234] |     } /* worker (suspended: the thread switched stacks) */\n"
+		"            [ 1234] |     /* switched to the thread's own stack */\n"
+		"   0.300 us [ 1234] |   } /* middle */\n"
+		"            [ 1234] |   middle() {\n"
+		"            [ 1234] |     /* switched to stack 1 */\n"
+		"            [ 1234] |     worker() { /* continued */\n"
+		"   0.100 us [ 1234] |       leaf(); /* continued */\n"
+		"   0.200 us [ 1234] |     } /* worker */\n"
+		"            [ 1234] |     /* switched to the thread's own stack */\n"
+		"   0.300 us [ 1234] |   } /* middle */\n"
+		"   0.900 us [ 1234] | } /* main */\n", HDR), NULL, "replay", dir, NULL);
+	expect("report contexts", 0, S("%s"
+		"    0.900 us    0.300 us           1  main\n"
+		"    0.600 us    0.300 us           2  middle\n"
+		"    0.300 us    0.200 us           1  worker\n"
+		"    0.100 us    0.100 us           1  leaf\n", RHDR), NULL, "report", dir, NULL);
 	free(dir);
 }
 
@@ -733,6 +786,7 @@ int main(int argc, char **argv)
 	test_tail();
 	test_badsite();
 	test_events();
+	test_contexts();
 	test_cxx();
 	test_errors();
 

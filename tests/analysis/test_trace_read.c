@@ -210,12 +210,12 @@ static void test_tsc(void)
 
 	/* Across a wrap of the low bits, and a gap of three periods. */
 	tg_ring_init(&r, 1234, 16, 5 * P - 1000);
-	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY };
-	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY };
-	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT };
-	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY };
-	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT };
-	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT };
+	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY, 0 };
+	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY, 0 };
+	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT, 0 };
+	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY, 0 };
+	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT, 0 };
+	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT, 0 };
 	for (size_t i = 0; i < n; i++)
 		tg_put(&r, want[i].kind, want[i].id, want[i].tsc);
 	tg_ring_write(&r, dir, NULL, -1);
@@ -231,9 +231,9 @@ static void test_tsc(void)
 	for (int i = 0; i < 3; i++)
 		tg_put(&r, TRACE_EXIT, S_FACT_REC, 5 * P + 100 * (uint64_t)i);
 	for (int i = 6; i < 10; i++)
-		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY };
+		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY, 0 };
 	for (int i = 0; i < 3; i++)
-		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT };
+		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT, 0 };
 	tg_ring_write(&r, dir, NULL, -1);
 	tg_ring_free(&r);
 	check_records("wrapped, SYNC in window", dir, want, n, 4);
@@ -244,7 +244,7 @@ static void test_tsc(void)
 	for (int i = 0; i < 10; i++)
 		tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, 6 * P + 10 + (uint64_t)i);
 	for (int i = 6; i < 10; i++)
-		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT };
+		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT, 0 };
 	tg_ring_write(&r, dir, NULL, -1);
 	{
 		an_trace *t = open_ok(dir);
@@ -309,14 +309,14 @@ static void test_calls(void)
 		{ TRACE_EVENT, TRACE_EV_SIGNAL }, { TRACE_ENTRY, S_FACT },
 	};
 	static const an_call want[] = {
-		/* kind, end, id, depth, last, t0, t1 (offsets from T) */
-		{ AN_CALL, AN_END_TRACE, S_MAIN, 0, 7, 0, 700 },
-		{ AN_CALL, AN_END_EXIT, S_WORKER, 1, 4, 100, 400 },
-		{ AN_CALL, AN_END_UNWOUND, S_W_MIDDLE, 2, 4, 200, 400 },
-		{ AN_CALL, AN_END_UNWOUND, S_LEAF, 3, 4, 300, 400 },
-		{ AN_EXIT_ONLY, 0, S_W_LEAF, 1, 0, 500, 500 },
-		{ AN_EVENT, 0, TRACE_EV_SIGNAL, 1, 0, 600, 600 },
-		{ AN_CALL, AN_END_TRACE, S_FACT, 1, 7, 700, 700 },
+		/* kind, flags, end, id, depth, last, t0, t1 (offsets from T) */
+		{ AN_CALL, 0, AN_END_TRACE, S_MAIN, 0, 7, 0, 700 },
+		{ AN_CALL, 0, AN_END_EXIT, S_WORKER, 1, 4, 100, 400 },
+		{ AN_CALL, 0, AN_END_UNWOUND, S_W_MIDDLE, 2, 4, 200, 400 },
+		{ AN_CALL, 0, AN_END_UNWOUND, S_LEAF, 3, 4, 300, 400 },
+		{ AN_EXIT_ONLY, 0, 0, S_W_LEAF, 1, 0, 500, 500 },
+		{ AN_EVENT, 0, 0, TRACE_EV_SIGNAL, 1, 0, 600, 600 },
+		{ AN_CALL, 0, AN_END_TRACE, S_FACT, 1, 7, 700, 700 },
 	};
 	const uint64_t T = TG_TSC0 + 1000;
 	char *dir = tg_dir(root, "calls");
@@ -368,12 +368,12 @@ static void test_tail_and_holes(void)
 		{ TRACE_ENTRY, S_FACT }, { TRACE_EXIT, S_FACT },  /* S_FACT: a hole */
 	};
 	static const an_call want[] = {
-		{ AN_CALL, AN_END_EXIT, S_MAIN, 0, 5, 0, 600 },
-		{ AN_CALL, AN_END_EXIT, S_MIDDLE, 1, 3, 100, 300 },
-		{ AN_CALL, AN_END_TAIL, S_TAIL, 2, 3, 200, 300 },
-		{ AN_CALL, AN_END_UNWOUND, S_WORKER, 1, 5, 400, 600 },
-		{ AN_CALL, AN_END_UNWOUND, S_TAIL, 2, 5, 500, 600 },
-		{ AN_CALL, AN_END_EXIT, S_FACT, 0, 6, 700, 800 },
+		{ AN_CALL, 0, AN_END_EXIT, S_MAIN, 0, 5, 0, 600 },
+		{ AN_CALL, 0, AN_END_EXIT, S_MIDDLE, 1, 3, 100, 300 },
+		{ AN_CALL, 0, AN_END_TAIL, S_TAIL, 2, 3, 200, 300 },
+		{ AN_CALL, 0, AN_END_UNWOUND, S_WORKER, 1, 5, 400, 600 },
+		{ AN_CALL, 0, AN_END_UNWOUND, S_TAIL, 2, 5, 500, 600 },
+		{ AN_CALL, 0, AN_END_EXIT, S_FACT, 0, 6, 700, 800 },
 	};
 	const uint64_t T = TG_TSC0 + 1000;
 	char *dir = tg_dir(root, "tail");

@@ -775,8 +775,9 @@ def case_exec(sptrace, prog, scenario, tmp):
 
 def case_ucontext(sptrace, prog, tmp):
     """A coroutine made by makecontext, entered and left by swapcontext:
-    same result, and the coroutine's own calls are traced (it is started
-    like a thread's start routine)."""
+    same result, the coroutine's own calls are traced (it is started like a
+    thread's start routine), and the tree is exact: calls on the
+    coroutine's stack are suspended at a switch and continued after."""
     tdir = os.path.join(tmp, "trace")
     native = run([prog, "ucontext"])
     check(native.stdout == "contexts 158\n", "native ucontext: %r" % native.stdout)
@@ -785,6 +786,34 @@ def case_ucontext(sptrace, prog, tmp):
     names = [l.strip() for l in replay_tree(sptrace, tdir)]
     check(names.count("co_work() {") == 3 and "coroutine() {" in names,
           "ucontext: the coroutine's calls are not traced:\n" + "\n".join(names))
+    # The calls left open on the coroutine's stack are suspended and go on
+    # when swapcontext comes back to it: never unwound, no exit without entry.
+    r = replay(sptrace, tdir)
+    lines = [l.split("| ", 1)[1].rstrip() for l in r.stdout.splitlines() if "| " in l]
+    start = [i for i, l in enumerate(lines) if l.strip() == "contexts() {"]
+    check(len(start) == 1, "ucontext: contexts() not in the trace once:\n" + r.stdout[:3000])
+    end = next(i for i in range(start[0], len(lines)) if lines[i].strip() == "} /* contexts */")
+    indent = len(lines[start[0]]) - len(lines[start[0]].lstrip())
+    got = [l[indent:] for l in lines[start[0]:end + 1]]
+    resume = ["  swapcontext() {",
+              "    /* switched to stack 1 */",
+              "    coroutine() { /* continued */",
+              "      swapcontext(); /* continued */"]
+    suspend = ["      co_work() {",
+               "        leaf();",
+               "      } /* co_work */",
+               "      swapcontext(); /* suspended: the thread switched stacks */",
+               "    } /* coroutine (suspended: the thread switched stacks) */",
+               "    /* switched to the thread's own stack */",
+               "  } /* swapcontext */",
+               "  leaf();"]
+    want = (["contexts() {", "  getcontext();", "  makecontext();", "  swapcontext() {",
+             "    /* switched to stack 1 (new) */", "    coroutine() {"] + suspend +
+            resume + suspend + resume + suspend + resume +
+            ["    } /* coroutine */", "    /* switched to the thread's own stack */",
+             "  } /* swapcontext */", "  leaf();", "} /* contexts */"])
+    check(got == want, "ucontext: the tree across swapcontext is not consistent:\n%s\nwanted:\n%s"
+          % ("\n".join(got), "\n".join(want)))
 
 
 def case_daemon(sptrace, prog, tmp):

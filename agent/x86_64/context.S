@@ -1,0 +1,49 @@
+/*
+ * context.S — the agent's getcontext, setcontext and swapcontext.
+ *
+ * A thread that switches stacks through these leaves calls open on the stack
+ * it leaves and resumes calls opened earlier on the stack it enters.  The
+ * agent records no stack pointers, so it tells the reader which stack is
+ * which: each stub calls ag_context_note (threads.c), which writes context
+ * events into the thread's ring and returns the C library's function, then
+ * jumps there with the caller's frame and arguments untouched.  A C wrapper
+ * could not do this: getcontext returns twice, and its second return would
+ * land in a wrapper frame that is long gone.
+ *
+ * ag_context_note(which, first argument, second argument); which is
+ * AG_CTX_GET, AG_CTX_SET or AG_CTX_SWAP (agent.h).
+ */
+	.text
+
+.macro CONTEXT_STUB name, which
+	.globl	\name
+	.type	\name, @function
+\name:
+	.cfi_startproc
+	endbr64
+	push	%rdi
+	.cfi_adjust_cfa_offset 8
+	push	%rsi
+	.cfi_adjust_cfa_offset 8
+	sub	$8, %rsp                /* 16-byte aligned for the C call */
+	.cfi_adjust_cfa_offset 8
+	mov	%rsi, %rdx
+	mov	%rdi, %rsi
+	mov	$\which, %edi
+	call	ag_context_note
+	add	$8, %rsp
+	.cfi_adjust_cfa_offset -8
+	pop	%rsi
+	.cfi_adjust_cfa_offset -8
+	pop	%rdi
+	.cfi_adjust_cfa_offset -8
+	jmp	*%rax
+	.cfi_endproc
+	.size	\name, .-\name
+.endm
+
+	CONTEXT_STUB getcontext, 0
+	CONTEXT_STUB setcontext, 1
+	CONTEXT_STUB swapcontext, 2
+
+	.section .note.GNU-stack,"",@progbits

@@ -21,8 +21,9 @@
  * entry of the C library: they are interposed too, and spawn the child with
  * the same environment; the child's pid is known when they return, and meta
  * gets "exec spawn.PID.N CHILD PATH" then, as for a forked child's exec.
- * (system() spawns through that internal entry with the program's environ,
- * which no longer names the agent: its shell runs untraced.)
+ * system() spawns its shell through that internal entry with the program's
+ * environ, which no longer names the agent: so the agent has its own system,
+ * built on spawn_traced as POSIX describes it.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -183,38 +185,49 @@ static int failed(env_buf *b)
  * windows round, relocate.c, or an activation's walk, activate.c, both
  * queued under the lock) would kill it.  Holding the lock, none is queued;
  * those queued before are delivered first.
+ * The thread is inside the agent meanwhile (ag_enter): the C library's
+ * execvpe may reach call sites of its own not instrumented yet, whose slow
+ * path would wait for the lock this thread holds.
  * Not in a vfork child: it runs on its parent's memory, and a successful
- * exec would leave the lock held there.
+ * exec would leave the lock held there (and the parent inside the agent).
  */
-static bool exec_lock(void)
-{
-	bool lock = syscall(SYS_getpid) == ag_self_pid;
+typedef struct exec_guard {
+	bool locked;
+	trace_ring_header *ring;
+} exec_guard;
 
-	if (lock) {
+static exec_guard exec_lock(void)
+{
+	exec_guard g = { syscall(SYS_getpid) == ag_self_pid, NULL };
+
+	if (g.locked) {
+		g.ring = ag_enter();
 		ag_instrument_lock();
 		/* A request queued before we held the lock (an activation's walk
 		 * too: it queues under the lock) is delivered on the way out of
 		 * this system call. */
 		syscall(SYS_getpid);
 	}
-	return lock;
+	return g;
 }
 
-static int exec_unlock(bool lock, int rc)
+static int exec_unlock(exec_guard g, int rc)
 {
 	int e = errno;
 
-	if (lock)
+	if (g.locked) {
 		ag_instrument_unlock();
+		ag_leave(g.ring);
+	}
 	errno = e;
 	return rc;
 }
 
 static int exec_locked(execve_fn real, const char *file, char *const argv[], char *const envp[])
 {
-	bool lock = exec_lock();
+	exec_guard g = exec_lock();
 
-	return exec_unlock(lock, real(file, argv, envp));
+	return exec_unlock(g, real(file, argv, envp));
 }
 
 /* An exec through `real` (execve or execvpe) with the traced environment. */
@@ -266,11 +279,11 @@ AG_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	}
 	snprintf(what, sizeof what, "fd %d", fd);
 	env = traced_env(&b, envp, what);
-	bool lock = exec_lock();
+	exec_guard g = exec_lock();
 
 	if (!env)
-		return exec_unlock(lock, real_fexecve(fd, argv, envp));
-	exec_unlock(lock, real_fexecve(fd, argv, env));
+		return exec_unlock(g, real_fexecve(fd, argv, envp));
+	exec_unlock(g, real_fexecve(fd, argv, env));
 	return failed(&b);
 }
 
@@ -371,4 +384,74 @@ AG_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	return spawn_traced(real_spawnp, pid, file, fa, attr, argv, envp);
+}
+
+/*
+ * system(line): as POSIX and the C library do it -- SIGINT and SIGQUIT
+ * ignored and SIGCHLD blocked in the caller while the command runs (the
+ * first of concurrent calls saves the two actions, the last puts them
+ * back), the shell started with the caller's mask and those two signals'
+ * default actions unless they were ignored, and 127 as the shell's exit
+ * status when it cannot be spawned -- but spawned traced, into
+ * DIR/spawn.PID.N.  (Not done: killing the shell when the calling thread
+ * is cancelled.)
+ */
+static pthread_mutex_t system_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned system_running;
+static struct sigaction system_intr, system_quit;
+
+AG_EXPORT int system(const char *line)
+{
+	static int (*real)(const char *);
+	struct sigaction ign = { .sa_handler = SIG_IGN };
+	sigset_t chld, omask, dfl;
+	posix_spawnattr_t attr;
+	int status = -1, rc;
+	pid_t pid;
+
+	if (!real)
+		real = (int (*)(const char *))dlsym(RTLD_NEXT, "system");
+	if (!line || !real_spawn)
+		return real ? real(line) : -1;  /* NULL: is there a shell? */
+	pthread_mutex_lock(&system_lock);
+	if (system_running++ == 0) {
+		sigemptyset(&ign.sa_mask);
+		sigaction(SIGINT, &ign, &system_intr);
+		sigaction(SIGQUIT, &ign, &system_quit);
+	}
+	pthread_mutex_unlock(&system_lock);
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, &omask);
+	sigemptyset(&dfl);
+	if (system_intr.sa_handler != SIG_IGN)
+		sigaddset(&dfl, SIGINT);
+	if (system_quit.sa_handler != SIG_IGN)
+		sigaddset(&dfl, SIGQUIT);
+	posix_spawnattr_init(&attr);
+	posix_spawnattr_setsigmask(&attr, &omask);
+	posix_spawnattr_setsigdefault(&attr, &dfl);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+	rc = spawn_traced(real_spawn, &pid, "/bin/sh", NULL, &attr,
+			  (char *const[]){ "sh", "-c", "--", (char *)line, NULL }, environ);
+	posix_spawnattr_destroy(&attr);
+	if (rc == 0) {
+		while (waitpid(pid, &status, 0) != pid)
+			if (errno != EINTR) {
+				status = -1;
+				break;
+			}
+	} else {
+		status = W_EXITCODE(127, 0);
+	}
+	pthread_mutex_lock(&system_lock);
+	if (--system_running == 0) {
+		sigaction(SIGINT, &system_intr, NULL);
+		sigaction(SIGQUIT, &system_quit, NULL);
+	}
+	pthread_mutex_unlock(&system_lock);
+	sigprocmask(SIG_SETMASK, &omask, NULL);
+	if (rc)
+		errno = rc;
+	return status;
 }

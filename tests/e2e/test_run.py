@@ -251,7 +251,8 @@ def case_signals(sptrace, prog, tmp):
 
 
 def case_spawn(sptrace, prog, tmp):
-    """posix_spawn, system() and vfork+exec: the same output and status."""
+    """posix_spawn, system() and vfork+exec: the same output and status,
+    and each child traced."""
     tdir = os.path.join(tmp, "trace")
     native = run([prog, "spawn"])
     trace = traced(sptrace, tdir, [prog, "spawn"])
@@ -277,6 +278,15 @@ def case_spawn(sptrace, prog, tmp):
     check(child.returncode == 0 and "main() {" in child.stdout,
           "spawn: the posix_spawn child's trace has no main:\n%s%s" %
           (child.stdout[:2000], child.stderr))
+    # system()'s shell too (the agent's own system: the C library's spawns
+    # past the posix_spawn interposer).
+    m = re.search(r"# child pid \d+ exec'd /bin/sh: its trace is in (.*/spawn\.\d+\.\d+)",
+                  r.stdout)
+    check(m, "spawn: system()'s shell is not traced:\n" +
+          "\n".join(l for l in r.stdout.splitlines() if l.startswith("#")))
+    shell = replay(sptrace, m.group(1))
+    check(shell.returncode == 0 and "main() {" in shell.stdout,
+          "spawn: the shell's trace has no main:\n%s%s" % (shell.stdout[:2000], shell.stderr))
 
 
 def case_dl(sptrace, prog, tmp):
@@ -533,6 +543,8 @@ DEBIAN = {
                 "insert into t values (3,'c'),(1,'a'),(2,'b');\n"
                 "select sum(a), group_concat(b) from (select * from t order by a);\n"
                 "select count(*) from t where b > 'a';\n"],
+    # execvp searching PATH (failed execs first), then a shell
+    "env": ["coreutils", ["env", "sh", "-c", "echo $((6 * 7)) $0; exit 3"], None],
     # a C++ program (libprotoc): generates C code from a .proto file
     "protoc-c": ["protobuf-c-compiler", ["protoc-c", "--c_out=OUT", "t.proto"], None],
 }

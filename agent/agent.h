@@ -223,7 +223,7 @@ void ag_instrument_lock(void);     /* hold off every change of code and areas (f
 void ag_instrument_after_fork(void); /* the child: locks the parent's threads held */
 void ag_instrument_unlock(void);
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
-			 uint64_t *unresolved);
+			 uint64_t *skipped_unresolved, uint64_t *tail_internal);
 uint32_t ag_site_root(ag_module *m, uint32_t func); /* site id for a root entry */
 int ag_sites_open(const char *dir);
 
@@ -247,6 +247,7 @@ typedef struct ag_area_spec {
 	const void *indirect_ref;    /* passed to the indirect slow path (ag_indirect_site) */
 	int64_t tls_offset;      /* %fs offset of ag_tls_ring */
 	bool cond;               /* tail jump: conditional (jcc) */
+	bool tail_jump;          /* indirect: `jmp *OP` in tail position, ENTRY only */
 	uint8_t cond_code;       /* its condition (low nibble of 0f 8x) */
 	bool fix_return;         /* tail jump to a caller-sensitive function (instrument.c) */
 	/* indirect calls */
@@ -280,6 +281,7 @@ typedef struct ag_indirect_site {
 	uint32_t known_ids[8];   /* ids already handed out for this site ... */
 	uint64_t known_targets[8]; /* ... and their targets */
 	volatile int lock;
+	struct ag_indirect_site *next; /* all of them (a forked child frees their locks) */
 } ag_indirect_site;
 
 extern __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));

@@ -37,6 +37,8 @@ static int sites_fd = -1;
 static volatile uint32_t *next_site;
 static volatile int instr_lock;
 static uint64_t skipped_kind, skipped_plan, skipped_unresolved;
+static uint64_t tail_internal;   /* "tail jumps" that went within their function */
+static ag_indirect_site *indirect_sites;
 
 /*
  * What a site got the first time, kept for the next activation: the agent
@@ -289,7 +291,7 @@ static bool is_indirect(const ca_site *s)
 {
 	return s->kind == CA_SITE_INDIRECT_REG || s->kind == CA_SITE_INDIRECT_MEM ||
 	       (s->kind == CA_SITE_INDIRECT_RIP && s->import == CA_NONE) ||
-	       (s->kind == CA_SITE_TAIL_INDIRECT && s->import == CA_NONE);
+	       s->kind == CA_SITE_TAIL_INDIRECT;
 }
 
 /*
@@ -355,7 +357,8 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 		memcpy(&disp, code + s->len - 4, 4);
 		spec.load_rip_target = m->bias + s->addr + s->len + (uint64_t)(int64_t)disp;
 	}
-	*is = (ag_indirect_site){ .m = m, .site = si, .cache = cache };
+	*is = (ag_indirect_site){ .m = m, .site = si, .cache = cache, .next = indirect_sites };
+	indirect_sites = is;     /* under the instrument lock */
 	saved_cache = cache;
 	if (!ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
 		return -1;
@@ -366,8 +369,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	spec.cache = (uint64_t)(uintptr_t)cache;
 	spec.tls_offset = ag_tls_offset();
 	spec.tls_target_offset = ag_tls_target_offset();
-	if (tail)
-		return -1;      /* indirect tail jumps: not yet (see patchable) */
+	spec.tail_jump = tail;
 	bool window = s->method == CA_PATCH_RELOCATE && !s->reloc_rip && !ag_reloc_gave_up() &&
 		      !one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
 
@@ -512,6 +514,7 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
 
 		if (target >= lo && target < hi) {
 			/* A jump within F (computed goto): not a call, no record. */
+			__atomic_add_fetch(&tail_internal, 1, __ATOMIC_RELAXED);
 			__atomic_store_n(&is->cache->entry_word, 0, __ATOMIC_RELAXED);
 			__atomic_store_n(&is->cache->target, target, __ATOMIC_RELEASE);
 			__atomic_store_n(&is->lock, 0, __ATOMIC_RELEASE);
@@ -727,10 +730,10 @@ static bool patchable(const ca_site *s)
 	case CA_SITE_INDIRECT_MEM:
 		return true;
 	case CA_SITE_TAIL_INDIRECT:
-		/* Not yet: an unresolved computed goto looks the same, and there r11
-		 * and the flags may be live.  Needs the CFA at the site (tail
-		 * position = CFA rsp+8) from the analysis. */
-		return false;
+		/* Only where the frame is torn down (the analysis read the CFA):
+		 * an unresolved computed goto inside a function with a frame looks
+		 * the same, and there the red zone, r11 and the flags may be live. */
+		return s->flags & CA_SITEF_TAILPOS;
 	case CA_SITE_TAIL_DIRECT:
 		return !(s->flags & CA_SITEF_COND) || s->method == CA_PATCH_DIRECT ||
 		       s->method == CA_PATCH_SPRINGBOARD;
@@ -798,11 +801,15 @@ int ag_instrument_stop(void)
 	return rc;
 }
 
-/* A forked child: a thread that held the pair table's lock stayed in the
- * parent. */
+/* A forked child: a thread that held one of these locks (a miss holds its
+ * site's while it instruments the callee, and so may wait for the
+ * instrument lock the forking thread held) stayed in the parent. */
 void ag_instrument_after_fork(void)
 {
 	pair_lock = 0;
+	sites_lock = 0;
+	for (ag_indirect_site *is = indirect_sites; is; is = is->next)
+		is->lock = 0;
 }
 
 void ag_instrument_lock(void)
@@ -984,8 +991,10 @@ int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t call
 	return rc;
 }
 
-void ag_instrument_stats(uint64_t *sites, uint64_t *kind, uint64_t *plan, uint64_t *unresolved)
+void ag_instrument_stats(uint64_t *sites, uint64_t *kind, uint64_t *plan, uint64_t *unresolved,
+			 uint64_t *internal)
 {
+	*internal = tail_internal;
 	*sites = next_site ? *next_site - 1 : 0;
 	*kind = skipped_kind;
 	*plan = skipped_plan;

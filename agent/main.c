@@ -482,7 +482,7 @@ static void restore_env(void)
  * end the trace.  (Also the path of a clean exit, without the restore.) */
 static void end_trace(const char *why, bool restore)
 {
-	uint64_t sites, skind, splan, sunres;
+	uint64_t sites, skind, splan, sunres, internal;
 
 	if (__atomic_exchange_n(&finished, 1, __ATOMIC_ACQ_REL))
 		return;
@@ -491,10 +491,12 @@ static void end_trace(const char *why, bool restore)
 	if (restore && ag_patch_restore_all())
 		ag_log("stop: some patched bytes could not be restored");
 	ag_rings_close_all();
-	ag_instrument_stats(&sites, &skind, &splan, &sunres);
+	ag_instrument_stats(&sites, &skind, &splan, &sunres, &internal);
 	ag_log("end (%s): %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by "
-	       "plan, %lu with a callee outside the traced modules", why, (unsigned long)sites,
-	       (unsigned long)skind, (unsigned long)splan, (unsigned long)sunres);
+	       "plan, %lu with a callee outside the traced modules; %lu indirect tail jumps "
+	       "went within their own function", why, (unsigned long)sites,
+	       (unsigned long)skind, (unsigned long)splan, (unsigned long)sunres,
+	       (unsigned long)internal);
 	ag_reloc_stats(&sites, &skind);
 	ag_log("end: %lu relocated windows, %lu of them reached through a jump (the rest "
 	       "through their int3); %lu hot traps put back", (unsigned long)sites,

@@ -53,6 +53,11 @@ typedef struct ca_fde {
 	uint64_t start, size;
 	uint32_t first_pad, npads; /* into ca_elf.pads */
 	bool mid;                  /* CFI starts mid-function: a .cold/.part piece */
+	/* The CFA program (in the mapped .eh_frame): the CIE's initial
+	 * instructions, then the FDE's, and the CIE's alignment factors. */
+	const uint8_t *cie_ins, *cie_end, *ins, *end;
+	uint64_t code_align;
+	int64_t data_align;
 } ca_fde;
 
 /* Everything read from the ELF file, before analysis. */
@@ -134,6 +139,10 @@ bool ca_elf_read(const ca_elf *e, uint64_t addr, void *buf, size_t n);
 /* ehframe.c: parse .eh_frame (and LSDAs in .gcc_except_table).  Bounds are
  * checked everywhere: a malformed section yields fewer FDEs, never a crash. */
 int ca_ehframe_parse(ca_elf *e, sp_err *err);
+/* The CFA rule at addr (register number in DWARF's x86-64 numbering, 7 =
+ * rsp, and offset); false when no FDE covers addr or its CFI cannot be
+ * followed there (expressions, set_loc). */
+bool ca_ehframe_cfa_at(const ca_elf *e, uint64_t addr, unsigned *reg, int64_t *off);
 
 /* lines.c: fill m->lines (sorted by addr) from the module's DWARF or its
  * separate debug file.  No DWARF anywhere is not an error (0, no lines). */

@@ -109,6 +109,9 @@ enum ca_site_flag {
 	CA_SITEF_NORETURN = 1 << 0,  /* the callee never returns */
 	CA_SITEF_COND = 1 << 1,      /* conditional tail jump (jcc) */
 	CA_SITEF_OUTSIDE = 1 << 2,   /* direct target outside any function */
+	CA_SITEF_TAILPOS = 1 << 3,   /* indirect jump with the frame torn down (CFA =
+	                              * rsp+8 by the CFI): a tail call, where the red
+	                              * zone, r11 and the flags are dead */
 };
 
 /*

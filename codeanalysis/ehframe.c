@@ -120,6 +120,9 @@ static uint64_t rd_encoded(cursor *c, uint8_t enc, uint64_t base_func)
 typedef struct cie_info {
 	uint8_t fde_enc, lsda_enc;
 	bool has_z;
+	uint64_t code_align;
+	int64_t data_align;
+	const uint8_t *ins, *end;  /* initial instructions */
 } cie_info;
 
 static bool parse_cie(cursor c, cie_info *ci)
@@ -143,16 +146,25 @@ static bool parse_cie(cursor c, cie_info *ci)
 		return false;           /* pre-GCC-3 format, never seen on x86-64 */
 	if (version == 4)
 		rd_bytes(&c, 2);        /* address_size, segment_size */
-	rd_uleb(&c);                    /* code alignment */
-	rd_sleb(&c);                    /* data alignment */
+	ci->code_align = rd_uleb(&c);
+	ci->data_align = rd_sleb(&c);
 	if (version == 1)
 		rd_bytes(&c, 1);
 	else
 		rd_uleb(&c);            /* return address register */
-	if (aug[0] != 'z')
+	ci->end = c.end;
+	if (aug[0] != 'z') {
+		ci->ins = c.p;
 		return !c.bad;
+	}
 	ci->has_z = true;
-	rd_uleb(&c);                    /* augmentation data length */
+	{
+		uint64_t alen = rd_uleb(&c);    /* augmentation data length */
+
+		if (c.bad || alen > (uint64_t)(c.end - c.p))
+			return false;
+		ci->ins = c.p + alen;
+	}
 	for (const char *a = aug + 1; *a && !c.bad; a++) {
 		switch (*a) {
 		case 'R': ci->fde_enc = (uint8_t)rd_bytes(&c, 1); break;
@@ -274,7 +286,9 @@ static int parse_fde(ca_elf *e, cursor c, const cie_info *ci, size_t *capf, size
 		return -1;
 	f = &e->fdes[e->nfdes++];
 	*f = (ca_fde){ .start = start, .size = range, .first_pad = (uint32_t)e->npads,
-		       .mid = cfi_starts_mid(c) };
+		       .mid = cfi_starts_mid(c), .cie_ins = ci->ins, .cie_end = ci->end,
+		       .ins = c.p, .end = c.end, .code_align = ci->code_align,
+		       .data_align = ci->data_align };
 	if (lsda && parse_lsda(e, lsda, start, capp))
 		return -1;
 	f->npads = (uint32_t)(e->npads - f->first_pad);
@@ -329,4 +343,126 @@ int ca_ehframe_parse(ca_elf *e, sp_err *err)
 	if (e->nfdes)
 		qsort(e->fdes, e->nfdes, sizeof *e->fdes, cmp_fde);
 	return 0;
+}
+
+/*
+ * The CFA rule at an address: the CIE's initial instructions, then the
+ * FDE's up to the last advance that does not pass addr.  Only the CFA is
+ * followed (register rules are skipped); remember/restore_state keep a
+ * small stack.  An indirect jump where the CFA is rsp+8 has its frame torn
+ * down: a tail call (sites.c).
+ */
+typedef struct cfa_state {
+	unsigned reg;
+	int64_t off;
+} cfa_state;
+
+/* Run one CFA program; false on what it cannot follow.  *stop once an
+ * advance would pass addr. */
+static bool cfa_run(const ca_fde *f, cursor c, uint64_t addr, uint64_t *loc, cfa_state *st,
+		    cfa_state *stack, unsigned *depth, bool *stop)
+{
+	while (!*stop && !c.bad && c.p < c.end) {
+		uint8_t op = (uint8_t)rd_bytes(&c, 1);
+		uint64_t delta = 0;
+
+		switch (op & 0xc0) {
+		case 0x40: delta = op & 0x3f; goto advance;
+		case 0x80: rd_uleb(&c); continue;               /* offset */
+		case 0xc0: continue;                            /* restore */
+		default: break;
+		}
+		switch (op) {
+		case 0x00: continue;                            /* nop */
+		case 0x02: delta = rd_bytes(&c, 1); goto advance;
+		case 0x03: delta = rd_bytes(&c, 2); goto advance;
+		case 0x04: delta = rd_bytes(&c, 4); goto advance;
+		case 0x05: case 0x09: case 0x14: case 0x2f:     /* two ulebs */
+			rd_uleb(&c);
+			rd_uleb(&c);
+			continue;
+		case 0x06: case 0x07: case 0x08: case 0x2e:     /* one uleb */
+			rd_uleb(&c);
+			continue;
+		case 0x11: case 0x15:                           /* uleb, sleb */
+			rd_uleb(&c);
+			rd_sleb(&c);
+			continue;
+		case 0x10: case 0x16: {                         /* reg, block */
+			uint64_t n;
+
+			rd_uleb(&c);
+			n = rd_uleb(&c);
+			if (n > (uint64_t)(c.end - c.p))
+				return false;
+			c.p += n;
+			c.addr += n;
+			continue;
+		}
+		case 0x0a:                                      /* remember_state */
+			if (*depth == 8)
+				return false;
+			stack[(*depth)++] = *st;
+			continue;
+		case 0x0b:                                      /* restore_state */
+			if (!*depth)
+				return false;
+			*st = stack[--*depth];
+			continue;
+		case 0x0c:                                      /* def_cfa */
+			st->reg = (unsigned)rd_uleb(&c);
+			st->off = (int64_t)rd_uleb(&c);
+			continue;
+		case 0x0d: st->reg = (unsigned)rd_uleb(&c); continue;
+		case 0x0e: st->off = (int64_t)rd_uleb(&c); continue;
+		case 0x12:                                      /* def_cfa_sf */
+			st->reg = (unsigned)rd_uleb(&c);
+			st->off = rd_sleb(&c) * f->data_align;
+			continue;
+		case 0x13: st->off = rd_sleb(&c) * f->data_align; continue;
+		default:
+			return false;   /* def_cfa_expression, set_loc, unknown */
+		}
+advance:
+		if (*loc + delta * f->code_align > addr)
+			*stop = true;
+		else
+			*loc += delta * f->code_align;
+	}
+	return !c.bad;
+}
+
+bool ca_ehframe_cfa_at(const ca_elf *e, uint64_t addr, unsigned *reg, int64_t *off)
+{
+	size_t lo = 0, hi = e->nfdes;
+	const ca_fde *f = NULL;
+	cfa_state st = { 7, 8 }, stack[8];
+	unsigned depth = 0;
+	uint64_t loc;
+	bool stop = false;
+
+	while (lo < hi) {                       /* the last FDE starting at or before addr */
+		size_t mid = (lo + hi) / 2;
+
+		if (e->fdes[mid].start <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo)
+		f = &e->fdes[lo - 1];
+	if (!f || addr >= f->start + f->size || !f->ins || !f->cie_ins)
+		return false;
+	loc = f->start;
+	if (!cfa_run(f, (cursor){ f->cie_ins, f->cie_end, 0, false }, UINT64_MAX, &loc, &st,
+		     stack, &depth, &stop))
+		return false;
+	loc = f->start;
+	stop = false;
+	if (!cfa_run(f, (cursor){ f->ins, f->end, 0, false }, addr, &loc, &st, stack, &depth,
+		     &stop))
+		return false;
+	*reg = st.reg;
+	*off = st.off;
+	return true;
 }

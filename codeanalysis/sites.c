@@ -324,6 +324,13 @@ static int add_site(ca_work *w, uint32_t f, uint32_t k, slots *sl)
 		s.kind = CA_SITE_TAIL_INDIRECT;
 		if (r->flags & CA_INSF_RIPREL)
 			import = ca_elf_got_name(w->e, r->target);
+		{
+			unsigned reg;
+			int64_t off;
+
+			if (ca_ehframe_cfa_at(w->e, r->addr, &reg, &off) && reg == 7 && off == 8)
+				s.flags |= CA_SITEF_TAILPOS;
+		}
 		break;
 	default:
 		return 0;

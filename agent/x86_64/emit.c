@@ -325,7 +325,18 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
  *
  * The call goes to the target computed from OP, so a cache another thread
  * is changing can at worst mislabel one record, never misdirect a call.
+ *
+ * An indirect tail jump `jmp *OP` (s->tail_jump; the analysis saw the frame
+ * torn down: the red zone, r11 and the flags are dead, as at any function's
+ * entry) records the ENTRY only and jumps on with `jmp *-40(%rsp)`.  A
+ * target inside the jumping function itself (a computed goto after all)
+ * leaves an entry word of 0 in the cache: no record, just the jump.
  */
+static void jmp_saved_target(buf *b)
+{
+	b1(b, 0xff); b1(b, 0x64); b1(b, 0x24); b1(b, 0xd8);               /* jmp *-40(%rsp) */
+}
+
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
@@ -348,10 +359,22 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	hit = here(&b);
 	b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x5c); b1(&b, 0x24); b1(&b, 0xd8); /* mov %r11,-40(%rsp) */
 	bn(&b, load_r11, sizeof load_r11);                                /* r11 as it was */
-	record_id(&b, s, TRACE_ENTRY, s->cache + 8, &in);
-	b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);          /* call *-40(%rsp) */
-	record_id(&b, s, TRACE_EXIT, s->cache + 16, &out);
-	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
+	if (s->tail_jump) {
+		size_t je;
+
+		b1(&b, 0x48); b1(&b, 0x83); b1(&b, 0x3d);                 /* cmpq $0,entry(%rip) */
+		b32(&b, (uint32_t)(int32_t)(int64_t)(s->cache + 8 - (here(&b) + 5)));
+		b1(&b, 0x00);
+		b1(&b, 0x74); je = b.n; b1(&b, 0);                          /* je 1f */
+		record_id(&b, s, TRACE_ENTRY, s->cache + 8, &in);
+		b.p[je] = (uint8_t)(b.n - (je + 1));
+		jmp_saved_target(&b);                                      /* 1: jmp *-40(%rsp) */
+	} else {
+		record_id(&b, s, TRACE_ENTRY, s->cache + 8, &in);
+		b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);  /* call *-40(%rsp) */
+		record_id(&b, s, TRACE_EXIT, s->cache + 16, &out);
+		b1(&b, 0xe9); brel32(&b, s->site + s->site_len);           /* jmp S+len */
+	}
 	fix_rel32(&b, jne);
 	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x1c); b1(&b, 0x25); /* mov %r11,%fs:tmp */
 	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
@@ -369,10 +392,15 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
 	b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x5c); b1(&b, 0x24); b1(&b, 0xd8); /* mov %r11,-40(%rsp) */
 	bn(&b, load_r11, sizeof load_r11);                                /* r11 as it was */
-	b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);          /* call *-40(%rsp) */
-	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
+	if (s->tail_jump) {
+		jmp_saved_target(&b);
+	} else {
+		b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);  /* call *-40(%rsp) */
+		b1(&b, 0xe9); brel32(&b, s->site + s->site_len);           /* jmp S+len */
+	}
 	record_slow(&b, s, &in);
-	record_slow(&b, s, &out);
+	if (!s->tail_jump)
+		record_slow(&b, s, &out);
 	return b.n;
 }
 

@@ -26,7 +26,11 @@ CONF = {
                  "      } /* even */;    } /* odd */;  } /* even */;  fact() {;    fact() {;"
                  "      fact() {;        fact();;      } /* fact */;    } /* fact */;"
                  "  } /* fact */;} /* main */",
-    "tail": "main() {;  tail_caller() {;    tail_target();;  } /* tail_caller */;} /* main */",
+    # a direct and an indirect tail jump: the callee closes with its caller
+    "tail": "main() {;  tail_caller() {;    tail_target();;  } /* tail_caller */;"
+            "  dispatch() {;    tail_op_a() {;      leaf();;    } /* tail_op_a */;"
+            "  } /* dispatch */;  dispatch() {;    tail_op_b() {;      leaf();;"
+            "    } /* tail_op_b */;  } /* dispatch */;} /* main */",
     # longjmp out of three frames: they end "unwound", the caller goes on.
     "longjmp": "main() {;  jumper() {;    jump_a() {;      jump_b() {;        jump_c() {;"
                "          leaf();;"
@@ -156,7 +160,7 @@ def case_conf(sptrace, prog, scenario, tmp):
     allowed = {"main", "top", "mid", "leaf", "fact", "even", "odd", "tail_caller",
                "tail_target", "deep2", "deep_exit", "crash2", "crash", "spin", "jumper",
                "jump_a", "jump_b", "jump_c", "segv_outer", "segv_inner", "short_sites",
-               "flags_probe", "flag_setter", "flag_zero"}
+               "flags_probe", "flag_setter", "flag_zero", "dispatch", "tail_op_a", "tail_op_b"}
     got = ";".join(only(replay_tree(sptrace, tdir), allowed))
     want = CONF[scenario]
     if scenario == "flags":

@@ -34,6 +34,12 @@ KEEP int even(int n) { sink++; return n == 0 ? 1 : odd(n - 1) + 0 * sink; }
 KEEP int tail_target(int x) { sink += x; return x * 3; }
 /* gcc -O2 turns this into `jmp tail_target`. */
 KEEP int tail_caller(int x) { sink++; return tail_target(x + 1); }
+/* ... and this into `jmp *ops(,%rdi,8)`: an indirect tail jump; the two
+ * targets are reached by nothing else, their calls must be traced too. */
+KEEP int tail_op_a(int x) { return leaf(x) + 1; }
+KEEP int tail_op_b(int x) { return leaf(x) * 2; }
+static int (*const volatile tail_ops[2])(int) = { tail_op_a, tail_op_b };
+KEEP int dispatch(int i, int x) { return tail_ops[i & 1](x); }
 
 KEEP void deep_exit(int code) { fflush(stdout); exit(code); }
 KEEP void deep2(int code) { leaf(code); deep_exit(code); }
@@ -455,7 +461,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(what, "recursion") == 0) {
 		printf("%d %d\n", fact(4), even(3));
 	} else if (strcmp(what, "tail") == 0) {
-		printf("%d\n", tail_caller(4));
+		int t = tail_caller(4), d = dispatch(0, 5);
+
+		printf("%d %d\n", t, d + dispatch(1, 6));
 	} else if (strcmp(what, "exit") == 0) {
 		printf("exiting\n");
 		deep2(7);

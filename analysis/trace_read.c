@@ -1128,6 +1128,123 @@ static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
 	return fd;
 }
 
+static int is_sync(uint64_t r)
+{
+	return trace_rec_kind(r) == TRACE_SYNC && (r >> 28) == 0;
+}
+
+/* A position in a thread's records where the TSC's high bits are known. */
+struct reset {
+	size_t pos;
+	uint64_t epoch;
+};
+
+/*
+ * seg.<tid> beside ring.<tid> (trace_format.h): the chunks `sptrace run`
+ * drained.  With recs NULL only the counts: records kept, and the index
+ * after the last chunk.  A chunk that is not whole (a crash while it was
+ * written, a damaged file) ends the reading: the records after it are
+ * counted lost.
+ */
+typedef struct seg_data {
+	uint64_t *recs;
+	size_t n;                /* records kept */
+	uint64_t end;            /* index after the last chunk's last record */
+	struct reset *resets;    /* one per chunk */
+	size_t nresets;
+} seg_data;
+
+static void seg_path(const char *ring_path, char *out, size_t len)
+{
+	const char *base = strrchr(ring_path, '/');
+
+	base = base ? base + 1 : ring_path;
+	snprintf(out, len, "%.*sseg.%s", (int)(base - ring_path), ring_path, base + 5);
+}
+
+static int seg_read(const char *ring_path, seg_data *sd, int want_recs, sp_err *err)
+{
+	char path[PATH_MAX];
+	trace_seg_chunk ch;
+	struct stat st;
+	off_t off = 0;
+	int fd;
+
+	memset(sd, 0, sizeof *sd);
+	seg_path(ring_path, path, sizeof path);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : sp_fail(err, "%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return sp_fail(err, "%s: cannot read: %s", path, strerror(errno));
+	}
+	if (want_recs) {
+		sd->recs = malloc(st.st_size > 8 ? (size_t)st.st_size : 8);
+		if (!sd->recs) {
+			close(fd);
+			return sp_fail(err, "%s: out of memory for %lld bytes", path,
+				       (long long)st.st_size);
+		}
+	}
+	while (off + (off_t)sizeof ch <= st.st_size &&
+	       read_full(fd, &ch, sizeof ch, off) == 0 && ch.magic == TRACE_SEG_MAGIC &&
+	       ch.first >= sd->end && ch.n > 0 && ch.skip < ch.n &&
+	       ch.n <= (uint64_t)(st.st_size - off - (off_t)sizeof ch) / 8) {
+		uint64_t first = ch.first + ch.skip, n = ch.n - ch.skip;
+
+		if (want_recs) {
+			uint64_t *recs = sd->recs + sd->n;
+
+			if (read_full(fd, recs, n * 8, off + (off_t)(sizeof ch + ch.skip * 8)) < 0) {
+				free(sd->resets);
+				free(sd->recs);
+				close(fd);
+				return sp_fail(err, "%s: cannot read its records", path);
+			}
+			if (first != sd->end || !sd->n) {
+				/* After a gap: the chunk's first SYNC, minus one before
+				 * it, else the ring's last SYNC when it was drained. */
+				struct reset *nr = realloc(sd->resets, (sd->nresets + 1) * sizeof *nr);
+				uint64_t epoch = ch.epoch;
+
+				if (!nr) {
+					free(sd->resets);
+					free(sd->recs);
+					close(fd);
+					return sp_fail(err, "%s: out of memory", path);
+				}
+				for (uint64_t i = 0; i < n; i++)
+					if (is_sync(recs[i])) {
+						uint64_t hi = trace_sync_high(recs[i]);
+
+						epoch = hi ? hi - 1 : 0;
+						break;
+					}
+				sd->resets = nr;
+				sd->resets[sd->nresets++] = (struct reset){ sd->n, epoch };
+			}
+		}
+		sd->n += n;
+		sd->end = first + n;
+		off += (off_t)(sizeof ch + ch.n * 8);
+	}
+	close(fd);
+	return 0;
+}
+
+/* Records the thread lost: count minus what the chunks and the ring keep. */
+static uint64_t thread_lost(const trace_ring_header *h, const seg_data *sd)
+{
+	uint64_t ring_from = h->count > h->capacity ? h->count - h->capacity : 0;
+
+	if (sd->end > ring_from)
+		ring_from = sd->end;
+	if (ring_from > h->count)
+		ring_from = h->count;
+	return h->count - (h->count - ring_from) - sd->n;
+}
+
 static int thread_cmp(const void *a, const void *b)
 {
 	const an_thread *x = a, *y = b;
@@ -1191,7 +1308,16 @@ static int read_rings(an_trace *t, sp_err *err)
 			th->name[i] = isprint((unsigned char)h.thread_name[i]) ? h.thread_name[i] : '?';
 		th->capacity = h.capacity;
 		th->count = h.count;
-		th->lost = h.count > h.capacity ? h.count - h.capacity : 0;
+		{
+			seg_data sd;
+
+			if (seg_read(path, &sd, 0, err) < 0) {
+				rc = -1;
+				break;
+			}
+			th->lost = thread_lost(&h, &sd);
+			th->drained = sd.n;
+		}
 		th->flags = h.flags;
 		th->start_tsc = h.start_tsc;
 		th->epoch = h.epoch;
@@ -1308,71 +1434,97 @@ void an_trace_close(an_trace *t)
 /* ------------------------------------------------------------------------ */
 
 struct an_iter {
-	uint64_t *raw;           /* the ring's records, in slot order */
-	uint64_t mask;
-	size_t n, start, pos;    /* n records, oldest in slot `start` */
-	size_t first_sync;       /* position of the first SYNC, n if none */
+	uint64_t *raw;           /* the thread's records, oldest first */
+	size_t n, pos;
+	size_t first_sync;       /* after a gap: the first SYNC's position; records
+				    before it have guessed high bits */
+	size_t guess_from;       /* ... counted from here (n if no gap) */
 	uint64_t high;           /* current TSC bits 38..63 */
+	struct reset *resets;    /* where the high bits are known anew */
+	size_t nresets, nextreset;
 	const an_site_info *sites;
 	size_t nsites;
 	an_iter_stats st;
 };
 
-static int is_sync(uint64_t r)
-{
-	return trace_rec_kind(r) == TRACE_SYNC && (r >> 28) == 0;
-}
-
 int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 {
 	trace_ring_header h;
+	uint64_t *ring = NULL, ring_from, cap_n;
+	size_t nring;
+	seg_data sd;
 	an_iter *it;
 	int fd;
 
 	*out = NULL;
-	fd = ring_open(th->path, &h, err);
-	if (fd < 0)
+	if (seg_read(th->path, &sd, 1, err) < 0)
 		return -1;
+	fd = ring_open(th->path, &h, err);
+	if (fd < 0) {
+		free(sd.recs);
+		free(sd.resets);
+		return -1;
+	}
+	/* Counts from this read, not from an_trace_open: a live agent goes on. */
+	cap_n = h.count < h.capacity ? h.count : h.capacity;
+	ring_from = h.count - cap_n;
+	if (sd.end > ring_from)
+		ring_from = sd.end < h.count ? sd.end : h.count;
+	nring = (size_t)(h.count - ring_from);
 	it = calloc(1, sizeof *it);
-	if (it) {
-		/* Counts from this read, not from an_trace_open: a live agent goes on. */
-		it->n = (size_t)(h.count < h.capacity ? h.count : h.capacity);
-		it->raw = malloc(it->n ? it->n * 8 : 8);
-	}
-	if (!it || !it->raw) {
-		free(it);
-		close(fd);
-		return sp_fail(err, "%s: out of memory for %" PRIu64 " records", th->path,
-			       h.capacity);
-	}
-	if (read_full(fd, it->raw, it->n * 8, h.header_size) < 0) {
+	ring = malloc(cap_n ? cap_n * 8 : 8);
+	if (it)
+		it->raw = malloc((sd.n + nring) * 8 + 8);
+	if (!it || !ring || !it->raw || read_full(fd, ring, cap_n * 8, h.header_size) < 0) {
 		int e = errno;
-		free(it->raw);
+
+		if (it)
+			free(it->raw);
 		free(it);
+		free(ring);
+		free(sd.recs);
+		free(sd.resets);
 		close(fd);
-		return sp_fail(err, "%s: cannot read records: %s", th->path, strerror(e));
+		return sp_fail(err, "%s: cannot read %" PRIu64 " records: %s", th->path,
+			       cap_n, it && ring ? strerror(e) : "out of memory");
 	}
 	close(fd);
-	it->mask = h.capacity - 1;
-	it->start = h.count > h.capacity ? (size_t)(h.count & it->mask) : 0;
+	if (sd.n)
+		memcpy(it->raw, sd.recs, sd.n * 8);
+	for (size_t i = 0; i < nring; i++)
+		it->raw[sd.n + i] = ring[(ring_from + i) & (h.capacity - 1)];
+	free(ring);
+	free(sd.recs);
+	it->n = sd.n + nring;
+	it->resets = sd.resets;
+	it->nresets = sd.nresets;
 	it->sites = t->sites;
 	it->nsites = t->nsites;
-	it->first_sync = it->n;
-	if (h.count <= h.capacity) {
-		/* The ring starts with a SYNC; start_tsc covers a writer that did not. */
-		it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
-	} else {
-		for (size_t i = 0; i < it->n; i++)
-			if (is_sync(it->raw[(it->start + i) & it->mask])) {
+	it->first_sync = it->guess_from = it->n;
+	/* The ring starts with a SYNC; start_tsc covers a writer that did not. */
+	it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
+	if (ring_from > 0 && !(sd.n && sd.end == ring_from) && nring) {
+		/* The ring's part follows a gap: its high bits are those of its
+		 * first SYNC, minus one before it (a guess), else the header's. */
+		uint64_t epoch = h.epoch;
+
+		it->guess_from = sd.n;
+		for (size_t i = sd.n; i < it->n; i++)
+			if (is_sync(it->raw[i])) {
+				uint64_t hi = trace_sync_high(it->raw[i]);
+
 				it->first_sync = i;
+				epoch = hi ? hi - 1 : 0;
 				break;
 			}
-		if (it->first_sync == it->n) {
-			it->high = h.epoch;
-		} else {
-			uint64_t hi = trace_sync_high(it->raw[(it->start + it->first_sync) & it->mask]);
-			it->high = hi ? hi - 1 : 0;
+		struct reset *nr = realloc(it->resets, (it->nresets + 1) * sizeof *nr);
+
+		if (!nr) {
+			an_iter_close(it);
+			return sp_fail(err, "%s: out of memory", th->path);
 		}
+		it->resets = nr;
+		it->resets[it->nresets++] = (struct reset){ sd.n, epoch };
 	}
 	*out = it;
 	return 0;
@@ -1382,8 +1534,11 @@ int an_iter_next(an_iter *it, an_record *r)
 {
 	while (it->pos < it->n) {
 		size_t i = it->pos++;
-		uint64_t raw = it->raw[(it->start + i) & it->mask];
+		uint64_t raw = it->raw[i];
 		unsigned kind = trace_rec_kind(raw);
+
+		while (it->nextreset < it->nresets && it->resets[it->nextreset].pos <= i)
+			it->high = it->resets[it->nextreset++].epoch;
 
 		if (kind == TRACE_SYNC) {
 			if (is_sync(raw))
@@ -1402,7 +1557,7 @@ int an_iter_next(an_iter *it, an_record *r)
 			return 1;
 		}
 		r->tsc = it->high << TRACE_TSC_LOW_BITS | trace_rec_tsc_low(raw);
-		if (i < it->first_sync && it->first_sync < it->n)
+		if (i >= it->guess_from && i < it->first_sync && it->first_sync < it->n)
 			it->st.nguessed++;
 		if (kind != TRACE_EVENT && (r->id >= it->nsites || !it->sites[r->id].valid))
 			it->st.nbad_sites++;
@@ -1423,6 +1578,7 @@ void an_iter_close(an_iter *it)
 	if (!it)
 		return;
 	free(it->raw);
+	free(it->resets);
 	free(it);
 }
 

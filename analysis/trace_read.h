@@ -93,7 +93,8 @@ typedef struct an_thread {
 	const char *path;        /* the ring file */
 	uint64_t capacity;       /* records the ring holds */
 	uint64_t count;          /* records ever written */
-	uint64_t lost;           /* the oldest records, overwritten: count - capacity */
+	uint64_t lost;           /* records overwritten before anyone kept them */
+	uint64_t drained;        /* records kept in seg.<tid> (sptrace run's drain) */
 	uint64_t flags;          /* TRACE_RING_* */
 	uint64_t start_tsc;      /* TSC when the ring was created */
 	uint64_t epoch;          /* TSC bits 38..63 of the last SYNC written */

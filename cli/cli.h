@@ -33,6 +33,15 @@ int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len);
 int cli_check_threads(const char *cmd, const char *arg);
 int cli_check_event(const char *cmd, const char *on, const char *first);
 
+/* drain.c: `sptrace run` copies the rings of DIR (and its exec'd images)
+ * into seg.<tid> files before they come round (see the protocol there).
+ * Poll often while the program runs (1: it found records, poll again at
+ * once); end drains once more and closes. */
+typedef struct cli_drain cli_drain;
+cli_drain *cli_drain_start(const char *dir);   /* NULL: out of memory */
+int cli_drain_poll(cli_drain *d);
+void cli_drain_end(cli_drain *d);
+
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

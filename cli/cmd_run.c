@@ -46,8 +46,13 @@ static const char help[] =
 	"                      thread and the threads it creates; 'all' every thread\n"
 	"  -o, --output DIR    trace directory (default: sptrace.data; an existing one\n"
 	"                      is kept as DIR.old)\n"
-	"  --ring-size MB      size of each thread's ring (default 16); a full ring\n"
-	"                      overwrites its oldest records and counts them\n"
+	"  --ring-size MB      size of each thread's ring (default 16)\n"
+	"  --flight-recorder   keep only the newest records: each thread's last\n"
+	"                      --ring-size MB (a full ring overwrites its oldest\n"
+	"                      records and counts them).  Without it every record is\n"
+	"                      kept: 'sptrace run' copies the rings into DIR/seg.<tid>\n"
+	"                      before they come round (and counts any it was too slow\n"
+	"                      for)\n"
 	"  -h, --help          this text\n"
 	"\n"
 	"Then: 'sptrace replay DIR' prints the call trees, 'sptrace report DIR' the\n"
@@ -123,8 +128,11 @@ int cmd_run(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
 		{ "ring-size", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
-		{ "threads", required_argument, 0, 'T' },   { 0, 0, 0, 0 },
+		{ "threads", required_argument, 0, 'T' },   { "flight-recorder", no_argument, 0, 'F' },
+		{ 0, 0, 0, 0 },
 	};
+	cli_drain *drain = NULL;
+	int flight = 0;
 	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start";
 	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
@@ -147,6 +155,7 @@ int cmd_run(int argc, char **argv)
 				return 2;
 			threads = optarg;
 			break;
+		case 'F': flight = 1; break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
 			return cli_error("run: option '%s' needs a value; see 'sptrace run --help'",
@@ -201,12 +210,26 @@ int cmd_run(int argc, char **argv)
 		return exec_errno == ENOENT ? 127 : 126;
 	}
 	close(errpipe[0]);
-	/* Like a shell: the terminal's ^C goes to the program; we wait. */
+	/* Like a shell: the terminal's ^C goes to the program; we wait,
+	 * draining its rings (every millisecond, or at once while they fill). */
 	signal(SIGINT, SIG_IGN);
 	signal(SIGQUIT, SIG_IGN);
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
+	if (!flight && !(drain = cli_drain_start(absdir)))
+		cli_error("run: out of memory for the drain: the rings keep only their newest "
+			  "records");
+	for (;;) {
+		pid_t w = waitpid(pid, &status, drain ? WNOHANG : 0);
+
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR) {
+			cli_drain_end(drain);
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
+		}
+		if (drain && !cli_drain_poll(drain))
+			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	cli_drain_end(drain);
 	end_traces(absdir, status);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);

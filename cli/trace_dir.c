@@ -67,13 +67,18 @@ int cli_remove_trace_dir(const char *dir)
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (strncmp(de->d_name, "ring.", 5) != 0 && strcmp(de->d_name, "sites") != 0 &&
-		    strcmp(de->d_name, "meta") != 0 && strcmp(de->d_name, "agent.log") != 0 &&
-		    strcmp(de->d_name, "control") != 0) {
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		if (strncmp(de->d_name, "exec.", 5) == 0 || strncmp(de->d_name, "spawn.", 6) == 0) {
+			if (cli_remove_trace_dir(path) != 0)     /* an exec'd image's trace */
+				rc = -1;
+			continue;
+		}
+		if (strncmp(de->d_name, "ring.", 5) != 0 && strncmp(de->d_name, "seg.", 4) != 0 &&
+		    strcmp(de->d_name, "sites") != 0 && strcmp(de->d_name, "meta") != 0 &&
+		    strcmp(de->d_name, "agent.log") != 0 && strcmp(de->d_name, "control") != 0) {
 			rc = -1;
 			continue;
 		}
-		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
 		if (unlink(path) != 0)
 			rc = -1;
 	}

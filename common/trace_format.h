@@ -13,6 +13,11 @@
  *   ring.<tid>      one file per traced thread: a trace_ring_header, then a
  *                   power-of-two array of 8-byte records, mapped shared by
  *                   the agent so the records survive a crash of the process.
+ *   seg.<tid>       the records `sptrace run` drained from ring.<tid> before
+ *                   the ring came round to them (none in flight-recorder
+ *                   mode): chunks of a trace_seg_chunk and its records.  The
+ *                   thread's records are the chunks', then the ring's from
+ *                   where the last chunk ends.
  *
  * Records are written without locks or system calls.  A full ring overwrites
  * its oldest records; the header's write count says how many were ever
@@ -137,6 +142,21 @@ _Static_assert(sizeof(trace_ring_header) == TRACE_RING_HEADER_SIZE, "ring header
 enum {
 	TRACE_RING_CLOSED = 1,   /* the thread ended or the trace was stopped cleanly */
 };
+
+/* One chunk of a seg.<tid> file, followed by its n records.  Chunks come in
+ * the order of their records; a gap between two (the ring came round before
+ * they were drained) is records lost. */
+#define TRACE_SEG_MAGIC 0x31474553505354ull /* "TSPSEG1" little-endian */
+typedef struct trace_seg_chunk {
+	uint64_t magic;          /* TRACE_SEG_MAGIC */
+	uint64_t first;          /* index of its first record among all the ring's */
+	uint64_t n;              /* records stored after this header */
+	uint64_t skip;           /* ... of which the first `skip` are not records (the
+				  * ring came round to them while they were saved) */
+	uint64_t epoch;          /* the ring's last SYNC (TSC bits 38..63) when it was
+				  * drained: a reader that lost the records before
+				  * uses it until the chunk's own SYNC */
+} trace_seg_chunk;
 
 /*
  * The sites file: record i describes site id i.  Ids start at 1; record 0 is

@@ -42,6 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # trace_format.h, struct trace_ring_header: magic, version, header_size,
 # capacity, count.
+SEG_HEAD = struct.Struct("<QQQQQ")       # trace_format.h: trace_seg_chunk
+SEG_MAGIC = 0x31474553505354
 RING_HEAD = struct.Struct("<QIIQQ")
 RING_MAGIC = 0x31474E4952505354
 RING_VERSION = 1
@@ -157,8 +159,11 @@ class Bench:
         log("PROBLEM: " + what)
         self.problems.append(what)
 
-    def sptrace(self, tdir, argv, on=None):
-        cmd = [self.a.sptrace, "run", "-o", tdir]
+    def sptrace(self, tdir, argv, on=None, keep_all=False):
+        # The agent's own cost is measured in flight-recorder mode; the
+        # workloads also run with every record kept (sptrace run drains the
+        # rings into seg.<tid> files).
+        cmd = [self.a.sptrace, "run", "-o", tdir] + ([] if keep_all else ["--flight-recorder"])
         if on:
             cmd += ["--on", on]
         return cmd + ["--"] + argv
@@ -169,11 +174,15 @@ class Bench:
             shutil.rmtree(x, ignore_errors=True)
         return d
 
-    def traced(self, argv, on=None, env=None, stdin=None, name="tr"):
-        """sptrace run; the Run also gets records, lost, sites, analysed."""
+    def traced(self, argv, on=None, env=None, stdin=None, name="tr", keep_all=False):
+        """sptrace run; the Run also gets records, lost, sites, analysed
+        (and kept: the records the drain saved, with keep_all)."""
         d = self.fresh(name)
-        r = self.run(self.sptrace(d, argv, on=on), env=env, stdin=stdin)
+        r = self.run(self.sptrace(d, argv, on=on, keep_all=keep_all), env=env, stdin=stdin)
         r.records, r.lost, r.nrings = self.rings(d)
+        r.kept = self.segs(d)
+        if keep_all:
+            r.lost = r.records - r.kept - self.ring_tail(d)
         r.sites = self.agent_end(d)
         r.analysed = self.analysed(d)
         r.files = sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -182,6 +191,49 @@ class Bench:
         return r
 
     # ---- trace directories ----
+
+    @staticmethod
+    def segs(tdir):
+        """Records kept in seg.<tid> files (trace_format.h: trace_seg_chunk)."""
+        kept = 0
+        for f in glob.glob(os.path.join(tdir, "seg.*")):
+            with open(f, "rb") as fh:
+                while True:
+                    h = fh.read(SEG_HEAD.size)
+                    if len(h) < SEG_HEAD.size:
+                        break
+                    magic, first, n, skip, _ = SEG_HEAD.unpack(h)
+                    if magic != SEG_MAGIC:
+                        break
+                    kept += n - skip
+                    fh.seek(n * 8, 1)
+        return kept
+
+    @staticmethod
+    def ring_tail(tdir):
+        """Records each ring holds past the end of its seg file's last chunk."""
+        tail = 0
+        for f in glob.glob(os.path.join(tdir, "ring.*")):
+            with open(f, "rb") as fh:
+                h = fh.read(RING_HEAD.size)
+            if len(h) < RING_HEAD.size:
+                continue
+            _, _, _, cap, count = RING_HEAD.unpack(h)
+            end = 0
+            seg = os.path.join(tdir, "seg." + os.path.basename(f)[5:])
+            if os.path.exists(seg):
+                with open(seg, "rb") as fh:
+                    while True:
+                        sh = fh.read(SEG_HEAD.size)
+                        if len(sh) < SEG_HEAD.size:
+                            break
+                        magic, first, n, skip, _ = SEG_HEAD.unpack(sh)
+                        if magic != SEG_MAGIC:
+                            break
+                        end = first + n
+                        fh.seek(n * 8, 1)
+            tail += count - max(end, count - cap if count > cap else 0)
+        return tail
 
     @staticmethod
     def rings(tdir):
@@ -442,12 +494,12 @@ class Bench:
         else:
             self.problem("%s not found: sqlite3 workload skipped" % self.a.sqlite)
 
-        def one(argv, stdin_path, traced, env=None):
+        def one(argv, stdin_path, traced, env=None, keep_all=False):
             if os.path.exists(db):
                 os.unlink(db)            # every run starts from a new database
             with open(stdin_path or os.devnull, "rb") as stdin:
                 if traced:
-                    return self.traced(argv, env=env, stdin=stdin)
+                    return self.traced(argv, env=env, stdin=stdin, keep_all=keep_all)
                 return self.run(argv, env=env, stdin=stdin)
 
         res = {}
@@ -464,6 +516,8 @@ class Bench:
                 log("workload %s round %d/%d" % (name, rnd + 1, self.a.wl_rounds))
                 res.setdefault((name, "native"), []).append(one(argv, stdin, False))
                 res.setdefault((name, "sptrace"), []).append(one(argv, stdin, True))
+                res.setdefault((name, "keep-all"), []).append(one(argv, stdin, True,
+                                                                  keep_all=True))
         if os.path.exists(db):
             os.unlink(db)
         for name, argv, _ in loads:
@@ -884,9 +938,28 @@ class Bench:
             w("")
             w("\"ns per recorded call\" = (traced − native wall time) ÷ (records ÷ 2), as if every "
               "record pair were one traced call: a cross-check of the microbenchmark on real code.  "
-              "Each thread's ring is the default 16 MB, so a long run keeps only its newest records "
-              "(\"overwritten\" counts the rest, as trace_format.h specifies); \"sites "
-              "instrumented\" is from the agent's log.")
+              "These runs are in flight-recorder mode (`--flight-recorder`): each thread's ring is "
+              "the default 16 MB, so a long run keeps only its newest records (\"overwritten\" "
+              "counts the rest); \"sites instrumented\" is from the agent's log.")
+            w("")
+            w("Every record kept (the default: `sptrace run` drains the rings into seg.<tid> "
+              "files while the program runs), same rounds:")
+            w("")
+            w("| program | traced wall s | **ratio (wall)** | records written | kept | lost (the drain "
+              "fell behind) | output identical |")
+            w("|---|---:|---:|---:|---:|---:|---|")
+            for name, argv, stdin in loads:
+                nat = [r for r in res.get((name, "native"), []) if r.good]
+                ka = [r for r in res.get((name, "keep-all"), []) if r.good]
+                if not nat or not ka:
+                    continue
+                same = all(a.out == b.out and a.rc == b.rc
+                           for a, b in zip(res[(name, "native")], res[(name, "keep-all")]))
+                nw, kw = med(r.proc["wall"] for r in nat) / 1e9, med(r.proc["wall"] for r in ka) / 1e9
+                recs, lost = med(r.records for r in ka), med(r.lost for r in ka)
+                w("| %s | %.2f | **%.2f** | %d | %d (%.1f %%) | %d | %s |" %
+                  (name, kw, kw / nw, recs, recs - lost,
+                   100.0 * (recs - lost) / recs if recs else 0, lost, "yes" if same else "**NO**"))
             w("")
         return "\n".join(o)
 

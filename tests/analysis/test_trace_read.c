@@ -9,6 +9,9 @@
  *   2. timestamps: the full TSC rebuilt across 38-bit wraps and long gaps,
  *      in a wrapped ring with a SYNC in its window (bits inferred before it)
  *      and without one (the header's epoch);
+ *   2b. segments: records drained into seg.<tid> followed by the ring's,
+ *      a gap counted lost, a chunk saved partly overwritten, a chunk cut
+ *      short;
  *   3. clocks: TSC to nanoseconds at a non-1 GHz rate;
  *   4. calls: nesting, unwinding on a mismatched exit, exits without entry,
  *      calls without exit, tail jumps (no exit of their own); holes in the
@@ -259,6 +262,69 @@ static void test_tsc(void)
 	}
 	tg_ring_free(&r);
 	check_records("wrapped, no SYNC in window", dir, want, n, 0);
+	free(dir);
+}
+
+/*
+ * 2b. Records drained by `sptrace run` (seg.<tid>): a ring of 16 slots that
+ * took 60 records (a SYNC, then entries at T + index); chunk A holds indices
+ * 0-29, chunk B was saved as 35-44 with its first two overwritten meanwhile
+ * (skip 2), a third chunk is cut short (a crash while it was written:
+ * ignored).  The thread's records: 0-29, 37-44, then the ring's from 45;
+ * 30-36 are lost.
+ */
+static void test_segments(void)
+{
+	char *dir = tg_dir(root, "segments"), path[4200];
+	const uint64_t T = 4 * (1ull << 38) + 1000;
+	uint64_t all[60];
+	an_record want[60];
+	size_t n = 0;
+	an_trace *t;
+	tg_ring r;
+	FILE *f;
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+	tg_ring_init(&r, 1234, 16, T);
+	all[0] = TRACE_SYNC | (T >> TRACE_TSC_LOW_BITS) << 2;
+	for (uint64_t i = 1; i < 60; i++) {
+		all[i] = trace_rec(TRACE_ENTRY, S_FACT_REC, T + i);
+		tg_put_raw(&r, all[i]);
+	}
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	snprintf(path, sizeof path, "%s/seg.1234", dir);
+	f = fopen(path, "w");
+	if (!f)
+		tg_die("cannot write %s", path);
+	{
+		trace_seg_chunk a = { TRACE_SEG_MAGIC, 0, 30, 0, T >> TRACE_TSC_LOW_BITS };
+		trace_seg_chunk b = { TRACE_SEG_MAGIC, 35, 10, 2, T >> TRACE_TSC_LOW_BITS };
+		trace_seg_chunk c = { TRACE_SEG_MAGIC, 45, 100, 0, T >> TRACE_TSC_LOW_BITS };
+		uint64_t junk[2] = { ~0ull, ~0ull };
+
+		fwrite(&a, sizeof a, 1, f);
+		fwrite(all, 8, 30, f);
+		fwrite(&b, sizeof b, 1, f);
+		fwrite(junk, 8, 2, f);
+		fwrite(all + 37, 8, 8, f);
+		fwrite(&c, sizeof c, 1, f);
+		fwrite(all + 45, 8, 3, f);
+	}
+	fclose(f);
+	for (uint64_t i = 1; i < 60; i++)
+		if (i < 30 || i >= 37)
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0 };
+	check_records("segments", dir, want, n, 0);
+	if ((t = open_ok(dir))) {
+		const an_thread *th = an_trace_thread(t, 0);
+
+		CHECK(th->lost == 7 && th->drained == 38,
+		      "segments: %" PRIu64 " lost and %" PRIu64 " drained, expected 7 and 38",
+		      th->lost, th->drained);
+		an_trace_close(t);
+	}
 	free(dir);
 }
 
@@ -665,6 +731,7 @@ int main(int argc, char **argv)
 
 	test_names();
 	test_tsc();
+	test_segments();
 	test_clocks();
 	test_calls();
 	test_tail_and_holes();

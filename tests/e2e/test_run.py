@@ -65,8 +65,8 @@ def run(cmd, **kw):
                           timeout=120, **kw)
 
 
-def traced(sptrace, tdir, argv, on=None, ring_mb=None):
-    cmd = [sptrace, "run", "-o", tdir]
+def traced(sptrace, tdir, argv, on=None, ring_mb=None, options=()):
+    cmd = [sptrace, "run", "-o", tdir] + list(options)
     if on:
         cmd += ["--on", on]
     if ring_mb:
@@ -454,9 +454,10 @@ def spinning(sptrace, prog, tmp, tdir, options=()):
 
 def case_kill9(sptrace, prog, tmp):
     """kill -9 of the traced process: the records written so far are kept.
-    The ring is 1 MiB, so it wraps: the replay must say how much was lost."""
+    The ring is 1 MiB in flight-recorder mode, so it wraps: the replay must
+    say how much was lost."""
     tdir = os.path.join(tmp, "trace")
-    with spinning(sptrace, prog, tmp, tdir, ["--ring-size", "1"]) as (p, child):
+    with spinning(sptrace, prog, tmp, tdir, ["--ring-size", "1", "--flight-recorder"]) as (p, child):
         time.sleep(0.3)
         os.kill(child, signal.SIGKILL)
     check(p.returncode == -signal.SIGKILL,
@@ -470,6 +471,46 @@ def case_kill9(sptrace, prog, tmp):
           "kill -9: the wrapped ring's losses are not reported:\n" + r.stdout[:500])
     leaves = sum(1 for l in replay_tree(sptrace, tdir) if l.strip() == "leaf();")
     check(leaves > 50000, "kill -9: only %d leaf() calls survived in a 1 MiB ring" % leaves)
+
+
+def report_calls(sptrace, tdir):
+    """{function: calls} and the report's text."""
+    r = run([sptrace, "report", tdir], env=repo_env(tdir))
+    check(r.returncode == 0, "report %s failed: %s" % (tdir, r.stderr))
+    calls = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"\s*[\d.]+ +\w+\s+[\d.]+ +\w+\s+(\d+)  (\S+)$", line)
+        if m:
+            calls[m.group(2)] = int(m.group(1))
+    return calls, r.stdout
+
+
+def case_drain(sptrace, prog, tmp):
+    """Every record kept: `sptrace run` saves each ring (here 4 MiB, 512 Ki
+    records) into seg.<tid> as it fills, so 500,000 paced calls (two
+    million records, four laps of the ring) are all in the report.  With
+    --flight-recorder only the newest are kept, and the report says how
+    many records were lost."""
+    n = 500000
+    native = run([prog, "paced", str(n)])
+    check(native.returncode == 3 and native.stdout.startswith("paced %d " % n),
+          "native paced run: %r" % native.stdout)
+    for flight in (False, True):
+        tdir = os.path.join(tmp, "trace-flight" if flight else "trace")
+        trace = traced(sptrace, tdir, [prog, "paced", str(n)], ring_mb=4,
+                       options=["--flight-recorder"] if flight else [])
+        same_behaviour(native, trace, "paced")
+        segs = [f for f in os.listdir(tdir) if f.startswith("seg.")]
+        calls, text = report_calls(sptrace, tdir)
+        if not flight:
+            check(segs, "drain: no seg.<tid> file in %s: %r" % (tdir, os.listdir(tdir)))
+            check("records lost" not in text and calls.get("paced") == n and
+                  calls.get("leaf") == n,
+                  "drain: the trace does not hold all %d calls:\n%s" % (n, text[:1500]))
+        else:
+            check(not segs, "--flight-recorder: the rings were drained: %r" % segs)
+            check("records lost" in text and 0 < calls.get("paced", 0) < n,
+                  "--flight-recorder: expected the oldest records lost:\n%s" % text[:1500])
 
 
 def text_differences(pid):
@@ -925,6 +966,8 @@ def main():
             case_dormant(sptrace, sys.argv[3], tmp)
         elif case == "stop":
             case_stop(sptrace, sys.argv[3], tmp)
+        elif case == "drain":
+            case_drain(sptrace, sys.argv[3], tmp)
         elif case == "kill9":
             case_kill9(sptrace, sys.argv[3], tmp)
         elif case == "errors":

@@ -52,6 +52,17 @@ KEEP void segv_outer(void) { leaf(1); segv_inner(NULL); }
 
 KEEP void spin(void) { for (;;) leaf(1); }
 
+/* Many calls, each after some work: at this pace `sptrace run` saves the
+ * rings faster than they fill, and the trace holds every call. */
+KEEP int paced(int i)
+{
+	int s = 0;
+
+	for (int k = 0; k < 2000; k++)
+		s += (i ^ k) * 3 + (s >> 3);
+	return leaf(s & 7);
+}
+
 KEEP void *worker(void *arg) { leaf(1); leaf(2); return arg; }
 KEEP void *worker_exit(void *arg) { leaf(3); pthread_exit(arg); }
 
@@ -518,6 +529,12 @@ int main(int argc, char **argv)
 		printf("short-hot %ld\n", sum);
 	} else if (strcmp(what, "flags") == 0) {
 		printf("flags %#lx\n", flags_probe());
+	} else if (strcmp(what, "paced") == 0 && argc > 2) {
+		long n = atol(argv[2]), sum = 0;
+
+		for (long i = 0; i < n; i++)
+			sum += paced((int)i);
+		printf("paced %ld %ld\n", n, sum);
 	} else if (strcmp(what, "spin") == 0) {
 		printf("spinning\n");
 		fflush(stdout);

@@ -370,14 +370,33 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	spec.tls_offset = ag_tls_offset();
 	spec.tls_target_offset = ag_tls_target_offset();
 	spec.tail_jump = tail;
-	bool window = s->method == CA_PATCH_RELOCATE && !s->reloc_rip && !ag_reloc_gave_up() &&
+	bool window = s->method == CA_PATCH_RELOCATE && s->reloc_rip != CA_RELOC_RIP_UNKNOWN &&
+		      !ag_reloc_gave_up() &&
 		      !one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
 
 	if (window) {
-		/* The instructions before the call run first in the area. */
+		/* The instructions before the call run first in the area, right
+		 * after its endbr64 (ag_emit_indirect), at rx + 4. */
 		spec.prefix_len = (uint8_t)(s->addr - s->patch_addr);
 		memcpy(spec.prefix, (const void *)(uintptr_t)(m->bias + s->patch_addr),
 		       spec.prefix_len);
+		if (s->reloc_rip && s->reloc_rip - 1u + 4 <= spec.prefix_len) {
+			/* A RIP-relative operand, re-aimed: the copy sits
+			 * (rx + 4) - window bytes further on. */
+			int32_t d;
+			int64_t nd;
+
+			memcpy(&d, spec.prefix + s->reloc_rip - 1, 4);
+			nd = (int64_t)d - (int64_t)((uint64_t)(uintptr_t)rx + 4 - (m->bias + s->patch_addr));
+			if (nd == (int32_t)nd)
+				memcpy(spec.prefix + s->reloc_rip - 1, &(int32_t){ (int32_t)nd }, 4);
+			else
+				window = false;
+		} else if (s->reloc_rip) {
+			window = false;
+		}
+		if (!window)
+			spec.prefix_len = 0;
 	}
 	len = ag_emit_indirect(&spec, scratch, (uint64_t)(uintptr_t)rx);
 	if (len > AG_SLOT_CODE) {

@@ -6,12 +6,12 @@
  * The analyser then plans a *window*: the instructions before the call in
  * the same basic block, none a branch target, call or system call, which
  * together with the call are at least 5 bytes.  The area begins with a copy
- * of them, byte for byte, then does the call as every indirect area does.
- * (A window with rip-relative operands, whose copy would need re-aiming, or
- * one starting with a one-byte instruction (see patch.c's SIGTRAP handler)
- * is not used; nor are TRAP plans: an int3 that stays costs a signal per
- * call -- python3.11 ran 9 times slower with them.  Those sites stay
- * untraced and are counted in agent.log.)
+ * of them, byte for byte (a rip-relative operand's disp32, which the
+ * analysis located, re-aimed for the copy's address), then does the call as
+ * every indirect area does.  (A window whose rip-relative operand could not
+ * be located or re-aimed, or one starting with a one-byte instruction (see
+ * patch.c's SIGTRAP handler), is not used: the call gets a trap, put back
+ * once hot, like a TRAP plan -- an int3 that stays costs a signal per call.)
  *
  * Writing the jump over the window is only safe when no thread stands
  * inside it: a thread preempted, or interrupted by a signal, between two of
@@ -55,8 +55,23 @@
 #define QUEUE_MAX 16384
 #define ROUND_TIMEOUT_NS 200000000L
 
-/* What the queued SIGTRAP carries; nothing else sends this value. */
-static const char quiesce_magic[] = "sptrace-quiesce";
+/*
+ * What the queued SIGTRAP carries: QUIESCE_MAGIC in the high half (never the
+ * high half of a user-space address, which the agent's other requests
+ * carry), the round's number and the index of the asked thread.  The
+ * handler needs no system call to know who it is: a signal handler making
+ * system calls while the thread was inside one tripped valgrind ("Assertion
+ * 'sci->status.what == SsIdle' failed").  A late answer to an earlier round
+ * is told by its number.
+ */
+#define QUIESCE_MAGIC 0x53505152ull
+static unsigned round_no;
+
+static void *quiesce_value(int i)
+{
+	return (void *)(uintptr_t)(QUIESCE_MAGIC << 32 | (uint64_t)(round_no & 0xffff) << 16 |
+				   (uint64_t)i);
+}
 
 /* Under the instrument lock. */
 static ag_reloc *queue[QUEUE_MAX];
@@ -120,18 +135,18 @@ bool ag_reloc_trap(siginfo_t *si, ucontext_t *uc)
 	uint64_t pc;
 	ssize_t w;
 
-	if (si->si_code != SI_QUEUE || si->si_pid != getpid() ||
-	    si->si_value.sival_ptr != (void *)quiesce_magic)
+	uint64_t v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
+	int i = (int)(v & 0xffff);
+
+	if (si->si_code != SI_QUEUE || si->si_pid != ag_self_pid || v >> 32 != QUIESCE_MAGIC)
 		return false;
 	pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
 	w = window_at(pc);
 	if (w >= 0)
 		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(queue[w]->copy + (pc - queue[w]->start));
-	int tid = (int)syscall(SYS_gettid), n = __atomic_load_n(&nasked, __ATOMIC_ACQUIRE);
-
-	for (int i = 0; i < n; i++)
-		if (asked_tid[i] == tid)
-			__atomic_store_n(&answered[i], 1, __ATOMIC_RELEASE);
+	if (((v >> 16) & 0xffff) == (__atomic_load_n(&round_no, __ATOMIC_ACQUIRE) & 0xffff) &&
+	    i < __atomic_load_n(&nasked, __ATOMIC_ACQUIRE))
+		__atomic_store_n(&answered[i], 1, __ATOMIC_RELEASE);
 	return true;
 }
 
@@ -156,11 +171,15 @@ static int look_at(int tid, void *arg)
 			l->busy[w] = true;
 		return 0;
 	}
-	if (nasked < ASKED_MAX && ag_queue_sigtrap(tid, quiesce_magic)) {
-		asked_tid[nasked] = tid;
-		answered[nasked] = 0;
-		__atomic_store_n(&nasked, nasked + 1, __ATOMIC_RELEASE);
-	} else if (nasked >= ASKED_MAX) {
+	if (nasked < ASKED_MAX) {
+		int i = nasked;
+
+		asked_tid[i] = tid;
+		answered[i] = 0;
+		__atomic_store_n(&nasked, i + 1, __ATOMIC_RELEASE);
+		if (!ag_queue_sigtrap(tid, quiesce_value(i)) && errno == ESRCH)
+			answered[i] = 1;        /* gone: nobody waits for it */
+	} else {
 		for (size_t i = 0; i < round_n; i++)
 			l->busy[i] = true;    /* cannot ask them all: no jumps this round */
 	}
@@ -176,7 +195,7 @@ static int unanswered(bool ask_again)
 	for (int i = 0; i < nasked; i++) {
 		if (__atomic_load_n(&answered[i], __ATOMIC_ACQUIRE))
 			continue;
-		if (ask_again && !ag_queue_sigtrap(asked_tid[i], quiesce_magic) && errno == ESRCH) {
+		if (ask_again && !ag_queue_sigtrap(asked_tid[i], quiesce_value(i)) && errno == ESRCH) {
 			answered[i] = 1;
 			continue;
 		}
@@ -224,6 +243,7 @@ void ag_reloc_upgrade(void)
 	}
 	memset(&l, 0, sizeof l);
 	__atomic_store_n(&nasked, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&round_no, round_no + 1, __ATOMIC_RELEASE);
 	__atomic_store_n(&round_n, nqueue, __ATOMIC_RELEASE);
 	ag_for_other_threads(look_at, &l);
 	if (!wait_acks()) {

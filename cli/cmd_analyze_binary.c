@@ -165,10 +165,12 @@ static void dump_callsites(const ca_module *m)
 				     : s[i].import != CA_NONE ? ca_str(m, s[i].import) : "-";
 		char fl[64];
 
-		snprintf(fl, sizeof fl, "%s%s%s%s", s[i].flags & CA_SITEF_NORETURN ? "noreturn," : "",
+		snprintf(fl, sizeof fl, "%s%s%s%s%s", s[i].flags & CA_SITEF_NORETURN ? "noreturn," : "",
 			 s[i].flags & CA_SITEF_COND ? "cond," : "",
 			 s[i].flags & CA_SITEF_OUTSIDE ? "outside," : "",
-			 s[i].flags & CA_SITEF_TAILPOS ? "tailpos," : "");
+			 s[i].flags & CA_SITEF_TAILPOS ? "tailpos," : "",
+			 s[i].reloc_rip == CA_RELOC_RIP_UNKNOWN ? "riprel-unknown,"
+			 : s[i].reloc_rip ? "riprel," : "");
 		if (*fl)
 			fl[strlen(fl) - 1] = '\0';
 		else

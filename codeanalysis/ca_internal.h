@@ -20,7 +20,7 @@
 
 /* Bumped whenever the analysis would give different results: repository
  * entries written by another analyser version are regenerated. */
-#define CA_ANALYZER_VERSION 4
+#define CA_ANALYZER_VERSION 5
 
 /* An executable or data section of interest, with its file bytes. */
 typedef struct ca_section {

@@ -105,6 +105,8 @@ enum ca_site_kind {
 	CA_SITE_KIND_MAX
 };
 
+#define CA_RELOC_RIP_UNKNOWN 0xff
+
 enum ca_site_flag {
 	CA_SITEF_NORETURN = 1 << 0,  /* the callee never returns */
 	CA_SITEF_COND = 1 << 1,      /* conditional tail jump (jcc) */
@@ -152,7 +154,9 @@ typedef struct ca_site {
 	uint8_t reason;       /* enum ca_patch_reason */
 	uint8_t flags;        /* enum ca_site_flag */
 	uint8_t patch_len;    /* RELOCATE: bytes from patch_addr to site end */
-	uint8_t reloc_rip;    /* RELOCATE: window holds RIP-relative operands */
+	uint8_t reloc_rip;    /* RELOCATE: 0, or the window holds a RIP-relative
+	                       * operand: its disp32 at patch_addr + reloc_rip - 1
+	                       * (CA_RELOC_RIP_UNKNOWN: not found) */
 	uint8_t pad_;
 } ca_site;
 

@@ -185,12 +185,33 @@ static uint64_t take_slot(slots *sl, uint64_t site)
 	return sl->v[best].addr;
 }
 
+/* Where in a RIP-relative instruction its disp32 lies (the one place its
+ * bytes hold target - end), 0 if not exactly one. */
+static unsigned disp_offset(const ca_work *w, const ca_insn *in)
+{
+	const ca_section *sec = ca_elf_section_at(w->e, in->addr);
+	int32_t disp = (int32_t)(in->target - (in->addr + in->len));
+	unsigned found = 0, at = 0;
+
+	if (!sec || !sec->data || in->addr + in->len > sec->addr + sec->size)
+		return 0;
+	for (unsigned p = 1; p + 4 <= in->len; p++)
+		if (memcmp(sec->data + (in->addr - sec->addr) + p, &disp, 4) == 0) {
+			found++;
+			at = p;
+		}
+	return found == 1 ? at : 0;
+}
+
 /* Try to relocate the instructions before the site (position k in the
- * function's order).  Returns the reason; fills the site on success. */
+ * function's order).  Returns the reason; fills the site on success.  A
+ * window moved into a patch area keeps a RIP-relative operand right when
+ * its disp32 is re-aimed: reloc_rip says where it is. */
 static unsigned plan_relocation(const ca_work *w, const ca_wfunc *fn, uint32_t k, ca_site *s)
 {
 	const ca_insn *site = &w->ins[w->order[fn->first_insn + k]];
-	uint64_t start = site->addr, end = site->addr + site->len;
+	uint64_t start = site->addr, end = site->addr + site->len, disp_at = 0;
+	unsigned nrip = 0;
 	uint8_t rip = 0;
 
 	while (end - start < 5) {
@@ -204,10 +225,17 @@ static unsigned plan_relocation(const ca_work *w, const ca_wfunc *fn, uint32_t k
 			return CA_WHY_NO_ROOM;
 		if (prev->cls != CA_I_OTHER || prev->undec || prev->overlap)
 			return CA_WHY_UNMOVABLE;
-		if (prev->flags & CA_INSF_RIPREL)
-			rip = 1;
+		if (prev->flags & CA_INSF_RIPREL) {
+			unsigned at = disp_offset(w, prev);
+
+			nrip++;
+			disp_at = at ? prev->addr + at : 0;
+		}
 		start = prev->addr;
 	}
+	if (nrip)
+		rip = nrip == 1 && disp_at && disp_at - start + 1 < CA_RELOC_RIP_UNKNOWN
+			      ? (uint8_t)(disp_at - start + 1) : CA_RELOC_RIP_UNKNOWN;
 	s->method = CA_PATCH_RELOCATE;
 	s->patch_addr = start;
 	s->patch_len = (uint8_t)(end - start);

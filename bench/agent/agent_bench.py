@@ -193,24 +193,28 @@ class Bench:
     # ---- trace directories ----
 
     @staticmethod
-    def segs(tdir):
-        """Records kept in seg.<tid> files (trace_format.h: trace_seg_chunk)."""
-        kept = 0
-        for f in glob.glob(os.path.join(tdir, "seg.*")):
-            with open(f, "rb") as fh:
-                while True:
-                    h = fh.read(SEG_HEAD.size)
-                    if len(h) < SEG_HEAD.size:
-                        break
-                    magic, first, n, skip, _ = SEG_HEAD.unpack(h)
-                    if magic != SEG_MAGIC:
-                        break
-                    kept += n - skip
-                    fh.seek(n * 8, 1)
-        return kept
+    def seg_chunks(path):
+        """(first, n, skip) of each chunk of a seg.<tid> file (trace_format.h:
+        trace_seg_chunk)."""
+        if not os.path.exists(path):
+            return
+        with open(path, "rb") as fh:
+            while True:
+                h = fh.read(SEG_HEAD.size)
+                if len(h) < SEG_HEAD.size:
+                    return
+                magic, first, n, skip, _ = SEG_HEAD.unpack(h)
+                if magic != SEG_MAGIC:
+                    return
+                yield first, n, skip
+                fh.seek(n * 8, 1)
 
-    @staticmethod
-    def ring_tail(tdir):
+    def segs(self, tdir):
+        """Records kept in seg.<tid> files."""
+        return sum(n - skip for f in glob.glob(os.path.join(tdir, "seg.*"))
+                   for _, n, skip in self.seg_chunks(f))
+
+    def ring_tail(self, tdir):
         """Records each ring holds past the end of its seg file's last chunk."""
         tail = 0
         for f in glob.glob(os.path.join(tdir, "ring.*")):
@@ -220,18 +224,8 @@ class Bench:
                 continue
             _, _, _, cap, count = RING_HEAD.unpack(h)
             end = 0
-            seg = os.path.join(tdir, "seg." + os.path.basename(f)[5:])
-            if os.path.exists(seg):
-                with open(seg, "rb") as fh:
-                    while True:
-                        sh = fh.read(SEG_HEAD.size)
-                        if len(sh) < SEG_HEAD.size:
-                            break
-                        magic, first, n, skip, _ = SEG_HEAD.unpack(sh)
-                        if magic != SEG_MAGIC:
-                            break
-                        end = first + n
-                        fh.seek(n * 8, 1)
+            for first, n, _ in self.seg_chunks(os.path.join(tdir, "seg." + os.path.basename(f)[5:])):
+                end = first + n
             tail += count - max(end, count - cap if count > cap else 0)
         return tail
 

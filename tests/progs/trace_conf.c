@@ -360,11 +360,14 @@ KEEP int daemon_work(const char *path)
  * 2-byte `call *%rcx` with 130 bytes of straight code on both sides (no
  * dead padding within a rel8 jump: the analyser relocates the 6 bytes of
  * instructions before it with it), then a 2-byte `call *%rbx` right after
- * another call (nothing before it can move: a trap, put back once hot).  And callees that
+ * another call (nothing before it can move: a trap, put back once hot),
+ * then a `call *%rcx` after a rip-relative load (a window whose copy must
+ * be re-aimed).  And callees that
  * return a result in the flags: the caller reads them right after the call,
  * through a 5-byte direct site and a relocated short one.
  */
 int short_sites(int (*f)(int), int x);
+int (*short_fn)(int) = leaf;
 unsigned long flags_probe(void);
 
 __asm__(
@@ -392,6 +395,11 @@ __asm__(
 	"	call leaf\n"
 	"	mov %eax,%edi\n"
 	"	call *%rbx\n"
+	"	add %r12d,%eax\n"
+	"	mov %eax,%r12d\n"
+	"	mov %eax,%edi\n"
+	"	mov short_fn(%rip),%rcx\n"
+	"	call *%rcx\n"
 	"	add %r12d,%eax\n"
 	"	.rept 34\n"
 	"	add $1,%r8d\n"

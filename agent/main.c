@@ -369,6 +369,28 @@ void ag_leave(trace_ring_header *ring)
 	busy--;
 }
 
+/* Is SIGTRAP blocked in this thread's real mask?  (The raw system call:
+ * the C library's wrappers may hold our int3s.) */
+static bool trap_blocked(void)
+{
+	uint64_t mask = 0;
+
+	return syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &mask, 8) == 0 &&
+	       (mask & (1ull << (SIGTRAP - 1)));
+}
+
+/*
+ * The slow paths.  A thread that runs with SIGTRAP blocked must never meet
+ * an int3 of ours (a blocked trap kills the process), and these paths run
+ * C library code that may hold one (a trap, a window's first byte, a site
+ * being patched): making a ring file (snprintf), instrumenting.  Such a
+ * thread is a new one in glibc's start_thread before it restores its mask
+ * (reached now that pthread_create is traced: its clone's child calls the
+ * start function through an instrumented site), or one in a C library
+ * section that blocks every signal.  So a thread without a ring yet, and
+ * any indirect miss, first asks the kernel for its mask (~0.1 us) and
+ * records nothing while SIGTRAP is blocked.
+ */
 uint64_t ag_slow(uint64_t req)
 {
 	unsigned op = (unsigned)(req >> 56);
@@ -377,6 +399,9 @@ uint64_t ag_slow(uint64_t req)
 
 	if (busy)
 		return 0;
+	if ((op == AG_SLOW_RING || op == AG_SLOW_INDIRECT ||
+	     (op == AG_SLOW_INSTRUMENT && !ag_tls_ring)) && trap_blocked())
+		return op == AG_SLOW_INSTRUMENT;   /* instrument: go on (untraced) */
 	ring = ag_enter();
 	switch (op) {
 	case AG_SLOW_RING:

@@ -239,6 +239,9 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 		/* Let the default action happen: restore it and re-raise. */
 		struct sigaction sa;
 
+		ag_log("SIGTRAP not the agent's (code %d, pc %#lx, value %#lx, from pid %d): the "
+		       "default action", si->si_code, (unsigned long)pc + 1,
+		       (unsigned long)(uintptr_t)si->si_value.sival_ptr, (int)si->si_pid);
 		memset(&sa, 0, sizeof sa);
 		sa.sa_handler = SIG_DFL;
 		ag_real_sigaction(SIGTRAP, &sa, NULL);

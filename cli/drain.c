@@ -185,8 +185,12 @@ static uint64_t drain_ring(cli_drain *d, ring *r, bool all)
 			from = upto - cap;
 		end = upto - from > COPY_MAX ? from + COPY_MAX : upto;
 		epoch = __atomic_load_n(&r->h->epoch, __ATOMIC_ACQUIRE);
-		for (uint64_t i = from; i < end; i++)
-			d->buf[i - from] = slots[i & mask];
+		for (uint64_t i = from; i < end;) {     /* one or two ranges of slots */
+			uint64_t slot = i & mask, k = end - i < cap - slot ? end - i : cap - slot;
+
+			memcpy(d->buf + (i - from), slots + slot, k * 8);
+			i += k;
+		}
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
 		c2 = __atomic_load_n(&r->h->count, __ATOMIC_ACQUIRE);
 		valid = c2 > cap && c2 - cap > from ? c2 - cap : from;

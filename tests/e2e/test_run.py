@@ -288,6 +288,20 @@ def case_spawn(sptrace, prog, tmp):
               (who, child.stdout[:2000], child.stderr))
 
 
+def case_system(sptrace, prog, tmp):
+    """system(): the command's SIGINT to its parent is ignored while it runs,
+    the program's handler is back after, the exit status comes through --
+    traced as natively; and the shell is traced."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "system"])
+    check(native.stdout == "from-the-shell\nduring 0\nsystem 41\n", "native: %r" % native.stdout)
+    trace = traced(sptrace, tdir, [prog, "system"])
+    same_behaviour(native, trace, "system")
+    r = run([sptrace, "replay", tdir], env=repo_env(tdir))
+    check(re.search(r"# child pid \d+ exec'd /bin/sh: its trace is in .*/spawn\.\d+\.\d+", r.stdout),
+          "system: the shell is not traced:\n" + r.stdout[:2000])
+
+
 def case_dl(sptrace, prog, tmp):
     """dlsym(RTLD_NEXT) and dlopen find their caller from their return
     address: tracing must not change what they find."""
@@ -923,6 +937,8 @@ def main():
             case_signals(sptrace, sys.argv[3], tmp)
         elif case == "spawn":
             case_spawn(sptrace, sys.argv[3], tmp)
+        elif case == "system":
+            case_system(sptrace, sys.argv[3], tmp)
         elif case == "dl":
             case_dl(sptrace, sys.argv[3], tmp)
         elif case == "fork":

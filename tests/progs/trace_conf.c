@@ -173,6 +173,24 @@ KEEP int spawn_all(void)
 	return WEXITSTATUS(r) * 10 + WEXITSTATUS(st);
 }
 
+/* system() as POSIX has it: SIGINT (here sent by the command to its
+ * parent) ignored while the command runs, the program's handler back
+ * after; the command's exit status returned. */
+static volatile sig_atomic_t interrupts;
+static void on_int(int sig) { (void)sig; interrupts++; }
+
+KEEP int system_signals(void)
+{
+	int r;
+
+	signal(SIGINT, on_int);
+	fflush(stdout);
+	r = system("kill -INT $PPID; echo from-the-shell; exit 4");
+	printf("during %d\n", (int)interrupts);
+	raise(SIGINT);
+	return WEXITSTATUS(r) * 10 + interrupts;
+}
+
 KEEP int child_work(void) { return leaf(1) + leaf(2); }
 KEEP int parent_work(void) { return leaf(3); }
 
@@ -498,6 +516,8 @@ int main(int argc, char **argv)
 		printf("alarms %d\n", signals());
 	} else if (strcmp(what, "spawn") == 0) {
 		printf("spawn %d\n", spawn_all());
+	} else if (strcmp(what, "system") == 0) {
+		printf("system %d\n", system_signals());
 	} else if (strcmp(what, "dl") == 0) {
 		void *h = dlopen("libm.so.6", RTLD_NOW);
 

@@ -315,9 +315,26 @@ static void walk_once(ucontext_t *uc, bool in_signal)
 	__atomic_sub_fetch(&walkers, 1, __ATOMIC_SEQ_CST);
 }
 
+/*
+ * A thread stopped inside a patch area or the trampolines cannot be walked:
+ * an area's unwind information (unwind.c) is right only where the area
+ * has the call site's stack pointer, and on a slow path it is 128 bytes
+ * lower (below the red zone) -- unwinding from there read frames out of
+ * the red zone, and return stubs went over stack words that were no return
+ * addresses (run-cycles died of SIGSEGV under load, 1 run in 3).  Such a
+ * thread is treated as inside the agent.
+ */
+static bool in_agent_code(const ucontext_t *uc)
+{
+	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+
+	return ag_pool_holds(pc) ||
+	       (pc >= (uint64_t)(uintptr_t)ag_tramp_slow && pc < (uint64_t)(uintptr_t)ag_tramp_end);
+}
+
 static void walk(ucontext_t *uc)
 {
-	if (ag_busy()) {
+	if (ag_busy() || in_agent_code(uc)) {
 		ag_log("activation: thread %ld was inside the agent; it joins at its next traced call",
 		       (long)syscall(SYS_gettid));
 		return;

@@ -305,6 +305,7 @@ int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);
 extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */
 extern char ag_tramp_return[];    /* root function's return: exit record */
 extern char ag_tramp_retpoint[];  /* a return stub's common part (activate.c) */
+extern char ag_tramp_end[];       /* after the three (ag_tramp_slow comes first) */
 
 /* ---- x86_64/context.S: getcontext, setcontext, swapcontext ---- */
 enum { AG_CTX_GET = 0, AG_CTX_SET = 1, AG_CTX_SWAP = 2 };

@@ -173,4 +173,10 @@ ag_tramp_retpoint:
 	.cfi_endproc
 	.size	ag_tramp_retpoint, .-ag_tramp_retpoint
 
+	/* The end of the trampolines: a thread stopped between ag_tramp_slow
+	 * and here is on its way into or out of the agent (activate.c). */
+	.globl	ag_tramp_end
+	.hidden	ag_tramp_end
+ag_tramp_end:
+
 	.section .note.GNU-stack,"",@progbits

@@ -1139,9 +1139,37 @@ struct reset {
 	uint64_t epoch;
 };
 
+static int add_reset(struct reset **r, size_t *n, size_t pos, uint64_t epoch)
+{
+	struct reset *nr = realloc(*r, (*n + 1) * sizeof *nr);
+
+	if (!nr)
+		return -1;
+	nr[(*n)++] = (struct reset){ pos, epoch };
+	*r = nr;
+	return 0;
+}
+
+/* The high bits in force at the first of n records that follow a gap:
+ * those of their first SYNC minus one (a SYNC marks a change), else
+ * `fallback`.  *first_sync: that SYNC's index, n if none. */
+static uint64_t epoch_after_gap(const uint64_t *recs, size_t n, uint64_t fallback,
+				size_t *first_sync)
+{
+	for (size_t i = 0; i < n; i++)
+		if (is_sync(recs[i])) {
+			uint64_t hi = trace_sync_high(recs[i]);
+
+			*first_sync = i;
+			return hi ? hi - 1 : 0;
+		}
+	*first_sync = n;
+	return fallback;
+}
+
 /*
  * seg.<tid> beside ring.<tid> (trace_format.h): the chunks `sptrace run`
- * drained.  With recs NULL only the counts: records kept, and the index
+ * drained.  With want_recs 0 only the counts: records kept, and the index
  * after the last chunk.  A chunk that is not whole (a crash while it was
  * written, a damaged file) ends the reading: the records after it are
  * counted lost.
@@ -1150,7 +1178,7 @@ typedef struct seg_data {
 	uint64_t *recs;
 	size_t n;                /* records kept */
 	uint64_t end;            /* index after the last chunk's last record */
-	struct reset *resets;    /* one per chunk */
+	struct reset *resets;    /* one per chunk after a gap */
 	size_t nresets;
 } seg_data;
 
@@ -1179,58 +1207,37 @@ static int seg_read(const char *ring_path, seg_data *sd, int want_recs, sp_err *
 		close(fd);
 		return sp_fail(err, "%s: cannot read: %s", path, strerror(errno));
 	}
-	if (want_recs) {
-		sd->recs = malloc(st.st_size > 8 ? (size_t)st.st_size : 8);
-		if (!sd->recs) {
-			close(fd);
-			return sp_fail(err, "%s: out of memory for %lld bytes", path,
-				       (long long)st.st_size);
-		}
-	}
+	if (want_recs && !(sd->recs = malloc(st.st_size > 8 ? (size_t)st.st_size : 8)))
+		goto fail;
 	while (off + (off_t)sizeof ch <= st.st_size &&
 	       read_full(fd, &ch, sizeof ch, off) == 0 && ch.magic == TRACE_SEG_MAGIC &&
-	       ch.first >= sd->end && ch.n > 0 && ch.skip < ch.n &&
+	       ch.first >= sd->end && ch.n > 0 &&
 	       ch.n <= (uint64_t)(st.st_size - off - (off_t)sizeof ch) / 8) {
-		uint64_t first = ch.first + ch.skip, n = ch.n - ch.skip;
-
 		if (want_recs) {
 			uint64_t *recs = sd->recs + sd->n;
+			size_t first_sync;
 
-			if (read_full(fd, recs, n * 8, off + (off_t)(sizeof ch + ch.skip * 8)) < 0) {
-				free(sd->resets);
-				free(sd->recs);
-				close(fd);
-				return sp_fail(err, "%s: cannot read its records", path);
-			}
-			if (first != sd->end || !sd->n) {
-				/* After a gap: the chunk's first SYNC, minus one before
-				 * it, else the ring's last SYNC when it was drained. */
-				struct reset *nr = realloc(sd->resets, (sd->nresets + 1) * sizeof *nr);
-				uint64_t epoch = ch.epoch;
-
-				if (!nr) {
-					free(sd->resets);
-					free(sd->recs);
-					close(fd);
-					return sp_fail(err, "%s: out of memory", path);
-				}
-				for (uint64_t i = 0; i < n; i++)
-					if (is_sync(recs[i])) {
-						uint64_t hi = trace_sync_high(recs[i]);
-
-						epoch = hi ? hi - 1 : 0;
-						break;
-					}
-				sd->resets = nr;
-				sd->resets[sd->nresets++] = (struct reset){ sd->n, epoch };
-			}
+			if (read_full(fd, recs, ch.n * 8, off + (off_t)sizeof ch) < 0)
+				goto fail;
+			/* After a gap: the ring's last SYNC when it was drained,
+			 * unless the chunk has a SYNC of its own. */
+			if ((ch.first != sd->end || !sd->n) &&
+			    add_reset(&sd->resets, &sd->nresets, sd->n,
+				      epoch_after_gap(recs, ch.n, ch.epoch, &first_sync)))
+				goto fail;
 		}
-		sd->n += n;
-		sd->end = first + n;
+		sd->n += ch.n;
+		sd->end = ch.first + ch.n;
 		off += (off_t)(sizeof ch + ch.n * 8);
 	}
 	close(fd);
 	return 0;
+fail:
+	free(sd->resets);
+	free(sd->recs);
+	close(fd);
+	return sp_fail(err, "%s: cannot read %lld bytes: %s", path, (long long)st.st_size,
+		       errno ? strerror(errno) : "out of memory");
 }
 
 /* Records the thread lost: count minus what the chunks and the ring keep. */
@@ -1504,27 +1511,16 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 	/* The ring starts with a SYNC; start_tsc covers a writer that did not. */
 	it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
 	if (ring_from > 0 && !(sd.n && sd.end == ring_from) && nring) {
-		/* The ring's part follows a gap: its high bits are those of its
-		 * first SYNC, minus one before it (a guess), else the header's. */
-		uint64_t epoch = h.epoch;
+		/* The ring's part follows a gap: the header's last SYNC, unless
+		 * the part has one of its own (records before it are guessed). */
+		uint64_t epoch = epoch_after_gap(it->raw + sd.n, nring, h.epoch, &it->first_sync);
 
+		it->first_sync += sd.n;
 		it->guess_from = sd.n;
-		for (size_t i = sd.n; i < it->n; i++)
-			if (is_sync(it->raw[i])) {
-				uint64_t hi = trace_sync_high(it->raw[i]);
-
-				it->first_sync = i;
-				epoch = hi ? hi - 1 : 0;
-				break;
-			}
-		struct reset *nr = realloc(it->resets, (it->nresets + 1) * sizeof *nr);
-
-		if (!nr) {
+		if (add_reset(&it->resets, &it->nresets, sd.n, epoch)) {
 			an_iter_close(it);
 			return sp_fail(err, "%s: out of memory", th->path);
 		}
-		it->resets = nr;
-		it->resets[it->nresets++] = (struct reset){ sd.n, epoch };
 	}
 	*out = it;
 	return 0;

@@ -198,7 +198,7 @@ static uint64_t drain_ring(cli_drain *d, ring *r, bool all)
 		if (valid >= end)                       /* all overwritten meanwhile */
 			continue;
 		n = (size_t)(end - valid);
-		ch = (trace_seg_chunk){ TRACE_SEG_MAGIC, valid, n, 0, epoch };
+		ch = (trace_seg_chunk){ TRACE_SEG_MAGIC, valid, n, epoch };
 		if (r->seg < 0 && seg_open(d, r) < 0) {
 			r->seg = -2;
 			return saved;

@@ -150,9 +150,7 @@ enum {
 typedef struct trace_seg_chunk {
 	uint64_t magic;          /* TRACE_SEG_MAGIC */
 	uint64_t first;          /* index of its first record among all the ring's */
-	uint64_t n;              /* records stored after this header */
-	uint64_t skip;           /* ... of which the first `skip` are not records (the
-				  * ring came round to them while they were saved) */
+	uint64_t n;              /* records that follow */
 	uint64_t epoch;          /* the ring's last SYNC (TSC bits 38..63) when it was
 				  * drained: a reader that lost the records before
 				  * uses it until the chunk's own SYNC */

@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # trace_format.h, struct trace_ring_header: magic, version, header_size,
 # capacity, count.
-SEG_HEAD = struct.Struct("<QQQQQ")       # trace_format.h: trace_seg_chunk
+SEG_HEAD = struct.Struct("<QQQQ")       # trace_format.h: trace_seg_chunk
 SEG_MAGIC = 0x31474553505354
 RING_HEAD = struct.Struct("<QIIQQ")
 RING_MAGIC = 0x31474E4952505354
@@ -194,7 +194,7 @@ class Bench:
 
     @staticmethod
     def seg_chunks(path):
-        """(first, n, skip) of each chunk of a seg.<tid> file (trace_format.h:
+        """(first, n) of each chunk of a seg.<tid> file (trace_format.h:
         trace_seg_chunk)."""
         if not os.path.exists(path):
             return
@@ -203,16 +203,16 @@ class Bench:
                 h = fh.read(SEG_HEAD.size)
                 if len(h) < SEG_HEAD.size:
                     return
-                magic, first, n, skip, _ = SEG_HEAD.unpack(h)
+                magic, first, n, _ = SEG_HEAD.unpack(h)
                 if magic != SEG_MAGIC:
                     return
-                yield first, n, skip
+                yield first, n
                 fh.seek(n * 8, 1)
 
     def segs(self, tdir):
         """Records kept in seg.<tid> files."""
-        return sum(n - skip for f in glob.glob(os.path.join(tdir, "seg.*"))
-                   for _, n, skip in self.seg_chunks(f))
+        return sum(n for f in glob.glob(os.path.join(tdir, "seg.*"))
+                   for _, n in self.seg_chunks(f))
 
     def ring_tail(self, tdir):
         """Records each ring holds past the end of its seg file's last chunk."""
@@ -224,7 +224,7 @@ class Bench:
                 continue
             _, _, _, cap, count = RING_HEAD.unpack(h)
             end = 0
-            for first, n, _ in self.seg_chunks(os.path.join(tdir, "seg." + os.path.basename(f)[5:])):
+            for first, n in self.seg_chunks(os.path.join(tdir, "seg." + os.path.basename(f)[5:])):
                 end = first + n
             tail += count - max(end, count - cap if count > cap else 0)
         return tail

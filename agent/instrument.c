@@ -15,9 +15,11 @@
  *   indirect calls through registers or memory (a per-site cache, emit.c);
  *   with a 5-byte patch, a springboard in dead padding or a relocated
  *   window (relocate.c),
- *   or, last, an int3 on the call (a signal per call; put back once hot).
- * Not yet: indirect tail jumps; they are left untouched and counted in the
- * log.
+ *   or, last, an int3 on the call (a signal per call; put back once hot);
+ *   indirect tail jumps where the analysis saw the frame torn down (ENTRY
+ *   only).
+ * Not: other indirect jumps (a computed goto may keep r11, the flags or the
+ * red zone live); they are left untouched and counted in the log.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -247,8 +249,11 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 		 * ...) is called as it is, and named and instrumented as the C
 		 * library's function it stands for. */
 		c->entry = target;
-		if (!ag_module_of(target) && ag_hook_real(target))
-			target = ag_hook_real(target);
+		if (!ag_module_of(target)) {
+			uint64_t real = ag_hook_real(target);
+
+			target = real ? real : target;
+		}
 		c->m = ag_module_of(target);
 		if (!c->m)
 			return -1;

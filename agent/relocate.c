@@ -132,11 +132,9 @@ static ssize_t window_at(uint64_t pc)
 
 bool ag_reloc_trap(siginfo_t *si, ucontext_t *uc)
 {
-	uint64_t pc;
-	ssize_t w;
-
-	uint64_t v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
+	uint64_t v = (uint64_t)(uintptr_t)si->si_value.sival_ptr, pc;
 	int i = (int)(v & 0xffff);
+	ssize_t w;
 
 	if (si->si_code != SI_QUEUE || si->si_pid != ag_self_pid || v >> 32 != QUIESCE_MAGIC)
 		return false;

@@ -324,12 +324,16 @@ static void walk_once(ucontext_t *uc, bool in_signal)
  * addresses (run-cycles died of SIGSEGV under load, 1 run in 3).  Such a
  * thread is treated as inside the agent.
  */
+static bool in_trampolines(uint64_t pc)
+{
+	return pc >= (uint64_t)(uintptr_t)ag_tramp_slow && pc < (uint64_t)(uintptr_t)ag_tramp_end;
+}
+
 static bool in_agent_code(const ucontext_t *uc)
 {
 	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
 
-	return ag_pool_holds(pc) ||
-	       (pc >= (uint64_t)(uintptr_t)ag_tramp_slow && pc < (uint64_t)(uintptr_t)ag_tramp_end);
+	return ag_pool_holds(pc) || in_trampolines(pc);
 }
 
 static void walk(ucontext_t *uc)
@@ -347,7 +351,7 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 	unw_cursor_t c;
 	trace_ring_header *ring;
 	int n = 0, top, stubs = 0, entered = 0;
-	bool exact = in_signal;
+	bool exact = in_signal, in_agent = false;
 
 	ring = ag_enter();
 	/* A thread without records yet (the rule at a first activation) gets
@@ -384,6 +388,17 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 
 			unw_get_reg(&c, UNW_REG_IP, &ip);
 			unw_get_reg(&c, UNW_REG_SP, &sp);
+			/* A slow path's C code or a system call it makes (the
+			 * SIGTRAP mask check, before ag_enter marks the thread
+			 * busy): past ag_tramp_slow lie registers it saved, not
+			 * frames -- its CFI holds only at its first instruction.
+			 * The thread is inside the agent.  (The two return
+			 * trampolines end a walk: their CFI says so.) */
+			if (ip >= (uint64_t)(uintptr_t)ag_tramp_slow &&
+			    ip < (uint64_t)(uintptr_t)ag_tramp_return) {
+				in_agent = true;
+				break;
+			}
 			f[n] = (frame){ ip, sp, exact, unw_is_signal_frame(&c) > 0 };
 			exact = f[n].signal;
 			if (++n >= MAX_FRAMES)
@@ -397,6 +412,12 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 				break;
 			exact = false;
 		}
+	}
+	if (in_agent) {
+		ag_log("activation: thread %ld was inside the agent (a slow path); it joins at its "
+		       "next traced call", (long)syscall(SYS_gettid));
+		ag_leave(ring);
+		return;
 	}
 	/* Which frames are traced functions, up to the first start function. */
 	for (top = 0; top < n; top++) {

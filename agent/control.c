@@ -59,10 +59,34 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* One command line from the FIFO. */
+static void command(const char *line, double *due)
+{
+	if (strcmp(line, "stop") == 0) {
+		*due = -1;
+		ag_deactivate("sptrace stop");
+	} else if (strcmp(line, "activate") == 0) {
+		*due = -1;
+		ag_activate_now("sptrace activate");
+	} else if (line[0]) {
+		ag_log("control: unknown command '%.40s'", line);
+	}
+}
+
+/*
+ * The FIFO is opened for reading and writing: the thread is then a writer
+ * too, so the FIFO never reads end-of-file between two `sptrace` commands
+ * and is never closed and reopened.  (It was, once each writer had gone:
+ * a command written between the read that saw end-of-file and the close
+ * was thrown away with the pipe's buffer -- `sptrace activate` waited in
+ * vain -- and a command in that window found no reader at all.)  A read
+ * may bring several commands, a line each; every write is one whole line
+ * (shorter than PIPE_BUF, so never split).
+ */
 static void *control_main(void *arg)
 {
-	char buf[256];
-	int fd = -1;
+	char buf[512];
+	int fd;
 	double due = ag_timer_seconds() >= 0 ? now_s() + ag_timer_seconds() : -1;
 
 	(void)arg;
@@ -72,18 +96,17 @@ static void *control_main(void *arg)
 	control_tid = (int)syscall(SYS_gettid);
 	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
 	ag_modules_load();      /* attached: the repository entries (modules.c) */
+	fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
+		       fifo, strerror(errno));
+		return NULL;
+	}
 	for (;;) {
 		struct pollfd p[2];
 		ssize_t n;
 		int r;
 
-		if (fd < 0)
-			fd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-		if (fd < 0) {
-			ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
-			       fifo, strerror(errno));
-			return NULL;
-		}
 		p[0] = (struct pollfd){ .fd = fd, .events = POLLIN };
 		p[1] = (struct pollfd){ .fd = wake_fd, .events = POLLIN };
 		if (due >= 0) {
@@ -111,7 +134,7 @@ static void *control_main(void *arg)
 			ag_instrument_lock();
 			ag_traps_retire_hot();
 			ag_instrument_unlock();
-			if (!(p[0].revents & (POLLIN | POLLHUP)))
+			if (!(p[0].revents & POLLIN))
 				continue;
 		}
 		if (r == 0 || (r < 0 && errno == EINTR)) {
@@ -122,24 +145,17 @@ static void *control_main(void *arg)
 			continue;
 		}
 		n = read(fd, buf, sizeof buf - 1);
-		if (n <= 0) {
-			/* The writer closed (POLLHUP): wait for the next one. */
-			close(fd);
-			fd = -1;
+		if (n <= 0)
 			continue;
-		}
 		buf[n] = '\0';
-		if (strncmp(buf, "stop", 4) == 0) {
-			due = -1;
-			ag_deactivate("sptrace stop");
-			continue;
+		for (char *line = buf, *nl; *line; line = nl + 1) {
+			nl = strchr(line, '\n');
+			if (!nl)
+				nl = line + strlen(line) - 1;
+			else
+				*nl = '\0';
+			command(line, &due);
 		}
-		if (strncmp(buf, "activate", 8) == 0) {
-			due = -1;
-			ag_activate_now("sptrace activate");
-			continue;
-		}
-		ag_log("control: unknown command '%.40s'", buf);
 	}
 }
 

@@ -790,6 +790,26 @@ def case_cycles(sptrace, prog, tmp, cycles=1000):
             if i % 3 == 0:
                 time.sleep(0.002)
             command("stop", "stopped")
+        # A burst: commands written one after another, each by its own
+        # writer, without waiting for answers -- none may be lost (the
+        # FIFO's buffer went with its last reader once), a read bringing
+        # several is handled line by line.
+        burst = 20
+        before = meta_count(tdir, "activated")
+        for i in range(burst):
+            for word in ("activate", "stop"):
+                fd = os.open(fifo, os.O_WRONLY)
+                os.write(fd, (word + "\n").encode())
+                os.close(fd)
+        deadline = time.monotonic() + 60
+        while meta_count(tdir, "stopped") < before + burst:
+            if p.poll() is not None:
+                fail("the program died during the burst: %r" % p.stderr.read())
+            check(time.monotonic() < deadline, "a burst of %d activate/stop commands: %d "
+                  "answered" % (2 * burst, meta_count(tdir, "activated") - before
+                                + meta_count(tdir, "stopped") - before))
+            time.sleep(0.01)
+        cycles += burst
         r = run([sptrace, "activate", pid])
         check(r.returncode == 0, "last sptrace activate: %r" % r.stderr)
         r = run([sptrace, "stop", pid])

@@ -393,26 +393,63 @@ AG_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
  * back), the shell started with the caller's mask and those two signals'
  * default actions unless they were ignored, and 127 as the shell's exit
  * status when it cannot be spawned -- but spawned traced, into
- * DIR/spawn.PID.N.  (Not done: killing the shell when the calling thread
- * is cancelled.)
+ * DIR/spawn.PID.N.  The wait is the one cancellation point: a thread
+ * cancelled there kills the shell, reaps it and puts the signals back
+ * before it goes (cancellation is held off while the shell is started, so
+ * it never leaves a half-made spawn behind).
  */
 static pthread_mutex_t system_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned system_running;
 static struct sigaction system_intr, system_quit;
 
+typedef struct system_call {
+	pid_t pid;
+	sigset_t omask;
+} system_call;
+
+static void system_done(const system_call *sc)
+{
+	pthread_mutex_lock(&system_lock);
+	if (--system_running == 0) {
+		sigaction(SIGINT, &system_intr, NULL);
+		sigaction(SIGQUIT, &system_quit, NULL);
+	}
+	pthread_mutex_unlock(&system_lock);
+	sigprocmask(SIG_SETMASK, &sc->omask, NULL);
+}
+
+static void system_cancelled(void *arg)
+{
+	system_call *sc = arg;
+	trace_ring_header *ring = ag_enter();
+
+	kill(sc->pid, SIGKILL);
+	while (waitpid(sc->pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	system_done(sc);
+	ag_leave(ring);
+}
+
 AG_EXPORT int system(const char *line)
 {
 	static int (*real)(const char *);
 	struct sigaction ign = { .sa_handler = SIG_IGN };
-	sigset_t chld, omask, dfl;
+	sigset_t chld, dfl;
 	posix_spawnattr_t attr;
-	int status = -1, rc;
-	pid_t pid;
+	system_call sc;
+	int status = -1, rc, cancel;
+	trace_ring_header *ring;
 
 	if (!real)
 		real = (int (*)(const char *))dlsym(RTLD_NEXT, "system");
 	if (!line || !real_spawn)
 		return real ? real(line) : -1;  /* NULL: is there a shell? */
+	/* The agent's own work records nothing: the trace shows system()
+	 * (it is the C library's to the program), not the C library code the
+	 * agent runs for it -- half of which, reached from sites the agent
+	 * never patches, would hang in the tree without its callers. */
+	ring = ag_enter();
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&system_lock);
 	if (system_running++ == 0) {
 		sigemptyset(&ign.sa_mask);
@@ -422,35 +459,35 @@ AG_EXPORT int system(const char *line)
 	pthread_mutex_unlock(&system_lock);
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &chld, &omask);
+	sigprocmask(SIG_BLOCK, &chld, &sc.omask);
 	sigemptyset(&dfl);
 	if (system_intr.sa_handler != SIG_IGN)
 		sigaddset(&dfl, SIGINT);
 	if (system_quit.sa_handler != SIG_IGN)
 		sigaddset(&dfl, SIGQUIT);
 	posix_spawnattr_init(&attr);
-	posix_spawnattr_setsigmask(&attr, &omask);
+	posix_spawnattr_setsigmask(&attr, &sc.omask);
 	posix_spawnattr_setsigdefault(&attr, &dfl);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-	rc = spawn_traced(real_spawn, &pid, "/bin/sh", NULL, &attr,
+	rc = spawn_traced(real_spawn, &sc.pid, "/bin/sh", NULL, &attr,
 			  (char *const[]){ "sh", "-c", "--", (char *)line, NULL }, environ);
 	posix_spawnattr_destroy(&attr);
+	pthread_setcancelstate(cancel, NULL);
+	ag_leave(ring);
 	if (rc == 0) {
-		while (waitpid(pid, &status, 0) != pid)
+		pthread_cleanup_push(system_cancelled, &sc);
+		while (waitpid(sc.pid, &status, 0) != sc.pid)
 			if (errno != EINTR) {
 				status = -1;
 				break;
 			}
+		pthread_cleanup_pop(0);
 	} else {
 		status = W_EXITCODE(127, 0);
 	}
-	pthread_mutex_lock(&system_lock);
-	if (--system_running == 0) {
-		sigaction(SIGINT, &system_intr, NULL);
-		sigaction(SIGQUIT, &system_quit, NULL);
-	}
-	pthread_mutex_unlock(&system_lock);
-	sigprocmask(SIG_SETMASK, &omask, NULL);
+	ring = ag_enter();
+	system_done(&sc);
+	ag_leave(ring);
 	if (rc)
 		errno = rc;
 	return status;

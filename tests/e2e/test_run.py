@@ -290,11 +290,13 @@ def case_spawn(sptrace, prog, tmp):
 
 def case_system(sptrace, prog, tmp):
     """system(): the command's SIGINT to its parent is ignored while it runs,
-    the program's handler is back after, the exit status comes through --
-    traced as natively; and the shell is traced."""
+    the program's handler is back after, the exit status comes through; a
+    thread cancelled in system() kills and reaps its shell and puts SIGINT's
+    handler back -- traced as natively; and the shell is traced."""
     tdir = os.path.join(tmp, "trace")
     native = run([prog, "system"])
-    check(native.stdout == "from-the-shell\nduring 0\nsystem 41\n", "native: %r" % native.stdout)
+    check(native.stdout == "from-the-shell\nduring 0\nsystem 41\n"
+          "cancelled yes, shell reaped, handler back\n", "native: %r" % native.stdout)
     trace = traced(sptrace, tdir, [prog, "system"])
     same_behaviour(native, trace, "system")
     r = run([sptrace, "replay", tdir], env=repo_env(tdir))

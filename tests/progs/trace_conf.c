@@ -4,6 +4,7 @@
  * noinline/noclone and does visible work, so -O2 keeps the calls.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <sys/time.h>
@@ -189,6 +190,33 @@ KEEP int system_signals(void)
 	printf("during %d\n", (int)interrupts);
 	raise(SIGINT);
 	return WEXITSTATUS(r) * 10 + interrupts;
+}
+
+/* A thread cancelled while system() waits: the shell is killed and reaped
+ * (no child left), SIGINT's handler is back. */
+static void *system_sleeper(void *arg)
+{
+	(void)arg;
+	system("exec sleep 30");
+	return NULL;
+}
+
+KEEP int system_cancel(void)
+{
+	struct timespec nap = { 0, 200000000 };
+	int before = interrupts, st;
+	pthread_t t;
+	void *r;
+
+	pthread_create(&t, NULL, system_sleeper, NULL);
+	nanosleep(&nap, NULL);
+	pthread_cancel(t);
+	pthread_join(t, &r);
+	raise(SIGINT);
+	printf("cancelled %s, shell %s, handler %s\n", r == PTHREAD_CANCELED ? "yes" : "no",
+	       waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD ? "reaped" : "left running",
+	       interrupts == before + 1 ? "back" : "lost");
+	return 0;
 }
 
 KEEP int child_work(void) { return leaf(1) + leaf(2); }
@@ -518,6 +546,7 @@ int main(int argc, char **argv)
 		printf("spawn %d\n", spawn_all());
 	} else if (strcmp(what, "system") == 0) {
 		printf("system %d\n", system_signals());
+		system_cancel();
 	} else if (strcmp(what, "dl") == 0) {
 		void *h = dlopen("libm.so.6", RTLD_NOW);
 

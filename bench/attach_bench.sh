@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/attach_bench.sh — sptrace attach on a live redis-server under
 # redis-benchmark (attach/attach/attach_bench.py): attach latency, the
-# target's pause, activation latency, throughput and p99 latency native,
+# target's pause, activation latency, throughput, p99 and max latency native,
 # dormant, traced and after stop.  Writes bench/ATTACH.md.
 #
 #   bench/attach_bench.sh [BUILD_DIR]        (default: build)

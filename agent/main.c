@@ -277,10 +277,16 @@ void ag_note_exec_failed(const char *sub)
 }
 
 /* A deadly signal is about to take effect (signals.c, in its handler). */
-void ag_note_fatal(int sig, int code, uint64_t addr)
+void ag_note_fatal(int sig, int code, uint64_t addr, uint64_t pc, uint64_t sp)
 {
-	ag_log("fatal signal %d (code %d, address %#lx) in thread %ld", sig, code,
-	       (unsigned long)addr, (long)syscall(SYS_gettid));
+	ag_module *m = ag_module_of(pc);
+
+	/* Where the thread stood, for whoever reads the log after a crash:
+	 * a module offset, or the agent's own pools and trampolines. */
+	ag_log("fatal signal %d (code %d, address %#lx) in thread %ld at pc %#lx (%s+%#lx%s), "
+	       "sp %#lx", sig, code, (unsigned long)addr, (long)syscall(SYS_gettid),
+	       (unsigned long)pc, m ? m->path : "?", (unsigned long)(m ? pc - m->bias : 0),
+	       ag_pool_holds(pc) ? ", in a patch area or stub" : "", (unsigned long)sp);
 	meta_append("%s %d %ld %d %#lx %lu\n", TRACE_META_FATAL, sig, (long)syscall(SYS_gettid), code,
 		    (unsigned long)addr, (unsigned long)ag_rdtsc());
 }

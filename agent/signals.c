@@ -88,10 +88,11 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 	struct sigaction dfl;
 	int saved = errno;
 
-	(void)uc;
 	if (ag_active() && ag_tls_ring)
 		ag_ring_put(ag_tls_ring, TRACE_EVENT, TRACE_EV_SIGNAL);
-	ag_note_fatal(sig, si->si_code, (uint64_t)(uintptr_t)si->si_addr);
+	ag_note_fatal(sig, si->si_code, (uint64_t)(uintptr_t)si->si_addr,
+		      (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP],
+		      (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP]);
 	memset(&dfl, 0, sizeof dfl);
 	dfl.sa_handler = SIG_DFL;
 	real_sigaction(sig, &dfl, NULL);

@@ -768,6 +768,14 @@ def case_cycles(sptrace, prog, tmp, cycles=1000):
         pid = [l.split()[1] for l in open(os.path.join(tdir, "meta")) if l.startswith("pid ")][0]
         fifo = os.path.join(tdir, "control")
 
+        def died(when):
+            """The program is gone: say how, with the agent's last words."""
+            log = os.path.join(tdir, "agent.log")
+            tail = open(log).read().splitlines()[-25:] if os.path.exists(log) else []
+            ends = [l for l in open(os.path.join(tdir, "meta")) if l.startswith("end")]
+            fail("the program died during %s: status %s, %r\nmeta: %s\nagent.log:\n%s" %
+                 (when, p.returncode, p.stderr.read(), "".join(ends).strip(), "\n".join(tail)))
+
         def command(word, key):
             n = meta_count(tdir, key)
             fd = os.open(fifo, os.O_WRONLY)
@@ -776,7 +784,7 @@ def case_cycles(sptrace, prog, tmp, cycles=1000):
             deadline = time.monotonic() + 30
             while meta_count(tdir, key) == n:
                 if p.poll() is not None:
-                    fail("the program died during %s: %r" % (word, p.stderr.read()))
+                    died(word)
                 check(time.monotonic() < deadline, "no answer to '%s'" % word)
                 time.sleep(0.001)
 
@@ -806,7 +814,7 @@ def case_cycles(sptrace, prog, tmp, cycles=1000):
         deadline = time.monotonic() + 60
         while meta_count(tdir, "stopped") < before + burst:
             if p.poll() is not None:
-                fail("the program died during the burst: %r" % p.stderr.read())
+                died("the burst")
             check(time.monotonic() < deadline, "a burst of %d activate/stop commands: %d "
                   "answered" % (2 * burst, meta_count(tdir, "activated") - before
                                 + meta_count(tdir, "stopped") - before))

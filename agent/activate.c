@@ -338,12 +338,23 @@ static bool in_agent_code(const ucontext_t *uc)
 
 static void walk(ucontext_t *uc)
 {
-	if (ag_busy() || in_agent_code(uc)) {
+	if (ag_busy() || ag_trap_nested() || in_agent_code(uc)) {
 		ag_log("activation: thread %ld was inside the agent; it joins at its next traced call",
 		       (long)syscall(SYS_gettid));
 		return;
 	}
 	walk_once(uc, true);
+}
+
+/* The frames of a walk that went wrong somewhere, for the log. */
+static void log_frames(const frame *f, ag_module *const *fm, int n)
+{
+	for (int k = 0; k < n; k++)
+		ag_log("  frame %d: ip %#lx (%s+%#lx%s%s%s) sp %#lx", k, (unsigned long)f[k].ip,
+		       fm[k] ? fm[k]->path : "?",
+		       (unsigned long)(fm[k] ? f[k].ip - fm[k]->bias : 0),
+		       ag_pool_holds(f[k].ip) ? ", agent pool" : "", f[k].exact ? ", exact" : "",
+		       f[k].signal ? ", signal frame" : "", (unsigned long)f[k].sp);
 }
 
 static void walk_stack(ucontext_t *uc, bool in_signal)
@@ -461,6 +472,7 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 		    thread_stubs->n >= SHADOW_MAX || !(stub = stub_get())) {
 			ag_log("activation: frame %d of thread %ld keeps its return address; its "
 			       "exit will not be recorded", i, (long)syscall(SYS_gettid));
+			log_frames(f, fm, n);
 			continue;
 		}
 		{

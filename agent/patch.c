@@ -163,7 +163,35 @@ static uint64_t our_int3(uint64_t pc)
  * activation trap; anything else belongs to the program (or a debugger) and
  * goes to the handler that was there before us.
  */
+/*
+ * The handler runs with SA_NODEFER (an int3 pending in C library code it
+ * calls must trap again), so a queued request -- an activation's walk, a
+ * windows round -- can arrive while the thread is inside it.  The context
+ * such a nested signal carries is the handler's, not the program's: the
+ * program stands in the outer signal's frame.  A walk from there unwound
+ * through the handler and the signal frame and set return stubs by the
+ * outer frame's guesses; a round would have judged the thread outside every
+ * window while the outer context, resumed later, stood inside one.  So a
+ * nested request is not served here: the walk is skipped (the thread joins
+ * at its next traced call), the round is not answered (it asks again).
+ */
+static __thread int trap_depth __attribute__((tls_model("initial-exec")));
+
+bool ag_trap_nested(void)
+{
+	return trap_depth > 1;
+}
+
+static void on_trap_body(int sig, siginfo_t *si, void *ctx);
+
 static void on_trap(int sig, siginfo_t *si, void *ctx)
+{
+	trap_depth++;
+	on_trap_body(sig, si, ctx);
+	trap_depth--;
+}
+
+static void on_trap_body(int sig, siginfo_t *si, void *ctx)
 {
 	ucontext_t *uc = ctx;
 	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP] - 1;

@@ -138,6 +138,10 @@ bool ag_reloc_trap(siginfo_t *si, ucontext_t *uc)
 
 	if (si->si_code != SI_QUEUE || si->si_pid != ag_self_pid || v >> 32 != QUIESCE_MAGIC)
 		return false;
+	/* Inside the agent's own SIGTRAP handler: the program's pc is in the
+	 * outer frame, out of reach; no answer, the round asks again. */
+	if (ag_trap_nested())
+		return true;
 	pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
 	w = window_at(pc);
 	if (w >= 0)

@@ -51,6 +51,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libunwind.h>
+#include <link.h>
 #include <linux/perf_event.h>
 #include <sched.h>
 #include <signal.h>
@@ -113,12 +114,15 @@ static void sunlock(void)
 	__atomic_store_n(&stub_lock, 0, __ATOMIC_RELEASE);
 }
 
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg);
+
 /* Made at start (pool creation registers unwind information, which must
  * not happen from a signal handler). */
 int ag_activate_init(void)
 {
 	uint8_t *rx, *rw;
 
+	dl_iterate_phdr(find_self, (void *)(uintptr_t)ag_activate_init);
 	stub_pool = ag_pool_near((uint64_t)(uintptr_t)ag_tramp_retpoint,
 				 (uint64_t)(uintptr_t)ag_tramp_retpoint + 1, STUB_SLOTS + 1, 0);
 	stub_free = ag_alloc(STUB_SLOTS * sizeof *stub_free);
@@ -329,11 +333,41 @@ static bool in_trampolines(uint64_t pc)
 	return pc >= (uint64_t)(uintptr_t)ag_tramp_slow && pc < (uint64_t)(uintptr_t)ag_tramp_end;
 }
 
+/* The agent's own code (this library's executable segment), found at start. */
+static uint64_t self_lo, self_hi;
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	uint64_t here = (uint64_t)(uintptr_t)arg;
+
+	(void)size;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && here >= lo &&
+		    here < lo + ph->p_memsz) {
+			self_lo = lo;
+			self_hi = lo + ph->p_memsz;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Stopped in the agent's own code: a slow path's or a hook's C code, or
+ * the first instruction of the agent's SIGTRAP handler -- the kernel, with
+ * two SIGTRAPs to deliver (an int3's or a round's, and the activation's),
+ * builds the second frame over the first before the handler runs one
+ * instruction (seen: a walk from on_trap's entry through __restore_rt and
+ * the signal frame, 7 frames, libc's __restore_rt "entered").
+ */
 static bool in_agent_code(const ucontext_t *uc)
 {
 	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
 
-	return ag_pool_holds(pc) || in_trampolines(pc);
+	return ag_pool_holds(pc) || in_trampolines(pc) || (pc >= self_lo && pc < self_hi);
 }
 
 static void walk(ucontext_t *uc)

@@ -51,7 +51,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libunwind.h>
-#include <link.h>
 #include <linux/perf_event.h>
 #include <sched.h>
 #include <signal.h>
@@ -114,15 +113,12 @@ static void sunlock(void)
 	__atomic_store_n(&stub_lock, 0, __ATOMIC_RELEASE);
 }
 
-static int find_self(struct dl_phdr_info *info, size_t size, void *arg);
-
 /* Made at start (pool creation registers unwind information, which must
  * not happen from a signal handler). */
 int ag_activate_init(void)
 {
 	uint8_t *rx, *rw;
 
-	dl_iterate_phdr(find_self, (void *)(uintptr_t)ag_activate_init);
 	stub_pool = ag_pool_near((uint64_t)(uintptr_t)ag_tramp_retpoint,
 				 (uint64_t)(uintptr_t)ag_tramp_retpoint + 1, STUB_SLOTS + 1, 0);
 	stub_free = ag_alloc(STUB_SLOTS * sizeof *stub_free);
@@ -320,54 +316,34 @@ static void walk_once(ucontext_t *uc, bool in_signal)
 }
 
 /*
- * A thread stopped inside a patch area or the trampolines cannot be walked:
- * an area's unwind information (unwind.c) is right only where the area
- * has the call site's stack pointer, and on a slow path it is 128 bytes
- * lower (below the red zone) -- unwinding from there read frames out of
- * the red zone, and return stubs went over stack words that were no return
- * addresses (run-cycles died of SIGSEGV under load, 1 run in 3).  Such a
- * thread is treated as inside the agent.
- */
-static bool in_trampolines(uint64_t pc)
-{
-	return pc >= (uint64_t)(uintptr_t)ag_tramp_slow && pc < (uint64_t)(uintptr_t)ag_tramp_end;
-}
-
-/* The agent's own code (this library's executable segment), found at start. */
-static uint64_t self_lo, self_hi;
-
-static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	uint64_t here = (uint64_t)(uintptr_t)arg;
-
-	(void)size;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uint64_t lo = info->dlpi_addr + ph->p_vaddr;
-
-		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && here >= lo &&
-		    here < lo + ph->p_memsz) {
-			self_lo = lo;
-			self_hi = lo + ph->p_memsz;
-			return 1;
-		}
-	}
-	return 0;
-}
-
-/*
- * Stopped in the agent's own code: a slow path's or a hook's C code, or
- * the first instruction of the agent's SIGTRAP handler -- the kernel, with
- * two SIGTRAPs to deliver (an int3's or a round's, and the activation's),
- * builds the second frame over the first before the handler runs one
- * instruction (seen: a walk from on_trap's entry through __restore_rt and
- * the signal frame, 7 frames, libc's __restore_rt "entered").
+ * A thread stopped in the agent's own code or in a patch area cannot be
+ * walked; it is treated as inside the agent.  An area's unwind information
+ * (unwind.c) is right only where the area has the call site's stack
+ * pointer, and on a slow path it is 128 bytes lower (below the red zone) --
+ * unwinding from there read frames out of the red zone, and return stubs
+ * went over stack words that were no return addresses (run-cycles died of
+ * SIGSEGV under load, 1 run in 3).  The agent's code: a slow path's or a
+ * hook's C code, the trampolines, or the first instruction of the agent's
+ * SIGTRAP handler -- the kernel, with two SIGTRAPs to deliver (an int3's or
+ * a round's, and the activation's), builds the second frame over the first
+ * before the handler runs one instruction (seen: a walk from on_trap's
+ * entry through __restore_rt and the signal frame, 7 frames, libc's
+ * __restore_rt "entered").
  */
 static bool in_agent_code(const ucontext_t *uc)
 {
 	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
 
-	return ag_pool_holds(pc) || in_trampolines(pc) || (pc >= self_lo && pc < self_hi);
+	return ag_pool_holds(pc) || ag_agent_code_holds(pc);
+}
+
+/* A return address into ag_tramp_slow: the walk reached a slow path's
+ * frame, past which lie registers it saved, not frames -- its CFI holds
+ * only at its first instruction.  (The two return trampolines end a walk:
+ * their CFI says so.) */
+static bool in_slow_trampoline(uint64_t ip)
+{
+	return ip >= (uint64_t)(uintptr_t)ag_tramp_slow && ip < (uint64_t)(uintptr_t)ag_tramp_return;
 }
 
 static void walk(ucontext_t *uc)
@@ -433,14 +409,10 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 
 			unw_get_reg(&c, UNW_REG_IP, &ip);
 			unw_get_reg(&c, UNW_REG_SP, &sp);
-			/* A slow path's C code or a system call it makes (the
-			 * SIGTRAP mask check, before ag_enter marks the thread
-			 * busy): past ag_tramp_slow lie registers it saved, not
-			 * frames -- its CFI holds only at its first instruction.
-			 * The thread is inside the agent.  (The two return
-			 * trampolines end a walk: their CFI says so.) */
-			if (ip >= (uint64_t)(uintptr_t)ag_tramp_slow &&
-			    ip < (uint64_t)(uintptr_t)ag_tramp_return) {
+			/* A system call a slow path makes before ag_enter marks
+			 * the thread busy (the SIGTRAP mask check): the thread
+			 * is inside the agent. */
+			if (in_slow_trampoline(ip)) {
 				in_agent = true;
 				break;
 			}

@@ -82,6 +82,7 @@ bool ag_module_ready(ag_module *m);          /* pool and function states exist *
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
 void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
+bool ag_agent_code_holds(uint64_t addr);     /* addr is in the agent's own code */
 uint32_t ag_module_count(void);
 ag_module *ag_module_at(uint32_t index);
 

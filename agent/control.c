@@ -68,7 +68,7 @@ static void command(const char *line, double *due)
 	} else if (strcmp(line, "activate") == 0) {
 		*due = -1;
 		ag_activate_now("sptrace activate");
-	} else if (line[0]) {
+	} else {
 		ag_log("control: unknown command '%.40s'", line);
 	}
 }
@@ -148,14 +148,9 @@ static void *control_main(void *arg)
 		if (n <= 0)
 			continue;
 		buf[n] = '\0';
-		for (char *line = buf, *nl; *line; line = nl + 1) {
-			nl = strchr(line, '\n');
-			if (!nl)
-				nl = line + strlen(line) - 1;
-			else
-				*nl = '\0';
+		for (char *save, *line = strtok_r(buf, "\n", &save); line;
+		     line = strtok_r(NULL, "\n", &save))
 			command(line, &due);
-		}
 	}
 }
 

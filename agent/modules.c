@@ -67,6 +67,14 @@ static volatile int all_loaded = 1;      /* 0 while entries are deferred */
 static volatile int load_lock;
 
 /* The run-time range of an object's executable segments; false if none. */
+/* The agent's own code, found with the modules (it is never one). */
+static uint64_t self_lo, self_hi;
+
+bool ag_agent_code_holds(uint64_t addr)
+{
+	return addr >= self_lo && addr < self_hi;
+}
+
 static bool code_range(const struct dl_phdr_info *info, uint64_t *lo, uint64_t *hi)
 {
 	*lo = UINT64_MAX;
@@ -131,8 +139,11 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	if (!code_range(info, &lo, &hi))
 		return 0;
 	/* The agent itself (attached, it is /proc/self/fd/N, not by name). */
-	if ((uint64_t)(uintptr_t)add_object >= lo && (uint64_t)(uintptr_t)add_object < hi)
+	if ((uint64_t)(uintptr_t)add_object >= lo && (uint64_t)(uintptr_t)add_object < hi) {
+		self_lo = lo;
+		self_hi = hi;
 		return 0;
+	}
 	m = ag_alloc(sizeof *m);
 	if (!m)
 		return 1;

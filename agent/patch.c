@@ -159,11 +159,6 @@ static uint64_t our_int3(uint64_t pc)
 }
 
 /*
- * SIGTRAP: a thread hit a pending site (go where the patch leads), or the
- * activation trap; anything else belongs to the program (or a debugger) and
- * goes to the handler that was there before us.
- */
-/*
  * The handler runs with SA_NODEFER (an int3 pending in C library code it
  * calls must trap again), so a queued request -- an activation's walk, a
  * windows round -- can arrive while the thread is inside it.  The context
@@ -191,6 +186,11 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 	trap_depth--;
 }
 
+/*
+ * SIGTRAP: a thread hit a pending site (go where the patch leads), or the
+ * activation trap; anything else belongs to the program (or a debugger) and
+ * goes to the handler that was there before us.
+ */
 static void on_trap_body(int sig, siginfo_t *si, void *ctx)
 {
 	ucontext_t *uc = ctx;

@@ -776,11 +776,15 @@ def case_cycles(sptrace, prog, tmp, cycles=1000):
             fail("the program died during %s: status %s, %r\nmeta: %s\nagent.log:\n%s" %
                  (when, p.returncode, p.stderr.read(), "".join(ends).strip(), "\n".join(tail)))
 
-        def command(word, key):
-            n = meta_count(tdir, key)
+        def send(word):
+            """One command line, by a writer of its own (as sptrace does)."""
             fd = os.open(fifo, os.O_WRONLY)
             os.write(fd, (word + "\n").encode())
             os.close(fd)
+
+        def command(word, key):
+            n = meta_count(tdir, key)
+            send(word)
             deadline = time.monotonic() + 30
             while meta_count(tdir, key) == n:
                 if p.poll() is not None:
@@ -807,10 +811,8 @@ def case_cycles(sptrace, prog, tmp, cycles=1000):
         burst = 20
         before = meta_count(tdir, "activated")
         for i in range(burst):
-            for word in ("activate", "stop"):
-                fd = os.open(fifo, os.O_WRONLY)
-                os.write(fd, (word + "\n").encode())
-                os.close(fd)
+            send("activate")
+            send("stop")
         deadline = time.monotonic() + 60
         while meta_count(tdir, "stopped") < before + burst:
             if p.poll() is not None:

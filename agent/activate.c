@@ -372,7 +372,7 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 	unw_cursor_t c;
 	trace_ring_header *ring;
 	int n = 0, top, stubs = 0, entered = 0;
-	bool exact = in_signal, in_agent = false;
+	bool exact = in_signal, in_agent = false, runtime_stop = false;
 
 	ring = ag_enter();
 	/* A thread without records yet (the rule at a first activation) gets
@@ -436,11 +436,24 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 		ag_leave(ring);
 		return;
 	}
-	/* Which frames are traced functions, up to the first start function. */
+	/* Which frames are traced functions, up to the first start function --
+	 * or up to the first in code a language runtime manages (Go, V8) or
+	 * in code no object holds (a JIT's): such a runtime reads the return
+	 * addresses of its frames, which must stay as they are, and the
+	 * frames past it were found without unwind information. */
 	for (top = 0; top < n; top++) {
 		uint64_t at = f[top].exact ? f[top].ip : f[top].ip - 1;
 		ag_module *m = ag_module_of(at);
 		uint32_t func = m && !f[top].signal ? ca_func_at(m->ca, at - m->bias) : CA_NONE;
+
+		if (ag_runtime_code(at) || !ag_code_known(at)) {
+			runtime_stop = true;
+			ag_log("activation: thread %ld: frame %d is in %s code (%#lx): it and the "
+			       "frames outside it are left alone", (long)syscall(SYS_gettid), top,
+			       ag_runtime_code(at) ? "runtime-managed" : "unknown (JIT?)",
+			       (unsigned long)at);
+			break;
+		}
 
 		fm[top] = m;
 		ff[top] = func;
@@ -471,7 +484,7 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 		ag_instrument(fm[i], ff[i]);
 		/* The return address of frame i lies just below the CFA, which
 		 * is the stack pointer of frame i+1; it must hold frame i+1's ip. */
-		if (i + 1 >= n || f[i + 1].exact || f[i].signal)
+		if (i + 1 >= n || f[i + 1].exact || f[i].signal || (runtime_stop && i + 1 == top))
 			continue;
 		slot_addr = f[i + 1].sp - 8;
 		if (*(uint64_t *)(uintptr_t)slot_addr != f[i + 1].ip ||

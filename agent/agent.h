@@ -81,8 +81,13 @@ void ag_modules_after_fork(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
 void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
+void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), once loaded */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
 bool ag_agent_code_holds(uint64_t addr);     /* addr is in the agent's own code */
+/* addr is in code a language runtime manages (never patched or stubbed) */
+bool ag_runtime_code(uint64_t addr);
+/* addr is in some loaded object's code or the agent's pools: not a JIT's */
+bool ag_code_known(uint64_t addr);
 uint32_t ag_module_count(void);
 ag_module *ag_module_at(uint32_t index);
 
@@ -227,6 +232,10 @@ void ag_instrument_unlock(void);
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
 			 uint64_t *skipped_unresolved, uint64_t *tail_internal);
 uint32_t ag_site_root(ag_module *m, uint32_t func); /* site id for a root entry */
+uint32_t ag_instrument_runtime_entries(void); /* activation: what a runtime calls (cgo) */
+/* Sites left alone: they call runtime code; *indirect: indirect calls that
+ * met a new such target (and went untraced). */
+uint64_t ag_instrument_skipped_runtime(uint64_t *indirect);
 int ag_sites_open(const char *dir);
 
 /* ---- x86_64/emit.c: the per-site patch area ---- */
@@ -273,6 +282,8 @@ typedef struct ag_indirect_cache {
 	uint64_t target;         /* last callee seen */
 	uint64_t entry_word;     /* (id << 2) | TRACE_ENTRY for it */
 	uint64_t exit_word;      /* (id << 2) | TRACE_EXIT */
+	uint64_t untraced;       /* last callee seen in runtime-managed code: called
+	                          * untraced, with the caller's return address */
 } ag_indirect_cache;
 
 /* What the indirect slow path needs about the site. */

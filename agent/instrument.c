@@ -20,6 +20,14 @@
  *   only).
  * Not: other indirect jumps (a computed goto may keep r11, the flags or the
  * red zone live); they are left untouched and counted in the log.
+ *
+ * Nor anything of code a language runtime manages (CA_FUNC_RUNTIME: Go's
+ * text, V8's builtins), whose stack walks read return addresses: its
+ * functions are never instrumented, and a call into it is not traced -- a
+ * direct or PLT site is left alone, an indirect site's area calls such a
+ * target with the caller's own return address on the stack (emit.c).  The
+ * C functions such a runtime calls (CA_FUNC_RUNTIME_ENTRY) are reached by
+ * nothing traced: they are instrumented at each activation instead.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +48,8 @@ static volatile uint32_t *next_site;
 static volatile int instr_lock;
 static uint64_t skipped_kind, skipped_plan, skipped_unresolved;
 static uint64_t tail_internal;   /* "tail jumps" that went within their function */
+static uint64_t skipped_runtime; /* sites calling into runtime-managed code */
+static uint64_t untraced_misses; /* indirect calls that found such a target */
 static ag_indirect_site *indirect_sites;
 
 /*
@@ -222,8 +232,14 @@ static bool signals_blocked(const ag_module *m, uint32_t func)
 	return named_one_of(m, func, names, sizeof names / sizeof *names);
 }
 
+static bool runtime_func(const ag_module *m, uint32_t func)
+{
+	return ca_module_funcs(m->ca, NULL)[func].flags & CA_FUNC_RUNTIME;
+}
+
 /* Where a site leads.  0 ok; -1 when the callee is unknown (not yet bound,
- * or in a module the agent does not trace). */
+ * or in a module the agent does not trace); -2 when it is runtime-managed
+ * code (see the header comment). */
 typedef struct callee {
 	ag_module *m;
 	uint32_t func;
@@ -263,7 +279,7 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 		    (ca_module_funcs(c->m->ca, NULL)[c->func].flags & CA_FUNC_PLT))
 			return -1;  /* lazy binding not done, or not a function start */
 		c->named = target - c->m->bias;
-		return 0;
+		return runtime_func(c->m, c->func) ? -2 : 0;
 	}
 	if ((s->kind != CA_SITE_DIRECT && s->kind != CA_SITE_TAIL_DIRECT) || s->callee == CA_NONE)
 		return -1;
@@ -271,7 +287,7 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 	c->func = s->callee;
 	c->entry = m->bias + s->target;
 	c->named = s->target;
-	return 0;
+	return runtime_func(m, c->func) ? -2 : 0;
 }
 
 static int site_patch(ag_module *m, const ca_site *s, uint8_t *rx, ag_patch *p, ag_patch *sb);
@@ -333,6 +349,7 @@ _Static_assert(offsetof(ag_indirect_site, known_targets) == 56, "IS_KNOWN_TARGET
 _Static_assert(AG_SLOW_INDIRECT == 4 && TRACE_ENTRY == 0 && TRACE_EXIT == 1, "tramp.S");
 _Static_assert(offsetof(ag_indirect_cache, entry_word) == 8 &&
 	       offsetof(ag_indirect_cache, exit_word) == 16, "tramp.S");
+_Static_assert(offsetof(ag_indirect_cache, untraced) == 24, "emit.c: cache + 24");
 
 /* An indirect call: the callee is known only at run time (see emit.c). */
 static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb)
@@ -545,6 +562,14 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
 			return 1;
 		}
 	}
+	if (ag_runtime_code(target)) {
+		/* Into runtime-managed code: no record, and the area calls it
+		 * with the caller's return address (answer 2, see emit.c). */
+		__atomic_add_fetch(&untraced_misses, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&is->cache->untraced, target, __ATOMIC_RELEASE);
+		__atomic_store_n(&is->lock, 0, __ATOMIC_RELEASE);
+		return 2;
+	}
 	for (k = 0; k < 8 && is->known_ids[k]; k++)
 		if (is->known_targets[k] == target) {
 			id = is->known_ids[k];
@@ -555,7 +580,8 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
 		uint32_t f = cm ? ca_func_at(cm->ca, target - cm->bias) : CA_NONE;
 		trace_site ts;
 
-		if (f != CA_NONE && ca_module_funcs(cm->ca, NULL)[f].addr != target - cm->bias)
+		if (f != CA_NONE && (ca_module_funcs(cm->ca, NULL)[f].addr != target - cm->bias ||
+				     runtime_func(cm, f)))
 			f = CA_NONE;
 		memset(&ts, 0, sizeof ts);
 		ts.caller_module = is->m->index;
@@ -605,7 +631,13 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 
 	if (is_indirect(s))
 		return prepare_indirect(m, s, si, p, sb);
-	if (resolve(m, s, &c)) {
+	switch (resolve(m, s, &c)) {
+	case 0:
+		break;
+	case -2:
+		skipped_runtime++;
+		return -1;
+	default:
 		skipped_unresolved++;
 		return -1;
 	}
@@ -883,7 +915,8 @@ static void todo_add(todo *t, ag_module *m, uint32_t f, uint8_t depth)
 	uint64_t key = t->round << 32 | (uint64_t)(f + 1);
 	size_t h = (f * 2654435761u) & (SEEN_SLOTS - 1);
 
-	if (t->n >= LOOKAHEAD_MAX || (m->func_state[f] & AG_FUNC_INSTRUMENTED))
+	if (t->n >= LOOKAHEAD_MAX || (m->func_state[f] & AG_FUNC_INSTRUMENTED) ||
+	    runtime_func(m, f))
 		return;
 	while ((t->seen[h] >> 32) == t->round) {
 		if (t->seen[h] == key)
@@ -987,7 +1020,7 @@ int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t call
 	int rc = 0;
 
 	ca_module_funcs(m->ca, &nfuncs);
-	if (func >= nfuncs || !ag_module_ready(m))
+	if (func >= nfuncs || runtime_func(m, func) || !ag_module_ready(m))
 		return -1;
 	lock();
 	if (m->func_state[func] & AG_FUNC_INSTRUMENTED) {
@@ -1013,6 +1046,37 @@ int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t call
 		__atomic_store_n(&m->func_state[t->func[k]], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
 	unlock();
 	return rc;
+}
+
+/*
+ * At an activation: the functions a language runtime calls into (cgo's C
+ * side) -- the runtime is not patched, so no traced call reaches them, and
+ * their calls would go unseen.  Their own entries are not recorded; what
+ * they call is.  Returns how many.
+ */
+uint32_t ag_instrument_runtime_entries(void)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < ag_module_count(); i++) {
+		ag_module *m = ag_module_at(i);
+		const ca_func *funcs;
+		size_t nfuncs;
+
+		if (!__atomic_load_n(&m->ca, __ATOMIC_ACQUIRE))
+			continue;
+		funcs = ca_module_funcs(m->ca, &nfuncs);
+		for (uint32_t f = 0; f < nfuncs; f++)
+			if ((funcs[f].flags & CA_FUNC_RUNTIME_ENTRY) && ag_instrument(m, f) == 0)
+				n++;
+	}
+	return n;
+}
+
+uint64_t ag_instrument_skipped_runtime(uint64_t *indirect)
+{
+	*indirect = untraced_misses;
+	return skipped_runtime;
 }
 
 void ag_instrument_stats(uint64_t *sites, uint64_t *kind, uint64_t *plan, uint64_t *unresolved,

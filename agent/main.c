@@ -194,6 +194,19 @@ void ag_meta_module(const ag_module *m)
 {
 	meta_append("%s %u %s %s %lx\n", TRACE_META_MODULE, m->index, m->path, m->key,
 		    (unsigned long)m->bias);
+	if (__atomic_load_n(&m->ca, __ATOMIC_ACQUIRE))
+		ag_meta_runtimes(m);
+}
+
+void ag_meta_runtimes(const ag_module *m)
+{
+	size_t nr;
+	const ca_runtime *r = ca_module_runtimes(m->ca, &nr);
+
+	for (size_t i = 0; i < nr; i++)
+		meta_append("%s %u %s %lx %lx\n", TRACE_META_RUNTIME, m->index,
+			    r[i].kind == CA_RUNTIME_GO ? "go" : "v8", (unsigned long)(m->bias + r[i].lo),
+			    (unsigned long)(m->bias + r[i].hi));
 }
 
 /* ---- activation ---- */
@@ -203,11 +216,23 @@ bool ag_active(void)
 	return active;
 }
 
+/* What a language runtime calls (cgo's C side), at each activation: no
+ * traced call reaches it (instrument.c). */
+static void runtime_entries(void)
+{
+	uint32_t n = ag_instrument_runtime_entries();
+
+	if (n)
+		ag_log("activation: %u functions a language runtime calls into were instrumented "
+		       "(their calls are traced; the runtime's code is not)", n);
+}
+
 static void on_activate(struct ucontext_t *ucp)
 {
 	ucontext_t *uc = (ucontext_t *)ucp;
 	uint64_t *sp = (uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-	uint64_t entry = root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr;
+	const ca_func *rf = ca_module_funcs(root_module->ca, NULL) + root_func;
+	uint64_t entry = root_module->bias + rf->addr;
 	trace_ring_header *ring;
 
 	ag_trap_disarm();      /* the trap code then resumes at the entry */
@@ -216,15 +241,25 @@ static void on_activate(struct ucontext_t *ucp)
 		ring = ag_ring_create();
 	if (ring) {
 		ag_ring_put(ring, TRACE_EVENT, TRACE_EV_ACTIVATE);
-		root_site = ag_site_root(root_module, root_func);
-		ag_ring_put(ring, TRACE_ENTRY, root_site);
-		active = 1;
-		ag_instrument(root_module, root_func);
-		/* See the root function return: its return address goes through us. */
-		root_ret = *sp;
-		*sp = (uint64_t)(uintptr_t)ag_tramp_return;
-		ag_log("activated in %s at %#lx", ca_str(root_module->ca,
-		       ca_module_funcs(root_module->ca, NULL)[root_func].name), (unsigned long)entry);
+		if (rf->flags & CA_FUNC_RUNTIME) {
+			/* Go's main: the runtime's own code, whose frames it
+			 * walks -- no entry, no return hook, nothing patched. */
+			active = 1;
+			ag_log("activated in %s at %#lx, code a language runtime manages: it is "
+			       "not traced, what it calls into is", ca_str(root_module->ca, rf->name),
+			       (unsigned long)entry);
+		} else {
+			root_site = ag_site_root(root_module, root_func);
+			ag_ring_put(ring, TRACE_ENTRY, root_site);
+			active = 1;
+			ag_instrument(root_module, root_func);
+			/* See the root function return: its return address goes through us. */
+			root_ret = *sp;
+			*sp = (uint64_t)(uintptr_t)ag_tramp_return;
+			ag_log("activated in %s at %#lx", ca_str(root_module->ca, rf->name),
+			       (unsigned long)entry);
+		}
+		runtime_entries();
 		meta_append("%s %lu %s\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), on_event);
 	}
 	ag_leave(ring);
@@ -253,6 +288,7 @@ void ag_activate_now(const char *why)
 	ag_event_only(false);           /* activated for everyone */
 	ag_activation_tsc = ag_rdtsc();
 	active = 1;
+	runtime_entries();
 	ag_activate_running(true);
 	ag_log("activated in mid-run (%s)", why);
 	meta_append("%s %lu %s\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), why);
@@ -318,6 +354,7 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc)
 	ag_event_only(threads_event_only);
 	ag_activation_round();
 	active = 1;
+	runtime_entries();
 	ag_walk_self(uc);
 	ring = ag_tls_ring;
 	if (ring)
@@ -513,7 +550,7 @@ static void restore_env(void)
  * end the trace.  (Also the path of a clean exit, without the restore.) */
 static void end_trace(const char *why, bool restore)
 {
-	uint64_t sites, skind, splan, sunres, internal;
+	uint64_t sites, skind, splan, sunres, internal, rt_indirect = 0;
 
 	if (__atomic_exchange_n(&finished, 1, __ATOMIC_ACQ_REL))
 		return;
@@ -525,9 +562,11 @@ static void end_trace(const char *why, bool restore)
 	ag_instrument_stats(&sites, &skind, &splan, &sunres, &internal);
 	ag_log("end (%s): %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by "
 	       "plan, %lu with a callee outside the traced modules; %lu indirect tail jumps "
-	       "went within their own function", why, (unsigned long)sites,
-	       (unsigned long)skind, (unsigned long)splan, (unsigned long)sunres,
-	       (unsigned long)internal);
+	       "went within their own function; %lu sites left alone: they call runtime-managed "
+	       "code (and %lu indirect calls met such a target: untraced)", why,
+	       (unsigned long)sites, (unsigned long)skind, (unsigned long)splan,
+	       (unsigned long)sunres, (unsigned long)internal,
+	       (unsigned long)ag_instrument_skipped_runtime(&rt_indirect), (unsigned long)rt_indirect);
 	ag_reloc_stats(&sites, &skind);
 	ag_log("end: %lu relocated windows, %lu of them reached through a jump (the rest "
 	       "through their int3); %lu hot traps put back", (unsigned long)sites,

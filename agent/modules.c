@@ -17,6 +17,12 @@
  * Not traced: the agent itself and the libraries only it uses, and the vDSO.
  * Modules loaded later with dlopen are found by the control thread, which
  * analyses them off the program's threads (ag_modules_refresh).
+ *
+ * Nor is code a language runtime manages (the analysis names it: Go's text,
+ * V8's embedded builtins, see codeanalysis/runtimes.c): the runtime walks
+ * its stacks by return address and aborts on one in a patch area.  Such a
+ * module is traced outside those regions; each region is named in agent.log
+ * and meta ("runtime" lines, which sptrace run sums up).
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -104,9 +110,34 @@ static int analysis_of(const ag_module *m, ca_module **ca, int *from_repo, sp_er
 
 static void log_module(const ag_module *m, int from_repo)
 {
+	size_t nr;
+	const ca_runtime *r = ca_module_runtimes(m->ca, &nr);
+
 	ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
 	       (unsigned long)m->bias, ca_module_stats(m->ca)->nfuncs, ca_module_stats(m->ca)->nsites,
 	       from_repo ? "from the repository" : "analysed now");
+	for (size_t i = 0; i < nr; i++)
+		ag_log("module %s: %s at %#lx-%#lx (%s): its code is not patched, calls into it "
+		       "are not traced, stack walks stop there (the runtime reads return "
+		       "addresses)", m->path, ca_runtime_kind_name(r[i].kind),
+		       (unsigned long)(m->bias + r[i].lo), (unsigned long)(m->bias + r[i].hi),
+		       ca_str(m->ca, r[i].how));
+}
+
+/* The code of objects that are not traced modules (the vDSO, the agent's own
+ * libraries): a stack walk may go through them, unlike through code no object
+ * holds (a JIT's). */
+#define MAX_OTHER 64
+static struct { uint64_t lo, hi; } other_code[MAX_OTHER];
+static uint32_t nother;
+
+static void note_other_code(uint64_t lo, uint64_t hi)
+{
+	if (nother < MAX_OTHER) {
+		other_code[nother].lo = lo;
+		other_code[nother].hi = hi;
+		__atomic_store_n(&nother, nother + 1, __ATOMIC_RELEASE);
+	}
 }
 
 /* Its pool and function states now (see ag_module_ready), or say why not. */
@@ -142,6 +173,7 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	if ((uint64_t)(uintptr_t)add_object >= lo && (uint64_t)(uintptr_t)add_object < hi) {
 		self_lo = lo;
 		self_hi = hi;
+		note_other_code(lo, hi);
 		return 0;
 	}
 	m = ag_alloc(sizeof *m);
@@ -158,8 +190,10 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 		m->path[n] = '\0';
 	} else {
 		snprintf(m->path, sizeof m->path, "%s", info->dlpi_name);
-		if (skip_object(m->path))
+		if (skip_object(m->path)) {
+			note_other_code(lo, hi);
 			return 0;
+		}
 	}
 	m->bias = info->dlpi_addr;
 	m->text_lo = lo;
@@ -296,6 +330,7 @@ void ag_modules_load(void)
 		make_ready(m);
 		ag_instrument_unlock();
 		log_module(m, from_repo);
+		ag_meta_runtimes(m);
 		ok++;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -360,6 +395,26 @@ bool ag_module_ready(ag_module *m)
 	ok = m->func_state != NULL;
 	__atomic_store_n(&ready_lock, 0, __ATOMIC_RELEASE);
 	return ok;
+}
+
+/* A region of runtime-managed code holds addr (see the header comment). */
+bool ag_runtime_code(uint64_t addr)
+{
+	ag_module *m = ag_module_of(addr);
+
+	return m && ca_runtime_at(m->ca, addr - m->bias);
+}
+
+bool ag_code_known(uint64_t addr)
+{
+	uint32_t n = __atomic_load_n(&nother, __ATOMIC_ACQUIRE);
+
+	if (ag_module_of(addr) || ag_pool_holds(addr))
+		return true;
+	for (uint32_t i = 0; i < n; i++)
+		if (addr >= other_code[i].lo && addr < other_code[i].hi)
+			return true;
+	return false;
 }
 
 ag_module *ag_module_of(uint64_t addr)

@@ -45,6 +45,9 @@ void cli_drain_end(cli_drain *d);
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* One line on `out` per region of code the agent left alone because a
+ * language runtime manages it (meta's "runtime" lines); how many. */
+int cli_print_runtimes(FILE *out, const char *dir);
 /* The trace's "end" line (why it ended) from DIR/meta: 1 and *why, or 0. */
 int cli_meta_end(const char *dir, char *why, size_t len);
 /* The image traced in DIR exec'd another: 1 and the directory of its trace

@@ -76,6 +76,15 @@ static void print_summary(const ca_module *m, const char *repo_note)
 	       s->text_bytes ? 100.0 * (double)s->decoded_bytes / (double)s->text_bytes : 0.0);
 	printf("  undecodable  %" PRIu64 " bytes in %u regions (no patch planned there)\n",
 	       s->undecodable_bytes, s->nundecodable);
+	{
+		size_t nr;
+		const ca_runtime *r = ca_module_runtimes(m, &nr);
+
+		for (size_t i = 0; i < nr; i++)
+			printf("  runtime      %s at %#" PRIx64 "-%#" PRIx64 " (%s): not patched, calls "
+			       "into it not traced\n", ca_runtime_kind_name(r[i].kind), r[i].lo, r[i].hi,
+			       ca_str(m, r[i].how));
+	}
 	printf("  cfg          %u blocks, %u edges, %u jump tables (%u targets), %u landing pads\n",
 	       s->nblocks, s->nedges, s->njump_tables, s->njump_table_targets, s->nlanding_pads);
 	printf("  call sites   %u: ", s->nsites);
@@ -112,9 +121,10 @@ static void source_of(const ca_module *m, uint64_t addr, char *buf, size_t len)
 
 static void func_flags(uint16_t f, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s%s%s%s%s", f & CA_FUNC_NORETURN ? "noreturn," : "",
+	snprintf(buf, len, "%s%s%s%s%s%s%s", f & CA_FUNC_NORETURN ? "noreturn," : "",
 		 f & CA_FUNC_PLT ? "plt," : "", f & CA_FUNC_FRAGMENT ? "fragment," : "",
-		 f & CA_FUNC_UNDECODABLE ? "undecodable," : "", f & CA_FUNC_IFUNC ? "ifunc," : "");
+		 f & CA_FUNC_UNDECODABLE ? "undecodable," : "", f & CA_FUNC_IFUNC ? "ifunc," : "",
+		 f & CA_FUNC_RUNTIME ? "runtime," : "", f & CA_FUNC_RUNTIME_ENTRY ? "runtime-entry," : "");
 	if (*buf)
 		buf[strlen(buf) - 1] = '\0';
 	else

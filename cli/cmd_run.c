@@ -231,6 +231,7 @@ int cmd_run(int argc, char **argv)
 	}
 	cli_drain_end(drain);
 	end_traces(absdir, status);
+	cli_print_runtimes(stderr, absdir);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);
 }

@@ -96,6 +96,56 @@ int cli_meta_get(const char *dir, const char *key, char *val, size_t len)
 	return found;
 }
 
+/* The path of module `index` in meta's "module" lines, "?" if none. */
+static void module_path(FILE *f, unsigned index, char *path, size_t len)
+{
+	char line[4200];
+	size_t km = strlen(TRACE_META_MODULE);
+	unsigned i;
+	int n;
+
+	snprintf(path, len, "?");
+	rewind(f);
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, TRACE_META_MODULE, km) == 0 && line[km] == ' ' &&
+		    sscanf(line + km + 1, "%u %n", &i, &n) == 1 && i == index) {
+			snprintf(path, len, "%.*s", (int)strcspn(line + km + 1 + n, " \n"),
+				 line + km + 1 + n);
+			return;
+		}
+}
+
+int cli_print_runtimes(FILE *out, const char *dir)
+{
+	char path[4200], line[4200], mod[4096], kind[16];
+	size_t kr = strlen(TRACE_META_RUNTIME);
+	unsigned long long lo, hi;
+	unsigned index;
+	long pos;
+	int count = 0;
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/meta", dir);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, TRACE_META_RUNTIME, kr) != 0 || line[kr] != ' ' ||
+		    sscanf(line + kr + 1, "%u %15s %llx %llx", &index, kind, &lo, &hi) != 4)
+			continue;
+		pos = ftell(f);
+		module_path(f, index, mod, sizeof mod);
+		fseek(f, pos, SEEK_SET);
+		fprintf(out, "sptrace: not traced: %s code in %s (%#llx-%#llx, %.1f MB): its runtime "
+			"reads return addresses; its calls out are traced (see %s/agent.log)\n",
+			strcmp(kind, "go") == 0 ? "Go runtime" : strcmp(kind, "v8") == 0 ? "V8 builtins"
+			: kind, mod, lo, hi, (double)(hi - lo) / 1e6, dir);
+		count++;
+	}
+	fclose(f);
+	return count;
+}
+
 int cli_meta_end(const char *dir, char *why, size_t len)
 {
 	return cli_meta_get(dir, TRACE_META_END, why, len);

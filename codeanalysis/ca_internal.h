@@ -8,6 +8,7 @@
  *   disasm.c    recursive-traversal disassembly, jump tables, blocks, CFG
  *   sites.c     call-site classification and patch plans
  *   lines.c     DWARF source lines (libdwarf), separate debug files
+ *   runtimes.c  code a language runtime manages (Go, V8): left alone
  *   repo.c      repository entries (proto/repo.proto via protobuf-c)
  *   module.c    ca_analyze(), accessors, lookups, names
  */
@@ -20,7 +21,7 @@
 
 /* Bumped whenever the analysis would give different results: repository
  * entries written by another analyser version are regenerated. */
-#define CA_ANALYZER_VERSION 5
+#define CA_ANALYZER_VERSION 6
 
 /* An executable or data section of interest, with its file bytes. */
 typedef struct ca_section {
@@ -109,6 +110,7 @@ struct ca_module {
 	ca_site *sites;   size_t nsites, capsites;
 	ca_line *lines;   size_t nlines, caplines;
 	ca_undecodable *undec; size_t nundec, capundec;
+	ca_runtime *runtimes; size_t nruntimes, capruntimes;
 
 	char *strs;       size_t nstrs, capstrs;  /* NUL-separated, offset 0 = "" */
 
@@ -261,5 +263,7 @@ uint32_t ca_insn_at(const ca_work *w, uint64_t addr); /* insn index, CA_NONE */
 /* funcs.c, disasm.c, sites.c: the analysis passes, run in this order. */
 int ca_funcs_discover(ca_work *w, sp_err *err);
 int ca_sites_plan(ca_work *w, sp_err *err);         /* m->sites */
+/* runtimes.c, last: m->runtimes, and the CA_FUNC_RUNTIME* flags. */
+int ca_runtimes_find(ca_module *m, const ca_elf *e, sp_err *err);
 
 #endif

@@ -44,6 +44,10 @@ enum ca_func_flag {
 	CA_FUNC_UNDECODABLE = 1 << 3, /* contains bytes capstone cannot decode */
 	CA_FUNC_IFUNC = 1 << 4,     /* STT_GNU_IFUNC resolver */
 	CA_FUNC_NAMED = 1 << 5,     /* name from a symbol (not sub_<offset>) */
+	CA_FUNC_RUNTIME = 1 << 6,   /* inside a ca_runtime region: never patched, and
+	                             * calls into it are not traced */
+	CA_FUNC_RUNTIME_ENTRY = 1 << 7, /* outside them, but called by such a runtime
+	                             * (cgo's C side): instrumented at activation */
 };
 
 typedef struct ca_func {
@@ -167,6 +171,25 @@ typedef struct ca_undecodable {
 	uint32_t func;
 } ca_undecodable;
 
+/*
+ * Code a language runtime manages and inspects: its own stack walks read
+ * the return addresses of its frames and die on one they do not know (Go's
+ * traceback, "unknown pc"; V8's GC, "Check failed: maybe_code.has_value()").
+ * The agent patches nothing inside, traces no call into it, and a stack
+ * walk stops at it (runtimes.c finds them).
+ */
+enum ca_runtime_kind {
+	CA_RUNTIME_GO = 1,    /* Go's text: runtime.text .. runtime.etext (pclntab) */
+	CA_RUNTIME_V8,        /* V8's embedded builtins blob */
+	CA_RUNTIME_KIND_MAX
+};
+
+typedef struct ca_runtime {
+	uint64_t lo, hi;      /* [lo, hi) */
+	uint32_t kind;        /* enum ca_runtime_kind */
+	uint32_t how;         /* string offset: how it was found */
+} ca_runtime;
+
 /* One row of the line table (sorted by address). */
 typedef struct ca_line {
 	uint64_t addr;
@@ -224,6 +247,9 @@ const ca_edge *ca_module_edges(const ca_module *m, size_t *n);
 const ca_site *ca_module_sites(const ca_module *m, size_t *n);
 const ca_line *ca_module_lines(const ca_module *m, size_t *n);
 const ca_undecodable *ca_module_undecodable(const ca_module *m, size_t *n);
+const ca_runtime *ca_module_runtimes(const ca_module *m, size_t *n);  /* sorted by lo */
+/* The region holding addr, or NULL. */
+const ca_runtime *ca_runtime_at(const ca_module *m, uint64_t addr);
 const ca_stats *ca_module_stats(const ca_module *m);
 const char *ca_str(const ca_module *m, uint32_t off);
 
@@ -237,6 +263,7 @@ const char *ca_site_kind_name(unsigned kind);
 const char *ca_patch_method_name(unsigned method);
 const char *ca_patch_reason_text(unsigned reason);
 const char *ca_edge_kind_name(unsigned kind);
+const char *ca_runtime_kind_name(unsigned kind);   /* "Go runtime", "V8 builtins" */
 
 /*
  * Repository: one file per module under `dir` named by its key, written

@@ -21,8 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Sections with file bytes worth keeping: code, and read-only data that can
- * hold jump tables or be the target of a RIP-relative call. */
+/* Sections with file bytes worth keeping: code, read-only data that can
+ * hold jump tables or be the target of a RIP-relative call, and the Go
+ * runtime's tables (runtimes.c). */
 static bool keep_section(const char *name, const GElf_Shdr *sh)
 {
 	if (sh->sh_type == SHT_NOBITS || !(sh->sh_flags & SHF_ALLOC) || sh->sh_size == 0)
@@ -32,7 +33,8 @@ static bool keep_section(const char *name, const GElf_Shdr *sh)
 	return strncmp(name, ".rodata", 7) == 0 || strcmp(name, ".data.rel.ro") == 0 ||
 	       strcmp(name, ".got") == 0 || strcmp(name, ".got.plt") == 0 ||
 	       strcmp(name, ".eh_frame") == 0 || strcmp(name, ".gcc_except_table") == 0 ||
-	       strcmp(name, ".eh_frame_hdr") == 0 || strncmp(name, ".data", 5) == 0;
+	       strcmp(name, ".eh_frame_hdr") == 0 || strncmp(name, ".data", 5) == 0 ||
+	       strcmp(name, ".gopclntab") == 0 || strcmp(name, ".go.buildinfo") == 0;
 }
 
 static int add_section(ca_elf *e, size_t *cap, const char *name, const GElf_Shdr *sh, sp_err *err)

@@ -62,6 +62,7 @@ void ca_module_free(ca_module *m)
 	free(m->sites);
 	free(m->lines);
 	free(m->undec);
+	free(m->runtimes);
 	free(m->strs);
 	free(m->owned_blob);
 	free(m);
@@ -167,6 +168,8 @@ static int run_passes(ca_work *w, sp_err *err)
 		return -1;
 	if (collect_undecodable(w))
 		return sp_fail(err, "%s: out of memory", w->e->path);
+	if (ca_runtimes_find(w->m, w->e, err))
+		return -1;
 	compute_stats(w);
 	return 0;
 }
@@ -255,6 +258,7 @@ ACCESSOR(ca_module_edges, ca_edge, edges, nedges)
 ACCESSOR(ca_module_sites, ca_site, sites, nsites)
 ACCESSOR(ca_module_lines, ca_line, lines, nlines)
 ACCESSOR(ca_module_undecodable, ca_undecodable, undec, nundec)
+ACCESSOR(ca_module_runtimes, ca_runtime, runtimes, nruntimes)
 
 const char *ca_str(const ca_module *m, uint32_t off)
 {

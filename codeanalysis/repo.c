@@ -325,6 +325,7 @@ typedef struct entry_msgs {
 	Sptrace__Repo__Sites sites;
 	Sptrace__Repo__Lines lines;
 	Sptrace__Repo__Undecodable undec;
+	Sptrace__Repo__Runtimes runtimes;
 	arena cols;
 } entry_msgs;
 
@@ -460,15 +461,32 @@ static void fill_undec(const ca_module *m, arena *a, Sptrace__Repo__Undecodable 
 	}
 }
 
+static void fill_runtimes(const ca_module *m, arena *a, Sptrace__Repo__Runtimes *o)
+{
+	size_t n = m->nruntimes;
+
+	COLUMN(a, *o, lo, uint64_t, n);
+	COLUMN(a, *o, hi, uint64_t, n);
+	COLUMN(a, *o, kind, uint32_t, n);
+	COLUMN(a, *o, how, uint32_t, n);
+	for (size_t i = 0; i < n; i++) {
+		o->lo[i] = m->runtimes[i].lo;
+		o->hi[i] = m->runtimes[i].hi;
+		o->kind[i] = m->runtimes[i].kind;
+		o->how[i] = m->runtimes[i].how;
+	}
+}
+
 /* Build the Entry for `m`; its columns live in x->cols (free x->cols.base). */
 static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 {
 	static const uint8_t empty_strs[1] = { 0 };
 	/* Bytes per record summed over each table's columns, plus alignment
-	 * slack for the 40 columns. */
+	 * slack for the 44 columns. */
 	size_t cap = m->nfuncs * (2 * 8 + 9 * 4) + m->nblocks * (8 + 6 * 4) +
 		     m->nedges * (2 * 4) + m->nsites * (3 * 8 + 10 * 4) +
-		     m->nlines * (8 + 2 * 4) + m->nundec * (8 + 2 * 4) + 40 * 8;
+		     m->nlines * (8 + 2 * 4) + m->nundec * (8 + 2 * 4) +
+		     m->nruntimes * (2 * 8 + 2 * 4) + 44 * 8;
 
 	*x = (entry_msgs){
 		.e = SPTRACE__REPO__ENTRY__INIT,
@@ -479,6 +497,7 @@ static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 		.sites = SPTRACE__REPO__SITES__INIT,
 		.lines = SPTRACE__REPO__LINES__INIT,
 		.undec = SPTRACE__REPO__UNDECODABLE__INIT,
+		.runtimes = SPTRACE__REPO__RUNTIMES__INIT,
 	};
 	x->cols.base = malloc(cap);
 	x->cols.cap = cap;
@@ -509,12 +528,14 @@ static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 	fill_sites(m, &x->cols, &x->sites);
 	fill_lines(m, &x->cols, &x->lines);
 	fill_undec(m, &x->cols, &x->undec);
+	fill_runtimes(m, &x->cols, &x->runtimes);
 	x->e.funcs = &x->funcs;
 	x->e.blocks = &x->blocks;
 	x->e.edges = &x->edges;
 	x->e.sites = &x->sites;
 	x->e.lines = &x->lines;
 	x->e.undecodable = &x->undec;
+	x->e.runtimes = &x->runtimes;
 	return 0;
 }
 
@@ -929,6 +950,34 @@ static int load_undec(const Sptrace__Repo__Undecodable *c, ca_module *m,
 	return 0;
 }
 
+static int load_runtimes(const Sptrace__Repo__Runtimes *c, ca_module *m, sp_err *err)
+{
+	size_t n = c ? c->n_lo : 0;
+
+	m->nruntimes = m->capruntimes = 0;
+	m->runtimes = alloc_records(n, sizeof *m->runtimes, false, err);
+	if (!m->runtimes)
+		return -1;
+	if (!c)
+		return 0;
+	SAME("runtimes", c, hi, n);
+	SAME("runtimes", c, kind, n);
+	SAME("runtimes", c, how, n);
+	for (size_t i = 0; i < n; i++) {
+		if (check_str("runtime region", i, "how", c->how[i], m->nstrs, err) < 0)
+			return -1;
+		if (c->lo[i] >= c->hi[i] || c->kind[i] == 0 || c->kind[i] >= CA_RUNTIME_KIND_MAX ||
+		    (i && c->lo[i] < c->lo[i - 1]))
+			return BAD("runtime region %zu: [0x%llx, 0x%llx) of kind %u (regions "
+				   "must be non-empty, of a known kind, sorted)", i,
+				   (unsigned long long)c->lo[i], (unsigned long long)c->hi[i],
+				   (unsigned)c->kind[i]);
+		m->runtimes[i] = (ca_runtime){ c->lo[i], c->hi[i], c->kind[i], c->how[i] };
+	}
+	m->nruntimes = m->capruntimes = n;
+	return 0;
+}
+
 static int load_stats(const Sptrace__Repo__Stats *c, ca_stats *s, sp_err *err)
 {
 	memset(s, 0, sizeof *s);
@@ -1023,18 +1072,21 @@ static int entry_to_module(const Entry *e, ca_module *m, bool calls_only, sp_err
 	free(m->sites);
 	free(m->lines);
 	free(m->undec);
+	free(m->runtimes);
 	m->funcs = NULL;
 	m->blocks = NULL;
 	m->edges = NULL;
 	m->sites = NULL;
 	m->lines = NULL;
 	m->undec = NULL;
+	m->runtimes = NULL;
 	if (load_funcs(e->funcs, m, nblocks, nsites, calls_only, err) < 0 ||
 	    load_blocks(e->blocks, m, nfuncs, nedges, err) < 0 ||
 	    load_edges(e->edges, m, nblocks, err) < 0 ||
 	    load_sites(e->sites, m, nfuncs, err) < 0 ||
 	    load_lines(e->lines, m, err) < 0 ||
 	    load_undec(e->undecodable, m, nfuncs, err) < 0 ||
+	    load_runtimes(e->runtimes, m, err) < 0 ||
 	    load_stats(e->stats, &m->stats, err) < 0)
 		return -1;
 	return 0;

@@ -199,6 +199,9 @@ enum {
 #define TRACE_META_FATAL "fatal"         /* signal tid si_code address TSC: a deadly signal */
 #define TRACE_META_END "end"             /* why the trace ended */
 #define TRACE_META_MODULE "module"       /* index path key bias */
+#define TRACE_META_RUNTIME "runtime"     /* index kind lo hi: run-time code range of module
+                                          * `index` a language runtime manages (kind: go,
+                                          * v8), left alone by the agent */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
 #define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 

@@ -15,6 +15,8 @@ packages=(
 	# real programs traced by the end-to-end tests (redis and nginx: attached
 	# to under load)
 	gzip xz-utils sqlite3 redis-server redis-tools nginx-light
+	# runtimes that read return addresses (test_runtimes.py): node's V8, Go with cgo
+	nodejs golang-go
 )
 
 missing=()

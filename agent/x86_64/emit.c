@@ -320,8 +320,18 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
  *          call *-40(%rsp)              the target saved above, never the cache
  *          <record EXIT, id from cache.exit>
  *          jmp  S+len
- *   miss:  mov  %r11,%fs:ag_tls_target; <slow path>; mov %fs:ag_tls_target,%r11
- *          jmp  hit
+ *   miss:  cmp  cache.untraced(%rip),%r11
+ *          je   untraced
+ *          mov  %r11,%fs:ag_tls_target; <slow path>; mov %fs:ag_tls_target,%r11
+ *          jmp  hit                     (answer 0 or 2: to untraced)
+ *   untraced: mov %r11,-40(%rsp); mov -32(%rsp),%r11
+ *          push S+len(%rip); jmp *-32(%rsp)     the caller's own return address
+ *
+ * A target in code a language runtime manages (Go, V8: instrument.c) goes
+ * untraced: the runtime reads its frames' return addresses, and must find
+ * the caller's, never one in the area.  It has a cache word of its own,
+ * `untraced`, which only ever holds such targets: a thread that matches it
+ * cannot take a traced target's path, whatever other threads write.
  *
  * The call goes to the target computed from OP, so a cache another thread
  * is changing can at worst mislabel one record, never misdirect a call.
@@ -341,7 +351,7 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
 	rec_fix in, out;
-	size_t jne, jz;
+	size_t jne, jz, je2, je_untraced;
 	uint64_t hit;
 
 	endbr64(&b);
@@ -376,27 +386,35 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		b1(&b, 0xe9); brel32(&b, s->site + s->site_len);           /* jmp S+len */
 	}
 	fix_rel32(&b, jne);
+	b1(&b, 0x4c); b1(&b, 0x3b); b1(&b, 0x1d); brel32(&b, s->cache + 24); /* cmp untraced(%rip),%r11 */
+	b1(&b, 0x0f); b1(&b, 0x84); je_untraced = b.n; b32(&b, 0);        /* je untraced */
 	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x1c); b1(&b, 0x25); /* mov %r11,%fs:tmp */
 	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
 	slow_call(&b, s, ((uint64_t)AG_SLOW_INDIRECT << 56) | (uint64_t)(uintptr_t)s->indirect_ref);
 	b1(&b, 0x4d); b1(&b, 0x85); b1(&b, 0xdb);                            /* test %r11,%r11 */
-	b1(&b, 0x0f); b1(&b, 0x84); jz = b.n; b32(&b, 0);                 /* jz untraced */
+	b1(&b, 0x0f); b1(&b, 0x84); jz = b.n; b32(&b, 0);                 /* jz skip */
+	b1(&b, 0x49); b1(&b, 0x83); b1(&b, 0xfb); b1(&b, 0x02);            /* cmp $2,%r11 */
+	b1(&b, 0x0f); b1(&b, 0x84); je2 = b.n; b32(&b, 0);                /* je skip */
 	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:tmp,%r11 */
 	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
 	b1(&b, 0xe9); brel32(&b, hit);
-	/* The slow path said skip (the agent runs on this thread): the call
-	 * as the program made it, without records (the cache may not be for
-	 * this target). */
+	/* The slow path said skip (the agent runs on this thread), or the
+	 * target is runtime-managed code (answer 2): the call as the program
+	 * made it, without records -- the callee sees the caller's return
+	 * address, S+len, pushed from the slot's word (the cache may not be
+	 * for this target). */
 	fix_rel32(&b, jz);
+	fix_rel32(&b, je2);
 	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:tmp,%r11 */
 	b32(&b, (uint32_t)(int32_t)s->tls_target_offset);
+	fix_rel32(&b, je_untraced);
 	b1(&b, 0x4c); b1(&b, 0x89); b1(&b, 0x5c); b1(&b, 0x24); b1(&b, 0xd8); /* mov %r11,-40(%rsp) */
 	bn(&b, load_r11, sizeof load_r11);                                /* r11 as it was */
 	if (s->tail_jump) {
 		jmp_saved_target(&b);
 	} else {
-		b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);  /* call *-40(%rsp) */
-		b1(&b, 0xe9); brel32(&b, s->site + s->site_len);           /* jmp S+len */
+		b1(&b, 0xff); b1(&b, 0x35); brel32(&b, rx + AG_SLOT_RET);  /* push S+len */
+		b1(&b, 0xff); b1(&b, 0x64); b1(&b, 0x24); b1(&b, 0xe0);  /* jmp *-32(%rsp) */
 	}
 	record_slow(&b, s, &in);
 	if (!s->tail_jump)

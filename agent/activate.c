@@ -622,9 +622,10 @@ static bool arm_thread_bp(int tid, uint64_t addr, const char *event)
 		__atomic_store_n(&b->tid, 0, __ATOMIC_RELEASE);
 		b->addr = addr;
 		b->fd = fd;
+		ag_fd_keep(&b->fd, NULL, 0);
 		b->event = event;
 		__atomic_store_n(&b->tid, tid, __ATOMIC_RELEASE);
-		ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+		ioctl(b->fd, PERF_EVENT_IOC_ENABLE, 0);
 		return true;
 	}
 	close(fd);
@@ -638,7 +639,7 @@ static void retire(bp *b)
 
 	if (fd >= 0) {
 		ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
-		close(fd);
+		ag_fd_drop(fd);
 	}
 }
 

@@ -21,6 +21,7 @@
  *   control.c     sptrace stop/activate, the timer; modules dlopen'd later
  *   exec.c        the agent carried into an exec'd image
  *   hooks.c       the interposers' table; GOT hooks when attached
+ *   fds.c         the agent's descriptors, out of the program's reach
  *   x86_64/       the instruction-level parts: area code (emit.c),
  *                 trampolines (tramp.S), unwind information (unwind.c),
  *                 the context-switch stubs (context.S)
@@ -357,6 +358,25 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 void ag_hooks_install(void);           /* attached: GOT slots to the interposers */
 void ag_hooks_init(bool attached);     /* find the C library's functions behind them */
 uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at addr, or 0 */
+/* One of the agent's own libraries (file name starting with `object`) calls
+ * `symbol` through fn from now on; how many GOT slots now do. */
+unsigned ag_hook_library(const char *object, const char *symbol, void *fn);
+
+/* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */
+void ag_fds_init(void);                /* the C library's close, dup2, ... */
+/* Protect the agent's descriptor *where: moved to a high number, registered;
+ * *where follows it when it moves.  `path` and `flags` reopen it if a raw
+ * system call took it (path NULL: it cannot be; path must stay valid). */
+int ag_fd_keep(volatile int *where, const char *path, int flags);
+/* *where, checked to be still the agent's file (else reopened, or -1):
+ * before every write through it. */
+int ag_fd_checked(volatile int *where);
+void ag_fd_drop(int fd);               /* the agent closes one of its own */
+void ag_fds_own_libraries(void);       /* their descriptors are the agent's too */
+/* The interposers of fcntl by both its names, whatever _FILE_OFFSET_BITS
+ * makes of `fcntl` in the C library's headers. */
+int ag_fcntl(int fd, int cmd, ...) __asm__("fcntl") AG_EXPORT;
+int ag_fcntl64(int fd, int cmd, ...) __asm__("fcntl64") AG_EXPORT;
 
 /* ---- exec.c ---- */
 void ag_exec_init(const char *ring_bytes);

@@ -40,7 +40,8 @@
 #include "registry.h"
 
 static char fifo[4200], link_path[512];
-static int wake_fd = -1;          /* ag_control_wake */
+static volatile int wake_fd = -1; /* ag_control_wake */
+static volatile int fifo_fd = -1;
 static pid_t owner;             /* the process that registered them (not a forked child) */
 static volatile int control_ready;
 static volatile int control_tid;
@@ -86,7 +87,6 @@ static void command(const char *line, double *due)
 static void *control_main(void *arg)
 {
 	char buf[512];
-	int fd;
 	double due = ag_timer_seconds() >= 0 ? now_s() + ag_timer_seconds() : -1;
 
 	(void)arg;
@@ -96,8 +96,9 @@ static void *control_main(void *arg)
 	control_tid = (int)syscall(SYS_gettid);
 	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
 	ag_modules_load();      /* attached: the repository entries (modules.c) */
-	fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0) {
+	fifo_fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+	ag_fd_keep(&fifo_fd, fifo, O_RDWR | O_NONBLOCK);
+	if (fifo_fd < 0) {
 		ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
 		       fifo, strerror(errno));
 		return NULL;
@@ -107,7 +108,7 @@ static void *control_main(void *arg)
 		ssize_t n;
 		int r;
 
-		p[0] = (struct pollfd){ .fd = fd, .events = POLLIN };
+		p[0] = (struct pollfd){ .fd = ag_fd_checked(&fifo_fd), .events = POLLIN };
 		p[1] = (struct pollfd){ .fd = wake_fd, .events = POLLIN };
 		if (due >= 0) {
 			double left = due - now_s();
@@ -144,7 +145,7 @@ static void *control_main(void *arg)
 			ag_reloc_upgrade();
 			continue;
 		}
-		n = read(fd, buf, sizeof buf - 1);
+		n = read(fifo_fd, buf, sizeof buf - 1);
 		if (n <= 0)
 			continue;
 		buf[n] = '\0';
@@ -160,7 +161,7 @@ void ag_control_wake(void)
 {
 	uint64_t one = 1;
 
-	if (wake_fd >= 0 && write(wake_fd, &one, sizeof one) < 0)
+	if (wake_fd >= 0 && write(ag_fd_checked(&wake_fd), &one, sizeof one) < 0)
 		return;                         /* the counter is full: awake anyway */
 }
 
@@ -174,6 +175,7 @@ int ag_control_start(void)
 
 	owner = getpid();
 	wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ag_fd_keep(&wake_fd, NULL, 0);
 	snprintf(fifo, sizeof fifo, "%s/control", ag_dir);
 	if (mkfifo(fifo, 0600) != 0 && errno != EEXIST) {
 		ag_log("control: mkfifo %s: %s", fifo, strerror(errno));

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -68,12 +69,20 @@ static hook hooks[] = {
 	{ "recv", (void *)recv, 0 },
 	{ "recvfrom", (void *)recvfrom, 0 },
 	{ "recvmsg", (void *)recvmsg, 0 },
+	/* fds.c: the agent's descriptors stay its own */
+	{ "close", (void *)close, 0 },
+	{ "close_range", (void *)close_range, 0 },
+	{ "closefrom", (void *)closefrom, 0 },
+	{ "dup", (void *)dup, 0 },
+	{ "dup2", (void *)dup2, 0 },
+	{ "dup3", (void *)dup3, 0 },
+	{ "fcntl", (void *)ag_fcntl, 0 },
+	{ "fcntl64", (void *)ag_fcntl64, 0 },
 };
 
 #define NHOOKS (sizeof hooks / sizeof *hooks)
 
 static uint64_t agent_lo;
-static unsigned hooked;
 
 static void *hook_for(const char *name)
 {
@@ -110,8 +119,23 @@ uint64_t ag_hook_real(uint64_t addr)
 	return 0;
 }
 
-static void hook_relocs(uint64_t bias, const ElfW(Rela) *rel, size_t n, const ElfW(Sym) *syms,
-			const char *strs)
+/* What to hook: the interposers' table, or one symbol (ag_hook_library). */
+typedef struct hook_req {
+	const char *object;      /* NULL: every module but the agent and the loader */
+	const char *symbol;
+	void *fn;
+	unsigned done;
+} hook_req;
+
+static void *hook_fn(const hook_req *req, const char *name)
+{
+	if (!req->object)
+		return hook_for(name);
+	return strcmp(name, req->symbol) == 0 ? req->fn : NULL;
+}
+
+static void hook_relocs(hook_req *req, uint64_t bias, const ElfW(Rela) *rel, size_t n,
+			const ElfW(Sym) *syms, const char *strs)
 {
 	for (size_t i = 0; i < n; i++) {
 		unsigned type = ELF64_R_TYPE(rel[i].r_info);
@@ -119,16 +143,17 @@ static void hook_relocs(uint64_t bias, const ElfW(Rela) *rel, size_t n, const El
 
 		if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
 			continue;
-		fn = (uint64_t)(uintptr_t)hook_for(strs + syms[ELF64_R_SYM(rel[i].r_info)].st_name);
+		fn = (uint64_t)(uintptr_t)hook_fn(req, strs + syms[ELF64_R_SYM(rel[i].r_info)].st_name);
 		if (!fn)
 			continue;
 		if (ag_write_text(bias + rel[i].r_offset, &fn, 8) == 0)
-			hooked++;
+			req->done++;
 	}
 }
 
 static int hook_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
+	hook_req *req = arg;
 	const ElfW(Dyn) *dyn = NULL;
 	const ElfW(Rela) *jmprel = NULL, *rela = NULL;
 	const ElfW(Sym) *syms = NULL;
@@ -136,13 +161,15 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *arg)
 	size_t pltrelsz = 0, relasz = 0;
 
 	(void)size;
-	(void)arg;
-	if (info->dlpi_addr == agent_lo)
-		return 0;                        /* the agent itself */
 	base = strrchr(info->dlpi_name ? info->dlpi_name : "", '/');
 	base = base ? base + 1 : info->dlpi_name ? info->dlpi_name : "";
-	if (strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "linux-vdso", 10) == 0)
-		return 0;
+	if (req->object) {
+		if (strncmp(base, req->object, strlen(req->object)) != 0)
+			return 0;
+	} else if (info->dlpi_addr == agent_lo || strncmp(base, "ld-linux", 8) == 0 ||
+		   strncmp(base, "linux-vdso", 10) == 0) {
+		return 0;                        /* the agent itself, the loader */
+	}
 	for (int i = 0; i < info->dlpi_phnum; i++)
 		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
 			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
@@ -161,21 +188,31 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *arg)
 	if (!syms || !strs)
 		return 0;
 	if (jmprel)
-		hook_relocs(info->dlpi_addr, jmprel, pltrelsz / sizeof *jmprel, syms, strs);
+		hook_relocs(req, info->dlpi_addr, jmprel, pltrelsz / sizeof *jmprel, syms, strs);
 	if (rela)
-		hook_relocs(info->dlpi_addr, rela, relasz / sizeof *rela, syms, strs);
+		hook_relocs(req, info->dlpi_addr, rela, relasz / sizeof *rela, syms, strs);
 	return 0;
+}
+
+/* One of the agent's own libraries (file name starting with `object`)
+ * calls `symbol` through fn from now on; how many slots now do. */
+unsigned ag_hook_library(const char *object, const char *symbol, void *fn)
+{
+	hook_req req = { object, symbol, fn, 0 };
+
+	dl_iterate_phdr(hook_object, &req);
+	return req.done;
 }
 
 /* Hook every module loaded now (at attach). */
 void ag_hooks_install(void)
 {
 	Dl_info di;
-	unsigned before = hooked;
+	hook_req req = { NULL, NULL, NULL, 0 };
 
 	if (!agent_lo && dladdr((void *)ag_hooks_install, &di)) {
 		agent_lo = (uint64_t)(uintptr_t)di.dli_fbase;
 	}
-	dl_iterate_phdr(hook_object, NULL);
-	ag_log("attach: %u GOT slots now lead to the agent's interposers", hooked - before);
+	dl_iterate_phdr(hook_object, &req);
+	ag_log("attach: %u GOT slots now lead to the agent's interposers", req.done);
 }

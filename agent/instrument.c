@@ -40,7 +40,8 @@
 
 #include "agent.h"
 
-static int sites_fd = -1;
+static volatile int sites_fd = -1;
+static char sites_path[4200];
 /* The next free site id.  It lives in shared memory (the first record of
  * the sites file, which no id uses) so that a forked child and its parent,
  * both writing into the same trace, never hand out the same id. */
@@ -89,12 +90,13 @@ static ag_reloc *saved_reloc;
 static int grow(off_t from, off_t len)
 {
 	struct stat st;
+	int fd = ag_fd_checked(&sites_fd);
 
-	if (fallocate(sites_fd, 0, from, len) == 0)
+	if (fallocate(fd, 0, from, len) == 0)
 		return 0;
-	if (errno != EOPNOTSUPP || fstat(sites_fd, &st) != 0)
+	if (errno != EOPNOTSUPP || fstat(fd, &st) != 0)
 		return -1;
-	return st.st_size >= from + len ? 0 : ftruncate(sites_fd, from + len);
+	return st.st_size >= from + len ? 0 : ftruncate(fd, from + len);
 }
 
 static uint8_t *sites_map;
@@ -103,11 +105,12 @@ static volatile int sites_lock;
 
 int ag_sites_open(const char *dir)
 {
-	char path[4200];
+	char *path = sites_path;
 	size_t span = (size_t)(TRACE_ID_MAX + 1u) * sizeof(trace_site);
 
-	snprintf(path, sizeof path, "%s/sites", dir);
+	snprintf(path, sizeof sites_path, "%s/sites", dir);
 	sites_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ag_fd_keep(&sites_fd, sites_path, O_RDWR);
 	if (sites_fd < 0 || grow(0, SITES_CHUNK) != 0) {
 		ag_log("cannot create %s: %s", path, strerror(errno));
 		return -1;

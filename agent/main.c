@@ -39,7 +39,8 @@
 char ag_dir[4096];
 uint64_t ag_xsave_size AG_HIDDEN = 4096;
 
-static int log_fd = -1;
+static volatile int log_fd = -1;
+static char log_path[4200];
 static char on_event[512];
 static ag_module *root_module;
 static uint32_t root_func = CA_NONE;
@@ -102,7 +103,7 @@ void ag_log(const char *fmt, ...)
 	if (n > (int)sizeof buf - 2)
 		n = (int)sizeof buf - 2;
 	buf[n++] = '\n';
-	if (write(log_fd, buf, (size_t)n) < 0)
+	if (write(ag_fd_checked(&log_fd), buf, (size_t)n) < 0)
 		return;
 }
 
@@ -641,11 +642,12 @@ bool ag_event_wanted(const char *what)
 static int agent_start(const char *dir, const char *on, const char *ring, const char *exec_of,
 		       const char *threads)
 {
-	char err[1024], path[4200], parent[4096] = "";
+	char err[1024], parent[4096] = "";
 	uint64_t t_start = ns(CLOCK_MONOTONIC);
 	unsigned a, b, c, d;
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
+	ag_fds_init();
 	ag_signals_init();
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
 	/* Who traces after an event on one thread: by default that thread (and
@@ -662,8 +664,9 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	}
 	if (!attached)
 		restore_env();
-	snprintf(path, sizeof path, "%s/agent.log", ag_dir);
-	log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	snprintf(log_path, sizeof log_path, "%s/agent.log", ag_dir);
+	log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	ag_fd_keep(&log_fd, log_path, O_WRONLY | O_APPEND);
 	if (__get_cpuid_count(0xd, 0, &a, &b, &c, &d) && b >= 576)
 		ag_xsave_size = b + 64;
 	if (ag_rings_init() || ag_sites_open(ag_dir)) {
@@ -688,6 +691,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	}
 	t_mod = ns(CLOCK_MONOTONIC) - t_mod;
+	ag_fds_own_libraries();
 	ag_hooks_init(attached);
 	if (attached)
 		ag_hooks_install();

@@ -46,7 +46,7 @@
 #define MAX_PENDING 4096
 #define MAX_APPLIED (1u << 20)
 
-static int mem_fd = -1;
+static volatile int mem_fd = -1;
 static bool have_membarrier;
 static struct sigaction old_trap;
 
@@ -99,7 +99,7 @@ void ag_serialize_cores(void)
 int ag_write_text(uint64_t addr, const void *buf, size_t n)
 {
 	if (mem_fd >= 0) {
-		ssize_t k = pwrite(mem_fd, buf, n, (off_t)addr);
+		ssize_t k = pwrite(ag_fd_checked(&mem_fd), buf, n, (off_t)addr);
 		return k == (ssize_t)n ? 0 : -1;
 	} else {
 		uintptr_t page = addr & ~(uintptr_t)4095;
@@ -287,6 +287,7 @@ int ag_patch_init(char *err, size_t errlen)
 	struct sigaction sa;
 
 	mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	ag_fd_keep(&mem_fd, "/proc/self/mem", O_RDWR);
 	if (mem_fd < 0)
 		ag_log("patch: /proc/self/mem: %s; falling back to mprotect", strerror(errno));
 	have_membarrier = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
@@ -675,7 +676,7 @@ int ag_patch_restore_all(void)
 /* Attached: the breakpoint on each thread there was (each one's inherited
  * by the threads it creates later). */
 #define MAX_THREAD_BPS 4096
-static int thread_bps[MAX_THREAD_BPS];
+static volatile int thread_bps[MAX_THREAD_BPS];
 static int nthread_bps;
 
 /* An execute breakpoint at addr for thread tid (0: the calling thread) that
@@ -706,8 +707,10 @@ static int arm_on_thread(int tid, void *arg)
 {
 	int f = ag_perf_breakpoint(*(uint64_t *)arg, tid, true, false);
 
-	if (f >= 0)
-		thread_bps[nthread_bps++] = f;
+	if (f >= 0) {
+		thread_bps[nthread_bps] = f;
+		ag_fd_keep(&thread_bps[nthread_bps++], NULL, 0);
+	}
 	else
 		ag_log("activation: no breakpoint on thread %d (%s); it will not activate tracing",
 		       tid, strerror(errno));
@@ -726,6 +729,7 @@ int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool ever
 		ag_for_other_threads(arm_on_thread, &addr);
 	if (fd >= 0) {
 		act_fd = fd;
+		ag_fd_keep(&act_fd, NULL, 0);
 		act_addr = addr;
 		return 0;
 	}
@@ -749,13 +753,13 @@ void ag_trap_disarm(void)
 		return;
 	for (int i = 0; i < nthread_bps; i++) {
 		ioctl(thread_bps[i], PERF_EVENT_IOC_DISABLE, 0);
-		close(thread_bps[i]);
+		ag_fd_drop(thread_bps[i]);
 	}
 	nthread_bps = 0;
 	if (act_fd >= 0) {
 		act_was = act_addr;
 		ioctl(act_fd, PERF_EVENT_IOC_DISABLE, 0);
-		close(act_fd);
+		ag_fd_drop(act_fd);
 		act_fd = -1;
 	} else {
 		ag_write_text(act_addr, &old, 1);
@@ -769,8 +773,9 @@ void ag_trap_disarm(void)
 void ag_patch_after_fork(void)
 {
 	if (mem_fd >= 0) {
-		close(mem_fd);
+		ag_fd_drop(mem_fd);
 		mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+		ag_fd_keep(&mem_fd, "/proc/self/mem", O_RDWR);
 	}
 	if (have_membarrier)
 		have_membarrier = syscall(SYS_membarrier,

@@ -246,9 +246,12 @@ static void parent_after_fork(void)
  * without the fork handlers, sees its parent's (exec.c). */
 pid_t ag_self_pid;
 
+static void proc_cache_after_fork(void);
+
 static void child_after_fork(void)
 {
 	ag_self_pid = getpid();
+	proc_cache_after_fork();
 	ag_patch_after_fork();
 	ag_pools_after_fork();
 	ag_modules_after_fork();
@@ -262,6 +265,110 @@ int ag_threads_init(void)
 {
 	ag_self_pid = getpid();
 	return pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
+}
+
+/*
+ * The /proc files the agent reads again and again (the task list, each
+ * thread's syscall line) stay open, at high numbers (fds.c), and are read
+ * from offset 0 each time.  Opened anew each time, each took for a moment
+ * the lowest free number -- the one the program's own open() on another
+ * thread was about to get: its descriptors came out numbered differently
+ * than natively (relocation rounds and activations read them every few
+ * milliseconds).  A thread's file is opened once, the first time it is
+ * looked at, and dropped when the thread is gone.
+ */
+#define PROC_CACHE 512
+static volatile int task_dir_fd = -1;
+static volatile int task_dir_busy;
+static struct {
+	volatile int tid;          /* 0: free */
+	volatile int fd;
+} syscall_fds[PROC_CACHE];
+
+/* The task directory, rewound, for the caller alone (-1: busy or none; the
+ * caller then opens its own). */
+static int task_dir_take(void)
+{
+	if (__atomic_exchange_n(&task_dir_busy, 1, __ATOMIC_ACQUIRE))
+		return -1;
+	if (task_dir_fd < 0) {
+		task_dir_fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		ag_fd_keep(&task_dir_fd, "/proc/self/task", O_RDONLY | O_DIRECTORY);
+	}
+	if (task_dir_fd >= 0 && lseek(task_dir_fd, 0, SEEK_SET) == 0)
+		return task_dir_fd;
+	__atomic_store_n(&task_dir_busy, 0, __ATOMIC_RELEASE);
+	return -1;
+}
+
+/* Thread tid's syscall file, kept open; -1 if it cannot be opened. */
+static int syscall_fd(int tid)
+{
+	char path[64];
+	int fd;
+
+	for (int i = 0; i < PROC_CACHE; i++)
+		if (__atomic_load_n(&syscall_fds[i].tid, __ATOMIC_ACQUIRE) == tid &&
+		    syscall_fds[i].fd >= 0)
+			return syscall_fds[i].fd;
+	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	for (int i = 0; i < PROC_CACHE; i++) {
+		int free_ = 0;
+
+		if (syscall_fds[i].tid == 0 &&
+		    __atomic_compare_exchange_n(&syscall_fds[i].tid, &free_, -1, false,
+						__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			syscall_fds[i].fd = fd;
+			ag_fd_keep(&syscall_fds[i].fd, NULL, 0);
+			fd = syscall_fds[i].fd;
+			__atomic_store_n(&syscall_fds[i].tid, tid, __ATOMIC_RELEASE);
+			return fd;
+		}
+	}
+	return fd;                 /* the cache is full: the caller closes it */
+}
+
+static bool syscall_fd_cached(int fd)
+{
+	for (int i = 0; i < PROC_CACHE; i++)
+		if (syscall_fds[i].tid > 0 && syscall_fds[i].fd == fd)
+			return true;
+	return false;
+}
+
+/* Thread tid is gone: its file goes. */
+static void syscall_fd_forget(int tid)
+{
+	for (int i = 0; i < PROC_CACHE; i++) {
+		int t = tid;
+
+		if (__atomic_compare_exchange_n(&syscall_fds[i].tid, &t, -1, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			ag_fd_drop(syscall_fds[i].fd);
+			syscall_fds[i].fd = -1;
+			__atomic_store_n(&syscall_fds[i].tid, 0, __ATOMIC_RELEASE);
+		}
+	}
+}
+
+/* A forked child: the files are its parent's threads' ("self" was the
+ * parent when they were opened). */
+static void proc_cache_after_fork(void)
+{
+	task_dir_busy = 0;
+	if (task_dir_fd >= 0) {
+		ag_fd_drop(task_dir_fd);
+		task_dir_fd = -1;
+	}
+	for (int i = 0; i < PROC_CACHE; i++) {
+		if (syscall_fds[i].tid > 0)
+			ag_fd_drop(syscall_fds[i].fd);
+		syscall_fds[i].tid = 0;
+		syscall_fds[i].fd = -1;
+	}
 }
 
 /*
@@ -283,9 +390,12 @@ int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg)
 	};
 	char buf[4096] __attribute__((aligned(8)));
 	int self = (int)syscall(SYS_gettid), ctl = ag_control_tid(), n = 0, stop = 0;
-	int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = task_dir_take();
+	bool cached = fd >= 0;
 	long got;
 
+	if (!cached)
+		fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	while (fd >= 0 && !stop && (got = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
 		for (long off = 0; off < got && !stop;) {
 			const struct linux_dirent64 *de = (const void *)(buf + off);
@@ -298,7 +408,9 @@ int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg)
 			stop = fn(tid, arg);
 		}
 	}
-	if (fd >= 0)
+	if (cached)
+		__atomic_store_n(&task_dir_busy, 0, __ATOMIC_RELEASE);
+	else if (fd >= 0)
 		close(fd);
 	return n;
 }
@@ -311,18 +423,18 @@ int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg)
  */
 int ag_thread_where(int tid, long *nr, uint64_t *pc)
 {
-	char path[64], buf[512];
+	char buf[512];
 	unsigned long n_, args[6], sp, pc_;
 	ssize_t n;
-	int fd;
+	int fd = syscall_fd(tid);
 
-	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-	if (fd >= 0)
+	n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
+	if (fd >= 0 && !syscall_fd_cached(fd))
 		close(fd);
-	if (n <= 0)
+	if (n <= 0) {
+		syscall_fd_forget(tid);           /* gone, or unreadable: opened anew next time */
 		return -1;
+	}
 	buf[n] = '\0';
 	if (strncmp(buf, "running", 7) == 0)
 		return 0;

@@ -10,11 +10,13 @@
 #include "cli.h"
 
 #include <dirent.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -108,6 +110,81 @@ static void end_traces(const char *dir, int status)
 		meta_end(cur, status);
 }
 
+/* The file execvp ran for `prog` (PATH searched as it does), in path. */
+static bool resolve_program(const char *prog, char *path, size_t n)
+{
+	const char *dirs = getenv("PATH");
+
+	if (strchr(prog, '/'))
+		return snprintf(path, n, "%s", prog) < (int)n;
+	for (const char *d = dirs ? dirs : "/usr/local/bin:/usr/bin:/bin"; d;) {
+		const char *end = strchr(d, ':');
+		int len = end ? (int)(end - d) : (int)strlen(d);
+
+		if (snprintf(path, n, "%.*s%s%s", len, d, len ? "/" : "", prog) < (int)n &&
+		    access(path, X_OK) == 0)
+			return true;
+		d = end ? end + 1 : NULL;
+	}
+	return false;
+}
+
+/*
+ * The agent never started in the program (no meta): why, as far as the
+ * file tells.  The loader ignores LD_PRELOAD in a static program, cannot
+ * load a 64-bit agent into a 32-bit one, and ignores a preload with a
+ * path in a set-user-ID or set-group-ID program run by someone else.
+ */
+static void why_not_traced(const char *prog, char *why, size_t n)
+{
+	char path[PATH_MAX], head[128];
+	unsigned char *e = (unsigned char *)head;
+	struct stat st;
+	ssize_t got;
+	int fd;
+
+	snprintf(why, n, "the agent did not start in it (see the program's stderr)");
+	if (!resolve_program(prog, path, sizeof path) || stat(path, &st) != 0)
+		return;
+	if (((st.st_mode & S_ISUID) && st.st_uid != getuid()) ||
+	    ((st.st_mode & S_ISGID) && st.st_gid != getgid())) {
+		snprintf(why, n, "%s is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD "
+			 "in it", path);
+		return;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	got = fd >= 0 ? read(fd, head, sizeof head) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (got < 64 || memcmp(head, "\177ELF", 4) != 0)
+		return;
+	if (e[4] == 1) {
+		snprintf(why, n, "%s is a 32-bit program; the agent is 64-bit", path);
+		return;
+	}
+	/* A 64-bit ELF: a static one has no PT_INTERP among its headers. */
+	{
+		Elf64_Ehdr eh;
+		Elf64_Phdr ph;
+		bool interp = false;
+
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
+			if (fd >= 0)
+				close(fd);
+			return;
+		}
+		for (int i = 0; i < eh.e_phnum && i < 256; i++)
+			if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) ==
+			    (ssize_t)sizeof ph && ph.p_type == PT_INTERP)
+				interp = true;
+		close(fd);
+		if (!interp)
+			snprintf(why, n, "%s is statically linked: there is no loader to preload the "
+				 "agent", path);
+	}
+}
+
 /* End like the program did: same status, or the same signal (no core of
  * our own: the program already dumped one if it was going to). */
 static int end_like(int status)
@@ -136,6 +213,7 @@ int cmd_run(int argc, char **argv)
 	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start";
 	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
+	char meta[PATH_MAX + 8];
 	const char *old_preload = getenv("LD_PRELOAD");
 	int c, status, errpipe[2], exec_errno = 0;
 	pid_t pid;
@@ -230,6 +308,15 @@ int cmd_run(int argc, char **argv)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
 	cli_drain_end(drain);
+	snprintf(meta, sizeof meta, "%s/meta", absdir);
+	if (access(meta, F_OK) != 0) {
+		char why[PATH_MAX + 128];
+
+		why_not_traced(argv[optind], why, sizeof why);
+		fprintf(stderr, "sptrace: nothing was traced in pid %d: %s\n", (int)pid, why);
+		cli_remove_trace_dir(absdir);
+		return end_like(status);
+	}
 	end_traces(absdir, status);
 	cli_print_runtimes(stderr, absdir);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);

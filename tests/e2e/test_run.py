@@ -960,6 +960,32 @@ def case_errors(sptrace, tmp):
     check(r.returncode == 0 and "usage: sptrace run" in r.stdout, "run --help")
 
 
+def case_not_traced(sptrace, static_prog, tmp):
+    """A program the agent cannot be preloaded into: said so, not 'trace of pid N'
+    (issue 11): a static one, and a set-user-ID one run by someone else."""
+    tdir = os.path.join(tmp, "t")
+    native = run([static_prog, "0"])
+    r = run([sptrace, "run", "-o", tdir, "--", static_prog, "0"])
+    check(r.returncode == native.returncode and r.stdout == native.stdout,
+          "static program: status %d / %r, natively %d / %r"
+          % (r.returncode, r.stdout, native.returncode, native.stdout))
+    check("nothing was traced in pid" in r.stderr and "statically linked" in r.stderr
+          and "trace of pid" not in r.stderr, "static program: unclear message %r" % r.stderr)
+    check(not os.path.exists(tdir), "static program: an empty trace directory was left")
+    if os.geteuid() != 0:
+        fail("the set-user-ID case needs root (test.sh runs as root)")
+    setuid = os.path.join(tmp, "true-setuid")
+    with open("/bin/true", "rb") as src, open(setuid, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(tmp, 0o755)
+    os.chown(setuid, 65534, 65534)           # nobody
+    os.chmod(setuid, 0o4755)
+    r = run([sptrace, "run", "-o", tdir, "--", setuid])
+    check(r.returncode == 0, "set-user-ID program: status %d: %s" % (r.returncode, r.stderr))
+    check("nothing was traced in pid" in r.stderr and "set-user-ID" in r.stderr,
+          "set-user-ID program: unclear message %r" % r.stderr)
+
+
 def main():
     sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
     if len(sys.argv) > 3:
@@ -1015,6 +1041,8 @@ def main():
             case_kill9(sptrace, sys.argv[3], tmp)
         elif case == "errors":
             case_errors(sptrace, tmp)
+        elif case == "not-traced":
+            case_not_traced(sptrace, sys.argv[3], tmp)
         else:
             fail("unknown case " + case)
 

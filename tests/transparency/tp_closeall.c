@@ -6,9 +6,16 @@
  * control FIFO, ...) must survive the close loop, and the numbers the
  * program gets from open() must be the ones it gets natively: the agent
  * never writes code bytes or log lines into the program's files.
+ *
+ * Then, as a runtime with its own system calls would, it closes everything
+ * past stderr with a raw close_range (the C library never sees it) and
+ * opens one file 960 times -- over the numbers the agent had -- before
+ * reaching new code again: the agent must notice its descriptors are gone
+ * and write nowhere near that file.
  */
 #include <fcntl.h>
 #include <string.h>
+#include <sys/syscall.h>
 
 #include "tp.h"
 
@@ -40,6 +47,35 @@ TP_NOINLINE static unsigned fresh_mid(unsigned x)
 TP_NOINLINE static unsigned fresh_top(unsigned x)
 {
 	return fresh_mid(x) ^ fresh_leaf(x);
+}
+
+TP_NOINLINE static unsigned later_leaf(unsigned x)
+{
+	return mix(x, 13) - x;
+}
+
+TP_NOINLINE static unsigned later_top(unsigned x)
+{
+	unsigned s = 0;
+
+	for (unsigned i = 0; i < 20; i++)
+		s ^= later_leaf(x + i) + fresh_leaf(i);
+	return s;
+}
+
+/* Phase 2: the raw close, then one file at almost every number. */
+static int raw_close_and_refill(const char *scratch)
+{
+	char path[4096];
+	int n = 0;
+
+	if (syscall(SYS_close_range, 3u, ~0u, 0) != 0)
+		return -1;
+	snprintf(path, sizeof path, "%s/many", scratch);
+	for (int i = 0; i < 960; i++)
+		if (open(path, O_RDWR | O_CREAT, 0600) >= 0)
+			n++;
+	return n;
 }
 
 int tp_setup(const char *scratch)
@@ -82,5 +118,7 @@ int tp_after_go(const char *scratch)
 			failed++;
 	}
 	printf("failures %d\n", failed);
+	printf("raw close_range, then %d descriptors of one file\n", raw_close_and_refill(scratch));
+	printf("result %u\n", later_top(5));
 	return failed ? 1 : 0;
 }

@@ -63,6 +63,26 @@ TP_NOINLINE static unsigned later_top(unsigned x)
 	return s;
 }
 
+/* dup2 of one file onto numbers near the top of the usual limit (where the
+ * agent keeps its own): every one succeeds, as natively, and the agent's
+ * writes that follow land in its own files. */
+static int dup_high(const char *scratch)
+{
+	char path[4096];
+	int ok = 0, fd;
+
+	snprintf(path, sizeof path, "%s/dupped", scratch);
+	fd = open(path, O_RDWR | O_CREAT, 0600);
+	for (int n = 880; n < 920; n++)
+		if (dup2(fd, n) == n)
+			ok++;
+	printf("dup2 onto 880..919: %d of 40; result %u\n", ok, fresh_leaf(99) + later_leaf(3));
+	for (int n = 880; n < 920; n++)
+		close(n);
+	close(fd);
+	return ok;
+}
+
 /* Phase 2: the raw close, then one file at almost every number. */
 static int raw_close_and_refill(const char *scratch)
 {
@@ -118,6 +138,7 @@ int tp_after_go(const char *scratch)
 			failed++;
 	}
 	printf("failures %d\n", failed);
+	dup_high(scratch);
 	printf("raw close_range, then %d descriptors of one file\n", raw_close_and_refill(scratch));
 	printf("result %u\n", later_top(5));
 	return failed ? 1 : 0;

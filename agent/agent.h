@@ -82,6 +82,7 @@ void ag_modules_after_fork(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
 void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
+void ag_meta_untraced(const char *name, const char *needed_by); /* main.c: an "untraced" line */
 void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), once loaded */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
 bool ag_agent_code_holds(uint64_t addr);     /* addr is in the agent's own code */
@@ -91,6 +92,7 @@ bool ag_runtime_code(uint64_t addr);
 bool ag_code_known(uint64_t addr);
 uint32_t ag_module_count(void);
 ag_module *ag_module_at(uint32_t index);
+void ag_modules_untraced_meta(void);        /* meta lines for the libraries left alone */
 
 /* ---- ring.c ---- */
 /* The TLS slot the generated code reads: the ring header of this thread, or

@@ -188,6 +188,12 @@ static void write_meta(void)
 		    on_event);
 	for (uint32_t i = 0; i < ag_module_count(); i++)
 		ag_meta_module(ag_module_at(i));
+	ag_modules_untraced_meta();
+}
+
+void ag_meta_untraced(const char *name, const char *needed_by)
+{
+	meta_append("%s %s %s\n", TRACE_META_UNTRACED, name, needed_by);
 }
 
 /* A "module" line in meta (also for modules found after the start). */

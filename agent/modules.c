@@ -14,7 +14,8 @@
  * activation before they are all in waits for them (ag_modules_wait); a
  * module is invisible (ag_module_of) until its entry is in.
  *
- * Not traced: the agent itself and the libraries only it uses, and the vDSO.
+ * Not traced: the agent itself and the libraries it uses (agent_only: named
+ * when the program needs one too), and the vDSO.
  * Modules loaded later with dlopen are found by the control thread, which
  * analyses them off the program's threads (ag_modules_refresh).
  *
@@ -42,12 +43,65 @@ static ag_module *modules[MAX_MODULES];
 static uint32_t nmodules;
 static volatile int ready_lock;
 
-/* Libraries the agent brings in for itself: never traced. */
+/* The libraries the agent loads for itself (agent/meson.build says why
+ * each is shared, not linked in): the program's calls into them are not
+ * traced -- the agent runs them itself, libgcc_s's unwinder among them --
+ * and each one a traced module needs is named (agent.log, meta, the
+ * command's summary).  Every other library is the program's alone. */
 static const char *const agent_only[] = {
-	"libsptrace-agent.so", "libcapstone.so", "libelf.so", "libdwarf.so", "libprotobuf-c.so",
-	"libcrypto.so", "libz.so", "libgcc_s.so", "libzstd.so", "liblzma.so", "libbz2.so",
-	"libunwind.so",
+	"libsptrace-agent.so", "libcapstone.so", "libelf.so", "libdwarf.so", "libz.so",
+	"libgcc_s.so", "liblzma.so", "libunwind.so",
 };
+
+/* Those a traced module needs: named once each. */
+#define MAX_UNTRACED 16
+static struct {
+	char name[64], by[4096];
+	bool written;            /* its meta line */
+} untraced[MAX_UNTRACED];
+static uint32_t nuntraced;
+
+static bool skip_object(const char *path);
+
+/* The libraries the agent leaves alone that module `path` (loaded, its
+ * dynamic section relocated) needs: remembered and logged once each. */
+static void note_needed(const struct dl_phdr_info *info, const char *path)
+{
+	const ElfW(Dyn) *dyn = NULL;
+	const char *strs = NULL;
+
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	for (const ElfW(Dyn) *d = dyn; d && d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_STRTAB)
+			strs = (const char *)d->d_un.d_ptr;
+	for (const ElfW(Dyn) *d = dyn; d && strs && d->d_tag != DT_NULL; d++) {
+		const char *name = strs + d->d_un.d_val;
+		bool seen = false;
+
+		if (d->d_tag != DT_NEEDED || !skip_object(name))
+			continue;
+		for (uint32_t k = 0; k < nuntraced; k++)
+			seen |= strcmp(untraced[k].name, name) == 0;
+		if (seen || nuntraced >= MAX_UNTRACED)
+			continue;
+		snprintf(untraced[nuntraced].name, sizeof untraced[nuntraced].name, "%.63s", name);
+		snprintf(untraced[nuntraced].by, sizeof untraced[nuntraced].by, "%s", path);
+		nuntraced++;
+		ag_log("not traced: %s (needed by %s): the agent uses it itself", name, path);
+	}
+}
+
+/* Their meta lines, those not written yet. */
+void ag_modules_untraced_meta(void)
+{
+	for (uint32_t k = 0; k < nuntraced; k++)
+		if (!untraced[k].written) {
+			untraced[k].written = true;
+			ag_meta_untraced(untraced[k].name, untraced[k].by);
+		}
+}
 
 static bool skip_object(const char *path)
 {
@@ -198,6 +252,7 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	m->bias = info->dlpi_addr;
 	m->text_lo = lo;
 	m->text_hi = hi;
+	note_needed(info, m->path);
 	if (lc->defer) {
 		if (ca_module_key_of(m->path, m->key, sizeof m->key, &e) < 0) {
 			ag_log("module %s not traced: %s", m->path, e.msg);
@@ -266,6 +321,7 @@ void ag_modules_refresh(void)
 		make_ready(modules[i]);
 		ag_meta_module(modules[i]);
 	}
+	ag_modules_untraced_meta();
 }
 
 int ag_modules_init(char *err, size_t errlen, bool defer)

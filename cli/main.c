@@ -130,6 +130,16 @@ int cli_print_runtimes(FILE *out, const char *dir)
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof line, f)) {
+		size_t ku = strlen(TRACE_META_UNTRACED);
+		char by[4096];
+
+		if (strncmp(line, TRACE_META_UNTRACED, ku) == 0 && line[ku] == ' ' &&
+		    sscanf(line + ku + 1, "%4095s %4095s", mod, by) == 2) {
+			fprintf(out, "sptrace: not traced: %s (needed by %s): the agent uses it "
+				"itself\n", mod, by);
+			count++;
+			continue;
+		}
 		if (strncmp(line, TRACE_META_RUNTIME, kr) != 0 || line[kr] != ' ' ||
 		    sscanf(line + kr + 1, "%u %15s %llx %llx", &index, kind, &lo, &hi) != 4)
 			continue;

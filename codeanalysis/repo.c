@@ -39,7 +39,6 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -1533,9 +1532,8 @@ static int hash_file(int fd, const char *path, char *key, size_t keylen,
 		     sp_err *err)
 {
 	static const size_t chunk = 1 << 20;
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0;
-	EVP_MD_CTX *ctx;
+	unsigned char md[32];
+	sp_sha256 ctx;
 	uint8_t *buf;
 	int rc = -1;
 
@@ -1543,12 +1541,12 @@ static int hash_file(int fd, const char *path, char *key, size_t keylen,
 		return sp_fail(err, "key buffer too small (%zu bytes)", keylen);
 	if (lseek(fd, 0, SEEK_SET) < 0)
 		return sp_fail(err, "%s: %s", path, strerror(errno));
-	ctx = EVP_MD_CTX_new();
 	buf = malloc(chunk);
-	if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-		sp_fail(err, "hashing %s: cannot set up SHA-256", path);
+	if (!buf) {
+		sp_fail(err, "hashing %s: out of memory", path);
 		goto out;
 	}
+	sp_sha256_init(&ctx);
 	for (;;) {
 		ssize_t r = read(fd, buf, chunk);
 
@@ -1560,21 +1558,14 @@ static int hash_file(int fd, const char *path, char *key, size_t keylen,
 		}
 		if (r == 0)
 			break;
-		if (EVP_DigestUpdate(ctx, buf, (size_t)r) != 1) {
-			sp_fail(err, "hashing %s failed", path);
-			goto out;
-		}
+		sp_sha256_update(&ctx, buf, (size_t)r);
 	}
-	if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != 32) {
-		sp_fail(err, "hashing %s failed", path);
-		goto out;
-	}
+	sp_sha256_final(&ctx, md);
 	memcpy(key, "sha256-", 7);
-	to_hex(md, mdlen, key + 7);
+	to_hex(md, sizeof md, key + 7);
 	rc = 0;
 out:
 	free(buf);
-	EVP_MD_CTX_free(ctx);
 	return rc;
 }
 

@@ -1,7 +1,7 @@
 /*
  * common/sp.h — what every sptrace component shares: the error type that
  * carries a message naming the object that failed, small string helpers,
- * whole-buffer I/O and time.  Kept libc-only so the agent can use it too.
+ * whole-buffer I/O, time and SHA-256.  Kept libc-only so the agent can use it too.
  */
 #ifndef SP_H
 #define SP_H
@@ -37,5 +37,16 @@ int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize);
  */
 int sp_write_all(int fd, const void *buf, size_t n);
 int sp_read_all(int fd, void *buf, size_t n);
+
+/* SHA-256 (sha256.c). */
+typedef struct sp_sha256 {
+	uint32_t h[8];
+	uint64_t len;            /* bytes so far */
+	uint8_t buf[64];
+	size_t fill;             /* bytes in buf */
+} sp_sha256;
+void sp_sha256_init(sp_sha256 *s);
+void sp_sha256_update(sp_sha256 *s, const void *data, size_t n);
+void sp_sha256_final(sp_sha256 *s, uint8_t out[32]);
 
 #endif

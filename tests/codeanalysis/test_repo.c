@@ -22,6 +22,7 @@
 #include <zlib.h>
 
 #include "codeanalysis.h"
+#include "sp.h"
 
 static int failures;
 
@@ -711,6 +712,18 @@ static void test_no_buildid(const ctx *c)
 
 	CHECK(ca_module_key_of(copy, key, sizeof key, &err) == 0, "%s", err.msg);
 	CHECK(!strncmp(key, "sha256-", 7) && strlen(key) == 71, "key %s", key);
+	{
+		/* The key is the file's SHA-256, as coreutils computes it. */
+		char cmd[700], want[80] = "";
+		FILE *p;
+
+		snprintf(cmd, sizeof cmd, "sha256sum '%s'", copy);
+		p = popen(cmd, "r");
+		CHECK(p && fscanf(p, "%64s", want) == 1 && !strcmp(key + 7, want),
+		      "key %s, sha256sum %s", key, want);
+		if (p)
+			pclose(p);
+	}
 	rc = ca_repo_get(c->repo, copy, &c->opt, &m, &from_repo, &err);
 	CHECK(rc == 0 && from_repo == 0, "get no-build-id: %d %s", rc, err.msg);
 	if (rc == 0) {
@@ -724,6 +737,49 @@ static void test_no_buildid(const ctx *c)
 	if (rc == 0)
 		ca_module_free(m);
 	unlink(copy);
+}
+
+/* SHA-256 (common/sha256.c) on FIPS 180-4's examples, fed whole and a byte
+ * at a time, and a million 'a's across many block boundaries. */
+static void test_sha256(void)
+{
+	static const struct {
+		const char *msg, *hex;
+	} v[] = {
+		{ "", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" },
+		{ "abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" },
+		{ "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+		  "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1" },
+	};
+	uint8_t md[32], md2[32];
+	char hex[65];
+	sp_sha256 s, t;
+
+	for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+		sp_sha256_init(&s);
+		sp_sha256_update(&s, v[i].msg, strlen(v[i].msg));
+		sp_sha256_final(&s, md);
+		sp_sha256_init(&t);
+		for (const char *c = v[i].msg; *c; c++)
+			sp_sha256_update(&t, c, 1);
+		sp_sha256_final(&t, md2);
+		for (int k = 0; k < 32; k++)
+			snprintf(hex + 2 * k, 3, "%02x", md[k]);
+		CHECK(!strcmp(hex, v[i].hex) && !memcmp(md, md2, 32), "sha256(\"%s\") = %s", v[i].msg,
+		      hex);
+	}
+	sp_sha256_init(&s);
+	for (int i = 0; i < 1000; i++) {
+		char a[1000];
+
+		memset(a, 'a', sizeof a);
+		sp_sha256_update(&s, a, sizeof a);
+	}
+	sp_sha256_final(&s, md);
+	for (int k = 0; k < 32; k++)
+		snprintf(hex + 2 * k, 3, "%02x", md[k]);
+	CHECK(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"),
+	      "sha256(a million a) = %s", hex);
 }
 
 /* A repository that cannot be a directory: a regular file in the way
@@ -770,6 +826,7 @@ int main(int argc, char **argv)
 	test_fuzz(&c);
 	test_calls_view(&c);
 	test_get_regenerates(&c);
+	test_sha256();
 	test_no_buildid(&c);
 	test_unwritable(&c);
 

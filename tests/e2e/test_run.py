@@ -440,6 +440,34 @@ def case_python_dlopen(sptrace, tmp):
           "no call into libsqlite3 was traced: %s" % r.stdout[:800])
 
 
+def case_python_libcrypto(sptrace, tmp):
+    """A library the agent used to keep for itself (issue 11, item 7):
+    python3.11's hashlib calls into the program's own libcrypto, which is
+    traced; libz, which the agent does share, is named in the summary."""
+    py = "/usr/bin/python3.11"
+    script = os.path.join(tmp, "h.py")
+    with open(script, "w") as f:
+        f.write("import hashlib, time, zlib\n"
+                "time.sleep(1.0)   # the agent's control thread looks every 200 ms\n"
+                "print(sum(len(hashlib.sha256(b'x' * i).hexdigest()) for i in range(100)),\n"
+                "      zlib.crc32(b'sptrace'))\n")
+    import glob
+    libs = glob.glob("/usr/lib/python3.11/lib-dynload/_hashlib*.so") + \
+        glob.glob("/usr/lib/x86_64-linux-gnu/libcrypto.so.3")
+    check(len(libs) == 2, "python3.11's hashlib module or libcrypto is missing: %r" % libs)
+    r = run([sptrace, "analyze-binary", "-q", "--repo", os.path.join(tmp, "repo")] + libs)
+    check(r.returncode == 0, "analyze-binary failed: " + r.stderr)
+    tdir = os.path.join(tmp, "trace")
+    native = run([py, script])
+    trace = traced(sptrace, tdir, [py, script])
+    same_behaviour(native, trace, "python3.11 with hashlib")
+    check("not traced: libz.so.1 (needed by /usr/bin/python3.11): the agent uses it itself"
+          in trace.stderr, "the summary does not name libz: %r" % trace.stderr)
+    r = run([sptrace, "report", tdir])
+    check(r.returncode == 0 and "EVP_DigestInit_ex" in r.stdout,
+          "no call into libcrypto was traced: %s" % r.stdout[:800])
+
+
 @contextlib.contextmanager
 def spinning(sptrace, prog, tmp, tdir, options=()):
     """`sptrace run OPTIONS -- prog spin` running: yields (the sptrace run
@@ -1041,6 +1069,8 @@ def main():
             case_kill9(sptrace, sys.argv[3], tmp)
         elif case == "errors":
             case_errors(sptrace, tmp)
+        elif case == "python-libcrypto":
+            case_python_libcrypto(sptrace, tmp)
         elif case == "not-traced":
             case_not_traced(sptrace, sys.argv[3], tmp)
         else:

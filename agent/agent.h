@@ -67,6 +67,7 @@ typedef struct ag_module {
 	 * first, then each one's next; CA_NONE ends.  NULL when unknown. */
 	uint32_t *first_fragment, *next_fragment;
 	struct site_saved **site_saved; /* per site: its patch, kept across activations */
+	volatile bool no_pool;   /* no room for areas near it: not traced, said once */
 } ag_module;
 
 enum {
@@ -82,7 +83,7 @@ void ag_modules_after_fork(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
 void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
-void ag_meta_untraced(const char *name, const char *needed_by); /* main.c: an "untraced" line */
+void ag_meta_untraced(const char *name, const char *why); /* main.c: an "untraced" line */
 void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), once loaded */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
 bool ag_agent_code_holds(uint64_t addr);     /* addr is in the agent's own code */

@@ -191,9 +191,9 @@ static void write_meta(void)
 	ag_modules_untraced_meta();
 }
 
-void ag_meta_untraced(const char *name, const char *needed_by)
+void ag_meta_untraced(const char *name, const char *why)
 {
-	meta_append("%s %s %s\n", TRACE_META_UNTRACED, name, needed_by);
+	meta_append("%s %s %s\n", TRACE_META_UNTRACED, name, why);
 }
 
 /* A "module" line in meta (also for modules found after the start). */

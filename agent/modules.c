@@ -98,8 +98,11 @@ void ag_modules_untraced_meta(void)
 {
 	for (uint32_t k = 0; k < nuntraced; k++)
 		if (!untraced[k].written) {
+			char why[4200];
+
 			untraced[k].written = true;
-			ag_meta_untraced(untraced[k].name, untraced[k].by);
+			snprintf(why, sizeof why, "needed by %s; the agent uses it itself", untraced[k].by);
+			ag_meta_untraced(untraced[k].name, why);
 		}
 }
 
@@ -197,8 +200,7 @@ static void note_other_code(uint64_t lo, uint64_t hi)
 /* Its pool and function states now (see ag_module_ready), or say why not. */
 static void make_ready(ag_module *m)
 {
-	if (!ag_module_ready(m))
-		ag_log("module %s: no patch-area pool; it will not be traced", m->path);
+	ag_module_ready(m);       /* says why if not */
 }
 
 /* Add m to the list; readers see it whole. */
@@ -414,9 +416,11 @@ bool ag_module_ready(ag_module *m)
 
 	if (__atomic_load_n(&m->func_state, __ATOMIC_ACQUIRE))
 		return true;
+	if (__atomic_load_n(&m->no_pool, __ATOMIC_ACQUIRE))
+		return false;
 	while (__atomic_exchange_n(&ready_lock, 1, __ATOMIC_ACQUIRE))
 		__builtin_ia32_pause();
-	if (!m->func_state) {
+	if (!m->func_state && !m->no_pool) {
 		size_t nfuncs;
 
 		const ca_stats *st = ca_module_stats(m->ca);
@@ -446,6 +450,12 @@ bool ag_module_ready(ag_module *m)
 			}
 			m->site_saved = ag_alloc((st->nsites ? st->nsites : 1) * sizeof *m->site_saved);
 			__atomic_store_n(&m->func_state, fs, __ATOMIC_RELEASE);
+		} else {
+			/* Said once, and not tried again at every call into it. */
+			__atomic_store_n(&m->no_pool, true, __ATOMIC_RELEASE);
+			ag_log("module %s: no patch-area pool within reach of its code; it is not "
+			       "traced", m->path);
+			ag_meta_untraced(m->path, "no room for patch areas within 2 GiB of its code");
 		}
 	}
 	ok = m->func_state != NULL;

@@ -46,8 +46,9 @@ void cli_drain_end(cli_drain *d);
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* One line on `out` per region of code the agent left alone because a
- * language runtime manages it (meta's "runtime" lines); how many. */
-int cli_print_runtimes(FILE *out, const char *dir);
+ * language runtime manages it (meta's "runtime" lines), and per module the
+ * program's calls into are not traced ("untraced" lines); how many. */
+int cli_print_untraced(FILE *out, const char *dir);
 /* The trace's "end" line (why it ended) from DIR/meta: 1 and *why, or 0. */
 int cli_meta_end(const char *dir, char *why, size_t len);
 /* The image traced in DIR exec'd another: 1 and the directory of its trace

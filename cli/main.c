@@ -115,7 +115,7 @@ static void module_path(FILE *f, unsigned index, char *path, size_t len)
 		}
 }
 
-int cli_print_runtimes(FILE *out, const char *dir)
+int cli_print_untraced(FILE *out, const char *dir)
 {
 	char path[4200], line[4200], mod[4096], kind[16];
 	size_t kr = strlen(TRACE_META_RUNTIME);
@@ -131,12 +131,11 @@ int cli_print_runtimes(FILE *out, const char *dir)
 		return 0;
 	while (fgets(line, sizeof line, f)) {
 		size_t ku = strlen(TRACE_META_UNTRACED);
-		char by[4096];
+		int at = 0;
 
 		if (strncmp(line, TRACE_META_UNTRACED, ku) == 0 && line[ku] == ' ' &&
-		    sscanf(line + ku + 1, "%4095s %4095s", mod, by) == 2) {
-			fprintf(out, "sptrace: not traced: %s (needed by %s): the agent uses it "
-				"itself\n", mod, by);
+		    sscanf(line + ku + 1, "%4095s %n", mod, &at) == 1 && at > 0) {
+			fprintf(out, "sptrace: not traced: %s: %s", mod, line + ku + 1 + at);
 			count++;
 			continue;
 		}

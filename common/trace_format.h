@@ -202,9 +202,9 @@ enum {
 #define TRACE_META_RUNTIME "runtime"     /* index kind lo hi: run-time code range of module
                                           * `index` a language runtime manages (kind: go,
                                           * v8), left alone by the agent */
-#define TRACE_META_UNTRACED "untraced"  /* NAME NEEDED_BY: a library the agent uses
-                                          * itself, so the program's calls into it
-                                          * are not traced */
+#define TRACE_META_UNTRACED "untraced"  /* MODULE WHY...: a module the program's
+                                          * calls into are not traced, and why (the
+                                          * agent uses it itself; no room for areas) */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
 #define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 

@@ -67,6 +67,26 @@ void ag_ring_sync(trace_ring_header *r, uint64_t tsc)
 	r->epoch = high;
 }
 
+/* A thread whose ring could not be made records nothing, and does not try
+ * again at every call; the reason is logged once for the process (a program
+ * that changed its user after the start could write no ring at all: that
+ * was one identical line per call). */
+static __thread uint8_t ring_failed __attribute__((tls_model("initial-exec")));
+static volatile int ring_fail_said;
+
+static trace_ring_header *ring_fails(const char *what, const char *path)
+{
+	int saved = errno;
+
+	ring_failed = 1;
+	if (!__atomic_exchange_n(&ring_fail_said, 1, __ATOMIC_ACQ_REL))
+		ag_log("ring: cannot %s %s: %s%s; threads without a ring record nothing (said "
+		       "once)", what, path, strerror(saved),
+		       saved == EACCES && geteuid() != 0 ? " (the process runs as another user "
+		       "than when it started?)" : "");
+	return NULL;
+}
+
 /* A ring for the calling thread; the caller installs it (ag_leave). */
 trace_ring_header *ag_ring_create(void)
 {
@@ -77,23 +97,23 @@ trace_ring_header *ag_ring_create(void)
 	uint32_t slot;
 	int fd;
 
+	if (ring_failed)
+		return NULL;
 	snprintf(path, sizeof path, "%s/ring.%d", ag_dir, (int)tid);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		ag_log("ring: cannot create %s: %s", path, strerror(errno));
-		return NULL;
-	}
+	if (fd < 0)
+		return ring_fails("create", path);
 	if (ftruncate(fd, (off_t)size) < 0) {
-		ag_log("ring: cannot size %s to %zu bytes: %s", path, size, strerror(errno));
+		int saved = errno;
+
 		close(fd);
-		return NULL;
+		errno = saved;
+		return ring_fails("size", path);
 	}
 	r = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
-	if (r == MAP_FAILED) {
-		ag_log("ring: cannot map %s: %s", path, strerror(errno));
-		return NULL;
-	}
+	if (r == MAP_FAILED)
+		return ring_fails("map", path);
 	r->magic = TRACE_RING_MAGIC;
 	r->version = TRACE_FORMAT_VERSION;
 	r->header_size = TRACE_RING_HEADER_SIZE;

@@ -131,6 +131,12 @@ def main():
         check(r.returncode == 0 and "tp_after_go" in r.stdout,
               "%s under %s: the trace does not hold tp_after_go (was the agent there?): %d %s\n"
               "agent.log:\n%s" % (case, mode, r.returncode, r.stderr, log_tail))
+        if case == "setuid":
+            # The workers run as nobody and cannot write rings into root's
+            # directory: said once, not once per call.
+            n = agent_log(tdir).count("ring: cannot")
+            check(n == 1, "setuid under %s: %d 'ring: cannot' lines in agent.log, want one:\n%s"
+                  % (mode, n, log_tail))
         print("%s under %s: same output, exit status and files as natively; traced" % (case, mode))
 
 

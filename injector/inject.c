@@ -6,28 +6,37 @@
  *   1. Find a thread at a safe point.  Each thread in turn is seized and
  *      interrupted (PTRACE_SEIZE + PTRACE_INTERRUPT) until one is found
  *      stopped at the exit of a waiting system call (epoll_wait, accept,
- *      read, poll, futex, nanosleep, ...) made from the C library's own code:
- *      such a thread holds none of the library's locks (malloc's, the
- *      loader's), so functions called on it cannot deadlock.  Others are let
- *      go at once.  A thread interrupted in a system call that would now
- *      return EINTR is set to make the call again, so the program never sees
- *      an EINTR of ours; calls the kernel restarts itself (ERESTART*) are
- *      restarted by the kernel when the original registers come back.
- *   2. Save its registers and its whole XSAVE state.  Make remote calls on
- *      it: registers set for the System V ABI, orig_rax = -1 (no syscall
- *      restart meddles), the stack pointer 512 bytes below the red zone and
- *      16-byte aligned, and a return address of 0: the function's return
- *      faults at address 0, which ptrace reports and we swallow.  Other
- *      signals arriving meanwhile are held and sent again at the end.  The
- *      calls: mmap (data block), mmap (code page), memfd_create; the object
- *      is written into the memfd through /proc/PID/fd (so the target's mount
- *      namespace does not matter); then pthread_create of the loader thread
- *      (loader.S) on a page written through /proc/PID/mem.
- *   3. Restore the registers and the XSAVE state, detach.  The thread runs on
- *      as if nothing happened (a waiting call is restarted).
+ *      read, poll, futex, nanosleep, ...) made from the C library's own code
+ *      or from a Go runtime's (safe_point): such a thread holds none of the
+ *      C library's locks (malloc's, the loader's), so functions called on it
+ *      cannot deadlock.  Others are let go at once.  A thread interrupted in
+ *      a system call that would now return EINTR is set to make the call
+ *      again, so the program never sees an EINTR of ours; calls the kernel
+ *      restarts itself (ERESTART*) are restarted by the kernel when the
+ *      original registers come back.  A group stop met here (kill -STOP)
+ *      ends the attempt: a stopped process would load the agent only after
+ *      a SIGCONT, long after we gave up.
+ *   2. Save its registers and its whole XSAVE state.  Make a stack of our
+ *      own: mmap as a raw system call on the thread's own syscall
+ *      instruction (rsyscall: no stack used), since the thread's stack may
+ *      be a goroutine's few kilobytes.  Make remote calls on it: registers
+ *      set for the System V ABI, orig_rax = -1 (no syscall restart
+ *      meddles), the stack pointer at our stack's top, 16-byte aligned, and
+ *      a return address of 0: the function's return faults at address 0,
+ *      which ptrace reports and we swallow.  Other signals arriving
+ *      meanwhile are held and sent again at the end.  The calls: mmap (data
+ *      block), mmap (code page), memfd_create; the object is written into
+ *      the memfd through /proc/PID/fd (so the target's mount namespace does
+ *      not matter); then pthread_create of the loader thread (loader.S) on a
+ *      page written through /proc/PID/mem.
+ *   3. Unmap our stack, restore the registers and the XSAVE state, detach.
+ *      The thread runs on as if nothing happened (a waiting call is
+ *      restarted).
  *   4. The loader thread -- a real thread of the C library -- calls dlopen
  *      on /proc/self/fd/N, then the entry function with its argument, and
- *      sets a flag that the injector polls through /proc/PID/mem.
+ *      sets a flag that the injector polls through /proc/PID/mem.  If we
+ *      give up waiting before the entry function is called, the loader
+ *      closes the object instead (cancel_load): no load stays pending.
  *
  * dlopen and malloc thus never run on the stopped thread; pthread_create
  * does, at the safe point.

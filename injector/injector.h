@@ -3,9 +3,9 @@
  *
  * Used by `sptrace attach` (and later by spdaemon).  One thread of the
  * target is stopped for a few remote calls -- memfd_create, mmap,
- * pthread_create -- at a point where it holds no lock of the C library, and
- * the thread it starts does the dlopen while the target runs on.  See
- * inject.c for the protocol.
+ * pthread_create -- at a point where it holds no lock of the C library (a
+ * wait the C library or a Go runtime made), and the thread it starts does
+ * the dlopen while the target runs on.  See inject.c for the protocol.
  */
 #ifndef INJECTOR_H
 #define INJECTOR_H

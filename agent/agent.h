@@ -222,6 +222,9 @@ bool ag_trap_nested(void);                  /* patch.c: a SIGTRAP inside the age
 void ag_note_fatal(int sig, int code, uint64_t addr, uint64_t pc, uint64_t sp); /* main.c: a "fatal" line in meta */
 bool ag_trap_program_blocked(void);    /* this thread's program believes SIGTRAP blocked */
 void ag_trap_hold(void);               /* raise SIGTRAP again when it unblocks it */
+uint8_t ag_trap_view_get(void);        /* threads.c: the creator's belief ... */
+void ag_trap_view_set(uint8_t blocked); /* ... is the new thread's */
+void ag_signals_attached(const char *trapblocked); /* main.c: threads that blocked SIGTRAP before the attach */
 
 /* ---- instrument.c ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */

@@ -41,6 +41,10 @@ extern int sigaction(int, const struct sigaction *, struct sigaction *);
 extern int pthread_sigmask(int, const sigset_t *, sigset_t *);
 extern int sigprocmask(int, const sigset_t *, sigset_t *);
 extern int sigsuspend(const sigset_t *);
+extern int signalfd(int, const sigset_t *, int);
+extern int sigwait(const sigset_t *, int *);
+extern int sigwaitinfo(const sigset_t *, siginfo_t *);
+extern int sigtimedwait(const sigset_t *, siginfo_t *, const struct timespec *);
 
 static hook hooks[] = {
 	{ "sigaction", (void *)sigaction, 0 },
@@ -48,6 +52,10 @@ static hook hooks[] = {
 	{ "pthread_sigmask", (void *)pthread_sigmask, 0 },
 	{ "sigprocmask", (void *)sigprocmask, 0 },
 	{ "sigsuspend", (void *)sigsuspend, 0 },
+	{ "signalfd", (void *)signalfd, 0 },
+	{ "sigwait", (void *)sigwait, 0 },
+	{ "sigwaitinfo", (void *)sigwaitinfo, 0 },
+	{ "sigtimedwait", (void *)sigtimedwait, 0 },
 	{ "pthread_create", (void *)pthread_create, 0 },
 	{ "makecontext", (void *)makecontext, 0 },
 	{ "getcontext", (void *)getcontext, 0 },

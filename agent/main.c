@@ -639,6 +639,8 @@ static void fail(const char *why)
  * process by sptrace attach, not preloaded.
  */
 static bool attached;
+#define PRE_LIST_MAX (1024 * 32)                 /* signals.c's PRE_MAX threads */
+static char attach_trapblocked[PRE_LIST_MAX];  /* sptrace_agent_attach's "trapblocked=" */
 
 bool ag_event_wanted(const char *what)
 {
@@ -673,6 +675,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	snprintf(log_path, sizeof log_path, "%s/agent.log", ag_dir);
 	log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	ag_fd_keep(&log_fd, log_path, O_WRONLY | O_APPEND);
+	if (attached)
+		ag_signals_attached(attach_trapblocked);
 	if (__get_cpuid_count(0xd, 0, &a, &b, &c, &d) && b >= 576)
 		ag_xsave_size = b + 64;
 	if (ag_rings_init() || ag_sites_open(ag_dir)) {
@@ -742,7 +746,9 @@ __attribute__((constructor)) static void agent_init(void)
 /*
  * sptrace attach: the injector dlopen's the agent into a running process
  * and calls this on a thread of its own with "dir=DIR\non=EVENT\n", and
- * optionally "ring=BYTES\n" and "repo=DIR\n" (the code-analysis repository).
+ * optionally "ring=BYTES\n", "repo=DIR\n" (the code-analysis repository)
+ * and "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector
+ * opened, signals.c).
  * Returns 0, or 1 when not tracing (the reason is in DIR/agent.log and
  * meta), 2 when the agent was started already.
  */
@@ -765,6 +771,9 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 			snprintf(ring, sizeof ring, "%.*s", (int)(len - 5), p + 5);
 		else if (len > 8 && strncmp(p, "threads=", 8) == 0)
 			snprintf(threads, sizeof threads, "%.*s", (int)(len - 8), p + 8);
+		else if (len > 12 && strncmp(p, "trapblocked=", 12) == 0)
+			snprintf(attach_trapblocked, sizeof attach_trapblocked, "%.*s", (int)(len - 12),
+				 p + 12);
 		else if (len > 5 && strncmp(p, "repo=", 5) == 0)
 			snprintf(ag_repo_dir, sizeof ag_repo_dir, "%.*s", (int)(len - 5), p + 5);
 		p = nl ? nl + 1 : p + len;

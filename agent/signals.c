@@ -33,6 +33,31 @@
  * short all-blocked windows in pthread_create, fork and posix_spawn among
  * them), which the agent cannot see.
  *
+ * Attached (sptrace attach), the masks threads set before the agent came
+ * were never seen.  The protocol for them:
+ *
+ *   1. The injector, before the agent is loaded, stops each thread whose
+ *      own mask holds SIGTRAP, takes SIGTRAP out (PTRACE_SETSIGMASK) and
+ *      lets it go, its system call as it was (injector/inject.c,
+ *      inj_open_sigtrap).  Before the agent exists: no int3 of ours can be
+ *      met by a thread that could not take it.
+ *   2. The tids, each with its thread pointer (a tid can be reused), come
+ *      in the attach configuration (ag_signals_attached): a table.
+ *   3. A thread's view is its TLS once known; the first time a thread needs
+ *      it (a mask call, a SIGTRAP of its own, a handler) it looks itself up
+ *      in the table: listed, it believes SIGTRAP blocked, as before the
+ *      attach; its entry is spent.  Threads the agent starts (threads.c)
+ *      take their creator's view, as the kernel gives them its mask.
+ *   4. signalfd, sigwait, sigwaitinfo and sigtimedwait never take an agent
+ *      SIGTRAP: SIGTRAP is taken out of the set they wait for (interposed;
+ *      attached, through hooks.c), and signalfds made before the attach
+ *      get their mask changed the same way (ag_signals_attached).
+ * Between step 1 and the agent's SIGTRAP handler (a few milliseconds) a
+ * SIGTRAP the program sends itself would reach its own disposition rather
+ * than stay pending; one already pending makes the injector refuse.
+ * Threads that block SIGTRAP with a raw system call after step 1 and
+ * before the agent's hooks are in are not seen.
+ *
  * Fatal signals are recorded before they take effect.  Where the program
  * leaves a deadly signal at its default action (SIGSEGV, SIGABRT, SIGTERM,
  * ...), the agent's on_fatal stands in: it puts a SIGNAL event into the
@@ -43,10 +68,16 @@
  * still sees SIG_DFL when it asks, and whatever it installs replaces
  * on_fatal.  (A stack overflow is not recorded: the handler has no stack.)
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -55,6 +86,10 @@
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef int (*sigmask_fn)(int, const sigset_t *, sigset_t *);
 typedef int (*sigsuspend_fn)(const sigset_t *);
+typedef int (*signalfd_fn)(int, const sigset_t *, int);
+typedef int (*sigwait_fn)(const sigset_t *, int *);
+typedef int (*sigwaitinfo_fn)(const sigset_t *, siginfo_t *);
+typedef int (*sigtimedwait_fn)(const sigset_t *, siginfo_t *, const struct timespec *);
 
 #define NSIG_MAX 65
 
@@ -63,12 +98,58 @@ static volatile uint32_t root_site[NSIG_MAX];
 static sigaction_fn real_sigaction;
 static sigmask_fn real_pthread_sigmask, real_sigprocmask;
 static sigsuspend_fn real_sigsuspend;
+static signalfd_fn real_signalfd;
+static sigwait_fn real_sigwait;
+static sigwaitinfo_fn real_sigwaitinfo;
+static sigtimedwait_fn real_sigtimedwait;
 static bool keep_trap_open;      /* the agent is tracing this process */
 
 /* Per thread: the program believes SIGTRAP blocked; a SIGTRAP it sent
- * itself waits for the unblock. */
+ * itself waits for the unblock.  trap_view_known: trap_view_blocked is
+ * the thread's (else the table below may hold its view). */
 static __thread uint8_t trap_view_blocked __attribute__((tls_model("initial-exec")));
+static __thread uint8_t trap_view_known __attribute__((tls_model("initial-exec")));
 static __thread uint8_t trap_held __attribute__((tls_model("initial-exec")));
+
+/* Threads that blocked SIGTRAP before the attach (step 2 above); written
+ * before any program thread can look, an entry spent by its thread. */
+#define PRE_MAX 1024
+static struct pre_blocked {
+	volatile int tid;            /* 0: spent */
+	uint64_t self;               /* its thread pointer */
+} pre[PRE_MAX];
+static uint32_t npre;
+
+/* This thread's belief (step 3): async-signal-safe, so on_trap may ask. */
+static uint8_t *trap_view(void)
+{
+	if (!trap_view_known) {
+		trap_view_known = 1;
+		if (__atomic_load_n(&npre, __ATOMIC_ACQUIRE)) {
+			int tid = (int)syscall(SYS_gettid);
+			uint64_t self = (uint64_t)pthread_self();
+
+			for (uint32_t i = 0; i < npre; i++)
+				if (pre[i].tid == tid && pre[i].self == self) {
+					trap_view_blocked = 1;
+					pre[i].tid = 0;
+				}
+		}
+	}
+	return &trap_view_blocked;
+}
+
+/* A thread the agent starts (threads.c) believes what its creator did. */
+uint8_t ag_trap_view_get(void)
+{
+	return *trap_view();
+}
+
+void ag_trap_view_set(uint8_t blocked)
+{
+	trap_view_known = 1;
+	trap_view_blocked = blocked;
+}
 
 static const int fatal_sigs[] = {
 	SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS, SIGQUIT, SIGTERM, SIGINT, SIGHUP,
@@ -142,6 +223,10 @@ void ag_signals_init(void)
 	real_pthread_sigmask = (sigmask_fn)dlsym(RTLD_NEXT, "pthread_sigmask");
 	real_sigprocmask = (sigmask_fn)dlsym(RTLD_NEXT, "sigprocmask");
 	real_sigsuspend = (sigsuspend_fn)dlsym(RTLD_NEXT, "sigsuspend");
+	real_signalfd = (signalfd_fn)dlsym(RTLD_NEXT, "signalfd");
+	real_sigwait = (sigwait_fn)dlsym(RTLD_NEXT, "sigwait");
+	real_sigwaitinfo = (sigwaitinfo_fn)dlsym(RTLD_NEXT, "sigwaitinfo");
+	real_sigtimedwait = (sigtimedwait_fn)dlsym(RTLD_NEXT, "sigtimedwait");
 	keep_trap_open = real_pthread_sigmask && real_sigprocmask && real_sigsuspend;
 	if (!keep_trap_open)
 		ag_log("signals: cannot find the C library's signal-mask functions; a thread that "
@@ -150,7 +235,7 @@ void ag_signals_init(void)
 
 bool ag_trap_program_blocked(void)
 {
-	return trap_view_blocked != 0;
+	return *trap_view() != 0;
 }
 
 void ag_trap_hold(void)
@@ -162,7 +247,7 @@ void ag_trap_hold(void)
  * thread's belief after the call. */
 static const sigset_t *open_trap(int how, const sigset_t *set, sigset_t *copy, uint8_t *view)
 {
-	*view = trap_view_blocked;
+	*view = *trap_view();
 	if (!set || !keep_trap_open)
 		return set;
 	if (sigismember(set, SIGTRAP) == 1) {
@@ -183,7 +268,7 @@ static void mask_done(sigset_t *old, uint8_t view)
 {
 	if (!keep_trap_open)
 		return;
-	if (old && trap_view_blocked)
+	if (old && *trap_view())
 		sigaddset(old, SIGTRAP);
 	trap_view_blocked = view;
 	if (!view && trap_held) {
@@ -242,6 +327,135 @@ AG_EXPORT int sigsuspend(const sigset_t *mask)
 	return real_sigsuspend(mask);
 }
 
+/* The set a wait may take signals from: never SIGTRAP, which is the
+ * agent's (step 4).  A set of SIGTRAP alone waits for nothing the program
+ * could have sent but SIGTRAP -- which the agent's handler now holds. */
+static const sigset_t *wait_set(const sigset_t *set, sigset_t *copy)
+{
+	if (!set || !keep_trap_open || sigismember(set, SIGTRAP) != 1)
+		return set;
+	*copy = *set;
+	sigdelset(copy, SIGTRAP);
+	return copy;
+}
+
+AG_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)
+{
+	sigset_t copy;
+
+	if (!real_signalfd)
+		real_signalfd = (signalfd_fn)dlsym(RTLD_NEXT, "signalfd");
+	if (!real_signalfd) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real_signalfd(fd, wait_set(mask, &copy), flags);
+}
+
+AG_EXPORT int sigwait(const sigset_t *set, int *sig)
+{
+	sigset_t copy;
+
+	if (!real_sigwait)
+		real_sigwait = (sigwait_fn)dlsym(RTLD_NEXT, "sigwait");
+	if (!real_sigwait)
+		return ENOSYS;
+	return real_sigwait(wait_set(set, &copy), sig);
+}
+
+AG_EXPORT int sigwaitinfo(const sigset_t *set, siginfo_t *info)
+{
+	sigset_t copy;
+
+	if (!real_sigwaitinfo)
+		real_sigwaitinfo = (sigwaitinfo_fn)dlsym(RTLD_NEXT, "sigwaitinfo");
+	if (!real_sigwaitinfo) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real_sigwaitinfo(wait_set(set, &copy), info);
+}
+
+AG_EXPORT int sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *timeout)
+{
+	sigset_t copy;
+
+	if (!real_sigtimedwait)
+		real_sigtimedwait = (sigtimedwait_fn)dlsym(RTLD_NEXT, "sigtimedwait");
+	if (!real_sigtimedwait) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real_sigtimedwait(wait_set(set, &copy), info, timeout);
+}
+
+/* Signalfds made before the attach (step 4): their masks lose SIGTRAP.
+ * /proc/self/fdinfo shows a signalfd's mask as "sigmask:" in hex. */
+static void open_old_signalfds(void)
+{
+	DIR *d = opendir("/proc/self/fdinfo");
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		char path[300], line[128];
+		unsigned long long bits = 0;
+		bool is_sfd = false;
+		int fd = atoi(de->d_name);
+		FILE *f;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/fdinfo/%s", de->d_name);
+		if (!(f = fopen(path, "re")))
+			continue;
+		while (fgets(line, sizeof line, f))
+			if (strncmp(line, "sigmask:", 8) == 0) {
+				bits = strtoull(line + 8, NULL, 16);
+				is_sfd = true;
+			}
+		fclose(f);
+		if (!is_sfd || !(bits >> (SIGTRAP - 1) & 1))
+			continue;
+		sigset_t mask;
+
+		sigemptyset(&mask);
+		for (int s = 1; s <= 64; s++)
+			if (s != SIGTRAP && (bits >> (s - 1) & 1))
+				sigaddset(&mask, s);
+		if (real_signalfd && real_signalfd(fd, &mask, 0) == fd)
+			ag_log("attach: signalfd %d waited for SIGTRAP too: no longer (the agent's)", fd);
+		else
+			ag_log("attach: signalfd %d waits for SIGTRAP too and cannot be changed (%s): it "
+			       "may return the agent's", fd, strerror(errno));
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Attached: "TID:SELF,..." (hex thread pointers), the threads whose
+ * SIGTRAP the injector opened (steps 1-2); and the old signalfds. */
+void ag_signals_attached(const char *list)
+{
+	const char *p = list;
+	uint32_t n = 0;
+
+	while (p && *p && n < PRE_MAX) {
+		char *end;
+		long tid = strtol(p, &end, 10);
+
+		if (end == p || *end != ':')
+			break;
+		pre[n].self = strtoull(end + 1, &end, 16);
+		pre[n].tid = (int)tid;
+		n++;
+		ag_log("attach: thread %ld had SIGTRAP blocked: unblocked, the program still sees "
+		       "it blocked", tid);
+		p = *end == ',' ? end + 1 : NULL;
+	}
+	__atomic_store_n(&npre, n, __ATOMIC_RELEASE);
+	open_old_signalfds();
+}
+
 /* The C library's sigaction, for the agent's own handlers (its calls to
  * sigaction() would reach the interposer above). */
 int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
@@ -272,7 +486,7 @@ static void call_user(int sig, siginfo_t *si, void *uc, const struct sigaction *
 static void ag_sig_wrapper(int sig, siginfo_t *si, void *uc)
 {
 	struct sigaction sa = user[sig];
-	uint8_t view = trap_view_blocked;
+	uint8_t view = *trap_view();
 
 	/* While the handler runs the program believes SIGTRAP blocked if its
 	 * sa_mask said so (the kernel was given the mask without it). */

@@ -32,6 +32,8 @@ typedef struct start_ctx {
 	ag_module *m;
 	uint32_t func;
 	bool may_trace;          /* its creator's (--threads event) */
+	bool traced;             /* false: only its belief about SIGTRAP is passed on */
+	uint8_t trap_view;       /* its creator believed SIGTRAP blocked (signals.c) */
 } start_ctx;
 
 static create_fn real_create;
@@ -44,6 +46,9 @@ static void *ag_thread_start(void *p)
 	void *ret;
 
 	free(p);
+	ag_trap_view_set(c.trap_view);
+	if (!c.traced)
+		return c.start(c.arg);
 	ag_may_trace_set(c.may_trace);
 	if (!ag_may_trace())
 		return c.start(c.arg);
@@ -74,20 +79,25 @@ int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*st
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),
 			     void *arg)
 {
+	/* The new thread inherits its creator's mask from the kernel, and
+	 * so its belief about SIGTRAP (which the kernel mask no longer shows)
+	 * from the agent. */
+	uint8_t view = ag_trap_view_get();
+	bool traced = false;
+	ag_module *m = NULL;
+	uint32_t func = CA_NONE;
 	start_ctx *c;
-	ag_module *m;
-	uint32_t func;
 	int rc;
 
-	if (!ag_active())
+	if (ag_active()) {
+		m = ag_module_of((uint64_t)(uintptr_t)start);
+		func = m ? ca_func_at(m->ca, (uint64_t)(uintptr_t)start - m->bias) : CA_NONE;
+		traced = func != CA_NONE &&
+			 ca_module_funcs(m->ca, NULL)[func].addr == (uint64_t)(uintptr_t)start - m->bias;
+	}
+	if ((!traced && !view) || !(c = malloc(sizeof *c)))
 		return ag_real_pthread_create(th, attr, start, arg);
-	m = ag_module_of((uint64_t)(uintptr_t)start);
-	func = m ? ca_func_at(m->ca, (uint64_t)(uintptr_t)start - m->bias) : CA_NONE;
-	if (func == CA_NONE ||
-	    ca_module_funcs(m->ca, NULL)[func].addr != (uint64_t)(uintptr_t)start - m->bias ||
-	    !(c = malloc(sizeof *c)))
-		return ag_real_pthread_create(th, attr, start, arg);
-	*c = (start_ctx){ start, arg, m, func, ag_may_trace_get() };
+	*c = (start_ctx){ start, arg, m, func, ag_may_trace_get(), traced, view };
 	rc = ag_real_pthread_create(th, attr, ag_thread_start, c);
 	if (rc != 0)
 		free(c);

@@ -19,6 +19,10 @@
 #include "injector.h"
 #include "trace_format.h"
 
+/* Threads that blocked SIGTRAP before the attach the agent keeps track of
+ * (agent/signals.c holds as many). */
+#define MAX_TRAP_THREADS 1024
+
 static const char help[] =
 	"usage: sptrace attach [OPTIONS] PID\n"
 	"\n"
@@ -66,8 +70,11 @@ int cmd_attach(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	const char *dir = NULL, *on = "now", *threads = "";
-	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], config[PATH_MAX + 1800], why[600];
+	static inj_trap_thread traps[MAX_TRAP_THREADS];
+	static char config[PATH_MAX + 1800 + MAX_TRAP_THREADS * 32];
+	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], why[600];
 	char ring[32] = "", *end;
+	int ntraps = 0;
 	double timeout = 120;
 	inj_opts o;
 	inj_result r;
@@ -140,13 +147,29 @@ int cmd_attach(int argc, char **argv)
 			return cli_error("attach: cannot give %s to pid %d's user: %s", absdir, (int)pid,
 					 strerror(errno));
 	}
+	/* Threads that block SIGTRAP would be killed by the agent's first
+	 * breakpoint: opened now, before the agent exists; the agent keeps
+	 * their belief (agent/signals.c). */
+	if (inj_open_sigtrap(pid, traps, MAX_TRAP_THREADS, &ntraps, &err)) {
+		cli_error("attach: %s", err.msg);
+		cli_remove_trace_dir(absdir);
+		return 1;
+	}
 	{
 		const char *repo = getenv("SPTRACE_REPO");
+		size_t len;
 
-		snprintf(config, sizeof config, "dir=%s\non=%s\n%s%s%s%s%.*s%s%s%s%s", absdir, on,
-			 ring[0] ? "ring=" : "", ring, ring[0] ? "\n" : "", repo && *repo ? "repo=" : "",
-			 repo && *repo ? 1000 : 0, repo ? repo : "", repo && *repo ? "\n" : "",
-			 *threads ? "threads=" : "", threads, *threads ? "\n" : "");
+		len = (size_t)snprintf(config, sizeof config, "dir=%s\non=%s\n%s%s%s%s%.*s%s%s%s%s",
+				       absdir, on, ring[0] ? "ring=" : "", ring, ring[0] ? "\n" : "",
+				       repo && *repo ? "repo=" : "", repo && *repo ? 1000 : 0,
+				       repo ? repo : "", repo && *repo ? "\n" : "",
+				       *threads ? "threads=" : "", threads, *threads ? "\n" : "");
+		if (ntraps)
+			len += (size_t)snprintf(config + len, sizeof config - len, "trapblocked=");
+		for (int i = 0; i < ntraps && len < sizeof config; i++)
+			len += (size_t)snprintf(config + len, sizeof config - len, "%d:%llx%s",
+						(int)traps[i].tid, (unsigned long long)traps[i].fs_base,
+						i + 1 < ntraps ? "," : "\n");
 	}
 	memset(&o, 0, sizeof o);
 	o.so_path = agent;
@@ -155,7 +178,15 @@ int cmd_attach(int argc, char **argv)
 	o.timeout = timeout;
 	o.safe_wait = 3;
 	if (inj_load(pid, &o, &r, &err)) {
-		if (r.entry_rc == 1) {
+		/* No agent will place a breakpoint (unless it is still starting):
+		 * the masks as they were. */
+		sp_err close_err;
+
+		if (!r.entry_running)
+			inj_close_sigtrap(pid, traps, ntraps, &close_err);
+		if (r.entry_running) {
+			cli_error("attach: %s; trace in %s", err.msg, absdir);
+		} else if (r.entry_rc == 1) {
 			agent_reason(absdir, why, sizeof why);
 			cli_error("attach: pid %d: the agent is loaded but does not trace: %s", (int)pid,
 				  why);

@@ -3,9 +3,9 @@
  *
  * Used by `sptrace attach` (and later by spdaemon).  One thread of the
  * target is stopped for a few remote calls -- memfd_create, mmap,
- * pthread_create -- at a point where it holds no lock of the C library, and
- * the thread it starts does the dlopen while the target runs on.  See
- * inject.c for the protocol.
+ * pthread_create -- at a point where it holds no lock of the C library (a
+ * wait the C library or a Go runtime made), and the thread it starts does
+ * the dlopen while the target runs on.  See inject.c for the protocol.
  */
 #ifndef INJECTOR_H
 #define INJECTOR_H
@@ -30,6 +30,7 @@ typedef struct inj_result {
 	double total_ms;         /* from the start to the entry function's return */
 	int tries;               /* threads looked at before one was at a safe point */
 	long entry_rc;           /* what the entry function returned */
+	bool entry_running;      /* timed out while the entry function ran: it goes on */
 } inj_result;
 
 /* Can `pid` be injected?  0, or -1 with a message naming the pid and what
@@ -40,6 +41,22 @@ int inj_check(pid_t pid, sp_err *err);
 /* Does `pid` have a mapping whose path contains `name` (an object already
  * loaded)?  1 yes, 0 no, -1 error. */
 int inj_has_mapping(pid_t pid, const char *name);
+
+/* A thread of the target whose SIGTRAP was blocked before the attach:
+ * its tid and its thread pointer (fs base = pthread_self() there). */
+typedef struct inj_trap_thread {
+	pid_t tid;
+	uint64_t fs_base;
+} inj_trap_thread;
+
+/* Take SIGTRAP out of the signal mask of every thread of pid that blocks
+ * it (the agent's breakpoints would kill such a thread), each stopped for
+ * the change and let go with its system call as it was; the threads in
+ * out[0..*n).  0, or -1 with a message (then no mask is changed). */
+int inj_open_sigtrap(pid_t pid, inj_trap_thread *out, int cap, int *n, sp_err *err);
+
+/* Put SIGTRAP back into those threads' masks (an attach that failed). */
+void inj_close_sigtrap(pid_t pid, const inj_trap_thread *list, int n, sp_err *err);
 
 /* Load o->so_path into pid and call o->entry(o->arg) there, on a thread of
  * its own.  0 when entry returned 0 (r->entry_rc), -1 with a message. */

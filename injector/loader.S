@@ -8,12 +8,20 @@
  *   D+32  pthread_detach         D+40 pthread_self
  *   D+48  the memfd's number (int)
  *   D+56  dlopen's handle        D+64 the entry function's return value
+ *   D+72  dlclose
  *   D+80  done flag (u32), set last
- *   D+128 path "/proc/self/fd/N"  D+192 entry name   D+256 entry argument
+ *   D+84  cancel flag (u32): the injector gave up waiting
+ *   D+88  started flag (u32): the entry function is about to be called
+ *   D+96  the entry argument's address
+ *   D+128 path "/proc/self/fd/N"  D+192 entry name
  *   D+4096 dlerror's message, copied (it dies with the thread)
  *
  * It loads the object, closes the memfd, calls the entry function, records
  * the outcome, sets the flag the injector polls, detaches itself and ends.
+ * If the injector gave up before the entry function was called (inject.c,
+ * cancel_load: STARTED is written, then CANCEL read, with a fence between),
+ * the object is closed again instead and the entry never runs: a late load
+ * leaves nothing behind.  The return value is then -2.
  */
 	.text
 	.globl	inj_loader_start
@@ -36,9 +44,17 @@ inj_loader_start:
 	call	*8(%rbx)			/* dlsym(handle, entry) */
 	test	%rax, %rax
 	jz	1f
-	lea	256(%rbx), %rdi
+	movl	$1, 88(%rbx)			/* started */
+	mfence
+	cmpl	$0, 84(%rbx)			/* called off? */
+	jne	4f
+	mov	96(%rbx), %rdi
 	call	*%rax				/* entry(argument) */
 	mov	%rax, 64(%rbx)
+	jmp	3f
+4:	mov	56(%rbx), %rdi
+	call	*72(%rbx)			/* dlclose(handle) */
+	movq	$-2, 64(%rbx)
 	jmp	3f
 1:	call	*16(%rbx)			/* dlerror() */
 	test	%rax, %rax

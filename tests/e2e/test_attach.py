@@ -16,6 +16,15 @@
                     load: attach --on accept to one worker, stop, activate, stop
   errors SLEEPER STATIC
                     the refusals, each naming the pid and what to do
+  stopped SLEEPER   a process stopped by SIGSTOP: refused at once, saying to
+                    send SIGCONT; nothing loads later, and after SIGCONT attach
+                    and stop work
+  own-syscalls PROG rawwait: every thread waits in a system call made from the
+                    program's own code: refused, naming each thread, its call
+                    and the module it was made from; nothing loaded
+  go-cgo            a Go net/http server with cgo (tests/progs/cgo_http.go),
+                    whose threads wait in system calls made by the Go runtime:
+                    attach under requests, stop; no request fails
 """
 import ctypes
 import os
@@ -476,6 +485,121 @@ def case_errors(sptrace, sleeper, static, tmp):
         p.wait()
 
 
+def maps_have_agent(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return "sptrace-agent" in f.read()
+
+
+def case_stopped(sptrace, sleeper, tmp):
+    """A stopped process (kill -STOP) could load the agent only after a
+    SIGCONT, long after attach gave up: refused up front, and no load stays
+    pending behind the refusal."""
+    p = subprocess.Popen([sleeper], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline() == "ready\n", "sleeper did not start")
+        os.kill(p.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open("/proc/%d/stat" % p.pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.01)
+        tdir = os.path.join(tmp, "stopped")
+        r = run([sptrace, "attach", "--timeout", "10", "-o", tdir, str(p.pid)], env=env(tmp))
+        check(r.returncode == 1 and ("pid %d is stopped" % p.pid) in r.stderr and
+              ("kill -CONT %d" % p.pid) in r.stderr, "stopped process: %d %r" % (r.returncode,
+                                                                               r.stderr))
+        check(not os.path.exists(tdir), "a refused attach left a directory")
+        os.kill(p.pid, signal.SIGCONT)
+        time.sleep(1.5)
+        check(not maps_have_agent(p.pid), "after SIGCONT the refused agent loaded anyway")
+        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=env(tmp))
+        check(r.returncode == 0 and ("attached to pid %d" % p.pid) in r.stdout,
+              "attach after SIGCONT: %d %r %r" % (r.returncode, r.stdout, r.stderr))
+        r = run([sptrace, "stop", str(p.pid)])
+        check(r.returncode == 0, "stop after SIGCONT: %r" % r.stderr)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def case_own_syscalls(sptrace, prog, tmp):
+    """Threads waiting only in system calls the program makes itself: no safe
+    point for the C library; the message says what was found."""
+    prog = os.path.realpath(prog)
+    p = subprocess.Popen([prog], stdout=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline() == "ready\n", "rawwait did not start")
+        time.sleep(0.2)
+        tids = sorted(os.listdir("/proc/%d/task" % p.pid))
+        check(len(tids) == 2, "rawwait has threads %r" % tids)
+        tdir = os.path.join(tmp, "own")
+        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=env(tmp))
+        check(r.returncode == 1 and "no thread was waiting in a system call made by the C "
+              "library or a Go runtime" in r.stderr and "not supported" in r.stderr,
+              "own system calls: %d %r" % (r.returncode, r.stderr))
+        for tid in tids:
+            check("thread %s in futex from %s" % (tid, prog) in r.stderr,
+                  "the message does not say thread %s waits in futex from %s: %r"
+                  % (tid, prog, r.stderr))
+        check(not os.path.exists(tdir), "a refused attach left a directory")
+        check(not maps_have_agent(p.pid), "a refused attach loaded the agent")
+        check(p.poll() is None, "rawwait died: %r" % p.returncode)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def case_go_cgo(sptrace, tmp):
+    go = shutil.which("go")
+    check(go, "go not found: install golang-go")
+    src = os.path.join(tmp, "cgo_http.go")
+    shutil.copy(os.path.join(HERE, "..", "progs", "cgo_http.go"), src)
+    exe = os.path.join(tmp, "cgo_http")
+    build_env = dict(os.environ, GOCACHE=os.path.join(tmp, "gocache"),
+                     GOPATH=os.path.join(tmp, "gopath"), GO111MODULE="off", CGO_ENABLED="1",
+                     GOFLAGS="")
+    b = run([go, "build", "-o", exe, src], env=build_env)
+    check(b.returncode == 0, "go build: %d %s" % (b.returncode, b.stderr))
+    p = subprocess.Popen([exe], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(p.stdout.readline())
+
+        def ask():
+            with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=10) as u:
+                got = u.read()
+                if got != b"42\n":
+                    raise ValueError("answer %r" % got)
+
+        load = Load(ask)
+        load.start()
+        time.sleep(0.3)
+        tdir = os.path.join(tmp, "trace")
+        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=env(tmp))
+        check(r.returncode == 0 and "attached to pid %d" % p.pid in r.stdout,
+              "sptrace attach %d (Go with cgo): %d %r %r" % (p.pid, r.returncode, r.stdout,
+                                                            r.stderr))
+        before = load.ok
+        deadline = time.monotonic() + 20
+        while load.ok <= before + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        check(load.ok > before + 2, "the Go server stopped answering while traced")
+        r = run([sptrace, "stop", str(p.pid)])
+        check(r.returncode == 0, "sptrace stop: %r" % r.stderr)
+        check(not text_differences(p.pid), "after sptrace stop the code differs from the files")
+        before = load.ok
+        deadline = time.monotonic() + 20
+        while load.ok <= before + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        load.stop()
+        check(load.ok > before + 2, "the Go server stopped answering after the stop")
+        check(load.failed == 0, "%d requests failed: %s" % (load.failed, load.errors[:5]))
+        check(p.poll() is None, "the Go server died: %r" % p.returncode)
+    finally:
+        p.kill()
+        p.wait()
+
+
 def main():
     sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-attach-") as tmp:
@@ -491,6 +615,12 @@ def main():
             case_nginx(sptrace, tmp)
         elif case == "errors":
             case_errors(sptrace, sys.argv[3], sys.argv[4], tmp)
+        elif case == "stopped":
+            case_stopped(sptrace, sys.argv[3], tmp)
+        elif case == "own-syscalls":
+            case_own_syscalls(sptrace, sys.argv[3], tmp)
+        elif case == "go-cgo":
+            case_go_cgo(sptrace, tmp)
         else:
             fail("unknown case %s" % case)
 

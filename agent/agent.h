@@ -73,6 +73,7 @@ enum {
 };
 
 extern char ag_repo_dir[4096];               /* "" : the default repository */
+extern char ag_prepared_dir[4096];           /* "" : none (modules.c) */
 /* defer: register the modules only; their entries come with ag_modules_load. */
 int ag_modules_init(char *err, size_t errlen, bool defer);
 void ag_modules_load(void);                  /* read deferred entries (waits for a reader) */

@@ -81,6 +81,7 @@ bool ag_modules_loaded(void);
 void ag_modules_after_fork(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
+void ag_modules_register_late(void);         /* at exit: name the ones not seen yet in meta */
 void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
 void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), once loaded */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */

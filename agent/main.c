@@ -611,6 +611,7 @@ static void finish(void)
 	active = 0;
 	ag_instrument_unlock();
 	ag_control_stop();
+	ag_modules_register_late();
 	end_trace("exit", false);
 }
 

@@ -303,27 +303,52 @@ static int add_new_object(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 static bool load_entry(ag_module *m);
+static volatile int register_lock;
 
-void ag_modules_refresh(void)
+/*
+ * Register the modules loaded since the last look (key only) and name them
+ * in meta, before any analysis: an analysis can take seconds (libjvm's, 24
+ * MB), and a program that ends meanwhile leaves meta saying which module is
+ * still wanted (`sptrace run` analyses it after the end).  The control
+ * thread and the exiting thread may both look: one at a time.  Returns the
+ * index of the first new module.
+ */
+static uint32_t register_new(void)
 {
 	static unsigned long long seen;
 	unsigned long long adds = 0;
 	char err[1024];
 	load_ctx lc = { err, sizeof err, 0, true };
-	uint32_t before = nmodules;
+	uint32_t before;
+	struct timespec nap = { 0, 100000 };
 
+	while (__atomic_exchange_n(&register_lock, 1, __ATOMIC_ACQUIRE))
+		nanosleep(&nap, NULL);
+	before = nmodules;
 	dl_iterate_phdr(count_loads, &adds);
-	if (adds == seen)
-		return;
-	seen = adds;
-	/* Registered (key only) and named in meta before any analysis: an
-	 * analysis can take seconds (libjvm's, 24 MB), and a program that
-	 * ends meanwhile leaves meta saying which module is still wanted. */
-	dl_iterate_phdr(add_new_object, &lc);
-	for (uint32_t i = before; i < nmodules; i++)
-		ag_meta_module(modules[i]);
-	for (uint32_t i = before; i < nmodules; i++)
+	if (adds != seen) {
+		seen = adds;
+		dl_iterate_phdr(add_new_object, &lc);
+		for (uint32_t i = before; i < nmodules; i++)
+			ag_meta_module(modules[i]);
+	}
+	__atomic_store_n(&register_lock, 0, __ATOMIC_RELEASE);
+	return before;
+}
+
+void ag_modules_refresh(void)
+{
+	uint32_t first = register_new();
+
+	for (uint32_t i = first; i < nmodules; i++)
 		load_entry(modules[i]);
+}
+
+/* At exit: no analysis now (the program is ending), only the names of the
+ * modules loaded since the control thread last looked. */
+void ag_modules_register_late(void)
+{
+	register_new();
 }
 
 int ag_modules_init(char *err, size_t errlen, bool defer)
@@ -410,6 +435,7 @@ void ag_modules_load(void)
 void ag_modules_after_fork(void)
 {
 	load_lock = 0;
+	register_lock = 0;
 }
 
 bool ag_modules_loaded(void)

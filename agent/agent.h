@@ -75,6 +75,7 @@ enum {
 };
 
 extern char ag_repo_dir[4096];               /* "" : the default repository */
+extern char ag_prepared_dir[4096];           /* "" : none (modules.c) */
 /* defer: register the modules only; their entries come with ag_modules_load. */
 int ag_modules_init(char *err, size_t errlen, bool defer);
 void ag_modules_load(void);                  /* read deferred entries (waits for a reader) */
@@ -82,6 +83,7 @@ bool ag_modules_loaded(void);
 void ag_modules_after_fork(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
+void ag_modules_register_late(void);         /* at exit: name the ones not seen yet in meta */
 void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
 void ag_meta_untraced(const char *name, const char *why); /* main.c: an "untraced" line */
 void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), once loaded */

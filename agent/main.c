@@ -618,6 +618,7 @@ static void finish(void)
 	active = 0;
 	ag_instrument_unlock();
 	ag_control_stop();
+	ag_modules_register_late();
 	end_trace("exit", false);
 }
 
@@ -746,9 +747,11 @@ __attribute__((constructor)) static void agent_init(void)
 /*
  * sptrace attach: the injector dlopen's the agent into a running process
  * and calls this on a thread of its own with "dir=DIR\non=EVENT\n", and
- * optionally "ring=BYTES\n", "repo=DIR\n" (the code-analysis repository)
- * and "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector
- * opened, signals.c).
+ * optionally "ring=BYTES\n", "repo=DIR\n" (the code-analysis repository),
+ * "prepared=DIR\n" (the repository sptrace attach analysed the process's
+ * modules into, read when the agent's own lacks an entry: modules.c) and
+ * "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector opened,
+ * signals.c).
  * Returns 0, or 1 when not tracing (the reason is in DIR/agent.log and
  * meta), 2 when the agent was started already.
  */
@@ -776,6 +779,9 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 				 p + 12);
 		else if (len > 5 && strncmp(p, "repo=", 5) == 0)
 			snprintf(ag_repo_dir, sizeof ag_repo_dir, "%.*s", (int)(len - 5), p + 5);
+		else if (len > 9 && strncmp(p, "prepared=", 9) == 0)
+			snprintf(ag_prepared_dir, sizeof ag_prepared_dir, "%.*s", (int)(len - 9),
+				 p + 9);
 		p = nl ? nl + 1 : p + len;
 	}
 	if (!dir[0])

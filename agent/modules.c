@@ -2,11 +2,20 @@
  * modules.c — the modules the agent traces and their code analysis.
  *
  * Every module loaded at start (the executable and its shared libraries) is
- * looked up in the repository, and analysed on the spot and stored when it
- * is missing.  This happens while the agent is dormant, before the
- * activation event, so activation and first calls never wait for a
- * disassembler.  A module's patch-area pool and its per-function state are
- * created when its first function is instrumented.
+ * looked up in the repository.  The sptrace command analyses the modules
+ * the repository lacks before it starts the program or injects the agent
+ * (cli/preanalyze.c), so the agent normally only reads entries.  One still
+ * missing (dlopen'd later, or a program exec'd from the traced one) is
+ * analysed here, while the agent is dormant or on the control thread, and
+ * WITHOUT source lines: the agent does not need them to patch, and reading
+ * them forks a DWARF reader (codeanalysis/lines.c) -- a child process of
+ * the program's own, whose SIGCHLD a server waiting in sigwaitinfo() takes,
+ * whose fork runs the program's pthread_atfork handlers and waits for its
+ * stdio locks (an attach hung while main sat in fgets(stdin)).  Such an
+ * entry is stored at once, marked lines-pending; whoever reads lines later
+ * (replay --srcline, analyze-binary) completes it outside the program.
+ * A module's patch-area pool and its per-function state are created when
+ * its first function is instrumented.
  *
  * Attached (sptrace attach), the repository entries are read by the control
  * thread after the agent has reported itself dormant: the program is not
@@ -17,7 +26,10 @@
  * Not traced: the agent itself and the libraries it uses (agent_only: named
  * when the program needs one too), and the vDSO.
  * Modules loaded later with dlopen are found by the control thread, which
- * analyses them off the program's threads (ag_modules_refresh).
+ * registers them in meta first (so that, should the program end before
+ * their analysis does, `sptrace run` analyses them afterwards and the next
+ * run finds them) and then reads or makes their analyses off the program's
+ * threads (ag_modules_refresh).
  *
  * Nor is code a language runtime manages (the analysis names it: Go's text,
  * V8's embedded builtins, see codeanalysis/runtimes.c): the runtime walks
@@ -32,6 +44,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -39,6 +52,10 @@
 #define MAX_MODULES 1024
 
 char ag_repo_dir[4096];               /* "" : the default repository */
+/* Attached by another user (root): the repository sptrace attach analysed
+ * the process's modules into, its own.  The agent reads entries there when
+ * its own repository lacks them, and writes only into its own. */
+char ag_prepared_dir[4096];
 static ag_module *modules[MAX_MODULES];
 static uint32_t nmodules;
 static volatile int ready_lock;
@@ -155,14 +172,45 @@ static bool code_range(const struct dl_phdr_info *info, uint64_t *lo, uint64_t *
 	return *lo < *hi;
 }
 
-/* The agent reads functions and call sites only (ca_options.calls_only). */
-static const ca_options calls_view = { .calls_only = 1 };
+/* The agent reads functions and call sites only (ca_options.calls_only),
+ * and never reads source lines (see the header comment). */
+static const ca_options calls_view = { .calls_only = 1, .no_lines = 1 };
 
-/* The module's code analysis: its repository entry, else analysed now. */
+/*
+ * May the prepared repository be read?  Its entries are trusted like our
+ * own, so it must belong to root or to this process's user: sptrace attach
+ * only names it then, and this makes sure nobody else's takes its place.
+ */
+static bool prepared_ok(void)
+{
+	struct stat st;
+
+	if (!ag_prepared_dir[0] ||
+	    strcmp(ag_prepared_dir, ag_repo_dir[0] ? ag_repo_dir : ca_repo_default_dir()) == 0)
+		return false;
+	if (stat(ag_prepared_dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+	    (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & S_IWOTH)) {
+		ag_log("repository %s (from sptrace attach) not read: not a directory of root's "
+		       "or this user's that only they can write", ag_prepared_dir);
+		ag_prepared_dir[0] = '\0';
+		return false;
+	}
+	return true;
+}
+
+/* The module's code analysis: its repository entry (ours, else the one
+ * sptrace attach prepared), else analysed now and stored in ours. */
 static int analysis_of(const ag_module *m, ca_module **ca, int *from_repo, sp_err *e)
 {
-	return ca_repo_get(ag_repo_dir[0] ? ag_repo_dir : NULL, m->path, &calls_view, ca,
-			   from_repo, e);
+	const char *own = ag_repo_dir[0] ? ag_repo_dir : NULL;
+	sp_err ignored;
+
+	if (prepared_ok() && (ca_repo_load_calls(own, m->key, ca, &ignored) == 0 ||
+			      ca_repo_load_calls(ag_prepared_dir, m->key, ca, &ignored) == 0)) {
+		*from_repo = 1;
+		return 0;
+	}
+	return ca_repo_get(own, m->path, &calls_view, ca, from_repo, e);
 }
 
 static void log_module(const ag_module *m, int from_repo)
@@ -172,7 +220,8 @@ static void log_module(const ag_module *m, int from_repo)
 
 	ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
 	       (unsigned long)m->bias, ca_module_stats(m->ca)->nfuncs, ca_module_stats(m->ca)->nsites,
-	       from_repo ? "from the repository" : "analysed now");
+	       from_repo ? "from the repository"
+	       : "analysed now, without source lines, and stored");
 	for (size_t i = 0; i < nr; i++)
 		ag_log("module %s: %s at %#lx-%#lx (%s): its code is not patched, calls into it "
 		       "are not traced, stack walks stop there (the runtime reads return "
@@ -255,11 +304,16 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	m->text_lo = lo;
 	m->text_hi = hi;
 	note_needed(info, m->path);
-	if (lc->defer) {
-		if (ca_module_key_of(m->path, m->key, sizeof m->key, &e) < 0) {
-			ag_log("module %s not traced: %s", m->path, e.msg);
-			return 0;
+	if (ca_module_key_of(m->path, m->key, sizeof m->key, &e) < 0) {
+		if (nmodules == 0) {
+			snprintf(lc->err, lc->errlen, "%.1000s", e.msg);
+			lc->failed = 1;
+			return 1;
 		}
+		ag_log("module %s not traced: %s", m->path, e.msg);
+		return 0;
+	}
+	if (lc->defer) {
 		publish(m);
 		return 0;
 	}
@@ -272,7 +326,6 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 		ag_log("module %s not traced: %s", m->path, e.msg);
 		return 0;
 	}
-	snprintf(m->key, sizeof m->key, "%s", ca_module_key(m->ca));
 	publish(m);
 	log_module(m, from_repo);
 	return 0;
@@ -306,24 +359,54 @@ static int add_new_object(struct dl_phdr_info *info, size_t size, void *arg)
 	return add_object(info, size, arg);
 }
 
-void ag_modules_refresh(void)
+static bool load_entry(ag_module *m);
+static volatile int register_lock;
+
+/*
+ * Register the modules loaded since the last look (key only) and name them
+ * in meta, before any analysis: an analysis can take seconds (libjvm's, 24
+ * MB), and a program that ends meanwhile leaves meta saying which module is
+ * still wanted (`sptrace run` analyses it after the end).  The control
+ * thread and the exiting thread may both look: one at a time.  Returns the
+ * index of the first new module.
+ */
+static uint32_t register_new(void)
 {
 	static unsigned long long seen;
 	unsigned long long adds = 0;
 	char err[1024];
-	load_ctx lc = { err, sizeof err, 0, false };
-	uint32_t before = nmodules;
+	load_ctx lc = { err, sizeof err, 0, true };
+	uint32_t before;
+	struct timespec nap = { 0, 100000 };
 
+	while (__atomic_exchange_n(&register_lock, 1, __ATOMIC_ACQUIRE))
+		nanosleep(&nap, NULL);
+	before = nmodules;
 	dl_iterate_phdr(count_loads, &adds);
-	if (adds == seen)
-		return;
-	seen = adds;
-	dl_iterate_phdr(add_new_object, &lc);
-	for (uint32_t i = before; i < nmodules; i++) {
-		make_ready(modules[i]);
-		ag_meta_module(modules[i]);
+	if (adds != seen) {
+		seen = adds;
+		dl_iterate_phdr(add_new_object, &lc);
+		for (uint32_t i = before; i < nmodules; i++)
+			ag_meta_module(modules[i]);
 	}
 	ag_modules_untraced_meta();
+	__atomic_store_n(&register_lock, 0, __ATOMIC_RELEASE);
+	return before;
+}
+
+void ag_modules_refresh(void)
+{
+	uint32_t first = register_new();
+
+	for (uint32_t i = first; i < nmodules; i++)
+		load_entry(modules[i]);
+}
+
+/* At exit: no analysis now (the program is ending), only the names of the
+ * modules loaded since the control thread last looked. */
+void ag_modules_register_late(void)
+{
+	register_new();
 }
 
 int ag_modules_init(char *err, size_t errlen, bool defer)
@@ -348,6 +431,33 @@ int ag_modules_init(char *err, size_t errlen, bool defer)
 }
 
 /*
+ * A registered module's analysis: its entry, else made now (no lines) and
+ * stored -- ca_repo_get stores before it returns, atomically (repo.c), so a
+ * finished analysis is kept even if the program ends the next moment.  The
+ * module becomes visible with its entry and pool.  False: not traced.
+ */
+static bool load_entry(ag_module *m)
+{
+	ca_module *ca = NULL;
+	sp_err e = { "" };
+	int from_repo = 0;
+
+	if (analysis_of(m, &ca, &from_repo, &e)) {
+		ag_log("module %s not traced: %s", m->path, e.msg);
+		return false;
+	}
+	/* Published under the instrument lock: a fork copies the pools
+	 * under it (threads.c), never one half made. */
+	ag_instrument_lock();
+	__atomic_store_n(&m->ca, ca, __ATOMIC_RELEASE);
+	make_ready(m);
+	ag_instrument_unlock();
+	log_module(m, from_repo);
+	ag_meta_runtimes(m);
+	return true;
+}
+
+/*
  * Read the deferred repository entries (the control thread at its start, or
  * an activation that cannot wait): each module becomes visible with its
  * entry and pool.  A module whose entry cannot be had stays invisible.
@@ -369,28 +479,9 @@ void ag_modules_load(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	n = nmodules;
-	for (uint32_t i = 0; i < n; i++) {
-		ag_module *m = modules[i];
-		ca_module *ca = NULL;
-		sp_err e = { "" };
-		int from_repo = 0;
-
-		if (m->ca)
-			continue;
-		if (analysis_of(m, &ca, &from_repo, &e)) {
-			ag_log("module %s not traced: %s", m->path, e.msg);
-			continue;
-		}
-		/* Published under the instrument lock: a fork copies the pools
-		 * under it (threads.c), never one half made. */
-		ag_instrument_lock();
-		__atomic_store_n(&m->ca, ca, __ATOMIC_RELEASE);
-		make_ready(m);
-		ag_instrument_unlock();
-		log_module(m, from_repo);
-		ag_meta_runtimes(m);
-		ok++;
-	}
+	for (uint32_t i = 0; i < n; i++)
+		if (!modules[i]->ca && load_entry(modules[i]))
+			ok++;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ag_log("code analyses of %u of %u modules in %.1f ms (after the agent was dormant)", ok,
 	       n, (double)((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - t0) / 1e6);
@@ -402,6 +493,7 @@ void ag_modules_load(void)
 void ag_modules_after_fork(void)
 {
 	load_lock = 0;
+	register_lock = 0;
 }
 
 bool ag_modules_loaded(void)

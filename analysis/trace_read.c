@@ -431,7 +431,10 @@ static module *module_by_index(an_trace *t, uint32_t index)
  * The analysis must be of the very module that was traced: first the
  * repository entry under the key meta names (the file may have been replaced
  * since), then the file at the path, analysed if the repository lacks it,
- * accepted only if its key is the traced one.
+ * accepted only if its key is the traced one.  An entry the agent made
+ * inside the program has no source lines (lines_pending): ca_repo_get
+ * reads them from the file, if it is still the traced module, and
+ * replaces the entry; else the entry serves without them.
  */
 static void load_module(an_trace *t, module *m, const char *repo)
 {
@@ -440,6 +443,17 @@ static void load_module(an_trace *t, module *m, const char *repo)
 	sp_err e = { "" };
 	int rc = ca_repo_load(repo, m->pub.key, &ca, &e);
 
+	if (rc == 0 && ca_module_lines_pending(ca)) {
+		ca_module *full = NULL;
+		char key[160];
+
+		if (ca_module_key_of(m->pub.path, key, sizeof key, &e) == 0 &&
+		    strcmp(key, m->pub.key) == 0 &&
+		    ca_repo_get(repo, m->pub.path, &opt, &full, NULL, &e) == 0) {
+			ca_module_free(ca);
+			ca = full;
+		}
+	}
 	if (rc == 0) {
 		m->ca = ca;
 		m->pub.ca = ca;

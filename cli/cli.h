@@ -61,6 +61,23 @@ int cli_meta_get(const char *dir, const char *key, char *val, size_t len);
 int cli_meta_wait(const char *dir, const char *key, int before, double timeout, double *ms,
 		  char *why, size_t len);
 
+/* preanalyze.c: the code analyses the agent will need, made in this process
+ * (see there).  Lists of paths are freed with cli_free_list. */
+void cli_free_list(char **v, size_t n);
+/* The modules PID maps executable, as /proc/PID/root/<path>: 0, or 1 after
+ * a message naming `cmd`. */
+int cli_loaded_modules(const char *cmd, const char *pid, char ***out, size_t *n);
+/* The program execvp would run for `name` (a script's interpreter), its ELF
+ * interpreter and the libraries that loader will map: 0, -1 not found. */
+int cli_program_modules(const char *name, char ***out, size_t *n);
+/* Analyse and store those of `paths` the repository lacks (a line on stderr
+ * for big ones; failures are reported, not fatal: the agent analyses them).
+ * `strip` bytes of each path are not shown.  Returns how many were made. */
+int cli_analyze_missing(const char *cmd, const char *repo, char **paths, size_t n,
+			size_t strip);
+/* The same for the modules the traces under DIR name (meta). */
+int cli_analyze_traced_modules(const char *cmd, const char *repo, const char *dir);
+
 /* A one-line progress indicator on stderr when it is a terminal. */
 void cli_progress(const char *what, size_t done, size_t total);
 void cli_progress_end(void);

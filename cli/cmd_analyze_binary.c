@@ -96,6 +96,8 @@ static void print_summary(const ca_module *m, const char *repo_note)
 		print_pct(ca_patch_method_name(k), s->nsites_by_method[k], s->nsites, &first);
 	if (*ca_module_lines_error(m))
 		printf("\n  lines        none: %s\n", ca_module_lines_error(m));
+	else if (ca_module_lines_pending(m))
+		printf("\n  lines        not read (analysed inside a traced program)\n");
 	else
 		printf("\n  lines        %u rows%s%s\n", s->nlines,
 		       *ca_module_lines_source(m) ? " from " : " (no DWARF found)",
@@ -279,7 +281,12 @@ static int do_file(const char *path, const char *shown, const opts *o)
 			return cli_error("analyze-binary: %s", err.msg);
 		int lr = ca_repo_load(o->repo, key, &m, &err);
 
-		if (lr == 0) {
+		if (lr == 0 && ca_module_lines_pending(m) && !o->ca.no_lines) {
+			/* Made inside a traced program, without source lines:
+			 * analysed again here with them, and replaced. */
+			ca_module_free(m);
+			m = NULL;
+		} else if (lr == 0) {
 			snprintf(note, sizeof note, "loaded from %s", o->repo ? o->repo : ca_repo_default_dir());
 			repo_note = note;
 		} else if (lr < 0 && !o->quiet) {
@@ -314,54 +321,6 @@ static int do_file(const char *path, const char *shown, const opts *o)
 		rc |= dump_cfg(m, o->dump + 4);
 	ca_module_free(m);
 	return rc ? 1 : 0;
-}
-
-/* Paths of the modules mapped executable by `pid`, reached through
- * /proc/PID/root so the target's mount namespace does not matter. */
-static int loaded_modules(const char *pid, char ***out, size_t *n)
-{
-	char path[64], line[4608];
-	FILE *f;
-	size_t cap = 0;
-
-	*out = NULL;
-	*n = 0;
-	for (const char *p = pid; *p; p++)
-		if (!isdigit((unsigned char)*p))
-			return cli_error("analyze-binary: '%s' is not a process id", pid);
-	snprintf(path, sizeof path, "/proc/%s/maps", pid);
-	f = fopen(path, "re");
-	if (!f) {
-		if (errno == ENOENT)
-			return cli_error("analyze-binary: pid %s: no such process", pid);
-		return cli_error("analyze-binary: pid %s: cannot read %s: %s (run as the process's "
-				 "owner or as root)", pid, path, strerror(errno));
-	}
-	while (fgets(line, sizeof line, f)) {
-		char perms[8], file[4096] = "";
-		int dup = 0;
-
-		if (sscanf(line, "%*s %7s %*s %*s %*s %4095[^\n]", perms, file) < 2 || perms[2] != 'x' ||
-		    file[0] != '/')
-			continue;
-		if (strstr(file, " (deleted)"))
-			continue;
-		for (size_t i = 0; i < *n && !dup; i++)
-			dup = strcmp((*out)[i] + strlen("/proc//root") + strlen(pid), file) == 0;
-		if (dup)
-			continue;
-		if (*n == cap) {
-			char **nv = realloc(*out, (cap = cap ? 2 * cap : 16) * sizeof **out);
-			if (!nv)
-				break;
-			*out = nv;
-		}
-		if (asprintf(&(*out)[*n], "/proc/%s/root%s", pid, file) < 0)
-			break;
-		(*n)++;
-	}
-	fclose(f);
-	return 0;
 }
 
 int cmd_analyze_binary(int argc, char **argv)
@@ -405,7 +364,7 @@ int cmd_analyze_binary(int argc, char **argv)
 	    strcmp(o.dump, "undecodable") && strncmp(o.dump, "cfg=", 4))
 		return cli_error("analyze-binary: unknown --dump '%s'; use functions, callsites, "
 				 "undecodable or cfg=FUNC", o.dump), 2;
-	if (o.pid && loaded_modules(o.pid, &files, &nfiles))
+	if (o.pid && cli_loaded_modules("analyze-binary", o.pid, &files, &nfiles))
 		return 1;
 	if (!o.pid && optind >= argc) {
 		cli_error("analyze-binary: no file given; see 'sptrace analyze-binary --help'");

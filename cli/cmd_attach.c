@@ -3,6 +3,14 @@
  * (injector/) and trace it from the activation event on, without restarting
  * it.  The agent then behaves as under `sptrace run`: `sptrace stop PID`
  * puts every byte back, `sptrace activate PID` starts again.
+ *
+ * The code analyses of the process's modules are made here, before the
+ * agent is injected, for every module the repository lacks (preanalyze.c):
+ * the agent then only reads entries.  Not when root attaches to another
+ * user's process: root would store, in the repository its own processes
+ * trust, analyses of files that user may have made (a build-id is only a
+ * claim); that user's agent analyses them, in the user's repository, as
+ * before -- without forking and without source lines (agent/modules.c).
  */
 #include "cli.h"
 
@@ -10,12 +18,14 @@
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codeanalysis.h"
 #include "injector.h"
 #include "trace_format.h"
 
@@ -47,12 +57,24 @@ static const char help[] =
 	"  --ring-size MB      size of each thread's ring (default 16); an attached\n"
 	"                      process is traced in flight-recorder mode: a full ring\n"
 	"                      overwrites its oldest records and counts them\n"
-	"  --timeout SECONDS   how long to wait for the agent to be ready (default 120:\n"
-	"                      it analyses the process's modules the first time)\n"
+	"  --timeout SECONDS   how long to wait for the agent to be ready (default 120)\n"
 	"  -h, --help          this text\n"
 	"\n"
 	"Then: 'sptrace stop PID' stops tracing and restores every byte of code;\n"
 	"'sptrace activate PID' starts again; 'sptrace replay DIR' prints the trees.\n";
+
+/* Analyse what the repository lacks of the modules `pid` maps (see the
+ * header comment): the agent reads them from prepared=. */
+static void prepare_analyses(const char *pid)
+{
+	char **mods;
+	size_t n;
+
+	if (cli_loaded_modules("attach", pid, &mods, &n) != 0)
+		return;
+	cli_analyze_missing("attach", NULL, mods, n, strlen("/proc//root") + strlen(pid));
+	cli_free_list(mods, n);
+}
 
 /* What the agent said about its start (meta "end not tracing: ..."). */
 static void agent_reason(const char *dir, char *why, size_t len)
@@ -80,6 +102,7 @@ int cmd_attach(int argc, char **argv)
 	inj_result r;
 	sp_err err;
 	struct stat st;
+	bool same_user = false;
 	long pidl;
 	pid_t pid;
 	int c;
@@ -146,7 +169,10 @@ int cmd_attach(int argc, char **argv)
 		    chown(absdir, st.st_uid, st.st_gid) != 0)
 			return cli_error("attach: cannot give %s to pid %d's user: %s", absdir, (int)pid,
 					 strerror(errno));
+		same_user = stat(proc, &st) == 0 && st.st_uid == geteuid();
 	}
+	if (same_user)
+		prepare_analyses(argv[optind]);
 	/* Threads that block SIGTRAP would be killed by the agent's first
 	 * breakpoint: opened now, before the agent exists; the agent keeps
 	 * their belief (agent/signals.c). */
@@ -157,13 +183,17 @@ int cmd_attach(int argc, char **argv)
 	}
 	{
 		const char *repo = getenv("SPTRACE_REPO");
+		const char *prepared = same_user ? ca_repo_default_dir() : "";
 		size_t len;
 
-		len = (size_t)snprintf(config, sizeof config, "dir=%s\non=%s\n%s%s%s%s%.*s%s%s%s%s",
-				       absdir, on, ring[0] ? "ring=" : "", ring, ring[0] ? "\n" : "",
+		len = (size_t)snprintf(config, sizeof config,
+				       "dir=%s\non=%s\n%s%s%s%s%.*s%s%s%s%s%s%.*s%s", absdir, on,
+				       ring[0] ? "ring=" : "", ring, ring[0] ? "\n" : "",
 				       repo && *repo ? "repo=" : "", repo && *repo ? 1000 : 0,
 				       repo ? repo : "", repo && *repo ? "\n" : "",
-				       *threads ? "threads=" : "", threads, *threads ? "\n" : "");
+				       *threads ? "threads=" : "", threads, *threads ? "\n" : "",
+				       *prepared ? "prepared=" : "", *prepared ? 1000 : 0, prepared,
+				       *prepared ? "\n" : "");
 		if (ntraps)
 			len += (size_t)snprintf(config + len, sizeof config - len, "trapblocked=");
 		for (int i = 0; i < ntraps && len < sizeof config; i++)

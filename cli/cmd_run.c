@@ -6,6 +6,11 @@
  * metadata if the program died without the agent finishing (kill -9, a
  * crash: the rings are files, so the records are kept), and then ends the
  * way the program ended: same exit status, or the same signal.
+ *
+ * Before the start it analyses the program and the libraries it will load
+ * that the code-analysis repository lacks, and after the end the modules
+ * the trace names that it still lacks (a library dlopen'd late, whose
+ * analysis the program's end cut short): see preanalyze.c.
  */
 #include "cli.h"
 
@@ -251,6 +256,16 @@ int cmd_run(int argc, char **argv)
 		return 1;
 	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",
 		 old_preload ? old_preload : "");
+	{
+		char **mods;
+		size_t n;
+
+		/* The agent, in the same environment, uses the same repository. */
+		if (cli_program_modules(argv[optind], &mods, &n) == 0) {
+			cli_analyze_missing("run", NULL, mods, n, 0);
+			cli_free_list(mods, n);
+		}
+	}
 	/* The child reports a failed exec through a close-on-exec pipe: an
 	 * empty read means the program is running. */
 	if (pipe2(errpipe, O_CLOEXEC) != 0)
@@ -318,6 +333,7 @@ int cmd_run(int argc, char **argv)
 		return end_like(status);
 	}
 	end_traces(absdir, status);
+	cli_analyze_traced_modules("run", NULL, absdir);
 	cli_print_untraced(stderr, absdir);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);

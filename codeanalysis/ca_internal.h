@@ -103,6 +103,7 @@ struct ca_module {
 	char lines_error[1024]; /* why DWARF could not be read (not stored) */
 	uint64_t file_size;
 	int is_dyn;
+	bool lines_pending;     /* analysed with no_lines: lines not read yet (stored) */
 
 	ca_func *funcs;   size_t nfuncs, capfuncs;
 	ca_block *blocks; size_t nblocks, capblocks;

@@ -199,7 +199,10 @@ typedef struct ca_line {
 
 /* What ca_analyze() should do. */
 typedef struct ca_options {
-	int no_lines;         /* skip DWARF source lines */
+	int no_lines;         /* skip DWARF source lines: the entry is marked so
+	                       * (ca_module_lines_pending) and whoever wants lines
+	                       * later reads them (ca_repo_get).  The agent analyses
+	                       * this way: reading lines forks a child (lines.c) */
 	const char *debug_dir;/* root of build-id debug files (default /usr/lib/debug) */
 	int calls_only;       /* ca_repo_get: a repository entry gives functions, call
 	                       * sites and strings only -- no blocks, edges, lines or
@@ -238,6 +241,10 @@ const char *ca_module_lines_source(const ca_module *m); /* file DWARF came from,
 /* Why source lines are missing although DWARF exists ("" if not so).  Corrupt
  * DWARF costs the lines, never the analysis.  Not kept in the repository. */
 const char *ca_module_lines_error(const ca_module *m);
+/* Analysed without source lines (ca_options.no_lines, e.g. inside a traced
+ * program): the module may have lines nobody has read yet.  Kept in the
+ * repository; ca_repo_get() with lines wanted reads them and replaces it. */
+int ca_module_lines_pending(const ca_module *m);
 
 /* Flat arrays: functions sorted by address, blocks grouped by function in
  * address order, sites grouped by function in address order. */
@@ -283,7 +290,9 @@ int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err
 int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err);
 /* The usual entry point: load the entry for `path` from the repository, or
  * analyse the file and store it (a corrupt entry is replaced).  *from_repo
- * tells which happened. */
+ * tells which happened.  An entry whose lines are pending is analysed again
+ * with lines and replaced when opt wants lines (neither no_lines nor
+ * calls_only). */
 int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
 		ca_module **out, int *from_repo, sp_err *err);
 

@@ -229,6 +229,7 @@ int ca_analyze(const char *path, const ca_options *opt, ca_module **out, sp_err 
 	}
 	m->stats.nlines = (uint32_t)m->nlines;
 	m->stats.lines_ns = sp_now_ns() - t1;
+	m->lines_pending = opt && opt->no_lines;
 	m->stats.analyze_ns = sp_now_ns() - t0;
 	*out = m;
 	return 0;
@@ -243,6 +244,7 @@ uint64_t ca_module_file_size(const ca_module *m) { return m->file_size; }
 int ca_module_is_pie_or_dso(const ca_module *m) { return m->is_dyn; }
 const char *ca_module_lines_source(const ca_module *m) { return m->lines_source; }
 const char *ca_module_lines_error(const ca_module *m) { return m->lines_error; }
+int ca_module_lines_pending(const ca_module *m) { return m->lines_pending; }
 const ca_stats *ca_module_stats(const ca_module *m) { return &m->stats; }
 
 #define ACCESSOR(fn, type, arr, count)                                    \

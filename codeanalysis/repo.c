@@ -511,6 +511,7 @@ static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 	x->e.buildid = (char *)m->buildid;
 	x->e.file_size = m->file_size;
 	x->e.is_dyn = m->is_dyn != 0;
+	x->e.lines_pending = m->lines_pending;
 	x->e.lines_source = (char *)m->lines_source;
 	stats_to_msg(&m->stats, &x->stats);
 	x->e.stats = &x->stats;
@@ -1049,6 +1050,7 @@ static int entry_to_module(const Entry *e, ca_module *m, bool calls_only, sp_err
 		return sp_fail(err, "out of memory");
 	m->file_size = e->file_size;
 	m->is_dyn = e->is_dyn != 0;
+	m->lines_pending = e->lines_pending != 0;
 
 	/* The string table: offset 0 is "" and every string ends inside it. */
 	if (e->strs.len == 0 || e->strs.data[0] != 0 ||
@@ -1621,16 +1623,26 @@ int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err)
  * missing entry (1) and a corrupt or stale one (-1) are treated alike: the
  * analysis is redone and the entry overwritten.
  *
+ * An entry made without source lines (lines_pending: the agent analysed
+ * the module inside a traced program) is completed when this caller wants
+ * lines: analysed again here, with them, and replaced.  Should that fail,
+ * the entry as it was is still the answer.
+ *
  * Storing is best effort: if the repository is read-only or full, the
  * freshly analysed module is still returned (0, *from_repo = 0) and the
  * store failure is dropped.  Callers that must know whether the entry was
  * written (the CLI's `analyze`) call ca_repo_store() themselves.
  */
+static bool wants_lines(const ca_options *opt)
+{
+	return !opt || (!opt->no_lines && !opt->calls_only);
+}
+
 int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
 		ca_module **out, int *from_repo, sp_err *err)
 {
 	char key[160];
-	ca_module *m = NULL;
+	ca_module *m = NULL, *partial = NULL;
 	sp_err ignored;
 	int rc;
 
@@ -1641,6 +1653,11 @@ int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
 		return -1;
 	rc = opt && opt->calls_only ? ca_repo_load_calls(dir, key, &m, &ignored)
 				    : ca_repo_load(dir, key, &m, &ignored);
+	if (rc == 0 && m->lines_pending && wants_lines(opt)) {
+		partial = m;
+		m = NULL;
+		rc = 1;
+	}
 	if (rc == 0) {
 		/* Same build-id (or content) means the same module, wherever
 		 * it lives now: report it under the name we were given. */
@@ -1657,9 +1674,26 @@ int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
 			*from_repo = 1;
 		return 0;
 	}
-	if (ca_analyze(path, opt, &m, err) < 0)
-		return -1;
-	(void)ca_repo_store(m, dir, NULL, 0, &ignored);
+	if (ca_analyze(path, opt, &m, err) < 0) {
+		if (!partial)
+			return -1;
+		m = partial;
+		partial = NULL;
+		if (from_repo)
+			*from_repo = 1;
+	} else {
+		(void)ca_repo_store(m, dir, NULL, 0, &ignored);
+	}
+	ca_module_free(partial);
+	/* A kept entry names the file it was made from: report ours, as above. */
+	if (strcmp(m->path, path) != 0) {
+		char *p = strdup(path);
+
+		if (p) {
+			free(m->path);
+			m->path = p;
+		}
+	}
 	*out = m;
 	return 0;
 }

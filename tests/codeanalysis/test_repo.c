@@ -674,6 +674,67 @@ static void test_get_regenerates(const ctx *c)
 }
 
 /*
+ * The agent's way (no_lines, the calls view): the entry is stored marked
+ * lines-pending, the calls view and a no-lines caller take it as it is, and
+ * a caller that wants lines gets them -- the entry is analysed again and
+ * replaced, so the next plain load has them too.  The target has lines
+ * (the test is built with -g).
+ */
+static void test_lines_pending(const ctx *c)
+{
+	ca_options agent = { .calls_only = 1, .no_lines = 1 }, full = { 0 };
+	ca_module *l = NULL;
+	sp_err err = { "" };
+	size_t n = 0, want = 0;
+	int rc, from_repo = -1;
+
+	ca_module_lines(c->m, &want);
+	CHECK(want > 0, "the target %s has no lines to test with", c->target);
+	unlink(c->entry);
+	rc = ca_repo_get(c->repo, c->target, &agent, &l, &from_repo, &err);
+	CHECK(rc == 0 && from_repo == 0, "agent's get: rc %d from_repo %d %s", rc, from_repo,
+	      err.msg);
+	if (rc == 0) {
+		CHECK(ca_module_lines_pending(l), "analysed with no_lines, not marked pending");
+		ca_module_free(l);
+	}
+	rc = ca_repo_load(c->repo, c->key, &l, &err);
+	CHECK(rc == 0, "load of the no-lines entry: %s", err.msg);
+	if (rc == 0) {
+		ca_module_lines(l, &n);
+		CHECK(ca_module_lines_pending(l) && n == 0,
+		      "stored entry: pending %d, %zu lines (want pending, none)",
+		      ca_module_lines_pending(l), n);
+		ca_module_free(l);
+	}
+	rc = ca_repo_get(c->repo, c->target, &agent, &l, &from_repo, &err);
+	CHECK(rc == 0 && from_repo == 1 && ca_module_lines_pending(l),
+	      "agent's get again: rc %d from_repo %d", rc, from_repo);
+	if (rc == 0)
+		ca_module_free(l);
+	rc = ca_repo_get(c->repo, c->target, &full, &l, &from_repo, &err);
+	CHECK(rc == 0 && from_repo == 0, "get with lines: rc %d from_repo %d %s", rc,
+	      from_repo, err.msg);
+	if (rc == 0) {
+		ca_module_lines(l, &n);
+		CHECK(!ca_module_lines_pending(l) && n == want,
+		      "get with lines: pending %d, %zu lines of %zu", ca_module_lines_pending(l),
+		      n, want);
+		ca_module_free(l);
+	}
+	rc = ca_repo_load(c->repo, c->key, &l, &err);
+	CHECK(rc == 0, "load after completion: %s", err.msg);
+	if (rc == 0) {
+		ca_module_lines(l, &n);
+		CHECK(!ca_module_lines_pending(l) && n == want,
+		      "completed entry: pending %d, %zu lines of %zu", ca_module_lines_pending(l),
+		      n, want);
+		compare_modules(c->m, l, 0);
+		ca_module_free(l);
+	}
+}
+
+/*
  * Copy the target with its NT_GNU_BUILD_ID note turned into an unknown note
  * type: the key must become "sha256-<64 hex>", and ca_repo_get must store
  * and then find the copy under it.
@@ -827,6 +888,7 @@ int main(int argc, char **argv)
 	test_calls_view(&c);
 	test_get_regenerates(&c);
 	test_sha256();
+	test_lines_pending(&c);
 	test_no_buildid(&c);
 	test_unwritable(&c);
 

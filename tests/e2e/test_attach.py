@@ -12,6 +12,8 @@
                     requests: attach, stop, activate, stop; no request fails
   redis             Debian's redis-server under redis-benchmark: attach --on
                     accept, stop, activate, stop; no request fails
+  haproxy           Debian's haproxy, four threads that block every signal, under
+                    HTTP load: attach, stop, activate, stop; it lives on
   nginx             Debian's nginx (master, two pre-forked workers) under HTTP
                     load: attach --on accept to one worker, stop, activate, stop
   errors SLEEPER STATIC
@@ -336,6 +338,65 @@ def case_redis(sptrace, tmp):
           "the replay of redis-server: %s" % r.stderr[-300:])
 
 
+def case_haproxy(sptrace, tmp):
+    """Debian's haproxy with four threads that block every signal, answering
+    HTTP itself, under load: attach (tracing at once), stop, activate, stop.
+    Its threads blocked SIGTRAP long before the attach; the agent's first
+    breakpoint killed it (issue 11, case 2).  No request fails, it lives on,
+    and its code is the files' after each stop."""
+    if not shutil.which("haproxy"):
+        fail("haproxy is missing; install the Debian package haproxy "
+             "(scripts/install-deps.sh does)")
+    port = free_port()
+    conf = os.path.join(tmp, "haproxy.cfg")
+    with open(conf, "w") as f:
+        f.write("global\n  nbthread 4\n"
+                "defaults\n  mode http\n  timeout client 10s\n  timeout connect 5s\n"
+                "  timeout server 10s\n"
+                "frontend web\n  bind 127.0.0.1:%d\n"
+                "  http-request return status 200 content-type text/plain string hello\n"
+                % port)
+    p = subprocess.Popen(["haproxy", "-db", "-f", conf], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    url = "http://127.0.0.1:%d/" % port
+    try:
+        for _ in range(250):
+            try:
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    r.read()
+                break
+            except OSError:
+                time.sleep(0.02)
+
+        def ask():
+            with urllib.request.urlopen(url, timeout=10) as r:
+                if r.read() != b"hello":
+                    raise ValueError("wrong body")
+
+        load = Load(ask)
+        load.start()
+        time.sleep(0.3)
+        blocked = [t for t in os.listdir("/proc/%d/task" % p.pid)
+                   if int(re.search(r"SigBlk:\s*([0-9a-f]+)",
+                                    open("/proc/%d/task/%s/status" % (p.pid, t)).read())
+                          .group(1), 16) & (1 << (signal.SIGTRAP - 1))]
+        check(blocked, "no haproxy thread blocks SIGTRAP: the case would prove nothing")
+        print("%d of haproxy's threads block SIGTRAP" % len(blocked))
+        try:
+            cycle(sptrace, p.pid, os.path.join(tmp, "trace"), tmp, load)
+        finally:
+            load.stop()
+        check(p.poll() is None, "haproxy died: %s" % p.returncode)
+        check(load.failed == 0 and load.ok > 10, "%d requests failed, %d answered: %s" %
+              (load.failed, load.ok, load.errors[:3]))
+    finally:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def case_nginx(sptrace, tmp):
     """Debian's nginx, a master and two pre-forked worker processes, under a
     load of HTTP requests: attach --on accept to one worker, which starts
@@ -613,6 +674,8 @@ def main():
             case_redis(sptrace, tmp)
         elif case == "nginx":
             case_nginx(sptrace, tmp)
+        elif case == "haproxy":
+            case_haproxy(sptrace, tmp)
         elif case == "errors":
             case_errors(sptrace, sys.argv[3], sys.argv[4], tmp)
         elif case == "stopped":

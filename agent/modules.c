@@ -66,8 +66,8 @@ static volatile int ready_lock;
  * and each one a traced module needs is named (agent.log, meta, the
  * command's summary).  Every other library is the program's alone. */
 static const char *const agent_only[] = {
-	"libsptrace-agent.so", "libcapstone.so", "libelf.so", "libdwarf.so", "libz.so",
-	"libgcc_s.so", "liblzma.so", "libunwind.so",
+	"libsptrace-agent.so", "libcapstone.so", "libelf.so", "libz.so", "libgcc_s.so",
+	"liblzma.so", "libunwind.so",
 };
 
 /* Those a traced module needs: named once each. */

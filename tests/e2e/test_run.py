@@ -468,6 +468,25 @@ def case_python_libcrypto(sptrace, tmp):
           "no call into libcrypto was traced: %s" % r.stdout[:800])
 
 
+# What the agent may share with the program (issue 11, item 7): the C
+# library and the loader, and the libraries agent/modules.c's agent_only
+# names (left untraced, and named when the program needs them too).
+AGENT_SHARED = {"libc.so.6", "ld-linux-x86-64.so.2", "linux-vdso.so.1", "libgcc_s.so.1",
+                "libelf.so.1", "libz.so.1", "libunwind.so.8", "liblzma.so.5",
+                "libcapstone.so.4"}
+
+
+def case_agent_libraries(agent):
+    """Every library the agent loads (ldd: with what those load) is one the
+    program then cannot have traced: only the ones agent_only knows."""
+    r = run(["ldd", agent])
+    check(r.returncode == 0, "ldd %s: %s" % (agent, r.stderr))
+    libs = {line.split()[0].rsplit("/", 1)[-1] for line in r.stdout.splitlines() if line.strip()}
+    extra = sorted(libs - AGENT_SHARED)
+    check(not extra, "the agent loads %s: the program's own copies would go untraced; link "
+          "them in (agent/meson.build) or add them to agent_only (agent/modules.c)" % extra)
+
+
 @contextlib.contextmanager
 def spinning(sptrace, prog, tmp, tdir, options=()):
     """`sptrace run OPTIONS -- prog spin` running: yields (the sptrace run
@@ -1069,6 +1088,8 @@ def main():
             case_kill9(sptrace, sys.argv[3], tmp)
         elif case == "errors":
             case_errors(sptrace, tmp)
+        elif case == "agent-libraries":
+            case_agent_libraries(sys.argv[3])
         elif case == "python-libcrypto":
             case_python_libcrypto(sptrace, tmp)
         elif case == "not-traced":

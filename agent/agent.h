@@ -30,6 +30,32 @@
  * (first call of a function, a thread's first record) may run in a signal
  * handler or with the application's locks held, so they use only mmap-based
  * memory and async-signal-safe system calls, never malloc or stdio.
+ *
+ * THE RULE: the program never notices the agent.  What the agent needs and
+ * the program could meet, and where each is kept out of its sight:
+ *
+ *  1. Descriptors: high numbers, closes and dups of them answered as for a
+ *     number never opened, every write checked (fds.c).
+ *  2. Signals: the agent's SIGTRAP is never really blocked, never seen by
+ *     the program's handlers, masks, signalfd or sigwait (signals.c, and the
+ *     injector for threads that blocked it before an attach).
+ *  3. Threads: one control thread, which takes none of the program's
+ *     signals (control.c); no other.
+ *  4. Child processes: none -- no analysis with a child process inside the
+ *     program (modules.c: source lines are read outside).
+ *  5. Return addresses: a runtime that walks its stacks by them (Go, V8)
+ *     has its code left alone (modules.c, instrument.c); areas carry unwind
+ *     information for everyone else (x86_64/unwind.c).
+ *  6. Libraries: only those modules.c's agent_only names are shared with
+ *     the program; the program's calls into them are not traced, and said.
+ *  7. Files: the trace directory only; a program that cannot have a ring
+ *     records nothing, said once (ring.c).
+ *  8. Debuggers and what forbids the agent's clock (PR_SET_TSC, strict
+ *     seccomp): the agent stands aside in that process or thread.
+ *
+ * Whatever cannot be done safely is skipped and reported in agent.log and
+ * in the command's summary (meta's "untraced" and "runtime" lines), never
+ * attempted.  Every function the agent interposes is in hooks.c's table.
  */
 #ifndef AGENT_H
 #define AGENT_H

@@ -1,6 +1,6 @@
 /*
- * hooks.c — the agent's interposers when it was loaded into a running
- * process (sptrace attach) rather than preloaded.
+ * hooks.c — every function the agent interposes, in one table, and how an
+ * agent loaded into a running process (sptrace attach) puts them in place.
  *
  * Preloaded, the agent's sigaction, pthread_sigmask, pthread_create, exec*,
  * ... come first in the symbol lookup (signals.c, threads.c, exec.c).

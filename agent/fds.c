@@ -127,13 +127,17 @@ static void give(void)
 	__atomic_store_n(&lock, 0, __ATOMIC_RELEASE);
 }
 
-/* The C library's functions behind the interposers; before they are known
- * (a constructor running ahead of the agent's) the system calls do. */
-static void *next(const char *name)
+/* The C library's function behind the interposer `mine`; before they are
+ * known (a constructor running ahead of the agent's) the system calls do.
+ * Attached, the lookup may find the agent's own interposer (the agent is
+ * not behind the C library in the lookup order): never that one. */
+static void *next(const char *name, void *mine)
 {
 	void *fn = dlsym(RTLD_NEXT, name);
 
-	return fn ? fn : dlsym(RTLD_DEFAULT, name);
+	if (!fn)
+		fn = dlsym(RTLD_DEFAULT, name);
+	return fn == mine ? NULL : fn;
 }
 
 void ag_fds_init(void)
@@ -144,32 +148,14 @@ void ag_fds_init(void)
 		if (!slot_of)
 			table = NULL;
 	}
-	real_close = (close_fn)next("close");
-	real_close_range = (close_range_fn)next("close_range");
-	real_closefrom = (closefrom_fn)next("closefrom");
-	real_dup = (dup_fn)next("dup");
-	real_dup2 = (dup2_fn)next("dup2");
-	real_dup3 = (dup3_fn)next("dup3");
-	real_fcntl = (fcntl_fn)next("fcntl");
-	real_fcntl64 = (fcntl_fn)next("fcntl64");
-	/* Attached, next() may find the agent's own interposers (the agent is
-	 * not behind the C library in the lookup order): never call those. */
-	if ((void *)real_close == (void *)close)
-		real_close = NULL;
-	if ((void *)real_close_range == (void *)close_range)
-		real_close_range = NULL;
-	if ((void *)real_closefrom == (void *)closefrom)
-		real_closefrom = NULL;
-	if ((void *)real_dup == (void *)dup)
-		real_dup = NULL;
-	if ((void *)real_dup2 == (void *)dup2)
-		real_dup2 = NULL;
-	if ((void *)real_dup3 == (void *)dup3)
-		real_dup3 = NULL;
-	if ((void *)real_fcntl == (void *)ag_fcntl)
-		real_fcntl = NULL;
-	if ((void *)real_fcntl64 == (void *)ag_fcntl64)
-		real_fcntl64 = NULL;
+	real_close = (close_fn)next("close", (void *)close);
+	real_close_range = (close_range_fn)next("close_range", (void *)close_range);
+	real_closefrom = (closefrom_fn)next("closefrom", (void *)closefrom);
+	real_dup = (dup_fn)next("dup", (void *)dup);
+	real_dup2 = (dup2_fn)next("dup2", (void *)dup2);
+	real_dup3 = (dup3_fn)next("dup3", (void *)dup3);
+	real_fcntl = (fcntl_fn)next("fcntl", (void *)ag_fcntl);
+	real_fcntl64 = (fcntl_fn)next("fcntl64", (void *)ag_fcntl64);
 }
 
 /* fstat as one system call: the C library's fstat calls on to fstatat, a

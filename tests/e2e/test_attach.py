@@ -338,6 +338,18 @@ def case_redis(sptrace, tmp):
           "the replay of redis-server: %s" % r.stderr[-300:])
 
 
+def wait_answering(url):
+    """Until the server at url answers (at most 5 s: the test's own checks say
+    what failed if it never does)."""
+    for _ in range(250):
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                r.read()
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
 def case_haproxy(sptrace, tmp):
     """Debian's haproxy with four threads that block every signal, answering
     HTTP itself, under load: attach (tracing at once), stop, activate, stop.
@@ -360,13 +372,7 @@ def case_haproxy(sptrace, tmp):
                          stderr=subprocess.DEVNULL)
     url = "http://127.0.0.1:%d/" % port
     try:
-        for _ in range(250):
-            try:
-                with urllib.request.urlopen(url, timeout=1) as r:
-                    r.read()
-                break
-            except OSError:
-                time.sleep(0.02)
+        wait_answering(url)
 
         def ask():
             with urllib.request.urlopen(url, timeout=10) as r:
@@ -422,13 +428,7 @@ def case_nginx(sptrace, tmp):
                          stderr=subprocess.DEVNULL)
     url = "http://127.0.0.1:%d/index.html" % port
     try:
-        for _ in range(250):
-            try:
-                with urllib.request.urlopen(url, timeout=1) as r:
-                    r.read()
-                break
-            except OSError:
-                time.sleep(0.02)
+        wait_answering(url)
         workers = []
         for _ in range(100):
             workers = [int(c) for c in

@@ -405,32 +405,41 @@ def case_python(sptrace, tmp):
           "python3.11: no Py_BytesMain under main: %r" % tree[:5])
 
 
-def case_python_dlopen(sptrace, tmp):
-    """Modules loaded with dlopen after the start (a Python C extension and
-    the library under it) are found, analysed off the program's threads and
-    traced from then on."""
-    py = "/usr/bin/python3.11"
-    script = os.path.join(tmp, "d.py")
-    with open(script, "w") as f:
-        f.write("import sqlite3, time\n"
-                "time.sleep(1.0)   # the agent's control thread looks every 200 ms\n"
-                "c = sqlite3.connect(':memory:')\n"
-                "c.execute('create table t(a)')\n"
-                "c.executemany('insert into t values (?)', [(i,) for i in range(100)])\n"
-                "print(c.execute('select sum(a) from t').fetchone()[0])\n")
-    # The repository already knows the two libraries, as it would after
-    # their first traced run: their analysis (seconds) does not race the
-    # script's one-second sleep.
+def python_dlopening(sptrace, tmp, script_text, lib_globs, what):
+    """python3.11 running script_text natively and traced, the same; the
+    extension module and library it dlopen's (lib_globs) already in the
+    repository, as after their first traced run: their analysis (seconds)
+    does not race the script's sleep.  The traced run and its directory."""
     import glob
-    libs = glob.glob("/usr/lib/python3.11/lib-dynload/_sqlite3*.so") + \
-        glob.glob("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0")
-    check(len(libs) == 2, "python3.11's sqlite3 module or libsqlite3 is missing: %r" % libs)
+    py = "/usr/bin/python3.11"
+    script = os.path.join(tmp, "script.py")
+    with open(script, "w") as f:
+        f.write(script_text)
+    libs = [lib for g in lib_globs for lib in glob.glob(g)]
+    check(len(libs) == len(lib_globs), "%s: a module is missing: %r" % (what, libs))
     r = run([sptrace, "analyze-binary", "-q", "--repo", os.path.join(tmp, "repo")] + libs)
     check(r.returncode == 0, "analyze-binary failed: " + r.stderr)
     tdir = os.path.join(tmp, "trace")
     native = run([py, script])
     trace = traced(sptrace, tdir, [py, script])
-    same_behaviour(native, trace, "python3.11 with sqlite3")
+    same_behaviour(native, trace, what)
+    return trace, tdir
+
+
+def case_python_dlopen(sptrace, tmp):
+    """Modules loaded with dlopen after the start (a Python C extension and
+    the library under it) are found, analysed off the program's threads and
+    traced from then on."""
+    trace, tdir = python_dlopening(
+        sptrace, tmp,
+        "import sqlite3, time\n"
+        "time.sleep(1.0)   # the agent's control thread looks every 200 ms\n"
+        "c = sqlite3.connect(':memory:')\n"
+        "c.execute('create table t(a)')\n"
+        "c.executemany('insert into t values (?)', [(i,) for i in range(100)])\n"
+        "print(c.execute('select sum(a) from t').fetchone()[0])\n",
+        ["/usr/lib/python3.11/lib-dynload/_sqlite3*.so",
+         "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0"], "python3.11 with sqlite3")
     with open(os.path.join(tdir, "meta")) as f:
         meta = f.read()
     check("libsqlite3.so" in meta and "_sqlite3" in meta,
@@ -444,23 +453,14 @@ def case_python_libcrypto(sptrace, tmp):
     """A library the agent used to keep for itself (issue 11, item 7):
     python3.11's hashlib calls into the program's own libcrypto, which is
     traced; libz, which the agent does share, is named in the summary."""
-    py = "/usr/bin/python3.11"
-    script = os.path.join(tmp, "h.py")
-    with open(script, "w") as f:
-        f.write("import hashlib, time, zlib\n"
-                "time.sleep(1.0)   # the agent's control thread looks every 200 ms\n"
-                "print(sum(len(hashlib.sha256(b'x' * i).hexdigest()) for i in range(100)),\n"
-                "      zlib.crc32(b'sptrace'))\n")
-    import glob
-    libs = glob.glob("/usr/lib/python3.11/lib-dynload/_hashlib*.so") + \
-        glob.glob("/usr/lib/x86_64-linux-gnu/libcrypto.so.3")
-    check(len(libs) == 2, "python3.11's hashlib module or libcrypto is missing: %r" % libs)
-    r = run([sptrace, "analyze-binary", "-q", "--repo", os.path.join(tmp, "repo")] + libs)
-    check(r.returncode == 0, "analyze-binary failed: " + r.stderr)
-    tdir = os.path.join(tmp, "trace")
-    native = run([py, script])
-    trace = traced(sptrace, tdir, [py, script])
-    same_behaviour(native, trace, "python3.11 with hashlib")
+    trace, tdir = python_dlopening(
+        sptrace, tmp,
+        "import hashlib, time, zlib\n"
+        "time.sleep(1.0)   # the agent's control thread looks every 200 ms\n"
+        "print(sum(len(hashlib.sha256(b'x' * i).hexdigest()) for i in range(100)),\n"
+        "      zlib.crc32(b'sptrace'))\n",
+        ["/usr/lib/python3.11/lib-dynload/_hashlib*.so",
+         "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"], "python3.11 with hashlib")
     check("not traced: libz.so.1: needed by /usr/bin/python3.11; the agent uses it itself"
           in trace.stderr, "the summary does not name libz: %r" % trace.stderr)
     r = run([sptrace, "report", tdir])

@@ -27,16 +27,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from e2elib import check, check_sanitizers, fail  # noqa: E402
+sys.path.insert(0, HERE)
+from test_transparency import agent_log  # noqa: E402
 
 TIMEOUT = 120
-
-
-def agent_log(tdir):
-    try:
-        with open(os.path.join(tdir, "agent.log")) as f:
-            return f.read()
-    except OSError:
-        return "(no agent.log)"
 
 
 def start_modules_from_repo(log, what):

@@ -40,6 +40,10 @@ char ag_dir[4096];
 uint64_t ag_xsave_size AG_HIDDEN = 4096;
 
 static int log_fd = -1;
+/* The process this trace is of: the one that started the agent (an exec'd
+ * image keeps its pid).  A forked child inherits the agent and the trace
+ * directory but not the trace: meta stays its owner's (see meta_append). */
+static pid_t owner_pid;
 static char on_event[512];
 static ag_module *root_module;
 static uint32_t root_func = CA_NONE;
@@ -90,15 +94,21 @@ void ag_log(const char *fmt, ...)
 {
 	char buf[1024];
 	va_list ap;
-	int n;
+	int n, k;
 
 	if (log_fd < 0)
 		return;
+	/* A forked child shares agent.log: its lines say whose they are.
+	 * (ag_self_pid, not getpid(): a thread in strict seccomp mode may
+	 * only read and write, and logs why it stopped recording.) */
+	n = ag_self_pid && owner_pid && ag_self_pid != owner_pid
+		    ? snprintf(buf, sizeof buf, "pid %d: ", (int)ag_self_pid) : 0;
 	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+	k = vsnprintf(buf + n, sizeof buf - 1 - (size_t)n, fmt, ap);
 	va_end(ap);
-	if (n < 0)
+	if (k < 0)
 		return;
+	n += k;
 	if (n > (int)sizeof buf - 2)
 		n = (int)sizeof buf - 2;
 	buf[n++] = '\n';
@@ -130,19 +140,30 @@ static uint64_t ns(clockid_t c)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- meta ---- */
+/* ---- meta ----
+ *
+ * meta is its owner's: only the traced process writes it.  A forked child
+ * (fork before or after the activation) runs on with a copy of the agent
+ * and the same trace directory -- its records go into rings of its own,
+ * ring.<its tid> -- but its activation, its stop, its fatal signal and its
+ * exit are not the trace's: an "end exit" line from a child that exited
+ * made `sptrace stop` and `activate` answer "tracing already ended" while
+ * the traced process ran on, patched.  What a child says goes to agent.log.
+ * The one kind of line a child adds is the link to a trace of its own: the
+ * "exec SUB PID PATH" (and "exec_failed SUB") of its exec, under its pid
+ * (meta_append_any). */
 
-static void meta_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void meta_append(const char *fmt, ...)
+static void meta_vappend(bool any_process, const char *fmt, va_list ap)
 {
 	char path[4200], buf[8192];
-	va_list ap;
 	int fd, n;
 
+	/* getpid(), not ag_self_pid: a child made by a raw clone or fork
+	 * system call ran no fork handler. */
+	if (!any_process && getpid() != owner_pid)
+		return;
 	snprintf(path, sizeof path, "%s/meta", ag_dir);
-	va_start(ap, fmt);
 	n = vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
 	if (n < 0 || n >= (int)sizeof buf)
 		return;
 	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -151,6 +172,26 @@ static void meta_append(const char *fmt, ...)
 	if (write(fd, buf, (size_t)n) < 0)
 		ag_log("meta: %s", strerror(errno));
 	close(fd);
+}
+
+static void meta_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void meta_append(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	meta_vappend(false, fmt, ap);
+	va_end(ap);
+}
+
+static void meta_append_any(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void meta_append_any(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	meta_vappend(true, fmt, ap);
+	va_end(ap);
 }
 
 /* TSC rate from two clock readings `ms` apart. */
@@ -304,12 +345,12 @@ void ag_note_exec(const char *sub, const char *path, pid_t pid)
 {
 	/* The pid tells the traced process's own exec from a forked, vforked
 	 * or spawned child's, which shares this trace directory. */
-	meta_append("%s %s %d %s\n", TRACE_META_EXEC, sub, (int)pid, path);
+	meta_append_any("%s %s %d %s\n", TRACE_META_EXEC, sub, (int)pid, path);
 }
 
 void ag_note_exec_failed(const char *sub)
 {
-	meta_append("%s %s\n", TRACE_META_EXEC_FAILED, sub);
+	meta_append_any("%s %s\n", TRACE_META_EXEC_FAILED, sub);
 }
 
 /* A deadly signal is about to take effect (signals.c, in its handler). */
@@ -583,16 +624,19 @@ static void end_trace(const char *why, bool restore)
  */
 void ag_deactivate(const char *why)
 {
-	if (finished)
-		return;
+	/* Whatever became of the trace, a stop restores the code: a process
+	 * that still has the agent must never stay patched. */
+	bool ended = finished;
+
 	ag_trap_disarm();
 	event_spent = 1;
 	active = 0;
 	ag_activate_quiesce();
 	if (ag_instrument_stop())
 		ag_log("stop: some patched bytes could not be restored");
-	ag_rings_event_all(TRACE_EV_DEACTIVATE);
-	ag_log("stopped (%s)", why);
+	if (!ended)
+		ag_rings_event_all(TRACE_EV_DEACTIVATE);    /* ended: the rings are closed */
+	ag_log("stopped (%s)%s", why, ended ? " after the trace had ended" : "");
 	meta_append("%s %lu %s\n", TRACE_META_STOPPED, (unsigned long)ag_rdtsc(), why);
 }
 
@@ -646,6 +690,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	unsigned a, b, c, d;
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
+	owner_pid = getpid();
 	ag_signals_init();
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
 	/* Who traces after an event on one thread: by default that thread (and

@@ -56,7 +56,8 @@ int cli_exec_successor(const char *dir, char *sub, size_t len);
 /* The "KEY value" lines of DIR/meta: how many, and the last value in *val. */
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len);
 /* Wait until DIR/meta has more than `before` KEY lines (1), the trace ends
- * (-1, the reason in *why) or `timeout` seconds pass (0); *ms: how long. */
+ * (-1, the reason in *why: an end line that was not there when the wait
+ * began) or `timeout` seconds pass (0); *ms: how long. */
 int cli_meta_wait(const char *dir, const char *key, int before, double timeout, double *ms,
 		  char *why, size_t len);
 

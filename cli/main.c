@@ -156,6 +156,9 @@ int cli_meta_wait(const char *dir, const char *key, int before, double timeout, 
 {
 	struct timespec t0, now, nap = { 0, 5000000 };
 	char val[512];
+	/* An end line already there is not news (sptrace stop still reaches
+	 * an agent whose trace ended). */
+	int ends = cli_meta_get(dir, TRACE_META_END, val, sizeof val);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
@@ -163,7 +166,7 @@ int cli_meta_wait(const char *dir, const char *key, int before, double timeout, 
 		*ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) / 1e6;
 		if (cli_meta_get(dir, key, val, sizeof val) > before)
 			return 1;
-		if (cli_meta_end(dir, why, len))
+		if (cli_meta_get(dir, TRACE_META_END, why, len) > ends)
 			return -1;
 		if (*ms > timeout * 1e3)
 			return 0;

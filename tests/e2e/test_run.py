@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from e2elib import check, fail
+from e2elib import check, fail, text_differences
 
 # Expected trees of tests/progs/trace_conf.c, the same at -O0 and -O2
 # (";" separates replay lines; the indentation after it is the replay's).
@@ -522,25 +522,6 @@ def case_drain(sptrace, prog, tmp):
             check(not segs, "--flight-recorder: the rings were drained: %r" % segs)
             check("records lost" in text and 0 < calls.get("paced", 0) < n,
                   "--flight-recorder: expected the oldest records lost:\n%s" % text[:1500])
-
-
-def text_differences(pid):
-    """Executable mappings of `pid` whose bytes differ from their files."""
-    bad = []
-    for line in open("/proc/%d/maps" % pid):
-        p = line.split()
-        if len(p) < 6 or "x" not in p[1] or not p[5].startswith("/") or not os.path.isfile(p[5]):
-            continue
-        lo, hi = [int(x, 16) for x in p[0].split("-")]
-        with open("/proc/%d/mem" % pid, "rb") as m:
-            m.seek(lo)
-            mem = m.read(hi - lo)
-        with open(p[5], "rb") as f:
-            f.seek(int(p[2], 16))
-            file_bytes = f.read(hi - lo)
-        if mem[:len(file_bytes)] != file_bytes:
-            bad.append(p[5])
-    return bad
 
 
 def case_stop(sptrace, prog, tmp):

@@ -214,6 +214,7 @@ void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded);
 /* ---- signals.c ---- */
 void ag_signals_init(void);            /* the C library's mask functions */
 void ag_signals_fatal_init(void);      /* record fatal signals (default actions) */
+void ag_signals_stay_out(void);        /* a debugged process: pass every call on */
 bool ag_trap_nested(void);                  /* patch.c: a SIGTRAP inside the agent's SIGTRAP handler */
 void ag_note_fatal(int sig, int code, uint64_t addr, uint64_t pc, uint64_t sp); /* main.c: a "fatal" line in meta */
 bool ag_trap_program_blocked(void);    /* this thread's program believes SIGTRAP blocked */

@@ -682,6 +682,53 @@ bool ag_event_wanted(const char *what)
 	return !active && !finished && !event_spent && strcmp(on_event, what) == 0;
 }
 
+/*
+ * A process that a debugger (or strace, ...) traces from its start -- gdb's
+ * inferior, which inherits the agent through the environment -- is left
+ * alone: no activation trap or hardware breakpoint, no SIGTRAP handler, no
+ * patched byte, no signal handler or mask of the agent's.  Each of those
+ * reaches the debugger first: it stops at every SIGTRAP of the agent's
+ * (gdb: "Cannot insert breakpoint"), and its breakpoints share the debug
+ * registers and the code with ours.  The interposers pass every call on;
+ * an exec still carries the agent, so an image the debugger starts next
+ * says the same.  Said in agent.log and meta ("end not tracing: ..."),
+ * which `sptrace run` reports; nothing on the program's stderr.
+ * (sptrace attach is itself the tracer while it injects: not asked then.)
+ */
+static bool stay_out_if_debugged(void)
+{
+	char buf[4096], comm[64] = "?", path[64];
+	ssize_t n;
+	const char *tp;
+	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC), tracer;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	tp = strstr(buf, "\nTracerPid:");
+	tracer = tp ? atoi(tp + 11) : 0;
+	if (tracer <= 0)
+		return false;
+	snprintf(path, sizeof path, "/proc/%d/comm", tracer);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, comm, sizeof comm - 1);
+		comm[n > 0 ? n : 0] = '\0';
+		comm[strcspn(comm, "\n")] = '\0';
+		close(fd);
+	}
+	finished = 1;                   /* no event, no activation, no stop */
+	ag_signals_stay_out();
+	ag_log("not tracing: this process is traced by %s (pid %d), a debugger: the agent stays "
+	       "out of its way (no trap, no breakpoint, no patch, no handler)", comm, tracer);
+	write_meta();
+	meta_append("%s not tracing: traced by %s (pid %d), a debugger\n", TRACE_META_END, comm,
+		    tracer);
+	return true;
+}
+
 static int agent_start(const char *dir, const char *on, const char *ring, const char *exec_of,
 		       const char *threads)
 {
@@ -709,6 +756,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		restore_env();
 	snprintf(path, sizeof path, "%s/agent.log", ag_dir);
 	log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (!attached && stay_out_if_debugged())
+		return -1;
 	if (__get_cpuid_count(0xd, 0, &a, &b, &c, &d) && b >= 576)
 		ag_xsave_size = b + 64;
 	if (ag_rings_init() || ag_sites_open(ag_dir)) {

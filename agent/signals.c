@@ -64,6 +64,7 @@ static sigaction_fn real_sigaction;
 static sigmask_fn real_pthread_sigmask, real_sigprocmask;
 static sigsuspend_fn real_sigsuspend;
 static bool keep_trap_open;      /* the agent is tracing this process */
+static bool stay_out;            /* ... or not at all: every call goes on unchanged */
 
 /* Per thread: the program believes SIGTRAP blocked; a SIGTRAP it sent
  * itself waits for the unblock. */
@@ -146,6 +147,14 @@ void ag_signals_init(void)
 	if (!keep_trap_open)
 		ag_log("signals: cannot find the C library's signal-mask functions; a thread that "
 		       "blocks SIGTRAP may be killed by a pending patch");
+}
+
+/* The agent leaves the process alone (a debugger traces it, main.c): the
+ * interposers pass the program's calls on as they are. */
+void ag_signals_stay_out(void)
+{
+	stay_out = true;
+	keep_trap_open = false;
 }
 
 bool ag_trap_program_blocked(void)
@@ -329,7 +338,7 @@ AG_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 		errno = ENOSYS;
 		return -1;
 	}
-	if (sig <= 0 || sig >= NSIG_MAX || sig == SIGKILL || sig == SIGSTOP)
+	if (sig <= 0 || sig >= NSIG_MAX || sig == SIGKILL || sig == SIGSTOP || stay_out)
 		return real_sigaction(sig, act, old);
 	if (sig == SIGTRAP)
 		return ag_trap_chain(act, old);

@@ -48,6 +48,10 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One line on `out` per region of code the agent left alone because a
  * language runtime manages it (meta's "runtime" lines); how many. */
 int cli_print_runtimes(FILE *out, const char *dir);
+/* Each process of the trace in DIR (and its exec'd and spawned images'
+ * subdirectories) whose agent did not trace, and why (meta's "end not
+ * tracing: ..."), one line each; how many. */
+int cli_print_untraced(FILE *out, const char *dir);
 /* The trace's "end" line (why it ended) from DIR/meta: 1 and *why, or 0. */
 int cli_meta_end(const char *dir, char *why, size_t len);
 /* The image traced in DIR exec'd another: 1 and the directory of its trace

@@ -232,6 +232,7 @@ int cmd_run(int argc, char **argv)
 	cli_drain_end(drain);
 	end_traces(absdir, status);
 	cli_print_runtimes(stderr, absdir);
+	cli_print_untraced(stderr, absdir);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);
 }

@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -143,6 +144,34 @@ int cli_print_runtimes(FILE *out, const char *dir)
 		count++;
 	}
 	fclose(f);
+	return count;
+}
+
+int cli_print_untraced(FILE *out, const char *dir)
+{
+	char why[512], pid[64] = "?", prog[512] = "?";
+	int count = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (cli_meta_end(dir, why, sizeof why) && strncmp(why, "not tracing: ", 13) == 0) {
+		cli_meta_get(dir, TRACE_META_PID, pid, sizeof pid);
+		cli_meta_get(dir, TRACE_META_PROGRAM, prog, sizeof prog);
+		fprintf(out, "sptrace: pid %s (%s) was not traced: %s (see %s/agent.log)\n", pid, prog,
+			why + 13, dir);
+		count++;
+	}
+	/* The images exec'd or spawned from this one have traces of their own. */
+	if (!(d = opendir(dir)))
+		return count;
+	while ((de = readdir(d))) {
+		char sub[PATH_MAX];
+
+		if ((strncmp(de->d_name, "exec.", 5) == 0 || strncmp(de->d_name, "spawn.", 6) == 0) &&
+		    snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name) < (int)sizeof sub)
+			count += cli_print_untraced(out, sub);
+	}
+	closedir(d);
 	return count;
 }
 

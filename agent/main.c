@@ -136,7 +136,12 @@ static uint64_t ns(clockid_t c)
 {
 	struct timespec ts;
 
-	clock_gettime(c, &ts);
+	/* The vDSO's clock_gettime reads the TSC: not on a thread that
+	 * cannot (tsc.c). */
+	if (ag_tls_quiet)
+		syscall(SYS_clock_gettime, c, &ts);
+	else
+		clock_gettime(c, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -217,6 +222,7 @@ static void write_meta(void)
 	uint64_t tsc0, mono0, real0, hz = calibrate(&tsc0, &mono0, &real0);
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 
+	ag_tsc_calibrated(hz, tsc0, mono0);
 	if (n > 0)
 		exe[n] = '\0';
 	gethostname(host, sizeof host - 1);
@@ -449,7 +455,8 @@ trace_ring_header *ag_enter(void)
 
 void ag_leave(trace_ring_header *ring)
 {
-	ag_tls_ring = ring;
+	/* A thread that went quiet meanwhile (tsc.c) keeps no ring. */
+	ag_tls_ring = ag_tls_quiet ? NULL : ring;
 	busy--;
 }
 
@@ -481,7 +488,9 @@ uint64_t ag_slow(uint64_t req)
 	trace_ring_header *ring;
 	uint64_t answer = 0;
 
-	if (busy)
+	/* A quiet thread (tsc.c): skip the record, call untraced -- before
+	 * any system call, which strict seccomp mode punishes with death. */
+	if (busy || ag_tls_quiet)
 		return 0;
 	if ((op == AG_SLOW_RING || op == AG_SLOW_INDIRECT ||
 	     (op == AG_SLOW_INSTRUMENT && !ag_tls_ring)) && trap_blocked())

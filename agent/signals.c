@@ -89,6 +89,20 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 	struct sigaction dfl;
 	int saved = errno;
 
+	/* An rdtsc of the agent's on a thread that forbade it (tsc.c). */
+	if (ag_tsc_fault(sig, si, uc)) {
+		errno = saved;
+		return;
+	}
+	if (ag_tls_quiet == AG_QUIET_STRICT) {
+		/* No system call may be made here: the fault happens again
+		 * with the signal blocked, which the kernel answers with the
+		 * default action.  (A signal sent to this thread is not sent
+		 * again: not covered.) */
+		sigaddset(&((ucontext_t *)uc)->uc_sigmask, sig);
+		errno = saved;
+		return;
+	}
 	if (ag_active() && ag_tls_ring)
 		ag_ring_put(ag_tls_ring, TRACE_EVENT, TRACE_EV_SIGNAL);
 	ag_note_fatal(sig, si->si_code, (uint64_t)(uintptr_t)si->si_addr,
@@ -283,6 +297,10 @@ static void ag_sig_wrapper(int sig, siginfo_t *si, void *uc)
 	struct sigaction sa = user[sig];
 	uint8_t view = trap_view_blocked;
 
+	/* The program's SIGSEGV handler never sees a fault of the agent's. */
+	if (ag_tsc_fault(sig, si, uc))
+		return;
+
 	/* While the handler runs the program believes SIGTRAP blocked if its
 	 * sa_mask said so (the kernel was given the mask without it). */
 	if (keep_trap_open && sigismember(&sa.sa_mask, SIGTRAP) == 1)
@@ -296,7 +314,8 @@ static void handle(int sig, siginfo_t *si, void *uc, const struct sigaction *use
 	struct sigaction sa = *user_sa;
 	uint64_t fn = (uint64_t)(uintptr_t)((sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction
 									: (void *)sa.sa_handler);
-	ag_module *m = ag_active() && !ag_busy() && ag_may_trace() ? ag_module_of(fn) : NULL;
+	ag_module *m = ag_active() && !ag_busy() && !ag_tls_quiet && ag_may_trace()
+		       ? ag_module_of(fn) : NULL;
 	uint32_t func = m ? ca_func_at(m->ca, fn - m->bias) : CA_NONE;
 	trace_ring_header *ring;
 	uint32_t site;

@@ -157,9 +157,16 @@ def case_postgres_attach(sptrace, tmp):
                        stdin=subprocess.DEVNULL)
     check(r.returncode == 0, "initdb: %s\n%s%s" % (describe_exit(r.returncode), r.stdout, r.stderr))
     port = "54%03d" % (os.getpid() % 1000)
-    pg = subprocess.Popen([postgres, "-D", data, "-k", sock, "-p", port, "-c", "listen_addresses=",
-                           "-c", "fsync=off"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, preexec_fn=pre)
+    # Its log goes to a file: a pipe nobody reads while it runs could fill.
+    pglog = os.path.join(tmp, "postgres.log")
+    with open(pglog, "w") as logf:
+        pg = subprocess.Popen([postgres, "-D", data, "-k", sock, "-p", port, "-c",
+                               "listen_addresses=", "-c", "fsync=off"], stdin=subprocess.DEVNULL,
+                              stdout=logf, stderr=subprocess.STDOUT, preexec_fn=pre)
+
+    def pg_log():
+        with open(pglog) as f:
+            return f.read()[-3000:]
     stop_client = threading.Event()
     results = {"ok": 0, "bad": []}
 
@@ -187,9 +194,11 @@ def case_postgres_attach(sptrace, tmp):
         for _ in range(300):
             if query("select 1")[0] == 0:
                 break
-            check(pg.poll() is None, "postgres did not start: %s" % (pg.stdout.read()))
+            if pg.poll() is not None:
+                fail("postgres did not start: %s\n%s" % (describe_exit(pg.returncode), pg_log()))
             time.sleep(0.1)
-        check(query("select 1")[1] == "1", "postgres does not answer: %r" % (query("select 1"),))
+        first = query("select 1")
+        check(first[1] == "1", "postgres does not answer: %r\n%s" % (first, pg_log()))
         th = threading.Thread(target=client)
         th.start()
         time.sleep(0.5)
@@ -236,9 +245,8 @@ def case_postgres_attach(sptrace, tmp):
             except subprocess.TimeoutExpired:
                 pg.kill()
                 pg.wait()
-    out = pg.stdout.read()
     check(pg.returncode == 0, "postgres ended with %s:\n%s" % (describe_exit(pg.returncode),
-                                                             out[-3000:]))
+                                                             pg_log()))
     print("postgres-attach: %d queries, all right; activate and stop worked; the postmaster's "
           "code was %r bytes patched, identical to its files after the stop" %
           (results["ok"], patched))

@@ -549,9 +549,23 @@ def case_stop(sptrace, prog, tmp):
         check(r.returncode == 0 and "already tracing" in r.stdout, "activate twice: %r" % r.stdout)
         r = run([sptrace, "stop", str(child)])
         check(r.returncode == 0 and not text_differences(child), "third stop: %r" % r.stderr)
+        # Whatever meta says -- here an end line no agent wrote -- a stop
+        # restores the code of a process that has the agent; an activation
+        # is refused.
+        r = run([sptrace, "activate", str(child)])
+        check(r.returncode == 0 and text_differences(child), "activate again: %r" % r.stderr)
+        with open(os.path.join(tdir, "meta"), "a") as f:
+            f.write("end said by someone else\n")
+        r = run([sptrace, "stop", str(child)])
+        check(r.returncode == 0 and "code restored" in r.stdout and not text_differences(child),
+              "stop with an end line in meta (%d): %s %s; differs: %r" %
+              (r.returncode, r.stdout, r.stderr, text_differences(child)))
+        r = run([sptrace, "activate", str(child)])
+        check(r.returncode != 0 and "tracing already ended" in r.stderr,
+              "activate with an end line in meta: %r %r" % (r.stdout, r.stderr))
     with open(os.path.join(tdir, "meta")) as f:
         m = f.read()
-        check(m.count("\nstopped ") == 3 and m.count("\nactivated ") == 2,
+        check(m.count("\nstopped ") == 4 and m.count("\nactivated ") == 3,
               "meta does not record the stops and activations:\n" + m)
     tree = only(replay_tree(sptrace, tdir), {"main", "spin", "leaf"})
     wrapped = "records lost" in run([sptrace, "replay", tdir], env=repo_env(tdir)).stdout

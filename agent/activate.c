@@ -677,9 +677,14 @@ static const char *reach(int tid)
  */
 static int reach_one(int tid, void *arg)
 {
-	const char *how = reach(tid);
+	const char *how;
 
 	(void)arg;
+	if (ag_quiet_tid(tid)) {
+		ag_log("activation: thread %d cannot read the TSC: not traced", tid);
+		return 0;
+	}
+	how = reach(tid);
 	if (how)
 		ag_log("activation: thread %d reached by %s", tid, how);
 	else
@@ -707,6 +712,18 @@ void ag_activate_running(bool new_round)
  */
 bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 {
+	/* A thread that cannot read the TSC (tsc.c) neither walks nor makes a
+	 * system call (strict seccomp): its requests are answered by nothing,
+	 * a breakpoint of ours stays (the activation skips known quiet threads
+	 * and sets none on them). */
+	if (ag_tls_quiet) {
+		if (si->si_code == SI_QUEUE && si->si_value.sival_ptr == (void *)activate_magic)
+			return true;
+		for (int i = 0; si->si_code == TRAP_PERF && i < MAX_BPS; i++)
+			if (bps[i].addr == (uint64_t)uc->uc_mcontext.gregs[REG_RIP])
+				return true;
+		return false;
+	}
 	if (si->si_code == SI_QUEUE && si->si_pid == getpid() &&
 	    si->si_value.sival_ptr == (void *)activate_magic) {
 		walk(uc);

@@ -17,6 +17,8 @@
  *   threads.c     threads started after activation; coroutines and
  *                 context switches; fork
  *   signals.c     signal handlers traced from their start
+ *   tsc.c         threads that cannot read the TSC (PR_SET_TSC, strict
+ *                 seccomp): they go quiet
  *   activate.c    activation in mid-run: stack walks, return stubs
  *   control.c     sptrace stop/activate, the timer; modules dlopen'd later
  *   exec.c        the agent carried into an exec'd image
@@ -246,6 +248,7 @@ void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded);
 /* ---- signals.c ---- */
 void ag_signals_init(void);            /* the C library's mask functions */
 void ag_signals_fatal_init(void);      /* record fatal signals (default actions) */
+void ag_signals_stay_out(void);        /* a debugged process: pass every call on */
 bool ag_trap_nested(void);                  /* patch.c: a SIGTRAP inside the agent's SIGTRAP handler */
 void ag_note_fatal(int sig, int code, uint64_t addr, uint64_t pc, uint64_t sp); /* main.c: a "fatal" line in meta */
 bool ag_trap_program_blocked(void);    /* this thread's program believes SIGTRAP blocked */
@@ -272,6 +275,19 @@ uint32_t ag_instrument_runtime_entries(void); /* activation: what a runtime call
  * met a new such target (and went untraced). */
 uint64_t ag_instrument_skipped_runtime(uint64_t *indirect);
 int ag_sites_open(const char *dir);
+
+/* ---- tsc.c: threads that cannot read the TSC ---- */
+enum { AG_QUIET_TSC = 1,       /* rdtsc faults (PR_SET_TSC): records nothing */
+       AG_QUIET_STRICT = 2 };  /* ... and no system call either (strict seccomp) */
+/* This thread's: 0, or how quiet it must be. */
+extern __thread uint8_t ag_tls_quiet __attribute__((tls_model("initial-exec")));
+uint64_t ag_rdtsc(void);               /* the TSC; another clock for a quiet thread */
+uint64_t ag_tsc_fallback(void);
+void ag_tsc_calibrated(uint64_t hz, uint64_t tsc0, uint64_t mono0); /* main.c */
+bool ag_tsc_usable(int tid);           /* before a ring: may go quiet (a system call) */
+bool ag_quiet_tid(int tid);            /* a thread known quiet (the activation skips it) */
+/* Fatal-signal handlers first: a SIGSEGV of an agent's rdtsc, handled. */
+bool ag_tsc_fault(int sig, const siginfo_t *si, struct ucontext_t *uc);
 
 /* ---- x86_64/emit.c: the per-site patch area ---- */
 /* What the instrument slow path needs to know about a callee. */
@@ -417,6 +433,5 @@ void ag_exec_init(const char *ring_bytes);
 extern char ag_dir[4096];
 int64_t ag_tls_offset(void);
 int64_t ag_tls_target_offset(void);
-uint64_t ag_rdtsc(void);
 
 #endif

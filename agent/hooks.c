@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -35,7 +36,7 @@ typedef struct hook {
 	uint64_t real;           /* the C library's, once ag_hooks_init ran */
 } hook;
 
-/* The agent's interposers (AG_EXPORT in signals.c, threads.c, exec.c,
+/* The agent's interposers (AG_EXPORT in signals.c, threads.c, exec.c, tsc.c,
  * events.c; the context functions in x86_64/context.S). */
 extern int sigaction(int, const struct sigaction *, struct sigaction *);
 extern int pthread_sigmask(int, const sigset_t *, sigset_t *);
@@ -86,6 +87,7 @@ static hook hooks[] = {
 	{ "dup3", (void *)dup3, 0 },
 	{ "fcntl", (void *)ag_fcntl, 0 },
 	{ "fcntl64", (void *)ag_fcntl64, 0 },
+	{ "prctl", (void *)prctl, 0 },
 };
 
 #define NHOOKS (sizeof hooks / sizeof *hooks)

@@ -41,6 +41,10 @@ uint64_t ag_xsave_size AG_HIDDEN = 4096;
 
 static volatile int log_fd = -1;
 static char log_path[4200];
+/* The process this trace is of: the one that started the agent (an exec'd
+ * image keeps its pid).  A forked child inherits the agent and the trace
+ * directory but not the trace: meta stays its owner's (see meta_append). */
+static pid_t owner_pid;
 static char on_event[512];
 static ag_module *root_module;
 static uint32_t root_func = CA_NONE;
@@ -91,15 +95,21 @@ void ag_log(const char *fmt, ...)
 {
 	char buf[1024];
 	va_list ap;
-	int n;
+	int n, k;
 
 	if (log_fd < 0)
 		return;
+	/* A forked child shares agent.log: its lines say whose they are.
+	 * (ag_self_pid, not getpid(): a thread in strict seccomp mode may
+	 * only read and write, and logs why it stopped recording.) */
+	n = ag_self_pid && owner_pid && ag_self_pid != owner_pid
+		    ? snprintf(buf, sizeof buf, "pid %d: ", (int)ag_self_pid) : 0;
 	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+	k = vsnprintf(buf + n, sizeof buf - 1 - (size_t)n, fmt, ap);
 	va_end(ap);
-	if (n < 0)
+	if (k < 0)
 		return;
+	n += k;
 	if (n > (int)sizeof buf - 2)
 		n = (int)sizeof buf - 2;
 	buf[n++] = '\n';
@@ -127,23 +137,39 @@ static uint64_t ns(clockid_t c)
 {
 	struct timespec ts;
 
-	clock_gettime(c, &ts);
+	/* The vDSO's clock_gettime reads the TSC: not on a thread that
+	 * cannot (tsc.c). */
+	if (ag_tls_quiet)
+		syscall(SYS_clock_gettime, c, &ts);
+	else
+		clock_gettime(c, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- meta ---- */
+/* ---- meta ----
+ *
+ * meta is its owner's: only the traced process writes it.  A forked child
+ * (fork before or after the activation) runs on with a copy of the agent
+ * and the same trace directory -- its records go into rings of its own,
+ * ring.<its tid> -- but its activation, its stop, its fatal signal and its
+ * exit are not the trace's: an "end exit" line from a child that exited
+ * made `sptrace stop` and `activate` answer "tracing already ended" while
+ * the traced process ran on, patched.  What a child says goes to agent.log.
+ * The one kind of line a child adds is the link to a trace of its own: the
+ * "exec SUB PID PATH" (and "exec_failed SUB") of its exec, under its pid
+ * (meta_append_any). */
 
-static void meta_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void meta_append(const char *fmt, ...)
+static void meta_vappend(bool any_process, const char *fmt, va_list ap)
 {
 	char path[4200], buf[8192];
-	va_list ap;
 	int fd, n;
 
+	/* getpid(), not ag_self_pid: a child made by a raw clone or fork
+	 * system call ran no fork handler. */
+	if (!any_process && getpid() != owner_pid)
+		return;
 	snprintf(path, sizeof path, "%s/meta", ag_dir);
-	va_start(ap, fmt);
 	n = vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
 	if (n < 0 || n >= (int)sizeof buf)
 		return;
 	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -152,6 +178,26 @@ static void meta_append(const char *fmt, ...)
 	if (write(fd, buf, (size_t)n) < 0)
 		ag_log("meta: %s", strerror(errno));
 	close(fd);
+}
+
+static void meta_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void meta_append(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	meta_vappend(false, fmt, ap);
+	va_end(ap);
+}
+
+static void meta_append_any(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void meta_append_any(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	meta_vappend(true, fmt, ap);
+	va_end(ap);
 }
 
 /* TSC rate from two clock readings `ms` apart. */
@@ -177,6 +223,7 @@ static void write_meta(void)
 	uint64_t tsc0, mono0, real0, hz = calibrate(&tsc0, &mono0, &real0);
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 
+	ag_tsc_calibrated(hz, tsc0, mono0);
 	if (n > 0)
 		exe[n] = '\0';
 	gethostname(host, sizeof host - 1);
@@ -311,12 +358,12 @@ void ag_note_exec(const char *sub, const char *path, pid_t pid)
 {
 	/* The pid tells the traced process's own exec from a forked, vforked
 	 * or spawned child's, which shares this trace directory. */
-	meta_append("%s %s %d %s\n", TRACE_META_EXEC, sub, (int)pid, path);
+	meta_append_any("%s %s %d %s\n", TRACE_META_EXEC, sub, (int)pid, path);
 }
 
 void ag_note_exec_failed(const char *sub)
 {
-	meta_append("%s %s\n", TRACE_META_EXEC_FAILED, sub);
+	meta_append_any("%s %s\n", TRACE_META_EXEC_FAILED, sub);
 }
 
 /* A deadly signal is about to take effect (signals.c, in its handler). */
@@ -415,7 +462,8 @@ trace_ring_header *ag_enter(void)
 
 void ag_leave(trace_ring_header *ring)
 {
-	ag_tls_ring = ring;
+	/* A thread that went quiet meanwhile (tsc.c) keeps no ring. */
+	ag_tls_ring = ag_tls_quiet ? NULL : ring;
 	busy--;
 }
 
@@ -447,7 +495,9 @@ uint64_t ag_slow(uint64_t req)
 	trace_ring_header *ring;
 	uint64_t answer = 0;
 
-	if (busy)
+	/* A quiet thread (tsc.c): skip the record, call untraced -- before
+	 * any system call, which strict seccomp mode punishes with death. */
+	if (busy || ag_tls_quiet)
 		return 0;
 	if ((op == AG_SLOW_RING || op == AG_SLOW_INDIRECT ||
 	     (op == AG_SLOW_INSTRUMENT && !ag_tls_ring)) && trap_blocked())
@@ -590,16 +640,19 @@ static void end_trace(const char *why, bool restore)
  */
 void ag_deactivate(const char *why)
 {
-	if (finished)
-		return;
+	/* Whatever became of the trace, a stop restores the code: a process
+	 * that still has the agent must never stay patched. */
+	bool ended = finished;
+
 	ag_trap_disarm();
 	event_spent = 1;
 	active = 0;
 	ag_activate_quiesce();
 	if (ag_instrument_stop())
 		ag_log("stop: some patched bytes could not be restored");
-	ag_rings_event_all(TRACE_EV_DEACTIVATE);
-	ag_log("stopped (%s)", why);
+	if (!ended)
+		ag_rings_event_all(TRACE_EV_DEACTIVATE);    /* ended: the rings are closed */
+	ag_log("stopped (%s)%s", why, ended ? " after the trace had ended" : "");
 	meta_append("%s %lu %s\n", TRACE_META_STOPPED, (unsigned long)ag_rdtsc(), why);
 }
 
@@ -648,6 +701,53 @@ bool ag_event_wanted(const char *what)
 	return !active && !finished && !event_spent && strcmp(on_event, what) == 0;
 }
 
+/*
+ * A process that a debugger (or strace, ...) traces from its start -- gdb's
+ * inferior, which inherits the agent through the environment -- is left
+ * alone: no activation trap or hardware breakpoint, no SIGTRAP handler, no
+ * patched byte, no signal handler or mask of the agent's.  Each of those
+ * reaches the debugger first: it stops at every SIGTRAP of the agent's
+ * (gdb: "Cannot insert breakpoint"), and its breakpoints share the debug
+ * registers and the code with ours.  The interposers pass every call on;
+ * an exec still carries the agent, so an image the debugger starts next
+ * says the same.  Said in agent.log and meta ("end not tracing: ..."),
+ * which `sptrace run` reports; nothing on the program's stderr.
+ * (sptrace attach is itself the tracer while it injects: not asked then.)
+ */
+static bool stay_out_if_debugged(void)
+{
+	char buf[4096], comm[64] = "?", path[64];
+	ssize_t n;
+	const char *tp;
+	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC), tracer;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	tp = strstr(buf, "\nTracerPid:");
+	tracer = tp ? atoi(tp + 11) : 0;
+	if (tracer <= 0)
+		return false;
+	snprintf(path, sizeof path, "/proc/%d/comm", tracer);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, comm, sizeof comm - 1);
+		comm[n > 0 ? n : 0] = '\0';
+		comm[strcspn(comm, "\n")] = '\0';
+		close(fd);
+	}
+	finished = 1;                   /* no event, no activation, no stop */
+	ag_signals_stay_out();
+	ag_log("not tracing: this process is traced by %s (pid %d), a debugger: the agent stays "
+	       "out of its way (no trap, no breakpoint, no patch, no handler)", comm, tracer);
+	write_meta();
+	meta_append("%s not tracing: traced by %s (pid %d), a debugger\n", TRACE_META_END, comm,
+		    tracer);
+	return true;
+}
+
 static int agent_start(const char *dir, const char *on, const char *ring, const char *exec_of,
 		       const char *threads)
 {
@@ -657,6 +757,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_fds_init();
+	owner_pid = getpid();
 	ag_signals_init();
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
 	/* Who traces after an event on one thread: by default that thread (and
@@ -676,6 +777,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	snprintf(log_path, sizeof log_path, "%s/agent.log", ag_dir);
 	log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	ag_fd_keep(&log_fd, log_path, O_WRONLY | O_APPEND);
+	if (!attached && stay_out_if_debugged())
+		return -1;
 	if (attached)
 		ag_signals_attached(attach_trapblocked);
 	if (__get_cpuid_count(0xd, 0, &a, &b, &c, &d) && b >= 576)

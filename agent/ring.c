@@ -36,19 +36,6 @@ void ag_ring_set_size(uint64_t bytes)
 		ring_records = n;
 }
 
-static uint64_t tsc_now(void)
-{
-	uint32_t lo, hi;
-
-	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-	return (uint64_t)hi << 32 | lo;
-}
-
-uint64_t ag_rdtsc(void)
-{
-	return tsc_now();
-}
-
 /* Take a slot and fill it; taking it is one instruction, so a signal
  * handler recording on this thread meanwhile gets other slots. */
 static void put(trace_ring_header *r, uint64_t rec)
@@ -91,13 +78,16 @@ static trace_ring_header *ring_fails(const char *what, const char *path)
 trace_ring_header *ag_ring_create(void)
 {
 	char path[4200];
-	pid_t tid = (pid_t)syscall(SYS_gettid);
+	pid_t tid = ag_tls_quiet ? 0 : (pid_t)syscall(SYS_gettid);
 	size_t size = TRACE_RING_HEADER_SIZE + ring_records * 8;
 	trace_ring_header *r;
 	uint32_t slot;
 	int fd;
 
-	if (ring_failed)
+	/* Not for a thread that cannot read the TSC (tsc.c): every record
+	 * would fault.  Asked before anything else: a thread in strict
+	 * seccomp mode may make no system call. */
+	if (ring_failed || ag_tls_quiet || !ag_tsc_usable((int)tid))
 		return NULL;
 	snprintf(path, sizeof path, "%s/ring.%d", ag_dir, (int)tid);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -121,8 +111,8 @@ trace_ring_header *ag_ring_create(void)
 	r->mask = ring_records - 1;
 	r->pid = (uint32_t)getpid();
 	r->tid = (uint32_t)tid;
-	r->start_tsc = tsc_now();
-	prctl(PR_GET_NAME, r->thread_name);
+	r->start_tsc = ag_rdtsc();
+	syscall(SYS_prctl, PR_GET_NAME, r->thread_name, 0, 0, 0);
 	ag_ring_sync(r, r->start_tsc);
 	slot = __atomic_fetch_add(&nrings, 1, __ATOMIC_ACQ_REL);
 	if (rings && slot < MAX_RINGS)
@@ -132,7 +122,8 @@ trace_ring_header *ag_ring_create(void)
 
 void ag_ring_put(trace_ring_header *r, unsigned kind, uint32_t id)
 {
-	ag_ring_put_at(r, kind, id, tsc_now());
+	if (r)          /* no TSC read without a ring: a quiet thread has none */
+		ag_ring_put_at(r, kind, id, ag_rdtsc());
 }
 
 void ag_ring_put_at(trace_ring_header *r, unsigned kind, uint32_t id, uint64_t tsc)

@@ -103,6 +103,7 @@ static sigwait_fn real_sigwait;
 static sigwaitinfo_fn real_sigwaitinfo;
 static sigtimedwait_fn real_sigtimedwait;
 static bool keep_trap_open;      /* the agent is tracing this process */
+static bool stay_out;            /* ... or not at all: every call goes on unchanged */
 
 /* Per thread: the program believes SIGTRAP blocked; a SIGTRAP it sent
  * itself waits for the unblock.  trap_view_known: trap_view_blocked is
@@ -169,6 +170,20 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 	struct sigaction dfl;
 	int saved = errno;
 
+	/* An rdtsc of the agent's on a thread that forbade it (tsc.c). */
+	if (ag_tsc_fault(sig, si, uc)) {
+		errno = saved;
+		return;
+	}
+	if (ag_tls_quiet == AG_QUIET_STRICT) {
+		/* No system call may be made here: the fault happens again
+		 * with the signal blocked, which the kernel answers with the
+		 * default action.  (A signal sent to this thread is not sent
+		 * again: not covered.) */
+		sigaddset(&((ucontext_t *)uc)->uc_sigmask, sig);
+		errno = saved;
+		return;
+	}
 	if (ag_active() && ag_tls_ring)
 		ag_ring_put(ag_tls_ring, TRACE_EVENT, TRACE_EV_SIGNAL);
 	ag_note_fatal(sig, si->si_code, (uint64_t)(uintptr_t)si->si_addr,
@@ -231,6 +246,14 @@ void ag_signals_init(void)
 	if (!keep_trap_open)
 		ag_log("signals: cannot find the C library's signal-mask functions; a thread that "
 		       "blocks SIGTRAP may be killed by a pending patch");
+}
+
+/* The agent leaves the process alone (a debugger traces it, main.c): the
+ * interposers pass the program's calls on as they are. */
+void ag_signals_stay_out(void)
+{
+	stay_out = true;
+	keep_trap_open = false;
 }
 
 bool ag_trap_program_blocked(void)
@@ -488,6 +511,10 @@ static void ag_sig_wrapper(int sig, siginfo_t *si, void *uc)
 	struct sigaction sa = user[sig];
 	uint8_t view = *trap_view();
 
+	/* The program's SIGSEGV handler never sees a fault of the agent's. */
+	if (ag_tsc_fault(sig, si, uc))
+		return;
+
 	/* While the handler runs the program believes SIGTRAP blocked if its
 	 * sa_mask said so (the kernel was given the mask without it). */
 	if (keep_trap_open && sigismember(&sa.sa_mask, SIGTRAP) == 1)
@@ -501,7 +528,8 @@ static void handle(int sig, siginfo_t *si, void *uc, const struct sigaction *use
 	struct sigaction sa = *user_sa;
 	uint64_t fn = (uint64_t)(uintptr_t)((sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction
 									: (void *)sa.sa_handler);
-	ag_module *m = ag_active() && !ag_busy() && ag_may_trace() ? ag_module_of(fn) : NULL;
+	ag_module *m = ag_active() && !ag_busy() && !ag_tls_quiet && ag_may_trace()
+		       ? ag_module_of(fn) : NULL;
 	uint32_t func = m ? ca_func_at(m->ca, fn - m->bias) : CA_NONE;
 	trace_ring_header *ring;
 	uint32_t site;
@@ -543,7 +571,7 @@ AG_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 		errno = ENOSYS;
 		return -1;
 	}
-	if (sig <= 0 || sig >= NSIG_MAX || sig == SIGKILL || sig == SIGSTOP)
+	if (sig <= 0 || sig >= NSIG_MAX || sig == SIGKILL || sig == SIGSTOP || stay_out)
 		return real_sigaction(sig, act, old);
 	if (sig == SIGTRAP)
 		return ag_trap_chain(act, old);

@@ -55,6 +55,10 @@ static void *ag_thread_start(void *p)
 	ring = ag_enter();
 	if (!ring)
 		ring = ag_ring_create();
+	if (!ring) {            /* a thread that cannot read the TSC, say (tsc.c) */
+		ag_leave(ring);
+		return c.start(c.arg);
+	}
 	site = ag_site_root(c.m, c.func);
 	ag_ring_put(ring, TRACE_EVENT, TRACE_EV_ACTIVATE);
 	ag_ring_put(ring, TRACE_ENTRY, site);
@@ -137,7 +141,7 @@ static void ag_context_start(unsigned hi, unsigned lo, int a0, int a1, int a2, i
 	trace_ring_header *ring = ag_enter();
 	uint32_t site = 0;
 
-	if (ag_active()) {
+	if (ag_active() && !ag_tls_quiet) {
 		if (!ring)
 			ring = ag_ring_create();
 		site = ag_site_root(c->m, c->f);

@@ -48,6 +48,10 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One line on `out` per region of code the agent left alone because a
  * language runtime manages it (meta's "runtime" lines), and per module the
  * program's calls into are not traced ("untraced" lines); how many. */
+int cli_print_left_alone(FILE *out, const char *dir);
+/* Each process of the trace in DIR (and its exec'd and spawned images'
+ * subdirectories) whose agent did not trace, and why (meta's "end not
+ * tracing: ..."), one line each; how many. */
 int cli_print_untraced(FILE *out, const char *dir);
 /* The trace's "end" line (why it ended) from DIR/meta: 1 and *why, or 0. */
 int cli_meta_end(const char *dir, char *why, size_t len);
@@ -57,7 +61,8 @@ int cli_exec_successor(const char *dir, char *sub, size_t len);
 /* The "KEY value" lines of DIR/meta: how many, and the last value in *val. */
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len);
 /* Wait until DIR/meta has more than `before` KEY lines (1), the trace ends
- * (-1, the reason in *why) or `timeout` seconds pass (0); *ms: how long. */
+ * (-1, the reason in *why: an end line that was not there when the wait
+ * began) or `timeout` seconds pass (0); *ms: how long. */
 int cli_meta_wait(const char *dir, const char *key, int before, double timeout, double *ms,
 		  char *why, size_t len);
 

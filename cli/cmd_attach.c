@@ -244,7 +244,7 @@ int cmd_attach(int argc, char **argv)
 			       (int)pid, r.total_ms, (int)r.tid, r.pause_ms, timeout, absdir, absdir);
 			return 1;
 		}
-		cli_print_untraced(stdout, absdir);
+		cli_print_left_alone(stdout, absdir);
 		printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
 		       "tracing %.1f ms later; trace in %s\n", (int)pid, r.total_ms, (int)r.tid,
 		       r.pause_ms, ms, absdir);

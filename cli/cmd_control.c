@@ -4,7 +4,8 @@
  *   sptrace stop PID | --all   deactivate: every patched byte is put back
  *                              (the code is again identical to the files)
  *                              and the trace is completed; the program goes
- *                              on untraced.
+ *                              on untraced.  Sent to any agent that listens,
+ *                              even when meta says the trace ended.
  *   sptrace activate PID...    start tracing now (`--on signal`, or any
  *                              agent still waiting for its event).
  *
@@ -118,7 +119,12 @@ static int control_one(const command *cmd, const char *reg, const char *pid, dou
 		unlink(link);
 		return cli_error("%s: pid %s has exited; its trace is in %s", cmd->name, pid, dir);
 	}
-	if (cli_meta_end(dir, why, sizeof why))
+	/* An ended trace takes no activation; a stop still goes to an agent
+	 * that listens: the code of a process that has the agent is restored
+	 * whatever meta says. */
+	int ended = cli_meta_end(dir, why, sizeof why);
+
+	if (ended && cmd == &activate_cmd)
 		return cli_error("%s: pid %s: tracing already ended (%s); trace in %s", cmd->name, pid,
 				 why, dir);
 	/* Each activation and each stop appends a line to meta: the agent's
@@ -131,6 +137,9 @@ static int control_one(const command *cmd, const char *reg, const char *pid, dou
 	}
 	snprintf(fifo, sizeof fifo, "%s/control", dir);
 	fd = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 && ended)
+		return cli_error("%s: pid %s: tracing already ended (%s) and no agent listens on %s; "
+				 "trace in %s", cmd->name, pid, why, fifo, dir);
 	if (fd < 0)
 		return cli_error("%s: pid %s: the agent does not answer on %s: %s", cmd->name, pid,
 				 fifo, errno == ENXIO ? "no control thread is listening" : strerror(errno));

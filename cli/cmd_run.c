@@ -334,6 +334,7 @@ int cmd_run(int argc, char **argv)
 	}
 	end_traces(absdir, status);
 	cli_analyze_traced_modules("run", NULL, absdir);
+	cli_print_left_alone(stderr, absdir);
 	cli_print_untraced(stderr, absdir);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);

@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -115,7 +116,7 @@ static void module_path(FILE *f, unsigned index, char *path, size_t len)
 		}
 }
 
-int cli_print_untraced(FILE *out, const char *dir)
+int cli_print_left_alone(FILE *out, const char *dir)
 {
 	char path[4200], line[4200], mod[4096], kind[16];
 	size_t kr = strlen(TRACE_META_RUNTIME);
@@ -155,6 +156,34 @@ int cli_print_untraced(FILE *out, const char *dir)
 	return count;
 }
 
+int cli_print_untraced(FILE *out, const char *dir)
+{
+	char why[512], pid[64] = "?", prog[512] = "?";
+	int count = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (cli_meta_end(dir, why, sizeof why) && strncmp(why, "not tracing: ", 13) == 0) {
+		cli_meta_get(dir, TRACE_META_PID, pid, sizeof pid);
+		cli_meta_get(dir, TRACE_META_PROGRAM, prog, sizeof prog);
+		fprintf(out, "sptrace: pid %s (%s) was not traced: %s (see %s/agent.log)\n", pid, prog,
+			why + 13, dir);
+		count++;
+	}
+	/* The images exec'd or spawned from this one have traces of their own. */
+	if (!(d = opendir(dir)))
+		return count;
+	while ((de = readdir(d))) {
+		char sub[PATH_MAX];
+
+		if ((strncmp(de->d_name, "exec.", 5) == 0 || strncmp(de->d_name, "spawn.", 6) == 0) &&
+		    snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name) < (int)sizeof sub)
+			count += cli_print_untraced(out, sub);
+	}
+	closedir(d);
+	return count;
+}
+
 int cli_meta_end(const char *dir, char *why, size_t len)
 {
 	return cli_meta_get(dir, TRACE_META_END, why, len);
@@ -165,6 +194,9 @@ int cli_meta_wait(const char *dir, const char *key, int before, double timeout, 
 {
 	struct timespec t0, now, nap = { 0, 5000000 };
 	char val[512];
+	/* An end line already there is not news (sptrace stop still reaches
+	 * an agent whose trace ended). */
+	int ends = cli_meta_get(dir, TRACE_META_END, val, sizeof val);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
@@ -172,7 +204,7 @@ int cli_meta_wait(const char *dir, const char *key, int before, double timeout, 
 		*ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) / 1e6;
 		if (cli_meta_get(dir, key, val, sizeof val) > before)
 			return 1;
-		if (cli_meta_end(dir, why, len))
+		if (cli_meta_get(dir, TRACE_META_END, why, len) > ends)
 			return -1;
 		if (*ms > timeout * 1e3)
 			return 0;

@@ -7,6 +7,9 @@
  *   meta            text, one "key value" per line (see TRACE_META_*): pid,
  *                   program, clocks, activation event, why the trace ended,
  *                   and one "module" line per module with its load bias.
+ *                   Written by the traced process only: a forked child
+ *                   sharing the directory (its rings are ring.<its tid>)
+ *                   adds nothing but its own "exec" lines, under its pid.
  *   sites           the site table: one fixed-size trace_site record per
  *                   site id the agent handed out, appended as sites are
  *                   instrumented (so it grows while the trace runs).

@@ -17,6 +17,9 @@ packages=(
 	gzip xz-utils sqlite3 redis-server redis-tools nginx-light haproxy
 	# runtimes that read return addresses (test_runtimes.py): node's V8, Go with cgo
 	nodejs golang-go
+	# programs that met the agent badly (test_programs.py): a debugger and its
+	# inferior, postgres's forking postmaster
+	gdb postgresql-15 postgresql-client-15
 )
 
 missing=()

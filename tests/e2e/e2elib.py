@@ -75,6 +75,32 @@ def run(cmd, timeout=240, **kw):
     return p
 
 
+def text_diff_bytes(pid):
+    """{path: how many bytes differ} for the executable mappings of `pid`
+    whose bytes differ from their files."""
+    bad = {}
+    for line in open("/proc/%d/maps" % pid):
+        p = line.split()
+        if len(p) < 6 or "x" not in p[1] or not p[5].startswith("/") or not os.path.isfile(p[5]):
+            continue
+        lo, hi = [int(x, 16) for x in p[0].split("-")]
+        with open("/proc/%d/mem" % pid, "rb") as m:
+            m.seek(lo)
+            mem = m.read(hi - lo)
+        with open(p[5], "rb") as f:
+            f.seek(int(p[2], 16))
+            file_bytes = f.read(hi - lo)
+        n = sum(1 for a, b in zip(mem, file_bytes) if a != b)
+        if n:
+            bad[p[5]] = bad.get(p[5], 0) + n
+    return bad
+
+
+def text_differences(pid):
+    """Executable mappings of `pid` whose bytes differ from their files."""
+    return sorted(text_diff_bytes(pid))
+
+
 def sptrace(exe, args, ok=True, timeout=240):
     """Run `sptrace ARGS`; with ok=True fail unless it exits 0."""
     p = run([exe] + args, timeout=timeout)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from e2elib import check, fail
+from e2elib import check, fail, text_differences
 
 # Expected trees of tests/progs/trace_conf.c, the same at -O0 and -O2
 # (";" separates replay lines; the indentation after it is the replay's).
@@ -571,25 +571,6 @@ def case_drain(sptrace, prog, tmp):
                   "--flight-recorder: expected the oldest records lost:\n%s" % text[:1500])
 
 
-def text_differences(pid):
-    """Executable mappings of `pid` whose bytes differ from their files."""
-    bad = []
-    for line in open("/proc/%d/maps" % pid):
-        p = line.split()
-        if len(p) < 6 or "x" not in p[1] or not p[5].startswith("/") or not os.path.isfile(p[5]):
-            continue
-        lo, hi = [int(x, 16) for x in p[0].split("-")]
-        with open("/proc/%d/mem" % pid, "rb") as m:
-            m.seek(lo)
-            mem = m.read(hi - lo)
-        with open(p[5], "rb") as f:
-            f.seek(int(p[2], 16))
-            file_bytes = f.read(hi - lo)
-        if mem[:len(file_bytes)] != file_bytes:
-            bad.append(p[5])
-    return bad
-
-
 def case_stop(sptrace, prog, tmp):
     """sptrace stop PID: every patched byte back, the trace completed, the
     program running on."""
@@ -615,9 +596,23 @@ def case_stop(sptrace, prog, tmp):
         check(r.returncode == 0 and "already tracing" in r.stdout, "activate twice: %r" % r.stdout)
         r = run([sptrace, "stop", str(child)])
         check(r.returncode == 0 and not text_differences(child), "third stop: %r" % r.stderr)
+        # Whatever meta says -- here an end line no agent wrote -- a stop
+        # restores the code of a process that has the agent; an activation
+        # is refused.
+        r = run([sptrace, "activate", str(child)])
+        check(r.returncode == 0 and text_differences(child), "activate again: %r" % r.stderr)
+        with open(os.path.join(tdir, "meta"), "a") as f:
+            f.write("end said by someone else\n")
+        r = run([sptrace, "stop", str(child)])
+        check(r.returncode == 0 and "code restored" in r.stdout and not text_differences(child),
+              "stop with an end line in meta (%d): %s %s; differs: %r" %
+              (r.returncode, r.stdout, r.stderr, text_differences(child)))
+        r = run([sptrace, "activate", str(child)])
+        check(r.returncode != 0 and "tracing already ended" in r.stderr,
+              "activate with an end line in meta: %r %r" % (r.stdout, r.stderr))
     with open(os.path.join(tdir, "meta")) as f:
         m = f.read()
-        check(m.count("\nstopped ") == 3 and m.count("\nactivated ") == 2,
+        check(m.count("\nstopped ") == 4 and m.count("\nactivated ") == 3,
               "meta does not record the stops and activations:\n" + m)
     tree = only(replay_tree(sptrace, tdir), {"main", "spin", "leaf"})
     wrapped = "records lost" in run([sptrace, "replay", tdir], env=repo_env(tdir)).stdout

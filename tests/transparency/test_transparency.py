@@ -12,16 +12,23 @@ and under the agent; these must be identical:
 
 And the agent must have been there: the trace holds tp_after_go (a test that
 passes because nothing was traced proves nothing).
+
+A program may ask for `sptrace stop` or `sptrace activate` in the middle of
+its work (tp_control: a line "control stop" on stdout, then it waits for a
+line): traced, the command must succeed -- a stop leaves the text of every
+module identical to its file -- natively nothing happens.
 """
 import hashlib
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-from e2elib import check, check_sanitizers, describe_exit, fail  # noqa: E402
+from e2elib import (check, check_sanitizers, describe_exit, fail,  # noqa: E402
+                    text_diff_bytes)
 
 TIMEOUT = 120
 
@@ -48,14 +55,70 @@ def handshake(p, what):
           % (what, line, p.stderr.read() if p.poll() is not None else ""))
 
 
-def finish(p, what):
+def finish(p, what, control=None):
+    """Send "go", answer the program's control requests (control(cmd) runs
+    them when traced), and collect the rest: stdout, stderr, status."""
+    timer = threading.Timer(TIMEOUT, p.kill)
+    timer.start()
+    out = []
     try:
-        out, err = p.communicate("go\n", timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        for line in p.stdout:
+            out.append(line)
+            if line.startswith("control "):
+                if control:
+                    control(line.split()[1])
+                p.stdin.write("ok\n")
+                p.stdin.flush()
+        p.stdin.close()
+        err = p.stderr.read()
+        p.wait()
+    except BrokenPipeError:
         p.kill()
-        out, err = p.communicate()
-        fail("%s: no end within %d s; stdout so far %r, stderr %r" % (what, TIMEOUT, out, err))
-    return out, err, p.returncode
+        out.append(p.stdout.read())
+        err = p.stderr.read()
+        p.wait()
+    finally:
+        timeout = not timer.is_alive()
+        timer.cancel()
+    if timeout:
+        fail("%s: no end within %d s; stdout so far %r" % (what, TIMEOUT, "".join(out)))
+    return "".join(out), err, p.returncode
+
+
+def meta_pid(tdir):
+    with open(os.path.join(tdir, "meta")) as f:
+        for line in f:
+            if line.startswith("pid "):
+                return int(line.split()[1])
+    fail("no pid line in %s/meta" % tdir)
+
+
+def controller(sptrace, env, tdir, pid_of):
+    """What a traced run does at a program's "control CMD" line."""
+    def control(cmd):
+        pid = pid_of()
+        r = subprocess.run([sptrace, cmd, str(pid)], capture_output=True, text=True,
+                           timeout=TIMEOUT, env=env, stdin=subprocess.DEVNULL)
+        check_sanitizers(r.args, r.stderr)
+        want = "tracing stopped, code restored" if cmd == "stop" else "tracing"
+        check(r.returncode == 0 and want in r.stdout,
+              "sptrace %s %d failed (%d): %s %s\nmeta:\n%s" % (cmd, pid, r.returncode, r.stdout,
+                                                             r.stderr, read(tdir, "meta")))
+        if cmd == "stop":
+            diff = text_diff_bytes(pid)
+            check(not diff, "after sptrace stop %d the code differs from the files (bytes): %r"
+                  % (pid, diff))
+    return control
+
+
+def read(tdir, name):
+    try:
+        with open(os.path.join(tdir, name)) as f:
+            return f.read()
+    except OSError:
+        return "(no %s)" % name
 
 
 def start(argv, env=None):
@@ -79,7 +142,8 @@ def traced(sptrace, mode, prog, tmp, tdir):
     if mode == "run":
         p = start([sptrace, "run", "-o", tdir, "--", prog, scratch], env=env)
         handshake(p, "sptrace run")
-        out, err, rc = finish(p, "sptrace run")
+        out, err, rc = finish(p, "sptrace run",
+                              controller(sptrace, env, tdir, lambda: meta_pid(tdir)))
     else:
         p = start([prog, scratch])
         handshake(p, "the program to attach to")
@@ -91,17 +155,13 @@ def traced(sptrace, mode, prog, tmp, tdir):
             p.communicate()
             fail("sptrace attach %d failed (%d): %s %s" % (p.pid, a.returncode, a.stdout,
                                                            a.stderr))
-        out, err, rc = finish(p, "the attached program")
+        out, err, rc = finish(p, "the attached program", controller(sptrace, env, tdir, lambda: p.pid))
     check_sanitizers([sptrace, mode], err)
     return out, err, rc, digest(scratch)
 
 
 def agent_log(tdir):
-    try:
-        with open(os.path.join(tdir, "agent.log")) as f:
-            return f.read()
-    except OSError:
-        return "(no agent.log)"
+    return read(tdir, "agent.log")
 
 
 def main():

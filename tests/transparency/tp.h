@@ -35,6 +35,19 @@ static inline void tp_handshake(void)
 		exit(99);
 }
 
+/* Ask the test for `sptrace CMD` now (stop, activate) and wait until it is
+ * done: traced, the command must succeed; natively nothing happens.  The
+ * line is part of the output, the same either way. */
+static inline void tp_control(const char *cmd)
+{
+	char line[16];
+
+	printf("control %s\n", cmd);
+	fflush(stdout);
+	if (!fgets(line, sizeof line, stdin))
+		exit(98);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {

@@ -205,22 +205,20 @@ const char *an_trace_meta(const an_trace *t, const char *key)
 	return NULL;
 }
 
-/* Read a whole small file.  0 and *buf (NUL-terminated) or -1 with errno. */
+/* Read a whole small regular file (never a FIFO, a device or a link: see
+ * sp_open_regular).  0 and *buf (NUL-terminated) or -1 with errno. */
 static int slurp(const char *path, size_t max, char **buf, size_t *len)
 {
-	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st = { 0 };
+	int fd = sp_open_regular(path, 1);
 	size_t got = 0;
 
 	*buf = NULL;
 	if (fd < 0)
 		return -1;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
-		int e = errno;
-		if (!S_ISREG(st.st_mode))
-			e = EINVAL;
-		else if ((uint64_t)st.st_size > max)
-			e = EFBIG;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > max) {
+		int e = (uint64_t)st.st_size > max ? EFBIG : errno;
+
 		close(fd);
 		errno = e;
 		return -1;
@@ -231,6 +229,7 @@ static int slurp(const char *path, size_t max, char **buf, size_t *len)
 		errno = ENOMEM;
 		return -1;
 	}
+	/* No more than fstat said: a file growing meanwhile is read as it was. */
 	while (got < (size_t)st.st_size) {
 		ssize_t r = read(fd, *buf + got, (size_t)st.st_size - got);
 		if (r < 0 && errno == EINTR)
@@ -247,11 +246,9 @@ static int slurp(const char *path, size_t max, char **buf, size_t *len)
 
 static const char *errno_text(int e)
 {
-	if (e == EINVAL)
-		return "not a regular file";
 	if (e == EFBIG)
 		return "implausibly large";
-	return strerror(e);
+	return sp_open_why(e);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1073,14 +1070,16 @@ static int read_full(int fd, void *buf, size_t len, off_t off)
 static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
 {
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	int fd = sp_open_regular(path, 1);
 	uint64_t need;
 
 	if (fd < 0)
-		return sp_fail(err, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		return sp_fail(err, "%s: cannot open: %s", path, sp_open_why(errno));
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+
 		close(fd);
-		return sp_fail(err, "%s: not a regular file", path);
+		return sp_fail(err, "%s: cannot read: %s", path, strerror(e));
 	}
 	if (st.st_size == 0) {
 		close(fd);
@@ -1214,9 +1213,10 @@ static int seg_read(const char *ring_path, seg_data *sd, int want_recs, sp_err *
 
 	memset(sd, 0, sizeof *sd);
 	seg_path(ring_path, path, sizeof path);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = sp_open_regular(path, 1);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : sp_fail(err, "%s: cannot open: %s", path, strerror(errno));
+		return errno == ENOENT ? 0 : sp_fail(err, "%s: cannot open: %s", path,
+						     sp_open_why(errno));
 	if (fstat(fd, &st) < 0) {
 		close(fd);
 		return sp_fail(err, "%s: cannot read: %s", path, strerror(errno));

@@ -315,13 +315,12 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 /* Children (fork, vfork) that exec'd have traces of their own: say where. */
 static void children_exec(const char *dir)
 {
-	char path[PATH_MAX + 8], line[PATH_MAX + 64], sub[256], prog[PATH_MAX];
+	char line[PATH_MAX + 64], sub[256], prog[PATH_MAX];
 	size_t ke = strlen(TRACE_META_EXEC), kp = strlen(TRACE_META_PID);
 	int pid = -1, epid;
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	if (!(f = fopen(path, "re")))
+	if (!(f = cli_meta_open(dir)))
 		return;
 	while (fgets(line, sizeof line, f))
 		if (strncmp(line, TRACE_META_PID " ", kp + 1) == 0)

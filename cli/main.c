@@ -75,15 +75,28 @@ void cli_progress_end(void)
 	}
 }
 
+FILE *cli_meta_open(const char *dir)
+{
+	char path[PATH_MAX + 8];
+	int fd;
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/meta", dir);
+	if ((fd = sp_open_regular(path, 1)) < 0)
+		return NULL;
+	if (!(f = fdopen(fd, "r")))
+		close(fd);
+	return f;
+}
+
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len)
 {
-	char path[4200], line[4096];
+	char line[4096];
 	size_t klen = strlen(key);
 	FILE *f;
 	int found = 0;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	f = fopen(path, "re");
+	f = cli_meta_open(dir);
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof line, f))
@@ -117,7 +130,7 @@ static void module_path(FILE *f, unsigned index, char *path, size_t len)
 
 int cli_print_untraced(FILE *out, const char *dir)
 {
-	char path[4200], line[4200], mod[4096], kind[16];
+	char line[4200], mod[4096], kind[16];
 	size_t kr = strlen(TRACE_META_RUNTIME);
 	unsigned long long lo, hi;
 	unsigned index;
@@ -125,8 +138,7 @@ int cli_print_untraced(FILE *out, const char *dir)
 	int count = 0;
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	f = fopen(path, "re");
+	f = cli_meta_open(dir);
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof line, f)) {
@@ -184,15 +196,14 @@ int cli_meta_wait(const char *dir, const char *key, int before, double timeout, 
  * in (the last exec that did not fail), or 0. */
 int cli_exec_successor(const char *dir, char *sub, size_t len)
 {
-	char path[PATH_MAX + 8], line[PATH_MAX + 64], name[256], pid[32] = "";
+	char line[PATH_MAX + 64], name[256], pid[32] = "";
 	size_t ke = strlen(TRACE_META_EXEC), kf = strlen(TRACE_META_EXEC_FAILED);
 	size_t kp = strlen(TRACE_META_PID);
 	int epid;
 	FILE *f;
 
 	sub[0] = '\0';
-	snprintf(path, sizeof path, "%s/meta", dir);
-	if (!(f = fopen(path, "re")))
+	if (!(f = cli_meta_open(dir)))
 		return 0;
 	while (fgets(line, sizeof line, f)) {
 		if (strncmp(line, TRACE_META_PID " ", kp + 1) == 0)

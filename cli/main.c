@@ -213,12 +213,24 @@ int cli_exec_successor(const char *dir, char *sub, size_t len)
 			 strlen(dir) + strlen(name) + 2 <= len) {
 			size_t kd = strlen(dir);
 
+			/* The agent names a new subdirectory (agent/exec.c); "." or
+			 * ".." or a path would send a reader back up the chain of
+			 * images, round and round. */
+			if (strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+				fprintf(stderr, "sptrace: warning: %s/meta: exec line names '%s', not "
+					"a subdirectory of the trace: ignored (a damaged meta file)\n",
+					dir, name);
+				continue;
+			}
+
 			memcpy(sub, dir, kd);
 			sub[kd] = '/';
 			memcpy(sub + kd + 1, name, strlen(name) + 1);
-		} else if (strncmp(line, TRACE_META_EXEC_FAILED " ", kf + 1) == 0 &&
-			   sub[0] && strcmp(strrchr(sub, '/') + 1, strtok(line + kf + 1, " \n")) == 0) {
-			sub[0] = '\0';
+		} else if (strncmp(line, TRACE_META_EXEC_FAILED " ", kf + 1) == 0 && sub[0]) {
+			const char *failed = strtok(line + kf + 1, " \n");
+
+			if (failed && strcmp(strrchr(sub, '/') + 1, failed) == 0)
+				sub[0] = '\0';
 		}
 	}
 	fclose(f);

@@ -1065,9 +1065,50 @@ static int read_full(int fd, void *buf, size_t len, off_t off)
 	return 0;
 }
 
+/* Slot i of the ring is all zero: never written (the agent writes no zero
+ * record: kind ENTRY needs a site id, and id 0 is none). */
+static int slot_zero(int fd, const trace_ring_header *h, uint64_t i)
+{
+	uint64_t r;
+
+	return read_full(fd, &r, 8, (off_t)(h->header_size + i * 8)) == 0 && r == 0;
+}
+
+/*
+ * The count the ring's records bear out.  The agent takes slots in order, so
+ * the newest records are written: a count whose newest slot and the one
+ * before are both zero says more than was ever written -- a corrupt count
+ * (a flipped bit made a 4-record ring claim 131076, and a replay of 535 MB
+ * of "?site 0").  A single zero is allowed: a crash between taking a slot and
+ * filling it leaves that hole.  A ring that came round (count > capacity)
+ * has written every slot, so there its last two slots are the test.  Then
+ * the count is one past the last slot written.  Reads only two slots unless
+ * the count is wrong.
+ */
+static uint64_t ring_written(int fd, const trace_ring_header *h)
+{
+	uint64_t top = h->count > h->capacity ? h->capacity : h->count, buf[1024];
+
+	if (top == 0 || !slot_zero(fd, h, top - 1) || (top > 1 && !slot_zero(fd, h, top - 2)))
+		return h->count;
+	while (top > 0) {
+		uint64_t n = top < 1024 ? top : 1024;
+
+		if (read_full(fd, buf, n * 8, (off_t)(h->header_size + (top - n) * 8)) < 0)
+			return h->count;        /* shrank: the caller's read says so */
+		for (uint64_t i = n; i > 0; i--)
+			if (buf[i - 1])
+				return top - n + i;
+		top -= n;
+	}
+	return 0;
+}
+
 /* Open a ring file and check its header against its size.  -2: an empty
- * ring (the agent was making it when the process died), to be skipped. */
-static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
+ * ring (the agent was making it when the process died), to be skipped.
+ * *said: the header's count when the records show it wrong (h->count is
+ * then the count they bear out, see ring_written), else equal to it. */
+static int ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err *err)
 {
 	struct stat st;
 	int fd = sp_open_regular(path, 1);
@@ -1138,6 +1179,8 @@ static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
 			       " records (%" PRIu64 " bytes with the header)", path,
 			       (long long)st.st_size, h->capacity, need);
 	}
+	*said = h->count;
+	h->count = ring_written(fd, h);
 	return fd;
 }
 
@@ -1284,7 +1327,7 @@ static int read_rings(an_trace *t, sp_err *err)
 	if (!d)
 		return sp_fail(err, "%s: cannot list: %s", t->dir, strerror(errno));
 	while (rc == 0 && (de = readdir(d))) {
-		uint64_t ftid;
+		uint64_t ftid, said;
 		an_thread *th;
 		int fd;
 
@@ -1295,7 +1338,7 @@ static int read_rings(an_trace *t, sp_err *err)
 			continue;
 		}
 		snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name);
-		fd = ring_open(path, &h, err);
+		fd = ring_open(path, &h, &said, err);
 		if (fd == -2) {
 			/* A header of zeros: the process died while the agent was
 			 * making this ring, before its first record.  Nothing lost. */
@@ -1308,6 +1351,10 @@ static int read_rings(an_trace *t, sp_err *err)
 			break;
 		}
 		close(fd);
+		if (said != h.count)
+			warn(t, "%s: corrupt header: it counts %" PRIu64 " records written, but "
+			     "only the first %" PRIu64 " slots of the ring were ever written: read "
+			     "as %" PRIu64 " records", path, said, h.count, h.count);
 		if (sp_grow((void **)&t->threads, &t->capthreads, t->nthreads + 1,
 			    sizeof *t->threads)) {
 			rc = sp_fail(err, "out of memory");
@@ -1471,7 +1518,7 @@ struct an_iter {
 int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 {
 	trace_ring_header h;
-	uint64_t *ring = NULL, ring_from, cap_n;
+	uint64_t *ring = NULL, ring_from, cap_n, said;
 	size_t nring;
 	seg_data sd;
 	an_iter *it;
@@ -1480,7 +1527,7 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 	*out = NULL;
 	if (seg_read(th->path, &sd, 1, err) < 0)
 		return -1;
-	fd = ring_open(th->path, &h, err);
+	fd = ring_open(th->path, &h, &said, err);
 	if (fd < 0) {
 		free(sd.recs);
 		free(sd.resets);

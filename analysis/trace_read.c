@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 /* Limits past which a file is corrupt rather than large. */
-#define META_MAX_BYTES (16u << 20)
 #define RING_MAX_CAPACITY (1ull << 36)   /* 512 GiB of records */
 #define RING_MAX_COUNT (1ull << 56)      /* 2 years at 10^9 records/s */
 #define RING_MAX_HEADER (1u << 20)
@@ -336,7 +335,7 @@ static int read_meta(an_trace *t, sp_err *err)
 	uint64_t v;
 
 	snprintf(path, sizeof path, "%s/meta", t->dir);
-	if (slurp(path, META_MAX_BYTES, &buf, &len) < 0)
+	if (slurp(path, TRACE_META_MAX_BYTES, &buf, &len) < 0)
 		return sp_fail(err, "%s: cannot read: %s%s", path, errno_text(errno),
 			       errno == ENOENT ? " (is this a trace directory?)" : "");
 	if (strlen(buf) != len) {

@@ -3,10 +3,12 @@
  */
 #include "cli.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,9 +83,16 @@ FILE *cli_meta_open(const char *dir)
 	int fd;
 	FILE *f;
 
+	struct stat st;
+
 	snprintf(path, sizeof path, "%s/meta", dir);
 	if ((fd = sp_open_regular(path, 1)) < 0)
 		return NULL;
+	if (fstat(fd, &st) < 0 || st.st_size > TRACE_META_MAX_BYTES) {
+		close(fd);
+		errno = EFBIG;
+		return NULL;
+	}
 	if (!(f = fdopen(fd, "r")))
 		close(fd);
 	return f;

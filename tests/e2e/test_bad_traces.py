@@ -6,7 +6,8 @@ Each CASE makes a small real trace (`sptrace run -o DIR -- /bin/true`, 1 MiB
 rings, its own repository), damages it, and runs `sptrace replay DIR` and
 `sptrace report DIR`, each with a 10 s limit.  Each must:
   - finish within the limit (the old reader blocked for ever on a FIFO, read
-    /dev/urandom for ever, or replayed an exec loop for ever);
+    /dev/urandom or a sparse 1 TiB meta for minutes or for ever, or replayed
+    an exec loop again and again);
   - not be killed by a signal, and leave no sanitizer report;
   - print at most 1 MiB (a ring of 1 MiB once made a replay of 535 MB);
   - for the cases that cannot be read: exit non-zero with an error starting
@@ -60,6 +61,13 @@ def meta_urandom(tdir):
     return p
 
 
+def meta_huge(tdir):
+    """meta made a sparse file of 1 TiB: read through, it takes minutes."""
+    p = os.path.join(tdir, "meta")
+    os.truncate(p, 1 << 40)
+    return p
+
+
 def exec_loop(tdir):
     """An exec line whose subdirectory is the trace directory itself."""
     p = os.path.join(tdir, "meta")
@@ -98,6 +106,7 @@ CASES = {
     "meta-fifo": (meta_fifo, True, ["not a regular file"]),
     "seg-fifo": (seg_fifo, True, ["not a regular file"]),
     "meta-urandom": (meta_urandom, True, ["symbolic link", "not a regular file"]),
+    "meta-huge": (meta_huge, True, ["implausibly large"]),
     "exec-loop": (exec_loop, False, ["exec line"]),
     "exec-link": (exec_link, True, ["shown already"]),
     "ring-count": (ring_count, False, ["corrupt header"]),

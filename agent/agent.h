@@ -165,6 +165,8 @@ void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock hel
 void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
 void ag_pools_after_fork(void);     /* ... the child maps the copies */
 void ag_patch_after_fork(void);
+/* Ring size in bytes (SPTRACE_RING_BYTES); outside 8 KiB..64 GiB: logged,
+ * the default kept. */
 void ag_ring_set_size(uint64_t bytes);
 
 /* ---- pool.c ---- */

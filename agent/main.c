@@ -764,8 +764,6 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	 * what it starts) for accept and recv, every thread otherwise. */
 	threads_event_only = threads && *threads ? strcmp(threads, "event") == 0
 			     : strcmp(on_event, "accept") == 0 || strcmp(on_event, "recv") == 0;
-	if (ring)
-		ag_ring_set_size(strtoull(ring, NULL, 10));
 	ag_exec_init(ring);
 	if (exec_of) {
 		snprintf(parent, sizeof parent, "%s", exec_of);
@@ -777,6 +775,9 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	snprintf(log_path, sizeof log_path, "%s/agent.log", ag_dir);
 	log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	ag_fd_keep(&log_fd, log_path, O_WRONLY | O_APPEND);
+	/* After the log is open: a size refused is said there. */
+	if (ring)
+		ag_ring_set_size(strtoull(ring, NULL, 10));
 	if (!attached && stay_out_if_debugged())
 		return -1;
 	if (attached)

@@ -26,14 +26,25 @@ static trace_ring_header **rings;
 static volatile uint32_t nrings;
 static uint64_t ring_records = 1u << 21;   /* 16 MiB of records per thread */
 
+/* The sizes sptrace run --ring-size allows (cli/trace_dir.c): 8 KiB of
+ * records at least, 64 GiB at most.  Beyond that the doubling below would
+ * overflow and spin for ever (a value near 2^64 is a mistake, not a wish). */
+#define RING_MIN_BYTES (1024u * 8)
+#define RING_MAX_BYTES (65536ull << 20)
+
 void ag_ring_set_size(uint64_t bytes)
 {
 	uint64_t n = 1;
 
+	if (bytes < RING_MIN_BYTES || bytes > RING_MAX_BYTES) {
+		ag_log("SPTRACE_RING_BYTES %llu is outside %u..%llu: rings keep the default "
+		       "%llu bytes", (unsigned long long)bytes, RING_MIN_BYTES,
+		       (unsigned long long)RING_MAX_BYTES, (unsigned long long)ring_records * 8);
+		return;
+	}
 	while (n * 2 * 8 <= bytes)
 		n *= 2;
-	if (n >= 1024)
-		ring_records = n;
+	ring_records = n;
 }
 
 /* Take a slot and fill it; taking it is one instruction, so a signal

@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 /* Limits past which a file is corrupt rather than large. */
-#define META_MAX_BYTES (16u << 20)
 #define RING_MAX_CAPACITY (1ull << 36)   /* 512 GiB of records */
 #define RING_MAX_COUNT (1ull << 56)      /* 2 years at 10^9 records/s */
 #define RING_MAX_HEADER (1u << 20)
@@ -205,22 +204,20 @@ const char *an_trace_meta(const an_trace *t, const char *key)
 	return NULL;
 }
 
-/* Read a whole small file.  0 and *buf (NUL-terminated) or -1 with errno. */
+/* Read a whole small regular file (never a FIFO, a device or a link: see
+ * sp_open_regular).  0 and *buf (NUL-terminated) or -1 with errno. */
 static int slurp(const char *path, size_t max, char **buf, size_t *len)
 {
-	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st = { 0 };
+	int fd = sp_open_regular(path, 1);
 	size_t got = 0;
 
 	*buf = NULL;
 	if (fd < 0)
 		return -1;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
-		int e = errno;
-		if (!S_ISREG(st.st_mode))
-			e = EINVAL;
-		else if ((uint64_t)st.st_size > max)
-			e = EFBIG;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > max) {
+		int e = (uint64_t)st.st_size > max ? EFBIG : errno;
+
 		close(fd);
 		errno = e;
 		return -1;
@@ -231,6 +228,7 @@ static int slurp(const char *path, size_t max, char **buf, size_t *len)
 		errno = ENOMEM;
 		return -1;
 	}
+	/* No more than fstat said: a file growing meanwhile is read as it was. */
 	while (got < (size_t)st.st_size) {
 		ssize_t r = read(fd, *buf + got, (size_t)st.st_size - got);
 		if (r < 0 && errno == EINTR)
@@ -247,11 +245,9 @@ static int slurp(const char *path, size_t max, char **buf, size_t *len)
 
 static const char *errno_text(int e)
 {
-	if (e == EINVAL)
-		return "not a regular file";
 	if (e == EFBIG)
 		return "implausibly large";
-	return strerror(e);
+	return sp_open_why(e);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -339,7 +335,7 @@ static int read_meta(an_trace *t, sp_err *err)
 	uint64_t v;
 
 	snprintf(path, sizeof path, "%s/meta", t->dir);
-	if (slurp(path, META_MAX_BYTES, &buf, &len) < 0)
+	if (slurp(path, TRACE_META_MAX_BYTES, &buf, &len) < 0)
 		return sp_fail(err, "%s: cannot read: %s%s", path, errno_text(errno),
 			       errno == ENOENT ? " (is this a trace directory?)" : "");
 	if (strlen(buf) != len) {
@@ -1068,19 +1064,62 @@ static int read_full(int fd, void *buf, size_t len, off_t off)
 	return 0;
 }
 
+/* Slot i of the ring is all zero: never written (the agent writes no zero
+ * record: kind ENTRY needs a site id, and id 0 is none). */
+static int slot_zero(int fd, const trace_ring_header *h, uint64_t i)
+{
+	uint64_t r;
+
+	return read_full(fd, &r, 8, (off_t)(h->header_size + i * 8)) == 0 && r == 0;
+}
+
+/*
+ * The count the ring's records bear out.  The agent takes slots in order, so
+ * the newest records are written: a count whose newest slot and the one
+ * before are both zero says more than was ever written -- a corrupt count
+ * (a flipped bit made a 4-record ring claim 131076, and a replay of 535 MB
+ * of "?site 0").  A single zero is allowed: a crash between taking a slot and
+ * filling it leaves that hole.  A ring that came round (count > capacity)
+ * has written every slot, so there its last two slots are the test.  Then
+ * the count is one past the last slot written.  Reads only two slots unless
+ * the count is wrong.
+ */
+static uint64_t ring_written(int fd, const trace_ring_header *h)
+{
+	uint64_t top = h->count > h->capacity ? h->capacity : h->count, buf[1024];
+
+	if (top == 0 || !slot_zero(fd, h, top - 1) || (top > 1 && !slot_zero(fd, h, top - 2)))
+		return h->count;
+	while (top > 0) {
+		uint64_t n = top < 1024 ? top : 1024;
+
+		if (read_full(fd, buf, n * 8, (off_t)(h->header_size + (top - n) * 8)) < 0)
+			return h->count;        /* shrank: the caller's read says so */
+		for (uint64_t i = n; i > 0; i--)
+			if (buf[i - 1])
+				return top - n + i;
+		top -= n;
+	}
+	return 0;
+}
+
 /* Open a ring file and check its header against its size.  -2: an empty
- * ring (the agent was making it when the process died), to be skipped. */
-static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
+ * ring (the agent was making it when the process died), to be skipped.
+ * *said: the header's count when the records show it wrong (h->count is
+ * then the count they bear out, see ring_written), else equal to it. */
+static int ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err *err)
 {
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	int fd = sp_open_regular(path, 1);
 	uint64_t need;
 
 	if (fd < 0)
-		return sp_fail(err, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		return sp_fail(err, "%s: cannot open: %s", path, sp_open_why(errno));
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+
 		close(fd);
-		return sp_fail(err, "%s: not a regular file", path);
+		return sp_fail(err, "%s: cannot read: %s", path, strerror(e));
 	}
 	if (st.st_size == 0) {
 		close(fd);
@@ -1139,6 +1178,8 @@ static int ring_open(const char *path, trace_ring_header *h, sp_err *err)
 			       " records (%" PRIu64 " bytes with the header)", path,
 			       (long long)st.st_size, h->capacity, need);
 	}
+	*said = h->count;
+	h->count = ring_written(fd, h);
 	return fd;
 }
 
@@ -1214,9 +1255,10 @@ static int seg_read(const char *ring_path, seg_data *sd, int want_recs, sp_err *
 
 	memset(sd, 0, sizeof *sd);
 	seg_path(ring_path, path, sizeof path);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = sp_open_regular(path, 1);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : sp_fail(err, "%s: cannot open: %s", path, strerror(errno));
+		return errno == ENOENT ? 0 : sp_fail(err, "%s: cannot open: %s", path,
+						     sp_open_why(errno));
 	if (fstat(fd, &st) < 0) {
 		close(fd);
 		return sp_fail(err, "%s: cannot read: %s", path, strerror(errno));
@@ -1284,7 +1326,7 @@ static int read_rings(an_trace *t, sp_err *err)
 	if (!d)
 		return sp_fail(err, "%s: cannot list: %s", t->dir, strerror(errno));
 	while (rc == 0 && (de = readdir(d))) {
-		uint64_t ftid;
+		uint64_t ftid, said;
 		an_thread *th;
 		int fd;
 
@@ -1295,7 +1337,7 @@ static int read_rings(an_trace *t, sp_err *err)
 			continue;
 		}
 		snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name);
-		fd = ring_open(path, &h, err);
+		fd = ring_open(path, &h, &said, err);
 		if (fd == -2) {
 			/* A header of zeros: the process died while the agent was
 			 * making this ring, before its first record.  Nothing lost. */
@@ -1308,6 +1350,10 @@ static int read_rings(an_trace *t, sp_err *err)
 			break;
 		}
 		close(fd);
+		if (said != h.count)
+			warn(t, "%s: corrupt header: it counts %" PRIu64 " records written, but "
+			     "only the first %" PRIu64 " slots of the ring were ever written: read "
+			     "as %" PRIu64 " records", path, said, h.count, h.count);
 		if (sp_grow((void **)&t->threads, &t->capthreads, t->nthreads + 1,
 			    sizeof *t->threads)) {
 			rc = sp_fail(err, "out of memory");
@@ -1471,7 +1517,7 @@ struct an_iter {
 int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 {
 	trace_ring_header h;
-	uint64_t *ring = NULL, ring_from, cap_n;
+	uint64_t *ring = NULL, ring_from, cap_n, said;
 	size_t nring;
 	seg_data sd;
 	an_iter *it;
@@ -1480,7 +1526,7 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 	*out = NULL;
 	if (seg_read(th->path, &sd, 1, err) < 0)
 		return -1;
-	fd = ring_open(th->path, &h, err);
+	fd = ring_open(th->path, &h, &said, err);
 	if (fd < 0) {
 		free(sd.recs);
 		free(sd.resets);

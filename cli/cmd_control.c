@@ -70,13 +70,12 @@ static const command activate_cmd = { "activate", "activate\n", TRACE_META_ACTIV
 /* Is the agent tracing, by meta: its last "activated" or "stopped" line. */
 static int tracing_now(const char *dir)
 {
-	char path[PATH_MAX + 8], line[1024];
+	char line[1024];
 	size_t ka = strlen(TRACE_META_ACTIVATED), ks = strlen(TRACE_META_STOPPED);
 	int state = 0;
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	if (!(f = fopen(path, "re")))
+	if (!(f = cli_meta_open(dir)))
 		return 0;
 	while (fgets(line, sizeof line, f))
 		if (strncmp(line, TRACE_META_ACTIVATED, ka) == 0 && line[ka] == ' ')

@@ -10,9 +10,14 @@
 #include <stdlib.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "trace_format.h"
 #include "trace_read.h"
+
+/* Images of one process replayed one after the other (exec after exec), as
+ * many as sptrace run follows (cmd_run.c). */
+#define MAX_IMAGES 64
 
 static const char help[] =
 	"usage: sptrace replay [OPTIONS] DIR\n"
@@ -315,13 +320,12 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 /* Children (fork, vfork) that exec'd have traces of their own: say where. */
 static void children_exec(const char *dir)
 {
-	char path[PATH_MAX + 8], line[PATH_MAX + 64], sub[256], prog[PATH_MAX];
+	char line[PATH_MAX + 64], sub[256], prog[PATH_MAX];
 	size_t ke = strlen(TRACE_META_EXEC), kp = strlen(TRACE_META_PID);
 	int pid = -1, epid;
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	if (!(f = fopen(path, "re")))
+	if (!(f = cli_meta_open(dir)))
 		return;
 	while (fgets(line, sizeof line, f))
 		if (strncmp(line, TRACE_META_PID " ", kp + 1) == 0)
@@ -429,13 +433,29 @@ int cmd_replay(int argc, char **argv)
 	/* The process's images one after the other: each exec'd one has its
 	 * own trace in a subdirectory (agent/exec.c). */
 	char dir[PATH_MAX], next[PATH_MAX];
+	struct stat seen[MAX_IMAGES];
 
 	snprintf(dir, sizeof dir, "%s", argv[optind]);
 	for (int k = 0; rc == 0; k++) {
+		/* Each directory once, and a bounded chain: a damaged meta (or a
+		 * link) that leads back to a directory seen would replay the
+		 * trace for ever. */
+		if (stat(dir, &seen[k]) < 0)
+			memset(&seen[k], 0, sizeof seen[k]);   /* replay_dir says why */
+		else
+			for (int j = 0; j < k; j++)
+				if (seen[j].st_dev == seen[k].st_dev && seen[j].st_ino == seen[k].st_ino)
+					return cli_error("replay: %s: shown already: the exec "
+							 "lines of meta lead back to it (a damaged "
+							 "meta file)", dir);
 		rc = replay_dir(dir, &o, k == 0);
 		children_exec(dir);
 		if (rc || !cli_exec_successor(dir, next, sizeof next))
 			break;
+		if (k + 1 == MAX_IMAGES)
+			return cli_error("replay: %s: more than %d exec'd images in one trace: "
+					 "the rest (from %s) is not shown; replay it on its own",
+					 argv[optind], MAX_IMAGES, next);
 		printf("# exec: the process went on in a new image, traced in %s\n", next);
 		snprintf(dir, sizeof dir, "%s", next);
 	}

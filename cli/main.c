@@ -4,10 +4,12 @@
 #include "cli.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,15 +78,35 @@ void cli_progress_end(void)
 	}
 }
 
+FILE *cli_meta_open(const char *dir)
+{
+	char path[PATH_MAX + 8];
+	int fd;
+	FILE *f;
+
+	struct stat st;
+
+	snprintf(path, sizeof path, "%s/meta", dir);
+	if ((fd = sp_open_regular(path, 1)) < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || st.st_size > TRACE_META_MAX_BYTES) {
+		close(fd);
+		errno = EFBIG;
+		return NULL;
+	}
+	if (!(f = fdopen(fd, "r")))
+		close(fd);
+	return f;
+}
+
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len)
 {
-	char path[4200], line[4096];
+	char line[4096];
 	size_t klen = strlen(key);
 	FILE *f;
 	int found = 0;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	f = fopen(path, "re");
+	f = cli_meta_open(dir);
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof line, f))
@@ -118,7 +140,7 @@ static void module_path(FILE *f, unsigned index, char *path, size_t len)
 
 int cli_print_left_alone(FILE *out, const char *dir)
 {
-	char path[4200], line[4200], mod[4096], kind[16];
+	char line[4200], mod[4096], kind[16];
 	size_t kr = strlen(TRACE_META_RUNTIME);
 	unsigned long long lo, hi;
 	unsigned index;
@@ -126,8 +148,7 @@ int cli_print_left_alone(FILE *out, const char *dir)
 	int count = 0;
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	f = fopen(path, "re");
+	f = cli_meta_open(dir);
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof line, f)) {
@@ -216,15 +237,14 @@ int cli_meta_wait(const char *dir, const char *key, int before, double timeout, 
  * in (the last exec that did not fail), or 0. */
 int cli_exec_successor(const char *dir, char *sub, size_t len)
 {
-	char path[PATH_MAX + 8], line[PATH_MAX + 64], name[256], pid[32] = "";
+	char line[PATH_MAX + 64], name[256], pid[32] = "";
 	size_t ke = strlen(TRACE_META_EXEC), kf = strlen(TRACE_META_EXEC_FAILED);
 	size_t kp = strlen(TRACE_META_PID);
 	int epid;
 	FILE *f;
 
 	sub[0] = '\0';
-	snprintf(path, sizeof path, "%s/meta", dir);
-	if (!(f = fopen(path, "re")))
+	if (!(f = cli_meta_open(dir)))
 		return 0;
 	while (fgets(line, sizeof line, f)) {
 		if (strncmp(line, TRACE_META_PID " ", kp + 1) == 0)
@@ -234,12 +254,24 @@ int cli_exec_successor(const char *dir, char *sub, size_t len)
 			 strlen(dir) + strlen(name) + 2 <= len) {
 			size_t kd = strlen(dir);
 
+			/* The agent names a new subdirectory (agent/exec.c); "." or
+			 * ".." or a path would send a reader back up the chain of
+			 * images, round and round. */
+			if (strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+				fprintf(stderr, "sptrace: warning: %s/meta: exec line names '%s', not "
+					"a subdirectory of the trace: ignored (a damaged meta file)\n",
+					dir, name);
+				continue;
+			}
+
 			memcpy(sub, dir, kd);
 			sub[kd] = '/';
 			memcpy(sub + kd + 1, name, strlen(name) + 1);
-		} else if (strncmp(line, TRACE_META_EXEC_FAILED " ", kf + 1) == 0 &&
-			   sub[0] && strcmp(strrchr(sub, '/') + 1, strtok(line + kf + 1, " \n")) == 0) {
-			sub[0] = '\0';
+		} else if (strncmp(line, TRACE_META_EXEC_FAILED " ", kf + 1) == 0 && sub[0]) {
+			const char *failed = strtok(line + kf + 1, " \n");
+
+			if (failed && strcmp(strrchr(sub, '/') + 1, failed) == 0)
+				sub[0] = '\0';
 		}
 	}
 	fclose(f);

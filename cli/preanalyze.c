@@ -367,12 +367,11 @@ int cli_analyze_missing(const char *cmd, const char *repo, char **paths, size_t 
  * hold spaces, the key and bias do not) whose key the repository lacks. */
 static void missing_of_meta(const char *dir, const char *repo, char ***v, size_t *n, size_t *cap)
 {
-	char path[PATH_MAX + 8], line[PATH_MAX + 256], key[160];
+	char line[PATH_MAX + 256], key[160];
 	size_t km = strlen(TRACE_META_MODULE);
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	if (!(f = fopen(path, "re")))
+	if (!(f = cli_meta_open(dir)))
 		return;
 	while (fgets(line, sizeof line, f)) {
 		char *mod, *k, *bias;

@@ -40,11 +40,14 @@
 #include <libelf.h>
 #include <limits.h>
 #include <pthread.h>
+#include <dirent.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -540,7 +543,71 @@ static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 }
 
 /*
+ * Temporary files left by a writer that died (kill -9 during sptrace
+ * analyze-binary) would stay hidden in the repository for ever.  Before a
+ * write, the temporaries in the same directory are removed when all hold:
+ *   - the name is one write_atomic makes: ".<key>.spr.<pid>.XXXXXX", or
+ *     ".<key>.spr.XXXXXX" as sptrace made them before the pid was added;
+ *   - it is a regular file (not a link: never followed) owned by the caller;
+ *   - it is older than STALE_SECONDS (a write takes well under a second)
+ *     and the pid in its name is gone -- both, since a repository shared
+ *     with a container sees pids of another namespace; a name without a pid
+ *     must be older than STALE_SECONDS_NO_PID.
+ * Best effort: a file that cannot be removed stays, the write goes on.
+ */
+#define STALE_SECONDS (10 * 60)
+#define STALE_SECONDS_NO_PID (60 * 60)
+
+/* The writer's pid in a temporary's name: >0, 0 for a name without one,
+ * -1 for a name write_atomic does not make. */
+static long temp_pid(const char *name)
+{
+	size_t n = strlen(name), ks = strlen(REPO_SUFFIX);
+	const char *end, *dot;
+	long pid = 0;
+
+	if (name[0] != '.' || n < 1 + ks + 7 || name[n - 7] != '.')
+		return -1;
+	end = name + n - 7;                      /* the ".XXXXXX" of mkstemp */
+	for (dot = end; dot > name && dot[-1] != '.'; dot--)
+		;
+	if (dot > name + 1 && dot < end && strspn(dot, "0123456789") == (size_t)(end - dot)) {
+		for (const char *p = dot; p < end && pid < 1L << 30; p++)
+			pid = pid * 10 + (*p - '0');
+		end = dot - 1;                   /* the '.' before the pid */
+	}
+	if ((size_t)(end - name) < 1 + ks || memcmp(end - ks, REPO_SUFFIX, ks) != 0)
+		return -1;
+	return pid;
+}
+
+static void remove_stale_temps(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	time_t now = time(NULL);
+
+	if (!d)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		struct stat st;
+		long pid = temp_pid(de->d_name);
+
+		if (pid < 0 ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+		    now - st.st_mtime < (pid ? STALE_SECONDS : STALE_SECONDS_NO_PID))
+			continue;
+		if (pid && (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+			continue;
+		(void)unlinkat(dirfd(d), de->d_name, 0);
+	}
+	closedir(d);
+}
+
+/*
  * Replace `path` with `buf` atomically:
+ *   0. remove the temporaries of writers that died (remove_stale_temps);
  *   1. create a temporary file beside it (same directory, so same file
  *      system and rename() is atomic);
  *   2. write and fsync it, so after a crash the renamed file has its data;
@@ -558,10 +625,13 @@ static int write_atomic(const char *path, const uint8_t *buf, size_t len,
 	size_t dlen = slash ? (size_t)(slash - path) : 1;
 	int fd, e, dfd;
 
-	if ((size_t)snprintf(tmp, sizeof tmp, "%.*s/.%s.XXXXXX", (int)dlen,
-			     slash ? path : ".", slash ? slash + 1 : path) >= sizeof tmp)
+	/* The pid in the name tells remove_stale_temps whether its writer lives. */
+	if ((size_t)snprintf(tmp, sizeof tmp, "%.*s/.%s.%ld.XXXXXX", (int)dlen,
+			     slash ? path : ".", slash ? slash + 1 : path,
+			     (long)getpid()) >= sizeof tmp)
 		return sp_fail(err, "repository path %s is too long", path);
 	snprintf(dir, sizeof dir, "%.*s", (int)dlen, slash ? path : ".");
+	remove_stale_temps(dir);
 
 	fd = mkstemp(tmp);
 	if (fd < 0) {

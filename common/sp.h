@@ -6,6 +6,7 @@
 #ifndef SP_H
 #define SP_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,18 @@ int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize);
  */
 int sp_write_all(int fd, const void *buf, size_t n);
 int sp_read_all(int fd, void *buf, size_t n);
+
+/*
+ * Open `path` for reading only if it is a regular file (io.c): a FIFO, a
+ * device (/dev/urandom, /dev/zero) or a directory would block the reader or
+ * never end.  O_NONBLOCK makes the open of a FIFO return at once (its fstat
+ * then refuses it); with `nofollow`, a symbolic link is refused too (O_NOFOLLOW).
+ * The fd, or -1 with errno: ENOENT and the like from open, ELOOP for a link,
+ * EFTYPE_SP for anything not a regular file.  sp_open_why() words errno.
+ */
+#define EFTYPE_SP EMEDIUMTYPE
+int sp_open_regular(const char *path, int nofollow);
+const char *sp_open_why(int e);
 
 /* SHA-256 (sha256.c). */
 typedef struct sp_sha256 {

@@ -180,6 +180,10 @@ enum {
 	                          * at its return address: dlsym, dlopen): ENTRY only */
 };
 
+/* A meta file larger than this is corrupt rather than large: readers
+ * refuse it (a sparse file of 1 TB would take them minutes). */
+#define TRACE_META_MAX_BYTES (16u << 20)
+
 /* meta keys (text file, "key value" per line; values run to end of line). */
 #define TRACE_META_VERSION "version"     /* TRACE_FORMAT_VERSION */
 #define TRACE_META_PID "pid"

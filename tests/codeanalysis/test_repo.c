@@ -1,6 +1,7 @@
 /*
  * test_repo.c — the code-analysis repository through codeanalysis.h:
- * round trip (every record and string equal), atomic writes, and rejection
+ * round trip (every record and string equal), atomic writes (temporaries
+ * of dead writers cleaned, nothing else), and rejection
  * of truncated, corrupt, stale and hostile entries without crashing.
  *
  * Usage: test_repo [ELF file]   (default /proc/self/exe)
@@ -18,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -870,6 +873,84 @@ static void test_unwritable(const ctx *c)
 		ca_module_free(l);
 }
 
+/* A file of the entry's directory, with its times `age` seconds ago. */
+static void stale_file(const char *dir, const char *name, time_t age, char *path, size_t len)
+{
+	struct timespec ts[2] = { { time(NULL) - age, 0 }, { time(NULL) - age, 0 } };
+
+	snprintf(path, len, "%s/%s", dir, name);
+	write_whole(path, (const uint8_t *)"partial", 7);
+	if (utimensat(AT_FDCWD, path, ts, 0) < 0)
+		FATAL("utimensat %s: %s", path, strerror(errno));
+}
+
+/*
+ * kill -9 during a store leaves its temporary file (".<key>.spr.<pid>.XXXXXX")
+ * hidden in the repository.  The next store into that directory removes the
+ * temporaries of dead writers that are old enough -- regular files of the
+ * caller only -- and nothing else.
+ */
+static void test_stale_temps(const ctx *c)
+{
+	char dir[4096], name[600], gone[2][4200], kept[6][4200], target[700];
+	const char *slash = strrchr(c->entry, '/');
+	struct timespec old[2] = { { time(NULL) - 3600, 0 }, { time(NULL) - 3600, 0 } };
+	sp_err err = { "" };
+	pid_t dead = fork();
+	struct stat st;
+	int nkept = 0;
+
+	if (dead < 0)
+		FATAL("fork: %s", strerror(errno));
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);          /* a pid no writer has any more */
+	snprintf(dir, sizeof dir, "%.*s", (int)(slash - c->entry), c->entry);
+
+	/* Removed: a dead writer's, an hour old; one named before pids were. */
+	snprintf(name, sizeof name, ".%s.spr.%d.aaaaaa", c->key, (int)dead);
+	stale_file(dir, name, 3600, gone[0], sizeof gone[0]);
+	snprintf(name, sizeof name, ".%s.spr.bbbbbb", c->key);
+	stale_file(dir, name, 7200, gone[1], sizeof gone[1]);
+	/* Kept: a dead writer's but fresh (a shared repository's writer in
+	 * another pid namespace); a live writer's (our parent); not a name
+	 * write_atomic makes. */
+	snprintf(name, sizeof name, ".%s.spr.%d.cccccc", c->key, (int)dead);
+	stale_file(dir, name, 5, kept[nkept++], sizeof kept[0]);
+	snprintf(name, sizeof name, ".%s.spr.%d.dddddd", c->key, (int)getppid());
+	stale_file(dir, name, 3600, kept[nkept++], sizeof kept[0]);
+	stale_file(dir, "notes.txt", 3600, kept[nkept++], sizeof kept[0]);
+	/* Kept: a link named like a stale temporary (never followed), and
+	 * what it points to. */
+	snprintf(target, sizeof target, "%s/outside", c->tmp);
+	write_whole(target, (const uint8_t *)"x", 1);
+	snprintf(kept[nkept], sizeof kept[0], "%s/.%s.spr.%d.eeeeee", dir, c->key, (int)dead);
+	if (symlink(target, kept[nkept]) < 0 ||
+	    utimensat(AT_FDCWD, kept[nkept], old, AT_SYMLINK_NOFOLLOW) < 0)
+		FATAL("symlink %s: %s", kept[nkept], strerror(errno));
+	nkept++;
+	/* Kept: another user's (root could remove it: it must not). */
+	if (geteuid() == 0) {
+		snprintf(name, sizeof name, ".%s.spr.%d.ffffff", c->key, (int)dead);
+		stale_file(dir, name, 3600, kept[nkept], sizeof kept[0]);
+		if (chown(kept[nkept], 65534, 65534) < 0)
+			FATAL("chown %s: %s", kept[nkept], strerror(errno));
+		utimensat(AT_FDCWD, kept[nkept], old, 0);
+		nkept++;
+	}
+
+	CHECK(ca_repo_store(c->m, c->repo, NULL, 0, &err) == 0, "store: %s", err.msg);
+	for (int i = 0; i < 2; i++)
+		CHECK(lstat(gone[i], &st) < 0 && errno == ENOENT,
+		      "stale temporary %s is still there after a store", gone[i]);
+	for (int i = 0; i < nkept; i++) {
+		CHECK(lstat(kept[i], &st) == 0, "%s was removed: %s", kept[i], strerror(errno));
+		unlink(kept[i]);
+	}
+	CHECK(stat(target, &st) == 0, "the link's target %s was removed", target);
+	unlink(target);
+}
+
 int main(int argc, char **argv)
 {
 	ctx c = { .target = argc > 1 ? argv[1] : "/proc/self/exe",
@@ -890,6 +971,7 @@ int main(int argc, char **argv)
 	test_sha256();
 	test_lines_pending(&c);
 	test_no_buildid(&c);
+	test_stale_temps(&c);
 	test_unwritable(&c);
 
 	free(c.orig.p);

@@ -639,6 +639,21 @@ static bool safe_point(tgt *t, uint64_t text_lo, uint64_t text_hi, seen *sn)
 	return mk.go;
 }
 
+/* The next stop of thread t (its status in *st); -1 if the target ended or
+ * cannot be waited for. */
+static int wait_stopped(tgt *t, int *st, sp_err *err)
+{
+	for (;;) {
+		if (waitpid(t->tid, st, __WALL) < 0)
+			return sp_fail(err, "pid %d: waiting for thread %d: %s", (int)t->pid,
+				       (int)t->tid, strerror(errno));
+		if (WIFEXITED(*st) || WIFSIGNALED(*st))
+			return sp_fail(err, "pid %d ended during the injection", (int)t->pid);
+		if (WIFSTOPPED(*st))
+			return 0;
+	}
+}
+
 /*
  * A system call made by the stopped thread itself, on its own syscall
  * instruction (at rip - 2: safe_point checked it), with no stack: how the
@@ -661,13 +676,8 @@ static int rsyscall(tgt *t, long nr, const uint64_t *a, int n, uint64_t *ret, sp
 		return sp_fail(err, "pid %d: cannot run thread %d: %s", (int)t->pid, (int)t->tid,
 			       strerror(errno));
 	for (;;) {
-		if (waitpid(t->tid, &st, __WALL) < 0)
-			return sp_fail(err, "pid %d: waiting for thread %d: %s", (int)t->pid,
-				       (int)t->tid, strerror(errno));
-		if (WIFEXITED(st) || WIFSIGNALED(st))
-			return sp_fail(err, "pid %d ended during the injection", (int)t->pid);
-		if (!WIFSTOPPED(st))
-			continue;
+		if (wait_stopped(t, &st, err))
+			return -1;
 		if (WSTOPSIG(st) == (SIGTRAP | 0x80)) {
 			if (++stops == 2)
 				break;                  /* the exit */
@@ -709,13 +719,8 @@ static int rcall(tgt *t, uint64_t fn, const uint64_t *a, int n, uint64_t *ret, s
 		return sp_fail(err, "pid %d: cannot run thread %d: %s", (int)t->pid, (int)t->tid,
 			       strerror(errno));
 	for (;;) {
-		if (waitpid(t->tid, &st, __WALL) < 0)
-			return sp_fail(err, "pid %d: waiting for thread %d: %s", (int)t->pid,
-				       (int)t->tid, strerror(errno));
-		if (WIFEXITED(st) || WIFSIGNALED(st))
-			return sp_fail(err, "pid %d ended during the injection", (int)t->pid);
-		if (!WIFSTOPPED(st))
-			continue;
+		if (wait_stopped(t, &st, err))
+			return -1;
 		if ((st >> 16) == PTRACE_EVENT_STOP) {
 			ptrace(PTRACE_CONT, t->tid, 0, 0);
 			continue;

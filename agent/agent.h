@@ -153,6 +153,7 @@ int ag_threads_init(void);                 /* atfork handler */
 /* fn(tid) for every thread but this one and the control thread, until it
  * returns non-zero; how many it was called for. */
 int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg);
+void ag_threads_preopen(void);             /* their /proc files, opened now (control.c) */
 /* The C library's pthread_create, past the agent's interposer (threads.c). */
 int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
 			   void *(*start)(void *), void *arg);
@@ -425,6 +426,8 @@ int ag_fd_keep(volatile int *where, const char *path, int flags);
 int ag_fd_checked(volatile int *where);
 void ag_fd_drop(int fd);               /* the agent closes one of its own */
 void ag_fds_own_libraries(void);       /* their descriptors are the agent's too */
+void ag_fds_fork_lock(void);           /* fork handlers: the table whole in the child */
+void ag_fds_fork_unlock(void);
 /* The interposers of fcntl by both its names, whatever _FILE_OFFSET_BITS
  * makes of `fcntl` in the C library's headers. */
 int ag_fcntl(int fd, int cmd, ...) __asm__("fcntl") AG_EXPORT;

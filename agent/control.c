@@ -94,15 +94,20 @@ static void *control_main(void *arg)
 	 * it runs may be instrumented). */
 	ag_enter();
 	control_tid = (int)syscall(SYS_gettid);
-	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
-	ag_modules_load();      /* attached: the repository entries (modules.c) */
+	/* The descriptors this thread keeps are opened while the program
+	 * still waits for it (preloaded: before main goes on).  Each takes
+	 * the lowest free number for a moment (fds.c moves it high), the one
+	 * the program's next open() would get on another thread. */
+	ag_threads_preopen();
 	fifo_fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	ag_fd_keep(&fifo_fd, fifo, O_RDWR | O_NONBLOCK);
+	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
 	if (fifo_fd < 0) {
 		ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
 		       fifo, strerror(errno));
 		return NULL;
 	}
+	ag_modules_load();      /* attached: the repository entries (modules.c) */
 	for (;;) {
 		struct pollfd p[2];
 		ssize_t n;

@@ -235,6 +235,20 @@ int ag_fd_keep(volatile int *where, const char *path, int flags)
 	return fd;
 }
 
+/* fork: no other thread is inside a change of the table when the child is
+ * made (a lock copied held would never be given back in the child, whose
+ * first ag_fd_drop would spin for ever: a postgres backend forked while
+ * the control thread dropped a dead thread's file never shut down). */
+void ag_fds_fork_lock(void)
+{
+	take();
+}
+
+void ag_fds_fork_unlock(void)
+{
+	give();
+}
+
 void ag_fd_drop(int fd)
 {
 	kept *e;

@@ -247,10 +247,12 @@ static void prepare_fork(void)
 	ring_before_fork = ag_enter();
 	ag_instrument_lock();
 	ag_pools_snapshot();
+	ag_fds_fork_lock();
 }
 
 static void parent_after_fork(void)
 {
+	ag_fds_fork_unlock();
 	ag_pools_snapshot_done();
 	ag_instrument_unlock();
 	ag_leave(ring_before_fork);
@@ -265,6 +267,7 @@ static void proc_cache_after_fork(void);
 static void child_after_fork(void)
 {
 	ag_self_pid = getpid();
+	ag_fds_fork_unlock();
 	proc_cache_after_fork();
 	ag_patch_after_fork();
 	ag_pools_after_fork();
@@ -289,7 +292,8 @@ int ag_threads_init(void)
  * thread was about to get: its descriptors came out numbered differently
  * than natively (relocation rounds and activations read them every few
  * milliseconds).  A thread's file is opened once, the first time it is
- * looked at, and dropped when the thread is gone.
+ * looked at (the threads there when the control thread starts: then, before
+ * the program goes on), and dropped when the thread is gone.
  */
 #define PROC_CACHE 512
 static volatile int task_dir_fd = -1;
@@ -385,6 +389,19 @@ static void proc_cache_after_fork(void)
 	}
 }
 
+static int preopen_one(int tid, void *arg)
+{
+	(void)arg;
+	syscall_fd(tid);
+	return 0;
+}
+
+/* The control thread, as it starts: the files of the threads there now. */
+void ag_threads_preopen(void)
+{
+	ag_for_other_threads(preopen_one, NULL);
+}
+
 /*
  * fn(tid, arg) for every thread of the process but the calling one and the
  * agent's control thread, until fn returns non-zero.  Returns how many
@@ -446,7 +463,11 @@ int ag_thread_where(int tid, long *nr, uint64_t *pc)
 	if (fd >= 0 && !syscall_fd_cached(fd))
 		close(fd);
 	if (n <= 0) {
-		syscall_fd_forget(tid);           /* gone, or unreadable: opened anew next time */
+		/* Gone: its file goes.  EAGAIN (the thread woke up while the
+		 * kernel looked) keeps it: reopening would take a low number
+		 * for a moment, the one the program's next open() gets. */
+		if (n == 0 || errno != EAGAIN)
+			syscall_fd_forget(tid);
 		return -1;
 	}
 	buf[n] = '\0';

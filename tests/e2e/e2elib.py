@@ -32,6 +32,22 @@ def need_file(path, package):
         fail("%s is missing; install the Debian package '%s' (test.sh does)" % (path, package))
 
 
+def need_program(path, package):
+    """Fail (never skip) when a program the test needs is missing: a path,
+    or a name looked up in PATH.  Its path."""
+    import shutil
+    found = path if os.path.isabs(path) else shutil.which(path)
+    if not found or not os.access(found, os.X_OK):
+        fail("'%s' is not installed; install the Debian package '%s' "
+             "(scripts/install-deps.sh does)" % (path, package))
+    return found
+
+
+def private_repo_env(tmp):
+    """The environment with a code-analysis repository of the test's own."""
+    return dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))
+
+
 def describe_exit(rc):
     return "killed by signal %d" % -rc if rc < 0 else "exit status %d" % rc
 

@@ -41,7 +41,7 @@ import threading
 import time
 import urllib.request
 
-from e2elib import check, fail
+from e2elib import check, fail, private_repo_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -60,8 +60,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def env(tmp):
-    return dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))
+def http_asker(url, body):
+    """A request for Load: GET url, which must answer body."""
+    def ask():
+        with urllib.request.urlopen(url, timeout=10) as r:
+            if r.read() != body:
+                raise ValueError("wrong body")
+    return ask
 
 
 class Load(threading.Thread):
@@ -89,7 +94,7 @@ class Load(threading.Thread):
 
 def cycle(sptrace, pid, tdir, tmp, load):
     """attach (tracing at once), stop, activate, stop -- under load."""
-    r = run([sptrace, "attach", "-o", tdir, str(pid)], env=env(tmp))
+    r = run([sptrace, "attach", "-o", tdir, str(pid)], env=private_repo_env(tmp))
     check(r.returncode == 0 and "attached to pid %d" % pid in r.stdout,
           "sptrace attach %d: %d %r %r" % (pid, r.returncode, r.stdout, r.stderr))
     m = re.search(r"in ([\d.]+) ms \(thread \d+ stopped for ([\d.]+) ms\)", r.stdout)
@@ -113,7 +118,7 @@ def cycle(sptrace, pid, tdir, tmp, load):
     time.sleep(0.3)
     r = run([sptrace, "stop", str(pid)])
     check(r.returncode == 0 and not text_differences(pid), "second stop: %r" % r.stderr)
-    r = run([sptrace, "attach", str(pid)], env=env(tmp))
+    r = run([sptrace, "attach", str(pid)], env=private_repo_env(tmp))
     check(r.returncode == 1 and "already has the sptrace agent" in r.stderr,
           "attach twice: %r" % r.stderr)
     check(load.failed == 0, "%d requests failed: %s" % (load.failed, load.errors[:5]))
@@ -153,7 +158,7 @@ def case_blocked(sptrace, prog, tmp):
     log = open(os.path.join(tdir, "agent.log")).read()
     check("reached by signal" in log and "reached by breakpoint after its system call" in log,
           "the activation did not reach both running and sleeping threads:\n" + log)
-    r = run([sptrace, "replay", tdir], env=env(tmp))
+    r = run([sptrace, "replay", tdir], env=private_repo_env(tmp))
     check(r.returncode == 0 and "busy() {" in r.stdout and "serve() {" in r.stdout,
           "the replay lacks the busy threads or the served requests: %s" % r.stderr[-500:])
 
@@ -170,12 +175,13 @@ def case_accept(sptrace, prog, tmp):
         else:
             p = subprocess.Popen([sptrace, "run", "--on", "accept", "-o", tdir, "--", prog],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 env=env(tmp))
+                                 env=private_repo_env(tmp))
         try:
             port = int(p.stdout.readline())
             check(p.stdout.readline() == "ready\n", "attach_target did not start")
             if how == "attach":
-                r = run([sptrace, "attach", "--on", "accept", "-o", tdir, str(p.pid)], env=env(tmp))
+                r = run([sptrace, "attach", "--on", "accept", "-o", tdir, str(p.pid)],
+                        env=private_repo_env(tmp))
                 check(r.returncode == 0 and "dormant until the event" in r.stdout,
                       "attach --on accept: %r %r" % (r.stdout, r.stderr))
             time.sleep(0.3)
@@ -208,7 +214,7 @@ def case_accept(sptrace, prog, tmp):
         rings = [f for f in os.listdir(tdir) if f.startswith("ring.")]
         check(len(rings) == 1, "%s --on accept: %d threads recorded, want the acceptor only: %r"
               % (how, len(rings), rings))
-        r = run([sptrace, "replay", tdir], env=env(tmp))
+        r = run([sptrace, "replay", tdir], env=private_repo_env(tmp))
         lines = [l.split("| ", 1)[1].strip() for l in r.stdout.splitlines() if "| " in l]
         check(r.returncode == 0 and "acceptor() {" in lines and "/* accept */" in lines and
               lines.count("serve() {") >= 3,
@@ -237,10 +243,7 @@ def case_http(sptrace, tmp):
         check(m, "http.server did not say its port: %r" % line)
         url = "http://127.0.0.1:%s/index.html" % m.group(1)
 
-        def ask():
-            with urllib.request.urlopen(url, timeout=10) as r:
-                if r.read() != b"hello from http.server\n":
-                    raise ValueError("wrong body")
+        ask = http_asker(url, b"hello from http.server\n")
 
         ask()
         load = Load(ask)
@@ -252,7 +255,7 @@ def case_http(sptrace, tmp):
     finally:
         p.kill()
         p.wait()
-    r = run([sptrace, "replay", tdir], env=env(tmp))
+    r = run([sptrace, "replay", tdir], env=private_repo_env(tmp))
     check(r.returncode == 0 and "_PyEval_EvalFrameDefault() {" in r.stdout,
           "the replay of http.server shows no interpreter calls: %s" % r.stderr[-500:])
 
@@ -300,7 +303,8 @@ def case_redis(sptrace, tmp):
         load.start()
         time.sleep(0.5)
         tdir = os.path.join(tmp, "trace")
-        r = run([sptrace, "attach", "--on", "accept", "-o", tdir, str(p.pid)], env=env(tmp))
+        r = run([sptrace, "attach", "--on", "accept", "-o", tdir, str(p.pid)],
+                env=private_repo_env(tmp))
         check(r.returncode == 0 and "attached to pid %d" % p.pid in r.stdout,
               "sptrace attach --on accept redis-server: %r %r" % (r.stdout, r.stderr))
         print(r.stdout.strip())
@@ -333,7 +337,7 @@ def case_redis(sptrace, tmp):
     meta = open(os.path.join(tdir, "meta")).read()
     check(re.search(r"\nactivated \d+ accept fd \d+ tid %d\n" % p.pid, meta),
           "meta does not say that an accept on redis's event loop started tracing:\n" + meta)
-    r = run([sptrace, "replay", tdir], env=env(tmp))
+    r = run([sptrace, "replay", tdir], env=private_repo_env(tmp))
     check(r.returncode == 0 and r.stdout.count("\n") > 100,
           "the replay of redis-server: %s" % r.stderr[-300:])
 
@@ -374,10 +378,7 @@ def case_haproxy(sptrace, tmp):
     try:
         wait_answering(url)
 
-        def ask():
-            with urllib.request.urlopen(url, timeout=10) as r:
-                if r.read() != b"hello":
-                    raise ValueError("wrong body")
+        ask = http_asker(url, b"hello")
 
         load = Load(ask)
         load.start()
@@ -439,10 +440,7 @@ def case_nginx(sptrace, tmp):
         check(len(workers) == 2, "nginx did not start two workers: %r" % workers)
         worker, other = workers
 
-        def ask():
-            with urllib.request.urlopen(url, timeout=10) as r:
-                if r.read() != b"hello from nginx\n":
-                    raise ValueError("wrong body")
+        ask = http_asker(url, b"hello from nginx\n")
 
         load = Load(ask)
         load.start()
@@ -566,7 +564,8 @@ def case_stopped(sptrace, sleeper, tmp):
                     break
             time.sleep(0.01)
         tdir = os.path.join(tmp, "stopped")
-        r = run([sptrace, "attach", "--timeout", "10", "-o", tdir, str(p.pid)], env=env(tmp))
+        r = run([sptrace, "attach", "--timeout", "10", "-o", tdir, str(p.pid)],
+                env=private_repo_env(tmp))
         check(r.returncode == 1 and ("pid %d is stopped" % p.pid) in r.stderr and
               ("kill -CONT %d" % p.pid) in r.stderr, "stopped process: %d %r" % (r.returncode,
                                                                                r.stderr))
@@ -574,7 +573,7 @@ def case_stopped(sptrace, sleeper, tmp):
         os.kill(p.pid, signal.SIGCONT)
         time.sleep(1.5)
         check(not maps_have_agent(p.pid), "after SIGCONT the refused agent loaded anyway")
-        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=env(tmp))
+        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=private_repo_env(tmp))
         check(r.returncode == 0 and ("attached to pid %d" % p.pid) in r.stdout,
               "attach after SIGCONT: %d %r %r" % (r.returncode, r.stdout, r.stderr))
         r = run([sptrace, "stop", str(p.pid)])
@@ -595,7 +594,7 @@ def case_own_syscalls(sptrace, prog, tmp):
         tids = sorted(os.listdir("/proc/%d/task" % p.pid))
         check(len(tids) == 2, "rawwait has threads %r" % tids)
         tdir = os.path.join(tmp, "own")
-        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=env(tmp))
+        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=private_repo_env(tmp))
         check(r.returncode == 1 and "no thread was waiting in a system call made by the C "
               "library or a Go runtime" in r.stderr and "not supported" in r.stderr,
               "own system calls: %d %r" % (r.returncode, r.stderr))
@@ -636,7 +635,7 @@ def case_go_cgo(sptrace, tmp):
         load.start()
         time.sleep(0.3)
         tdir = os.path.join(tmp, "trace")
-        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=env(tmp))
+        r = run([sptrace, "attach", "-o", tdir, str(p.pid)], env=private_repo_env(tmp))
         check(r.returncode == 0 and "attached to pid %d" % p.pid in r.stdout,
               "sptrace attach %d (Go with cgo): %d %r %r" % (p.pid, r.returncode, r.stdout,
                                                             r.stderr))

@@ -18,14 +18,14 @@
 import os
 import pwd
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from e2elib import check, describe_exit, fail, run, text_diff_bytes
+from e2elib import (check, describe_exit, fail, need_program, private_repo_env, run,  # noqa: E402
+                    text_diff_bytes)
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
 
@@ -45,17 +45,6 @@ int main(void)
 """
 
 
-def need(path, package):
-    """Fail (never skip) when a program the test needs is missing."""
-    found = path if os.path.isabs(path) else shutil.which(path)
-    if not found or not os.access(found, os.X_OK):
-        fail("'%s' is not installed; install the Debian package '%s' "
-             "(scripts/install-deps.sh does)" % (path, package))
-    return found
-
-
-def env(tmp):
-    return dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))
 
 
 # ---- gdb ----
@@ -68,8 +57,8 @@ def normalise_gdb(text):
 
 
 def case_gdb_run(sptrace, tmp):
-    gdb = need("gdb", "gdb")
-    gcc = need("gcc", "gcc")
+    gdb = need_program("gdb", "gdb")
+    gcc = need_program("gcc", "gcc")
     src = os.path.join(tmp, "prog.c")
     prog = os.path.join(tmp, "prog")
     with open(src, "w") as f:
@@ -84,7 +73,8 @@ def case_gdb_run(sptrace, tmp):
           "native gdb run: %s\n%s%s" % (describe_exit(native.returncode), native.stdout,
                                         native.stderr))
     trace = os.path.join(tmp, "trace")
-    traced = run([sptrace, "run", "-o", trace, "--"] + cmd, cwd=tmp, env=env(tmp), timeout=280)
+    traced = run([sptrace, "run", "-o", trace, "--"] + cmd, cwd=tmp, env=private_repo_env(tmp),
+                 timeout=280)
     log = ""
     for root, _, files in os.walk(trace):
         if "agent.log" in files:
@@ -107,7 +97,7 @@ def case_gdb_run(sptrace, tmp):
           "the summary does not say the inferior was left alone:\n%s" % traced.stderr)
     # gdb itself is traced: its main is in the replay (read as far as it).
     p = subprocess.Popen([sptrace, "replay", trace], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, env=env(tmp))
+                         stderr=subprocess.DEVNULL, text=True, env=private_repo_env(tmp))
     seen = False
     try:
         for i, line in enumerate(p.stdout):
@@ -137,10 +127,20 @@ def as_user(user):
     return become
 
 
+def queries_go_on(results, n, when):
+    """The client's next n queries (results: its counts) succeed, within 60 s."""
+    before = results["ok"]
+    deadline = time.time() + 60
+    while results["ok"] < before + n and time.time() < deadline and not results["bad"]:
+        time.sleep(0.1)
+    check(results["ok"] >= before + n and not results["bad"],
+          "queries %s: %d ok, failed: %r" % (when, results["ok"] - before, results["bad"][:3]))
+
+
 def case_postgres_attach(sptrace, tmp):
-    initdb = need(os.path.join(PG_BIN, "initdb"), "postgresql-15")
-    postgres = need(os.path.join(PG_BIN, "postgres"), "postgresql-15")
-    psql = need("psql", "postgresql-client-15")
+    initdb = need_program(os.path.join(PG_BIN, "initdb"), "postgresql-15")
+    postgres = need_program(os.path.join(PG_BIN, "postgres"), "postgresql-15")
+    psql = need_program("psql", "postgresql-client-15")
     user = None
     if os.geteuid() == 0:
         user = "postgres" if any(p.pw_name == "postgres" for p in pwd.getpwall()) else "nobody"
@@ -202,38 +202,27 @@ def case_postgres_attach(sptrace, tmp):
         th = threading.Thread(target=client)
         th.start()
         time.sleep(0.5)
-        a = run([sptrace, "attach", "-o", trace, str(pg.pid)], env=env(tmp), timeout=280)
+        a = run([sptrace, "attach", "-o", trace, str(pg.pid)], env=private_repo_env(tmp),
+                timeout=280)
         check(a.returncode == 0 and "tracing" in a.stdout,
               "sptrace attach %d: %s\n%s%s" % (pg.pid, describe_exit(a.returncode), a.stdout,
                                               a.stderr))
         # Backends come and go meanwhile: forked by the traced postmaster,
         # each exits after its query.
-        before = results["ok"]
-        deadline = time.time() + 60
-        while results["ok"] < before + 10 and time.time() < deadline and not results["bad"]:
-            time.sleep(0.1)
-        check(results["ok"] >= before + 10 and not results["bad"],
-              "queries after the attach: %d ok, failed: %r" % (results["ok"] - before,
-                                                              results["bad"][:3]))
+        queries_go_on(results, 10, "after the attach")
         patched = text_diff_bytes(pg.pid)
         check(patched, "the postmaster's code was not patched at all after the attach")
-        r = run([sptrace, "activate", str(pg.pid)], env=env(tmp), timeout=60)
+        r = run([sptrace, "activate", str(pg.pid)], env=private_repo_env(tmp), timeout=60)
         check(r.returncode == 0 and "tracing" in r.stdout,
               "sptrace activate %d (%d): %s%s" % (pg.pid, r.returncode, r.stdout, r.stderr))
-        r = run([sptrace, "stop", str(pg.pid)], env=env(tmp), timeout=60)
+        r = run([sptrace, "stop", str(pg.pid)], env=private_repo_env(tmp), timeout=60)
         check(r.returncode == 0 and "code restored" in r.stdout,
               "sptrace stop %d (%d): %s%s\n(patched before: %r)" %
               (pg.pid, r.returncode, r.stdout, r.stderr, patched))
         diff = text_diff_bytes(pg.pid)
         check(not diff, "after sptrace stop the postmaster's code differs from its files "
               "(bytes): %r" % diff)
-        before = results["ok"]
-        deadline = time.time() + 60
-        while results["ok"] < before + 5 and time.time() < deadline and not results["bad"]:
-            time.sleep(0.1)
-        check(results["ok"] >= before + 5 and not results["bad"],
-              "queries after the stop: %d ok, failed: %r" % (results["ok"] - before,
-                                                            results["bad"][:3]))
+        queries_go_on(results, 5, "after the stop")
     finally:
         stop_client.set()
         if th:

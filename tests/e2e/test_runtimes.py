@@ -29,7 +29,7 @@ import tempfile
 import time
 import urllib.request
 
-from e2elib import check, describe_exit, fail, run
+from e2elib import check, describe_exit, fail, need_program, private_repo_env, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGS = os.path.join(HERE, "..", "progs")
@@ -50,17 +50,6 @@ srv.listen(0, '127.0.0.1', () => { console.log('port ' + srv.address().port); })
 """
 
 
-def need(tool, package):
-    """Fail (never skip) when a runtime the test needs is missing."""
-    path = shutil.which(tool)
-    if not path:
-        fail("'%s' is not installed; install the Debian package '%s' "
-             "(scripts/install-deps.sh does)" % (tool, package))
-    return path
-
-
-def env(tmp):
-    return dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))
 
 
 def agent_log(trace):
@@ -114,8 +103,8 @@ def same_as_native(native, traced, what):
 
 
 def case_node_run(sptrace, tmp):
-    node = need("node", "nodejs")
-    e = env(tmp)
+    node = need_program("node", "nodejs")
+    e = private_repo_env(tmp)
     native = run([node, "-e", GC_JS], env=e, timeout=120)
     check(native.returncode == 7, "node natively: %s\n%s" % (describe_exit(native.returncode),
                                                            native.stderr))
@@ -127,8 +116,8 @@ def case_node_run(sptrace, tmp):
 
 
 def case_node_attach(sptrace, tmp):
-    node = need("node", "nodejs")
-    e = env(tmp)
+    node = need_program("node", "nodejs")
+    e = private_repo_env(tmp)
     script = os.path.join(tmp, "server.js")
     with open(script, "w") as f:
         f.write(SERVER_JS)
@@ -179,8 +168,8 @@ def case_node_attach(sptrace, tmp):
 
 
 def case_go_cgo_run(sptrace, tmp):
-    go = need("go", "golang-go")
-    e = env(tmp)
+    go = need_program("go", "golang-go")
+    e = private_repo_env(tmp)
     src = os.path.join(tmp, "cgo_gc.go")
     shutil.copy(os.path.join(PROGS, "cgo_gc.go"), src)
     exe = os.path.join(tmp, "cgo_gc")

@@ -76,6 +76,11 @@ void cli_free_list(char **v, size_t n);
 /* The modules PID maps executable, as /proc/PID/root/<path>: 0, or 1 after
  * a message naming `cmd`. */
 int cli_loaded_modules(const char *cmd, const char *pid, char ***out, size_t *n);
+/* The file execvp would run for `name` (PATH searched): 0, -1 none. */
+int cli_find_program(const char *name, char *out, size_t len);
+/* The ELF interpreter (PT_INTERP) of a 64-bit ELF file: 1, else 0 (static,
+ * or not ELF). */
+int cli_elf_interpreter(const char *path, char *interp, size_t len);
 /* The program execvp would run for `name` (a script's interpreter), its ELF
  * interpreter and the libraries that loader will map: 0, -1 not found. */
 int cli_program_modules(const char *name, char ***out, size_t *n);

@@ -21,7 +21,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -115,25 +114,6 @@ static void end_traces(const char *dir, int status)
 		meta_end(cur, status);
 }
 
-/* The file execvp ran for `prog` (PATH searched as it does), in path. */
-static bool resolve_program(const char *prog, char *path, size_t n)
-{
-	const char *dirs = getenv("PATH");
-
-	if (strchr(prog, '/'))
-		return snprintf(path, n, "%s", prog) < (int)n;
-	for (const char *d = dirs ? dirs : "/usr/local/bin:/usr/bin:/bin"; d;) {
-		const char *end = strchr(d, ':');
-		int len = end ? (int)(end - d) : (int)strlen(d);
-
-		if (snprintf(path, n, "%.*s%s%s", len, d, len ? "/" : "", prog) < (int)n &&
-		    access(path, X_OK) == 0)
-			return true;
-		d = end ? end + 1 : NULL;
-	}
-	return false;
-}
-
 /*
  * The agent never started in the program (no meta): why, as far as the
  * file tells.  The loader ignores LD_PRELOAD in a static program, cannot
@@ -142,14 +122,14 @@ static bool resolve_program(const char *prog, char *path, size_t n)
  */
 static void why_not_traced(const char *prog, char *why, size_t n)
 {
-	char path[PATH_MAX], head[128];
-	unsigned char *e = (unsigned char *)head;
+	char path[PATH_MAX], interp[PATH_MAX];
+	unsigned char ident[EI_NIDENT];
 	struct stat st;
 	ssize_t got;
 	int fd;
 
 	snprintf(why, n, "the agent did not start in it (see the program's stderr)");
-	if (!resolve_program(prog, path, sizeof path) || stat(path, &st) != 0)
+	if (cli_find_program(prog, path, sizeof path) != 0 || stat(path, &st) != 0)
 		return;
 	if (((st.st_mode & S_ISUID) && st.st_uid != getuid()) ||
 	    ((st.st_mode & S_ISGID) && st.st_gid != getgid())) {
@@ -158,36 +138,16 @@ static void why_not_traced(const char *prog, char *why, size_t n)
 		return;
 	}
 	fd = open(path, O_RDONLY | O_CLOEXEC);
-	got = fd >= 0 ? read(fd, head, sizeof head) : -1;
+	got = fd >= 0 ? read(fd, ident, sizeof ident) : -1;
 	if (fd >= 0)
 		close(fd);
-	if (got < 64 || memcmp(head, "\177ELF", 4) != 0)
+	if (got != (ssize_t)sizeof ident || memcmp(ident, ELFMAG, SELFMAG) != 0)
 		return;
-	if (e[4] == 1) {
+	if (ident[EI_CLASS] == ELFCLASS32)
 		snprintf(why, n, "%s is a 32-bit program; the agent is 64-bit", path);
-		return;
-	}
-	/* A 64-bit ELF: a static one has no PT_INTERP among its headers. */
-	{
-		Elf64_Ehdr eh;
-		Elf64_Phdr ph;
-		bool interp = false;
-
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
-			if (fd >= 0)
-				close(fd);
-			return;
-		}
-		for (int i = 0; i < eh.e_phnum && i < 256; i++)
-			if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) ==
-			    (ssize_t)sizeof ph && ph.p_type == PT_INTERP)
-				interp = true;
-		close(fd);
-		if (!interp)
-			snprintf(why, n, "%s is statically linked: there is no loader to preload the "
-				 "agent", path);
-	}
+	else if (!cli_elf_interpreter(path, interp, sizeof interp))
+		snprintf(why, n, "%s is statically linked: there is no loader to preload the "
+			 "agent", path);
 }
 
 /* End like the program did: same status, or the same signal (no core of

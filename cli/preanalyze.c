@@ -116,8 +116,7 @@ int cli_loaded_modules(const char *cmd, const char *pid, char ***out, size_t *n)
 
 /* ---- the modules a program will start with ---- */
 
-/* The file execvp would run for `name`. */
-static int find_program(const char *name, char *out, size_t len)
+int cli_find_program(const char *name, char *out, size_t len)
 {
 	const char *path = getenv("PATH");
 
@@ -164,9 +163,7 @@ static int script_interpreter(const char *path, char *interp, size_t len)
 	return interp[0] == '/';
 }
 
-/* The ELF interpreter (PT_INTERP) of a 64-bit ELF file: 1, else 0 (static,
- * or not ELF). */
-static int elf_interpreter(const char *path, char *interp, size_t len)
+int cli_elf_interpreter(const char *path, char *interp, size_t len)
 {
 	Elf64_Ehdr eh;
 	int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
@@ -273,14 +270,14 @@ int cli_program_modules(const char *name, char ***out, size_t *n)
 
 	*out = NULL;
 	*n = 0;
-	if (find_program(name, prog, sizeof prog) < 0)
+	if (cli_find_program(name, prog, sizeof prog) < 0)
 		return -1;
 	/* A script runs its interpreter (which may be a script, four deep). */
 	for (int depth = 0; depth < 4 && script_interpreter(prog, interp, sizeof interp); depth++)
 		snprintf(prog, sizeof prog, "%s", interp);
 	if (list_add(out, n, &cap, prog) < 0)
 		return -1;
-	if (!elf_interpreter(prog, interp, sizeof interp))
+	if (!cli_elf_interpreter(prog, interp, sizeof interp))
 		return 0;                               /* static: nothing else loads */
 	if (list_add(out, n, &cap, interp) < 0)
 		return -1;

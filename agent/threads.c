@@ -319,12 +319,14 @@ static int task_dir_take(void)
 	return -1;
 }
 
-/* Thread tid's syscall file, kept open; -1 if it cannot be opened. */
-static int syscall_fd(int tid)
+/* Thread tid's syscall file, kept open (*kept; else, the cache full, the
+ * caller closes it); -1 if it cannot be opened. */
+static int syscall_fd(int tid, bool *kept)
 {
 	char path[64];
 	int fd;
 
+	*kept = true;
 	for (int i = 0; i < PROC_CACHE; i++)
 		if (__atomic_load_n(&syscall_fds[i].tid, __ATOMIC_ACQUIRE) == tid &&
 		    syscall_fds[i].fd >= 0)
@@ -346,15 +348,8 @@ static int syscall_fd(int tid)
 			return fd;
 		}
 	}
-	return fd;                 /* the cache is full: the caller closes it */
-}
-
-static bool syscall_fd_cached(int fd)
-{
-	for (int i = 0; i < PROC_CACHE; i++)
-		if (syscall_fds[i].tid > 0 && syscall_fds[i].fd == fd)
-			return true;
-	return false;
+	*kept = false;
+	return fd;
 }
 
 /* Thread tid is gone: its file goes. */
@@ -391,8 +386,12 @@ static void proc_cache_after_fork(void)
 
 static int preopen_one(int tid, void *arg)
 {
+	bool kept;
+	int fd = syscall_fd(tid, &kept);
+
 	(void)arg;
-	syscall_fd(tid);
+	if (fd >= 0 && !kept)
+		close(fd);
 	return 0;
 }
 
@@ -457,11 +456,14 @@ int ag_thread_where(int tid, long *nr, uint64_t *pc)
 	char buf[512];
 	unsigned long n_, args[6], sp, pc_;
 	ssize_t n;
-	int fd = syscall_fd(tid);
+	bool kept;
+	int fd = syscall_fd(tid, &kept), err;
 
 	n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
-	if (fd >= 0 && !syscall_fd_cached(fd))
+	err = errno;
+	if (fd >= 0 && !kept)
 		close(fd);
+	errno = err;
 	if (n <= 0) {
 		/* Gone: its file goes.  EAGAIN (the thread woke up while the
 		 * kernel looked) keeps it: reopening would take a low number

@@ -332,6 +332,20 @@ AG_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 	return set_mask(real_sigprocmask, how, set, old, true);
 }
 
+/* A wait's set without SIGTRAP, which is the agent's: the signals a wait
+ * takes (signalfd, sigwait*: step 4) never include it, and those blocked
+ * while sigsuspend waits never do either.  A set of SIGTRAP alone waits for
+ * nothing the program could have sent but SIGTRAP -- which the agent's
+ * handler now holds. */
+static const sigset_t *wait_set(const sigset_t *set, sigset_t *copy)
+{
+	if (!set || !keep_trap_open || sigismember(set, SIGTRAP) != 1)
+		return set;
+	*copy = *set;
+	sigdelset(copy, SIGTRAP);
+	return copy;
+}
+
 AG_EXPORT int sigsuspend(const sigset_t *mask)
 {
 	sigset_t copy;
@@ -342,24 +356,7 @@ AG_EXPORT int sigsuspend(const sigset_t *mask)
 		errno = ENOSYS;
 		return -1;
 	}
-	if (keep_trap_open && sigismember(mask, SIGTRAP) == 1) {
-		copy = *mask;
-		sigdelset(&copy, SIGTRAP);
-		mask = &copy;
-	}
-	return real_sigsuspend(mask);
-}
-
-/* The set a wait may take signals from: never SIGTRAP, which is the
- * agent's (step 4).  A set of SIGTRAP alone waits for nothing the program
- * could have sent but SIGTRAP -- which the agent's handler now holds. */
-static const sigset_t *wait_set(const sigset_t *set, sigset_t *copy)
-{
-	if (!set || !keep_trap_open || sigismember(set, SIGTRAP) != 1)
-		return set;
-	*copy = *set;
-	sigdelset(copy, SIGTRAP);
-	return copy;
+	return real_sigsuspend(wait_set(mask, &copy));
 }
 
 AG_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)

@@ -14,6 +14,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 
 
 def fail(msg):
@@ -115,6 +116,19 @@ def text_diff_bytes(pid):
 def text_differences(pid):
     """Executable mappings of `pid` whose bytes differ from their files."""
     return sorted(text_diff_bytes(pid))
+
+
+def patched_soon(pid, seconds=10):
+    """Whether `pid`'s code differs from its files within `seconds`: an
+    activation patches ahead of the flow of control, after the command
+    that asked for it has returned."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if text_differences(pid):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
 
 
 def sptrace(exe, args, ok=True, timeout=240):

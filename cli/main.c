@@ -25,6 +25,7 @@ static const cli_cmd commands[] = {
 	  "analyse ELF modules and fill the code-analysis repository" },
 	{ "replay", cmd_replay, "print each thread's calls as a tree (uftrace-like)" },
 	{ "report", cmd_report, "time per function: total, self, calls" },
+	{ "keys", cmd_keys, "make the cluster CA and hosts' certificates for spdaemon" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof *commands)

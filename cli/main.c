@@ -26,6 +26,7 @@ static const cli_cmd commands[] = {
 	{ "replay", cmd_replay, "print each thread's calls as a tree (uftrace-like)" },
 	{ "report", cmd_report, "time per function: total, self, calls" },
 	{ "keys", cmd_keys, "make the cluster CA and hosts' certificates for spdaemon" },
+	{ "status", cmd_status, "ask this host's or other hosts' spdaemon who it is" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof *commands)

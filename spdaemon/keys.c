@@ -18,7 +18,7 @@
  *   4. the private key is written first and the certificate last, so a
  *      certificate never exists without its key.
  */
-#include "spd.h"
+#include "spd_internal.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -81,7 +81,7 @@ bad:
 }
 
 /* Step 1: KEYDIR, made if missing, opened and checked. */
-static int open_keydir(const char *keydir, int create, sp_err *err)
+int spd_keys_open_dir(const char *keydir, int create, sp_err *err)
 {
 	struct stat st;
 	int fd;
@@ -170,8 +170,7 @@ static int write_pair(int dfd, const char *keydir, const char *key_name, EVP_PKE
 	return 0;
 }
 
-/* A PEM object from KEYDIR/name: the CA's, so it must be the caller's. */
-static void *read_pem(int dfd, const char *keydir, const char *name, int is_key, sp_err *err)
+void *spd_keys_read(int dfd, const char *keydir, const char *name, int is_key, sp_err *err)
 {
 	struct stat st;
 	void *obj = NULL;
@@ -185,6 +184,13 @@ static void *read_pem(int dfd, const char *keydir, const char *name, int is_key,
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
 		sp_fail(err, "%s/%s is not a regular file of yours; not used", keydir, name);
+		close(fd);
+		return NULL;
+	}
+	if (is_key && (st.st_mode & 077)) {
+		sp_fail(err, "%s/%s: a private key that others may read (mode %03o) is not used; "
+			"'chmod 600 %s/%s', and consider it known to them", keydir, name,
+			(unsigned)(st.st_mode & 0777), keydir, name);
 		close(fd);
 		return NULL;
 	}
@@ -285,7 +291,7 @@ int spd_keys_init(const char *keydir, int days, sp_err *err)
 	X509 *cert = NULL;
 	int dfd, rc = -1;
 
-	if (check_days(days, err) || (dfd = open_keydir(keydir, 1, err)) < 0)
+	if (check_days(days, err) || (dfd = spd_keys_open_dir(keydir, 1, err)) < 0)
 		return -1;
 	if (exists_at(dfd, "ca.key") || exists_at(dfd, "ca.crt")) {
 		sp_fail(err, "%s already holds a CA (ca.key, ca.crt); it is never replaced: hosts "
@@ -313,7 +319,7 @@ int spd_keys_issue(const char *keydir, const char *name, int days, sp_err *err)
 	int kind, dfd, rc = -1;
 
 	if (check_days(days, err) || (kind = spd_host_name_kind(name, err)) < 0 ||
-	    (dfd = open_keydir(keydir, 0, err)) < 0)
+	    (dfd = spd_keys_open_dir(keydir, 0, err)) < 0)
 		return -1;
 	snprintf(file_key, sizeof file_key, "%s.key", name);
 	snprintf(file_crt, sizeof file_crt, "%s.crt", name);
@@ -323,8 +329,8 @@ int spd_keys_issue(const char *keydir, const char *name, int days, sp_err *err)
 			keydir, name, file_key, file_crt);
 		goto out;
 	}
-	if (!(ca_key = read_pem(dfd, keydir, "ca.key", 1, err)) ||
-	    !(ca_cert = read_pem(dfd, keydir, "ca.crt", 0, err)))
+	if (!(ca_key = spd_keys_read(dfd, keydir, "ca.key", 1, err)) ||
+	    !(ca_cert = spd_keys_read(dfd, keydir, "ca.crt", 0, err)))
 		goto out;
 	if (X509_check_private_key(ca_cert, ca_key) != 1) {
 		ERR_clear_error();

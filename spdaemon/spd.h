@@ -7,7 +7,14 @@
 #ifndef SPD_H
 #define SPD_H
 
+#include <stdint.h>
+#include <sys/types.h>
+
 #include "sp.h"
+#include "spd.pb-c.h"
+
+struct ssl_st;
+struct ssl_ctx_st;
 
 /*
  * keys.c — the cluster's keys.  One CA signs a certificate per host; the
@@ -30,5 +37,54 @@ int spd_keys_issue(const char *keydir, const char *name, int days, sp_err *err);
  * labels of 1..63, 253 at most) or an IPv4/IPv6 address; 1 for an address,
  * 0 for a DNS name, -1 (message) otherwise. */
 int spd_host_name_kind(const char *name, sp_err *err);
+
+/*
+ * frame.c — the protocol's frames (proto/spd.proto says how they look).
+ * A connection is a socket, with TLS when it leads to another host.
+ */
+#define SPD_PROTOCOL_VERSION 1
+#define SPD_FRAME_MAX (1u << 20)     /* bytes of one frame, the length excluded */
+#define SPD_PORT 7470                /* where daemons listen for other hosts */
+#define SPD_SOCKET "sptrace-spdaemon" /* the abstract UNIX socket, one per network namespace */
+
+typedef struct spd_conn {
+	int fd;
+	struct ssl_st *ssl;          /* NULL: the local socket, no TLS */
+	char peer[160];              /* for messages and the log: who is at the other end */
+	uid_t uid;                   /* a local peer's credentials (SO_PEERCRED) */
+	pid_t pid;                   /*   (-1: a remote peer) */
+	int remote;                  /* a daemon's connection from another host */
+} spd_conn;
+
+/* The next frame: 1 and *out (free with spd_frame_free), 0 at the end of
+ * the stream, -1 with a message naming the peer and the fault. */
+int spd_frame_read(spd_conn *c, Sptrace__Spd__Frame **out, sp_err *err);
+/* Send `f` (its version is set here). */
+int spd_frame_write(spd_conn *c, Sptrace__Spd__Frame *f, sp_err *err);
+/* A frame from its bytes (no length prefix): the check every frame read
+ * passes (size, parse, a known body).  NULL with a message. */
+Sptrace__Spd__Frame *spd_frame_decode(const uint8_t *buf, size_t len, const char *peer,
+				      sp_err *err);
+#define spd_frame_free(f) sptrace__spd__frame__free_unpacked((f), NULL)
+/* An Error frame answering request `id`; 0 if it was sent. */
+int spd_send_error(spd_conn *c, uint64_t id, const char *message);
+
+/*
+ * tls.c — mutual TLS 1.3 between hosts: each side presents KEYDIR/NAME.crt
+ * and accepts only a peer whose certificate KEYDIR/ca.crt signed.
+ */
+struct ssl_ctx_st *spd_tls_context(const char *keydir, const char *name, int server,
+				   sp_err *err);
+void spd_tls_context_free(struct ssl_ctx_st *ctx);
+/* Connect to host:port (a name or an address) within `timeout_s`, and
+ * check that the daemon's certificate names `host`. */
+int spd_tls_connect(struct ssl_ctx_st *ctx, const char *host, int port, int timeout_s,
+		    spd_conn *c, sp_err *err);
+/* The server's side of the handshake on accepted socket c->fd (c->peer
+ * holds its address); c->peer then names the certificate too. */
+int spd_tls_accept(struct ssl_ctx_st *ctx, spd_conn *c, sp_err *err);
+/* Connect to this network namespace's daemon (SPD_SOCKET). */
+int spd_local_connect(spd_conn *c, sp_err *err);
+void spd_conn_close(spd_conn *c);
 
 #endif

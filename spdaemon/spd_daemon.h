@@ -1,0 +1,30 @@
+/*
+ * spd_daemon.h — the daemon's own state, shared by main.c (options, log,
+ * listening) and serve.c (requests).
+ */
+#ifndef SPD_DAEMON_H
+#define SPD_DAEMON_H
+
+#include <time.h>
+
+#include "spd_internal.h"
+
+typedef struct spd_daemon {
+	char *keys, *name, *state_dir;   /* --keys, --name, --state-dir */
+	int port;                        /* TCP port for other hosts */
+	int foreground;
+	struct ssl_ctx_st *tls;          /* server side: our certificate, the CA */
+	int state_fd, log_fd;            /* the state directory, spdaemon.log there */
+	int local_fd, remote_fd;         /* listening sockets */
+	struct timespec started;         /* CLOCK_MONOTONIC */
+	unsigned long long requests;     /* served (atomic) */
+} spd_daemon;
+
+/* main.c: a line in spdaemon.log (and on stderr in the foreground). */
+void spd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* serve.c: one connection, to its end (the TLS handshake first for a
+ * remote one); every request and every refusal is logged. */
+void spd_serve(spd_daemon *d, spd_conn *c);
+
+#endif

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""test_daemon.py SPTRACE SPDAEMON CASE — spdaemon, its local socket and its
+TLS port, and `sptrace status` (issue 13).
+
+The script runs itself in a network namespace of its own (unshare -n), so
+the daemon's abstract socket and port 7470 are the test's alone, as on a
+host of its own.
+
+  serve     the daemon answers `sptrace status` on its local socket (naming
+            the caller's pid and uid from SO_PEERCRED) and over mutual TLS
+            1.3 (naming the caller's certificate); a client whose certificate
+            another CA signed, or that dials a name the daemon's certificate
+            does not hold, is refused; hostile frames -- a length of 4 GiB, a
+            payload that does not parse, a body it does not know, a frame cut
+            short, plain bytes on the TLS port -- each end that connection
+            with a message in the log, and the daemon serves on; an idle
+            connection does not hold others up; SIGTERM stops it, logged,
+            its pid file gone.
+  refusals  bad options and configuration, a state directory others may write
+            or that is a link, a private key others may read, and a second
+            daemon in the same network namespace are refused with messages
+            naming what to do.
+"""
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2elib import check, check_sanitizers, fail, run  # noqa: E402
+
+SOCK = "\0sptrace-spdaemon"
+
+
+def in_own_netns():
+    if os.environ.get("SPTRACE_TEST_NETNS") != "1":
+        env = dict(os.environ, SPTRACE_TEST_NETNS="1")
+        os.execvpe("unshare", ["unshare", "-n", "--", sys.executable] + sys.argv, env)
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+
+def make_keys(sptrace, kd):
+    for args in (["init", kd], ["issue", kd, "127.0.0.1"], ["issue", kd, "client1"]):
+        r = run([sptrace, "keys"] + args)
+        check(r.returncode == 0, "sptrace keys %s: %s" % (" ".join(args), r.stderr))
+
+
+class Daemon:
+    def __init__(self, spdaemon, kd, state, extra=()):
+        self.state = state
+        self.log = os.path.join(state, "spdaemon.log")
+        self.p = subprocess.Popen([spdaemon, "--keys", kd, "--name", "127.0.0.1", "--state-dir",
+                                   state, "--foreground"] + list(extra),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while "started" not in self.text():
+            if self.p.poll() is not None:
+                fail("spdaemon exited (%d): %s" % (self.p.returncode, self.p.stderr.read()))
+            if time.monotonic() > deadline:
+                fail("spdaemon did not start within 30 s")
+            time.sleep(0.05)
+
+    def text(self):
+        try:
+            with open(self.log) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def wait_log(self, words, what):
+        deadline = time.monotonic() + 10
+        while not all(w in self.text() for w in words):
+            if time.monotonic() > deadline:
+                fail("%s: the daemon's log does not say %r:\n%s" % (what, words, self.text()))
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+                fail("spdaemon did not stop within 10 s of SIGTERM")
+            check_sanitizers(["spdaemon"], self.p.stderr.read())
+
+
+def status_ok(sptrace, what, *args):
+    r = run([sptrace, "status"] + list(args), timeout=60)
+    check(r.returncode == 0 and "spdaemon" in r.stdout and "host 127.0.0.1" in r.stdout,
+          "%s: sptrace status %s failed (%d): %s %s" % (what, " ".join(args), r.returncode,
+                                                      r.stdout, r.stderr))
+    return r.stdout
+
+
+def hostile(payload, what, tls_port=None):
+    """Send `payload` to the daemon (its local socket, or plain bytes to its
+    TLS port) and read what comes back until it closes the connection."""
+    if tls_port:
+        s = socket.create_connection(("127.0.0.1", tls_port), timeout=20)
+    else:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(20)
+        s.connect(SOCK)
+    got = b""
+    try:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return got
+            got += b
+    except ConnectionResetError:
+        return got
+    except socket.timeout:
+        fail("%s: the daemon kept the connection open for 20 s" % what)
+    finally:
+        s.close()
+
+
+def frame(payload):
+    return struct.pack(">I", len(payload)) + payload
+
+
+def case_serve(sptrace, spdaemon, tmp):
+    kd = os.path.join(tmp, "keys")
+    make_keys(sptrace, kd)
+    d = Daemon(spdaemon, kd, os.path.join(tmp, "state"))
+    try:
+        out = status_ok(sptrace, "local")
+        check("local pid" in out and "uid 0" in out, "local status does not name the caller: " + out)
+        out = status_ok(sptrace, "TLS", "--keys", kd, "--name", "client1", "127.0.0.1")
+        check("host client1" in out, "TLS status does not name the client's certificate: " + out)
+        # A stranger's certificate, and a daemon dialled by a name its
+        # certificate does not hold.
+        other = os.path.join(tmp, "other")
+        for args in (["init", other], ["issue", other, "intruder"]):
+            run([sptrace, "keys"] + args)
+        r = run([sptrace, "status", "--keys", other, "--name", "intruder", "127.0.0.1"])
+        check(r.returncode != 0 and "sptrace: status:" in r.stderr,
+              "a client of another CA was answered: %r %r" % (r.stdout, r.stderr))
+        d.wait_log(["TLS handshake refused"], "another CA")
+        r = run([sptrace, "status", "--keys", kd, "--name", "client1", "localhost"])
+        check(r.returncode != 0 and "hostname mismatch" in r.stderr,
+              "a daemon whose certificate does not name 'localhost' was accepted: %r" % r.stderr)
+        # Hostile frames: an Error frame, the connection closed, a line logged.
+        cases = [
+            (struct.pack(">I", 0xffffffff), "announces a frame of 4294967295 bytes"),
+            (frame(b"\xff\xfe\xfd\x01garbage"), "not a protocol message"),
+            (frame(bytes([0x08, 0x01, 0x10, 0x07, 0xfa, 0x06, 0x00])), "no request or reply"),
+            (struct.pack(">I", 100) + b"\x08\x01", "ended inside a frame"),
+        ]
+        for payload, words in cases:
+            got = hostile(payload, words)
+            check(words.encode() in got, "%s: the daemon's answer does not say so: %r" %
+                  (words, got))
+            d.wait_log([words, "connection closed"], words)
+            status_ok(sptrace, "after a frame that " + words)
+        hostile(b"GET / HTTP/1.0\r\n\r\n", "plain bytes on the TLS port", tls_port=7470)
+        d.wait_log(["TLS handshake refused"], "plain bytes on the TLS port")
+        # An idle client holds a thread, not the daemon.
+        idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        idle.connect(SOCK)
+        idle.sendall(b"\x00\x00")
+        status_ok(sptrace, "with an idle connection open")
+        idle.close()
+        check(d.p.poll() is None, "the daemon died")
+        pid = open(os.path.join(d.state, "spdaemon.pid")).read().strip()
+        check(pid == str(d.p.pid), "spdaemon.pid holds %r, not %d" % (pid, d.p.pid))
+        d.stop()
+        check(d.p.returncode == 0, "SIGTERM: exit status %d" % d.p.returncode)
+        check("stopping" in d.text() and "stopped after" in d.text(), "the stop is not logged")
+        check(not os.path.exists(os.path.join(d.state, "spdaemon.pid")), "spdaemon.pid left")
+        r = run([sptrace, "status"])
+        check(r.returncode != 0 and "no spdaemon serves this host" in r.stderr,
+              "status without a daemon: %r" % r.stderr)
+    finally:
+        d.stop()
+
+
+def refused(r, words, what):
+    check(r.returncode != 0 and all(w in r.stderr for w in words),
+          "%s: expected a refusal with %r, got %d: %r" % (what, words, r.returncode, r.stderr))
+
+
+def case_refusals(sptrace, spdaemon, tmp):
+    kd = os.path.join(tmp, "keys")
+    make_keys(sptrace, kd)
+    state = os.path.join(tmp, "state")
+    base = [spdaemon, "--keys", kd, "--name", "127.0.0.1", "--foreground"]
+    refused(run([spdaemon, "--name", "x", "--state-dir", state]), ["--keys KEYDIR"], "no --keys")
+    refused(run(base), ["--state-dir"], "no --state-dir")
+    refused(run(base + ["--state-dir", state, "--port", "abc"]), ["port 'abc'"], "--port abc")
+    refused(run([spdaemon, "--keys", kd, "--name", "bad name", "--state-dir", state]),
+            ["is not a host name"], "--name 'bad name'")
+    refused(run([spdaemon, "--keys", kd, "--name", "nohost", "--state-dir", state]),
+            ["nohost.crt"], "--name without a certificate")
+    conf = os.path.join(tmp, "conf")
+    with open(conf, "w") as f:
+        f.write("# spdaemon\nport 7470\nfrobnicate yes\n")
+    refused(run(base + ["--state-dir", state, "--config", conf]),
+            ["%s:3" % conf, "unknown setting 'frobnicate'"], "unknown config setting")
+    shared = os.path.join(tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o777)
+    refused(run(base + ["--state-dir", shared]), ["writable by no one else"], "state dir 0777")
+    link = os.path.join(tmp, "link")
+    os.symlink(tmp, link)
+    refused(run(base + ["--state-dir", link]), ["link is not followed"], "state dir a link")
+    os.chmod(os.path.join(kd, "127.0.0.1.key"), 0o644)
+    refused(run(base + ["--state-dir", state]), ["others may read", "chmod 600"],
+            "a private key others may read")
+    os.chmod(os.path.join(kd, "127.0.0.1.key"), 0o600)
+    # The configuration file can name everything.
+    with open(conf, "w") as f:
+        f.write("keys %s\nname 127.0.0.1\nstate-dir %s   # where the log goes\n" % (kd, state))
+    d = Daemon(spdaemon, kd, state, ["--config", conf])
+    try:
+        r = run(base + ["--state-dir", os.path.join(tmp, "state2")])
+        refused(r, ["another spdaemon serves this network namespace"], "a second daemon")
+        status_ok(sptrace, "after a second daemon was refused")
+    finally:
+        d.stop()
+    r = run([spdaemon, "--help"])
+    check(r.returncode == 0 and "--state-dir DIR" in r.stdout, "spdaemon --help")
+
+
+def main():
+    sptrace, spdaemon, case = sys.argv[1], sys.argv[2], sys.argv[3]
+    in_own_netns()
+    with tempfile.TemporaryDirectory(prefix="sptrace-daemon.") as tmp:
+        {"serve": case_serve, "refusals": case_refusals}[case](sptrace, spdaemon, tmp)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

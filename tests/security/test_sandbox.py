@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""test_sandbox.py SPTRACE CASE — root's sptrace against files another user
+controls (issue 12): the DWARF reader's sandbox.
+
+Cases:
+  dwarf-reader-sandboxed  root's analyze-binary, watched by strace: the child
+                          that runs libdwarf has become nobody, set
+                          no_new_privs and installed a seccomp filter before
+                          its first read of the DWARF, opens nothing after,
+                          and the lines it sends back are right
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from seclib import check, check_sanitizers, cleanup, fail
+
+# A program whose functions start at known lines (the numbers below).
+PROG = """\
+#include <stdio.h>
+
+__attribute__((noinline)) int twice(int x)
+{
+	return 2 * x;
+}
+
+int main(int argc, char **argv)
+{
+	(void)argv;
+	printf("%d\\n", twice(argc));
+	return 0;
+}
+"""
+PROG_LINES = {"twice": 4, "main": 9}
+
+
+def build_prog(tmp, name="prog", flags=("-g", "-O0")):
+    src = os.path.join(tmp, name + ".c")
+    exe = os.path.join(tmp, name)
+    with open(src, "w") as f:
+        f.write(PROG)
+    r = subprocess.run(["gcc"] + list(flags) + ["-o", exe, src], capture_output=True, text=True)
+    check(r.returncode == 0, "gcc: %s" % r.stderr)
+    return src, exe
+
+
+def function_lines(sptrace, exe, env=None):
+    """{function name: "file:line"} from analyze-binary --dump functions."""
+    r = subprocess.run([sptrace, "analyze-binary", "--no-store", "--dump", "functions", exe],
+                       capture_output=True, text=True, timeout=120, env=env)
+    check_sanitizers([sptrace], r.stderr)
+    check(r.returncode == 0, "analyze-binary %s: exit %d: %s" % (exe, r.returncode, r.stderr))
+    out = {}
+    for line in r.stdout.splitlines():
+        cols = line.split("\t")
+        if len(cols) >= 10 and not line.startswith("#"):
+            out[cols[2]] = cols[9]
+    return out, r.stderr
+
+
+def check_lines(got, src, what):
+    for name, line in PROG_LINES.items():
+        check(got.get(name) == "%s:%d" % (src, line),
+              "%s: %s should be at %s:%d, analyze-binary says %r"
+              % (what, name, src, line, got.get(name)))
+
+
+# ---------------------------------------------------------------------------
+
+CALL = re.compile(r"^(\d+)\s+(\w+)\((.*)\)\s+=\s+(-?\d+)")
+
+
+def case_dwarf_reader_sandboxed(sptrace):
+    if shutil.which("strace") is None:
+        fail("strace is missing: apt-get install strace (scripts/install-deps.sh)")
+    tmp = tempfile.mkdtemp(prefix="sptrace-sec-dwarf.")
+    try:
+        src, exe = build_prog(tmp)
+        log = os.path.join(tmp, "strace.log")
+        cmd = ["strace", "-f", "-qq", "-o", log,
+               "-e", "trace=setgroups,setresgid,setresuid,prctl,seccomp,openat,open,read,"
+                     "pread64,lseek",
+               sptrace, "analyze-binary", "--no-store", "--dump", "functions", exe]
+        # LeakSanitizer cannot run under ptrace (the ASan build)
+        env = dict(os.environ, ASAN_OPTIONS=":".join(
+            filter(None, [os.environ.get("ASAN_OPTIONS"), "detect_leaks=0"])))
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+        check_sanitizers(cmd, r.stderr)
+        check(r.returncode == 0, "analyze-binary under strace: exit %d: %s"
+              % (r.returncode, r.stderr))
+        calls = {}
+        with open(log) as f:
+            for line in f:
+                m = CALL.match(line)
+                if m:
+                    calls.setdefault(m.group(1), []).append(m.groups()[1:])
+        readers = [pid for pid, cs in calls.items()
+                   if any(c[0] == "seccomp" and c[2] == "0" for c in cs)]
+        check(len(readers) == 1,
+              "expected one process to install a seccomp filter (the DWARF reader), "
+              "got %d; system calls by process:\n%s"
+              % (len(readers), "\n".join("%s: %s" % (p, [c[0] for c in cs][:30])
+                                         for p, cs in calls.items())))
+        cs = calls[readers[0]]
+        names = [c[0] for c in cs]
+        at = names.index("seccomp")
+
+        def before(name, args_re, what):
+            ok = any(c[0] == name and re.search(args_re, c[1]) and c[2] == "0"
+                     for c in cs[:at])
+            check(ok, "the DWARF reader did not %s before its seccomp filter: %s"
+                  % (what, cs[:at]))
+
+        before("setgroups", r"^0,", "drop its supplementary groups")
+        before("setresgid", r"^65534, 65534, 65534$", "become group 65534")
+        before("setresuid", r"^65534, 65534, 65534$", "become user 65534 (nobody)")
+        before("prctl", r"PR_SET_NO_NEW_PRIVS, 1", "set no_new_privs")
+        reads_before = [c for c in cs[:at] if c[0] in ("read", "pread64", "lseek")]
+        check(not reads_before, "the DWARF reader read before its sandbox: %s" % reads_before)
+        reads_after = [c for c in cs[at:] if c[0] in ("read", "pread64", "lseek")]
+        check(reads_after, "the DWARF reader read nothing after its sandbox: %s" % cs[at:])
+        opens_after = [c for c in cs[at:] if c[0] in ("open", "openat")]
+        check(not opens_after, "the DWARF reader opened files in its sandbox: %s" % opens_after)
+
+        got, _ = function_lines(sptrace, exe)
+        check_lines(got, src, "sandboxed DWARF reader")
+    finally:
+        cleanup(tmp)
+
+
+CASES = {
+    "dwarf-reader-sandboxed": case_dwarf_reader_sandboxed,
+}
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        fail("usage: test_sandbox.py SPTRACE {%s}" % "|".join(CASES))
+    if os.geteuid() != 0:
+        fail("the security tests run as root")
+    CASES[sys.argv[2]](os.path.abspath(sys.argv[1]))
+    print("ok: %s" % sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()

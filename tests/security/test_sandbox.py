@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""test_sandbox.py SPTRACE CASE — root's sptrace against files another user
-controls (issue 12): the DWARF reader's sandbox.
+"""test_sandbox.py SPTRACE CASE — root's sptrace against files and settings
+another user controls (issue 12): the DWARF reader's sandbox, debug files
+another user could have planted, and the messages for bad settings.
 
 Cases:
   dwarf-reader-sandboxed  root's analyze-binary, watched by strace: the child
@@ -8,6 +9,10 @@ Cases:
                           no_new_privs and installed a seccomp filter before
                           its first read of the DWARF, opens nothing after,
                           and the lines it sends back are right
+  messages-misc           --all-loaded with a stray file or a PID that maps
+                          no file; SPTRACE_REPO a dangling symlink, a FIFO,
+                          a file: each refused with a message that says what
+                          is wrong and what to do
 """
 
 import os
@@ -17,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-from seclib import check, check_sanitizers, cleanup, fail
+from seclib import check, check_sanitizers, cleanup, fail, refused
 
 # A program whose functions start at known lines (the numbers below).
 PROG = """\
@@ -132,8 +137,47 @@ def case_dwarf_reader_sandboxed(sptrace):
         cleanup(tmp)
 
 
+def case_messages_misc(sptrace):
+    tmp = tempfile.mkdtemp(prefix="sptrace-sec-msg.")
+    try:
+        env = dict(os.environ)
+
+        # --all-loaded takes no file besides its PID
+        r = subprocess.run([sptrace, "analyze-binary", "--no-store", "--all-loaded",
+                            str(os.getpid()), "/bin/true"], capture_output=True, text=True,
+                           timeout=120, env=env)
+        refused(r, ["--all-loaded", "/bin/true"], "--all-loaded PID with a stray file")
+        check(r.returncode == 2, "a usage error should exit 2, got %d" % r.returncode)
+
+        # a PID that maps no file (kthreadd, a kernel thread) is not "nothing to do"
+        r = subprocess.run([sptrace, "analyze-binary", "--no-store", "--all-loaded", "2"],
+                           capture_output=True, text=True, timeout=120, env=env)
+        refused(r, ["pid 2", "kernel thread"], "--all-loaded 2")
+
+        # SPTRACE_REPO that is not a directory: say what it is and what to do
+        dangling = os.path.join(tmp, "repo-link")
+        target = os.path.join(tmp, "gone", "repo")
+        os.symlink(target, dangling)
+        fifo = os.path.join(tmp, "repo-fifo")
+        os.mkfifo(fifo)
+        plain = os.path.join(tmp, "repo-file")
+        with open(plain, "w") as f:
+            f.write("not a repository\n")
+        for path, words in ((dangling, ["dangling symbolic link", target, "SPTRACE_REPO"]),
+                            (fifo, ["FIFO", fifo, "SPTRACE_REPO"]),
+                            (plain, ["regular file", plain, "SPTRACE_REPO"])):
+            env = dict(os.environ, SPTRACE_REPO=path)
+            r = subprocess.run([sptrace, "analyze-binary", "-q", "/bin/true"],
+                               capture_output=True, text=True, timeout=120, env=env)
+            refused(r, words, "SPTRACE_REPO=%s" % path)
+        check(not os.path.exists(target), "the dangling link's target %s was created" % target)
+    finally:
+        cleanup(tmp)
+
+
 CASES = {
     "dwarf-reader-sandboxed": case_dwarf_reader_sandboxed,
+    "messages-misc": case_messages_misc,
 }
 
 

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libdwarf.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -883,15 +884,174 @@ static bool file_crc32(int fd, uint32_t *crc)
 	return true;
 }
 
-/* `path` open if it has DWARF lines (and, for a debuglink candidate, the
- * crc32 the link records), else -1. */
-static int open_candidate(const ca_elf *e, const char *path, bool check_crc)
-{
-	int fd = open_regular(path);
-	uint32_t crc;
+/*
+ * Root never follows a path another user could have planted.  A separate
+ * debug file is found by name (build-id, .gnu_debuglink) in directories the
+ * module's owner may not control, and what root reads from it ends up in
+ * root's repository.  So when sptrace is root, a candidate is read only if
+ * every name on the way to it was put there by root or by the module's
+ * owner (who could put anything in the module itself anyway):
+ *
+ *   - every directory, symbolic link and the file itself is owned by root
+ *     or by the module's owner;
+ *   - no directory on the way is writable by others (or by a group other
+ *     than root's) unless it is sticky, like /tmp, where others may add
+ *     names but not replace those of root or the owner;
+ *   - symbolic links are followed here, one component at a time, so the
+ *     links and the directories they lead through are checked too.
+ *
+ * Paths through /proc/PID/root (a process's own file-system root, as
+ * --all-loaded and attach give them) are walked from that root.
+ * trust_walk() returns NULL and the file's lstat, or why the path is not
+ * trusted (in `why`).
+ */
+typedef struct trust_walk {
+	uid_t owner;         /* the module's owner, trusted beside root */
+	char root[64];       /* "" or "/proc/PID/root" */
+	char why[512];
+	struct stat st;      /* of the last name checked */
+	unsigned links;      /* symbolic links followed */
+} trust_walk;
 
+static bool trusted_entry(trust_walk *w, const char *at)
+{
+	if (lstat(at, &w->st) < 0) {
+		snprintf(w->why, sizeof w->why, "%s: %s", at, strerror(errno));
+		return false;
+	}
+	if (w->st.st_uid != 0 && w->st.st_uid != w->owner) {
+		snprintf(w->why, sizeof w->why, "%s is owned by uid %u, neither root nor the "
+			 "module's owner", at, (unsigned)w->st.st_uid);
+		return false;
+	}
+	if (S_ISDIR(w->st.st_mode) && !(w->st.st_mode & S_ISVTX) &&
+	    ((w->st.st_mode & S_IWOTH) || ((w->st.st_mode & S_IWGRP) && w->st.st_gid != 0))) {
+		snprintf(w->why, sizeof w->why, "the directory %s is writable by other users",
+			 at);
+		return false;
+	}
+	return true;
+}
+
+/* Walk `path` (absolute, below w->root) one name at a time from the root. */
+static bool walk_trusted(trust_walk *w, const char *path)
+{
+	char cur[PATH_MAX], rest[PATH_MAX];
+	size_t rootlen = strlen(w->root);
+	char *name, *save = NULL;
+
+	if (snprintf(cur, sizeof cur, "%s", w->root[0] ? w->root : "/") >= (int)sizeof cur ||
+	    snprintf(rest, sizeof rest, "%s", path) >= (int)sizeof rest) {
+		snprintf(w->why, sizeof w->why, "%s: path too long", path);
+		return false;
+	}
+	if (!w->root[0] && !trusted_entry(w, "/"))
+		return false;
+	for (name = strtok_r(rest, "/", &save); name; name = strtok_r(NULL, "/", &save)) {
+		size_t len = strlen(cur);
+
+		if (strcmp(name, ".") == 0)
+			continue;
+		if (strcmp(name, "..") == 0) {
+			char *slash = strrchr(cur, '/');
+
+			if (slash && (size_t)(slash - cur) >= rootlen && slash > cur)
+				*slash = '\0';
+			else if (!w->root[0])
+				snprintf(cur, sizeof cur, "/");
+			continue;
+		}
+		if (len + 1 + strlen(name) >= sizeof cur) {
+			snprintf(w->why, sizeof w->why, "%s: path too long", path);
+			return false;
+		}
+		snprintf(cur + len, sizeof cur - len, "%s%s", cur[len - 1] == '/' ? "" : "/",
+			 name);
+		if (!trusted_entry(w, cur))
+			return false;
+		if (S_ISLNK(w->st.st_mode)) {
+			char to[PATH_MAX], next[PATH_MAX];
+			const char *tail = save && *save ? save : "";
+			ssize_t n = readlink(cur, to, sizeof to - 1);
+			int m;
+
+			if (n < 0 || ++w->links > 40) {
+				snprintf(w->why, sizeof w->why, "%s: cannot follow the link", cur);
+				return false;
+			}
+			to[n] = '\0';
+			cur[len] = '\0';   /* the link's directory */
+			if (to[0] == '/')
+				m = snprintf(next, sizeof next, "%s/%s", to, tail);
+			else
+				m = snprintf(next, sizeof next, "%s/%s/%s", cur + rootlen, to, tail);
+			if (m < 0 || (size_t)m >= sizeof next) {
+				snprintf(w->why, sizeof w->why, "%s: path too long", path);
+				return false;
+			}
+			return walk_trusted(w, next);
+		}
+	}
+	return true;
+}
+
+/* NULL if root may read `path` for module `e` (see above), else why not,
+ * in w->why; w->st is then the file's lstat. */
+static const char *planted(trust_walk *w, const ca_elf *e, const char *path)
+{
+	struct stat mst;
+	char abs[PATH_MAX];
+	const char *p = path;
+	int pid_len = 0;
+
+	w->owner = e->path && stat(e->path, &mst) == 0 ? mst.st_uid : 0;
+	w->root[0] = '\0';
+	w->links = 0;
+	if (path[0] != '/') {
+		char cwd[PATH_MAX];
+
+		if (!getcwd(cwd, sizeof cwd) ||
+		    snprintf(abs, sizeof abs, "%s/%s", cwd, path) >= (int)sizeof abs) {
+			snprintf(w->why, sizeof w->why, "%s: cannot make the path absolute", path);
+			return w->why;
+		}
+		p = abs;
+	}
+	if (sscanf(p, "/proc/%*[0-9]/root%n", &pid_len) == 0 && pid_len > 0 &&
+	    (p[pid_len] == '/' || !p[pid_len]) && (size_t)pid_len < sizeof w->root) {
+		snprintf(w->root, sizeof w->root, "%.*s", pid_len, p);
+		p += pid_len;
+	}
+	return walk_trusted(w, p) ? NULL : w->why;
+}
+
+/* `path` open if it has DWARF lines (and, for a debuglink candidate, the
+ * crc32 the link records), else -1.  As root, a separate debug file must
+ * not have been planted by another user (planted()): if it may have been,
+ * it is not opened and the reason goes to `refused` (the first one kept). */
+static int open_candidate(const ca_elf *e, const char *path, bool check_crc, char *refused,
+			  size_t len)
+{
+	bool separate = !e->path || strcmp(path, e->path) != 0;
+	trust_walk w;
+	struct stat st;
+	uint32_t crc;
+	int fd;
+
+	if (separate && geteuid() == 0 && planted(&w, e, path)) {
+		if (access(path, F_OK) == 0 && !refused[0])
+			snprintf(refused, len, "%s", w.why);
+		return -1;
+	}
+	fd = open_regular(path);
 	if (fd < 0)
 		return -1;
+	/* still the file that was checked, not one swapped in since */
+	if (separate && geteuid() == 0 &&
+	    (fstat(fd, &st) < 0 || st.st_dev != w.st.st_dev || st.st_ino != w.st.st_ino)) {
+		close(fd);
+		return -1;
+	}
 	if (!has_debug_line(fd) ||
 	    (check_crc && (!file_crc32(fd, &crc) || crc != e->debuglink_crc))) {
 		close(fd);
@@ -916,21 +1076,22 @@ static void dir_of(const char *path, char *buf, size_t len)
 /* Try the three debuglink places for one module directory: the open file,
  * or -1. */
 static int find_by_debuglink_in(const ca_elf *e, const char *dir, const char *debug_dir,
-				char *out, size_t len)
+				char *out, size_t len, char *refused, size_t rlen)
 {
 	const char *sep = strcmp(dir, "/") == 0 ? "" : "/";
 	int n, fd;
 
 	n = snprintf(out, len, "%s%s%s", dir, sep, e->debuglink);
 	if (n > 0 && (size_t)n < len && strcmp(out, e->path) != 0 &&
-	    (fd = open_candidate(e, out, true)) >= 0)
+	    (fd = open_candidate(e, out, true, refused, rlen)) >= 0)
 		return fd;
 	n = snprintf(out, len, "%s%s.debug/%s", dir, sep, e->debuglink);
-	if (n > 0 && (size_t)n < len && (fd = open_candidate(e, out, true)) >= 0)
+	if (n > 0 && (size_t)n < len && (fd = open_candidate(e, out, true, refused, rlen)) >= 0)
 		return fd;
 	if (dir[0] == '/') {
 		n = snprintf(out, len, "%s%s%s%s", debug_dir, dir, sep, e->debuglink);
-		if (n > 0 && (size_t)n < len && (fd = open_candidate(e, out, true)) >= 0)
+		if (n > 0 && (size_t)n < len &&
+		    (fd = open_candidate(e, out, true, refused, rlen)) >= 0)
 			return fd;
 	}
 	return -1;
@@ -953,23 +1114,27 @@ static int find_by_debuglink_in(const ca_elf *e, const char *dir, const char *de
  * debug_dir is opt->debug_dir, else /usr/lib/debug.  Writes the path to
  * `out` and returns the file, open (the one that was checked is the one
  * read, and the sandboxed reader can open nothing), or -1 when no
- * candidate has DWARF lines.
+ * candidate has DWARF lines; `refused` then says why a candidate that
+ * exists was not read as root (see planted()), or is "".
  */
-static int find_dwarf_file(const ca_elf *e, const char *debug_dir, char *out, size_t len)
+static int find_dwarf_file(const ca_elf *e, const char *debug_dir, char *out, size_t len,
+			   char *refused, size_t rlen)
 {
 	char dir[4096], *real;
 	int fd;
 
-	if (e->path && (fd = open_candidate(e, e->path, false)) >= 0) {
+	refused[0] = '\0';
+	if (e->path && (fd = open_candidate(e, e->path, false, refused, rlen)) >= 0) {
 		snprintf(out, len, "%s", e->path);
 		return fd;
 	}
-	if (ca_elf_debug_path(e, debug_dir, out, len) && (fd = open_candidate(e, out, false)) >= 0)
+	if (ca_elf_debug_path(e, debug_dir, out, len) &&
+	    (fd = open_candidate(e, out, false, refused, rlen)) >= 0)
 		return fd;
 	if (!e->debuglink || !e->debuglink[0] || !e->path)
 		return -1;
 	dir_of(e->path, dir, sizeof dir);
-	fd = find_by_debuglink_in(e, dir, debug_dir, out, len);
+	fd = find_by_debuglink_in(e, dir, debug_dir, out, len, refused, rlen);
 	if (fd >= 0)
 		return fd;
 	real = realpath(e->path, NULL);
@@ -978,7 +1143,7 @@ static int find_dwarf_file(const ca_elf *e, const char *debug_dir, char *out, si
 
 		dir_of(real, rdir, sizeof rdir);
 		if (strcmp(rdir, dir) != 0)
-			fd = find_by_debuglink_in(e, rdir, debug_dir, out, len);
+			fd = find_by_debuglink_in(e, rdir, debug_dir, out, len, refused, rlen);
 		free(real);
 	}
 	return fd;
@@ -1091,14 +1256,21 @@ static void child_read_lines(int out, ca_module *m, const ca_elf *e, const ca_op
 	static lines_found found;
 	static lines_result r;
 	sp_err err = { "" };
+	char refused[sizeof err.msg];
 	int fd, keep[2];
 
-	fd = find_dwarf_file(e, debug_dir, found.source, sizeof found.source);
+	fd = find_dwarf_file(e, debug_dir, found.source, sizeof found.source, refused,
+			     sizeof refused);
 	if (fd < 0)
 		found.source[0] = '\0';
 	if (sp_write_all(out, &found, sizeof found))
 		_exit(2);
-	if (fd >= 0) {
+	if (fd < 0 && refused[0]) {
+		r.status = -1;
+		snprintf(r.error, sizeof r.error, "%s: source lines: a debug file is not read as "
+			 "root because another user could have planted it: %s; make the path "
+			 "root's, or analyse as the module's owner", e->path, refused);
+	} else if (fd >= 0) {
 		keep[0] = out;
 		keep[1] = fd;
 		if (ca_sandbox_enter(keep, 2, out, &err) < 0) {

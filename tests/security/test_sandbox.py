@@ -13,6 +13,13 @@ Cases:
                           no file; SPTRACE_REPO a dangling symlink, a FIFO,
                           a file: each refused with a message that says what
                           is wrong and what to do
+  debuglink-fifo          a .gnu_debuglink naming a FIFO: analyze-binary and
+                          sptrace run finish at once, without lines
+  debuglink-planted       root's module in a sticky shared directory: a debug
+                          file or a symlink to one that another user put
+                          there is not read (said so); root's own debug file
+                          there and a user's module with that user's debug
+                          file are
 """
 
 import os
@@ -22,7 +29,8 @@ import subprocess
 import sys
 import tempfile
 
-from seclib import check, check_sanitizers, cleanup, fail, refused
+from seclib import (as_user, check, check_sanitizers, cleanup, fail, refused, shared_tmp,
+                    users)
 
 # A program whose functions start at known lines (the numbers below).
 PROG = """\
@@ -65,6 +73,29 @@ def function_lines(sptrace, exe, env=None):
         if len(cols) >= 10 and not line.startswith("#"):
             out[cols[2]] = cols[9]
     return out, r.stderr
+
+
+def split_debug(tmp, exe, link):
+    """Move exe's DWARF to tmp/link (root's, 0644) and point a
+    .gnu_debuglink at it; the debug file's path."""
+    dbg = os.path.join(tmp, link)
+    for cmd in (["objcopy", "--only-keep-debug", exe, dbg],
+                ["objcopy", "--strip-debug", "--add-gnu-debuglink=" + dbg, exe]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        check(r.returncode == 0, "%s: %s" % (" ".join(cmd), r.stderr))
+    os.chmod(dbg, 0o644)
+    return dbg
+
+
+def lines_note(sptrace, exe):
+    """The 'lines' line of analyze-binary's summary for exe."""
+    r = subprocess.run([sptrace, "analyze-binary", "--no-store", exe], capture_output=True,
+                       text=True, timeout=60)
+    check_sanitizers([sptrace], r.stderr)
+    check(r.returncode == 0, "analyze-binary %s: exit %d: %s" % (exe, r.returncode, r.stderr))
+    m = re.search(r"^\s*lines\s+(.*)$", r.stdout, re.M)
+    check(m is not None, "analyze-binary %s printed no lines note:\n%s" % (exe, r.stdout))
+    return m.group(1)
 
 
 def check_lines(got, src, what):
@@ -175,9 +206,103 @@ def case_messages_misc(sptrace):
         cleanup(tmp)
 
 
+def case_debuglink_fifo(sptrace):
+    tmp = tempfile.mkdtemp(prefix="sptrace-sec-fifo.")
+    try:
+        src, exe = build_prog(tmp)
+        dbg = split_debug(tmp, exe, "prog.debug")
+        os.unlink(dbg)
+        os.mkfifo(dbg)
+        try:
+            note = lines_note(sptrace, exe)
+        except subprocess.TimeoutExpired:
+            fail("analyze-binary hung on a .gnu_debuglink naming a FIFO (%s)" % dbg)
+        check("no DWARF found" in note, "a FIFO is no debug file: %r" % note)
+        env = dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))
+        cmd = [sptrace, "run", "-o", os.path.join(tmp, "trace"), "--", exe]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env,
+                               stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            fail("sptrace run hung on a program whose .gnu_debuglink names a FIFO")
+        check_sanitizers(cmd, r.stderr)
+        check(r.returncode == 0 and r.stdout == "2\n",
+              "sptrace run of the program: exit %d, stdout %r, stderr %r"
+              % (r.returncode, r.stdout, r.stderr))
+    finally:
+        cleanup(tmp)
+
+
+def give(src, dst, user):
+    """Copy src to dst, owned by `user` as if they had written it."""
+    shutil.copy2(src, dst)
+    os.chown(dst, user.uid, user.gid)
+
+
+def case_debuglink_planted(sptrace):
+    hostile, _ = users()
+    tmp = shared_tmp()                      # sticky and world-writable, like /tmp
+    try:
+        src, exe = build_prog(tmp)
+        # root's real debug file, kept where nobody else can reach it
+        private = os.path.join(tmp, "root-only")
+        os.mkdir(private, 0o700)
+        real = split_debug(private, exe, "prog.debug")
+        planted = os.path.join(tmp, "prog.debug")   # <module dir>/<link>
+
+        # 1. a copy (right crc: the same debug file, from the package) that
+        # another user wrote (copied here, then given to that user)
+        give(real, planted, hostile)
+        note = lines_note(sptrace, exe)
+        check("rows from" not in note and "planted" in note and planted in note and
+              "uid %d" % hostile.uid in note,
+              "root read a debug file %s wrote in a shared directory: %r" % (hostile, note))
+        os.unlink(planted)
+
+        # 2. a symlink, planted by another user, to root's own debug file
+        r = as_user(hostile, ["ln", "-s", real, planted])
+        check(r.returncode == 0, "%s could not plant a symlink: %s" % (hostile, r.stderr))
+        note = lines_note(sptrace, exe)
+        check("rows from" not in note and "planted" in note,
+              "root followed a symlink %s planted: %r" % (hostile, note))
+        os.unlink(planted)
+
+        # 3. a .debug directory another user made
+        r = as_user(hostile, ["mkdir", "-m", "755", os.path.join(tmp, ".debug")])
+        check(r.returncode == 0, "%s could not make .debug: %s" % (hostile, r.stderr))
+        give(real, os.path.join(tmp, ".debug", "prog.debug"), hostile)
+        note = lines_note(sptrace, exe)
+        check("rows from" not in note and "planted" in note,
+              "root read a debug file under a directory %s made: %r" % (hostile, note))
+        cleanup(os.path.join(tmp, ".debug"))
+
+        # 4. root's own debug file there is read, and the lines are right
+        shutil.copy2(real, planted)
+        note = lines_note(sptrace, exe)
+        check("rows from %s" % planted in note, "root's own debug file was not read: %r" % note)
+        got, _ = function_lines(sptrace, exe)
+        check_lines(got, src, "root's debug file in a sticky directory")
+        os.unlink(planted)
+
+        # 5. a user's module with that user's debug file is read
+        udir = os.path.join(tmp, "user-prog")
+        r = as_user(hostile, ["mkdir", "-m", "755", udir])
+        check(r.returncode == 0, "mkdir as %s: %s" % (hostile, r.stderr))
+        for f in (exe, real):
+            give(f, os.path.join(udir, os.path.basename(f)), hostile)
+        uexe = os.path.join(udir, "prog")
+        note = lines_note(sptrace, uexe)
+        check("rows from %s/prog.debug" % udir in note,
+              "the debug file of %s's own module was not read: %r" % (hostile, note))
+    finally:
+        cleanup(tmp)
+
+
 CASES = {
     "dwarf-reader-sandboxed": case_dwarf_reader_sandboxed,
     "messages-misc": case_messages_misc,
+    "debuglink-fifo": case_debuglink_fifo,
+    "debuglink-planted": case_debuglink_planted,
 }
 
 

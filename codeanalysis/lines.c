@@ -1299,7 +1299,8 @@ static void child_failed(const ca_elf *e, const char *source, int status, sp_err
 	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS)
 		sp_fail(err, "%s: source lines: the DWARF reader was killed by its sandbox "
 			"(a forbidden system call, SIGSYS) while reading the debug info%s%s; "
-			"analysis goes on without lines", e->path, in, file);
+			"analysis goes on without lines (if that debug info is sound, this is "
+			"a bug in sptrace: please report it)", e->path, in, file);
 	else if (WIFSIGNALED(status))
 		sp_fail(err, "%s: source lines: the DWARF reader crashed (signal %d) on malformed "
 			"debug info%s%s; analysis goes on without lines", e->path, WTERMSIG(status),

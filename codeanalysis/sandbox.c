@@ -19,8 +19,9 @@
  *   4. A seccomp filter (classic BPF, below): the system calls malloc, stdio
  *      and the readers make on open descriptors, and nothing else.  No
  *      open/openat, socket, exec, ptrace, kill; write only to the result
- *      pipe and stderr; no executable mapping.  Anything else kills the
- *      process (SIGSYS), which the parent reports like a crash.
+ *      pipe and stderr; a signal only to itself (abort()); no executable
+ *      mapping.  Anything else kills the process (SIGSYS), which the
+ *      parent reports like a crash.
  *
  * Each step is checked; a failure leaves the caller unsandboxed with an
  * error, and the caller then reads nothing.
@@ -95,6 +96,7 @@ static int drop_root(sp_err *err)
 
 static int install_filter(int out_fd, sp_err *err)
 {
+	pid_t self = getpid();
 	struct sock_filter f[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARCH_OFF),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
@@ -104,11 +106,21 @@ static int install_filter(int out_fd, sp_err *err)
 		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, __X32_SYSCALL_BIT, 0, 1),
 		KILL,
 
-		/* write: the result pipe and stderr (sanitizer reports) only */
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_write, 0, 5),
+		/* write, writev: the result pipe and stderr (sanitizer reports,
+		 * glibc's "double free detected") only */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_write, 1, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_writev, 0, 5),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF(0)),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)out_fd, 2, 0),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, STDERR_FILENO, 1, 0),
+		KILL,
+		ALLOW,
+
+		/* tgkill: only to itself (abort() after glibc finds a corrupt
+		 * heap, so that a crash reads as SIGABRT, not as SIGSYS) */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_tgkill, 0, 4),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_OFF(0)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)self, 1, 0),
 		KILL,
 		ALLOW,
 
@@ -149,6 +161,9 @@ static int install_filter(int out_fd, sp_err *err)
 		ALLOW_NR(__NR_exit),
 		ALLOW_NR(__NR_exit_group),
 		ALLOW_NR(__NR_rt_sigreturn),
+		ALLOW_NR(__NR_rt_sigprocmask),
+		ALLOW_NR(__NR_getpid),
+		ALLOW_NR(__NR_gettid),
 		ALLOW_NR(__NR_sigaltstack),   /* ASan's _exit interceptor */
 		KILL,
 	};

@@ -10,7 +10,9 @@
  * next row have no source line.
  *
  * "No DWARF anywhere" is not an error (0, no lines); a DWARF file that
- * libdwarf cannot read is (-1, "<file>: DWARF line table: <why>").
+ * libdwarf cannot read is (-1, "<file>: DWARF line table: <why>"), and so
+ * is, for root, a debug file another user could have planted (planted()).
+ * libdwarf runs in a sandboxed child (ca_lines_read, sandbox.c).
  */
 #include <dwarf.h>
 #include <errno.h>

@@ -364,8 +364,18 @@ int cmd_analyze_binary(int argc, char **argv)
 	    strcmp(o.dump, "undecodable") && strncmp(o.dump, "cfg=", 4))
 		return cli_error("analyze-binary: unknown --dump '%s'; use functions, callsites, "
 				 "undecodable or cfg=FUNC", o.dump), 2;
+	if (o.pid && optind < argc) {
+		cli_error("analyze-binary: --all-loaded %s takes no file, but '%s' was given; "
+			  "analyse files in a command of their own", o.pid, argv[optind]);
+		return 2;
+	}
 	if (o.pid && cli_loaded_modules("analyze-binary", o.pid, &files, &nfiles))
 		return 1;
+	if (o.pid && nfiles == 0) {
+		cli_error("analyze-binary: pid %s maps no executable file (a kernel thread or a "
+			  "zombie): nothing to analyse", o.pid);
+		return 1;
+	}
 	if (!o.pid && optind >= argc) {
 		cli_error("analyze-binary: no file given; see 'sptrace analyze-binary --help'");
 		return 2;

@@ -87,6 +87,8 @@ int cli_loaded_modules(const char *cmd, const char *pid, char ***out, size_t *n)
 	for (const char *p = pid; *p; p++)
 		if (!isdigit((unsigned char)*p))
 			return cli_error("%s: '%s' is not a process id", cmd, pid);
+	if (!*pid)
+		return cli_error("%s: an empty process id", cmd);
 	snprintf(path, sizeof path, "/proc/%s/maps", pid);
 	f = fopen(path, "re");
 	if (!f) {

@@ -8,6 +8,7 @@
  *   disasm.c    recursive-traversal disassembly, jump tables, blocks, CFG
  *   sites.c     call-site classification and patch plans
  *   lines.c     DWARF source lines (libdwarf), separate debug files
+ *   sandbox.c   the unprivileged, seccomp-filtered child lines.c reads in
  *   runtimes.c  code a language runtime manages (Go, V8): left alone
  *   repo.c      repository entries (proto/repo.proto via protobuf-c)
  *   module.c    ca_analyze(), accessors, lookups, names
@@ -150,6 +151,11 @@ bool ca_ehframe_cfa_at(const ca_elf *e, uint64_t addr, unsigned *reg, int64_t *o
 /* lines.c: fill m->lines (sorted by addr) from the module's DWARF or its
  * separate debug file.  No DWARF anywhere is not an error (0, no lines). */
 int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *err);
+
+/* sandbox.c: close every descriptor but 0-2 and keep[], become nobody if
+ * root, and let only the system calls of a reader of open files through
+ * (write: out_fd and stderr only).  -1 with the step that failed. */
+int ca_sandbox_enter(const int *keep, size_t nkeep, int out_fd, sp_err *err);
 
 /* One decoded instruction, as the passes after decoding need it. */
 enum ca_insn_class {

@@ -10,13 +10,17 @@
  * next row have no source line.
  *
  * "No DWARF anywhere" is not an error (0, no lines); a DWARF file that
- * libdwarf cannot read is (-1, "<file>: DWARF line table: <why>").
+ * libdwarf cannot read is (-1, "<file>: DWARF line table: <why>"), and so
+ * is, for root, a debug file another user could have planted (planted()).
+ * libdwarf runs in a sandboxed child (ca_lines_read, sandbox.c).
  */
 #include <dwarf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libdwarf.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +67,7 @@ typedef struct off_set {
 typedef struct line_reader {
 	ca_module *m;
 	const char *path;      /* the DWARF file, for messages */
+	int fd;                /* the DWARF file, opened before the sandbox */
 	Dwarf_Debug dbg;
 	bool zero_is_code;     /* an executable section covers address 0 */
 	raw_row *rows;
@@ -76,9 +81,8 @@ typedef struct line_reader {
 	char *join;            /* scratch for comp_dir + "/" + name */
 	size_t cap_join;
 	/* Raw .debug_line, read with libelf for DWARF 5 file numbers (see
-	 * v5_row_files); loaded on first use. */
+	 * v5_row_files) from lr->fd; loaded on first use. */
 	bool sec_tried;
-	int sec_fd;
 	Elf *sec_elf;
 	const uint8_t *sec;
 	size_t sec_size;
@@ -372,10 +376,7 @@ static void load_line_section(line_reader *lr)
 	size_t shstrndx;
 
 	lr->sec_tried = true;
-	lr->sec_fd = open(lr->path, O_RDONLY | O_CLOEXEC);
-	if (lr->sec_fd < 0)
-		return;
-	lr->sec_elf = elf_begin(lr->sec_fd, ELF_C_READ_MMAP, NULL);
+	lr->sec_elf = elf_begin(lr->fd, ELF_C_READ_MMAP, NULL);
 	if (!lr->sec_elf || elf_getshdrstrndx(lr->sec_elf, &shstrndx) != 0)
 		return;
 	while ((scn = elf_nextscn(lr->sec_elf, scn)) != NULL) {
@@ -809,19 +810,33 @@ static int emit_rows(line_reader *lr)
 
 /* ---- finding the DWARF file ------------------------------------------ */
 
-/* Whether `path` is an ELF file with a .debug_line (or .zdebug_line) that
- * has bytes.  Decided from the section headers, before libdwarf sees the
- * file, so that "no DWARF here" is never confused with "corrupt DWARF". */
-static bool has_debug_line(const char *path)
+/* `path` opened for reading if it is a regular file, else -1.  O_NONBLOCK:
+ * a FIFO planted where a debug file is looked for must not block the open;
+ * it is then refused as not regular. */
+static int open_regular(const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	struct stat st;
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Whether the ELF file open on `fd` has a .debug_line (or .zdebug_line)
+ * that has bytes.  Decided from the section headers, before libdwarf sees
+ * the file, so that "no DWARF here" is never confused with "corrupt DWARF". */
+static bool has_debug_line(int fd)
+{
 	Elf *elf;
 	Elf_Scn *scn = NULL;
 	size_t shstrndx;
 	bool found = false;
 
-	if (fd < 0)
-		return false;
 	elf_version(EV_CURRENT);
 	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	if (elf && elf_kind(elf) == ELF_K_ELF && elf_getshdrstrndx(elf, &shstrndx) == 0) {
@@ -838,32 +853,24 @@ static bool has_debug_line(const char *path)
 	}
 	if (elf)
 		elf_end(elf);
-	close(fd);
 	return found;
 }
 
-/* zlib crc32 of the whole file, as .gnu_debuglink records it; false if the
- * file cannot be read. */
-static bool file_crc32(const char *path, uint32_t *crc)
+/* zlib crc32 of the whole (regular) file open on `fd`, as .gnu_debuglink
+ * records it; false if the file cannot be read. */
+static bool file_crc32(int fd, uint32_t *crc)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
 	const uint8_t *p;
 	uLong c = crc32(0L, Z_NULL, 0);
 
-	if (fd < 0)
+	if (fstat(fd, &st) < 0)
 		return false;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return false;
-	}
 	if (st.st_size == 0) {
-		close(fd);
 		*crc = (uint32_t)c;
 		return true;
 	}
 	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
 	if (p == MAP_FAILED)
 		return false;
 	for (size_t off = 0; off < (size_t)st.st_size;) {
@@ -879,11 +886,180 @@ static bool file_crc32(const char *path, uint32_t *crc)
 	return true;
 }
 
-static bool debuglink_ok(const ca_elf *e, const char *cand)
-{
-	uint32_t crc;
+/*
+ * Root never follows a path another user could have planted.  A separate
+ * debug file is found by name (build-id, .gnu_debuglink) in directories the
+ * module's owner may not control, and what root reads from it ends up in
+ * root's repository.  So when sptrace is root, a candidate is read only if
+ * every name on the way to it was put there by root or by the module's
+ * owner (who could put anything in the module itself anyway):
+ *
+ *   - every directory, symbolic link and the file itself is owned by root
+ *     or by the module's owner;
+ *   - no directory on the way is writable by others (or by a group other
+ *     than root's) unless it is sticky, like /tmp, where others may add
+ *     names but not replace those of root or the owner;
+ *   - symbolic links are followed here, one component at a time, so the
+ *     links and the directories they lead through are checked too.
+ *
+ * Paths through /proc/PID/root (a process's own file-system root, as
+ * --all-loaded and attach give them) are walked from that root.
+ * trust_walk() returns NULL and the file's lstat, or why the path is not
+ * trusted (in `why`).
+ */
+typedef struct trust_walk {
+	uid_t owner;         /* the module's owner, trusted beside root */
+	char root[64];       /* "" or "/proc/PID/root" */
+	char why[512];
+	struct stat st;      /* of the last name checked */
+	unsigned links;      /* symbolic links followed */
+} trust_walk;
 
-	return has_debug_line(cand) && file_crc32(cand, &crc) && crc == e->debuglink_crc;
+static bool trusted_entry(trust_walk *w, const char *at)
+{
+	if (lstat(at, &w->st) < 0) {
+		snprintf(w->why, sizeof w->why, "%s: %s", at, strerror(errno));
+		return false;
+	}
+	if (w->st.st_uid != 0 && w->st.st_uid != w->owner) {
+		snprintf(w->why, sizeof w->why, "%s is owned by uid %u, neither root nor the "
+			 "module's owner", at, (unsigned)w->st.st_uid);
+		return false;
+	}
+	if (S_ISDIR(w->st.st_mode) && !(w->st.st_mode & S_ISVTX) &&
+	    ((w->st.st_mode & S_IWOTH) || ((w->st.st_mode & S_IWGRP) && w->st.st_gid != 0))) {
+		snprintf(w->why, sizeof w->why, "the directory %s is writable by other users",
+			 at);
+		return false;
+	}
+	return true;
+}
+
+/* Walk `path` (absolute, below w->root) one name at a time from the root. */
+static bool walk_trusted(trust_walk *w, const char *path)
+{
+	char cur[PATH_MAX], rest[PATH_MAX];
+	size_t rootlen = strlen(w->root);
+	char *name, *save = NULL;
+
+	if (snprintf(cur, sizeof cur, "%s", w->root[0] ? w->root : "/") >= (int)sizeof cur ||
+	    snprintf(rest, sizeof rest, "%s", path) >= (int)sizeof rest) {
+		snprintf(w->why, sizeof w->why, "%s: path too long", path);
+		return false;
+	}
+	if (!w->root[0] && !trusted_entry(w, "/"))
+		return false;
+	for (name = strtok_r(rest, "/", &save); name; name = strtok_r(NULL, "/", &save)) {
+		size_t len = strlen(cur);
+
+		if (strcmp(name, ".") == 0)
+			continue;
+		if (strcmp(name, "..") == 0) {
+			char *slash = strrchr(cur, '/');
+
+			if (slash && (size_t)(slash - cur) >= rootlen && slash > cur)
+				*slash = '\0';
+			else if (!w->root[0])
+				snprintf(cur, sizeof cur, "/");
+			continue;
+		}
+		if (len + 1 + strlen(name) >= sizeof cur) {
+			snprintf(w->why, sizeof w->why, "%s: path too long", path);
+			return false;
+		}
+		snprintf(cur + len, sizeof cur - len, "%s%s", cur[len - 1] == '/' ? "" : "/",
+			 name);
+		if (!trusted_entry(w, cur))
+			return false;
+		if (S_ISLNK(w->st.st_mode)) {
+			char to[PATH_MAX], next[PATH_MAX];
+			const char *tail = save && *save ? save : "";
+			ssize_t n = readlink(cur, to, sizeof to - 1);
+			int m;
+
+			if (n < 0 || ++w->links > 40) {
+				snprintf(w->why, sizeof w->why, "%s: cannot follow the link", cur);
+				return false;
+			}
+			to[n] = '\0';
+			cur[len] = '\0';   /* the link's directory */
+			if (to[0] == '/')
+				m = snprintf(next, sizeof next, "%s/%s", to, tail);
+			else
+				m = snprintf(next, sizeof next, "%s/%s/%s", cur + rootlen, to, tail);
+			if (m < 0 || (size_t)m >= sizeof next) {
+				snprintf(w->why, sizeof w->why, "%s: path too long", path);
+				return false;
+			}
+			return walk_trusted(w, next);
+		}
+	}
+	return true;
+}
+
+/* NULL if root may read `path` for module `e` (see above), else why not,
+ * in w->why; w->st is then the file's lstat. */
+static const char *planted(trust_walk *w, const ca_elf *e, const char *path)
+{
+	struct stat mst;
+	char abs[PATH_MAX];
+	const char *p = path;
+	int pid_len = 0;
+
+	w->owner = e->path && stat(e->path, &mst) == 0 ? mst.st_uid : 0;
+	w->root[0] = '\0';
+	w->links = 0;
+	if (path[0] != '/') {
+		char cwd[PATH_MAX];
+
+		if (!getcwd(cwd, sizeof cwd) ||
+		    snprintf(abs, sizeof abs, "%s/%s", cwd, path) >= (int)sizeof abs) {
+			snprintf(w->why, sizeof w->why, "%s: cannot make the path absolute", path);
+			return w->why;
+		}
+		p = abs;
+	}
+	if (sscanf(p, "/proc/%*[0-9]/root%n", &pid_len) == 0 && pid_len > 0 &&
+	    (p[pid_len] == '/' || !p[pid_len]) && (size_t)pid_len < sizeof w->root) {
+		snprintf(w->root, sizeof w->root, "%.*s", pid_len, p);
+		p += pid_len;
+	}
+	return walk_trusted(w, p) ? NULL : w->why;
+}
+
+/* `path` open if it has DWARF lines (and, for a debuglink candidate, the
+ * crc32 the link records), else -1.  As root, a separate debug file must
+ * not have been planted by another user (planted()): if it may have been,
+ * it is not opened and the reason goes to `refused` (the first one kept). */
+static int open_candidate(const ca_elf *e, const char *path, bool check_crc, char *refused,
+			  size_t len)
+{
+	bool separate = !e->path || strcmp(path, e->path) != 0;
+	trust_walk w;
+	struct stat st;
+	uint32_t crc;
+	int fd;
+
+	if (separate && geteuid() == 0 && planted(&w, e, path)) {
+		if (access(path, F_OK) == 0 && !refused[0])
+			snprintf(refused, len, "%s", w.why);
+		return -1;
+	}
+	fd = open_regular(path);
+	if (fd < 0)
+		return -1;
+	/* still the file that was checked, not one swapped in since */
+	if (separate && geteuid() == 0 &&
+	    (fstat(fd, &st) < 0 || st.st_dev != w.st.st_dev || st.st_ino != w.st.st_ino)) {
+		close(fd);
+		return -1;
+	}
+	if (!has_debug_line(fd) ||
+	    (check_crc && (!file_crc32(fd, &crc) || crc != e->debuglink_crc))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 /* The directory part of `path` ("." when it has none), in `buf`. */
@@ -899,25 +1075,28 @@ static void dir_of(const char *path, char *buf, size_t len)
 		snprintf(buf, len, "%.*s", (int)(slash - path), path);
 }
 
-/* Try the three debuglink places for one module directory. */
-static bool find_by_debuglink_in(const ca_elf *e, const char *dir, const char *debug_dir,
-				 char *out, size_t len)
+/* Try the three debuglink places for one module directory: the open file,
+ * or -1. */
+static int find_by_debuglink_in(const ca_elf *e, const char *dir, const char *debug_dir,
+				char *out, size_t len, char *refused, size_t rlen)
 {
 	const char *sep = strcmp(dir, "/") == 0 ? "" : "/";
-	int n;
+	int n, fd;
 
 	n = snprintf(out, len, "%s%s%s", dir, sep, e->debuglink);
-	if (n > 0 && (size_t)n < len && strcmp(out, e->path) != 0 && debuglink_ok(e, out))
-		return true;
+	if (n > 0 && (size_t)n < len && strcmp(out, e->path) != 0 &&
+	    (fd = open_candidate(e, out, true, refused, rlen)) >= 0)
+		return fd;
 	n = snprintf(out, len, "%s%s.debug/%s", dir, sep, e->debuglink);
-	if (n > 0 && (size_t)n < len && debuglink_ok(e, out))
-		return true;
+	if (n > 0 && (size_t)n < len && (fd = open_candidate(e, out, true, refused, rlen)) >= 0)
+		return fd;
 	if (dir[0] == '/') {
 		n = snprintf(out, len, "%s%s%s%s", debug_dir, dir, sep, e->debuglink);
-		if (n > 0 && (size_t)n < len && debuglink_ok(e, out))
-			return true;
+		if (n > 0 && (size_t)n < len &&
+		    (fd = open_candidate(e, out, true, refused, rlen)) >= 0)
+			return fd;
 	}
-	return false;
+	return -1;
 }
 
 /*
@@ -935,36 +1114,41 @@ static bool find_by_debuglink_in(const ca_elf *e, const char *dir, const char *d
  *      path when a symlink makes them differ (/lib -> /usr/lib).
  *
  * debug_dir is opt->debug_dir, else /usr/lib/debug.  Writes the path to
- * `out` and returns true, or false when no candidate has DWARF lines.
+ * `out` and returns the file, open (the one that was checked is the one
+ * read, and the sandboxed reader can open nothing), or -1 when no
+ * candidate has DWARF lines; `refused` then says why a candidate that
+ * exists was not read as root (see planted()), or is "".
  */
-static bool find_dwarf_file(const ca_elf *e, const char *debug_dir, char *out, size_t len)
+static int find_dwarf_file(const ca_elf *e, const char *debug_dir, char *out, size_t len,
+			   char *refused, size_t rlen)
 {
 	char dir[4096], *real;
+	int fd;
 
-	if (e->path && has_debug_line(e->path)) {
+	refused[0] = '\0';
+	if (e->path && (fd = open_candidate(e, e->path, false, refused, rlen)) >= 0) {
 		snprintf(out, len, "%s", e->path);
-		return true;
+		return fd;
 	}
-	if (ca_elf_debug_path(e, debug_dir, out, len) && has_debug_line(out))
-		return true;
+	if (ca_elf_debug_path(e, debug_dir, out, len) &&
+	    (fd = open_candidate(e, out, false, refused, rlen)) >= 0)
+		return fd;
 	if (!e->debuglink || !e->debuglink[0] || !e->path)
-		return false;
+		return -1;
 	dir_of(e->path, dir, sizeof dir);
-	if (find_by_debuglink_in(e, dir, debug_dir, out, len))
-		return true;
+	fd = find_by_debuglink_in(e, dir, debug_dir, out, len, refused, rlen);
+	if (fd >= 0)
+		return fd;
 	real = realpath(e->path, NULL);
 	if (real) {
 		char rdir[4096];
-		bool found = false;
 
 		dir_of(real, rdir, sizeof rdir);
 		if (strcmp(rdir, dir) != 0)
-			found = find_by_debuglink_in(e, rdir, debug_dir, out, len);
+			fd = find_by_debuglink_in(e, rdir, debug_dir, out, len, refused, rlen);
 		free(real);
-		if (found)
-			return true;
 	}
-	return false;
+	return fd;
 }
 
 /* ---- entry point ------------------------------------------------------ */
@@ -982,47 +1166,30 @@ static bool zero_is_code(const ca_elf *e)
 static int read_file(line_reader *lr)
 {
 	Dwarf_Error derr = NULL;
-	int fd, res, ret;
+	int res, ret;
 
-	fd = open(lr->path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return sp_fail(lr->err, "%s: DWARF line table: cannot open: %s", lr->path,
-			       strerror(errno));
 	/* dwarf_init_b on a descriptor follows no debuglink: we read this file. */
-	res = dwarf_init_b(fd, DW_DLC_READ, DW_GROUPNUMBER_ANY, NULL, NULL, &lr->dbg, &derr);
-	if (res == DW_DLV_NO_ENTRY) {
-		close(fd);
+	res = dwarf_init_b(lr->fd, DW_DLC_READ, DW_GROUPNUMBER_ANY, NULL, NULL, &lr->dbg, &derr);
+	if (res == DW_DLV_NO_ENTRY)
 		return 0;
-	}
 	if (res != DW_DLV_OK) {
 		lr->dbg = NULL;
-		ret = dw_fail(lr, derr, "opening");
-		close(fd);
-		return ret;
+		return dw_fail(lr, derr, "opening");
 	}
 	ret = read_all_cus(lr);
 	if (dwarf_finish(lr->dbg, &derr) != DW_DLV_OK && derr)
 		dwarf_dealloc(NULL, derr, DW_DLA_ERROR);
 	lr->dbg = NULL;
-	close(fd);
 	return ret;
 }
 
-static int read_lines_here(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *err)
+/* Read the rows of the DWARF file open on `fd` (found for `e` at `path`)
+ * into m->lines. */
+static int read_lines_from(ca_module *m, const ca_elf *e, int fd, const char *path, sp_err *err)
 {
-	const char *debug_dir = opt && opt->debug_dir && opt->debug_dir[0] ?
-		opt->debug_dir : DEFAULT_DEBUG_DIR;
-	line_reader lr = { .m = m, .err = err, .sec_fd = -1 };
-	char path[sizeof m->lines_source];
+	line_reader lr = { .m = m, .err = err, .fd = fd, .path = path };
 	int ret;
 
-	m->nlines = 0;
-	m->stats.nlines = 0;
-	m->lines_source[0] = '\0';
-	if ((opt && opt->no_lines) || !find_dwarf_file(e, debug_dir, path, sizeof path))
-		return 0;
-
-	lr.path = path;
 	lr.zero_is_code = zero_is_code(e);
 	ret = read_file(&lr);
 	if (ret == 0)
@@ -1041,8 +1208,6 @@ static int read_lines_here(ca_module *m, const ca_elf *e, const ca_options *opt,
 	free(lr.row_file);
 	if (lr.sec_elf)
 		elf_end(lr.sec_elf);
-	if (lr.sec_fd >= 0)
-		close(lr.sec_fd);
 	return ret;
 }
 
@@ -1052,47 +1217,105 @@ static int read_lines_here(ca_module *m, const ca_elf *e, const ca_options *opt,
  * Debug info comes from the file being analysed, which may be hostile or
  * corrupt, and libdwarf 20210528 has memory-safety bugs on malformed input
  * (a double free in dwarf_load_rnglists, found by our fuzzer).  A crash
- * there must cost the source lines, never the analysis or the caller.
+ * there must cost the source lines, never the analysis or the caller, and
+ * the code it runs must not be able to do anything with the caller's rights.
  *
  *   1. fork(); the child starts with a copy of the module, whose string
  *      table has `base` bytes.
- *   2. The child reads the lines, appending file names to its copy of the
- *      string table, and writes through a pipe: a result header, the rows,
- *      then the string-table bytes past `base`.  It leaves with _exit().
- *   3. The parent reads everything before waiting for the child (a pipe
+ *   2. The child finds the DWARF file (the module, or its separate debug
+ *      file) and opens it, with the caller's rights, and sends its path
+ *      (empty: no DWARF) so that even a crash is reported against it.
+ *   3. It enters the sandbox (sandbox.c: only that file and the pipe left
+ *      open, nobody instead of root, a seccomp filter that kills any other
+ *      system call, open included) before libdwarf or libelf reads a byte
+ *      of DWARF.
+ *   4. It reads the lines, appending file names to its copy of the string
+ *      table, and writes through the pipe: a result header, the rows, then
+ *      the string-table bytes past `base`.  It leaves with _exit().
+ *   5. The parent reads everything before waiting for the child (a pipe
  *      holds only 64 KiB), appends the string bytes to its own table --
  *      same base, so the offsets in the rows stay valid -- and checks the
- *      child's exit status.  Anything short or a signal is an error.
+ *      child's exit status.  Anything short or a signal is an error: SIGSYS
+ *      is the sandbox stopping a forbidden system call.
  */
+typedef struct lines_found {
+	char source[sizeof ((ca_module *)0)->lines_source];  /* "" if none */
+} lines_found;
+
 typedef struct lines_result {
-	int32_t status;         /* read_lines_here()'s return */
+	int32_t status;         /* 0, or -1 with `error` */
 	uint32_t pad;
 	uint64_t nlines;
 	uint64_t nstrs;         /* string bytes that follow the rows */
-	char source[sizeof ((ca_module *)0)->lines_source];
 	char error[sizeof ((sp_err *)0)->msg];
 } lines_result;
 
-static void child_read_lines(int fd, ca_module *m, const ca_elf *e, const ca_options *opt,
+static void child_read_lines(int out, ca_module *m, const ca_elf *e, const ca_options *opt,
 			     size_t base)
 {
+	const char *debug_dir = opt && opt->debug_dir && opt->debug_dir[0] ?
+		opt->debug_dir : DEFAULT_DEBUG_DIR;
+	static lines_found found;
 	static lines_result r;
 	sp_err err = { "" };
+	char refused[sizeof err.msg];
+	int fd, keep[2];
 
-	r.status = read_lines_here(m, e, opt, &err);
+	fd = find_dwarf_file(e, debug_dir, found.source, sizeof found.source, refused,
+			     sizeof refused);
+	if (fd < 0)
+		found.source[0] = '\0';
+	if (sp_write_all(out, &found, sizeof found))
+		_exit(2);
+	if (fd < 0 && refused[0]) {
+		r.status = -1;
+		snprintf(r.error, sizeof r.error, "%s: source lines: a debug file is not read as "
+			 "root because another user could have planted it: %s; make the path "
+			 "root's, or analyse as the module's owner", e->path, refused);
+	} else if (fd >= 0) {
+		keep[0] = out;
+		keep[1] = fd;
+		if (ca_sandbox_enter(keep, 2, out, &err) < 0) {
+			r.status = -1;
+			snprintf(r.error, sizeof r.error, "%s: source lines: cannot sandbox the DWARF "
+				 "reader (%s); %s is not read", e->path, err.msg, found.source);
+		} else {
+			r.status = read_lines_from(m, e, fd, found.source, &err);
+			memcpy(r.error, err.msg, sizeof r.error);
+		}
+	}
 	r.nlines = r.status == 0 ? m->nlines : 0;
 	r.nstrs = r.status == 0 ? m->nstrs - base : 0;
-	memcpy(r.source, m->lines_source, sizeof r.source);
-	memcpy(r.error, err.msg, sizeof r.error);
-	if (sp_write_all(fd, &r, sizeof r) ||
-	    sp_write_all(fd, m->lines, r.nlines * sizeof *m->lines) ||
-	    sp_write_all(fd, m->strs + base, r.nstrs))
+	if (sp_write_all(out, &r, sizeof r) ||
+	    sp_write_all(out, m->lines, r.nlines * sizeof *m->lines) ||
+	    sp_write_all(out, m->strs + base, r.nstrs))
 		_exit(2);
 	_exit(0);
 }
 
+/* The message for a child that died or failed before its result. */
+static void child_failed(const ca_elf *e, const char *source, int status, sp_err *err)
+{
+	const char *in = source[0] ? " in " : "", *file = source[0] ? source : "";
+
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS)
+		sp_fail(err, "%s: source lines: the DWARF reader was killed by its sandbox "
+			"(a forbidden system call, SIGSYS) while reading the debug info%s%s; "
+			"analysis goes on without lines (if that debug info is sound, this is "
+			"a bug in sptrace: please report it)", e->path, in, file);
+	else if (WIFSIGNALED(status))
+		sp_fail(err, "%s: source lines: the DWARF reader crashed (signal %d) on malformed "
+			"debug info%s%s; analysis goes on without lines", e->path, WTERMSIG(status),
+			in, file);
+	else
+		sp_fail(err, "%s: source lines: the DWARF reader failed (exit status %d) on "
+			"malformed debug info%s%s", e->path,
+			WIFEXITED(status) ? WEXITSTATUS(status) : -1, in, file);
+}
+
 int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *err)
 {
+	lines_found *found;
 	lines_result *r;
 	size_t base = m->nstrs;
 	int fds[2], status = 0, rc = -1;
@@ -1120,8 +1343,12 @@ int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *
 		child_read_lines(fds[1], m, e, opt, base);
 	}
 	close(fds[1]);
+	found = calloc(1, sizeof *found);
 	r = calloc(1, sizeof *r);
-	ok = r && sp_read_all(fds[0], r, sizeof *r) == 0 && r->nlines < (1u << 28) &&
+	ok = found && r && sp_read_all(fds[0], found, sizeof *found) == 0;
+	if (found)
+		found->source[sizeof found->source - 1] = '\0';
+	ok = ok && sp_read_all(fds[0], r, sizeof *r) == 0 && r->nlines < (1u << 28) &&
 	     r->nstrs < (1u << 30) && base + r->nstrs < UINT32_MAX;
 	if (ok && r->nlines) {
 		ok = sp_grow((void **)&m->lines, &m->caplines, r->nlines, sizeof *m->lines) == 0 &&
@@ -1134,14 +1361,10 @@ int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *
 	close(fds[0]);
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
-	if (!r) {
+	if (!found || !r) {
 		sp_fail(err, "%s: source lines: out of memory", e->path);
-	} else if (WIFSIGNALED(status)) {
-		sp_fail(err, "%s: source lines: the DWARF reader crashed (signal %d) on malformed "
-			"debug info; analysis goes on without lines", e->path, WTERMSIG(status));
 	} else if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		sp_fail(err, "%s: source lines: the DWARF reader failed (exit status %d) on "
-			"malformed debug info", e->path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		child_failed(e, found->source, status, err);
 	} else if (r->status != 0) {
 		r->error[sizeof r->error - 1] = '\0';
 		sp_fail(err, "%s", r->error);
@@ -1149,14 +1372,14 @@ int ca_lines_read(ca_module *m, const ca_elf *e, const ca_options *opt, sp_err *
 		m->nlines = r->nlines;
 		m->stats.nlines = (uint32_t)r->nlines;
 		m->nstrs = base + r->nstrs;
-		r->source[sizeof r->source - 1] = '\0';
-		memcpy(m->lines_source, r->source, sizeof m->lines_source);
+		memcpy(m->lines_source, found->source, sizeof m->lines_source);
 		rc = 0;
 	}
 	if (rc) {
 		m->nlines = 0;
 		m->nstrs = base;
 	}
+	free(found);
 	free(r);
 	return rc;
 }

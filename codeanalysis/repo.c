@@ -213,6 +213,45 @@ static const char *default_dir_now(void)
 	return buf;
 }
 
+static const char *file_kind(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG:  return "a regular file";
+	case S_IFIFO:  return "a FIFO";
+	case S_IFSOCK: return "a socket";
+	case S_IFCHR:  return "a character device";
+	case S_IFBLK:  return "a block device";
+	case S_IFLNK:  return "a symbolic link";
+	default:       return "not a directory";
+	}
+}
+
+/* `dir` exists (mkdir said EEXIST) but is no directory: say what it is. */
+static int not_a_dir(const char *dir, const char *target, sp_err *err)
+{
+	struct stat st;
+	char to[PATH_MAX];
+	ssize_t n;
+
+	if (lstat(dir, &st) < 0)
+		return sp_fail(err, "cannot create repository directory %s: %s: %s",
+			       target, dir, strerror(errno));
+	if (!S_ISLNK(st.st_mode))
+		return sp_fail(err, "cannot create repository directory %s: %s is %s, not a "
+			       "directory; remove it or set SPTRACE_REPO to another directory",
+			       target, dir, file_kind(st.st_mode));
+	n = readlink(dir, to, sizeof to - 1);
+	to[n < 0 ? 0 : n] = '\0';
+	if (stat(dir, &st) < 0)
+		return sp_fail(err, "cannot create repository directory %s: %s is a dangling "
+			       "symbolic link to %s (%s); create that directory, or remove the "
+			       "link, or set SPTRACE_REPO to another directory", target, dir, to,
+			       strerror(errno));
+	return sp_fail(err, "cannot create repository directory %s: %s is a symbolic link to "
+		       "%s, which is %s, not a directory; remove the link or set SPTRACE_REPO "
+		       "to another directory", target, dir, to, file_kind(st.st_mode));
+}
+
 /* Create `dir`, one component of `target`; an existing directory is fine. */
 static int make_one_dir(const char *dir, const char *target, sp_err *err)
 {
@@ -225,9 +264,7 @@ static int make_one_dir(const char *dir, const char *target, sp_err *err)
 	if (e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
 		return 0;
 	if (e == EEXIST)
-		return sp_fail(err, "cannot create repository directory %s: %s "
-			       "exists and is not a directory; remove it or set "
-			       "SPTRACE_REPO to another directory", target, dir);
+		return not_a_dir(dir, target, err);
 	if (strcmp(dir, target) != 0)
 		return sp_fail(err, "cannot create repository directory %s: "
 			       "creating %s: %s%s", target, dir, strerror(e),

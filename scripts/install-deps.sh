@@ -20,6 +20,8 @@ packages=(
 	# programs that met the agent badly (test_programs.py): a debugger and its
 	# inferior, postgres's forking postmaster
 	gdb postgresql-15 postgresql-client-15
+	# the security tests watch the DWARF reader's sandbox being entered
+	strace
 )
 
 missing=()

@@ -16,6 +16,10 @@ host of its own.
             with a message in the log, and the daemon serves on; an idle
             connection does not hold others up; SIGTERM stops it, logged,
             its pid file gone.
+  hosts     three hosts (network namespaces on a bridge), a daemon in each but
+            the last: from the first, `sptrace status` reaches the second and
+            the third over TLS, each naming itself and seeing the first by its
+            certificate; the host without a daemon is a clear line and exit 1.
   refusals  bad options and configuration, a state directory others may write
             or that is a link, a private key others may read, and a second
             daemon in the same network namespace are refused with messages
@@ -33,15 +37,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2elib import check, check_sanitizers, fail, run  # noqa: E402
+from nslib import Hosts, in_own_netns  # noqa: E402
 
 SOCK = "\0sptrace-spdaemon"
-
-
-def in_own_netns():
-    if os.environ.get("SPTRACE_TEST_NETNS") != "1":
-        env = dict(os.environ, SPTRACE_TEST_NETNS="1")
-        os.execvpe("unshare", ["unshare", "-n", "--", sys.executable] + sys.argv, env)
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 
 
 def make_keys(sptrace, kd):
@@ -51,11 +49,12 @@ def make_keys(sptrace, kd):
 
 
 class Daemon:
-    def __init__(self, spdaemon, kd, state, extra=()):
+    def __init__(self, spdaemon, kd, state, extra=(), name="127.0.0.1", wrap=()):
         self.state = state
         self.log = os.path.join(state, "spdaemon.log")
-        self.p = subprocess.Popen([spdaemon, "--keys", kd, "--name", "127.0.0.1", "--state-dir",
-                                   state, "--foreground"] + list(extra),
+        self.p = subprocess.Popen(list(wrap) + [spdaemon, "--keys", kd, "--name", name,
+                                                "--state-dir", state, "--foreground"] +
+                                  list(extra),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while "started" not in self.text():
@@ -185,6 +184,40 @@ def case_serve(sptrace, spdaemon, tmp):
         d.stop()
 
 
+def case_hosts(sptrace, spdaemon, tmp):
+    kd = os.path.join(tmp, "keys")
+    hosts = Hosts(4)
+    daemons = []
+    try:
+        run([sptrace, "keys", "init", kd])
+        for a in hosts.addrs:
+            r = run([sptrace, "keys", "issue", kd, a])
+            check(r.returncode == 0, "keys issue %s: %s" % (a, r.stderr))
+        for i in range(3):
+            daemons.append(Daemon(spdaemon, kd, os.path.join(tmp, "state%d" % i),
+                                  name=hosts.addrs[i], wrap=hosts.cmd(i, [])))
+        r = hosts.run(0, [sptrace, "status", "--keys", kd, "--name", hosts.addrs[0],
+                          "--timeout", "5"] + hosts.addrs[1:])
+        lines = r.stdout.splitlines()
+        for a in hosts.addrs[1:3]:
+            check(any(ln.startswith(a + ": ") and "host %s," % a in ln and
+                      "host %s (" % hosts.addrs[0] in ln for ln in lines),
+                  "the daemon of %s did not answer as itself, seeing %s:\n%s%s" %
+                  (a, hosts.addrs[0], r.stdout, r.stderr))
+        check(r.returncode == 1 and "cannot reach the spdaemon of %s" % hosts.addrs[3] in r.stderr,
+              "the host without a daemon: %d %r" % (r.returncode, r.stderr))
+        for i in (1, 2):
+            daemons[i].wait_log(["host %s (%s:" % (hosts.addrs[0], hosts.addrs[0]), ": status"],
+                                "host %d" % i)
+        r = hosts.run(1, [sptrace, "status"])
+        check(r.returncode == 0 and "host %s," % hosts.addrs[1] in r.stdout,
+              "each host's local socket reaches its own daemon: %r %r" % (r.stdout, r.stderr))
+    finally:
+        for d in daemons:
+            d.stop()
+        hosts.close()
+
+
 def refused(r, words, what):
     check(r.returncode != 0 and all(w in r.stderr for w in words),
           "%s: expected a refusal with %r, got %d: %r" % (what, words, r.returncode, r.stderr))
@@ -236,7 +269,7 @@ def main():
     sptrace, spdaemon, case = sys.argv[1], sys.argv[2], sys.argv[3]
     in_own_netns()
     with tempfile.TemporaryDirectory(prefix="sptrace-daemon.") as tmp:
-        {"serve": case_serve, "refusals": case_refusals}[case](sptrace, spdaemon, tmp)
+        {"serve": case_serve, "hosts": case_hosts, "refusals": case_refusals}[case](sptrace, spdaemon, tmp)
     print("ok")
 
 

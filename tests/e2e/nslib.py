@@ -1,0 +1,80 @@
+"""nslib.py — hosts made of network namespaces, for the tests of following
+requests across hosts.
+
+Hosts(n) makes n named network namespaces ("spt<pid>h<i>"), each with one
+veth leg on a bridge and the address 10.77.0.<i+1>/24.  The bridge lives
+in the calling process's own network namespace: call in_own_netns() first,
+so the test's hosts and addresses are the test's alone.  close() removes
+them (namespaces left by a killed test are removed by the next one).
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+from e2elib import fail
+
+
+def in_own_netns():
+    """Re-run this script in a new network namespace (loopback up)."""
+    if os.environ.get("SPTRACE_TEST_NETNS") != "1":
+        env = dict(os.environ, SPTRACE_TEST_NETNS="1")
+        os.execvpe("unshare", ["unshare", "-n", "--", sys.executable] + sys.argv, env)
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+
+def _ip(*args):
+    r = subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        fail("ip %s: %s" % (" ".join(args), r.stderr.strip()))
+    return r.stdout
+
+
+def _remove_stale():
+    """Namespaces of earlier test processes that are gone."""
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        m = re.match(r"spt(\d+)h\d+", line.split()[0] if line.split() else "")
+        if m and not os.path.exists("/proc/%s" % m.group(1)):
+            subprocess.run(["ip", "netns", "delete", m.group(0)], capture_output=True)
+
+
+class Hosts:
+    def __init__(self, n):
+        _remove_stale()
+        self.names = ["spt%dh%d" % (os.getpid(), i) for i in range(n)]
+        self.addrs = ["10.77.0.%d" % (i + 1) for i in range(n)]
+        self.made = []
+        try:
+            _ip("link", "add", "sptbr0", "type", "bridge")
+            _ip("link", "set", "sptbr0", "up")
+            for i, name in enumerate(self.names):
+                _ip("netns", "add", name)
+                self.made.append(name)
+                _ip("link", "add", "sptv%d" % i, "type", "veth", "peer", "name", "eth0",
+                    "netns", name)
+                _ip("link", "set", "sptv%d" % i, "master", "sptbr0", "up")
+                self.run(i, ["ip", "addr", "add", self.addrs[i] + "/24", "dev", "eth0"])
+                self.run(i, ["ip", "link", "set", "eth0", "up"])
+                self.run(i, ["ip", "link", "set", "lo", "up"])
+        except BaseException:
+            self.close()
+            raise
+
+    def cmd(self, i, argv):
+        """argv run in host i."""
+        return ["ip", "netns", "exec", self.names[i]] + list(argv)
+
+    def run(self, i, argv, timeout=60, **kw):
+        r = subprocess.run(self.cmd(i, argv), capture_output=True, text=True, timeout=timeout,
+                           **kw)
+        return r
+
+    def popen(self, i, argv, **kw):
+        return subprocess.Popen(self.cmd(i, argv), **kw)
+
+    def close(self):
+        for name in self.made:
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+        self.made = []

@@ -116,10 +116,10 @@ def hostile(payload, what, tls_port=None):
             if not b:
                 return got
             got += b
-    except ConnectionResetError:
-        return got
     except socket.timeout:
         fail("%s: the daemon kept the connection open for 20 s" % what)
+    except OSError:
+        return got     # the daemon hung up first (a reset, or not connected any more)
     finally:
         s.close()
 

@@ -356,14 +356,15 @@ static int control_one(const command *cmd, const char *arg, double timeout)
 	return deliver(cmd, &t, timeout);
 }
 
-/* The process an entry of the registry names, if it still runs: its pid in
- * pid, 1; else 0 (not an entry, or left by a process that is gone). */
+/* A name in the registry: 1 if it is the entry of a process that still
+ * runs (its pid in pid), 0 if the entry of one that is gone, -1 if not an
+ * entry. */
 static int live_entry(const char *name, char *pid, size_t len)
 {
 	const char *dash = strchr(name, '-');
 
 	if (name[0] < '0' || name[0] > '9' || !dash || (size_t)(dash - name) >= len)
-		return 0;
+		return -1;
 	snprintf(pid, len, "%.*s", (int)(dash - name), name);
 	return strtoull(dash + 1, NULL, 10) == sp_proc_start_time(pid);
 }
@@ -371,32 +372,29 @@ static int live_entry(const char *name, char *pid, size_t len)
 /* stop --all: every process registered in the caller's registry. */
 static int stop_all(double timeout)
 {
-	char path[PATH_MAX], why[2 * PATH_MAX];
+	char path[PATH_MAX], why[2 * PATH_MAX], pid[32];
 	int reg = sp_registry_open(getenv("XDG_RUNTIME_DIR"), (unsigned)getuid(), 0, path,
 				   sizeof path, why, sizeof why);
-	int copy = reg >= 0 ? dup(reg) : -1;
-	DIR *d = copy >= 0 ? fdopendir(copy) : NULL;
+	int copy, any = 0, failed = 0;
 	struct dirent *de;
-	int any = 0, failed = 0;
+	DIR *d = NULL;
 
 	if (reg < 0 && errno != ENOENT)
 		return cli_error("stop: %s", why);
+	if (reg >= 0 && (copy = dup(reg)) >= 0 && !(d = fdopendir(copy)))
+		close(copy);
 	while (d && (de = readdir(d))) {
-		char pid[32];
+		int live = live_entry(de->d_name, pid, sizeof pid);
 
-		if (de->d_name[0] == '.')
+		if (live == 0)
+			unlinkat(reg, de->d_name, 0);   /* left by a process that is gone */
+		if (live != 1)
 			continue;
-		if (!live_entry(de->d_name, pid, sizeof pid)) {
-			unlinkat(reg, de->d_name, 0);   /* not ours to stop */
-			continue;
-		}
 		any = 1;
 		failed |= control_one(&stop_cmd, pid, timeout);
 	}
 	if (d)
 		closedir(d);
-	else if (copy >= 0)
-		close(copy);
 	if (reg >= 0)
 		close(reg);
 	if (!any)

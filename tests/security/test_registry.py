@@ -122,9 +122,10 @@ def sleeper_as(user, env=None):
 
 
 @contextlib.contextmanager
-def traced_run(user, usp, tmp, tdir, env):
+def traced_run(user, usp, tmp, tdir, env, errs=None):
     """`sptrace run --on signal -o tdir -- sleep 120` as `user` (None:
-    root), its agent dormant: yields the pid of the traced program."""
+    root), its agent dormant: yields the pid of the traced program.  Its
+    stderr is appended to errs at the end."""
     cmd = [usp, "run", "--on", "signal", "-o", tdir, "--", "/bin/sleep", "120"]
     env = dict(env, SPTRACE_REPO=os.path.join(tmp, "repo-%s" % (user.name if user else "root")))
     if user is None:
@@ -155,9 +156,11 @@ def traced_run(user, usp, tmp, tdir, env):
             except ProcessLookupError:
                 pass
         try:
-            p.communicate(timeout=TIMEOUT)
+            err = p.communicate(timeout=TIMEOUT)[1]
         except subprocess.TimeoutExpired:
-            pass
+            err = ""
+        if errs is not None:
+            errs.append(err)
 
 
 def attach(usp, tmp, tdir, pid):
@@ -307,7 +310,8 @@ def case_foreign_dir(usp, tmp, a, b):
         r = seclib.as_user(a, ["sh", "-c", 'mkdir "$1" && chmod 777 "$1"', "-", reg])
         check(r.returncode == 0, "a could not make %s: %r" % (reg, r.stderr))
         tdir = os.path.join(tmp, "trace-b")
-        with traced_run(b, usp, tmp, tdir, env) as pid:
+        errs = []
+        with traced_run(b, usp, tmp, tdir, env, errs) as pid:
             check(not os.listdir(reg), "b's agent registered in a's %s: %r" %
                   (reg, os.listdir(reg)))
             log = log_of(tdir)
@@ -331,6 +335,9 @@ def case_foreign_dir(usp, tmp, a, b):
             r = cmd_as(b, [usp, "stop", "--timeout", "3", str(pid)], env=env)
             seclib.check_untouched(victim, before, "b's stop through a registry link")
             refused(r, [reg, "symbolic link"], "b's stop through a registry link")
+        check("warning: %s is owned by uid %d" % (reg, a.uid) in errs[0] and
+              "will not find the program" in errs[0],
+              "sptrace run did not warn of a's registry dir: %r" % errs[0])
         # b's own registry, made by b's agent: the commands work.
         os.unlink(reg)
         with traced_run(b, usp, tmp, os.path.join(tmp, "trace-b2"), env) as pid:
@@ -340,6 +347,13 @@ def case_foreign_dir(usp, tmp, a, b):
                   "b's agent made %s with owner %d mode %o" % (reg, st.st_uid, st.st_mode))
             ok(cmd_as(b, [usp, "activate", str(pid)], env=env), ["tracing"], "b's own activate")
             ok(cmd_as(b, [usp, "stop", str(pid)], env=env), ["tracing stopped"], "b's own stop")
+            # stop --all stops what is registered, and removes nothing else.
+            r = seclib.as_user(b, ["touch", os.path.join(reg, "not-an-entry")])
+            check(r.returncode == 0, "b could not make a file in its registry: %r" % r.stderr)
+            ok(cmd_as(b, [usp, "stop", "--all"], env=env), ["pid %d: tracing stopped" % pid],
+               "b's own stop --all")
+            check(os.path.exists(os.path.join(reg, "not-an-entry")),
+                  "b's stop --all removed a file that is no entry")
     seclib.check_untouched(victim, before, "b's commands")
 
 
@@ -353,7 +367,8 @@ def case_root_dir(usp, tmp, a, b):
     fake = fake_trace_dir(a, tmp, "fake", os.path.join(victim, "secret"))
     env = dict(os.environ, XDG_RUNTIME_DIR=xdg)
     tdir = os.path.join(tmp, "trace-root")
-    with traced_run(None, usp, tmp, tdir, env) as pid:
+    errs = []
+    with traced_run(None, usp, tmp, tdir, env, errs) as pid:
         check(not os.listdir(os.path.join(xdg, "sptrace")),
               "root's agent registered in a's %s/sptrace" % xdg)
         log = log_of(tdir)
@@ -366,6 +381,8 @@ def case_root_dir(usp, tmp, a, b):
         r = cmd_as(None, [usp, "stop", "--all"], env=env)
         seclib.check_untouched(victim, before, "root's stop --all")
         refused(r, [xdg, "owned by uid %d" % a.uid], "root's stop --all in a's XDG_RUNTIME_DIR")
+    check("warning: %s is owned by uid %d" % (xdg, a.uid) in errs[0],
+          "sptrace run did not warn of a's XDG_RUNTIME_DIR: %r" % errs[0])
     seclib.check_untouched(victim, before, "root's commands")
 
 

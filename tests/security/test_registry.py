@@ -427,7 +427,8 @@ def case_dropped(usp, tmp, a, b):
         # waits for a confirmation in vain): agent.log says it was reached.
         for what, said in (("activate", "(sptrace activate)"), ("stop", "stopped (sptrace stop)")):
             r = cmd_as(None, [usp, what, "--timeout", "2", str(child)])
-            check("refused" not in r.stderr, "root's %s after setuid refused: %r" % (what, r.stderr))
+            check("refused" not in r.stderr,
+                  "root's %s after setuid refused: %r" % (what, r.stderr))
             wait_for(lambda: said in log_of(tdir), "root's %s reached the agent" % what, 10)
         r = cmd_as(b, [usp, "stop", str(child)])
         refused(r, ["owned by another user", a.name], "b's stop of the dropped program")

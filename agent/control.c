@@ -4,8 +4,9 @@
  * The agent keeps a FIFO, DIR/control, and a control thread blocked reading
  * it (with the program's asynchronous signals blocked, so they never land
  * there; no signal of the program's is taken over).  `sptrace stop` finds DIR
- * through the registry link $XDG_RUNTIME_DIR-or-/tmp/sptrace-<uid>/<pid>
- * and writes a command line into the FIFO:
+ * through the registry link $XDG_RUNTIME_DIR-or-/tmp/sptrace-<uid>/<pid>-<start>
+ * (registry.h: only in a dir no other user could have written) and writes a
+ * command line into the FIFO:
  *
  * Between commands it looks every 200 ms for modules loaded since (dlopen)
  * and analyses them -- off the program's threads, as the slow paths must not
@@ -39,7 +40,10 @@
 #include "agent.h"
 #include "registry.h"
 
-static char fifo[4200], link_path[512];
+static char fifo[4200];
+static char xdg[4096];            /* XDG_RUNTIME_DIR when the agent started */
+static char reg_name[64];         /* <pid>-<start time>, registered in reg_fd */
+static volatile int reg_fd = -1;  /* the registry dir, checked (registry.h) */
 static volatile int wake_fd = -1; /* ag_control_wake */
 static volatile int fifo_fd = -1;
 static pid_t owner;             /* the process that registered them (not a forked child) */
@@ -75,6 +79,32 @@ static void command(const char *line, double *due)
 }
 
 /*
+ * Register: a link <pid>-<start time> to the trace directory in the user's
+ * registry dir, made through the dir's descriptor once registry.h's rule 1
+ * holds for it (the descriptor is kept, high, for the unlink at exit).  A
+ * dir another user could write is not used: tracing goes on, but `sptrace
+ * stop` will not find this process, and agent.log says why.
+ */
+static void register_self(void)
+{
+	char path[4200], why[4400];
+
+	reg_fd = sp_registry_open(xdg, (unsigned)getuid(), 1, path, sizeof path, why, sizeof why);
+	ag_fd_keep(&reg_fd, NULL, 0);
+	if (reg_fd < 0) {
+		ag_log("control: not registered: %s; 'sptrace stop %d' will not find this process",
+		       why, (int)getpid());
+		return;
+	}
+	snprintf(reg_name, sizeof reg_name, "%d-%llu", (int)getpid(), sp_proc_start_time("self"));
+	unlinkat(reg_fd, reg_name, 0);
+	if (symlinkat(ag_dir, reg_fd, reg_name) != 0) {
+		ag_log("control: cannot register %s/%s: %s", path, reg_name, strerror(errno));
+		reg_name[0] = '\0';
+	}
+}
+
+/*
  * The FIFO is opened for reading and writing: the thread is then a writer
  * too, so the FIFO never reads end-of-file between two `sptrace` commands
  * and is never closed and reopened.  (It was, once each writer had gone:
@@ -94,11 +124,13 @@ static void *control_main(void *arg)
 	 * it runs may be instrumented). */
 	ag_enter();
 	control_tid = (int)syscall(SYS_gettid);
-	/* The descriptors this thread keeps are opened while the program
-	 * still waits for it (preloaded: before main goes on).  Each takes
+	/* The descriptors this thread keeps (the registry dir's, the FIFO's)
+	 * are opened while the program still waits for it (preloaded: before
+	 * main goes on).  Each takes
 	 * the lowest free number for a moment (fds.c moves it high), the one
 	 * the program's next open() would get on another thread. */
 	ag_threads_preopen();
+	register_self();
 	fifo_fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	ag_fd_keep(&fifo_fd, fifo, O_RDWR | O_NONBLOCK);
 	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
@@ -172,7 +204,6 @@ void ag_control_wake(void)
 
 int ag_control_start(void)
 {
-	char dir[480];
 	pthread_attr_t attr;
 	sigset_t all, old;
 	pthread_t th;
@@ -186,13 +217,7 @@ int ag_control_start(void)
 		ag_log("control: mkfifo %s: %s", fifo, strerror(errno));
 		return -1;
 	}
-	sp_registry_dir(dir, sizeof dir);
-	mkdir(dir, 0700);
-	snprintf(link_path, sizeof link_path, "%s/%d-%llu", dir, (int)getpid(),
-		 sp_proc_start_time("self"));
-	unlink(link_path);
-	if (symlink(ag_dir, link_path) != 0)
-		ag_log("control: cannot register %s: %s", link_path, strerror(errno));
+	snprintf(xdg, sizeof xdg, "%s", getenv("XDG_RUNTIME_DIR") ? getenv("XDG_RUNTIME_DIR") : "");
 	/* The program's signals never go to this thread; the synchronous ones
 	 * stay open: it may meet a pending int3 in the libc code it runs, and a
 	 * blocked SIGTRAP would kill the process. */
@@ -224,10 +249,13 @@ int ag_control_start(void)
 
 void ag_control_stop(void)
 {
+	int dir;
+
 	if (getpid() != owner)
 		return;
-	if (link_path[0])
-		unlink(link_path);
+	dir = reg_name[0] ? ag_fd_checked(&reg_fd) : -1;
+	if (dir >= 0)
+		unlinkat(dir, reg_name, 0);
 	if (fifo[0])
 		unlink(fifo);
 }

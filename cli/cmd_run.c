@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "registry.h"
 #include "trace_format.h"
 
 static const char help[] =
@@ -150,6 +151,23 @@ static void why_not_traced(const char *prog, char *why, size_t n)
 			 "agent", path);
 }
 
+/* The agent registers the program where `sptrace stop` finds it only in a
+ * registry no other user could have written (registry.h), and says so in
+ * agent.log alone: said here too, before the program starts.  A registry
+ * not made yet is the agent's to make. */
+static void warn_unregistered(void)
+{
+	char path[PATH_MAX], why[2 * PATH_MAX];
+	int fd = sp_registry_open(getenv("XDG_RUNTIME_DIR"), (unsigned)getuid(), 0, path,
+				  sizeof path, why, sizeof why);
+
+	if (fd >= 0)
+		close(fd);
+	else if (errno != ENOENT)
+		fprintf(stderr, "sptrace: run: warning: %s; 'sptrace stop' and 'sptrace activate' "
+			"will not find the program\n", why);
+}
+
 /* End like the program did: same status, or the same signal (no core of
  * our own: the program already dumped one if it was going to). */
 static int end_like(int status)
@@ -214,6 +232,7 @@ int cmd_run(int argc, char **argv)
 		return 2;
 	if (cli_find_agent("run", agent, sizeof agent) || cli_prepare_trace_dir("run", dir, absdir))
 		return 1;
+	warn_unregistered();
 	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",
 		 old_preload ? old_preload : "");
 	{

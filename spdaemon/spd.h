@@ -7,6 +7,7 @@
 #ifndef SPD_H
 #define SPD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -37,6 +38,36 @@ int spd_keys_issue(const char *keydir, const char *name, int days, sp_err *err);
  * labels of 1..63, 253 at most) or an IPv4/IPv6 address; 1 for an address,
  * 0 for a DNS name, -1 (message) otherwise. */
 int spd_host_name_kind(const char *name, sp_err *err);
+
+/*
+ * holders.c — the processes of this host that hold the receiving end of a
+ * channel (the ones tracing must follow a message into).
+ */
+typedef struct spd_endpoint {
+	int family;                  /* AF_INET, AF_INET6 */
+	uint8_t addr[16];            /* network byte order; 4 bytes for AF_INET */
+	uint16_t port;               /* host byte order */
+} spd_endpoint;
+
+typedef enum spd_channel_kind {
+	SPD_CH_TCP, SPD_CH_UDP, SPD_CH_UNIX, SPD_CH_PIPE,
+} spd_channel_kind;
+
+/* One direction of a channel: src sends, dst receives (TCP, UDP); pipes
+ * and UNIX sockets are named by the receiving end's inode. */
+typedef struct spd_channel {
+	spd_channel_kind kind;
+	spd_endpoint src, dst;
+	uint64_t inode;
+} spd_channel;
+
+/* The socket (or pipe) inodes on this host that receive what `ch` carries
+ * (the rules are in holders.c); *n may be 0: nothing receives it here. */
+int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size_t *n,
+		       sp_err *err);
+/* The processes holding a descriptor of one of the inodes. */
+int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_t *npids,
+		sp_err *err);
 
 /*
  * frame.c — the protocol's frames (proto/spd.proto says how they look).

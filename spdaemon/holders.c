@@ -1,0 +1,264 @@
+/*
+ * holders.c — which processes of this host hold the other end of a
+ * channel: the ones the agent must be injected into so that tracing follows
+ * a message to where it is received.
+ *
+ * A channel names its receiving end by address (TCP, UDP) or by inode
+ * (pipes, UNIX sockets).  An address becomes socket inodes through
+ * /proc/net/{tcp,tcp6,udp,udp6} of this network namespace -- which is this
+ * daemon's host -- and an inode becomes processes through /proc/PID/fd:
+ *
+ *   1. TCP: the established socket whose local end is the channel's
+ *      destination and whose remote end is its source.  A connection the
+ *      kernel has completed but no process has accepted yet shows with
+ *      inode 0: then it is the listening socket on the destination (its
+ *      address, or the wildcard), held by every process that may accept
+ *      from it -- all the workers of a pre-forked server;
+ *   2. UDP: the socket bound to the destination, connected to the source
+ *      if one is, else unconnected (an address or the wildcard);
+ *   3. pipes and UNIX sockets: the inode itself.
+ *
+ * Every holder is listed, threads folded into their process; the caller
+ * (the inject request) injects into each and asks again until no new one
+ * appears, as a process may inherit a descriptor meanwhile (fork).
+ */
+#include "spd.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TCP_LISTEN 0x0A
+
+/* One line of /proc/net/{tcp,udp}[6]. */
+typedef struct net_line {
+	spd_endpoint local, remote;
+	unsigned state;
+	uint64_t inode;
+} net_line;
+
+/* An address as /proc/net prints it: 8 or 32 hex digits, each 32-bit word
+ * in the host's byte order, then ':' and the port in 4 hex digits. */
+static int parse_endpoint(const char *s, int family, spd_endpoint *ep)
+{
+	int words = family == AF_INET ? 1 : 4;
+
+	memset(ep, 0, sizeof *ep);
+	ep->family = family;
+	for (int w = 0; w < words; w++) {
+		char hex[9];
+		uint32_t v;
+
+		memcpy(hex, s + 8 * w, 8);
+		hex[8] = '\0';
+		for (int i = 0; i < 8; i++)
+			if (!isxdigit((unsigned char)hex[i]))
+				return -1;
+		v = (uint32_t)strtoul(hex, NULL, 16);
+		memcpy(ep->addr + 4 * w, &v, 4);
+	}
+	if (s[8 * words] != ':')
+		return -1;
+	ep->port = (uint16_t)strtoul(s + 8 * words + 1, NULL, 16);
+	return 0;
+}
+
+static int parse_net_line(const char *line, int family, net_line *out)
+{
+	char local[64], remote[64];
+	unsigned long long inode;
+	unsigned state;
+
+	if (sscanf(line, " %*u: %63s %63s %x %*s %*s %*s %*u %*u %llu", local, remote, &state,
+		   &inode) != 4)
+		return -1;
+	if (parse_endpoint(local, family, &out->local) || parse_endpoint(remote, family,
+									 &out->remote))
+		return -1;
+	out->state = state;
+	out->inode = inode;
+	return 0;
+}
+
+static bool same_addr(const spd_endpoint *a, const spd_endpoint *b)
+{
+	size_t len = a->family == AF_INET ? 4 : 16;
+
+	return a->family == b->family && memcmp(a->addr, b->addr, len) == 0;
+}
+
+static bool is_any(const spd_endpoint *a)
+{
+	static const uint8_t zero[16];
+
+	return memcmp(a->addr, zero, a->family == AF_INET ? 4 : 16) == 0;
+}
+
+/* An IPv4 endpoint as an IPv6 socket sees it: ::ffff:a.b.c.d. */
+static spd_endpoint mapped(const spd_endpoint *v4)
+{
+	spd_endpoint m = { .family = AF_INET6, .port = v4->port };
+
+	m.addr[10] = m.addr[11] = 0xff;
+	memcpy(m.addr + 12, v4->addr, 4);
+	return m;
+}
+
+static int add_inode(uint64_t inode, uint64_t *inodes, size_t max, size_t *n)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (inodes[i] == inode)
+			return 0;
+	if (*n >= max)
+		return -1;
+	inodes[(*n)++] = inode;
+	return 0;
+}
+
+/* Rules 1 and 2 over one /proc/net file: exact matches into *exact, the
+ * fallbacks (listener, unconnected UDP) into *fallback. */
+static int scan_net(const char *file, int family, const spd_channel *ch, const spd_endpoint *dst,
+		    const spd_endpoint *src, uint64_t *exact, size_t *nexact, uint64_t *fallback,
+		    size_t *nfallback, size_t max, sp_err *err)
+{
+	bool tcp = ch->kind == SPD_CH_TCP;
+	char line[512];
+	net_line l;
+	int fd = sp_open_regular(file, 0);
+	FILE *f;
+
+	if (fd < 0 && errno == ENOENT)
+		return 0;        /* no IPv6 in this kernel */
+	if (fd < 0 || !(f = fdopen(fd, "r"))) {
+		if (fd >= 0)
+			close(fd);
+		return sp_fail(err, "%s: %s", file, sp_open_why(errno));
+	}
+	if (!fgets(line, sizeof line, f))
+		line[0] = '\0';          /* the header */
+	while (fgets(line, sizeof line, f)) {
+		if (parse_net_line(line, family, &l) || l.local.port != dst->port)
+			continue;
+		bool local_ok = same_addr(&l.local, dst);
+		bool remote_ok = same_addr(&l.remote, src) && l.remote.port == src->port;
+
+		if (local_ok && remote_ok && l.inode && (!tcp || l.state != TCP_LISTEN)) {
+			if (add_inode(l.inode, exact, max, nexact))
+				goto full;
+		} else if ((local_ok || is_any(&l.local)) && l.inode &&
+			   (tcp ? l.state == TCP_LISTEN : is_any(&l.remote))) {
+			if (add_inode(l.inode, fallback, max, nfallback))
+				goto full;
+		}
+	}
+	fclose(f);
+	return 0;
+full:
+	fclose(f);
+	return sp_fail(err, "%s: more than %zu sockets match the channel", file, max);
+}
+
+int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size_t *n,
+		       sp_err *err)
+{
+	uint64_t fallback[256];
+	size_t nfallback = 0;
+	const char *v4, *v6;
+
+	*n = 0;
+	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
+		if (!ch->inode)
+			return sp_fail(err, "a pipe or UNIX socket channel without an inode");
+		return add_inode(ch->inode, inodes, max, n);
+	}
+	if (ch->dst.family != AF_INET && ch->dst.family != AF_INET6)
+		return sp_fail(err, "a channel whose destination is not an IP address");
+	v4 = ch->kind == SPD_CH_TCP ? "/proc/net/tcp" : "/proc/net/udp";
+	v6 = ch->kind == SPD_CH_TCP ? "/proc/net/tcp6" : "/proc/net/udp6";
+	if (ch->dst.family == AF_INET) {
+		/* An IPv4 peer reaches IPv4 sockets, and dual-stack IPv6 ones
+		 * under its mapped address. */
+		spd_endpoint d6 = mapped(&ch->dst), s6 = mapped(&ch->src);
+
+		if (scan_net(v4, AF_INET, ch, &ch->dst, &ch->src, inodes, n, fallback, &nfallback,
+			     max < 256 ? max : 256, err) ||
+		    scan_net(v6, AF_INET6, ch, &d6, &s6, inodes, n, fallback, &nfallback,
+			     max < 256 ? max : 256, err))
+			return -1;
+	} else if (scan_net(v6, AF_INET6, ch, &ch->dst, &ch->src, inodes, n, fallback, &nfallback,
+			    max < 256 ? max : 256, err)) {
+		return -1;
+	}
+	if (*n == 0)
+		for (size_t i = 0; i < nfallback; i++)
+			if (add_inode(fallback[i], inodes, max, n))
+				return sp_fail(err, "more than %zu sockets match the channel", max);
+	return 0;
+}
+
+/* Does one of `fd`'s /proc/PID/fd entries name one of the inodes? */
+static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n)
+{
+	char path[300], target[64];
+	struct dirent *de;
+	bool found = false;
+	DIR *d;
+	int fdd;
+
+	snprintf(path, sizeof path, "%s/fd", pid);
+	fdd = openat(procfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fdd < 0 || !(d = fdopendir(fdd))) {
+		if (fdd >= 0)
+			close(fdd);
+		return false;    /* gone, or a kernel thread */
+	}
+	while (!found && (de = readdir(d))) {
+		ssize_t len = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
+		unsigned long long ino;
+		char kind[8];
+
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		if (sscanf(target, "%7[a-z]:[%llu]", kind, &ino) != 2 ||
+		    (strcmp(kind, "socket") != 0 && strcmp(kind, "pipe") != 0))
+			continue;
+		for (size_t i = 0; i < n && !found; i++)
+			found = inodes[i] == ino;
+	}
+	closedir(d);
+	return found;
+}
+
+int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_t *npids,
+		sp_err *err)
+{
+	struct dirent *de;
+	DIR *proc;
+	int procfd;
+
+	*npids = 0;
+	procfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (procfd < 0 || !(proc = fdopendir(procfd))) {
+		if (procfd >= 0)
+			close(procfd);
+		return sp_fail(err, "/proc: %s", strerror(errno));
+	}
+	while ((de = readdir(proc))) {
+		if (!isdigit((unsigned char)de->d_name[0]) ||
+		    !holds(dirfd(proc), de->d_name, inodes, n))
+			continue;
+		if (*npids >= max) {
+			closedir(proc);
+			return sp_fail(err, "more than %zu processes hold the channel", max);
+		}
+		pids[(*npids)++] = (pid_t)atoi(de->d_name);
+	}
+	closedir(proc);
+	return 0;
+}

@@ -22,6 +22,9 @@ packages=(
 	gdb postgresql-15 postgresql-client-15
 	# the security tests watch the DWARF reader's sandbox being entered
 	strace
+	# spdaemon's tests: openssl checks the keys and plays TLS peers; hosts
+	# are network namespaces (ip, unshare); its systemd unit is verified
+	openssl iproute2 util-linux systemd
 )
 
 missing=()

@@ -20,6 +20,10 @@ host of its own.
             the last: from the first, `sptrace status` reaches the second and
             the third over TLS, each naming itself and seeing the first by its
             certificate; the host without a daemon is a clear line and exit 1.
+  packaging the systemd unit passes `systemd-analyze verify` (with the
+            built spdaemon in ExecStart), and the example configuration
+            starts a daemon (with the test's keys and state directory given
+            on the command line, which win).
   refusals  bad options and configuration, a state directory others may write
             or that is a link, a private key others may read, and a second
             daemon in the same network namespace are refused with messages
@@ -218,6 +222,27 @@ def case_hosts(sptrace, spdaemon, tmp):
         hosts.close()
 
 
+def case_packaging(sptrace, spdaemon, tmp):
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packaging")
+    unit = open(os.path.join(src, "spdaemon.service")).read()
+    check("/usr/sbin/spdaemon --config /etc/sptrace/spdaemon.conf" in unit,
+          "the unit does not start /usr/sbin/spdaemon with /etc/sptrace/spdaemon.conf")
+    mine = os.path.join(tmp, "spdaemon.service")
+    with open(mine, "w") as f:
+        f.write(unit.replace("/usr/sbin/spdaemon", os.path.abspath(spdaemon)))
+    r = run(["systemd-analyze", "verify", mine])
+    check(r.returncode == 0 and not r.stderr.strip(),
+          "systemd-analyze verify spdaemon.service: %d %s" % (r.returncode, r.stderr))
+    kd = os.path.join(tmp, "keys")
+    make_keys(sptrace, kd)
+    d = Daemon(spdaemon, kd, os.path.join(tmp, "state"),
+               ["--config", os.path.join(src, "spdaemon.conf")])
+    try:
+        status_ok(sptrace, "a daemon started with the example configuration")
+    finally:
+        d.stop()
+
+
 def refused(r, words, what):
     check(r.returncode != 0 and all(w in r.stderr for w in words),
           "%s: expected a refusal with %r, got %d: %r" % (what, words, r.returncode, r.stderr))
@@ -269,7 +294,8 @@ def main():
     sptrace, spdaemon, case = sys.argv[1], sys.argv[2], sys.argv[3]
     in_own_netns()
     with tempfile.TemporaryDirectory(prefix="sptrace-daemon.") as tmp:
-        {"serve": case_serve, "hosts": case_hosts, "refusals": case_refusals}[case](sptrace, spdaemon, tmp)
+        {"serve": case_serve, "hosts": case_hosts, "packaging": case_packaging,
+         "refusals": case_refusals}[case](sptrace, spdaemon, tmp)
     print("ok")
 
 

@@ -208,7 +208,8 @@ enum {
 	F_ADDR = 1, F_SIZE = 2, F_NAME = 3, F_PARENT = 4, F_FIRST_BLOCK = 5,
 	B_FUNC = 3, B_NEDGES = 5,
 	ED_TO = 1,
-	S_FUNC = 4, S_CALLEE = 5, S_KIND = 8,
+	S_FUNC = 4, S_CALLEE = 5, S_KIND = 8, S_CODE = 14,
+	E_CODE_SHA256 = 19,
 };
 
 /* Offset in the file of column `col` of table `table` (packed data), or 0. */
@@ -478,6 +479,34 @@ static void test_bad_content(const ctx *c)
 		b.p[t - 1] = F_ADDR << 3 | 2;
 		write_with_crc(c->entry, b);
 		expect_reject(c, "values", "column lengths");
+	}
+	free(b.p);
+
+	/* Without what it was made from: the code hash, the sites' bytes
+	 * (each retagged as a field nobody reads). */
+	b = entry_copy(c);
+	if (find_field(b.p + HDR_SIZE, b.n - HDR_SIZE, E_CODE_SHA256, &at, &len) == 0 &&
+	    len == 32 && b.p[HDR_SIZE + at - 3] == (uint8_t)(E_CODE_SHA256 << 3 | 2 | 0x80)) {
+		b.p[HDR_SIZE + at - 3] = (uint8_t)(28 << 3 | 2 | 0x80);   /* field 28 */
+		write_with_crc(c->entry, b);
+		expect_reject(c, "code_sha256", "no code hash");
+	} else {
+		CHECK(0, "code_sha256 field not found");
+	}
+	free(b.p);
+	b = entry_copy(c);
+	at = column_at(b, E_SITES, S_CODE, &len);
+	if (at) {
+		size_t t = at - 1;
+
+		while (t > 0 && (b.p[t - 1] & 0x80))
+			t--;
+		CHECK(b.p[t - 1] == (S_CODE << 3 | 2), "sites.code tag not found");
+		b.p[t - 1] = 15 << 3 | 2;                                  /* field 15 */
+		write_with_crc(c->entry, b);
+		expect_reject(c, "values", "sites without their bytes' hash");
+	} else {
+		CHECK(0, "sites.code column not found");
 	}
 	free(b.p);
 

@@ -24,6 +24,9 @@
  * entries written by another analyser version are regenerated. */
 #define CA_ANALYZER_VERSION 6
 
+/* Values of a file's identity (trust.c, ca_file_id). */
+#define CA_FILE_ID_N 5
+
 /* An executable or data section of interest, with its file bytes. */
 typedef struct ca_section {
 	char name[32];
@@ -91,6 +94,7 @@ typedef struct ca_elf {
 	uint8_t buildid[64];
 	size_t buildid_len;
 	char untrusted[256];   /* ca_file_trust's verdict on the file mapped, "" if trusted */
+	uint64_t file_id[CA_FILE_ID_N]; /* ca_file_id of the file mapped */
 	char buildid_hex[2 * 64 + 1]; /* lowercase hex, "" if none */
 	const char *debuglink; /* .gnu_debuglink file name, or NULL */
 	uint32_t debuglink_crc;
@@ -106,8 +110,10 @@ struct ca_module {
 	uint64_t file_size;
 	int is_dyn;
 	bool lines_pending;     /* analysed with no_lines: lines not read yet (stored) */
-	uint8_t code_sha256[32];/* ca_code_sha256 of the file analysed (stored) */
+	uint8_t code_sha256[32];/* ca_code_sha256_fd of the file analysed (stored) */
 	char untrusted[256];    /* why it may not be stored, "" if it may (not stored) */
+	uint64_t file_id[CA_FILE_ID_N]; /* ca_file_id of the file analysed, zeros if
+	                         * unknown (stored) */
 
 	ca_func *funcs;   size_t nfuncs, capfuncs;
 	ca_block *blocks; size_t nblocks, capblocks;
@@ -145,6 +151,9 @@ bool ca_elf_read(const ca_elf *e, uint64_t addr, void *buf, size_t n);
 
 /* trust.c */
 struct stat;
+/* The identity of the file `st` describes (CA_FILE_ID_N values): device,
+ * inode, size, mtime and ctime in nanoseconds.  See ca_module_code_matches. */
+void ca_file_id(const struct stat *st, uint64_t id[CA_FILE_ID_N]);
 /* May an analysis of the file `st` describes be stored?  false with why. */
 bool ca_file_trust(const struct stat *st, char *why, size_t len);
 int ca_code_sha256_fd(int fd, const char *path, uint8_t out[32], sp_err *err);

@@ -244,7 +244,7 @@ const char *ca_module_lines_source(const ca_module *m); /* file DWARF came from,
  * DWARF costs the lines, never the analysis.  Not kept in the repository. */
 const char *ca_module_lines_error(const ca_module *m);
 /* SHA-256 of the file bytes of the module's executable segments (see
- * ca_code_sha256): the code the analysis was made from. */
+ * ca_module_code_matches): the code the analysis was made from. */
 const uint8_t *ca_module_code_sha256(const ca_module *m);
 /* Why the file analysed may not be stored in the repository ("" if it may):
  * another user could have written it (trust.c states the rule).  Set by
@@ -299,9 +299,10 @@ int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
  * it is not checked; every record is still checked against what it indexes. */
 int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err *err);
 /*
- * What an analysis was made from (trust.c).  ca_code_sha256: SHA-256 of the
- * file bytes of the executable PT_LOAD segments, in program-header order --
- * compare with ca_module_code_sha256 before using an entry for a file.
+ * What an analysis was made from (trust.c).  The code hash is the SHA-256
+ * of the file bytes of the executable PT_LOAD segments, in program-header
+ * order; ca_module_code_matches tells whether the file at path has m's code
+ * (without hashing it when it is the very file m was made from, unchanged).
  * ca_site_spans: the bytes a patch of site s reads or overwrites, as link-time
  * address and length: [0] the site, from the start of a relocated window;
  * [1] a springboard's 5 bytes (length 0 if none).  ca_code_hash: FNV-1a
@@ -309,7 +310,6 @@ int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err
  * both spans, in order, it gives ca_site.code.
  */
 #define CA_CODE_HASH_SEED 0xcbf29ce484222325ull
-int ca_code_sha256(const char *path, uint8_t out[32], sp_err *err);
 /* Was m made from the code of the file at path?  1 yes, 0 no, -1 (err). */
 int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err);
 void ca_site_spans(const ca_site *s, uint64_t addr[2], unsigned len[2]);

@@ -203,6 +203,7 @@ int ca_analyze(const char *path, const ca_options *opt, ca_module **out, sp_err 
 	m->file_size = e.map_size;
 	m->is_dyn = e.e_type == ET_DYN;
 	snprintf(m->untrusted, sizeof m->untrusted, "%s", e.untrusted);
+	memcpy(m->file_id, e.file_id, sizeof m->file_id);
 	fill_key(m, &e);
 	if (ca_code_sha256_fd(e.fd, path, m->code_sha256, err)) {
 		ca_elf_close(&e);

@@ -522,6 +522,8 @@ static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 	x->e.lines_source = (char *)m->lines_source;
 	x->e.code_sha256.data = (uint8_t *)m->code_sha256;
 	x->e.code_sha256.len = sizeof m->code_sha256;
+	x->e.n_file_id = CA_FILE_ID_N;
+	x->e.file_id = (uint64_t *)m->file_id;
 	stats_to_msg(&m->stats, &x->stats);
 	x->e.stats = &x->stats;
 	if (m->nstrs) {
@@ -1137,6 +1139,11 @@ static int entry_to_module(const Entry *e, ca_module *m, bool calls_only, sp_err
 		return BAD("code_sha256 has %zu bytes, not %zu", e->code_sha256.len,
 			   sizeof m->code_sha256);
 	memcpy(m->code_sha256, e->code_sha256.data, sizeof m->code_sha256);
+	if (e->n_file_id != 0 && e->n_file_id != CA_FILE_ID_N)
+		return BAD("file_id has %zu values, not %d", e->n_file_id, CA_FILE_ID_N);
+	memset(m->file_id, 0, sizeof m->file_id);
+	if (e->n_file_id)
+		memcpy(m->file_id, e->file_id, sizeof m->file_id);
 
 	/* The string table: offset 0 is "" and every string ends inside it. */
 	if (e->strs.len == 0 || e->strs.data[0] != 0 ||

@@ -10,8 +10,9 @@
  *      not have been written by another user.  A file that another user
  *      chose -- say one built with the build-id of a program of root's --
  *      would otherwise put its analysis under that program's key.
- *   2. The code an entry was made from (ca_code_sha256): the SHA-256 of the
- *      file bytes of the module's executable segments, kept in the entry.
+ *   2. The code an entry was made from (ca_code_sha256_fd): the SHA-256 of
+ *      the file bytes of the module's executable segments, kept in the entry
+ *      with the identity of the file (ca_file_id).
  *      The sptrace command checks it before run or attach (cli/preanalyze.c)
  *      and replaces an entry made from other code.
  *   3. The bytes of each site (ca_site.code): the agent hashes the bytes
@@ -107,8 +108,11 @@ int ca_code_sha256_fd(int fd, const char *path, uint8_t out[32], sp_err *err)
 	if (pread_all(fd, &eh, sizeof eh, 0) < 0 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
 	    eh.e_ident[EI_CLASS] != ELFCLASS64)
 		return sp_fail(err, "%s: not a 64-bit ELF file", path);
-	if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum >= PN_XNUM)
-		return sp_fail(err, "%s: no usable program headers", path);
+	/* No program headers (an object file): no code is loaded, the hash is
+	 * that of nothing. */
+	if (eh.e_phnum != 0 && (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum >= PN_XNUM))
+		return sp_fail(err, "%s: unusable program headers (%u of %u bytes)", path,
+			       (unsigned)eh.e_phnum, (unsigned)eh.e_phentsize);
 	buf = malloc(chunk);
 	if (!buf)
 		return sp_fail(err, "%s: out of memory", path);
@@ -140,22 +144,48 @@ out:
 	return rc;
 }
 
-int ca_code_sha256(const char *path, uint8_t out[32], sp_err *err)
+void ca_file_id(const struct stat *st, uint64_t id[CA_FILE_ID_N])
 {
+	id[0] = (uint64_t)st->st_dev;
+	id[1] = (uint64_t)st->st_ino;
+	id[2] = (uint64_t)st->st_size;
+	id[3] = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+	id[4] = (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+}
+
+/*
+ * Guard 2, for the sptrace command before each run or attach.  Hashing the
+ * code of every module at every start costs (libc: 1.4 MB, some 4 ms, and
+ * run hashes again after the program to find what it dlopen'd), so a file
+ * with the identity the entry recorded -- the same inode, size, mtime and
+ * ctime -- is taken as the file analysed, unchanged: any write changes its
+ * ctime, and nobody but the kernel (and root, through the clock) sets that.
+ * Any other file, among them one built to carry the same build-id, is
+ * hashed.
+ */
+int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err)
+{
+	static const uint64_t unknown[CA_FILE_ID_N];
+	uint64_t id[CA_FILE_ID_N];
+	uint8_t h[32];
+	struct stat st;
 	int fd = sp_open_regular(path, 0), rc;
 
 	if (fd < 0)
 		return sp_fail(err, "%s: %s", path, sp_open_why(errno));
-	rc = ca_code_sha256_fd(fd, path, out, err);
+	if (fstat(fd, &st) < 0) {
+		rc = sp_fail(err, "%s: %s", path, strerror(errno));
+		close(fd);
+		return rc;
+	}
+	ca_file_id(&st, id);
+	if (memcmp(m->file_id, unknown, sizeof id) != 0 && memcmp(m->file_id, id, sizeof id) == 0) {
+		close(fd);
+		return 1;
+	}
+	rc = ca_code_sha256_fd(fd, path, h, err);
 	close(fd);
-	return rc;
-}
-
-int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err)
-{
-	uint8_t h[32];
-
-	if (ca_code_sha256(path, h, err) < 0)
+	if (rc < 0)
 		return -1;
 	return memcmp(h, m->code_sha256, sizeof h) == 0;
 }

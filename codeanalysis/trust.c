@@ -12,17 +12,17 @@
  *      would otherwise put its analysis under that program's key.
  *   2. The code an entry was made from (ca_code_sha256_fd): the SHA-256 of
  *      the file bytes of the module's executable segments, kept in the entry
- *      with the identity of the file (ca_file_id).
- *      The sptrace command checks it before run or attach (cli/preanalyze.c)
- *      and replaces an entry made from other code.
+ *      with the identity of the file (ca_file_id).  The sptrace command
+ *      checks it before run or attach (cli/preanalyze.c, through
+ *      ca_module_code_matches) and replaces an entry made from other code.
  *   3. The bytes of each site (ca_site.code): the agent hashes the bytes
  *      a patch would read or overwrite right before it patches (agent/
  *      instrument.c) and leaves the site alone unless they are those the
  *      analysis saw.  This also catches a stale entry, code the program
  *      changed itself and a JIT's code, and costs some 20 bytes of hashing
  *      per site, at the moment the site is patched -- unlike guard 2, which
- *      would cost the agent a hash of each whole module (libc: 1.5 MB, some
- *      5 ms) at every start.
+ *      would cost the agent a hash of each whole module (libc: 1.4 MB, some
+ *      4 ms) at every start.
  */
 #include "ca_internal.h"
 

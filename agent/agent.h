@@ -56,8 +56,9 @@
  *     seccomp): the agent stands aside in that process or thread.
  *
  * Whatever cannot be done safely is skipped and reported in agent.log and
- * in the command's summary (meta's "untraced" and "runtime" lines), never
- * attempted.  Every function the agent interposes is in hooks.c's table.
+ * in the command's summary (meta's "untraced", "runtime" and "changed"
+ * lines), never attempted.  Every function the agent interposes is in
+ * hooks.c's table.
  */
 #ifndef AGENT_H
 #define AGENT_H
@@ -96,6 +97,9 @@ typedef struct ag_module {
 	uint32_t *first_fragment, *next_fragment;
 	struct site_saved **site_saved; /* per site: its patch, kept across activations */
 	volatile bool no_pool;   /* no room for areas near it: not traced, said once */
+	/* Sites left alone because their bytes are not those the analysis saw
+	 * (instrument.c), and how many of them meta has been told about. */
+	uint64_t sites_changed, sites_changed_said;
 } ag_module;
 
 enum {
@@ -115,6 +119,7 @@ void ag_modules_register_late(void);         /* at exit: name the ones not seen 
 void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
 void ag_meta_untraced(const char *name, const char *why); /* main.c: an "untraced" line */
 void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), once loaded */
+void ag_meta_changed(void);  /* "changed" lines for sites left alone since the last (main.c) */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
 bool ag_agent_code_holds(uint64_t addr);     /* addr is in the agent's own code */
 /* addr is in code a language runtime manages (never patched or stubbed) */

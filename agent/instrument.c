@@ -779,6 +779,32 @@ static int flush(ag_patch *batch, size_t nb, ag_patch *boards, size_t nsb)
 	return ag_patch_apply(boards, nsb) || ag_patch_apply(batch, nb);
 }
 
+/*
+ * Guard 3 of codeanalysis/trust.c: are the bytes a patch of s would read or
+ * overwrite (ca_site_spans) those the analysis saw?  Not if the entry is
+ * stale, was made from another file with the same build-id, or the program
+ * changed its code (self-modifying code, a JIT writing into a module).  A
+ * hash of some 5 to 20 bytes of the module's own code, once per site, when
+ * it is first patched; spans outside the module's code are no match.
+ */
+static bool code_as_analysed(const ag_module *m, const ca_site *s)
+{
+	uint64_t addr[2], h = CA_CODE_HASH_SEED;
+	unsigned len[2];
+
+	ca_site_spans(s, addr, len);
+	for (int k = 0; k < 2; k++) {
+		uint64_t at = m->bias + addr[k];
+
+		if (!len[k])
+			continue;
+		if (at < m->text_lo || at >= m->text_hi || len[k] > m->text_hi - at)
+			return false;
+		h = ca_code_hash(h, (const void *)(uintptr_t)at, len[k]);
+	}
+	return h == s->code;
+}
+
 static bool patchable(const ca_site *s)
 {
 	switch (s->kind) {
@@ -974,6 +1000,11 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 				boards[nsb++] = sv->sb;
 			if (sv->reloc)
 				ag_reloc_queue(sv->reloc);
+		} else if (!code_as_analysed(m, s)) {
+			if (m->sites_changed++ == 0)
+				ag_log("module %s: site %#lx left alone: its bytes are not those the "
+				       "analysis saw (more such sites are counted at the end)",
+				       m->path, (unsigned long)(m->bias + s->addr));
 		} else {
 			saved_flag = NULL;
 			saved_cache = NULL;

@@ -263,6 +263,21 @@ void ag_meta_runtimes(const ag_module *m)
 			    (unsigned long)(m->bias + r[i].hi));
 }
 
+void ag_meta_changed(void)
+{
+	for (uint32_t i = 0; i < ag_module_count(); i++) {
+		ag_module *m = ag_module_at(i);
+		uint64_t n = m ? m->sites_changed - m->sites_changed_said : 0;
+
+		if (!n)
+			continue;
+		m->sites_changed_said += n;
+		ag_log("%lu sites skipped in %s: code differs from the analysis (changed since it "
+		       "was analysed, or by the program itself)", (unsigned long)n, m->path);
+		meta_append("%s %u %lu\n", TRACE_META_CHANGED, m->index, (unsigned long)n);
+	}
+}
+
 /* ---- activation ---- */
 
 bool ag_active(void)
@@ -624,6 +639,7 @@ static void end_trace(const char *why, bool restore)
 	       (unsigned long)sites, (unsigned long)skind, (unsigned long)splan,
 	       (unsigned long)sunres, (unsigned long)internal,
 	       (unsigned long)ag_instrument_skipped_runtime(&rt_indirect), (unsigned long)rt_indirect);
+	ag_meta_changed();
 	ag_reloc_stats(&sites, &skind);
 	ag_log("end: %lu relocated windows, %lu of them reached through a jump (the rest "
 	       "through their int3); %lu hot traps put back", (unsigned long)sites,
@@ -650,6 +666,7 @@ void ag_deactivate(const char *why)
 	ag_activate_quiesce();
 	if (ag_instrument_stop())
 		ag_log("stop: some patched bytes could not be restored");
+	ag_meta_changed();
 	if (!ended)
 		ag_rings_event_all(TRACE_EV_DEACTIVATE);    /* ended: the rings are closed */
 	ag_log("stopped (%s)%s", why, ended ? " after the trace had ended" : "");

@@ -218,10 +218,12 @@ static void log_module(const ag_module *m, int from_repo)
 	size_t nr;
 	const ca_runtime *r = ca_module_runtimes(m->ca, &nr);
 
-	ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s)", m->index, m->path,
+	ag_log("module %u: %s bias %#lx, %u functions, %u sites (%s%s)", m->index, m->path,
 	       (unsigned long)m->bias, ca_module_stats(m->ca)->nfuncs, ca_module_stats(m->ca)->nsites,
 	       from_repo ? "from the repository"
-	       : "analysed now, without source lines, and stored");
+	       : ca_module_untrusted(m->ca)[0] ? "analysed now, without source lines, not stored: "
+	       "the file is " : "analysed now, without source lines, and stored",
+	       from_repo ? "" : ca_module_untrusted(m->ca));
 	for (size_t i = 0; i < nr; i++)
 		ag_log("module %s: %s at %#lx-%#lx (%s): its code is not patched, calls into it "
 		       "are not traced, stack walks stop there (the runtime reads return "

@@ -426,22 +426,25 @@ static module *module_by_index(an_trace *t, uint32_t index)
 /*
  * The analysis must be of the very module that was traced: first the
  * repository entry under the key meta names (the file may have been replaced
- * since), then the file at the path, analysed if the repository lacks it,
- * accepted only if its key is the traced one.  An entry the agent made
- * inside the program has no source lines (lines_pending): ca_repo_get
- * reads them from the file, if it is still the traced module, and
- * replaces the entry; else the entry serves without them.
+ * since), then the file at the path if its key is the traced one, analysed
+ * if the repository lacks it -- and stored only if no other user could have
+ * written the file (codeanalysis/trust.c): a trace directory is anyone's to
+ * make, and its meta may name a file built to carry a build-id of root's
+ * programs.  An entry the agent made inside the program has no source
+ * lines (lines_pending): ca_repo_get reads them from the file, if it is
+ * still the traced module, and replaces the entry; else the entry serves
+ * without them.
  */
 static void load_module(an_trace *t, module *m, const char *repo)
 {
 	ca_options opt = { 0 };
 	ca_module *ca = NULL;
 	sp_err e = { "" };
-	int rc = ca_repo_load(repo, m->pub.key, &ca, &e);
+	char key[160];
+	int from_repo = 0, rc = ca_repo_load(repo, m->pub.key, &ca, &e);
 
 	if (rc == 0 && ca_module_lines_pending(ca)) {
 		ca_module *full = NULL;
-		char key[160];
 
 		if (ca_module_key_of(m->pub.path, key, sizeof key, &e) == 0 &&
 		    strcmp(key, m->pub.key) == 0 &&
@@ -458,17 +461,27 @@ static void load_module(an_trace *t, module *m, const char *repo)
 	if (rc < 0)
 		warn(t, "module %u %s: %s; analysing the file again", m->pub.index, m->pub.path,
 		     e.msg);
-	if (ca_repo_get(repo, m->pub.path, &opt, &ca, NULL, &e) < 0) {
+	/* Not even analysed unless it carries the traced build-id. */
+	if (ca_module_key_of(m->pub.path, key, sizeof key, &e) < 0) {
 		warn(t, "module %u: %s; its functions are named by address", m->pub.index, e.msg);
 		return;
 	}
-	if (strcmp(ca_module_key(ca), m->pub.key) != 0) {
+	if (strcmp(key, m->pub.key) != 0) {
 		warn(t, "module %u %s: the file is not the traced module (key %s, the trace has "
 		     "%s): it changed since the trace; its functions are named by address",
-		     m->pub.index, m->pub.path, ca_module_key(ca), m->pub.key);
-		ca_module_free(ca);
+		     m->pub.index, m->pub.path, key, m->pub.key);
 		return;
 	}
+	if (ca_repo_get(repo, m->pub.path, &opt, &ca, &from_repo, &e) < 0) {
+		warn(t, "module %u: %s; its functions are named by address", m->pub.index, e.msg);
+		return;
+	}
+	/* A file another user could have written names functions here, for
+	 * this reader only: whoever reads the repository trusts its entries. */
+	if (!from_repo && ca_module_untrusted(ca)[0])
+		warn(t, "module %u %s: analysed for this command only, not stored in the "
+		     "code-analysis repository: the file is %s", m->pub.index, m->pub.path,
+		     ca_module_untrusted(ca));
 	m->ca = ca;
 	m->pub.ca = ca;
 }

@@ -286,6 +286,15 @@ static int do_file(const char *path, const char *shown, const opts *o)
 			 * analysed again here with them, and replaced. */
 			ca_module_free(m);
 			m = NULL;
+		} else if (lr == 0 && ca_module_code_matches(m, path, &err) != 1) {
+			/* Made from other code under the same build-id (stale, or
+			 * from a file built to carry it): analysed again. */
+			if (!o->quiet)
+				fprintf(stderr, "sptrace: analyze-binary: the repository's entry for "
+					"%s was made from other code than the file's; analysing it "
+					"again\n", shown);
+			ca_module_free(m);
+			m = NULL;
 		} else if (lr == 0) {
 			snprintf(note, sizeof note, "loaded from %s", o->repo ? o->repo : ca_repo_default_dir());
 			repo_note = note;

@@ -154,9 +154,21 @@ int cli_print_left_alone(FILE *out, const char *dir)
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof line, f)) {
-		size_t ku = strlen(TRACE_META_UNTRACED);
+		size_t ku = strlen(TRACE_META_UNTRACED), kc = strlen(TRACE_META_CHANGED);
+		unsigned long long nchanged;
 		int at = 0;
 
+		if (strncmp(line, TRACE_META_CHANGED, kc) == 0 && line[kc] == ' ' &&
+		    sscanf(line + kc + 1, "%u %llu", &index, &nchanged) == 2) {
+			pos = ftell(f);
+			module_path(f, index, mod, sizeof mod);
+			fseek(f, pos, SEEK_SET);
+			fprintf(out, "sptrace: not traced: %llu call sites in %s: their code differs "
+				"from the analysis (changed since it was analysed, or by the program "
+				"itself; see %s/agent.log)\n", nchanged, mod, dir);
+			count++;
+			continue;
+		}
 		if (strncmp(line, TRACE_META_UNTRACED, ku) == 0 && line[ku] == ' ' &&
 		    sscanf(line + ku + 1, "%4095s %n", mod, &at) == 1 && at > 0) {
 			fprintf(out, "sptrace: not traced: %s: %s", mod, line + ku + 1 + at);

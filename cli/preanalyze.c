@@ -21,6 +21,11 @@
  *
  * The agent analyses what is left (modules dlopen'd later) without source
  * lines (agent/modules.c).  Analyses made here have their lines.
+ *
+ * An entry counts only if it was made from the code the file holds now
+ * (in_repo), and the analysis of a file another user could have written is
+ * not stored at all (codeanalysis/trust.c): said once per command, and the
+ * agent analyses such a file for itself.
  */
 #include "cli.h"
 
@@ -299,18 +304,38 @@ static double now_s(void)
 }
 
 /* Is there a usable entry for `path` (its key in *key)?  1 yes, 0 no,
- * -1 the file is no module of ours (not ELF, gone). */
+ * -1 the file is no module of ours (not ELF, gone).  Usable means made from
+ * the code the file holds now (codeanalysis/trust.c, guard 2): an entry
+ * under the same build-id made from other code -- a stale one, or one made
+ * from a file built to carry this build-id -- is made again. */
 static int in_repo(const char *repo, const char *path, char *key, size_t keylen)
 {
 	ca_module *m = NULL;
 	sp_err e = { "" };
+	int same;
 
 	if (ca_module_key_of(path, key, keylen, &e) < 0)
 		return -1;
 	if (ca_repo_load_calls(repo, key, &m, &e) != 0)
 		return 0;
+	same = ca_module_code_matches(m, path, &e);
 	ca_module_free(m);
-	return 1;
+	return same == 1;
+}
+
+/* The files whose analyses are not stored (see the header), by identity
+ * (the same file is named by the command line and by meta): each is
+ * analysed and named once per command. */
+#define MAX_UNTRUSTED 64
+static struct { dev_t dev; ino_t ino; } untrusted[MAX_UNTRUSTED];
+static size_t nuntrusted;
+
+static int known_untrusted(const struct stat *st)
+{
+	for (size_t i = 0; i < nuntrusted; i++)
+		if (untrusted[i].dev == st->st_dev && untrusted[i].ino == st->st_ino)
+			return 1;
+	return 0;
 }
 
 /* Analyse one file and store it: 0, or -1 after a message. */
@@ -321,15 +346,31 @@ static int analyse_one(const char *cmd, const char *repo, const char *path, cons
 	sp_err e = { "" };
 	struct stat st;
 	double t0 = now_s();
-	int loud = stat(path, &st) == 0 && st.st_size >= (off_t)LONG_ANALYSIS_BYTES;
+	int have_st = stat(path, &st) == 0;
+	int loud = have_st && st.st_size >= (off_t)LONG_ANALYSIS_BYTES;
 
+	if (have_st && known_untrusted(&st))
+		return -1;
 	if (loud) {
 		cli_progress_end();
 		fprintf(stderr, "sptrace: %s: analysing %s (%.1f MB), which the code-analysis "
 			"repository lacks: once per build of it\n", cmd, shown,
 			(double)st.st_size / 1e6);
 	}
-	if (ca_analyze(path, &opt, &m, &e) < 0 || ca_repo_store(m, repo, NULL, 0, &e) < 0) {
+	if (ca_analyze(path, &opt, &m, &e) == 0 && ca_module_untrusted(m)[0]) {
+		if (have_st && nuntrusted < MAX_UNTRUSTED) {
+			untrusted[nuntrusted].dev = st.st_dev;
+			untrusted[nuntrusted++].ino = st.st_ino;
+		}
+		cli_progress_end();
+		fprintf(stderr, "sptrace: %s: %s is %s: its analysis is not stored in the "
+			"code-analysis repository (another user could have chosen its bytes); "
+			"the agent analyses it inside the program, without source lines\n", cmd,
+			shown, ca_module_untrusted(m));
+		ca_module_free(m);
+		return -1;
+	}
+	if (!m || ca_repo_store(m, repo, NULL, 0, &e) < 0) {
 		cli_error("%s: %s; the agent will analyse it inside the program, without source "
 			  "lines", cmd, e.msg);
 		ca_module_free(m);

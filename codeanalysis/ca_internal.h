@@ -12,6 +12,7 @@
  *   runtimes.c  code a language runtime manages (Go, V8): left alone
  *   repo.c      repository entries (proto/repo.proto via protobuf-c)
  *   module.c    ca_analyze(), accessors, lookups, names
+ *   trust.c     what an analysis was made from; whether it may be stored
  */
 #ifndef CA_INTERNAL_H
 #define CA_INTERNAL_H
@@ -23,6 +24,9 @@
 /* Bumped whenever the analysis would give different results: repository
  * entries written by another analyser version are regenerated. */
 #define CA_ANALYZER_VERSION 6
+
+/* Values of a file's identity (trust.c, ca_file_id). */
+#define CA_FILE_ID_N 5
 
 /* An executable or data section of interest, with its file bytes. */
 typedef struct ca_section {
@@ -90,6 +94,8 @@ typedef struct ca_elf {
 	size_t npads;
 	uint8_t buildid[64];
 	size_t buildid_len;
+	char untrusted[256];   /* ca_file_trust's verdict on the file mapped, "" if trusted */
+	uint64_t file_id[CA_FILE_ID_N]; /* ca_file_id of the file mapped */
 	char buildid_hex[2 * 64 + 1]; /* lowercase hex, "" if none */
 	const char *debuglink; /* .gnu_debuglink file name, or NULL */
 	uint32_t debuglink_crc;
@@ -105,6 +111,10 @@ struct ca_module {
 	uint64_t file_size;
 	int is_dyn;
 	bool lines_pending;     /* analysed with no_lines: lines not read yet (stored) */
+	uint8_t code_sha256[32];/* ca_code_sha256_fd of the file analysed (stored) */
+	char untrusted[256];    /* why it may not be stored, "" if it may (not stored) */
+	uint64_t file_id[CA_FILE_ID_N]; /* ca_file_id of the file analysed, zeros if
+	                         * unknown (stored) */
 
 	ca_func *funcs;   size_t nfuncs, capfuncs;
 	ca_block *blocks; size_t nblocks, capblocks;
@@ -139,6 +149,17 @@ const char *ca_elf_got_name(const ca_elf *e, uint64_t slot);        /* NULL if n
 bool ca_elf_debug_path(const ca_elf *e, const char *debug_dir, char *out, size_t len);
 /* Read `n` bytes at `addr` from any section with file bytes; false if out of range. */
 bool ca_elf_read(const ca_elf *e, uint64_t addr, void *buf, size_t n);
+
+/* trust.c */
+struct stat;
+/* The identity of the file `st` describes (CA_FILE_ID_N values): device,
+ * inode, size, mtime and ctime in nanoseconds.  See ca_module_code_matches. */
+void ca_file_id(const struct stat *st, uint64_t id[CA_FILE_ID_N]);
+/* May an analysis of the file `st` describes be stored?  false with why. */
+bool ca_file_trust(const struct stat *st, char *why, size_t len);
+int ca_code_sha256_fd(int fd, const char *path, uint8_t out[32], sp_err *err);
+/* Fill every site's code (ca_code_hash over ca_site_spans) from the file's bytes. */
+void ca_sites_hash(ca_module *m, const ca_elf *e);
 
 /* ehframe.c: parse .eh_frame (and LSDAs in .gcc_except_table).  Bounds are
  * checked everywhere: a malformed section yields fewer FDEs, never a crash. */

@@ -162,6 +162,8 @@ typedef struct ca_site {
 	                       * operand: its disp32 at patch_addr + reloc_rip - 1
 	                       * (CA_RELOC_RIP_UNKNOWN: not found) */
 	uint8_t pad_;
+	uint64_t code;        /* ca_code_hash of the bytes the analysis saw
+	                       * there (0: the file holds no bytes there) */
 } ca_site;
 
 /* A region capstone could not decode (AVX-512 with capstone 4, data...). */
@@ -241,6 +243,14 @@ const char *ca_module_lines_source(const ca_module *m); /* file DWARF came from,
 /* Why source lines are missing although DWARF exists ("" if not so).  Corrupt
  * DWARF costs the lines, never the analysis.  Not kept in the repository. */
 const char *ca_module_lines_error(const ca_module *m);
+/* SHA-256 of the file bytes of the module's executable segments (see
+ * ca_module_code_matches): the code the analysis was made from. */
+const uint8_t *ca_module_code_sha256(const ca_module *m);
+/* Why the file analysed may not be stored in the repository ("" if it may):
+ * another user could have written it (trust.c states the rule).  Set by
+ * ca_analyze() from the very descriptor it read; ca_repo_store() refuses
+ * such a module, ca_repo_get() uses it without storing it. */
+const char *ca_module_untrusted(const ca_module *m);
 /* Analysed without source lines (ca_options.no_lines, e.g. inside a traced
  * program): the module may have lines nobody has read yet.  Kept in the
  * repository; ca_repo_get() with lines wanted reads them and replaces it. */
@@ -278,6 +288,8 @@ const char *ca_runtime_kind_name(unsigned kind);   /* "Go runtime", "V8 builtins
  * /var/lib/sptrace/repo for root, else ~/.cache/sptrace/repo.
  */
 const char *ca_repo_default_dir(void);
+/* Refuses (-1) a module whose file another user could have written
+ * (ca_module_untrusted), saying so. */
 int ca_repo_store(const ca_module *m, const char *dir, char *path_out, size_t path_len, sp_err *err);
 /* Load the entry for `key`.  Returns 0, 1 if there is none, -1 if the entry
  * is corrupt, truncated or of another version (err says which file). */
@@ -286,13 +298,30 @@ int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
  * no blocks there.  The entry's checksum covers bytes this does not read, so
  * it is not checked; every record is still checked against what it indexes. */
 int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err *err);
+/*
+ * What an analysis was made from (trust.c).  The code hash is the SHA-256
+ * of the file bytes of the executable PT_LOAD segments, in program-header
+ * order; ca_module_code_matches tells whether the file at path has m's code
+ * (without hashing it when it is the very file m was made from, unchanged).
+ * ca_site_spans: the bytes a patch of site s reads or overwrites, as link-time
+ * address and length: [0] the site, from the start of a relocated window;
+ * [1] a springboard's 5 bytes (length 0 if none).  ca_code_hash: FNV-1a
+ * (64 bits) of n bytes, chained from h (CA_CODE_HASH_SEED to begin); over
+ * both spans, in order, it gives ca_site.code.
+ */
+#define CA_CODE_HASH_SEED 0xcbf29ce484222325ull
+/* Was m made from the code of the file at path?  1 yes, 0 no, -1 (err). */
+int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err);
+void ca_site_spans(const ca_site *s, uint64_t addr[2], unsigned len[2]);
+uint64_t ca_code_hash(uint64_t h, const void *p, size_t n);
 /* Key of an ELF file without analysing it (build-id, else content hash). */
 int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err);
 /* The usual entry point: load the entry for `path` from the repository, or
  * analyse the file and store it (a corrupt entry is replaced).  *from_repo
  * tells which happened.  An entry whose lines are pending is analysed again
  * with lines and replaced when opt wants lines (neither no_lines nor
- * calls_only). */
+ * calls_only).  A module analysed from a file another user could have
+ * written is returned but not stored (ca_module_untrusted says why). */
 int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
 		ca_module **out, int *from_repo, sp_err *err);
 

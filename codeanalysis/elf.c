@@ -375,6 +375,9 @@ static int map_file(ca_elf *e, const char *path, sp_err *err)
 		return sp_fail(err, "%s: is a directory, not an ELF file", path);
 	if (!S_ISREG(st.st_mode))
 		return sp_fail(err, "%s: not a regular file", path);
+	/* The verdict on the very file mapped below (trust.c). */
+	ca_file_trust(&st, e->untrusted, sizeof e->untrusted);
+	ca_file_id(&st, e->file_id);
 	if (st.st_size < (off_t)sizeof(Elf64_Ehdr))
 		return sp_fail(err, "%s: too short to be an ELF file (%lld bytes)", path,
 			       (long long)st.st_size);

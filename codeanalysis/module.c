@@ -9,7 +9,8 @@
  *   5. funcs.c    noreturn inference, fragments
  *   6. disasm.c   blocks and edges
  *   7. sites.c    call sites and patch plans
- *   8. lines.c    source lines
+ *   8. trust.c    the bytes each site's patch reads or overwrites, hashed
+ *   9. lines.c    source lines
  */
 #include "ca_internal.h"
 
@@ -201,7 +202,14 @@ int ca_analyze(const char *path, const ca_options *opt, ca_module **out, sp_err 
 	}
 	m->file_size = e.map_size;
 	m->is_dyn = e.e_type == ET_DYN;
+	snprintf(m->untrusted, sizeof m->untrusted, "%s", e.untrusted);
+	memcpy(m->file_id, e.file_id, sizeof m->file_id);
 	fill_key(m, &e);
+	if (ca_code_sha256_fd(e.fd, path, m->code_sha256, err)) {
+		ca_elf_close(&e);
+		ca_module_free(m);
+		return -1;
+	}
 	if (!m->key[0] && ca_module_key_of(path, m->key, sizeof m->key, err)) {
 		ca_elf_close(&e);
 		ca_module_free(m);
@@ -212,6 +220,8 @@ int ca_analyze(const char *path, const ca_options *opt, ca_module **out, sp_err 
 	w.e = &e;
 	w.opt = opt;
 	rc = run_passes(&w, err);
+	if (rc == 0)
+		ca_sites_hash(m, &e);
 	work_free(&w);
 	t1 = sp_now_ns();
 	/* Corrupt DWARF costs the source lines, not the analysis. */
@@ -245,6 +255,8 @@ int ca_module_is_pie_or_dso(const ca_module *m) { return m->is_dyn; }
 const char *ca_module_lines_source(const ca_module *m) { return m->lines_source; }
 const char *ca_module_lines_error(const ca_module *m) { return m->lines_error; }
 int ca_module_lines_pending(const ca_module *m) { return m->lines_pending; }
+const uint8_t *ca_module_code_sha256(const ca_module *m) { return m->code_sha256; }
+const char *ca_module_untrusted(const ca_module *m) { return m->untrusted; }
 const ca_stats *ca_module_stats(const ca_module *m) { return &m->stats; }
 
 #define ACCESSOR(fn, type, arr, count)                                    \

@@ -26,7 +26,9 @@
  * the string table, function/block/edge/site indices and ranges in bounds,
  * narrow members that fit, sorted functions and lines.  Any failure is -1
  * with a message naming the file and what is wrong; ca_repo_get() then
- * re-analyses the module and overwrites the entry.
+ * re-analyses the module and overwrites the entry.  What the entry was made
+ * from (the code's hash, each site's bytes) and who may store one is
+ * trust.c's.
  *
  * Entries are written atomically (temporary file in the same directory,
  * fsync, rename), so a reader sees the old entry or the new one, never half.
@@ -55,7 +57,7 @@
 #define REPO_HDR_VERSION 1
 #define REPO_HDR_SIZE 24
 /* Version of proto/repo.proto's meaning; bump on incompatible changes. */
-#define REPO_SCHEMA_VERSION 1
+#define REPO_SCHEMA_VERSION 2   /* 2: code_sha256, sites' code */
 /* Refuse to read anything bigger: no real module comes close. */
 #define REPO_MAX_ENTRY ((uint64_t)1 << 30)
 #define REPO_SUFFIX ".spr"
@@ -453,6 +455,7 @@ static void fill_sites(const ca_module *m, arena *a, Sptrace__Repo__Sites *o)
 	COLUMN(a, *o, flags, uint32_t, n);
 	COLUMN(a, *o, patch_len, uint32_t, n);
 	COLUMN(a, *o, reloc_rip, uint32_t, n);
+	COLUMN(a, *o, code, uint64_t, n);
 	for (size_t i = 0; i < n; i++) {
 		const ca_site *s = &m->sites[i];
 
@@ -469,6 +472,7 @@ static void fill_sites(const ca_module *m, arena *a, Sptrace__Repo__Sites *o)
 		o->flags[i] = s->flags;
 		o->patch_len[i] = s->patch_len;
 		o->reloc_rip[i] = s->reloc_rip;
+		o->code[i] = s->code;
 	}
 }
 
@@ -521,11 +525,11 @@ static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 {
 	static const uint8_t empty_strs[1] = { 0 };
 	/* Bytes per record summed over each table's columns, plus alignment
-	 * slack for the 44 columns. */
+	 * slack for the 45 columns. */
 	size_t cap = m->nfuncs * (2 * 8 + 9 * 4) + m->nblocks * (8 + 6 * 4) +
-		     m->nedges * (2 * 4) + m->nsites * (3 * 8 + 10 * 4) +
+		     m->nedges * (2 * 4) + m->nsites * (4 * 8 + 10 * 4) +
 		     m->nlines * (8 + 2 * 4) + m->nundec * (8 + 2 * 4) +
-		     m->nruntimes * (2 * 8 + 2 * 4) + 44 * 8;
+		     m->nruntimes * (2 * 8 + 2 * 4) + 45 * 8;
 
 	*x = (entry_msgs){
 		.e = SPTRACE__REPO__ENTRY__INIT,
@@ -553,6 +557,10 @@ static int module_to_msgs(const ca_module *m, entry_msgs *x, sp_err *err)
 	x->e.is_dyn = m->is_dyn != 0;
 	x->e.lines_pending = m->lines_pending;
 	x->e.lines_source = (char *)m->lines_source;
+	x->e.code_sha256.data = (uint8_t *)m->code_sha256;
+	x->e.code_sha256.len = sizeof m->code_sha256;
+	x->e.n_file_id = CA_FILE_ID_N;
+	x->e.file_id = (uint64_t *)m->file_id;
 	stats_to_msg(&m->stats, &x->stats);
 	x->e.stats = &x->stats;
 	if (m->nstrs) {
@@ -717,6 +725,10 @@ int ca_repo_store(const ca_module *m, const char *dir, char *path_out,
 	if (check_key(m->key, err) < 0)
 		return sp_failctx(err, "storing the analysis of %s",
 				  m->path ? m->path : "(unnamed module)");
+	if (m->untrusted[0])
+		return sp_fail(err, "not storing the analysis of %s in the repository: the file "
+			       "is %s, and whoever reads the entry would trust it",
+			       m->path ? m->path : "(unnamed module)", m->untrusted);
 	if (resolve_dir(&dir, err) < 0 ||
 	    entry_path(dir, m->key, path, sizeof path, err) < 0)
 		return -1;
@@ -968,6 +980,7 @@ static int load_sites(const Sptrace__Repo__Sites *c, ca_module *m,
 	SAME("sites", c, flags, n);
 	SAME("sites", c, patch_len, n);
 	SAME("sites", c, reloc_rip, n);
+	SAME("sites", c, code, n);
 	for (size_t i = 0; i < n; i++) {
 		ca_site *s = &m->sites[i];
 
@@ -1000,6 +1013,7 @@ static int load_sites(const Sptrace__Repo__Sites *c, ca_module *m,
 		s->patch_len = (uint8_t)c->patch_len[i];
 		s->reloc_rip = (uint8_t)c->reloc_rip[i];
 		s->pad_ = 0;
+		s->code = c->code[i];
 	}
 	m->nsites = m->capsites = n;
 	return 0;
@@ -1158,6 +1172,15 @@ static int entry_to_module(const Entry *e, ca_module *m, bool calls_only, sp_err
 	m->file_size = e->file_size;
 	m->is_dyn = e->is_dyn != 0;
 	m->lines_pending = e->lines_pending != 0;
+	if (e->code_sha256.len != sizeof m->code_sha256)
+		return BAD("code_sha256 has %zu bytes, not %zu", e->code_sha256.len,
+			   sizeof m->code_sha256);
+	memcpy(m->code_sha256, e->code_sha256.data, sizeof m->code_sha256);
+	if (e->n_file_id != 0 && e->n_file_id != CA_FILE_ID_N)
+		return BAD("file_id has %zu values, not %d", e->n_file_id, CA_FILE_ID_N);
+	memset(m->file_id, 0, sizeof m->file_id);
+	if (e->n_file_id)
+		memcpy(m->file_id, e->file_id, sizeof m->file_id);
 
 	/* The string table: offset 0 is "" and every string ends inside it. */
 	if (e->strs.len == 0 || e->strs.data[0] != 0 ||
@@ -1735,9 +1758,13 @@ int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err)
  * lines: analysed again here, with them, and replaced.  Should that fail,
  * the entry as it was is still the answer.
  *
- * Storing is best effort: if the repository is read-only or full, the
- * freshly analysed module is still returned (0, *from_repo = 0) and the
- * store failure is dropped.  Callers that must know whether the entry was
+ * Storing is best effort: if the repository is read-only or full, or the
+ * file is one another user could have written (trust.c), the freshly
+ * analysed module is still returned (0, *from_repo = 0) and the store
+ * failure is dropped.  An entry found is not checked against the file's code
+ * here (a hash of the whole code, which the agent cannot afford at every
+ * start): the sptrace command does that before run and attach
+ * (cli/preanalyze.c), and the agent checks each site's bytes as it patches.  Callers that must know whether the entry was
  * written (the CLI's `analyze`) call ca_repo_store() themselves.
  */
 static bool wants_lines(const ca_options *opt)

@@ -212,6 +212,9 @@ enum {
 #define TRACE_META_UNTRACED "untraced"  /* MODULE WHY...: a module the program's
                                           * calls into are not traced, and why (the
                                           * agent uses it itself; no room for areas) */
+#define TRACE_META_CHANGED "changed"   /* index N: N more call sites of module `index`
+                                          * left alone: their bytes are not those its
+                                          * analysis saw (agent/instrument.c) */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
 #define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 

@@ -12,6 +12,7 @@
  * keep them in step with those two files.
  */
 #include <dirent.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -207,7 +208,8 @@ enum {
 	F_ADDR = 1, F_SIZE = 2, F_NAME = 3, F_PARENT = 4, F_FIRST_BLOCK = 5,
 	B_FUNC = 3, B_NEDGES = 5,
 	ED_TO = 1,
-	S_FUNC = 4, S_CALLEE = 5, S_KIND = 8,
+	S_FUNC = 4, S_CALLEE = 5, S_KIND = 8, S_CODE = 14,
+	E_CODE_SHA256 = 19,
 };
 
 /* Offset in the file of column `col` of table `table` (packed data), or 0. */
@@ -477,6 +479,34 @@ static void test_bad_content(const ctx *c)
 		b.p[t - 1] = F_ADDR << 3 | 2;
 		write_with_crc(c->entry, b);
 		expect_reject(c, "values", "column lengths");
+	}
+	free(b.p);
+
+	/* Without what it was made from: the code hash, the sites' bytes
+	 * (each retagged as a field nobody reads). */
+	b = entry_copy(c);
+	if (find_field(b.p + HDR_SIZE, b.n - HDR_SIZE, E_CODE_SHA256, &at, &len) == 0 &&
+	    len == 32 && b.p[HDR_SIZE + at - 3] == (uint8_t)(E_CODE_SHA256 << 3 | 2 | 0x80)) {
+		b.p[HDR_SIZE + at - 3] = (uint8_t)(28 << 3 | 2 | 0x80);   /* field 28 */
+		write_with_crc(c->entry, b);
+		expect_reject(c, "code_sha256", "no code hash");
+	} else {
+		CHECK(0, "code_sha256 field not found");
+	}
+	free(b.p);
+	b = entry_copy(c);
+	at = column_at(b, E_SITES, S_CODE, &len);
+	if (at) {
+		size_t t = at - 1;
+
+		while (t > 0 && (b.p[t - 1] & 0x80))
+			t--;
+		CHECK(b.p[t - 1] == (S_CODE << 3 | 2), "sites.code tag not found");
+		b.p[t - 1] = 15 << 3 | 2;                                  /* field 15 */
+		write_with_crc(c->entry, b);
+		expect_reject(c, "values", "sites without their bytes' hash");
+	} else {
+		CHECK(0, "sites.code column not found");
 	}
 	free(b.p);
 
@@ -873,6 +903,88 @@ static void test_unwritable(const ctx *c)
 		ca_module_free(l);
 }
 
+/*
+ * What an analysis was made from (codeanalysis/trust.c): a copy of the
+ * target that its group may write (or, as root, that another user owns) is
+ * analysed but never stored; every site carries the hash of its bytes; the
+ * code hash tells the target from another file.
+ */
+static void test_trust(const ctx *c)
+{
+	char copy[600], repo[600], other[600];
+	ca_module *m = NULL;
+	sp_err err = { "" };
+	size_t nsites, zero = 0;
+	const ca_site *sites = ca_module_sites(c->m, &nsites);
+	int rc, from_repo = -1;
+	blob b = read_whole(c->target);
+
+	for (size_t i = 0; i < nsites; i++)
+		zero += sites[i].code == 0;
+	CHECK(nsites > 0 && zero == 0, "%zu of %zu sites without the hash of their bytes", zero,
+	      nsites);
+	CHECK(ca_module_code_matches(c->m, c->target, &err) == 1, "code hash of %s: %s",
+	      c->target, err.msg);
+	/* One byte of the first site changed: other code, the same build-id. */
+	if (nsites > 0 && b.n >= sizeof(Elf64_Ehdr)) {
+		const Elf64_Ehdr *eh = (const Elf64_Ehdr *)b.p;
+		uint64_t off = 0;
+
+		for (unsigned i = 0; i < eh->e_phnum; i++) {
+			const Elf64_Phdr *ph = (const Elf64_Phdr *)(b.p + eh->e_phoff) + i;
+
+			if ((const uint8_t *)(ph + 1) > b.p + b.n)
+				break;
+			if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) &&
+			    sites[0].addr >= ph->p_vaddr && sites[0].addr - ph->p_vaddr < ph->p_filesz)
+				off = ph->p_offset + (sites[0].addr - ph->p_vaddr);
+		}
+		CHECK(off > 0 && off < b.n, "the first site (%#llx) is in no executable segment",
+		      (unsigned long long)sites[0].addr);
+		if (off > 0 && off < b.n) {
+			snprintf(other, sizeof other, "%s/other-code", c->tmp);
+			b.p[off] ^= 0xff;
+			write_whole(other, b.p, b.n);
+			b.p[off] ^= 0xff;
+			CHECK(ca_module_code_matches(c->m, other, &err) == 0,
+			      "a file with other code matches: %s", err.msg);
+			unlink(other);
+		}
+	}
+	CHECK(ca_module_code_matches(c->m, "/nonexistent/x", &err) == -1 &&
+	      strstr(err.msg, "/nonexistent/x"), "code hash of a missing file: %s", err.msg);
+
+	snprintf(copy, sizeof copy, "%s/group-writable", c->tmp);
+	snprintf(repo, sizeof repo, "%s/trust-repo", c->tmp);
+	write_whole(copy, b.p, b.n);
+	free(b.p);
+	chmod(copy, 0775);
+	rc = ca_analyze(copy, &c->opt, &m, &err);
+	CHECK(rc == 0 && strstr(ca_module_untrusted(m), "writable by its group"),
+	      "group-writable: %d %s", rc, rc == 0 ? ca_module_untrusted(m) : err.msg);
+	if (rc == 0) {
+		CHECK(ca_repo_store(m, repo, NULL, 0, &err) == -1 && strstr(err.msg, copy) &&
+		      strstr(err.msg, "not storing"), "stored a group-writable file: %s", err.msg);
+		printf("test_repo: untrusted file: %s\n", err.msg);
+		ca_module_free(m);
+	}
+	rc = ca_repo_get(repo, copy, &c->opt, &m, &from_repo, &err);
+	CHECK(rc == 0 && from_repo == 0, "get of a group-writable file: %d %s", rc, err.msg);
+	if (rc == 0)
+		ca_module_free(m);
+	CHECK(ca_repo_load(repo, c->key, &m, &err) == 1, "ca_repo_get stored a group-writable file");
+	if (geteuid() == 0) {
+		chmod(copy, 0755);
+		CHECK(chown(copy, 1, 1) == 0, "chown: %s", strerror(errno));
+		rc = ca_analyze(copy, &c->opt, &m, &err);
+		CHECK(rc == 0 && strstr(ca_module_untrusted(m), "owned by uid 1"),
+		      "another user's: %d %s", rc, rc == 0 ? ca_module_untrusted(m) : err.msg);
+		if (rc == 0)
+			ca_module_free(m);
+	}
+	unlink(copy);
+}
+
 /* A file of the entry's directory, with its times `age` seconds ago. */
 static void stale_file(const char *dir, const char *name, time_t age, char *path, size_t len)
 {
@@ -973,6 +1085,7 @@ int main(int argc, char **argv)
 	test_no_buildid(&c);
 	test_stale_temps(&c);
 	test_unwritable(&c);
+	test_trust(&c);
 
 	free(c.orig.p);
 	ca_module_free(c.m);

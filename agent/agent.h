@@ -113,6 +113,8 @@ int ag_modules_init(char *err, size_t errlen, bool defer);
 void ag_modules_load(void);                  /* read deferred entries (waits for a reader) */
 bool ag_modules_loaded(void);
 void ag_modules_after_fork(void);
+void ag_modules_fork_lock(void);     /* fork handlers: no loader walk across a fork */
+void ag_modules_fork_unlock(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
 void ag_modules_register_late(void);         /* at exit: name the ones not seen yet in meta */

@@ -362,6 +362,12 @@ static int add_new_object(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 static bool load_entry(ag_module *m);
+/* Held while the loader's module list is walked (dl_iterate_phdr takes
+ * the loader's _dl_load_write_lock), and by a fork's prepare handler:
+ * glibc 2.36's fork does not take that lock, so a fork while the control
+ * thread walked gave a child whose lock was held for ever, and its next
+ * dl_iterate_phdr -- an exception unwound, the agent's own look -- hung
+ * (a postgres backend forked by a traced postmaster, seen). */
 static volatile int register_lock;
 
 /*
@@ -492,6 +498,21 @@ void ag_modules_load(void)
 }
 
 /* A forked child: the reader, if any, stayed in the parent. */
+/* Fork handlers (threads.c): no walk of the loader's list is under way
+ * while the process forks. */
+void ag_modules_fork_lock(void)
+{
+	struct timespec nap = { 0, 100000 };
+
+	while (__atomic_exchange_n(&register_lock, 1, __ATOMIC_ACQUIRE))
+		nanosleep(&nap, NULL);
+}
+
+void ag_modules_fork_unlock(void)
+{
+	__atomic_store_n(&register_lock, 0, __ATOMIC_RELEASE);
+}
+
 void ag_modules_after_fork(void)
 {
 	load_lock = 0;

@@ -238,13 +238,16 @@ uint64_t ag_context_note(unsigned which, const void *a, const void *b)
  * from the counter shared through the sites file.  The child also needs its
  * own patch-area pools, copied as they are at the fork -- the instrument
  * lock is held from `prepare` to the end so that no area or patch is made
- * meanwhile -- and its own /proc/self/mem (see pool.c, patch.c).
+ * meanwhile -- and its own /proc/self/mem (see pool.c, patch.c).  Nor does
+ * the control thread walk the loader's module list across a fork (it would
+ * leave the child the loader's lock held: modules.c).
  */
 static __thread trace_ring_header *ring_before_fork __attribute__((tls_model("initial-exec")));
 
 static void prepare_fork(void)
 {
 	ring_before_fork = ag_enter();
+	ag_modules_fork_lock();
 	ag_instrument_lock();
 	ag_pools_snapshot();
 	ag_fds_fork_lock();
@@ -255,6 +258,7 @@ static void parent_after_fork(void)
 	ag_fds_fork_unlock();
 	ag_pools_snapshot_done();
 	ag_instrument_unlock();
+	ag_modules_fork_unlock();
 	ag_leave(ring_before_fork);
 }
 

@@ -151,14 +151,38 @@ static void why_not_traced(const char *prog, char *why, size_t n)
 			 "agent", path);
 }
 
-/* A directory named as the program: said before the trace directory is
- * touched (execvp's EACCES would say "Permission denied"). */
-static int not_a_program(const char *prog)
+/*
+ * What execvp would refuse, said before the trace directory is touched (a
+ * failed start must not cost the previous trace its place): a program that
+ * does not exist (127), a directory, a file that is not executable (126).
+ * 0 when it may start; what slips through is execvp's to say.
+ */
+static int cannot_start(const char *prog)
 {
+	char path[PATH_MAX];
 	struct stat st;
 
-	if (strchr(prog, '/') && stat(prog, &st) == 0 && S_ISDIR(st.st_mode))
-		return cli_error("run: cannot execute %s: it is a directory", prog);
+	if (!strchr(prog, '/')) {
+		if (cli_find_program(prog, path, sizeof path) == 0)
+			return 0;
+		/* Something by that name on PATH: execvp says what is wrong. */
+		for (const char *p = getenv("PATH"); p && *p;) {
+			size_t n = strcspn(p, ":");
+
+			snprintf(path, sizeof path, "%.*s/%s", (int)n, p, prog);
+			if (stat(path, &st) == 0)
+				return 0;
+			p += n + (p[n] == ':');
+		}
+		return cli_error("run: cannot execute %s: no such program in PATH", prog), 127;
+	}
+	if (stat(prog, &st) != 0)
+		return cli_error("run: cannot execute %s: %s", prog, strerror(errno)),
+		       errno == ENOENT ? 127 : 126;
+	if (S_ISDIR(st.st_mode))
+		return cli_error("run: cannot execute %s: it is a directory", prog), 126;
+	if (access(prog, X_OK) != 0)
+		return cli_error("run: cannot execute %s: %s", prog, strerror(errno)), 126;
 	return 0;
 }
 
@@ -229,8 +253,8 @@ int cmd_run(int argc, char **argv)
 		return cli_error("run: no program given; see 'sptrace run --help'"), 2;
 	if (cli_check_event("run", on, "start"))
 		return 2;
-	if (not_a_program(argv[optind]))
-		return 126;
+	if ((c = cannot_start(argv[optind])))
+		return c;
 	if (cli_find_agent("run", agent, sizeof agent) ||
 	    cli_prepare_trace_dir("run", dir, &owner, absdir))
 		return 1;

@@ -266,7 +266,8 @@ static int open_parent(const char *cmd, const char *parent, uid_t owner, char *r
 	int fd;
 
 	if (!realpath(parent, buf))
-		return cli_error("%s: %s: %s", cmd, parent, strerror(errno)), -1;
+		return cli_error("%s: cannot make the trace directory in %s: %s", cmd, parent,
+				 strerror(errno)), -1;
 	snprintf(real, len, "%s", buf);
 	fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd >= 0 && level_unsafe(cmd, fd, "/", owner)) {

@@ -116,16 +116,24 @@ int ag_trace_open(const char *path, int flags)
 static int trace_dir_check(const char *exec_of)
 {
 	struct stat st;
+	mode_t want = 0700;
 	int fd;
 
 	if (exec_of) {
-		bool shared = stat(exec_of, &st) == 0 && (st.st_mode & S_ISGID) &&
-			      (st.st_mode & S_IRGRP);
-
-		if (mkdir(ag_dir, shared ? 0750 : 0700) != 0 && errno != EEXIST)
+		if (stat(exec_of, &st) == 0 && (st.st_mode & S_ISGID) && (st.st_mode & S_IRGRP))
+			want = 02750;
+		if (mkdir(ag_dir, want & 0777) != 0 && errno != EEXIST)
 			return -1;      /* nowhere to write: run untraced */
 	}
 	fd = open(ag_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	/* The umask may have taken bits from the mode of the one made here.
+	 * (The kernel keeps the set-group-ID bit in fchmod only for a member
+	 * of the group: else the directory stays private.) */
+	if (exec_of && fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+	    (st.st_mode & 07777) != want && fchmod(fd, want) != 0) {
+		close(fd);
+		return -1;
+	}
 	if (fd < 0 || fstat(fd, &st) != 0 || st.st_uid != geteuid()) {
 		char msg[4400];
 		int n = snprintf(msg, sizeof msg, "sptrace agent (pid %d): not tracing: the trace "

@@ -15,11 +15,12 @@
                        tries, the root directory's owner and content never
                        change
   tracedir-private     traces are their owner's: 0700 directories, 0600
-                       files (umask 0 or not), for root's run and for root
+                       files (umask 0 or not, exec'd images' subdirectories
+                       too), for root's run and for root
                        attaching to a's process (the trace is then a's);
                        user b reads none of it.  --group G: 2750 and 0640 of
-                       group G, a member reads, others do not; a user not in G
-                       is refused
+                       group G (under umask 077 too), a member reads, others
+                       do not; a user not in G is refused
   tracedir-messages    attach 1 (init: refused, saying why), --on 'call '
                        (give a function name), run -- /tmp (a directory)
 """
@@ -238,6 +239,10 @@ def case_chown_race(exe, tmp):
 
 # ---- private traces ----
 
+# A program that execs another: the exec'd image's trace is a subdirectory.
+EXECS = ["/bin/sh", "-c", "/bin/ls / >/dev/null; /bin/true"]
+
+
 def readable_by(user, path):
     r = as_user(user, ["cat", path], timeout=30)
     return r.returncode == 0
@@ -253,10 +258,12 @@ def case_private(exe, tmp):
         # root's run, with umask 0: still 0700/0600
         work = os.path.join(shared, "root-run")
         os.mkdir(work, 0o755)
-        r = run_root([mine, "run", "--", "/bin/ls"], work, tmp, preexec_fn=lambda: os.umask(0))
+        r = run_root([mine, "run", "--"] + EXECS, work, tmp, preexec_fn=lambda: os.umask(0))
         check(r.returncode == 0, "root's run: %s" % r.stderr)
         tdir = os.path.join(work, "sptrace.data")
         check_tree(tdir, 0o700, 0o600, 0, None, "root's run (umask 0)")
+        check(any(n.startswith("exec.") for n in os.listdir(tdir)),
+              "root's run of %s: no exec'd image's trace" % EXECS)
         check(not readable_by(b, os.path.join(tdir, "meta")), "user b reads root's trace")
         check(as_user(b, ["ls", tdir], timeout=30).returncode != 0, "user b lists root's trace")
 
@@ -278,7 +285,7 @@ def case_private(exe, tmp):
 
         # --group b's group: 2750/0640, b reads, a does not (root's run)
         tdir = os.path.join(work, "shared-run")
-        r = run_root([mine, "run", "--group", str(b.gid), "-o", tdir, "--", "/bin/ls"], work, tmp,
+        r = run_root([mine, "run", "--group", str(b.gid), "-o", tdir, "--"] + EXECS, work, tmp,
                      preexec_fn=lambda: os.umask(0o077))
         check(r.returncode == 0, "root's run --group: %s" % r.stderr)
         check_tree(tdir, 0o2750, 0o640, 0, b.gid, "root's run --group %d" % b.gid)

@@ -37,8 +37,9 @@ typedef struct cli_trace_owner {
  * abs (PATH_MAX): 0, or 1 after the message. */
 int cli_prepare_trace_dir(const char *cmd, const char *dir, const cli_trace_owner *o,
 			  char *abs);
-/* Remove the trace DIR (absolute) if it holds only a trace's files, all of
- * one owner (`owner` or the caller), without following links; else -1. */
+/* Remove the trace DIR (absolute; one this command made) if it holds only
+ * a trace's files, all of one owner (`owner` or the caller), without
+ * following links; else -1. */
 int cli_remove_trace_dir(const char *dir, uid_t owner);
 /* --group NAME|GID: 0, or 2 after the message. */
 int cli_trace_group(const char *cmd, const char *arg, gid_t *gid);

@@ -139,7 +139,7 @@ static int tree_walk(tree *t, int fd, const char *shown, int depth)
 		else if (!type || (st.st_mode & S_IFMT) != type)
 			rc = tree_bad(t, path, "is not part of a trace");
 		else if (st.st_uid != t->uid)
-			rc = tree_bad(t, path, "belongs to another user than the trace");
+			rc = tree_bad(t, path, "belongs to another user than the trace's owner");
 		else if (st.st_dev != t->dev)
 			rc = tree_bad(t, path, "is on another file system");
 		if (rc)
@@ -413,9 +413,12 @@ int cli_prepare_trace_dir(const char *cmd, const char *dir, const cli_trace_owne
 		int e = errno;
 
 		unmake(pfd, fd, name);
-		if (o->group != (gid_t)-1 && e == EPERM)
-			return cli_error("%s: --group %u: you are not a member of that group", cmd,
-					 (unsigned)o->group);
+		if (o->group != (gid_t)-1 && e == EPERM) {
+			struct group *gr = getgrgid(o->group);
+
+			return cli_error("%s: --group %s (gid %u): you are not a member of that "
+					 "group", cmd, gr ? gr->gr_name : "?", (unsigned)o->group);
+		}
 		return cli_error("%s: cannot give %s to uid %u: %s", cmd, abs, (unsigned)o->uid,
 				 strerror(e));
 	}

@@ -109,8 +109,8 @@ int ag_trace_open(const char *path, int flags)
 /*
  * The trace directory must be ours (sptrace made it for this process's
  * user), a directory and not a link; an exec'd image's is made here, like
- * its parent's: 0700, or 0750 in a shared one (whose set-group-ID bit
- * hands the group and itself down).  Whether the trace is shared is read
+ * its parent's: 0700, or 2750 in a shared one (whose set-group-ID bit
+ * hands the group down).  Whether the trace is shared is read
  * from the directory.  -1 after saying why on stderr: nowhere to write.
  */
 static int trace_dir_check(const char *exec_of)

@@ -81,6 +81,11 @@ void *ag_alloc(size_t n);          /* zeroed, never freed; NULL when out of memo
 /* ---- logging to the trace directory's agent.log (async-signal-safe) ---- */
 void ag_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- the trace's files (main.c): made with the trace's mode, 0600 or,
+ * in a directory shared with a group (sptrace --group), 0640; never
+ * through a link.  open(2)'s flags (O_CREAT and O_CLOEXEC added); the fd. */
+int ag_trace_open(const char *path, int flags);
+
 /* ---- modules.c ---- */
 typedef struct ag_module {
 	uint32_t index;          /* "module" line in meta */

@@ -109,7 +109,7 @@ int ag_sites_open(const char *dir)
 	size_t span = (size_t)(TRACE_ID_MAX + 1u) * sizeof(trace_site);
 
 	snprintf(path, sizeof sites_path, "%s/sites", dir);
-	sites_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	sites_fd = ag_trace_open(path, O_RDWR | O_TRUNC);
 	ag_fd_keep(&sites_fd, sites_path, O_RDWR);
 	if (sites_fd < 0 || grow(0, SITES_CHUNK) != 0) {
 		ag_log("cannot create %s: %s", path, strerror(errno));

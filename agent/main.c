@@ -41,6 +41,9 @@ uint64_t ag_xsave_size AG_HIDDEN = 4096;
 
 static volatile int log_fd = -1;
 static char log_path[4200];
+/* The group the trace is shared with (its directory set-group-ID and
+ * group-readable: sptrace --group), else -1. */
+static gid_t share_gid = (gid_t)-1;
 /* The process this trace is of: the one that started the agent (an exec'd
  * image keeps its pid).  A forked child inherits the agent and the trace
  * directory but not the trace: meta stays its owner's (see meta_append). */
@@ -89,6 +92,64 @@ void *ag_alloc(size_t n)
 	}
 	__atomic_store_n(&lk, 0, __ATOMIC_RELEASE);
 	return r;
+}
+
+int ag_trace_open(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	struct stat st;
+
+	/* fchmod: the umask plays no part.  A file that did not get the
+	 * directory's group stays the owner's. */
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+		fchmod(fd, share_gid != (gid_t)-1 && st.st_gid == share_gid ? 0640 : 0600);
+	return fd;
+}
+
+/*
+ * The trace directory must be ours (sptrace made it for this process's
+ * user), a directory and not a link; an exec'd image's is made here, like
+ * its parent's: 0700, or 2750 in a shared one (whose set-group-ID bit
+ * hands the group down).  Whether the trace is shared is read
+ * from the directory.  -1 after saying why on stderr: nowhere to write.
+ */
+static int trace_dir_check(const char *exec_of)
+{
+	struct stat st;
+	mode_t want = 0700;
+	int fd;
+
+	if (exec_of) {
+		if (stat(exec_of, &st) == 0 && (st.st_mode & S_ISGID) && (st.st_mode & S_IRGRP))
+			want = 02750;
+		if (mkdir(ag_dir, want & 0777) != 0 && errno != EEXIST)
+			return -1;      /* nowhere to write: run untraced */
+	}
+	fd = open(ag_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	/* The umask may have taken bits from the mode of the one made here.
+	 * (The kernel keeps the set-group-ID bit in fchmod only for a member
+	 * of the group: else the directory stays private.) */
+	if (exec_of && fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+	    (st.st_mode & 07777) != want && fchmod(fd, want) != 0) {
+		close(fd);
+		return -1;
+	}
+	if (fd < 0 || fstat(fd, &st) != 0 || st.st_uid != geteuid()) {
+		char msg[4400];
+		int n = snprintf(msg, sizeof msg, "sptrace agent (pid %d): not tracing: the trace "
+				 "directory %s is %s\n", (int)getpid(), ag_dir,
+				 fd < 0 ? "not a directory (or a link)" : "another user's");
+
+		if (fd >= 0)
+			close(fd);
+		if (n > 0 && write(STDERR_FILENO, msg, (size_t)n) < 0)
+			return -1;
+		return -1;
+	}
+	if ((st.st_mode & S_ISGID) && (st.st_mode & S_IRGRP))
+		share_gid = st.st_gid;
+	close(fd);
+	return 0;
 }
 
 void ag_log(const char *fmt, ...)
@@ -172,7 +233,7 @@ static void meta_vappend(bool any_process, const char *fmt, va_list ap)
 	n = vsnprintf(buf, sizeof buf, fmt, ap);
 	if (n < 0 || n >= (int)sizeof buf)
 		return;
-	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	fd = ag_trace_open(path, O_WRONLY | O_APPEND);
 	if (fd < 0)
 		return;
 	if (write(fd, buf, (size_t)n) < 0)
@@ -782,15 +843,14 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	threads_event_only = threads && *threads ? strcmp(threads, "event") == 0
 			     : strcmp(on_event, "accept") == 0 || strcmp(on_event, "recv") == 0;
 	ag_exec_init(ring);
-	if (exec_of) {
+	if (exec_of)
 		snprintf(parent, sizeof parent, "%s", exec_of);
-		if (mkdir(ag_dir, 0755) != 0 && errno != EEXIST)
-			return -1;      /* nowhere to write: run untraced */
-	}
 	if (!attached)
 		restore_env();
+	if (trace_dir_check(exec_of))
+		return -1;
 	snprintf(log_path, sizeof log_path, "%s/agent.log", ag_dir);
-	log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	log_fd = ag_trace_open(log_path, O_WRONLY | O_APPEND);
 	ag_fd_keep(&log_fd, log_path, O_WRONLY | O_APPEND);
 	/* After the log is open: a size refused is said there. */
 	if (ring)

@@ -101,7 +101,7 @@ trace_ring_header *ag_ring_create(void)
 	if (ring_failed || ag_tls_quiet || !ag_tsc_usable((int)tid))
 		return NULL;
 	snprintf(path, sizeof path, "%s/ring.%d", ag_dir, (int)tid);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = ag_trace_open(path, O_RDWR | O_TRUNC);
 	if (fd < 0)
 		return ring_fails("create", path);
 	if (ftruncate(fd, (off_t)size) < 0) {

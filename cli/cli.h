@@ -6,6 +6,7 @@
 #define SPTRACE_CLI_H
 
 #include <stdio.h>
+#include <sys/types.h>
 
 /* A subcommand: `run` gets argv with argv[0] = the subcommand's name. */
 typedef struct cli_cmd {
@@ -26,8 +27,27 @@ int cmd_status(int argc, char **argv);
 
 /* trace_dir.c.  `cmd` names the command in messages. */
 int cli_find_agent(const char *cmd, char *out, size_t len);   /* libsptrace-agent.so */
-int cli_prepare_trace_dir(const char *cmd, const char *dir, char *abs); /* fresh; old kept */
-int cli_remove_trace_dir(const char *dir);    /* only a trace's files; else -1 */
+/* Whom a new trace is for: its owner (the caller, or the user whose process
+ * root attaches to: the agent writes as that user) and the group it is
+ * shared with ((gid_t)-1: none, the default). */
+typedef struct cli_trace_owner {
+	uid_t uid;
+	gid_t gid;
+	gid_t group;
+} cli_trace_owner;
+/* DIR made fresh (an existing one kept as DIR.old), its absolute path in
+ * abs (PATH_MAX): 0, or 1 after the message. */
+int cli_prepare_trace_dir(const char *cmd, const char *dir, const cli_trace_owner *o,
+			  char *abs);
+/* Remove the trace DIR (absolute; one this command made) if it holds only
+ * a trace's files, all of one owner (`owner` or the caller), without
+ * following links; else -1. */
+int cli_remove_trace_dir(const char *dir, uid_t owner);
+/* --group NAME|GID: 0, or 2 after the message. */
+int cli_trace_group(const char *cmd, const char *arg, gid_t *gid);
+/* Create (or open) the file `name` of the trace in `dir` with the trace's
+ * mode (0600, or 0640 for a shared trace), never through a link; the fd. */
+int cli_trace_file(const char *dir, const char *name, int flags);
 /* Options for the agent: 0, or 2 after the message.  --ring-size MB into
  * ring as bytes; --threads; --on, where `first` is the command's own first
  * event (run: start; attach: now). */

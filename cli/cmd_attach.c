@@ -53,7 +53,11 @@ static const char help[] =
 	"  --threads WHICH     after an accept or recv: 'event' (the default) traces that\n"
 	"                      thread and the threads it creates; 'all' every thread\n"
 	"  -o, --output DIR    trace directory (default: sptrace.PID; an existing one is\n"
-	"                      kept as DIR.old)\n"
+	"                      kept as DIR.old).  Root attaching to another user's\n"
+	"                      process gives it to that user, whom the agent writes as\n"
+	"  --group GROUP       let GROUP (a name or a gid) read the trace: directories\n"
+	"                      2750, files 0640; by default only its owner can (0700,\n"
+	"                      0600)\n"
 	"  --ring-size MB      size of each thread's ring (default 16); an attached\n"
 	"                      process is traced in flight-recorder mode: a full ring\n"
 	"                      overwrites its oldest records and counts them\n"
@@ -89,7 +93,7 @@ int cmd_attach(int argc, char **argv)
 		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
 		{ "ring-size", required_argument, 0, 'r' }, { "timeout", required_argument, 0, 't' },
 		{ "threads", required_argument, 0, 'T' },   { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+		{ "group", required_argument, 0, 'g' },     { 0, 0, 0, 0 },
 	};
 	const char *dir = NULL, *on = "now", *threads = "";
 	static inj_trap_thread traps[MAX_TRAP_THREADS];
@@ -102,7 +106,9 @@ int cmd_attach(int argc, char **argv)
 	inj_result r;
 	sp_err err;
 	struct stat st;
-	bool same_user = false;
+	cli_trace_owner owner = { geteuid(), getegid(), (gid_t)-1 };
+	char proc[64];
+	bool same_user;
 	long pidl;
 	pid_t pid;
 	int c;
@@ -126,6 +132,10 @@ int cmd_attach(int argc, char **argv)
 			if (cli_check_threads("attach", optarg))
 				return 2;
 			threads = optarg;
+			break;
+		case 'g':
+			if (cli_trace_group("attach", optarg, &owner.group))
+				return 2;
 			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
@@ -157,20 +167,18 @@ int cmd_attach(int argc, char **argv)
 		snprintf(defdir, sizeof defdir, "sptrace.%d", (int)pid);
 		dir = defdir;
 	}
-	if (cli_find_agent("attach", agent, sizeof agent) ||
-	    cli_prepare_trace_dir("attach", dir, absdir))
-		return 1;
-	/* The agent writes as the target's user. */
-	{
-		char proc[64];
-
-		snprintf(proc, sizeof proc, "/proc/%d", (int)pid);
-		if (stat(proc, &st) == 0 && geteuid() == 0 && st.st_uid != 0 &&
-		    chown(absdir, st.st_uid, st.st_gid) != 0)
-			return cli_error("attach: cannot give %s to pid %d's user: %s", absdir, (int)pid,
-					 strerror(errno));
-		same_user = stat(proc, &st) == 0 && st.st_uid == geteuid();
+	/* The agent writes as the target's user: root gives the trace to it. */
+	snprintf(proc, sizeof proc, "/proc/%d", (int)pid);
+	if (stat(proc, &st) != 0)
+		return cli_error("attach: pid %d: %s", (int)pid, strerror(errno));
+	same_user = st.st_uid == geteuid();
+	if (geteuid() == 0 && st.st_uid != 0) {
+		owner.uid = st.st_uid;
+		owner.gid = st.st_gid;
 	}
+	if (cli_find_agent("attach", agent, sizeof agent) ||
+	    cli_prepare_trace_dir("attach", dir, &owner, absdir))
+		return 1;
 	if (same_user)
 		prepare_analyses(argv[optind]);
 	/* Threads that block SIGTRAP would be killed by the agent's first
@@ -178,7 +186,7 @@ int cmd_attach(int argc, char **argv)
 	 * their belief (agent/signals.c). */
 	if (inj_open_sigtrap(pid, traps, MAX_TRAP_THREADS, &ntraps, &err)) {
 		cli_error("attach: %s", err.msg);
-		cli_remove_trace_dir(absdir);
+		cli_remove_trace_dir(absdir, owner.uid);
 		return 1;
 	}
 	{
@@ -222,7 +230,7 @@ int cmd_attach(int argc, char **argv)
 				  why);
 		} else {
 			cli_error("attach: %s", err.msg);
-			cli_remove_trace_dir(absdir);
+			cli_remove_trace_dir(absdir, owner.uid);
 		}
 		return 1;
 	}

@@ -53,6 +53,8 @@ static const char help[] =
 	"                      thread and the threads it creates; 'all' every thread\n"
 	"  -o, --output DIR    trace directory (default: sptrace.data; an existing one\n"
 	"                      is kept as DIR.old)\n"
+	"  --group GROUP       let GROUP (a name or a gid) read the trace: directories\n"
+	"                      2750, files 0640; by default only you can (0700, 0600)\n"
 	"  --ring-size MB      size of each thread's ring (default 16)\n"
 	"  --flight-recorder   keep only the newest records: each thread's last\n"
 	"                      --ring-size MB (a full ring overwrites its oldest\n"
@@ -67,15 +69,16 @@ static const char help[] =
 
 static void meta_end(const char *dir, int status)
 {
-	char path[PATH_MAX + 8];
 	struct timespec ts;
 	uint32_t lo, hi;
-	FILE *f;
+	int fd = cli_trace_file(dir, "meta", O_WRONLY | O_APPEND);
+	FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
 
-	snprintf(path, sizeof path, "%s/meta", dir);
-	f = fopen(path, "ae");
-	if (!f)
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
 		return;
+	}
 	/* The TSC is shared by all processes: read it here for the end clocks. */
 	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -99,14 +102,12 @@ static void end_traces(const char *dir, int status)
 	snprintf(cur, sizeof cur, "%s", dir);
 	for (int depth = 0; depth < 64 && cli_exec_successor(cur, next, sizeof next); depth++) {
 		if (!cli_meta_end(cur, why, sizeof why)) {
-			char path[PATH_MAX + 8];
-			FILE *f;
+			int fd = cli_trace_file(cur, "meta", O_WRONLY | O_APPEND);
 
-			snprintf(path, sizeof path, "%s/meta", cur);
-			if ((f = fopen(path, "ae"))) {
-				fprintf(f, "%s exec: the process went on in %s\n", TRACE_META_END,
+			if (fd >= 0) {
+				dprintf(fd, "%s exec: the process went on in %s\n", TRACE_META_END,
 					strrchr(next, '/') + 1);
-				fclose(f);
+				close(fd);
 			}
 		}
 		snprintf(cur, sizeof cur, "%s", next);
@@ -168,6 +169,41 @@ static void warn_unregistered(void)
 			"will not find the program\n", why);
 }
 
+/*
+ * What execvp would refuse, said before the trace directory is touched (a
+ * failed start must not cost the previous trace its place): a program that
+ * does not exist (127), a directory, a file that is not executable (126).
+ * 0 when it may start; what slips through is execvp's to say.
+ */
+static int cannot_start(const char *prog)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (!strchr(prog, '/')) {
+		if (cli_find_program(prog, path, sizeof path) == 0)
+			return 0;
+		/* Something by that name on PATH: execvp says what is wrong. */
+		for (const char *p = getenv("PATH"); p && *p;) {
+			size_t n = strcspn(p, ":");
+
+			snprintf(path, sizeof path, "%.*s/%s", (int)n, p, prog);
+			if (stat(path, &st) == 0)
+				return 0;
+			p += n + (p[n] == ':');
+		}
+		return cli_error("run: cannot execute %s: no such program in PATH", prog), 127;
+	}
+	if (stat(prog, &st) != 0)
+		return cli_error("run: cannot execute %s: %s", prog, strerror(errno)),
+		       errno == ENOENT ? 127 : 126;
+	if (S_ISDIR(st.st_mode))
+		return cli_error("run: cannot execute %s: it is a directory", prog), 126;
+	if (access(prog, X_OK) != 0)
+		return cli_error("run: cannot execute %s: %s", prog, strerror(errno)), 126;
+	return 0;
+}
+
 /* End like the program did: same status, or the same signal (no core of
  * our own: the program already dumped one if it was going to). */
 static int end_like(int status)
@@ -189,7 +225,7 @@ int cmd_run(int argc, char **argv)
 		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
 		{ "ring-size", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
 		{ "threads", required_argument, 0, 'T' },   { "flight-recorder", no_argument, 0, 'F' },
-		{ 0, 0, 0, 0 },
+		{ "group", required_argument, 0, 'g' },     { 0, 0, 0, 0 },
 	};
 	cli_drain *drain = NULL;
 	int flight = 0;
@@ -199,6 +235,7 @@ int cmd_run(int argc, char **argv)
 	char meta[PATH_MAX + 8];
 	const char *old_preload = getenv("LD_PRELOAD");
 	int c, status, errpipe[2], exec_errno = 0;
+	cli_trace_owner owner = { geteuid(), getegid(), (gid_t)-1 };
 	pid_t pid;
 
 	optind = 1;
@@ -217,6 +254,10 @@ int cmd_run(int argc, char **argv)
 			threads = optarg;
 			break;
 		case 'F': flight = 1; break;
+		case 'g':
+			if (cli_trace_group("run", optarg, &owner.group))
+				return 2;
+			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
 			return cli_error("run: option '%s' needs a value; see 'sptrace run --help'",
@@ -230,7 +271,10 @@ int cmd_run(int argc, char **argv)
 		return cli_error("run: no program given; see 'sptrace run --help'"), 2;
 	if (cli_check_event("run", on, "start"))
 		return 2;
-	if (cli_find_agent("run", agent, sizeof agent) || cli_prepare_trace_dir("run", dir, absdir))
+	if ((c = cannot_start(argv[optind])))
+		return c;
+	if (cli_find_agent("run", agent, sizeof agent) ||
+	    cli_prepare_trace_dir("run", dir, &owner, absdir))
 		return 1;
 	warn_unregistered();
 	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",
@@ -277,7 +321,7 @@ int cmd_run(int argc, char **argv)
 	if (read(errpipe[0], &exec_errno, sizeof exec_errno) == (ssize_t)sizeof exec_errno) {
 		close(errpipe[0]);
 		waitpid(pid, &status, 0);
-		cli_remove_trace_dir(absdir);
+		cli_remove_trace_dir(absdir, owner.uid);
 		cli_error("run: cannot execute %s: %s", argv[optind], strerror(exec_errno));
 		return exec_errno == ENOENT ? 127 : 126;
 	}
@@ -308,7 +352,7 @@ int cmd_run(int argc, char **argv)
 
 		why_not_traced(argv[optind], why, sizeof why);
 		fprintf(stderr, "sptrace: nothing was traced in pid %d: %s\n", (int)pid, why);
-		cli_remove_trace_dir(absdir);
+		cli_remove_trace_dir(absdir, owner.uid);
 		return end_like(status);
 	}
 	end_traces(absdir, status);

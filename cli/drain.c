@@ -136,12 +136,13 @@ static void scan(cli_drain *d, const char *dir, int depth)
 
 static int seg_open(cli_drain *d, ring *r)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], dir[PATH_MAX];
 	const char *base = strrchr(r->path, '/');
 	size_t dirlen = (size_t)(base - r->path);
 
 	snprintf(path, sizeof path, "%.*s/seg.%s", (int)dirlen, r->path, base + 1 + 5);
-	r->seg = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	snprintf(dir, sizeof dir, "%.*s", (int)dirlen, r->path);
+	r->seg = cli_trace_file(dir, path + dirlen + 1, O_WRONLY | O_TRUNC);
 	if (r->seg < 0 && !d->failed++)
 		cli_error("run: cannot create %s: %s; records overwritten in the ring from now on "
 			  "are lost", path, strerror(errno));

@@ -211,6 +211,33 @@ static int find_libc(pid_t pid, uint64_t *base, uint64_t *text_lo, uint64_t *tex
 	return found && *text_hi ? 0 : -1;
 }
 
+/* Why the kernel keeps us out of pid (its /proc/PID/exe was refused): the
+ * three reasons ptrace_may_access has, as far as /proc/PID/status tells. */
+static int denied(pid_t pid, sp_err *err)
+{
+	char v[256], ours[64];
+	unsigned long long theirs_caps = 0, our_caps = 0;
+	unsigned euid = 0;
+
+	if (status_field(pid, "Uid", v, sizeof v) == 0)
+		sscanf(v, "%*u %u", &euid);
+	if (euid != (unsigned)geteuid())
+		return sp_fail(err, "pid %d: permission denied: it runs as uid %u, not as you; run "
+			       "sptrace as that user or as root (CAP_SYS_PTRACE)", (int)pid, euid);
+	if (status_field(pid, "CapPrm", v, sizeof v) == 0)
+		theirs_caps = strtoull(v, NULL, 16);
+	if (status_field(getpid(), "CapEff", ours, sizeof ours) == 0)
+		our_caps = strtoull(ours, NULL, 16);
+	if (theirs_caps & ~our_caps)
+		return sp_fail(err, "pid %d: permission denied: it runs as your user (uid %u) but "
+			       "holds capabilities sptrace lacks (its CapPrm %s, sptrace's CapEff %s), "
+			       "and the kernel lets no process trace a more privileged one", (int)pid,
+			       euid, v, ours);
+	return sp_fail(err, "pid %d: permission denied: it runs as your user (uid %u) but is not "
+		       "dumpable (it changed its credentials, or said so with prctl), or "
+		       "kernel.yama.ptrace_scope forbids it; run sptrace as root", (int)pid, euid);
+}
+
 int inj_check(pid_t pid, sp_err *err)
 {
 	char v[256], path[64], exe[PATH_MAX], file[PATH_MAX];
@@ -225,12 +252,19 @@ int inj_check(pid_t pid, sp_err *err)
 		return sp_fail(err, "pid %d: no such process", (int)pid);
 	if (pid == getpid())
 		return sp_fail(err, "pid %d is sptrace itself", (int)pid);
+	/* init: if it faulted (or the agent in it), the kernel would panic, or
+	 * the container end -- no trace is worth that. */
+	if (pid == 1) {
+		if (status_field(pid, "Name", v, sizeof v) != 0)
+			snprintf(v, sizeof v, "?");
+		return sp_fail(err, "pid 1 (%s) is the init process: if it died the whole system (or "
+			       "container) would go with it, so sptrace never attaches to it", v);
+	}
 	snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
 	n = readlink(path, exe, sizeof exe - 1);
 	if (n < 0) {
 		if (errno == EACCES || errno == EPERM)
-			return sp_fail(err, "pid %d: permission denied: it runs as another user; run "
-				       "sptrace as that user or as root (CAP_SYS_PTRACE)", (int)pid);
+			return denied(pid, err);
 		return sp_fail(err, "pid %d: cannot read %s: %s (a kernel thread?)", (int)pid, path,
 			       strerror(errno));
 	}

@@ -103,7 +103,7 @@ static mode_t trace_entry_type(const char *name)
 
 static int tree_bad(tree *t, const char *path, const char *why)
 {
-	snprintf(t->bad, sizeof t->bad, "%s %s", path, why);
+	snprintf(t->bad, sizeof t->bad, "%.4000s %.150s", path, why);
 	return -1;
 }
 
@@ -407,7 +407,11 @@ int cli_prepare_trace_dir(const char *cmd, const char *dir, const cli_trace_owne
 		return cli_error("%s: %s changed while sptrace made it; choose another directory "
 				 "with -o", cmd, dir);
 	}
-	snprintf(abs, PATH_MAX, "%s%s%s", real, strcmp(real, "/") == 0 ? "" : "/", name);
+	if (strlen(real) > 3800) {
+		unmake(pfd, fd, name);
+		return cli_error("%s: the path of %s is too long (%zu bytes)", cmd, dir, strlen(real));
+	}
+	snprintf(abs, PATH_MAX, "%.3800s%s%.255s", real, strcmp(real, "/") == 0 ? "" : "/", name);
 	if ((o->uid != geteuid() || o->group != (gid_t)-1) &&
 	    fchown(fd, o->uid, o->group != (gid_t)-1 ? o->group : o->gid) != 0) {
 		int e = errno;

@@ -43,6 +43,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "sp.h"
 #include "trace_format.h"
 
 #define LAG 256                    /* records left to the writers (step 1) */
@@ -84,8 +85,8 @@ static void add_ring(cli_drain *d, const char *path)
 	ring *r;
 	int fd;
 
-	if (known(d, path) || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return;
+	if (known(d, path) || (fd = sp_open_regular(path, 1)) < 0)
+		return;         /* not yet there, or not a ring the agent made (a link, a FIFO) */
 	if (fstat(fd, &st) < 0 || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
 	    h.magic != TRACE_RING_MAGIC || h.capacity == 0 || (h.capacity & (h.capacity - 1)) ||
 	    h.capacity > ((uint64_t)st.st_size - TRACE_RING_HEADER_SIZE) / 8 ||

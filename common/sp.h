@@ -40,6 +40,50 @@ int sp_write_all(int fd, const void *buf, size_t n);
 int sp_read_all(int fd, void *buf, size_t n);
 
 /*
+ * THE TRUST RULES.  sptrace runs as root on hosts where other users run
+ * programs; root never follows a path another user could have planted, and
+ * a trace is its owner's alone.  What each command trusts, and where the
+ * rule is kept:
+ *
+ *  1. Trace directories (cli/trace_dir.c).  Made through the parent's
+ *     descriptor: mkdirat 0700, reopened O_NOFOLLOW and checked to be the
+ *     one made, then fchown/fchmod on that descriptor (root attaching to a
+ *     user's process gives the trace to that user).  As root, only where
+ *     every directory on the way is root's (or the trace owner's) and not
+ *     writable by others unless sticky.  Moving DIR to DIR.old and removing
+ *     the DIR.old before never follows a link, stays on one file system and
+ *     removes only a trace's names, all of the trace owner's; anything else
+ *     leaves everything in place and is named.  Files 0600, directories
+ *     0700 (--group: 2750/0640), whatever the umask.
+ *  2. The registry (common/registry.h).  User U's registry is written only
+ *     by U and root: checked owner and mode, not a link, on every use.  A
+ *     command is written only into a FIFO of the traced process's user,
+ *     opened without following a link and checked before it is opened for
+ *     writing.
+ *  3. Trace files read by replay, report, stop and drain (io.c below,
+ *     cli/main.c cli_meta_open): regular files only -- never a FIFO, a
+ *     device or, where an attacker could plant one, a link -- and every
+ *     loop bounded by what the file can hold.
+ *  4. Code analyses (codeanalysis/trust.c).  Stored only from a file no
+ *     other user could have written (owner root or the caller, not group-
+ *     or world-writable), checked on the descriptor the analysis reads; an
+ *     entry records the SHA-256 of the code it was made from and each
+ *     site's bytes, and the agent never patches a site whose bytes differ.
+ *  5. Debug files (codeanalysis/lines.c).  As root, read only if every
+ *     directory, link and the file itself on the way is root's or the
+ *     module owner's, no directory writable by others unless sticky; and
+ *     DWARF is parsed in a child with no other descriptors, as nobody, with
+ *     no_new_privs and a seccomp filter (codeanalysis/sandbox.c).
+ *  6. The daemon's keys and state (spdaemon/keys.c, spdaemon/main.c).  Key
+ *     and state directories are the caller's and writable by no one else,
+ *     opened O_NOFOLLOW, written relative to their descriptors; a private
+ *     key others may read is not used; nothing existing is replaced.
+ *  7. The wire (spdaemon/frame.c, tls.c).  A frame is checked for size,
+ *     parse and kind before anything acts on it; another host is who the
+ *     cluster CA's certificate says, a local client who SO_PEERCRED says.
+ */
+
+/*
  * Open `path` for reading only if it is a regular file (io.c): a FIFO, a
  * device (/dev/urandom, /dev/zero) or a directory would block the reader or
  * never end.  O_NONBLOCK makes the open of a FIFO return at once (its fstat

@@ -757,6 +757,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_fds_init();
+	ag_msgs_init();
 	owner_pid = getpid();
 	ag_signals_init();
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
@@ -788,6 +789,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		fail("cannot create the trace files");
 		return -1;
 	}
+	ag_channels_open(ag_dir);       /* without it: no message events, said in agent.log */
 	ag_signals_fatal_init();
 	if (attached && strcmp(on_event, "start") == 0) {
 		fail("attached to a running process: 'start' (main) is long past; use 'call FUNC', "

@@ -268,6 +268,12 @@ static void print_calls(printer *p)
 				     c->flags & AN_NEW_STACK ? " (new)" : "");
 			else
 				line(p, "", c->depth, "/* switched to the thread's own stack */");
+		} else if (c->kind == AN_EVENT && trace_event_is_msg(c->id)) {
+			const an_msg *m = an_trace_msg(p->t, c->end);
+			char text[400];
+
+			if (m)
+				line(p, "", c->depth, "/* %s */", an_msg_text(p->t, m, text, sizeof text));
 		} else if (c->kind == AN_EVENT) {
 			line(p, "", c->depth, "/* %s */", an_event_name(c->id, name, sizeof name));
 		} else {

@@ -28,7 +28,8 @@
  *     socket's peer changes).  A forked child starts a new generation and an
  *     empty table: its channels are its own, with its pid, its offsets
  *     counting from 0.
- *  4. The message: offsets by one atomic add on the channel's counter of
+ *  4. A receive with MSG_PEEK leaves the bytes where they are: no message.
+ *     The message: offsets by one atomic add on the channel's counter of
  *     that direction, then five ring records taken with one atomic add
  *     (ring.c: ag_ring_put_msg).  Nothing here takes a lock but the rare
  *     growth of the channels file; the hot path is signal-safe.
@@ -541,24 +542,11 @@ static uint64_t word_of(int fd)
 	return w ? w : classify(fd);
 }
 
-static void put(trace_ring_header *r, int fd, unsigned dir, unsigned call, uint64_t len,
-		const struct sockaddr *peer, socklen_t plen)
+/* The message itself: no system call, no lock, no library call. */
+static void record(trace_ring_header *r, chan *c, unsigned dir, unsigned call, uint64_t len)
 {
-	uint64_t w, data[TRACE_MSG_NDATA], off;
-	chan *c;
+	uint64_t data[TRACE_MSG_NDATA], off;
 
-	if (ag_fd_is_ours(fd) || !(w = word_of(fd)))
-		return;
-	switch ((w >> 32) & 0xff) {
-	case ST_CHAN:
-		c = &chans[(uint32_t)w];
-		break;
-	case ST_UNCONN:
-		c = chan_peer(&chans[(uint32_t)w], peer, plen);
-		break;
-	default:
-		return;
-	}
 	if (!c->id)
 		return;
 	off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
@@ -567,16 +555,44 @@ static void put(trace_ring_header *r, int fd, unsigned dir, unsigned call, uint6
 	ag_ring_put_msg(r, dir == DIR_SEND ? TRACE_EV_MSG_SEND : TRACE_EV_MSG_RECV, data);
 }
 
-/* A call moved `len` bytes over fd: its message, if fd is a channel.  The
- * fast path for a descriptor known not to be one is a load and a test. */
+/* The slow path: classify fd, or find a datagram's channel by its peer. */
+static void put(trace_ring_header *r, int fd, unsigned dir, unsigned call, uint64_t len,
+		const struct sockaddr *peer, socklen_t plen)
+{
+	uint64_t w;
+
+	if (ag_fd_is_ours(fd) || !(w = word_of(fd)))
+		return;
+	switch ((w >> 32) & 0xff) {
+	case ST_CHAN:
+		record(r, &chans[(uint32_t)w], dir, call, len);
+		break;
+	case ST_UNCONN:
+		record(r, chan_peer(&chans[(uint32_t)w], peer, plen), dir, call, len);
+		break;
+	default:
+		break;
+	}
+}
+
+/* A call moved `len` bytes over fd: its message, if fd is a channel.  A
+ * descriptor known not to be one costs a load and a test; one known to be
+ * a connected channel is recorded at once, without ag_enter (nothing here
+ * calls traced code) and without touching errno (no system call). */
 static void msg(int fd, unsigned dir, unsigned call, uint64_t len, const struct sockaddr *peer,
 		socklen_t plen)
 {
+	uint64_t w = fd_word(fd);
+	unsigned st = (w >> 32) & 0xff;
 	int saved;
 	trace_ring_header *r;
 
-	if (((fd_word(fd) >> 32) & 0xff) == ST_NONE)
+	if (st == ST_NONE)
 		return;
+	if (st == ST_CHAN && (r = ag_tls_ring) != NULL) {
+		record(r, &chans[(uint32_t)w], dir, call, len);
+		return;
+	}
 	saved = errno;
 	r = ag_enter();
 	if (r)
@@ -597,10 +613,15 @@ static void msgs_v(int fd, unsigned dir, unsigned call, const struct mmsghdr *v,
  * caller's: the agent passes its own, to know the peer. */
 static bool wants_peer(int fd)
 {
-	int saved = errno;
-	trace_ring_header *r = ag_enter();
-	uint64_t w = r && !ag_fd_is_ours(fd) ? word_of(fd) : 0;
+	uint64_t w = fd_word(fd);
+	int saved;
+	trace_ring_header *r;
 
+	if (w)
+		return ((w >> 32) & 0xff) == ST_UNCONN;
+	saved = errno;
+	r = ag_enter();
+	w = r && !ag_fd_is_ours(fd) ? word_of(fd) : 0;
 	ag_leave(r);
 	errno = saved;
 	return ((w >> 32) & 0xff) == ST_UNCONN;
@@ -609,7 +630,8 @@ static bool wants_peer(int fd)
 /* --on recv, --on accept (events.c) */
 static void event(const char *what, long rc, int fd)
 {
-	ag_event_after(what, rc, fd);
+	if (!ag_active())          /* the event activates a dormant agent only */
+		ag_event_after(what, rc, fd);
 }
 
 /* ---- the interposers (hooks.c's table) ---- */
@@ -693,7 +715,7 @@ static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void 
 		rc = syscall(SYS_recvfrom, fd, buf, n, flags, addr, len);
 	if (rc > 0) {
 		event("recv", rc, fd);
-		if (tracing())
+		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, call, (uint64_t)rc, addr, addr && len ? *len : 0);
 	}
 	return rc;
@@ -709,7 +731,7 @@ AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 	     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 	if (rc > 0) {
 		event("recv", rc, fd);
-		if (tracing())
+		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
 	}
 	return rc;
@@ -728,7 +750,7 @@ AG_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int fla
 
 	if (rc > 0) {
 		event("recv", rc, fd);
-		if (tracing())
+		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
 	}
 	return rc;
@@ -748,7 +770,7 @@ AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 
 	if (rc > 0) {
 		event("recv", rc, fd);
-		if (tracing())
+		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, TRACE_CALL_RECVMSG, (uint64_t)rc,
 			    (const struct sockaddr *)m->msg_name, m->msg_namelen);
 	}
@@ -762,7 +784,7 @@ AG_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct 
 
 	if (rc > 0) {
 		event("recv", rc, fd);
-		if (tracing())
+		if (tracing() && !(flags & MSG_PEEK))
 			msgs_v(fd, DIR_RECV, TRACE_CALL_RECVMMSG, v, rc);
 	}
 	return rc;

@@ -317,6 +317,9 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 		fprintf(stderr, "sptrace: replay: warning: %s: %zu malformed SYNC records ignored; "
 			"times after them may be off by multiples of 2^38 TSC ticks\n",
 			th->path, st.nbad_syncs);
+	if (st.nbad_msgs)
+		fprintf(stderr, "sptrace: replay: warning: %s: %zu message events cut short (the "
+			"trace ends inside them) not shown\n", th->path, st.nbad_msgs);
 	free(p.open);
 	free(p.opened);
 	free(calls);

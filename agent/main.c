@@ -808,10 +808,12 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	}
 	t_mod = ns(CLOCK_MONOTONIC) - t_mod;
-	ag_fds_own_libraries();
 	ag_hooks_init(attached);
 	if (attached)
 		ag_hooks_install();
+	/* After the hooks: libunwind's pipe2 is the agent's own (fds.c), not
+	 * the program's interposer msgs.c put in every module's GOT. */
+	ag_fds_own_libraries();
 	write_meta();
 	if (parent[0])
 		meta_append("%s %s\n", TRACE_META_EXEC_OF, parent);

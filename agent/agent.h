@@ -24,6 +24,7 @@
  *   exec.c        the agent carried into an exec'd image
  *   hooks.c       the interposers' table; GOT hooks when attached
  *   fds.c         the agent's descriptors, out of the program's reach
+ *   msgs.c        message events: sends and receives on sockets and pipes
  *   x86_64/       the instruction-level parts: area code (emit.c),
  *                 trampolines (tramp.S), unwind information (unwind.c),
  *                 the context-switch stubs (context.S)
@@ -68,6 +69,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "codeanalysis.h"
 #include "trace_format.h"
@@ -157,6 +159,8 @@ bool ag_active(void);                      /* activated and not stopped */
 bool ag_busy(void);                        /* agent code runs on this thread */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
 void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key); /* CTX_* events */
+/* A message event: its head and data records, in one piece (trace_format.h). */
+void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[TRACE_MSG_NDATA]);
 void ag_rings_close_all(void);
 void ag_rings_event_all(uint32_t event);   /* an event in every ring */
 int ag_rings_init(void);
@@ -410,12 +414,14 @@ const char *ag_on_event(void);         /* the activation event, as given */
 void ag_note_exec(const char *sub, const char *path, pid_t pid);
 void ag_note_exec_failed(const char *sub);
 
-/* ---- events.c: activation by what a thread does (accept, recv) ---- */
+/* ---- events.c: activation by what a thread does (accept, recv; the
+ * interposers are msgs.c's) ---- */
 bool ag_event_wanted(const char *what);   /* the agent waits for this event */
 bool ag_may_trace(void);                  /* --threads event: this thread may record */
 bool ag_may_trace_get(void);              /* ... as it was set for this thread */
 void ag_may_trace_set(bool yes);
 void ag_event_only(bool yes);             /* only threads set so may record */
+void ag_event_after(const char *what, long rc, int fd); /* msgs.c's interposers returned */
 /* main.c; uc: the SIGTRAP context when the event was caught by a breakpoint */
 void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 
@@ -437,6 +443,7 @@ int ag_fd_keep(volatile int *where, const char *path, int flags);
  * before every write through it. */
 int ag_fd_checked(volatile int *where);
 void ag_fd_drop(int fd);               /* the agent closes one of its own */
+bool ag_fd_is_ours(int fd);            /* one of the agent's (no system call) */
 void ag_fds_own_libraries(void);       /* their descriptors are the agent's too */
 void ag_fds_fork_lock(void);           /* fork handlers: the table whole in the child */
 void ag_fds_fork_unlock(void);
@@ -444,6 +451,16 @@ void ag_fds_fork_unlock(void);
  * makes of `fcntl` in the C library's headers. */
 int ag_fcntl(int fd, int cmd, ...) __asm__("fcntl") AG_EXPORT;
 int ag_fcntl64(int fd, int cmd, ...) __asm__("fcntl64") AG_EXPORT;
+
+/* ---- msgs.c: message events (trace_format.h) ---- */
+void ag_msgs_init(void);               /* the C library's send, recv, ... */
+int ag_channels_open(const char *dir); /* the channels file */
+void ag_msgs_forget(int fd);           /* fd's number no longer names its channel */
+void ag_msgs_forget_range(unsigned lo, unsigned hi);
+void ag_msgs_forked(void);             /* the child: channels of its own */
+/* sendfile by both its names, whatever _FILE_OFFSET_BITS makes of it */
+ssize_t ag_sendfile(int out, int in, off_t *off, size_t n) __asm__("sendfile") AG_EXPORT;
+ssize_t ag_sendfile64(int out, int in, off_t *off, size_t n) __asm__("sendfile64") AG_EXPORT;
 
 /* ---- exec.c ---- */
 void ag_exec_init(const char *ring_bytes);

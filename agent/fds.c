@@ -58,6 +58,9 @@
 
 #include "agent.h"
 
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
 #ifndef CLOSE_RANGE_UNSHARE
 #define CLOSE_RANGE_UNSHARE (1U << 1)
 #endif
@@ -364,12 +367,19 @@ void ag_fds_own_libraries(void)
 		       "at a number the program may see");
 }
 
+bool ag_fd_is_ours(int fd)
+{
+	return is_ours(fd);
+}
+
 /* ---- the interposers (hooks.c lists them for an attached agent) ---- */
 
+/* Each also tells msgs.c which numbers no longer name their channel. */
 AG_EXPORT int close(int fd)
 {
 	if (is_ours(fd))
 		return ebadf();
+	ag_msgs_forget(fd);
 	return sys_close(fd);
 }
 
@@ -387,6 +397,8 @@ AG_EXPORT int close_range(unsigned first, unsigned last, int flags)
 
 	if (first > last)
 		return range_part(first, last, flags);   /* its EINVAL */
+	if (!(flags & CLOSE_RANGE_CLOEXEC))
+		ag_msgs_forget_range(first, last);
 	/* The parts of [first, last] between the agent's numbers; the last
 	 * part may reach ~0U (closefrom). */
 	for (unsigned fd = first; fd <= last && fd < FD_BITS; fd++) {
@@ -428,9 +440,13 @@ AG_EXPORT void closefrom(int lowfd)
 
 AG_EXPORT int dup(int fd)
 {
+	int rc;
+
 	if (is_ours(fd))
 		return ebadf();
-	return real_dup ? real_dup(fd) : (int)syscall(SYS_dup, fd);
+	rc = real_dup ? real_dup(fd) : (int)syscall(SYS_dup, fd);
+	ag_msgs_forget(rc);
+	return rc;
 }
 
 AG_EXPORT int dup2(int fd, int fd2)
@@ -439,6 +455,7 @@ AG_EXPORT int dup2(int fd, int fd2)
 
 	if (is_ours(fd))
 		return ebadf();
+	ag_msgs_forget(fd2);
 	if (!is_ours(fd2))
 		return real_dup2 ? real_dup2(fd, fd2) : (int)syscall(SYS_dup2, fd, fd2);
 	vacate(fd2);
@@ -458,6 +475,8 @@ AG_EXPORT int dup3(int fd, int fd2, int flags)
 
 	if (is_ours(fd))
 		return ebadf();
+	if (fd != fd2)
+		ag_msgs_forget(fd2);
 	if (!is_ours(fd2) || fd == fd2)
 		return real_dup3 ? real_dup3(fd, fd2, flags) : (int)syscall(SYS_dup3, fd, fd2, flags);
 	vacate(fd2);
@@ -475,12 +494,14 @@ AG_EXPORT int dup3(int fd, int fd2, int flags)
 static int fcntl_common(fcntl_fn real, int fd, int cmd, va_list ap)
 {
 	void *arg = va_arg(ap, void *);
+	int rc;
 
 	if (is_ours(fd))
 		return ebadf();
-	if (real)
-		return real(fd, cmd, arg);
-	return (int)syscall(SYS_fcntl, fd, cmd, arg);
+	rc = real ? real(fd, cmd, arg) : (int)syscall(SYS_fcntl, fd, cmd, arg);
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		ag_msgs_forget(rc);
+	return rc;
 }
 
 AG_EXPORT int ag_fcntl(int fd, int cmd, ...)

@@ -23,7 +23,9 @@
 #include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <fcntl.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -37,7 +39,7 @@ typedef struct hook {
 } hook;
 
 /* The agent's interposers (AG_EXPORT in signals.c, threads.c, exec.c, tsc.c,
- * events.c; the context functions in x86_64/context.S). */
+ * msgs.c, fds.c; the context functions in x86_64/context.S). */
 extern int sigaction(int, const struct sigaction *, struct sigaction *);
 extern int pthread_sigmask(int, const sigset_t *, sigset_t *);
 extern int sigprocmask(int, const sigset_t *, sigset_t *);
@@ -46,6 +48,9 @@ extern int signalfd(int, const sigset_t *, int);
 extern int sigwait(const sigset_t *, int *);
 extern int sigwaitinfo(const sigset_t *, siginfo_t *);
 extern int sigtimedwait(const sigset_t *, siginfo_t *, const struct timespec *);
+extern ssize_t __read_chk(int, void *, size_t, size_t);
+extern ssize_t __recv_chk(int, void *, size_t, size_t, int);
+extern ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
 
 static hook hooks[] = {
 	{ "sigaction", (void *)sigaction, 0 },
@@ -73,11 +78,32 @@ static hook hooks[] = {
 	{ "execle", (void *)execle, 0 },
 	{ "fexecve", (void *)fexecve, 0 },
 	{ "system", (void *)system, 0 },
+	/* msgs.c: message events (and events.c's accept and recv) */
+	{ "send", (void *)send, 0 },
+	{ "sendto", (void *)sendto, 0 },
+	{ "sendmsg", (void *)sendmsg, 0 },
+	{ "sendmmsg", (void *)sendmmsg, 0 },
+	{ "write", (void *)write, 0 },
+	{ "writev", (void *)writev, 0 },
+	{ "recv", (void *)recv, 0 },
+	{ "__recv_chk", (void *)__recv_chk, 0 },
+	{ "recvfrom", (void *)recvfrom, 0 },
+	{ "__recvfrom_chk", (void *)__recvfrom_chk, 0 },
+	{ "recvmsg", (void *)recvmsg, 0 },
+	{ "recvmmsg", (void *)recvmmsg, 0 },
+	{ "read", (void *)read, 0 },
+	{ "__read_chk", (void *)__read_chk, 0 },
+	{ "readv", (void *)readv, 0 },
+	{ "splice", (void *)splice, 0 },
+	{ "sendfile", (void *)ag_sendfile, 0 },
+	{ "sendfile64", (void *)ag_sendfile64, 0 },
+	{ "connect", (void *)connect, 0 },
 	{ "accept", (void *)accept, 0 },
 	{ "accept4", (void *)accept4, 0 },
-	{ "recv", (void *)recv, 0 },
-	{ "recvfrom", (void *)recvfrom, 0 },
-	{ "recvmsg", (void *)recvmsg, 0 },
+	{ "socket", (void *)socket, 0 },
+	{ "socketpair", (void *)socketpair, 0 },
+	{ "pipe", (void *)pipe, 0 },
+	{ "pipe2", (void *)pipe2, 0 },
 	/* fds.c: the agent's descriptors stay its own */
 	{ "close", (void *)close, 0 },
 	{ "close_range", (void *)close_range, 0 },

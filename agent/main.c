@@ -835,6 +835,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_fds_init();
+	ag_msgs_init();
 	owner_pid = getpid();
 	ag_signals_init();
 	snprintf(on_event, sizeof on_event, "%s", on && *on ? on : "start");
@@ -865,6 +866,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		fail("cannot create the trace files");
 		return -1;
 	}
+	ag_channels_open(ag_dir);       /* without it: no message events, said in agent.log */
 	ag_signals_fatal_init();
 	if (attached && strcmp(on_event, "start") == 0) {
 		fail("attached to a running process: 'start' (main) is long past; use 'call FUNC', "
@@ -883,10 +885,12 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	}
 	t_mod = ns(CLOCK_MONOTONIC) - t_mod;
-	ag_fds_own_libraries();
 	ag_hooks_init(attached);
 	if (attached)
 		ag_hooks_install();
+	/* After the hooks: libunwind's pipe2 is the agent's own (fds.c), not
+	 * the program's interposer msgs.c put in every module's GOT. */
+	ag_fds_own_libraries();
 	write_meta();
 	if (parent[0])
 		meta_append("%s %s\n", TRACE_META_EXEC_OF, parent);

@@ -153,6 +153,21 @@ void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key)
 		put(r, trace_rec(TRACE_EVENT, event, key));
 }
 
+/* Five slots taken at once: a signal handler's records cannot come between
+ * a message's head and its data. */
+void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[TRACE_MSG_NDATA])
+{
+	uint64_t *recs = (uint64_t *)((char *)r + TRACE_RING_HEADER_SIZE);
+	uint64_t tsc = ag_rdtsc(), c;
+
+	if ((tsc >> TRACE_TSC_LOW_BITS) != r->epoch)
+		ag_ring_sync(r, tsc);
+	c = __atomic_fetch_add(&r->count, 1 + TRACE_MSG_NDATA, __ATOMIC_RELAXED);
+	recs[c & r->mask] = trace_rec(TRACE_EVENT, event, tsc);
+	for (unsigned i = 0; i < TRACE_MSG_NDATA; i++)
+		recs[(c + 1 + i) & r->mask] = trace_rec(TRACE_EVENT, TRACE_EV_MSG_DATA, data[i]);
+}
+
 int ag_rings_init(void)
 {
 	rings = ag_alloc(MAX_RINGS * sizeof *rings);

@@ -279,6 +279,7 @@ static void child_after_fork(void)
 	ag_instrument_after_fork();
 	ag_instrument_unlock();
 	ag_forked_child();
+	ag_msgs_forked();
 	ag_leave(NULL);
 }
 

@@ -7,6 +7,7 @@
  */
 #include "trace_read.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -147,6 +149,10 @@ struct an_trace {
 	char **warn;
 	size_t nwarn, capwarn;
 	uint64_t start_tsc;
+	trace_channel *chans;    /* the channels file; nchans records, [0] no channel */
+	size_t nchans;
+	an_msg *msgs;            /* message events of the call trees built so far */
+	size_t nmsgs, capmsgs;
 };
 
 /* Remember a warning (printf style).  Out of memory loses the warning only. */
@@ -945,6 +951,129 @@ static int read_sites(an_trace *t, sp_err *err)
 	return 0;
 }
 
+/* The channels file (message events).  An older agent wrote none: no
+ * channel is known then, and messages name channel ids only. */
+static int read_channels(an_trace *t, sp_err *err)
+{
+	char path[PATH_MAX], *buf;
+	size_t len;
+
+	snprintf(path, sizeof path, "%s/channels", t->dir);
+	if (slurp(path, (size_t)(1u << 22) * sizeof(trace_channel), &buf, &len) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return sp_fail(err, "%s: cannot read: %s", path, errno_text(errno));
+	}
+	if (len % sizeof(trace_channel))
+		warn(t, "%s: %zu bytes after the last whole channel record ignored (a record the "
+		     "agent was writing)", path, len % sizeof(trace_channel));
+	t->chans = (trace_channel *)buf;
+	t->nchans = len / sizeof(trace_channel);
+	return 0;
+}
+
+const trace_channel *an_channel(const an_trace *t, uint32_t id)
+{
+	if (id == 0 || id >= t->nchans || t->chans[id].proto == 0 ||
+	    t->chans[id].proto > TRACE_PROTO_MAX)
+		return NULL;
+	return &t->chans[id];
+}
+
+size_t an_nchannels(const an_trace *t)
+{
+	return t->nchans;
+}
+
+const an_msg *an_trace_msg(const an_trace *t, uint32_t i)
+{
+	return i < t->nmsgs ? &t->msgs[i] : NULL;
+}
+
+static const char *proto_name(uint32_t p)
+{
+	switch (p) {
+	case TRACE_PROTO_TCP: return "tcp";
+	case TRACE_PROTO_UDP: return "udp";
+	case TRACE_PROTO_UNIX_STREAM: return "unix";
+	case TRACE_PROTO_UNIX_DGRAM: return "unix-dgram";
+	case TRACE_PROTO_UNIX_SEQPACKET: return "unix-seqpacket";
+	case TRACE_PROTO_PIPE: return "pipe";
+	default: return "?";
+	}
+}
+
+static void addr_text(const trace_channel *c, int local, char *buf, size_t len)
+{
+	const uint8_t *a = local ? c->local_addr : c->peer_addr;
+	unsigned port = local ? c->local_port : c->peer_port;
+	const char *path = local ? c->local_path : c->peer_path;
+	char ip[INET6_ADDRSTRLEN];
+
+	if (!local && !(c->flags & TRACE_CHAN_PEER)) {
+		snprintf(buf, len, "?");
+	} else if (c->family == AF_INET) {
+		inet_ntop(AF_INET, a, ip, sizeof ip);
+		snprintf(buf, len, "%s:%u", ip, port);
+	} else if (c->family == AF_INET6) {
+		inet_ntop(AF_INET6, a, ip, sizeof ip);
+		snprintf(buf, len, "[%s]:%u", ip, port);
+	} else {
+		snprintf(buf, len, "%.31s", path[0] ? path : "(unnamed)");
+	}
+}
+
+char *an_channel_text(const an_trace *t, uint32_t id, int recv, char *buf, size_t len)
+{
+	const trace_channel *c = an_channel(t, id);
+	char l[80], p[80];
+
+	if (!c) {
+		snprintf(buf, len, "channel %u", id);
+		return buf;
+	}
+	if (c->proto == TRACE_PROTO_PIPE) {
+		snprintf(buf, len, "pipe %" PRIu64, c->inode);
+		return buf;
+	}
+	addr_text(c, 1, l, sizeof l);
+	addr_text(c, 0, p, sizeof p);
+	if (c->family == AF_UNIX && !c->local_path[0] && !c->peer_path[0])
+		snprintf(buf, len, "%s %" PRIu64, proto_name(c->proto), c->inode);
+	else if (c->family == AF_UNIX)
+		snprintf(buf, len, "%s %" PRIu64 " %s %s %s", proto_name(c->proto), c->inode, l,
+			 recv ? "<-" : "->", p);
+	else
+		snprintf(buf, len, "%s %s %s %s", proto_name(c->proto), l, recv ? "<-" : "->", p);
+	return buf;
+}
+
+static const char *const call_names[] = {
+	[TRACE_CALL_SEND] = "send", [TRACE_CALL_SENDTO] = "sendto",
+	[TRACE_CALL_SENDMSG] = "sendmsg", [TRACE_CALL_SENDMMSG] = "sendmmsg",
+	[TRACE_CALL_WRITE] = "write", [TRACE_CALL_WRITEV] = "writev",
+	[TRACE_CALL_RECV] = "recv", [TRACE_CALL_RECVFROM] = "recvfrom",
+	[TRACE_CALL_RECVMSG] = "recvmsg", [TRACE_CALL_RECVMMSG] = "recvmmsg",
+	[TRACE_CALL_READ] = "read", [TRACE_CALL_READV] = "readv",
+	[TRACE_CALL_SPLICE] = "splice", [TRACE_CALL_SENDFILE] = "sendfile",
+};
+
+char *an_msg_text(const an_trace *t, const an_msg *m, char *buf, size_t len)
+{
+	char ch[300];
+	const char *call = m->call <= TRACE_CALL_MAX && call_names[m->call] ? call_names[m->call]
+			   : m->recv ? "recv?" : "send?";
+
+	an_channel_text(t, m->chan, m->recv, ch, sizeof ch);
+	if (m->flags & TRACE_MSG_DGRAM)
+		snprintf(buf, len, "%s(%s, datagram %" PRIu64 ", %" PRIu64 " bytes)", call, ch,
+			 m->off, m->len);
+	else
+		snprintf(buf, len, "%s(%s, bytes %" PRIu64 "..%" PRIu64 ")", call, ch, m->off,
+			 m->off + m->len);
+	return buf;
+}
+
 /* Name every site of the file (after the modules are loaded).  A record of
  * zeros is a hole the agent never wrote: such ids stay invalid. */
 static int name_sites(an_trace *t, sp_err *err)
@@ -1049,6 +1178,9 @@ const char *an_event_name(uint32_t id, char *buf, size_t len)
 	case TRACE_EV_CTX_SAVE: return "context saved";
 	case TRACE_EV_CTX_LOAD: return "context switch";
 	case TRACE_EV_CTX_NEW: return "context made";
+	case TRACE_EV_MSG_SEND: return "message sent";
+	case TRACE_EV_MSG_RECV: return "message received";
+	case TRACE_EV_MSG_DATA: return "message data";
 	}
 	snprintf(buf, len, "event %u", id);
 	return buf;
@@ -1456,7 +1588,8 @@ int an_trace_open_opts(const char *dir, const an_open_opts *opt, an_trace **out,
 	t->demangle = opt->demangle;
 	/* The files first, so that a damaged one is reported before the
 	 * modules are analysed (seconds for a large library). */
-	if (read_meta(t, err) < 0 || read_sites(t, err) < 0 || read_rings(t, err) < 0)
+	if (read_meta(t, err) < 0 || read_sites(t, err) < 0 || read_channels(t, err) < 0 ||
+	    read_rings(t, err) < 0)
 		goto fail;
 	if (!opt->no_modules)
 		for (size_t i = 0; i < t->nmods; i++)
@@ -1505,6 +1638,8 @@ void an_trace_close(an_trace *t)
 	for (size_t i = 0; i < t->nwarn; i++)
 		free(t->warn[i]);
 	free(t->warn);
+	free(t->chans);
+	free(t->msgs);
 	free(t->dir);
 	free(t);
 }
@@ -1619,6 +1754,31 @@ int an_iter_next(an_iter *it, an_record *r)
 		r->kind = kind;
 		r->id = trace_rec_id(raw);
 		r->key = 0;
+		if (kind == TRACE_EVENT && r->id == TRACE_EV_MSG_DATA) {
+			it->st.nstray_data++;      /* its head was overwritten */
+			continue;
+		}
+		if (kind == TRACE_EVENT && trace_event_is_msg(r->id)) {
+			uint64_t data[TRACE_MSG_NDATA];
+			unsigned k;
+
+			for (k = 0; k < TRACE_MSG_NDATA && i + 1 + k < it->n; k++) {
+				uint64_t d = it->raw[i + 1 + k];
+
+				if (trace_rec_kind(d) != TRACE_EVENT ||
+				    trace_rec_id(d) != TRACE_EV_MSG_DATA)
+					break;
+				data[k] = trace_rec_tsc_low(d);
+			}
+			it->pos = i + 1 + k;
+			if (k < TRACE_MSG_NDATA) {
+				it->st.nbad_msgs++;        /* cut short: dropped */
+				continue;
+			}
+			trace_msg_unpack(data, &r->msg.chan, &r->msg.call, &r->msg.flags,
+					 &r->msg.off, &r->msg.len);
+			r->msg.recv = r->id == TRACE_EV_MSG_RECV;
+		}
 		if (kind == TRACE_EVENT && trace_event_has_key(r->id)) {
 			r->key = trace_rec_tsc_low(raw);
 			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;
@@ -2018,6 +2178,17 @@ static int calls_record(calls_build *b, const an_record *r)
 			b->stopped = 1;
 		} else if (r->id == TRACE_EV_ACTIVATE) {
 			b->stopped = 0;
+		} else if (trace_event_is_msg(r->id)) {
+			an_trace *t = b->t;
+			an_call *c;
+
+			if (t->nmsgs >= UINT32_MAX ||
+			    sp_grow((void **)&t->msgs, &t->capmsgs, t->nmsgs + 1, sizeof *t->msgs) ||
+			    !(c = call_add(b, AN_EVENT, r->id, r->tsc)))
+				return -1;
+			t->msgs[t->nmsgs] = r->msg;
+			c->end = (uint32_t)t->nmsgs++;
+			return 0;
 		}
 		return call_add(b, AN_EVENT, r->id, r->tsc) ? 0 : -1;
 	}

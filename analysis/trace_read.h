@@ -107,13 +107,25 @@ const an_thread *an_trace_thread_by_tid(const an_trace *t, uint32_t tid);
 
 /* ---- records ---- */
 
+/* A message event (trace_format.h, "Message events"). */
+typedef struct an_msg {
+	uint32_t chan;           /* channel id: an_channel() */
+	unsigned call;           /* enum trace_msg_call */
+	unsigned flags;          /* TRACE_MSG_* */
+	int recv;                /* 1 received, 0 sent */
+	uint64_t off, len;       /* bytes [off, off+len) of its direction; a datagram:
+				    its number and its size */
+} an_msg;
+
 /* One record with its full timestamp.  SYNC records are consumed by the
- * iterator and never returned. */
+ * iterator and never returned; a message's data records come with its
+ * head, as one record. */
 typedef struct an_record {
 	uint64_t tsc;            /* the full TSC (a context event: the record before's) */
 	uint32_t id;             /* site id (ENTRY, EXIT) or enum trace_event (EVENT) */
 	uint32_t kind;           /* TRACE_ENTRY, TRACE_EXIT or TRACE_EVENT */
 	uint64_t key;            /* context events (trace_event_has_key): the key */
+	an_msg msg;              /* TRACE_EV_MSG_SEND, TRACE_EV_MSG_RECV: the message */
 } an_record;
 
 /* What an iteration found, complete once an_iter_next() returned 0. */
@@ -122,6 +134,8 @@ typedef struct an_iter_stats {
 	size_t nguessed;         /* records whose TSC bits 38..63 were inferred (below) */
 	size_t nbad_sites;       /* ENTRY/EXIT records naming no site of the sites file */
 	size_t nbad_syncs;       /* SYNC records with stray bits set (ignored) */
+	size_t nbad_msgs;        /* message heads without all their data (dropped) */
+	size_t nstray_data;      /* message data without their head (skipped) */
 	uint64_t last_tsc;       /* TSC of the newest record returned */
 } an_iter_stats;
 
@@ -204,6 +218,21 @@ const an_func *an_func_get(const an_trace *t, uint32_t i);
  * for one this reader does not know (buf is used then). */
 const char *an_event_name(uint32_t id, char *buf, size_t len);
 
+/* ---- channels and messages (the channels file) ---- */
+
+/* Channel `id`, NULL when the channels file has no such record (or none). */
+const trace_channel *an_channel(const an_trace *t, uint32_t id);
+size_t an_nchannels(const an_trace *t);  /* ids are below this */
+/* "tcp 127.0.0.1:40112 -> 127.0.0.1:7000" (recv: "<-" and the same order:
+ * this process's address first), "pipe 123456", "unix 4567 /run/s -> ?",
+ * "channel N" for an unknown id.  Returns buf. */
+char *an_channel_text(const an_trace *t, uint32_t id, int recv, char *buf, size_t len);
+/* "send(tcp A -> B, bytes 0..118)", "recvfrom(udp A <- B, datagram 0, 12
+ * bytes)".  Returns buf. */
+char *an_msg_text(const an_trace *t, const an_msg *m, char *buf, size_t len);
+/* Message i of the call trees built so far (an_call's `end`), NULL if none. */
+const an_msg *an_trace_msg(const an_trace *t, uint32_t i);
+
 /* ---- for printers ---- */
 
 /* The enum an_demangle for "simple", "full" or "no"; -1 for anything else. */
@@ -256,7 +285,9 @@ typedef struct an_call {
 	uint16_t flags;          /* enum an_call_flags */
 	uint32_t end;            /* AN_CALL: enum an_call_end; AN_EVENT
 				    TRACE_EV_CTX_LOAD: the stack switched to
-				    (0 the thread's own, then in order of use) */
+				    (0 the thread's own, then in order of use);
+				    AN_EVENT TRACE_EV_MSG_SEND/RECV: the
+				    message, an_trace_msg(t, end) */
 	uint32_t id;             /* site id, or event id for AN_EVENT */
 	uint32_t depth;          /* 0 = outermost */
 	size_t last;             /* AN_CALL: index one past its last nested item */

@@ -268,6 +268,12 @@ static void print_calls(printer *p)
 				     c->flags & AN_NEW_STACK ? " (new)" : "");
 			else
 				line(p, "", c->depth, "/* switched to the thread's own stack */");
+		} else if (c->kind == AN_EVENT && trace_event_is_msg(c->id)) {
+			const an_msg *m = an_trace_msg(p->t, c->end);
+			char text[400];
+
+			if (m)
+				line(p, "", c->depth, "/* %s */", an_msg_text(p->t, m, text, sizeof text));
 		} else if (c->kind == AN_EVENT) {
 			line(p, "", c->depth, "/* %s */", an_event_name(c->id, name, sizeof name));
 		} else {
@@ -311,6 +317,9 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 		fprintf(stderr, "sptrace: replay: warning: %s: %zu malformed SYNC records ignored; "
 			"times after them may be off by multiples of 2^38 TSC ticks\n",
 			th->path, st.nbad_syncs);
+	if (st.nbad_msgs)
+		fprintf(stderr, "sptrace: replay: warning: %s: %zu message events cut short (the "
+			"trace ends inside them) not shown\n", th->path, st.nbad_msgs);
 	free(p.open);
 	free(p.opened);
 	free(calls);

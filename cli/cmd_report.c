@@ -1,6 +1,7 @@
 /*
  * cmd_report.c — `sptrace report`: time per function over the traced
- * threads (total, self, calls), in uftrace's report layout.
+ * threads (total, self, calls), in uftrace's report layout; then the
+ * messages per channel and direction (message events, trace_format.h).
  */
 #include "cli.h"
 
@@ -26,7 +27,9 @@ static const char help[] =
 	"A call with no exit (the trace ended first, or a longjmp or exception\n"
 	"unwound it) counts until the thread's last record or the outer call's\n"
 	"return; an exit whose entry is not in the trace is not counted.  Notes\n"
-	"after the table say how many of each there were.\n"
+	"after the table say how many of each there were.  Then, if the program\n"
+	"sent or received on sockets or pipes: the messages and bytes per channel\n"
+	"and direction.\n"
 	"\n"
 	"options:\n"
 	"  --sort KEY          total (default), self or calls\n"
@@ -48,10 +51,17 @@ typedef struct func_stat {
 	uint32_t func;
 } func_stat;
 
+/* Messages of one channel in one direction. */
+typedef struct chan_stat {
+	uint64_t msgs, bytes;
+} chan_stat;
+
 typedef struct report {
 	an_trace *t;
 	func_stat *fs;
 	size_t nfs;
+	chan_stat *cs;           /* [2 * channel id + received] */
+	size_t ncs;
 	uint64_t no_exit, exit_only, lost;
 	size_t lost_threads;
 } report;
@@ -78,6 +88,46 @@ static func_stat *stat_of(report *r, uint32_t func)
 		r->nfs = n;
 	}
 	return &r->fs[func];
+}
+
+static int count_msg(report *r, const an_call *c)
+{
+	const an_msg *m = an_trace_msg(r->t, c->end);
+	size_t i;
+
+	if (!m)
+		return 0;
+	i = (size_t)m->chan * 2 + (m->recv != 0);
+	if (i >= r->ncs) {
+		size_t n = i + 64;
+		chan_stat *cs = realloc(r->cs, n * sizeof *cs);
+
+		if (!cs)
+			return -1;
+		memset(cs + r->ncs, 0, (n - r->ncs) * sizeof *cs);
+		r->cs = cs;
+		r->ncs = n;
+	}
+	r->cs[i].msgs++;
+	r->cs[i].bytes += m->len;
+	return 0;
+}
+
+static void print_msgs(const report *r)
+{
+	char ch[300];
+	int head = 0;
+
+	for (size_t i = 0; i < r->ncs; i++) {
+		if (!r->cs[i].msgs)
+			continue;
+		if (!head++)
+			printf("\n    Messages       Bytes  Channel\n"
+			       "  ==========  ==========  ====================\n");
+		printf(" %11" PRIu64 " %11" PRIu64 "  %s %s\n", r->cs[i].msgs, r->cs[i].bytes,
+		       i % 2 ? "recv" : "send",
+		       an_channel_text(r->t, (uint32_t)(i / 2), (int)(i % 2), ch, sizeof ch));
+	}
 }
 
 static void frame_done(report *r, const frame *f)
@@ -122,6 +172,11 @@ static int add_thread(report *r, const an_thread *th)
 			frame_done(r, &stack[--depth]);
 		if (c[i].kind == AN_EXIT_ONLY)
 			r->exit_only++;
+		if (c[i].kind == AN_EVENT && trace_event_is_msg(c[i].id) && count_msg(r, &c[i])) {
+			free(stack);
+			free(c);
+			return cli_error("report: out of memory");
+		}
 		if (c[i].kind != AN_CALL)
 			continue;
 		f = &stack[depth];
@@ -205,6 +260,7 @@ static void print_report(report *r)
 		printf("%s# %" PRIu64 " records lost in %zu thread%s: the ring was full and "
 		       "overwrote its oldest\n", r->no_exit || r->exit_only ? "" : "\n",
 		       r->lost, r->lost_threads, r->lost_threads == 1 ? "" : "s");
+	print_msgs(r);
 }
 
 int cmd_report(int argc, char **argv)
@@ -280,6 +336,7 @@ int cmd_report(int argc, char **argv)
 		print_report(&r);
 	free(sel);
 	free(r.fs);
+	free(r.cs);
 	an_trace_close(r.t);
 	return rc;
 }

@@ -10,7 +10,8 @@
  *      stores record i, so the newest few slots may still hold the previous
  *      lap's records: drain only up to c - LAG (the owner thread, a signal
  *      handler nested in it and an event written by another thread each
- *      hold at most one slot taken but not yet written).
+ *      hold at most one reservation taken but not yet written: one slot, or
+ *      a message event's five).
  *   2. Copy the slots of indices [from, upto), from = where the last drain
  *      stopped (or upto - capacity if the ring came round past it: the
  *      records in between are lost, and the reader counts the gap).

@@ -16,6 +16,10 @@
  *   ring.<tid>      one file per traced thread: a trace_ring_header, then a
  *                   power-of-two array of 8-byte records, mapped shared by
  *                   the agent so the records survive a crash of the process.
+ *   channels        the channel table: one fixed-size trace_channel record
+ *                   per channel id (a socket or pipe the program sent or
+ *                   received on), appended like sites; absent in traces of
+ *                   agents without message events.
  *   seg.<tid>       the records `sptrace run` drained from ring.<tid> before
  *                   the ring came round to them (none in flight-recorder
  *                   mode): chunks of a trace_seg_chunk and its records.  The
@@ -89,6 +93,9 @@ enum trace_event {
 	TRACE_EV_CTX_SAVE = 7,   /* context events: see below */
 	TRACE_EV_CTX_LOAD = 8,
 	TRACE_EV_CTX_NEW = 9,
+	TRACE_EV_MSG_SEND = 10,  /* message events: see below */
+	TRACE_EV_MSG_RECV = 11,
+	TRACE_EV_MSG_DATA = 12,
 };
 
 /*
@@ -112,9 +119,86 @@ static inline int trace_event_has_key(uint32_t ev)
 	return ev == TRACE_EV_CTX_SAVE || ev == TRACE_EV_CTX_LOAD || ev == TRACE_EV_CTX_NEW;
 }
 
+static inline int trace_event_is_msg(uint32_t ev)
+{
+	return ev == TRACE_EV_MSG_SEND || ev == TRACE_EV_MSG_RECV;
+}
+
 static inline uint64_t trace_ctx_key(const void *ucp)
 {
 	return ((uint64_t)(uintptr_t)ucp * 0x9e3779b97f4a7c15ull) >> (64 - TRACE_TSC_LOW_BITS);
+}
+
+/*
+ * Message events: the program sent or received bytes on a socket or a pipe
+ * (agent/msgs.c writes them, analysis/trace_read.c reads them).
+ *
+ *  1. One message is five records, taken with one atomic add so that a
+ *     signal handler recording on the same thread cannot come between them:
+ *     a head, TRACE_EVENT TRACE_EV_MSG_SEND or TRACE_EV_MSG_RECV, whose
+ *     timestamp is the time the call returned; then TRACE_MSG_NDATA records
+ *     TRACE_EVENT TRACE_EV_MSG_DATA whose 38 timestamp bits carry payload
+ *     (as the context events carry keys), in this order:
+ *       data 0  bits 0..31 channel id (the channels file), 32..37 the call
+ *               (enum trace_msg_call)
+ *       data 1  bits 0..37 of the start offset
+ *       data 2  bits 0..25 offset bits 38..63, bits 26..37 TRACE_MSG_* flags
+ *       data 3  the length in bytes (bits 0..37)
+ *  2. A stream's message is the byte range [offset, offset + length) of its
+ *     direction of the channel.  The offsets count the bytes this process
+ *     saw in that direction since the channel was first seen (flag
+ *     TRACE_MSG_RELATIVE), not the kernel's TCP sequence numbers: a reader
+ *     matching a send with its receive in another trace lines the two up by
+ *     their first common message.
+ *  3. A datagram (TRACE_MSG_DGRAM) is one message: offset is its number in
+ *     its direction of the channel (0, 1, ...), length its size.
+ *  4. Only calls that moved bytes are recorded (a return value > 0); each
+ *     datagram of sendmmsg/recvmmsg is a message of its own.
+ *  5. A reader takes a head with its four data records; a head without all
+ *     four (a crash, the end of the ring) is dropped, and data records
+ *     without their head (a ring that came round over it) are skipped.
+ *
+ * The channel of a message is named by the pair of addresses of a socket
+ * (local and peer, per direction: what a receiver on the peer sees as its
+ * own pair reversed), or by the inode of a pipe, which both ends share.
+ * For TCP a later matcher pairs a send with its receive by the 4-tuple
+ * and the byte ranges; for UDP by the pair and the datagram's number.
+ */
+#define TRACE_MSG_NDATA 4
+
+enum trace_msg_call {
+	TRACE_CALL_SEND = 1, TRACE_CALL_SENDTO, TRACE_CALL_SENDMSG, TRACE_CALL_SENDMMSG,
+	TRACE_CALL_WRITE, TRACE_CALL_WRITEV, TRACE_CALL_RECV, TRACE_CALL_RECVFROM,
+	TRACE_CALL_RECVMSG, TRACE_CALL_RECVMMSG, TRACE_CALL_READ, TRACE_CALL_READV,
+	TRACE_CALL_SPLICE, TRACE_CALL_SENDFILE,
+	TRACE_CALL_MAX = TRACE_CALL_SENDFILE,
+};
+
+enum {
+	TRACE_MSG_DGRAM = 1,     /* a datagram: offset is its number */
+	TRACE_MSG_RELATIVE = 2,  /* offsets count from the first byte this process saw */
+};
+
+#define TRACE_PAYLOAD_MASK ((1ull << TRACE_TSC_LOW_BITS) - 1)
+
+/* The payload of a message's data records (point 1 above). */
+static inline void trace_msg_pack(uint64_t data[TRACE_MSG_NDATA], uint32_t chan, unsigned call,
+				  unsigned flags, uint64_t off, uint64_t len)
+{
+	data[0] = (uint64_t)chan | (uint64_t)(call & 63) << 32;
+	data[1] = off & TRACE_PAYLOAD_MASK;
+	data[2] = (off >> TRACE_TSC_LOW_BITS) | (uint64_t)(flags & 0xfff) << 26;
+	data[3] = len & TRACE_PAYLOAD_MASK;
+}
+
+static inline void trace_msg_unpack(const uint64_t data[TRACE_MSG_NDATA], uint32_t *chan,
+				    unsigned *call, unsigned *flags, uint64_t *off, uint64_t *len)
+{
+	*chan = (uint32_t)data[0];
+	*call = (unsigned)(data[0] >> 32) & 63;
+	*off = data[1] | (data[2] & ((1ull << 26) - 1)) << TRACE_TSC_LOW_BITS;
+	*flags = (unsigned)(data[2] >> 26) & 0xfff;
+	*len = data[3];
 }
 
 /* The header of a ring file.  The agent keeps `count` current after every
@@ -178,6 +262,45 @@ enum {
 	TRACE_SITE_ROOT = 1,     /* not a call site: the function where tracing began */
 	TRACE_SITE_NO_EXIT = 2,  /* the callee returns straight to the caller (it looks
 	                          * at its return address: dlsym, dlopen): ENTRY only */
+};
+
+/*
+ * The channels file: record i describes channel id i, written by the agent
+ * when the program first sends or receives on it (msgs.c).  Record 0 is not
+ * a channel: its first 4 bytes are the shared next-id counter, as in the
+ * sites file (a forked child hands out ids from the same counter).  A
+ * record of zeros is a hole (a crash between taking an id and writing it).
+ */
+enum trace_proto {
+	TRACE_PROTO_TCP = 1,
+	TRACE_PROTO_UDP = 2,
+	TRACE_PROTO_UNIX_STREAM = 3,
+	TRACE_PROTO_UNIX_DGRAM = 4,
+	TRACE_PROTO_UNIX_SEQPACKET = 5,
+	TRACE_PROTO_PIPE = 6,    /* a pipe or FIFO: both ends share its inode */
+	TRACE_PROTO_MAX = TRACE_PROTO_PIPE,
+};
+
+typedef struct trace_channel {
+	uint32_t proto;          /* enum trace_proto; 0: a hole */
+	uint32_t pid;            /* the process that first saw it */
+	uint64_t inode;          /* the socket's or the pipe's inode */
+	uint16_t family;         /* AF_INET, AF_INET6, AF_UNIX; 0 for a pipe */
+	uint16_t local_port;     /* host byte order */
+	uint16_t peer_port;
+	uint16_t flags;          /* TRACE_CHAN_* */
+	uint8_t local_addr[16];  /* IPv4: the first 4 bytes; network order */
+	uint8_t peer_addr[16];
+	char local_path[32];     /* AF_UNIX: the bound names, NUL-padded, cut */
+	char peer_path[32];      /* at 31 bytes; abstract ones start with '@' */
+	int32_t fd;              /* the descriptor it was first seen on */
+	uint32_t reserved;
+} trace_channel;
+
+_Static_assert(sizeof(trace_channel) == 128, "channel record size");
+
+enum {
+	TRACE_CHAN_PEER = 1,     /* the peer address is known */
 };
 
 /* A meta file larger than this is corrupt rather than large: readers

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "trace_read.h"
@@ -212,12 +213,12 @@ static void test_tsc(void)
 
 	/* Across a wrap of the low bits, and a gap of three periods. */
 	tg_ring_init(&r, 1234, 16, 5 * P - 1000);
-	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY, 0 };
-	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY, 0 };
-	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT, 0 };
-	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY, 0 };
-	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT, 0 };
-	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT, 0 };
+	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY, 0, { 0 } };
+	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY, 0, { 0 } };
+	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT, 0, { 0 } };
+	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY, 0, { 0 } };
+	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT, 0, { 0 } };
+	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT, 0, { 0 } };
 	for (size_t i = 0; i < n; i++)
 		tg_put(&r, want[i].kind, want[i].id, want[i].tsc);
 	tg_ring_write(&r, dir, NULL, -1);
@@ -233,9 +234,9 @@ static void test_tsc(void)
 	for (int i = 0; i < 3; i++)
 		tg_put(&r, TRACE_EXIT, S_FACT_REC, 5 * P + 100 * (uint64_t)i);
 	for (int i = 6; i < 10; i++)
-		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY, 0 };
+		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
 	for (int i = 0; i < 3; i++)
-		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT, 0 };
+		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT, 0, { 0 } };
 	tg_ring_write(&r, dir, NULL, -1);
 	tg_ring_free(&r);
 	check_records("wrapped, SYNC in window", dir, want, n, 4);
@@ -246,7 +247,7 @@ static void test_tsc(void)
 	for (int i = 0; i < 10; i++)
 		tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, 6 * P + 10 + (uint64_t)i);
 	for (int i = 6; i < 10; i++)
-		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT, 0 };
+		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT, 0, { 0 } };
 	tg_ring_write(&r, dir, NULL, -1);
 	{
 		an_trace *t = open_ok(dir);
@@ -311,7 +312,7 @@ static void test_segments(void)
 	fclose(f);
 	for (uint64_t i = 1; i < 60; i++)
 		if (i < 30 || i >= 37)
-			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0 };
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
 	check_records("segments", dir, want, n, 0);
 	if ((t = open_ok(dir))) {
 		const an_thread *th = an_trace_thread(t, 0);
@@ -709,6 +710,92 @@ static void test_demangle_trace(void)
 	free(dir);
 }
 
+/* 9. Message events: a head and its data records make one message, named
+ * by the channels file; data whose head the ring overwrote are skipped, and
+ * a head cut short by the end of the records is dropped. */
+static void put_msg(tg_ring *r, uint32_t ev, uint64_t tsc, uint32_t chan, unsigned call,
+		    unsigned flags, uint64_t off, uint64_t len, unsigned ndata)
+{
+	uint64_t data[TRACE_MSG_NDATA];
+
+	trace_msg_pack(data, chan, call, flags, off, len);
+	tg_put(r, TRACE_EVENT, ev, tsc);
+	for (unsigned i = 0; i < ndata; i++)
+		tg_put_raw(r, trace_rec(TRACE_EVENT, TRACE_EV_MSG_DATA, data[i]));
+}
+
+static void test_messages(void)
+{
+	const uint64_t T = TG_TSC0 + 1000;
+	char *dir = tg_dir(root, "msgs"), text[400];
+	trace_channel ch[3];
+	an_call *c;
+	size_t n, nmsg = 0;
+	an_iter_stats st;
+	an_trace *t;
+	sp_err err;
+	tg_ring r;
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+	memset(ch, 0, sizeof ch);
+	ch[0].proto = 3;
+	ch[1] = (trace_channel){ .proto = TRACE_PROTO_TCP, .family = AF_INET, .local_port = 40112,
+				 .peer_port = 7000, .flags = TRACE_CHAN_PEER };
+	memcpy(ch[1].local_addr, "\x0a\0\0\x01", 4);
+	memcpy(ch[1].peer_addr, "\x0a\0\0\x02", 4);
+	ch[2] = (trace_channel){ .proto = TRACE_PROTO_PIPE, .inode = 123456 };
+	tg_write(dir, "channels", ch, sizeof ch);
+	/* 19 records in 16 slots: the first SYNC, the first message's head and
+	 * its first data record are overwritten, its other three stay. */
+	tg_ring_init(&r, 1234, 16, TG_TSC0);
+	put_msg(&r, TRACE_EV_MSG_SEND, T, 1, TRACE_CALL_SEND, TRACE_MSG_RELATIVE, 0, 1, 4);
+	tg_put(&r, TRACE_ENTRY, S_MAIN, T + 100);
+	put_msg(&r, TRACE_EV_MSG_SEND, T + 200, 1, TRACE_CALL_SEND, TRACE_MSG_RELATIVE,
+		1ull << 40, 118, 4);
+	put_msg(&r, TRACE_EV_MSG_RECV, T + 300, 2, TRACE_CALL_READ, TRACE_MSG_RELATIVE, 0, 5, 4);
+	put_msg(&r, TRACE_EV_MSG_RECV, T + 400, 2, TRACE_CALL_READ, TRACE_MSG_RELATIVE, 5, 5, 1);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	if (!(t = open_ok(dir)))
+		goto out;
+	if (an_thread_calls(t, an_trace_thread(t, 0), &c, &n, &st, &err) < 0) {
+		CHECK(0, "an_thread_calls: %s", err.msg);
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			const an_msg *m;
+
+			if (c[i].kind != AN_EVENT || !trace_event_is_msg(c[i].id))
+				continue;
+			m = an_trace_msg(t, c[i].end);
+			CHECK(m != NULL, "message %zu: no an_msg", nmsg);
+			if (!m)
+				continue;
+			an_msg_text(t, m, text, sizeof text);
+			if (nmsg == 0)
+				CHECK(strcmp(text, "send(tcp 10.0.0.1:40112 -> 10.0.0.2:7000, bytes "
+					     "1099511627776..1099511627894)") == 0 && c[i].t0 == T + 200 &&
+				      c[i].depth == 1, "first message: %s at +%" PRIu64 " depth %u", text,
+				      c[i].t0 - T, c[i].depth);
+			else if (nmsg == 1)
+				CHECK(strcmp(text, "read(pipe 123456, bytes 0..5)") == 0,
+				      "second message: %s", text);
+			nmsg++;
+		}
+		CHECK(nmsg == 2, "%zu messages, expected 2 (one overwritten, one cut short)", nmsg);
+		CHECK(st.nstray_data == 3 && st.nbad_msgs == 1, "stray data %zu (expected 3), cut "
+		      "short %zu (expected 1)", st.nstray_data, st.nbad_msgs);
+		free(c);
+	}
+	CHECK(strcmp(an_channel_text(t, 1, 1, text, sizeof text),
+		     "tcp 10.0.0.1:40112 <- 10.0.0.2:7000") == 0, "channel 1 received: %s", text);
+	CHECK(strcmp(an_channel_text(t, 9, 0, text, sizeof text), "channel 9") == 0,
+	      "an unknown channel: %s", text);
+	an_trace_close(t);
+out:
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
 	char repo[sizeof root + 8];
@@ -734,6 +821,7 @@ int main(int argc, char **argv)
 	test_helpers();
 	test_demangle_strings();
 	test_demangle_trace();
+	test_messages();
 
 	tg_rmtree(root);
 	ca_module_free((ca_module *)tg_prog());

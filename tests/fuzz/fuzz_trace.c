@@ -1,14 +1,15 @@
 /*
  * tests/fuzz/fuzz_trace.c — libFuzzer target for the trace-directory reader
- * (analysis/trace_read.c): meta, sites, a ring file and its seg file.
+ * (analysis/trace_read.c): meta, sites, a ring file, its seg file and the
+ * channels file.
  *
- * An input is up to four files separated by FUZZ_TRACE_SEP (fuzz_trace.h):
- * meta, sites, ring.1, seg.1, in that order; a part left out is a file
+ * An input is up to five files separated by FUZZ_TRACE_SEP (fuzz_trace.h):
+ * meta, sites, ring.1, seg.1, channels, in that order; a part left out is a file
  * absent.  They are written into a scratch directory made once per process,
  * which is then read as `sptrace replay` and `report` read it: an_trace_open
  * (modules not analysed: their paths in meta name files of this machine, and
  * the ELF readers have fuzz_analyze), then every thread's call tree, and
- * every site's and function's name.  Everything is freed per input, so
+ * every site's, function's, message's and channel's name.  Everything is freed per input, so
  * libFuzzer's leak check (ASan builds) reports any leak as a crash.
  */
 #include "fuzz_trace.h"
@@ -23,7 +24,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const files[] = { "meta", "sites", "ring.1", "seg.1" };
+static const char *const files[] = { "meta", "sites", "ring.1", "seg.1", "channels" };
 static char dir[64];
 
 static void put_file(const char *name, const uint8_t *p, size_t n)
@@ -69,9 +70,12 @@ static size_t read_trace(an_trace *t)
 			continue;
 		for (size_t k = 0; k < n; k++) {
 			if (c[k].kind == AN_EVENT) {
-				char buf[32];
+				char buf[400];
+				const an_msg *m;
 
 				total += strlen(an_event_name(c[k].id, buf, sizeof buf));
+				if (trace_event_is_msg(c[k].id) && (m = an_trace_msg(t, c[k].end)))
+					total += strlen(an_msg_text(t, m, buf, sizeof buf));
 				continue;
 			}
 			total += strlen(an_func_get(t, an_site(t, c[k].id)->callee)->name);
@@ -82,6 +86,11 @@ static size_t read_trace(an_trace *t)
 	}
 	for (size_t i = 0; i < an_nsites(t); i++)
 		total += strlen(an_site(t, (uint32_t)i)->src);
+	for (size_t i = 0; i < an_nchannels(t) + 2; i++) {
+		char buf[300];
+
+		total += strlen(an_channel_text(t, (uint32_t)i, (int)(i & 1), buf, sizeof buf));
+	}
 	for (size_t i = 0; i < an_nfuncs(t); i++)
 		total += strlen(an_func_get(t, (uint32_t)i)->name);
 	return total;

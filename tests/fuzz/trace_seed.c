@@ -1,12 +1,16 @@
 /*
  * tests/fuzz/trace_seed.c — writes a seed for fuzz_trace (fuzz_trace.h): a
- * small valid trace of one thread, calls nested two deep with events, in
+ * small valid trace of one thread, calls nested two deep with events and
+ * message events (a TCP send, a datagram received), in
  * the shape the agent writes (trace_format.h), with the shortest ring
  * header the reader accepts so that the seed stays small.
  *
- *   trace_seed OUT plain     the ring holds everything, seg.1 its first part
- *   trace_seed OUT wrapped   the ring came round (count > capacity), no seg
+ *   trace_seed OUT plain     the ring holds everything, seg.1 its first part;
+ *                            the channels file
+ *   trace_seed OUT wrapped   the ring came round (count > capacity), no seg,
+ *                            no channels file (messages name unknown ids)
  */
+#include <arpa/inet.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,7 +18,7 @@
 #include "fuzz_trace.h"
 #include "trace_format.h"
 
-#define CAP 32
+#define CAP 64
 
 int main(int argc, char **argv)
 {
@@ -25,6 +29,8 @@ int main(int argc, char **argv)
 		{ 0, UINT32_MAX, 0x2008, 0x2000, 0, 2, 0 },
 	};
 	uint64_t tsc = 1ull << 40, recs[CAP * 2], ring[CAP];
+	trace_channel chans[3];
+	uint64_t data[TRACE_MSG_NDATA];
 	trace_ring_header h;
 	trace_seg_chunk ch = { TRACE_SEG_MAGIC, 0, 4, tsc >> TRACE_TSC_LOW_BITS };
 	size_t n = 0, count;
@@ -43,6 +49,16 @@ int main(int argc, char **argv)
 		recs[n++] = trace_rec(TRACE_ENTRY, 1, tsc += 100);
 		recs[n++] = trace_rec(TRACE_ENTRY, 2, tsc += 100);
 		recs[n++] = trace_rec(TRACE_ENTRY, 3, tsc += 100);
+		/* a send of 118 bytes on channel 1, a datagram received on 2 */
+		trace_msg_pack(data, 1, TRACE_CALL_SEND, TRACE_MSG_RELATIVE, 118ull * rep, 118);
+		recs[n++] = trace_rec(TRACE_EVENT, TRACE_EV_MSG_SEND, tsc += 10);
+		for (int k = 0; k < TRACE_MSG_NDATA; k++)
+			recs[n++] = trace_rec(TRACE_EVENT, TRACE_EV_MSG_DATA, data[k]);
+		trace_msg_pack(data, 2, TRACE_CALL_RECVFROM, TRACE_MSG_RELATIVE | TRACE_MSG_DGRAM,
+			       (uint64_t)rep, 12);
+		recs[n++] = trace_rec(TRACE_EVENT, TRACE_EV_MSG_RECV, tsc += 10);
+		for (int k = 0; k < TRACE_MSG_NDATA; k++)
+			recs[n++] = trace_rec(TRACE_EVENT, TRACE_EV_MSG_DATA, data[k]);
 		recs[n++] = trace_rec(TRACE_EXIT, 3, tsc += 100);
 		recs[n++] = trace_rec(TRACE_EXIT, 2, tsc += 100);
 		recs[n++] = trace_rec(TRACE_EXIT, 1, tsc += 100);
@@ -80,6 +96,17 @@ int main(int argc, char **argv)
 		fputs(FUZZ_TRACE_SEP, f);
 		fwrite(&ch, sizeof ch, 1, f);
 		fwrite(recs, 8, ch.n, f);
+		memset(chans, 0, sizeof chans);
+		chans[0].proto = 3;               /* record 0: the id counter (next id 3) */
+		chans[1] = (trace_channel){ .proto = TRACE_PROTO_TCP, .pid = 1, .inode = 77,
+					    .family = AF_INET, .local_port = 40112,
+					    .peer_port = 7000, .flags = TRACE_CHAN_PEER, .fd = 3 };
+		memcpy(chans[1].local_addr, "\x0a\0\0\x01", 4);
+		memcpy(chans[1].peer_addr, "\x0a\0\0\x02", 4);
+		chans[2] = (trace_channel){ .proto = TRACE_PROTO_UDP, .pid = 1, .inode = 78,
+					    .family = AF_INET6, .local_port = 53, .fd = 4 };
+		fputs(FUZZ_TRACE_SEP, f);
+		fwrite(chans, sizeof chans, 1, f);
 	}
 	return fclose(f) ? 1 : 0;
 }

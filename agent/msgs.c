@@ -1,0 +1,931 @@
+/*
+ * msgs.c — message events: what a traced thread sends and receives on
+ * sockets and pipes (the record layout: common/trace_format.h, "Message
+ * events"; the channel table: its "channels file").
+ *
+ * The interposers below are in hooks.c's table.  Each calls the C library's
+ * function first and returns exactly what it returned, errno included.  Then,
+ * only on a thread that is tracing (it has a ring and the agent is active)
+ * and only for a call that moved bytes, it records a message:
+ *
+ *  1. The descriptor's channel comes from a per-descriptor cache: one 64-bit
+ *     word per number, read with one atomic load, no lock.  A word holds the
+ *     process's cache generation, a state (not a channel; a channel; an
+ *     unconnected datagram socket, whose channel depends on the peer of each
+ *     datagram) and the channel's index.  A regular file or a terminal is
+ *     "not a channel" after its first transfer: no system call ever again.
+ *  2. A number not in the cache is classified once (fstat, SO_TYPE,
+ *     SO_PROTOCOL, getsockname, getpeername, as raw system calls) and its
+ *     channel found or made in the process's channel table, keyed by the
+ *     inode and the peer: the two ends of a pipe, and a socket's dup'd
+ *     numbers, share one channel and its offsets.  A new channel takes an id
+ *     from the channels file's shared counter and writes its record there.
+ *     Threads racing to make the same channel: the first one published in
+ *     the table wins, the other's record stays unused (never named).
+ *  3. close, close_range, closefrom, dup2, dup3 (fds.c) and the calls that
+ *     hand out a number (accept, socket, pipe, socketpair, dup, fcntl's
+ *     F_DUPFD) clear the number's word; connect clears it too (a datagram
+ *     socket's peer changes).  A forked child starts a new generation and an
+ *     empty table: its channels are its own, with its pid, its offsets
+ *     counting from 0.
+ *  4. A receive with MSG_PEEK leaves the bytes where they are: no message.
+ *     The message: offsets by one atomic add on the channel's counter of
+ *     that direction, then five ring records taken with one atomic add
+ *     (ring.c: ag_ring_put_msg).  Nothing here takes a lock but the rare
+ *     growth of the channels file; the hot path is signal-safe.
+ *
+ * The agent's own reads and writes run inside ag_enter (no ring) or on the
+ * control thread (no ring): they are never messages.  Its descriptors are
+ * skipped as well (fds.c).
+ *
+ * Left: a descriptor closed where no interposer sees it (the C library's
+ * internal close in fclose, a raw system call) keeps its word until its
+ * number comes back through one of the calls of point 3; meanwhile a new
+ * file opened at that number by open() is taken for the old channel.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#define FD_MAX 65536                   /* numbers the cache covers */
+#define MAX_CHANS 65536                /* channels per process */
+#define NSLOTS (2 * MAX_CHANS)         /* the table's hash index */
+
+enum { ST_NONE = 1, ST_CHAN = 2, ST_UNCONN = 3 };
+enum { DIR_SEND = 0, DIR_RECV = 1 };
+
+typedef struct chan {
+	uint32_t id;                   /* in the channels file; 0: none */
+	uint8_t proto, dgram, peer_known;
+	uint16_t family, peer_port;
+	uint64_t inode;
+	uint8_t peer[16];              /* the key's peer (AF_UNIX: a hash of the path) */
+	uint64_t off[2];               /* bytes (streams) or datagrams, per direction */
+} chan;
+
+static uint64_t *fdcache;              /* FD_MAX words (point 1) */
+static chan *chans;
+static uint32_t *slots;                /* chan index + 1, 0: free */
+static volatile uint32_t nchans;
+static uint32_t gen = 1;               /* 24 bits */
+
+static volatile int chan_fd = -1;
+static char chan_path[4200];
+static uint8_t *chan_map;
+static volatile uint32_t *next_chan;
+static volatile off_t chan_size;
+static volatile int chan_lock;
+static bool chan_full_said;
+
+#define CHAN_CHUNK ((off_t)sizeof(trace_channel) * 8192)   /* 1 MiB */
+#define CHAN_SPAN ((size_t)sizeof(trace_channel) * (1u << 22))
+
+/* ---- the C library's functions ---- */
+
+typedef ssize_t (*send_fn)(int, const void *, size_t, int);
+typedef ssize_t (*sendto_fn)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+typedef ssize_t (*sendmsg_fn)(int, const struct msghdr *, int);
+typedef int (*sendmmsg_fn)(int, struct mmsghdr *, unsigned, int);
+typedef ssize_t (*write_fn)(int, const void *, size_t);
+typedef ssize_t (*writev_fn)(int, const struct iovec *, int);
+typedef ssize_t (*recv_fn)(int, void *, size_t, int);
+typedef ssize_t (*recvfrom_fn)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+typedef ssize_t (*recvmsg_fn)(int, struct msghdr *, int);
+typedef int (*recvmmsg_fn)(int, struct mmsghdr *, unsigned, int, struct timespec *);
+typedef ssize_t (*read_fn)(int, void *, size_t);
+typedef ssize_t (*readv_fn)(int, const struct iovec *, int);
+typedef ssize_t (*read_chk_fn)(int, void *, size_t, size_t);
+typedef ssize_t (*recv_chk_fn)(int, void *, size_t, size_t, int);
+typedef ssize_t (*recvfrom_chk_fn)(int, void *, size_t, size_t, int, struct sockaddr *,
+				   socklen_t *);
+typedef int (*connect_fn)(int, const struct sockaddr *, socklen_t);
+typedef int (*accept_fn)(int, struct sockaddr *, socklen_t *);
+typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
+typedef int (*socket_fn)(int, int, int);
+typedef int (*pipe_fn)(int *);
+typedef int (*pipe2_fn)(int *, int);
+typedef int (*socketpair_fn)(int, int, int, int *);
+typedef ssize_t (*splice_fn)(int, loff_t *, int, loff_t *, size_t, unsigned);
+typedef ssize_t (*sendfile_fn)(int, int, off_t *, size_t);
+
+static send_fn real_send;
+static sendto_fn real_sendto;
+static sendmsg_fn real_sendmsg;
+static sendmmsg_fn real_sendmmsg;
+static write_fn real_write;
+static writev_fn real_writev;
+static recv_fn real_recv;
+static recvfrom_fn real_recvfrom;
+static recvmsg_fn real_recvmsg;
+static recvmmsg_fn real_recvmmsg;
+static read_fn real_read;
+static readv_fn real_readv;
+static read_chk_fn real_read_chk;
+static recv_chk_fn real_recv_chk;
+static recvfrom_chk_fn real_recvfrom_chk;
+static connect_fn real_connect;
+static accept_fn real_accept;
+static accept4_fn real_accept4;
+static socket_fn real_socket;
+static pipe_fn real_pipe;
+static pipe2_fn real_pipe2;
+static socketpair_fn real_socketpair;
+static splice_fn real_splice;
+static sendfile_fn real_sendfile, real_sendfile64;
+
+/* As fds.c: the next definition; attached, never the agent's own. */
+static void *next(const char *name, void *mine)
+{
+	void *fn = dlsym(RTLD_NEXT, name);
+
+	if (!fn)
+		fn = dlsym(RTLD_DEFAULT, name);
+	return fn == mine ? NULL : fn;
+}
+
+#define REAL(var, name) (var = (__typeof__(var))next(#name, (void *)name))
+
+extern ssize_t __read_chk(int, void *, size_t, size_t);
+extern ssize_t __recv_chk(int, void *, size_t, size_t, int);
+extern ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
+
+/* The C library's functions (before this runs, the interposers make the
+ * system calls themselves), and the cache's memory. */
+void ag_msgs_init(void)
+{
+	REAL(real_send, send); REAL(real_sendto, sendto); REAL(real_sendmsg, sendmsg);
+	REAL(real_sendmmsg, sendmmsg); REAL(real_write, write); REAL(real_writev, writev);
+	REAL(real_recv, recv); REAL(real_recvfrom, recvfrom); REAL(real_recvmsg, recvmsg);
+	REAL(real_recvmmsg, recvmmsg); REAL(real_read, read); REAL(real_readv, readv);
+	REAL(real_read_chk, __read_chk); REAL(real_recv_chk, __recv_chk);
+	REAL(real_recvfrom_chk, __recvfrom_chk); REAL(real_connect, connect);
+	REAL(real_accept, accept); REAL(real_accept4, accept4); REAL(real_socket, socket);
+	REAL(real_pipe, pipe); REAL(real_pipe2, pipe2); REAL(real_socketpair, socketpair);
+	REAL(real_splice, splice);
+	real_sendfile = (sendfile_fn)next("sendfile", (void *)ag_sendfile);
+	real_sendfile64 = (sendfile_fn)next("sendfile64", (void *)ag_sendfile64);
+	if (!fdcache) {
+		void *p = mmap(NULL, FD_MAX * 8 + MAX_CHANS * sizeof(chan) + NSLOTS * 4,
+			       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+
+		if (p != MAP_FAILED) {
+			chans = (chan *)((char *)p + FD_MAX * 8);
+			slots = (uint32_t *)(chans + MAX_CHANS);
+			__atomic_store_n(&fdcache, (uint64_t *)p, __ATOMIC_RELEASE);
+		}
+	}
+}
+
+/* ---- the channels file (like the sites file: instrument.c) ---- */
+
+static int chan_grow(off_t from, off_t len)
+{
+	struct stat st;
+	int fd = ag_fd_checked(&chan_fd);
+
+	if (fallocate(fd, 0, from, len) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP || syscall(SYS_fstat, fd, &st) != 0)
+		return -1;
+	return st.st_size >= from + len ? 0 : ftruncate(fd, from + len);
+}
+
+int ag_channels_open(const char *dir)
+{
+	snprintf(chan_path, sizeof chan_path, "%s/channels", dir);
+	chan_fd = open(chan_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ag_fd_keep(&chan_fd, chan_path, O_RDWR);
+	if (chan_fd < 0 || chan_grow(0, CHAN_CHUNK) != 0) {
+		ag_log("cannot create %s: %s; no message events", chan_path, strerror(errno));
+		return -1;
+	}
+	chan_size = CHAN_CHUNK;
+	chan_map = mmap(NULL, CHAN_SPAN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+			chan_fd, 0);
+	if (chan_map == MAP_FAILED) {
+		chan_map = NULL;
+		ag_log("cannot map %s: %s; no message events", chan_path, strerror(errno));
+		return -1;
+	}
+	next_chan = (volatile uint32_t *)chan_map;
+	*next_chan = 1;                    /* id 0 is never used */
+	return 0;
+}
+
+/* A record for a new channel: its id, 0 when there is no room. */
+static uint32_t chan_record(const trace_channel *tc)
+{
+	uint32_t id;
+	off_t end;
+
+	if (!next_chan)
+		return 0;
+	id = __atomic_fetch_add(next_chan, 1, __ATOMIC_ACQ_REL);
+	end = ((off_t)id + 1) * (off_t)sizeof *tc;
+	if ((size_t)end > CHAN_SPAN)
+		goto full;
+	if (end > __atomic_load_n(&chan_size, __ATOMIC_ACQUIRE)) {
+		while (__atomic_exchange_n(&chan_lock, 1, __ATOMIC_ACQUIRE))
+			__builtin_ia32_pause();
+		while (end > chan_size) {
+			if (chan_grow(chan_size, CHAN_CHUNK) != 0) {
+				__atomic_store_n(&chan_lock, 0, __ATOMIC_RELEASE);
+				goto full;
+			}
+			__atomic_store_n(&chan_size, chan_size + CHAN_CHUNK, __ATOMIC_RELEASE);
+		}
+		__atomic_store_n(&chan_lock, 0, __ATOMIC_RELEASE);
+	}
+	memcpy(chan_map + (size_t)id * sizeof *tc, tc, sizeof *tc);
+	return id;
+full:
+	if (!__atomic_exchange_n(&chan_full_said, 1, __ATOMIC_ACQ_REL))
+		ag_log("channels: the file cannot grow (%s); messages on new channels are not "
+		       "recorded (said once)", strerror(errno));
+	return 0;
+}
+
+/* ---- the per-descriptor cache (point 1) ---- */
+
+static uint64_t fd_word(int fd)
+{
+	uint64_t *c = __atomic_load_n(&fdcache, __ATOMIC_ACQUIRE), w;
+
+	if (!c || (unsigned)fd >= FD_MAX)
+		return 0;
+	w = __atomic_load_n(&c[fd], __ATOMIC_RELAXED);
+	return (w >> 40) == gen ? w : 0;
+}
+
+static void fd_set_word(int fd, unsigned state, uint32_t idx)
+{
+	if (fdcache && (unsigned)fd < FD_MAX)
+		__atomic_store_n(&fdcache[fd], (uint64_t)gen << 40 | (uint64_t)state << 32 | idx,
+				 __ATOMIC_RELAXED);
+}
+
+void ag_msgs_forget(int fd)
+{
+	if (fdcache && (unsigned)fd < FD_MAX)
+		__atomic_store_n(&fdcache[fd], 0, __ATOMIC_RELAXED);
+}
+
+void ag_msgs_forget_range(unsigned lo, unsigned hi)
+{
+	for (unsigned fd = lo; fdcache && fd <= hi && fd < FD_MAX; fd++)
+		__atomic_store_n(&fdcache[fd], 0, __ATOMIC_RELAXED);
+}
+
+/* A forked child: a new generation, an empty table (point 3). */
+void ag_msgs_forked(void)
+{
+	if (!fdcache)
+		return;
+	gen = (gen + 1) & 0xffffff;
+	if (!gen)
+		gen = 1;
+	memset(slots, 0, NSLOTS * sizeof *slots);
+	nchans = 0;
+}
+
+/* ---- the channel table (point 2) ---- */
+
+typedef struct chan_key {
+	uint64_t inode;
+	uint16_t family, peer_port;
+	uint8_t peer_known;
+	uint8_t peer[16];
+} chan_key;
+
+static uint64_t fnv(const char *s, size_t n, uint64_t h)
+{
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* The path of a UNIX address: "" unnamed, "@name" abstract. */
+static void unix_path(const struct sockaddr *sa, socklen_t len, char out[32])
+{
+	const struct sockaddr_un *su = (const struct sockaddr_un *)sa;
+	size_t n = len > offsetof(struct sockaddr_un, sun_path) ?
+		   len - offsetof(struct sockaddr_un, sun_path) : 0, k = 0;
+
+	memset(out, 0, 32);
+	if (n > sizeof su->sun_path)
+		n = sizeof su->sun_path;
+	if (n && su->sun_path[0] == '\0') {
+		out[k++] = '@';
+		for (size_t i = 1; i < n && k < 31; i++)
+			out[k++] = su->sun_path[i] ? su->sun_path[i] : '@';
+		return;
+	}
+	for (size_t i = 0; i < n && su->sun_path[i] && k < 31; i++)
+		out[k++] = su->sun_path[i];
+}
+
+/* An address as the key's peer, and as a record's address fields. */
+static void addr_of(const struct sockaddr *sa, socklen_t len, uint8_t addr[16], uint16_t *port,
+		    char path[32])
+{
+	memset(addr, 0, 16);
+	*port = 0;
+	if (path)
+		memset(path, 0, 32);
+	if (!sa || len < sizeof(sa_family_t))
+		return;
+	if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+		memcpy(addr, &in->sin_addr, 4);
+		*port = ntohs(in->sin_port);
+	} else if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+
+		memcpy(addr, &in6->sin6_addr, 16);
+		*port = ntohs(in6->sin6_port);
+	} else if (sa->sa_family == AF_UNIX) {
+		char p[32];
+		uint64_t h[2];
+		size_t n = len - sizeof(sa_family_t);
+
+		unix_path(sa, len, p);
+		if (path)
+			memcpy(path, p, 32);
+		h[0] = fnv(((const struct sockaddr_un *)sa)->sun_path, n, 0xcbf29ce484222325ull);
+		h[1] = fnv(((const struct sockaddr_un *)sa)->sun_path, n, 0x84222325cbf29ce4ull);
+		memcpy(addr, h, 16);
+	}
+}
+
+static size_t key_hash(const chan_key *k)
+{
+	uint64_t h = k->inode * 0x9e3779b97f4a7c15ull, a, b;
+
+	memcpy(&a, k->peer, 8);
+	memcpy(&b, k->peer + 8, 8);
+	h ^= (a + b * 31 + k->peer_port) * 0xc2b2ae3d27d4eb4full;
+	return (size_t)(h ^ h >> 29) & (NSLOTS - 1);
+}
+
+static bool key_is(const chan *c, const chan_key *k)
+{
+	return c->inode == k->inode && c->peer_known == k->peer_known &&
+	       c->peer_port == k->peer_port && memcmp(c->peer, k->peer, 16) == 0;
+}
+
+/* The channel of key k, made (with its record `tc`) if new; NULL if the
+ * table is full. */
+static chan *chan_get(const chan_key *k, const trace_channel *tc, unsigned proto, bool dgram)
+{
+	size_t h = key_hash(k);
+	uint32_t mine = 0;
+
+	for (size_t probe = 0; probe < NSLOTS; probe++, h = (h + 1) & (NSLOTS - 1)) {
+		uint32_t s = __atomic_load_n(&slots[h], __ATOMIC_ACQUIRE);
+
+		if (!s) {
+			if (!mine) {
+				uint32_t i = __atomic_fetch_add(&nchans, 1, __ATOMIC_ACQ_REL);
+				chan *c;
+
+				if (i >= MAX_CHANS)
+					return NULL;
+				c = &chans[i];
+				*c = (chan){ .proto = (uint8_t)proto, .dgram = dgram,
+					     .peer_known = k->peer_known, .family = k->family,
+					     .peer_port = k->peer_port, .inode = k->inode };
+				memcpy(c->peer, k->peer, 16);
+				c->id = chan_record(tc);
+				mine = i + 1;
+			}
+			if (__atomic_compare_exchange_n(&slots[h], &s, mine, false, __ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE))
+				return &chans[mine - 1];
+			/* another thread took the slot: s is its entry now */
+		}
+		if (key_is(&chans[s - 1], k))
+			return &chans[s - 1];
+	}
+	return NULL;
+}
+
+static long sys(long nr, long a, long b, long c, long d, long e)
+{
+	return syscall(nr, a, b, c, d, e);
+}
+
+/* What descriptor fd is (point 2): its word, written into the cache. */
+static uint64_t classify(int fd)
+{
+	struct stat st;
+	struct sockaddr_storage la, pa;
+	socklen_t ll = sizeof la, pl = sizeof pa;
+	int type = 0, protocol = 0;
+	socklen_t tl = sizeof type, pl2 = sizeof protocol;
+	trace_channel tc = { .pid = (uint32_t)getpid(), .fd = fd };
+	chan_key k = { 0 };
+	unsigned proto = 0;
+	bool dgram = false, connected;
+	chan *c;
+
+	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0)
+		return 0;                       /* gone already: ask again next time */
+	k.inode = tc.inode = st.st_ino;
+	if (S_ISFIFO(st.st_mode)) {
+		tc.proto = TRACE_PROTO_PIPE;
+		c = chan_get(&k, &tc, TRACE_PROTO_PIPE, false);
+		goto done;
+	}
+	if (!S_ISSOCK(st.st_mode) ||
+	    sys(SYS_getsockopt, fd, SOL_SOCKET, SO_TYPE, (long)&type, (long)&tl) != 0 ||
+	    sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0)
+		goto not_channel;
+	sys(SYS_getsockopt, fd, SOL_SOCKET, SO_PROTOCOL, (long)&protocol, (long)&pl2);
+	connected = sys(SYS_getpeername, fd, (long)&pa, (long)&pl, 0, 0) == 0;
+	switch (la.ss_family) {
+	case AF_INET:
+	case AF_INET6:
+		if (type == SOCK_STREAM && (protocol == IPPROTO_TCP || protocol == 262 /* MPTCP */))
+			proto = TRACE_PROTO_TCP;
+		else if (type == SOCK_DGRAM && protocol == IPPROTO_UDP)
+			proto = TRACE_PROTO_UDP, dgram = true;
+		break;
+	case AF_UNIX:
+		proto = type == SOCK_STREAM ? TRACE_PROTO_UNIX_STREAM
+			: type == SOCK_DGRAM ? TRACE_PROTO_UNIX_DGRAM
+			: type == SOCK_SEQPACKET ? TRACE_PROTO_UNIX_SEQPACKET : 0;
+		dgram = type != SOCK_STREAM;
+		break;
+	default:
+		break;
+	}
+	if (!proto)
+		goto not_channel;
+	if (!connected && !dgram)
+		return 0;                       /* a stream not connected yet: ask again */
+	tc.proto = proto;
+	tc.family = la.ss_family;
+	addr_of((struct sockaddr *)&la, ll, tc.local_addr, &tc.local_port, tc.local_path);
+	if (la.ss_family == AF_UNIX)
+		memset(tc.local_addr, 0, 16);   /* the hash is the key's, not the record's */
+	k.family = la.ss_family;
+	if (connected) {
+		tc.flags = TRACE_CHAN_PEER;
+		addr_of((struct sockaddr *)&pa, pl, tc.peer_addr, &tc.peer_port, tc.peer_path);
+		addr_of((struct sockaddr *)&pa, pl, k.peer, &k.peer_port, NULL);
+		if (la.ss_family == AF_UNIX)
+			memset(tc.peer_addr, 0, 16);
+		k.peer_known = 1;
+	}
+	c = chan_get(&k, &tc, proto, dgram);
+	if (c && !connected) {
+		fd_set_word(fd, ST_UNCONN, (uint32_t)(c - chans));
+		return fd_word(fd);
+	}
+done:
+	if (!c)
+		return 0;
+	fd_set_word(fd, ST_CHAN, (uint32_t)(c - chans));
+	return fd_word(fd);
+not_channel:
+	fd_set_word(fd, ST_NONE, 0);
+	return fd_word(fd);
+}
+
+/* The channel of an unconnected datagram socket's datagram to or from
+ * `peer` (base: the socket's own, peer unknown). */
+static chan *chan_peer(chan *base, const struct sockaddr *peer, socklen_t len)
+{
+	chan_key k = { .inode = base->inode, .family = base->family, .peer_known = 1 };
+	trace_channel tc;
+
+	if (!peer || len < sizeof(sa_family_t) || peer->sa_family != base->family || !base->id)
+		return base;
+	addr_of(peer, len, k.peer, &k.peer_port, NULL);
+	memcpy(&tc, chan_map + (size_t)base->id * sizeof tc, sizeof tc);
+	tc.flags |= TRACE_CHAN_PEER;
+	addr_of(peer, len, tc.peer_addr, &tc.peer_port, tc.peer_path);
+	if (base->family == AF_UNIX)
+		memset(tc.peer_addr, 0, 16);
+	chan *c = chan_get(&k, &tc, base->proto, true);
+
+	return c ? c : base;
+}
+
+/* ---- recording (point 4) ---- */
+
+static inline bool tracing(void)
+{
+	return ag_tls_ring && ag_active();
+}
+
+/* The word of fd, classified now if unknown (on a tracing thread). */
+static uint64_t word_of(int fd)
+{
+	uint64_t w = fd_word(fd);
+
+	return w ? w : classify(fd);
+}
+
+/* The message itself: no system call, no lock, no library call. */
+static void record(trace_ring_header *r, chan *c, unsigned dir, unsigned call, uint64_t len)
+{
+	uint64_t data[TRACE_MSG_NDATA], off;
+
+	if (!c->id)
+		return;
+	off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
+	trace_msg_pack(data, c->id, call, TRACE_MSG_RELATIVE | (c->dgram ? TRACE_MSG_DGRAM : 0),
+		       off, len);
+	ag_ring_put_msg(r, dir == DIR_SEND ? TRACE_EV_MSG_SEND : TRACE_EV_MSG_RECV, data);
+}
+
+/* The slow path: classify fd, or find a datagram's channel by its peer. */
+static void put(trace_ring_header *r, int fd, unsigned dir, unsigned call, uint64_t len,
+		const struct sockaddr *peer, socklen_t plen)
+{
+	uint64_t w;
+
+	if (ag_fd_is_ours(fd) || !(w = word_of(fd)))
+		return;
+	switch ((w >> 32) & 0xff) {
+	case ST_CHAN:
+		record(r, &chans[(uint32_t)w], dir, call, len);
+		break;
+	case ST_UNCONN:
+		record(r, chan_peer(&chans[(uint32_t)w], peer, plen), dir, call, len);
+		break;
+	default:
+		break;
+	}
+}
+
+/* A call moved `len` bytes over fd: its message, if fd is a channel.  A
+ * descriptor known not to be one costs a load and a test; one known to be
+ * a connected channel is recorded at once, without ag_enter (nothing here
+ * calls traced code) and without touching errno (no system call). */
+static void msg(int fd, unsigned dir, unsigned call, uint64_t len, const struct sockaddr *peer,
+		socklen_t plen)
+{
+	uint64_t w = fd_word(fd);
+	unsigned st = (w >> 32) & 0xff;
+	int saved;
+	trace_ring_header *r;
+
+	if (st == ST_NONE)
+		return;
+	if (st == ST_CHAN && (r = ag_tls_ring) != NULL) {
+		record(r, &chans[(uint32_t)w], dir, call, len);
+		return;
+	}
+	saved = errno;
+	r = ag_enter();
+	if (r)
+		put(r, fd, dir, call, len, peer, plen);
+	ag_leave(r);
+	errno = saved;
+}
+
+/* Each datagram of sendmmsg/recvmmsg. */
+static void msgs_v(int fd, unsigned dir, unsigned call, const struct mmsghdr *v, int n)
+{
+	for (int i = 0; i < n; i++)
+		msg(fd, dir, call, v[i].msg_len, (const struct sockaddr *)v[i].msg_hdr.msg_name,
+		    v[i].msg_hdr.msg_namelen);
+}
+
+/* A receive on an unconnected datagram socket without an address of the
+ * caller's: the agent passes its own, to know the peer. */
+static bool wants_peer(int fd)
+{
+	uint64_t w = fd_word(fd);
+	int saved;
+	trace_ring_header *r;
+
+	if (w)
+		return ((w >> 32) & 0xff) == ST_UNCONN;
+	saved = errno;
+	r = ag_enter();
+	w = r && !ag_fd_is_ours(fd) ? word_of(fd) : 0;
+	ag_leave(r);
+	errno = saved;
+	return ((w >> 32) & 0xff) == ST_UNCONN;
+}
+
+/* --on recv, --on accept (events.c) */
+static void event(const char *what, long rc, int fd)
+{
+	if (!ag_active())          /* the event activates a dormant agent only */
+		ag_event_after(what, rc, fd);
+}
+
+/* ---- the interposers (hooks.c's table) ---- */
+
+AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+	ssize_t rc = real_send ? real_send(fd, buf, n, flags)
+		     : sys(SYS_sendto, fd, (long)buf, (long)n, flags, 0);
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_SEND, TRACE_CALL_SEND, (uint64_t)rc, NULL, 0);
+	return rc;
+}
+
+AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
+			 const struct sockaddr *addr, socklen_t len)
+{
+	ssize_t rc = real_sendto ? real_sendto(fd, buf, n, flags, addr, len)
+		     : syscall(SYS_sendto, fd, buf, n, flags, addr, len);
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_SEND, TRACE_CALL_SENDTO, (uint64_t)rc, addr, len);
+	return rc;
+}
+
+AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
+{
+	ssize_t rc = real_sendmsg ? real_sendmsg(fd, m, flags)
+		     : sys(SYS_sendmsg, fd, (long)m, flags, 0, 0);
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_SEND, TRACE_CALL_SENDMSG, (uint64_t)rc,
+		    (const struct sockaddr *)m->msg_name, m->msg_namelen);
+	return rc;
+}
+
+AG_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	int rc = real_sendmmsg ? real_sendmmsg(fd, v, n, flags)
+		 : (int)sys(SYS_sendmmsg, fd, (long)v, n, flags, 0);
+
+	if (rc > 0 && tracing())
+		msgs_v(fd, DIR_SEND, TRACE_CALL_SENDMMSG, v, rc);
+	return rc;
+}
+
+AG_EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	ssize_t rc = real_write ? real_write(fd, buf, n) : sys(SYS_write, fd, (long)buf, (long)n, 0, 0);
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_SEND, TRACE_CALL_WRITE, (uint64_t)rc, NULL, 0);
+	return rc;
+}
+
+AG_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
+{
+	ssize_t rc = real_writev ? real_writev(fd, iov, n) : sys(SYS_writev, fd, (long)iov, n, 0, 0);
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_SEND, TRACE_CALL_WRITEV, (uint64_t)rc, NULL, 0);
+	return rc;
+}
+
+static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void *buf, size_t n,
+			       int flags, struct sockaddr *addr, socklen_t *len, unsigned call)
+{
+	struct sockaddr_storage own;
+	socklen_t ownlen = sizeof own;
+	ssize_t rc;
+
+	if (!addr && tracing() && wants_peer(fd)) {
+		addr = (struct sockaddr *)&own;
+		len = &ownlen;
+	}
+	if (chk)
+		rc = chk(fd, buf, n, buflen, flags, addr, len);
+	else if (real_recvfrom)
+		rc = real_recvfrom(fd, buf, n, flags, addr, len);
+	else
+		rc = syscall(SYS_recvfrom, fd, buf, n, flags, addr, len);
+	if (rc > 0) {
+		event("recv", rc, fd);
+		if (tracing() && !(flags & MSG_PEEK))
+			msg(fd, DIR_RECV, call, (uint64_t)rc, addr, addr && len ? *len : 0);
+	}
+	return rc;
+}
+
+AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+	ssize_t rc;
+
+	if (tracing() && wants_peer(fd))
+		return recvfrom_common(NULL, 0, fd, buf, n, flags, NULL, NULL, TRACE_CALL_RECV);
+	rc = real_recv ? real_recv(fd, buf, n, flags)
+	     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+	if (rc > 0) {
+		event("recv", rc, fd);
+		if (tracing() && !(flags & MSG_PEEK))
+			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
+	}
+	return rc;
+}
+
+AG_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
+			   socklen_t *len)
+{
+	return recvfrom_common(NULL, 0, fd, buf, n, flags, addr, len, TRACE_CALL_RECVFROM);
+}
+
+AG_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	ssize_t rc = real_recv_chk ? real_recv_chk(fd, buf, n, buflen, flags)
+		     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+
+	if (rc > 0) {
+		event("recv", rc, fd);
+		if (tracing() && !(flags & MSG_PEEK))
+			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
+	}
+	return rc;
+}
+
+AG_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+				 struct sockaddr *addr, socklen_t *len)
+{
+	return recvfrom_common(real_recvfrom_chk, buflen, fd, buf, n, flags, addr, len,
+			       TRACE_CALL_RECVFROM);
+}
+
+AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
+{
+	ssize_t rc = real_recvmsg ? real_recvmsg(fd, m, flags)
+		     : sys(SYS_recvmsg, fd, (long)m, flags, 0, 0);
+
+	if (rc > 0) {
+		event("recv", rc, fd);
+		if (tracing() && !(flags & MSG_PEEK))
+			msg(fd, DIR_RECV, TRACE_CALL_RECVMSG, (uint64_t)rc,
+			    (const struct sockaddr *)m->msg_name, m->msg_namelen);
+	}
+	return rc;
+}
+
+AG_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *to)
+{
+	int rc = real_recvmmsg ? real_recvmmsg(fd, v, n, flags, to)
+		 : (int)sys(SYS_recvmmsg, fd, (long)v, n, flags, (long)to);
+
+	if (rc > 0) {
+		event("recv", rc, fd);
+		if (tracing() && !(flags & MSG_PEEK))
+			msgs_v(fd, DIR_RECV, TRACE_CALL_RECVMMSG, v, rc);
+	}
+	return rc;
+}
+
+AG_EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	ssize_t rc = real_read ? real_read(fd, buf, n) : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_RECV, TRACE_CALL_READ, (uint64_t)rc, NULL, 0);
+	return rc;
+}
+
+AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	ssize_t rc = real_read_chk ? real_read_chk(fd, buf, n, buflen)
+		     : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_RECV, TRACE_CALL_READ, (uint64_t)rc, NULL, 0);
+	return rc;
+}
+
+AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
+{
+	ssize_t rc = real_readv ? real_readv(fd, iov, n) : sys(SYS_readv, fd, (long)iov, n, 0, 0);
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_RECV, TRACE_CALL_READV, (uint64_t)rc, NULL, 0);
+	return rc;
+}
+
+AG_EXPORT ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_t n, unsigned flags)
+{
+	ssize_t rc = real_splice ? real_splice(in, inoff, out, outoff, n, flags)
+		     : syscall(SYS_splice, in, inoff, out, outoff, n, flags);
+
+	if (rc > 0 && tracing()) {
+		msg(in, DIR_RECV, TRACE_CALL_SPLICE, (uint64_t)rc, NULL, 0);
+		msg(out, DIR_SEND, TRACE_CALL_SPLICE, (uint64_t)rc, NULL, 0);
+	}
+	return rc;
+}
+
+static ssize_t sendfile_common(sendfile_fn real, int out, int in, off_t *off, size_t n)
+{
+	ssize_t rc = real ? real(out, in, off, n) : sys(SYS_sendfile, out, in, (long)off, (long)n, 0);
+
+	if (rc > 0 && tracing()) {
+		msg(in, DIR_RECV, TRACE_CALL_SENDFILE, (uint64_t)rc, NULL, 0);
+		msg(out, DIR_SEND, TRACE_CALL_SENDFILE, (uint64_t)rc, NULL, 0);
+	}
+	return rc;
+}
+
+AG_EXPORT ssize_t ag_sendfile(int out, int in, off_t *off, size_t n)
+{
+	return sendfile_common(real_sendfile, out, in, off, n);
+}
+
+AG_EXPORT ssize_t ag_sendfile64(int out, int in, off_t *off, size_t n)
+{
+	return sendfile_common(real_sendfile64 ? real_sendfile64 : real_sendfile, out, in, off, n);
+}
+
+/* Calls that change a number's channel or hand out a number (point 3). */
+
+AG_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	int rc;
+
+	ag_msgs_forget(fd);
+	rc = real_connect ? real_connect(fd, addr, len) : (int)sys(SYS_connect, fd, (long)addr, len, 0, 0);
+	ag_msgs_forget(fd);        /* a thread's message in between classified it */
+	return rc;
+}
+
+AG_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	int rc = real_accept ? real_accept(fd, addr, len)
+		 : (int)sys(SYS_accept, fd, (long)addr, (long)len, 0, 0);
+
+	if (rc >= 0) {
+		ag_msgs_forget(rc);
+		event("accept", rc, fd);
+	}
+	return rc;
+}
+
+AG_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	int rc = real_accept4 ? real_accept4(fd, addr, len, flags)
+		 : (int)sys(SYS_accept4, fd, (long)addr, (long)len, flags, 0);
+
+	if (rc >= 0) {
+		ag_msgs_forget(rc);
+		event("accept", rc, fd);
+	}
+	return rc;
+}
+
+AG_EXPORT int socket(int domain, int type, int protocol)
+{
+	int rc = real_socket ? real_socket(domain, type, protocol)
+		 : (int)sys(SYS_socket, domain, type, protocol, 0, 0);
+
+	ag_msgs_forget(rc);
+	return rc;
+}
+
+AG_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
+{
+	int rc = real_socketpair ? real_socketpair(domain, type, protocol, sv)
+		 : (int)sys(SYS_socketpair, domain, type, protocol, (long)sv, 0);
+
+	if (rc == 0) {
+		ag_msgs_forget(sv[0]);
+		ag_msgs_forget(sv[1]);
+	}
+	return rc;
+}
+
+AG_EXPORT int pipe(int fds[2])
+{
+	int rc = real_pipe ? real_pipe(fds) : (int)sys(SYS_pipe2, (long)fds, 0, 0, 0, 0);
+
+	if (rc == 0) {
+		ag_msgs_forget(fds[0]);
+		ag_msgs_forget(fds[1]);
+	}
+	return rc;
+}
+
+AG_EXPORT int pipe2(int fds[2], int flags)
+{
+	int rc = real_pipe2 ? real_pipe2(fds, flags) : (int)sys(SYS_pipe2, (long)fds, flags, 0, 0, 0);
+
+	if (rc == 0) {
+		ag_msgs_forget(fds[0]);
+		ag_msgs_forget(fds[1]);
+	}
+	return rc;
+}

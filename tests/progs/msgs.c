@@ -1,0 +1,202 @@
+/*
+ * msgs.c — a program that talks, for the message events of tests/e2e
+ * (test_msgs.py): known byte counts over every kind of channel.
+ *
+ *  - TCP over loopback: a server thread accepts one connection; the client
+ *    (main) sends 118 bytes with send(), the server reads them with recv()
+ *    and answers 42 bytes with write(), which the client reads with read();
+ *  - a pipe: 5 bytes written, then read;
+ *  - UDP: an unconnected socket sends 12 bytes with sendto() to another,
+ *    which gets them with recvfrom() and answers 7 bytes with sendto();
+ *  - a UNIX socketpair: 9 bytes with sendmsg(), read with recvmsg();
+ *  - errno: a write to a closed descriptor (EBADF) and a send to a socket
+ *    whose peer is gone (EPIPE) print the errno they leave.
+ *
+ * Stdout is the same natively and traced; the ports go to stderr as
+ * "tcp SERVERPORT CLIENTPORT" and "udp APORT BPORT" for the test.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static int listener;
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(2);
+}
+
+static unsigned short port_of(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t l = sizeof a;
+
+	if (getsockname(fd, (struct sockaddr *)&a, &l) != 0)
+		die("getsockname");
+	return ntohs(a.sin_port);
+}
+
+static size_t recv_all(int fd, char *buf, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t k = recv(fd, buf + got, n - got, 0);
+
+		if (k <= 0)
+			die("recv");
+		got += (size_t)k;
+	}
+	return got;
+}
+
+static void *server_tcp(void *arg)
+{
+	char buf[118], answer[42];
+	int c = accept(listener, NULL, NULL);
+
+	(void)arg;
+	if (c < 0)
+		die("accept");
+	recv_all(c, buf, sizeof buf);
+	memset(answer, 'a', sizeof answer);
+	if (write(c, answer, sizeof answer) != (ssize_t)sizeof answer)
+		die("write");
+	close(c);
+	return NULL;
+}
+
+static void client_tcp(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	char msg[118], answer[42];
+	size_t got = 0;
+	pthread_t th;
+	int s;
+
+	listener = socket(AF_INET, SOCK_STREAM, 0);
+	if (listener < 0 || bind(listener, (struct sockaddr *)&a, sizeof a) != 0 ||
+	    listen(listener, 1) != 0)
+		die("listen");
+	a.sin_port = htons(port_of(listener));
+	if (pthread_create(&th, NULL, server_tcp, NULL) != 0)
+		die("pthread_create");
+	s = socket(AF_INET, SOCK_STREAM, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0)
+		die("connect");
+	fprintf(stderr, "tcp %u %u\n", ntohs(a.sin_port), port_of(s));
+	memset(msg, 'm', sizeof msg);
+	if (send(s, msg, sizeof msg, 0) != (ssize_t)sizeof msg)
+		die("send");
+	while (got < sizeof answer) {
+		ssize_t k = read(s, answer + got, sizeof answer - got);
+
+		if (k <= 0)
+			die("read");
+		got += (size_t)k;
+	}
+	pthread_join(th, NULL);
+	close(s);
+	close(listener);
+	printf("tcp: sent %zu, got %zu\n", sizeof msg, got);
+}
+
+static void pipe_exchange(void)
+{
+	int p[2];
+	char buf[8];
+
+	if (pipe(p) != 0 || write(p[1], "hello", 5) != 5 || read(p[0], buf, sizeof buf) != 5)
+		die("pipe");
+	close(p[0]);
+	close(p[1]);
+	printf("pipe: 5 bytes\n");
+}
+
+static int udp_socket(struct sockaddr_in *a)
+{
+	socklen_t l = sizeof *a;
+	int s = socket(AF_INET, SOCK_DGRAM, 0);
+
+	*a = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (s < 0 || bind(s, (struct sockaddr *)a, sizeof *a) != 0 ||
+	    getsockname(s, (struct sockaddr *)a, &l) != 0)
+		die("udp");
+	return s;
+}
+
+static void udp_exchange(void)
+{
+	struct sockaddr_in a, b, from;
+	socklen_t fl = sizeof from;
+	char buf[32];
+	int sa = udp_socket(&a), sb = udp_socket(&b);
+
+	fprintf(stderr, "udp %u %u\n", ntohs(a.sin_port), ntohs(b.sin_port));
+	if (sendto(sa, "datagram-one", 12, 0, (struct sockaddr *)&b, sizeof b) != 12 ||
+	    recvfrom(sb, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl) != 12 ||
+	    sendto(sb, "answer!", 7, 0, (struct sockaddr *)&from, fl) != 7 ||
+	    recvfrom(sa, buf, sizeof buf, 0, NULL, NULL) != 7)
+		die("udp exchange");
+	close(sa);
+	close(sb);
+	printf("udp: 12 and 7 bytes\n");
+}
+
+static void unix_exchange(void)
+{
+	int sv[2];
+	char buf[16];
+	struct iovec out = { "unix-msg!", 9 }, in = { buf, sizeof buf };
+	struct msghdr mo = { .msg_iov = &out, .msg_iovlen = 1 }, mi = { .msg_iov = &in, .msg_iovlen = 1 };
+
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || sendmsg(sv[0], &mo, 0) != 9 ||
+	    recvmsg(sv[1], &mi, 0) != 9)
+		die("unix");
+	close(sv[0]);
+	close(sv[1]);
+	printf("unix: 9 bytes\n");
+}
+
+static void errnos(void)
+{
+	int sv[2], fd;
+	ssize_t rc;
+
+	fd = dup(1);
+	close(fd);
+	errno = 0;
+	rc = write(fd, "x", 1);
+	printf("write to a closed descriptor: %zd errno %d\n", rc, errno);
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+		die("socketpair");
+	close(sv[1]);
+	errno = 0;
+	rc = send(sv[0], "x", 1, MSG_NOSIGNAL);
+	printf("send to a closed peer: %zd errno %d\n", rc, errno);
+	errno = 0;
+	rc = write(sv[0], "x", 1);
+	printf("write to a closed peer: %zd errno %d\n", rc, errno);
+	close(sv[0]);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	client_tcp();
+	pipe_exchange();
+	udp_exchange();
+	unix_exchange();
+	errnos();
+	return 0;
+}

@@ -207,7 +207,7 @@ static int chan_grow(off_t from, off_t len)
 int ag_channels_open(const char *dir)
 {
 	snprintf(chan_path, sizeof chan_path, "%s/channels", dir);
-	chan_fd = open(chan_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	chan_fd = ag_trace_open(chan_path, O_RDWR | O_TRUNC);
 	ag_fd_keep(&chan_fd, chan_path, O_RDWR);
 	if (chan_fd < 0 || chan_grow(0, CHAN_CHUNK) != 0) {
 		ag_log("cannot create %s: %s; no message events", chan_path, strerror(errno));

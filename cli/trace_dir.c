@@ -95,8 +95,8 @@ static mode_t trace_entry_type(const char *name)
 	if (strcmp(name, "control") == 0)
 		return S_IFIFO;
 	if (strncmp(name, "ring.", 5) == 0 || strncmp(name, "seg.", 4) == 0 ||
-	    strcmp(name, "sites") == 0 || strcmp(name, "meta") == 0 ||
-	    strcmp(name, "agent.log") == 0)
+	    strcmp(name, "sites") == 0 || strcmp(name, "channels") == 0 ||
+	    strcmp(name, "meta") == 0 || strcmp(name, "agent.log") == 0)
 		return S_IFREG;
 	return 0;
 }

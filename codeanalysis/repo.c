@@ -1455,23 +1455,6 @@ int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
 	return 0;
 }
 
-/* All of n bytes at off, or -1 (a short read: the file shrank). */
-static int pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-	size_t got = 0;
-
-	while (got < n) {
-		ssize_t r = pread(fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		got += (size_t)r;
-	}
-	return 0;
-}
-
 /* A protobuf varint at p[0..n): its length, 0 if it does not end there. */
 static size_t get_varint(const uint8_t *p, size_t n, uint64_t *v)
 {
@@ -1508,7 +1491,7 @@ static int load_calls(int fd, size_t size, const char *key, ca_module **out, sp_
 	uint8_t *buf;
 	int rc;
 
-	if (size >= REPO_HDR_SIZE && pread_all(fd, hdr, REPO_HDR_SIZE, 0) < 0)
+	if (size >= REPO_HDR_SIZE && sp_pread_all(fd, hdr, REPO_HDR_SIZE, 0) < 0)
 		return sp_fail(err, "truncated: the header is not all there");
 	if (check_header(hdr, size, &plen, err) < 0)
 		return -1;
@@ -1517,7 +1500,7 @@ static int load_calls(int fd, size_t size, const char *key, ca_module **out, sp_
 		size_t n = end - pos < sizeof h ? (size_t)(end - pos) : sizeof h, kl, ll;
 		uint64_t k, v, flen;
 
-		if (pread_all(fd, h, n, pos) < 0)
+		if (sp_pread_all(fd, h, n, pos) < 0)
 			return sp_fail(err, "truncated at offset %llu", (unsigned long long)pos);
 		kl = get_varint(h, n, &k);
 		if (!kl)
@@ -1565,7 +1548,7 @@ static int load_calls(int fd, size_t size, const char *key, ca_module **out, sp_
 	arena.used = 0;
 	pos = 0;
 	for (size_t i = 0; i < nparts; i++) {
-		if (pread_all(fd, buf + pos, part[i].len, part[i].off) < 0) {
+		if (sp_pread_all(fd, buf + pos, part[i].len, part[i].off) < 0) {
 			free(buf);
 			return sp_fail(err, "truncated at offset %llu",
 				       (unsigned long long)part[i].off);

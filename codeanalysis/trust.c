@@ -80,23 +80,6 @@ bool ca_file_trust(const struct stat *st, char *why, size_t len)
 	return true;
 }
 
-/* All of n bytes at off, or -1. */
-static int pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-	size_t got = 0;
-
-	while (got < n) {
-		ssize_t r = pread(fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		got += (size_t)r;
-	}
-	return 0;
-}
-
 int ca_code_sha256_fd(int fd, const char *path, uint8_t out[32], sp_err *err)
 {
 	static const size_t chunk = 64 * 1024;
@@ -105,7 +88,7 @@ int ca_code_sha256_fd(int fd, const char *path, uint8_t out[32], sp_err *err)
 	uint8_t *buf;
 	int rc = -1;
 
-	if (pread_all(fd, &eh, sizeof eh, 0) < 0 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+	if (sp_pread_all(fd, &eh, sizeof eh, 0) < 0 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
 	    eh.e_ident[EI_CLASS] != ELFCLASS64)
 		return sp_fail(err, "%s: not a 64-bit ELF file", path);
 	/* No program headers (an object file): no code is loaded, the hash is
@@ -120,7 +103,7 @@ int ca_code_sha256_fd(int fd, const char *path, uint8_t out[32], sp_err *err)
 	for (unsigned i = 0; i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
 
-		if (pread_all(fd, &ph, sizeof ph, eh.e_phoff + (uint64_t)i * sizeof ph) < 0) {
+		if (sp_pread_all(fd, &ph, sizeof ph, eh.e_phoff + (uint64_t)i * sizeof ph) < 0) {
 			sp_fail(err, "%s: program header %u is cut off", path, i);
 			goto out;
 		}
@@ -129,7 +112,7 @@ int ca_code_sha256_fd(int fd, const char *path, uint8_t out[32], sp_err *err)
 		for (uint64_t done = 0; done < ph.p_filesz;) {
 			size_t n = ph.p_filesz - done < chunk ? (size_t)(ph.p_filesz - done) : chunk;
 
-			if (pread_all(fd, buf, n, ph.p_offset + done) < 0) {
+			if (sp_pread_all(fd, buf, n, ph.p_offset + done) < 0) {
 				sp_fail(err, "%s: executable segment %u is cut off", path, i);
 				goto out;
 			}

@@ -49,6 +49,25 @@ int sp_read_all(int fd, void *buf, size_t n)
 	return 0;
 }
 
+int sp_pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			if (r == 0)
+				errno = EIO;   /* the file ends before n bytes */
+			return -1;
+		}
+		got += (size_t)r;
+	}
+	return 0;
+}
+
 int sp_open_regular(const char *path, int nofollow)
 {
 	struct stat st = { 0 };

@@ -38,6 +38,8 @@ int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize);
  */
 int sp_write_all(int fd, const void *buf, size_t n);
 int sp_read_all(int fd, void *buf, size_t n);
+/* All n bytes at offset off (pread), the same way. */
+int sp_pread_all(int fd, void *buf, size_t n, uint64_t off);
 
 /*
  * THE TRUST RULES.  sptrace runs as root on hosts where other users run

@@ -29,10 +29,6 @@
 #include "injector.h"
 #include "trace_format.h"
 
-/* Threads that blocked SIGTRAP before the attach the agent keeps track of
- * (agent/signals.c holds as many). */
-#define MAX_TRAP_THREADS 1024
-
 static const char help[] =
 	"usage: sptrace attach [OPTIONS] PID\n"
 	"\n"
@@ -96,13 +92,9 @@ int cmd_attach(int argc, char **argv)
 		{ "group", required_argument, 0, 'g' },     { 0, 0, 0, 0 },
 	};
 	const char *dir = NULL, *on = "now", *threads = "";
-	static inj_trap_thread traps[MAX_TRAP_THREADS];
-	static char config[PATH_MAX + 1800 + MAX_TRAP_THREADS * 32];
 	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], why[600];
 	char ring[32] = "", *end;
-	int ntraps = 0;
 	double timeout = 120;
-	inj_opts o;
 	inj_result r;
 	sp_err err;
 	struct stat st;
@@ -181,47 +173,11 @@ int cmd_attach(int argc, char **argv)
 		return 1;
 	if (same_user)
 		prepare_analyses(argv[optind]);
-	/* Threads that block SIGTRAP would be killed by the agent's first
-	 * breakpoint: opened now, before the agent exists; the agent keeps
-	 * their belief (agent/signals.c). */
-	if (inj_open_sigtrap(pid, traps, MAX_TRAP_THREADS, &ntraps, &err)) {
-		cli_error("attach: %s", err.msg);
-		cli_remove_trace_dir(absdir, owner.uid);
-		return 1;
-	}
-	{
-		const char *repo = getenv("SPTRACE_REPO");
-		const char *prepared = same_user ? ca_repo_default_dir() : "";
-		size_t len;
+	inj_agent a = { .so_path = agent, .dir = absdir, .on = on, .ring = ring,
+			.repo = getenv("SPTRACE_REPO"), .threads = threads,
+			.prepared = same_user ? ca_repo_default_dir() : NULL, .timeout = timeout };
 
-		len = (size_t)snprintf(config, sizeof config,
-				       "dir=%s\non=%s\n%s%s%s%s%.*s%s%s%s%s%s%.*s%s", absdir, on,
-				       ring[0] ? "ring=" : "", ring, ring[0] ? "\n" : "",
-				       repo && *repo ? "repo=" : "", repo && *repo ? 1000 : 0,
-				       repo ? repo : "", repo && *repo ? "\n" : "",
-				       *threads ? "threads=" : "", threads, *threads ? "\n" : "",
-				       *prepared ? "prepared=" : "", *prepared ? 1000 : 0, prepared,
-				       *prepared ? "\n" : "");
-		if (ntraps)
-			len += (size_t)snprintf(config + len, sizeof config - len, "trapblocked=");
-		for (int i = 0; i < ntraps && len < sizeof config; i++)
-			len += (size_t)snprintf(config + len, sizeof config - len, "%d:%llx%s",
-						(int)traps[i].tid, (unsigned long long)traps[i].fs_base,
-						i + 1 < ntraps ? "," : "\n");
-	}
-	memset(&o, 0, sizeof o);
-	o.so_path = agent;
-	o.entry = "sptrace_agent_attach";
-	o.arg = config;
-	o.timeout = timeout;
-	o.safe_wait = 3;
-	if (inj_load(pid, &o, &r, &err)) {
-		/* No agent will place a breakpoint (unless it is still starting):
-		 * the masks as they were. */
-		sp_err close_err;
-
-		if (!r.entry_running)
-			inj_close_sigtrap(pid, traps, ntraps, &close_err);
+	if (inj_attach_agent(pid, &a, &r, &err)) {
 		if (r.entry_running) {
 			cli_error("attach: %s; trace in %s", err.msg, absdir);
 		} else if (r.entry_rc == 1) {

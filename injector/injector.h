@@ -62,4 +62,24 @@ void inj_close_sigtrap(pid_t pid, const inj_trap_thread *list, int n, sp_err *er
  * its own.  0 when entry returned 0 (r->entry_rc), -1 with a message. */
 int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err);
 
+/*
+ * agent.c — the sptrace agent into a running process, its trace directory
+ * made: SIGTRAP opened where blocked, the agent's configuration, inj_load.
+ * 0 when the agent runs; -1 with a message (r->entry_rc 1: loaded but not
+ * tracing, its reason in the trace's meta; r->entry_running: timed out
+ * while the agent was still starting, it goes on).
+ */
+typedef struct inj_agent {
+	const char *so_path;     /* libsptrace-agent.so */
+	const char *dir;         /* the trace directory (absolute, made) */
+	const char *on;          /* the activation event, as the agent reads it */
+	const char *ring;        /* ring bytes, or NULL */
+	const char *repo;        /* SPTRACE_REPO to use, or NULL */
+	const char *threads;     /* "event", "all", or NULL */
+	const char *prepared;    /* a repository analysed for it, or NULL */
+	double timeout;          /* seconds; 0: 120 */
+} inj_agent;
+
+int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err);
+
 #endif

@@ -164,13 +164,15 @@ full:
 }
 
 int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size_t *n,
-		       sp_err *err)
+		       bool *listener, sp_err *err)
 {
 	uint64_t fallback[256];
 	size_t nfallback = 0;
 	const char *v4, *v6;
 
 	*n = 0;
+	if (listener)
+		*listener = false;
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
 		if (!ch->inode)
 			return sp_fail(err, "a pipe or UNIX socket channel without an inode");
@@ -194,6 +196,8 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
 			    max < 256 ? max : 256, err)) {
 		return -1;
 	}
+	if (*n == 0 && listener)
+		*listener = ch->kind == SPD_CH_TCP && nfallback > 0;
 	if (*n == 0)
 		for (size_t i = 0; i < nfallback; i++)
 			if (add_inode(fallback[i], inodes, max, n))

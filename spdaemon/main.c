@@ -52,7 +52,11 @@ static const char help[] =
 	"  --state-dir DIR    the daemon's log (spdaemon.log), pid file and saved\n"
 	"                     traces; made 0700 if missing\n"
 	"  --port PORT        TCP port for other hosts' daemons (default 7470)\n"
-	"  --config FILE      'key value' lines: keys, name, state-dir, port\n"
+	"  --agent FILE       the agent it injects (default: libsptrace-agent.so\n"
+	"                     beside spdaemon's own installation or build)\n"
+	"  --config FILE      'key value' lines: keys, name, state-dir, port, agent,\n"
+	"                     remote-inject (users: other hosts may have the agent\n"
+	"                     put into non-root processes, the default; all; none)\n"
 	"                     (options on the command line win)\n"
 	"  --foreground       stay in the foreground and log to stderr too\n"
 	"  -h, --help         this text\n"
@@ -138,12 +142,20 @@ static int config_line(char *line, const char *file, int lineno)
 		return fail("%s: '%s' needs a value", where, key);
 	if (strcmp(key, "port") == 0)
 		return D.port ? 0 : set_port(val, where);
+	if (strcmp(key, "remote-inject") == 0) {
+		if (strcmp(val, "users") && strcmp(val, "all") && strcmp(val, "none"))
+			return fail("%s: remote-inject '%s': use users, all or none", where, val);
+		D.remote_inject = strcmp(val, "users") == 0 ? SPD_REMOTE_USERS
+				  : strcmp(val, "all") == 0 ? SPD_REMOTE_ALL : SPD_REMOTE_NONE;
+		return 0;
+	}
 	char **slot = strcmp(key, "keys") == 0 ? &D.keys : strcmp(key, "name") == 0 ? &D.name
-		      : strcmp(key, "state-dir") == 0 ? &D.state_dir : NULL;
+		      : strcmp(key, "state-dir") == 0 ? &D.state_dir
+		      : strcmp(key, "agent") == 0 ? &D.agent : NULL;
 
 	if (!slot)
 		return fail("%s: unknown setting '%s' (this version knows keys, name, state-dir, "
-			    "port)", where, key);
+			    "port, agent, remote-inject)", where, key);
 	if (!*slot && !(*slot = strdup(val)))
 		return fail("out of memory");
 	return 0;
@@ -172,6 +184,7 @@ static int parse_args(int argc, char **argv)
 		{ "keys", required_argument, 0, 'k' }, { "name", required_argument, 0, 'n' },
 		{ "state-dir", required_argument, 0, 's' }, { "port", required_argument, 0, 'p' },
 		{ "config", required_argument, 0, 'c' }, { "foreground", no_argument, 0, 'f' },
+		{ "agent", required_argument, 0, 'a' },
 		{ "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' },
 		{ 0, 0, 0, 0 },
 	};
@@ -186,6 +199,7 @@ static int parse_args(int argc, char **argv)
 		case 's': D.state_dir = optarg; break;
 		case 'p': if (set_port(optarg, "--port")) return 2; break;
 		case 'c': config = optarg; break;
+		case 'a': D.agent = optarg; break;
 		case 'f': D.foreground = 1; break;
 		case 'h': fputs(help, stdout); exit(0);
 		case 'V': printf("spdaemon %s\n", SPTRACE_VERSION); exit(0);
@@ -208,15 +222,64 @@ static int parse_args(int argc, char **argv)
 	return 0;
 }
 
+/* ---- the agent ----------------------------------------------------------- */
+
+/* The agent the daemon puts into processes: --agent, else beside the
+ * daemon's build or installation.  Root loads it into other users'
+ * processes, so it must be a regular file of root's (or the daemon's
+ * user's) that no one else may write. */
+static int find_agent(void)
+{
+	static const char *const rel[] = { "/../agent/libsptrace-agent.so",
+					   "/../lib/sptrace/libsptrace-agent.so",
+					   "/../lib/x86_64-linux-gnu/sptrace/libsptrace-agent.so" };
+	static char found[4096];
+	char self[4096], *slash;
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	if (!D.agent) {
+		n = readlink("/proc/self/exe", self, sizeof self - 1);
+		self[n > 0 ? n : 0] = '\0';
+		if ((slash = strrchr(self, '/')))
+			*slash = '\0';
+		for (size_t i = 0; i < sizeof rel / sizeof *rel && !D.agent; i++) {
+			char cand[4200];
+
+			snprintf(cand, sizeof cand, "%s%s", self, rel[i]);
+			if (realpath(cand, found))
+				D.agent = found;
+		}
+		if (!D.agent)
+			return fail("cannot find libsptrace-agent.so beside %s; give --agent FILE",
+				    self);
+	}
+	fd = sp_open_regular(D.agent, 0);
+	if (fd < 0)
+		return fail("--agent %s: %s", D.agent, sp_open_why(errno));
+	if (fstat(fd, &st) != 0 || (st.st_uid != 0 && st.st_uid != geteuid()) ||
+	    (st.st_mode & 022)) {
+		close(fd);
+		return fail("--agent %s belongs to uid %u with mode %03o: the daemon puts it into "
+			    "other users' processes, so it must be root's and writable by no one "
+			    "else", D.agent, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+	}
+	close(fd);
+	return 0;
+}
+
 /* ---- the state directory ------------------------------------------------ */
 
-/* DIR made 0700 if missing; the daemon's own, closed to others (nobody
- * else may plant a link where it writes logs and traces). */
+/* DIR made if missing; the daemon's own, writable by no one else (nobody
+ * may plant a link where it writes logs and traces), and 0711: the agents
+ * it injects write their traces below it as their processes' users
+ * (inject.c), into directories of their own. */
 static int open_state_dir(void)
 {
 	struct stat st;
 
-	if (mkdir(D.state_dir, 0700) != 0 && errno != EEXIST)
+	if (mkdir(D.state_dir, 0711) != 0 && errno != EEXIST)
 		return fail("cannot create the state directory %s: %s", D.state_dir,
 			    strerror(errno));
 	D.state_fd = open(D.state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -228,6 +291,9 @@ static int open_state_dir(void)
 		return fail("state directory %s belongs to uid %u with mode %03o: it must be "
 			    "this daemon's user's and writable by no one else", D.state_dir,
 			    (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+	fchmod(D.state_fd, (st.st_mode & 0755) | 0711);
+	if (!realpath(D.state_dir, D.state_abs))
+		return fail("state directory %s: %s", D.state_dir, strerror(errno));
 	D.log_fd = openat(D.state_fd, "spdaemon.log",
 			  O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (D.log_fd < 0)
@@ -437,7 +503,7 @@ int main(int argc, char **argv)
 		return fail("--name: %s", err.msg);
 	if (!(D.tls = spd_tls_context(D.keys, D.name, 1, &err)))
 		return fail("%s", err.msg);
-	if (open_state_dir() || listen_local() || listen_remote())
+	if (find_agent() || open_state_dir() || listen_local() || listen_remote())
 		return 1;
 	if (!D.foreground && daemonize())
 		return 1;
@@ -452,8 +518,10 @@ int main(int argc, char **argv)
 	sigfd = signalfd(-1, &sigs, SFD_CLOEXEC);
 	clock_gettime(CLOCK_MONOTONIC, &D.started);
 	spd_log("spdaemon %s started: host %s, pid %d, uid %u, TCP port %d, local socket @%s, "
-		"state in %s", SPTRACE_VERSION, D.name, (int)getpid(), (unsigned)geteuid(), D.port,
-		SPD_SOCKET, D.state_dir);
+		"state in %s, agent %s, remote-inject %s", SPTRACE_VERSION, D.name, (int)getpid(),
+		(unsigned)geteuid(), D.port, SPD_SOCKET, D.state_dir, D.agent,
+		D.remote_inject == SPD_REMOTE_USERS ? "users"
+		: D.remote_inject == SPD_REMOTE_ALL ? "all" : "none");
 	if (geteuid() != 0)
 		spd_log("not root: only processes of uid %u can be traced from here",
 			(unsigned)geteuid());

@@ -51,6 +51,9 @@ void spd_serve(spd_daemon *d, spd_conn *c)
 		case SPTRACE__SPD__FRAME__BODY_STATUS:
 			status(d, c, req, &err);
 			break;
+		case SPTRACE__SPD__FRAME__BODY_INJECT:
+			spd_inject(d, c, req, &err);
+			break;
 		default:
 			snprintf(err.msg, sizeof err.msg, "%s: a frame that is not a request (body "
 				 "%d); closing", c->peer, (int)req->body_case);

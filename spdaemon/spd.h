@@ -62,9 +62,11 @@ typedef struct spd_channel {
 } spd_channel;
 
 /* The socket (or pipe) inodes on this host that receive what `ch` carries
- * (the rules are in holders.c); *n may be 0: nothing receives it here. */
+ * (the rules are in holders.c); *n may be 0: nothing receives it here.
+ * *listener (may be NULL): they are a TCP listener's, the connection is
+ * not accepted yet. */
 int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size_t *n,
-		       sp_err *err);
+		       bool *listener, sp_err *err);
 /* The processes holding a descriptor of one of the inodes. */
 int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_t *npids,
 		sp_err *err);

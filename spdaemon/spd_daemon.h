@@ -9,8 +9,14 @@
 
 #include "spd_internal.h"
 
+/* What other hosts' inject requests may reach (config remote-inject). */
+enum { SPD_REMOTE_USERS, SPD_REMOTE_ALL, SPD_REMOTE_NONE };
+
 typedef struct spd_daemon {
 	char *keys, *name, *state_dir;   /* --keys, --name, --state-dir */
+	char *agent;                     /* --agent: libsptrace-agent.so, checked */
+	char state_abs[4096];            /* the state directory, absolute */
+	int remote_inject;               /* SPD_REMOTE_* */
 	int port;                        /* TCP port for other hosts */
 	int foreground;
 	struct ssl_ctx_st *tls;          /* server side: our certificate, the CA */
@@ -26,5 +32,8 @@ void spd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* serve.c: one connection, to its end (the TLS handshake first for a
  * remote one); every request and every refusal is logged. */
 void spd_serve(spd_daemon *d, spd_conn *c);
+
+/* inject.c: the inject request (answered on c, logged). */
+void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err);
 
 #endif

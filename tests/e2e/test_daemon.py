@@ -20,6 +20,16 @@ host of its own.
             the last: from the first, `sptrace status` reaches the second and
             the third over TLS, each naming itself and seeing the first by its
             certificate; the host without a daemon is a clear line and exit 1.
+  inject    SPD_INJECT ATTACH_TARGET: the inject request (through
+            tests/spdaemon/spd_inject, as an agent will send it) for a TCP
+            channel whose receiving end is a listening server of uid 61001
+            (attach_target): a requester of that uid gets the agent put into
+            it, dormant until a receive, its trace in the daemon's state
+            directory (sessions/SESSION/PID, the server's user's, 0700); a
+            connection then traces the serving thread; asked again, the
+            daemon says the process has the agent; a requester of uid 61002
+            is refused a root server (policy), a bad session name and a port
+            nothing listens on are answered, every request is logged.
   packaging the systemd unit passes `systemd-analyze verify` (with the
             built spdaemon in ExecStart), and the example configuration
             starts a daemon (with the test's keys and state directory given
@@ -222,6 +232,119 @@ def case_hosts(sptrace, spdaemon, tmp):
         hosts.close()
 
 
+def _demote(uid):
+    def f():
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    return f
+
+
+def start_target(prog, uid=None):
+    p = subprocess.Popen([prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         preexec_fn=_demote(uid) if uid is not None else None)
+    port = int(p.stdout.readline())
+    check(p.stdout.readline() == "ready\n", "attach_target did not start")
+    return p, port
+
+
+def end_target(p):
+    try:
+        p.stdin.close()
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        fail("attach_target did not end when its input closed")
+    return p.stdout.read()
+
+
+def ask(port, n):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(b"%d\n" % n)
+    answer = s.recv(100)
+    s.close()
+    return answer
+
+
+def case_inject(sptrace, spdaemon, tmp, spd_inject, target):
+    kd = os.path.join(tmp, "keys")
+    make_keys(sptrace, kd)
+    # The drivers run as other users: copies they can reach.
+    os.chmod(tmp, 0o755)
+    tool = os.path.join(tmp, "spd_inject")
+    prog = os.path.join(tmp, "attach_target")
+    for src, dst in ((spd_inject, tool), (target, prog)):
+        with open(src, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read())
+        os.chmod(dst, 0o755)
+    state = os.path.join(tmp, "state")
+    d = Daemon(spdaemon, kd, state)
+    user, other = 61001, 61002
+    servers = []
+    try:
+        p, port = start_target(prog, uid=user)
+        servers.append(p)
+        chan = ["127.0.0.1:40000", "127.0.0.1:%d" % port]
+        r = subprocess.run([tool] + chan + ["sess1"], capture_output=True, text=True, timeout=180,
+                           preexec_fn=_demote(user))
+        want = "%d injected %s/sessions/sess1/%d" % (p.pid, os.path.realpath(state), p.pid)
+        check(r.returncode == 0 and r.stdout.strip() == want,
+              "inject by the server's own user: %d %r %r (want %r)\n%s" %
+              (r.returncode, r.stdout, r.stderr, want, d.text()[-2000:]))
+        tdir = want.split(" ", 2)[2]
+        st = os.stat(tdir)
+        check(st.st_uid == user and (st.st_mode & 0o777) == 0o700,
+              "the trace directory is uid %d mode %o, not the server's user's 0700" %
+              (st.st_uid, st.st_mode & 0o777))
+        maps = open("/proc/%d/maps" % p.pid).read()
+        check("sptrace-agent" in maps, "the server has no agent after the inject")
+        check("activated" not in open(os.path.join(tdir, "meta")).read(),
+              "the agent traces before any receive")
+        check(ask(port, 5).strip(), "the traced server does not answer")
+        deadline = time.monotonic() + 60
+        while "\nactivated " not in open(os.path.join(tdir, "meta")).read():
+            check(time.monotonic() < deadline, "a receive did not start tracing:\n" +
+                  open(os.path.join(tdir, "agent.log")).read()[-2000:])
+            time.sleep(0.1)
+        check([f for f in os.listdir(tdir) if f.startswith("ring.")], "no ring in " + tdir)
+        # Asked again: the process has the agent already.
+        r = run([tool] + chan + ["sess1"], timeout=180)
+        check("%d refused pid %d has the agent already" % (p.pid, p.pid) in r.stdout,
+              "a second inject: %r %r" % (r.stdout, r.stderr))
+        # Policy: uid 61002 may not have root's server traced.
+        q, qport = start_target(prog)
+        servers.append(q)
+        r = subprocess.run([tool, "127.0.0.1:40001", "127.0.0.1:%d" % qport, "sess2"],
+                           capture_output=True, text=True, timeout=180, preexec_fn=_demote(other))
+        check(r.returncode == 0 and r.stdout.startswith("%d refused " % q.pid) and
+              "runs as uid 0 and the requester is uid %d" % other in r.stdout,
+              "uid %d asking for root's server: %r %r" % (other, r.stdout, r.stderr))
+        check("sptrace-agent" not in open("/proc/%d/maps" % q.pid).read(),
+              "the agent went into root's server for another user")
+        # Bad requests are answered.
+        r = run([tool] + chan + ["../escape"])
+        check(r.returncode == 1 and "session name" in r.stdout, "a bad session name: %r" % r.stdout)
+        r = run([tool, "127.0.0.1:40002", "127.0.0.1:9", "sess3"])
+        check(r.returncode == 0 and r.stdout.strip() == "none", "no holder: %r" % r.stdout)
+        d.wait_log(["inject session sess1 pid %d: agent in after" % p.pid,
+                    "inject session sess2 pid %d: refused" % q.pid,
+                    "inject refused: session name", "no process of this host holds"],
+                   "the inject log")
+        out = end_target(p)
+        check(out.startswith("eintr 0 early 0 wrong 0"), "the traced server saw the agent: " + out)
+        end_target(q)
+        r = run([sptrace, "replay", tdir])
+        check(r.returncode == 0 and "serve" in r.stdout,
+              "the replay of the injected server shows no serving: %r" % r.stderr[-500:])
+    finally:
+        for sp in servers:
+            if sp.poll() is None:
+                sp.kill()
+                sp.wait()
+        d.stop()
+
+
 def case_packaging(sptrace, spdaemon, tmp):
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packaging")
     unit = open(os.path.join(src, "spdaemon.service")).read()
@@ -294,6 +417,10 @@ def main():
     sptrace, spdaemon, case = sys.argv[1], sys.argv[2], sys.argv[3]
     in_own_netns()
     with tempfile.TemporaryDirectory(prefix="sptrace-daemon.") as tmp:
+        if case == "inject":
+            case_inject(sptrace, spdaemon, tmp, sys.argv[4], sys.argv[5])
+            print("ok")
+            return
         {"serve": case_serve, "hosts": case_hosts, "packaging": case_packaging,
          "refusals": case_refusals}[case](sptrace, spdaemon, tmp)
     print("ok")

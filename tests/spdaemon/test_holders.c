@@ -67,7 +67,7 @@ static size_t holders_of(const spd_channel *ch, pid_t *pids, size_t max)
 	size_t n, np = 0;
 	sp_err err;
 
-	if (spd_channel_inodes(ch, inodes, 64, &n, &err) != 0) {
+	if (spd_channel_inodes(ch, inodes, 64, &n, NULL, &err) != 0) {
 		fprintf(stderr, "spd_channel_inodes: %s\n", err.msg);
 		failures++;
 		return 0;
@@ -289,7 +289,7 @@ static void pipe_and_nothing_cases(void)
 
 	none.dst.addr[0] = 127;
 	none.dst.addr[3] = 1;
-	CHECK(spd_channel_inodes(&none, inodes, 4, &n, &err) == 0 && n == 0,
+	CHECK(spd_channel_inodes(&none, inodes, 4, &n, NULL, &err) == 0 && n == 0,
 	      "a port nothing listens on has %zu inodes", n);
 }
 

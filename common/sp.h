@@ -83,6 +83,12 @@ int sp_pread_all(int fd, void *buf, size_t n, uint64_t off);
  *  7. The wire (spdaemon/frame.c, tls.c).  A frame is checked for size,
  *     parse and kind before anything acts on it; another host is who the
  *     cluster CA's certificate says, a local client who SO_PEERCRED says.
+ *  8. Injection by the daemon (spdaemon/inject.c).  A local requester gets
+ *     the agent put only into processes all of whose uids are its own
+ *     (root: any); another host only as `remote-inject` allows (by default
+ *     no root process); never pid 1.  The agent file it injects is root's
+ *     and writable by no one else.  Each trace goes into a directory made
+ *     through descriptors and given to the traced process's user, 0700.
  */
 
 /*

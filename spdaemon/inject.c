@@ -28,10 +28,20 @@
  *   7. The holders are asked again, until a round finds no new process (a
  *      pre-forked worker may have inherited the socket meanwhile), at most
  *      SPD_INJECT_ROUNDS rounds.
+ *
+ * A channel whose receiving end is on another host (its destination is no
+ * address of this network namespace) is not this daemon's to serve: a
+ * local requester's request goes on, as it is, to the daemon of that
+ * address over mutual TLS, and its answer comes back (the other host
+ * applies its own policy to "a daemon of another host").  A request from
+ * another host for an address that is not here is refused: no relays.
  */
 #include "spd_daemon.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <ifaddrs.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +238,73 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 		 (int)r.tid, r.pause_ms);
 }
 
+/* Is `ep` an address of this network namespace (loopback included)? */
+static bool local_address(const spd_endpoint *ep)
+{
+	static const uint8_t v6_loopback[16] = { [15] = 1 };
+	struct ifaddrs *ifs, *i;
+	bool found = false;
+
+	if ((ep->family == AF_INET && ep->addr[0] == 127) ||
+	    (ep->family == AF_INET6 && memcmp(ep->addr, v6_loopback, 16) == 0))
+		return true;
+	if (getifaddrs(&ifs) != 0)
+		return true;         /* cannot tell: serve it here rather than loop */
+	for (i = ifs; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != ep->family)
+			continue;
+		if (ep->family == AF_INET)
+			found = memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, ep->addr,
+				       4) == 0;
+		else
+			found = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, ep->addr,
+				       16) == 0;
+	}
+	freeifaddrs(ifs);
+	return found;
+}
+
+/* The request, as it is, to the daemon of the channel's destination; its
+ * answer back to the requester under the requester's id. */
+static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const spd_channel *ch,
+		    sp_err *err)
+{
+	char host[INET6_ADDRSTRLEN];
+	Sptrace__Spd__Frame *rep = NULL;
+	uint64_t id = req->id;
+	spd_conn far;
+	int r;
+
+	inet_ntop(ch->dst.family, ch->dst.addr, host, sizeof host);
+	pthread_mutex_lock(&d->lock);
+	if (!d->tls_client)
+		d->tls_client = spd_tls_context(d->keys, d->name, 0, err);
+	pthread_mutex_unlock(&d->lock);
+	if (!d->tls_client || spd_tls_connect(d->tls_client, host, d->port, 10, &far, err) != 0) {
+		spd_send_error(c, id, err->msg);
+		spd_log("%s: inject session %s for %s: %s", c->peer, req->inject->session, host,
+			err->msg);
+		return;
+	}
+	r = spd_frame_write(&far, req, err) == 0 ? spd_frame_read(&far, &rep, err) : -1;
+	spd_conn_close(&far);
+	if (r != 1) {
+		if (r == 0)
+			sp_fail(err, "the spdaemon of %s closed the connection without an answer", host);
+		spd_send_error(c, id, err->msg);
+		spd_log("%s: inject session %s for %s: %s", c->peer, req->inject->session, host,
+			err->msg);
+		return;
+	}
+	spd_log("%s: inject session %s: forwarded to the spdaemon of %s, which answered with %s",
+		c->peer, req->inject->session, host,
+		rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY ? "the processes it found"
+		: "an error");
+	rep->id = id;
+	spd_frame_write(c, rep, err);
+	spd_frame_free(rep);
+}
+
 static bool seen(const pid_t *v, size_t n, pid_t pid)
 {
 	for (size_t i = 0; i < n; i++)
@@ -249,6 +326,20 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	spd_channel ch;
 
 	if (check_request(q, &ch, err) != 0) {
+		spd_send_error(c, req->id, err->msg);
+		spd_log("%s: inject refused: %s", c->peer, err->msg);
+		return;
+	}
+	if ((ch.kind == SPD_CH_TCP || ch.kind == SPD_CH_UDP) && !local_address(&ch.dst)) {
+		if (!c->remote) {
+			forward(d, c, req, &ch, err);
+			return;
+		}
+		char host[INET6_ADDRSTRLEN];
+
+		inet_ntop(ch.dst.family, ch.dst.addr, host, sizeof host);
+		snprintf(err->msg, sizeof err->msg, "%s is not an address of host %s: a daemon "
+			 "serves only its own host's processes", host, d->name);
 		spd_send_error(c, req->id, err->msg);
 		spd_log("%s: inject refused: %s", c->peer, err->msg);
 		return;

@@ -62,7 +62,7 @@ static const char help[] =
 	"  -h, --help         this text\n"
 	"  --version          the version\n";
 
-static spd_daemon D;
+static spd_daemon D = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---- the log ------------------------------------------------------------ */
 

@@ -5,6 +5,7 @@
 #ifndef SPD_DAEMON_H
 #define SPD_DAEMON_H
 
+#include <pthread.h>
 #include <time.h>
 
 #include "spd_internal.h"
@@ -20,6 +21,8 @@ typedef struct spd_daemon {
 	int port;                        /* TCP port for other hosts */
 	int foreground;
 	struct ssl_ctx_st *tls;          /* server side: our certificate, the CA */
+	struct ssl_ctx_st *tls_client;   /* to other hosts' daemons, made when first needed */
+	pthread_mutex_t lock;            /* guards tls_client */
 	int state_fd, log_fd;            /* the state directory, spdaemon.log there */
 	int local_fd, remote_fd;         /* listening sockets */
 	struct timespec started;         /* CLOCK_MONOTONIC */

@@ -30,6 +30,13 @@ host of its own.
             daemon says the process has the agent; a requester of uid 61002
             is refused a root server (policy), a bad session name and a port
             nothing listens on are answered, every request is logged.
+  inject-hosts SPD_INJECT ATTACH_TARGET: two hosts (network namespaces),
+            a daemon in each; a request made on the first for a channel to a
+            server of uid 61001 on the second is forwarded over TLS, and the
+            second's daemon puts the agent into that server (the reply names
+            it), which then traces the connection the first host makes; a
+            root server there is refused to the other host (remote-inject
+            users); the second daemon refuses to relay to a third address.
   packaging the systemd unit passes `systemd-analyze verify` (with the
             built spdaemon in ExecStart), and the example configuration
             starts a daemon (with the test's keys and state directory given
@@ -240,9 +247,9 @@ def _demote(uid):
     return f
 
 
-def start_target(prog, uid=None):
-    p = subprocess.Popen([prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                         preexec_fn=_demote(uid) if uid is not None else None)
+def start_target(prog, uid=None, wrap=(), args=()):
+    p = subprocess.Popen(list(wrap) + [prog] + list(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, preexec_fn=_demote(uid) if uid is not None else None)
     port = int(p.stdout.readline())
     check(p.stdout.readline() == "ready\n", "attach_target did not start")
     return p, port
@@ -345,6 +352,76 @@ def case_inject(sptrace, spdaemon, tmp, spd_inject, target):
         d.stop()
 
 
+def case_inject_hosts(sptrace, spdaemon, tmp, spd_inject, target):
+    kd = os.path.join(tmp, "keys")
+    os.chmod(tmp, 0o755)
+    prog = os.path.join(tmp, "attach_target")
+    with open(target, "rb") as f, open(prog, "wb") as g:
+        g.write(f.read())
+    os.chmod(prog, 0o755)
+    hosts = Hosts(2)
+    daemons, servers = [], []
+    try:
+        run([sptrace, "keys", "init", kd])
+        for a in hosts.addrs:
+            run([sptrace, "keys", "issue", kd, a])
+        for i in range(2):
+            daemons.append(Daemon(spdaemon, kd, os.path.join(tmp, "state%d" % i),
+                                  name=hosts.addrs[i], wrap=hosts.cmd(i, [])))
+        as_user = ["setpriv", "--reuid", "61001", "--regid", "61001", "--clear-groups"]
+        p, port = start_target(prog, wrap=hosts.cmd(1, as_user), args=["--any"])
+        servers.append(p)
+        # ip netns exec and setpriv exec the server: it has their pid
+        pid = p.pid
+        check(os.readlink("/proc/%d/exe" % pid).endswith("/attach_target"),
+              "the server is not pid %d" % pid)
+        r = hosts.run(0, [spd_inject, "%s:40000" % hosts.addrs[0],
+                          "%s:%d" % (hosts.addrs[1], port), "far1"], timeout=180)
+        state1 = os.path.realpath(os.path.join(tmp, "state1"))
+        want = "%d injected %s/sessions/far1/%d" % (pid, state1, pid)
+        check(r.returncode == 0 and r.stdout.strip() == want,
+              "a request on host 0 for host 1's server: %d %r %r (want %r)\nhost 0 log:\n%s\n"
+              "host 1 log:\n%s" % (r.returncode, r.stdout, r.stderr, want,
+                                   daemons[0].text()[-1500:], daemons[1].text()[-1500:]))
+        daemons[0].wait_log(["inject session far1: forwarded to the spdaemon of %s" %
+                             hosts.addrs[1]], "host 0's log")
+        daemons[1].wait_log(["host %s (%s:" % (hosts.addrs[0], hosts.addrs[0]),
+                             "inject session far1 pid %d: agent in after" % pid], "host 1's log")
+        tdir = want.split(" ", 2)[2]
+        r = hosts.run(0, [sys.executable, "-c",
+                          "import socket; s = socket.create_connection(('%s', %d), timeout=30); "
+                          "s.sendall(b'7\\n'); print(s.recv(100))" % (hosts.addrs[1], port)])
+        check(r.returncode == 0 and r.stdout.strip(), "host 0 cannot ask host 1's server: %r" %
+              r.stderr)
+        deadline = time.monotonic() + 60
+        while "\nactivated " not in open(os.path.join(tdir, "meta")).read():
+            check(time.monotonic() < deadline, "the connection from host 0 was not traced")
+            time.sleep(0.1)
+        # Root's server on host 1: not for another host (remote-inject users).
+        q, qport = start_target(prog, wrap=hosts.cmd(1, []), args=["--any"])
+        servers.append(q)
+        qpid = q.pid
+        r = hosts.run(0, [spd_inject, "%s:40001" % hosts.addrs[0],
+                          "%s:%d" % (hosts.addrs[1], qport), "far2"], timeout=180)
+        check(r.returncode == 0 and r.stdout.startswith("%d refused pid %d runs as root" %
+                                                        (qpid, qpid)),
+              "another host asking for root's server: %r %r" % (r.stdout, r.stderr))
+        # A daemon relays nothing: host 1 asked for host 0's address.
+        r = hosts.run(1, [spd_inject, "%s:40002" % hosts.addrs[1], "10.77.0.99:80", "far3"])
+        check(r.returncode == 1 and "cannot reach the spdaemon of 10.77.0.99" in r.stdout,
+              "a request for an address no daemon serves: %r %r" % (r.stdout, r.stderr))
+        out = end_target(p)
+        check(out.startswith("eintr 0 early 0 wrong 0"), "the traced server saw the agent: " + out)
+    finally:
+        for sp in servers:
+            if sp.poll() is None:
+                sp.kill()
+                sp.wait()
+        for d in daemons:
+            d.stop()
+        hosts.close()
+
+
 def case_packaging(sptrace, spdaemon, tmp):
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packaging")
     unit = open(os.path.join(src, "spdaemon.service")).read()
@@ -417,8 +494,9 @@ def main():
     sptrace, spdaemon, case = sys.argv[1], sys.argv[2], sys.argv[3]
     in_own_netns()
     with tempfile.TemporaryDirectory(prefix="sptrace-daemon.") as tmp:
-        if case == "inject":
-            case_inject(sptrace, spdaemon, tmp, sys.argv[4], sys.argv[5])
+        if case in ("inject", "inject-hosts"):
+            {"inject": case_inject, "inject-hosts": case_inject_hosts}[case](
+                sptrace, spdaemon, tmp, sys.argv[4], sys.argv[5])
             print("ok")
             return
         {"serve": case_serve, "hosts": case_hosts, "packaging": case_packaging,

@@ -6,7 +6,8 @@
  * agent and tracing starts and stops.  Each checks what it can see of it:
  * no call may fail with EINTR, a sleep may not end early, a wait with a
  * timeout may not end before it, the busy threads' sums stay right.
- * It prints its port and "ready", serves each connection (reads a number,
+ * It listens on loopback (on every address with --any), prints its port
+ * and "ready", serves each connection (reads a number,
  * answers work(number)), and when standard input closes prints one line:
  * "eintr N early N wrong N served N".
  */
@@ -150,9 +151,12 @@ KEEP void *busy(void *arg)
 	return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	/* --any: on every address (another host connects), else loopback */
+	int any = argc > 1 && strcmp(argv[1], "--any") == 0;
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(any ? INADDR_ANY : INADDR_LOOPBACK) };
 	socklen_t len = sizeof a;
 	pthread_t t[32];
 	int n = 0;

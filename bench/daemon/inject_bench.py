@@ -16,6 +16,7 @@ time from its log.  Root only.
 
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -79,6 +80,7 @@ def main():
             d.terminate()
             d.wait()
         hosts.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     print("| request | rounds | median ms | min ms | max ms |")
     print("|---|---:|---:|---:|---:|")
     for where in ("local", "remote"):

@@ -223,6 +223,7 @@ int ag_channels_open(const char *dir)
 	}
 	next_chan = (volatile uint32_t *)chan_map;
 	*next_chan = 1;                    /* id 0 is never used */
+	next_chan[1] = sizeof(trace_channel);   /* record 0's pid: the record size */
 	return 0;
 }
 

@@ -35,7 +35,8 @@
  *     growth of the channels file; the hot path is signal-safe.
  *  5. A TCP channel's counters start at the stream's absolute offsets,
  *     read from the kernel once, when it is classified (tcp_bases); other
- *     channels' at 0.  shutdown() and a receive that finds the end of a
+ *     channels' at 0.  A connected UNIX socket's record names its peer's
+ *     inode (unix_peer), also asked once.  shutdown() and a receive that finds the end of a
  *     stream are messages of no bytes at the current offset.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the
@@ -47,10 +48,9 @@
  *    internal close in fclose, a raw system call) keeps its word until its
  *    number comes back through one of the calls of point 3; meanwhile a new
  *    file opened at that number by open() is taken for the old channel;
- *  - UNIX stream sockets are named by their own inode only: the two ends of
- *    a socketpair or a connection are two channels nothing ties together
- *    yet (the peer's inode, from sock_diag's UDIAG_SHOW_PEER, would:
- *    trace_channel.peer_inode is reserved for it);
+ *  - a UNIX socket's peer is asked of the kernel over a netlink socket
+ *    (unix_peer) that holds a low number for the instant before it is moved
+ *    high;
  *  - TCP sent offsets stay relative on a descriptor whose connect or accept
  *    the agent did not see (tcp_bases, point 4); an end of stream returned
  *    by recvmmsg, splice or sendfile is not recorded.
@@ -61,8 +61,12 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
 #include <linux/sockios.h>
 #include <linux/tcp.h>
+#include <linux/unix_diag.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
@@ -568,6 +572,67 @@ static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
 	}
 }
 
+/*
+ * The peer of a connected UNIX socket: its inode, asked of the kernel's
+ * sock_diag (NETLINK_SOCK_DIAG, UDIAG_SHOW_PEER) once, when the channel is
+ * classified; /proc/net/unix lists inodes, not peers.  With it the two ends
+ * of a socketpair or a connection name each other.
+ *
+ *  1. The netlink socket is the agent's for its short life (fds.c's rules):
+ *     made by a raw system call (the program's socket() interposer never
+ *     sees it), moved to a high number and registered at once
+ *     (ag_fd_keep), closed as soon as the answer is in (ag_fd_drop).  Only
+ *     between the socket call and the move does it hold a low number: an
+ *     open() of another thread just then gets the next one.
+ *  2. One request for one inode (no dump), cookie "none": the kernel
+ *     answers within the sendto, one unix_diag_msg with its attributes,
+ *     UNIX_DIAG_PEER among them when the socket has a peer; the receive
+ *     does not wait (MSG_DONTWAIT).
+ *  3. Any failure (a kernel without unix_diag, a seccomp filter, no room
+ *     for a descriptor) leaves the peer unknown: 0.
+ */
+static uint64_t unix_peer(uint64_t inode)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct unix_diag_req req;
+	} q = { .nh = { .nlmsg_len = sizeof q, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			.nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 1 },
+		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u,
+			 .udiag_ino = (uint32_t)inode, .udiag_show = UDIAG_SHOW_PEER,
+			 .udiag_cookie = { ~0u, ~0u } } };
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	union {
+		struct nlmsghdr nh;
+		char buf[1024];
+	} a;
+	volatile int fd;
+	long n;
+	uint64_t peer = 0;
+
+	if (inode > UINT32_MAX)
+		return 0;
+	fd = (int)sys(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG, 0, 0);
+	if (fd < 0)
+		return 0;
+	ag_fd_keep(&fd, NULL, 0);                                       /* 1 */
+	if (syscall(SYS_sendto, fd, &q, sizeof q, 0, &kernel, sizeof kernel) ==
+	    (long)sizeof q &&                                          /* 2 */
+	    (n = sys(SYS_recvfrom, fd, (long)&a, sizeof a, MSG_DONTWAIT, 0)) > 0 &&
+	    NLMSG_OK(&a.nh, (unsigned long)n) && a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+	    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct unix_diag_msg))) {
+		struct unix_diag_msg *m = NLMSG_DATA(&a.nh);
+		struct rtattr *at = (struct rtattr *)((char *)m + NLMSG_ALIGN(sizeof *m));
+		unsigned left = a.nh.nlmsg_len - NLMSG_LENGTH(sizeof *m);
+
+		for (; m->udiag_ino == inode && RTA_OK(at, left); at = RTA_NEXT(at, left))
+			if (at->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(at) >= 4)
+				peer = *(uint32_t *)RTA_DATA(at);
+	}
+	ag_fd_drop(fd);
+	return peer;                                                    /* 3 */
+}
+
 /* What descriptor fd is (point 2): its word, written into the cache.  The
  * call that asks moved `len` bytes in direction `dir` (0 before a call). */
 static uint64_t classify(int fd, unsigned dir, uint64_t len)
@@ -628,6 +693,9 @@ static uint64_t classify(int fd, unsigned dir, uint64_t len)
 		tc.flags = TRACE_CHAN_PEER;
 		if (proto == TRACE_PROTO_TCP)
 			tcp_bases(fd, dir, len, &tc);
+		if ((proto == TRACE_PROTO_UNIX_STREAM || proto == TRACE_PROTO_UNIX_SEQPACKET) &&
+		    (tc.peer_inode = unix_peer(st.st_ino)) != 0)
+			tc.flags |= TRACE_CHAN_PEER_INODE;
 		addr_of((struct sockaddr *)&pa, pl, tc.peer_addr, &tc.peer_port, tc.peer_path);
 		addr_of((struct sockaddr *)&pa, pl, k.peer, &k.peer_port, NULL);
 		if (la.ss_family == AF_UNIX)

@@ -1062,7 +1062,14 @@ char *an_channel_text(const an_trace *t, uint32_t id, int recv, char *buf, size_
 	}
 	addr_text(c, 1, l, sizeof l);
 	addr_text(c, 0, p, sizeof p);
-	if (c->family == AF_UNIX && !c->local_path[0] && !c->peer_path[0])
+	if (c->family == AF_UNIX && (c->flags & TRACE_CHAN_PEER_INODE) && !c->local_path[0] &&
+	    !c->peer_path[0])
+		snprintf(buf, len, "%s %" PRIu64 " %s %" PRIu64, proto_name(c->proto), c->inode,
+			 recv ? "<-" : "->", c->peer_inode);
+	else if (c->family == AF_UNIX && (c->flags & TRACE_CHAN_PEER_INODE))
+		snprintf(buf, len, "%s %" PRIu64 " %s %s %s %" PRIu64, proto_name(c->proto),
+			 c->inode, l, recv ? "<-" : "->", p, c->peer_inode);
+	else if (c->family == AF_UNIX && !c->local_path[0] && !c->peer_path[0])
 		snprintf(buf, len, "%s %" PRIu64, proto_name(c->proto), c->inode);
 	else if (c->family == AF_UNIX)
 		snprintf(buf, len, "%s %" PRIu64 " %s %s %s", proto_name(c->proto), c->inode, l,

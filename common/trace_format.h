@@ -170,7 +170,9 @@ static inline uint64_t trace_ctx_key(const void *ucp)
  *
  * The channel of a message is named by the pair of addresses of a socket
  * (local and peer, per direction: what a receiver on the peer sees as its
- * own pair reversed), or by the inode of a pipe, which both ends share.
+ * own pair reversed), or by the inode of a pipe, which both ends share, or
+ * for a connected UNIX socket by its inode and its peer's (the other end's
+ * channel has the two reversed).
  * For TCP a later matcher pairs a send with its receive by the 4-tuple
  * and the byte ranges; for UDP by the pair and the datagram's number.
  */
@@ -315,7 +317,8 @@ typedef struct trace_channel {
 	uint64_t base[2];        /* TCP, TRACE_CHAN_ABS_SEND / _RECV: the absolute offset
 				  * (message events, point 2) of the first byte this
 				  * process counted, sent [0] and received [1] */
-	uint64_t peer_inode;     /* reserved for the peer socket's inode (0: unknown) */
+	uint64_t peer_inode;     /* TRACE_CHAN_PEER_INODE: a connected UNIX socket's
+				  * peer (the other end's `inode`) */
 	uint64_t reserved2;
 } trace_channel;
 
@@ -326,6 +329,7 @@ enum {
 	TRACE_CHAN_PEER = 1,     /* the peer address is known */
 	TRACE_CHAN_ABS_SEND = 2, /* base[0] and the sent offsets are absolute */
 	TRACE_CHAN_ABS_RECV = 4, /* base[1] and the received offsets are absolute */
+	TRACE_CHAN_PEER_INODE = 8, /* peer_inode is known */
 };
 
 /* A meta file larger than this is corrupt rather than large: readers

@@ -818,7 +818,7 @@ static void write_chan_trace(const char *dir, const void *chans, size_t len)
 static void test_channel_layouts(void)
 {
 	char *dir, text[400];
-	trace_channel ch[2];
+	trace_channel ch[3];
 	uint8_t v1[3][TRACE_CHANNEL_V1_SIZE];
 	const trace_channel *c;
 	an_msg m = { .chan = 1, .call = TRACE_CALL_EOF, .recv = 1, .off = 1050, .len = 0 };
@@ -828,8 +828,10 @@ static void test_channel_layouts(void)
 	/* the current layout, a TCP channel with absolute offsets */
 	dir = tg_dir(root, "chan-now");
 	memset(ch, 0, sizeof ch);
-	ch[0].proto = 2;
+	ch[0].proto = 3;
 	ch[0].pid = sizeof(trace_channel);
+	ch[2] = (trace_channel){ .proto = TRACE_PROTO_UNIX_STREAM, .family = AF_UNIX, .inode = 11,
+				 .flags = TRACE_CHAN_PEER | TRACE_CHAN_PEER_INODE, .peer_inode = 22 };
 	ch[1] = (trace_channel){ .proto = TRACE_PROTO_TCP, .family = AF_INET, .local_port = 40112,
 				 .peer_port = 7000, .flags = TRACE_CHAN_PEER | TRACE_CHAN_ABS_SEND |
 				 TRACE_CHAN_ABS_RECV, .base = { 5, 300 } };
@@ -840,7 +842,7 @@ static void test_channel_layouts(void)
 		c = an_channel(t, 1);
 		CHECK(c && c->base[0] == 5 && c->base[1] == 300 &&
 		      c->flags == (TRACE_CHAN_PEER | TRACE_CHAN_ABS_SEND | TRACE_CHAN_ABS_RECV) &&
-		      an_nchannels(t) == 2, "channel 1 of the current layout read as %s",
+		      an_nchannels(t) == 3, "channel 1 of the current layout read as %s",
 		      c ? "other fields" : "no channel");
 		an_msg_text(t, &m, text, sizeof text);
 		CHECK(strcmp(text, "eof(tcp 10.0.0.1:40112 <- 10.0.0.2:7000, at byte 1050)") == 0,
@@ -849,6 +851,10 @@ static void test_channel_layouts(void)
 		an_msg_text(t, &m, text, sizeof text);
 		CHECK(strcmp(text, "shutdown(tcp 10.0.0.1:40112 -> 10.0.0.2:7000, at byte 12)") == 0,
 		      "a shutdown: %s", text);
+		CHECK(strcmp(an_channel_text(t, 2, 0, text, sizeof text), "unix 11 -> 22") == 0,
+		      "a UNIX socket with its peer, sending: %s", text);
+		CHECK(strcmp(an_channel_text(t, 2, 1, text, sizeof text), "unix 11 <- 22") == 0,
+		      "a UNIX socket with its peer, receiving: %s", text);
 		an_trace_close(t);
 	}
 	free(dir);

@@ -10,7 +10,10 @@ Cases:
               byte range (or datagram number), under the function that made
               it; the report counts them per channel.  The end of the
               pipe and of the socketpair (after shutdown) are there, as
-              `eof` and `shutdown` at the byte where they happened.
+              `eof` and `shutdown` at the byte where they happened; the
+              socketpair's two ends name each other (unix A -> B and
+              unix B <- A), and the agent's netlink socket that learnt it
+              never took a number the program sees.
               Then `msgs late` under `--on call late_traced`: a TCP
               connection that carried 1000 + 5 bytes before tracing began
               shows absolute offsets (the receiver's 300.. are the
@@ -158,6 +161,10 @@ def case_prog(sptrace, prog, tmp):
     ur = [m for m in msgs if m[2] == "recvmsg" and m[3].startswith("unix ")]
     check(len(us) == 1 and len(ur) == 1 and (us[0][4], us[0][5]) == (0, 9) ==
           (ur[0][4], ur[0][5]), "socketpair messages: %s / %s" % (us, ur))
+    # ... its two ends name each other: unix A -> B, unix B <- A
+    ends = re.match(r"unix (\d+) -> (\d+)$", us[0][3])
+    check(ends and ur[0][3] == "unix %s <- %s" % (ends.group(2), ends.group(1)),
+          "the socketpair's ends do not name each other: %s / %s" % (us[0][3], ur[0][3]))
     # the ends: the pipe's after its 5 bytes, the socketpair's shutdown and
     # its end after the 9
     one(msgs, "eof", pr[0][3], "pipe_exchange")

@@ -11,6 +11,8 @@
  *    which gets them with recvfrom() and answers 7 bytes with sendto();
  *  - a UNIX socketpair: 9 bytes with sendmsg(), read with recvmsg(); then
  *    shutdown(SHUT_WR) on the sending end and a recv() that gets its end;
+ *    the next descriptor number the program gets is printed (the agent
+ *    asked the kernel for the socketpair's peers meanwhile);
  *  - errno: a write to a closed descriptor (EBADF) and a send to a socket
  *    whose peer is gone (EPIPE) print the errno they leave.
  *
@@ -172,12 +174,16 @@ static void unix_exchange(void)
 	char buf[16];
 	struct iovec out = { "unix-msg!", 9 }, in = { buf, sizeof buf };
 	struct msghdr mo = { .msg_iov = &out, .msg_iovlen = 1 }, mi = { .msg_iov = &in, .msg_iovlen = 1 };
+	int next;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || sendmsg(sv[0], &mo, 0) != 9 ||
 	    recvmsg(sv[1], &mi, 0) != 9)
 		die("unix");
 	if (shutdown(sv[0], SHUT_WR) != 0 || recv(sv[1], buf, sizeof buf, 0) != 0)
 		die("unix shutdown");
+	next = dup(0);
+	printf("unix: the next descriptor is %d\n", next);
+	close(next);
 	close(sv[0]);
 	close(sv[1]);
 	printf("unix: 9 bytes, shutdown, the end\n");

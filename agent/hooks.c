@@ -95,6 +95,7 @@ static hook hooks[] = {
 	{ "__read_chk", (void *)__read_chk, 0 },
 	{ "readv", (void *)readv, 0 },
 	{ "splice", (void *)splice, 0 },
+	{ "shutdown", (void *)shutdown, 0 },
 	{ "sendfile", (void *)ag_sendfile, 0 },
 	{ "sendfile64", (void *)ag_sendfile64, 0 },
 	{ "connect", (void *)connect, 0 },

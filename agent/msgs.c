@@ -33,15 +33,27 @@
  *     that direction, then five ring records taken with one atomic add
  *     (ring.c: ag_ring_put_msg).  Nothing here takes a lock but the rare
  *     growth of the channels file; the hot path is signal-safe.
+ *  5. A TCP channel's counters start at the stream's absolute offsets,
+ *     read from the kernel once, when it is classified (tcp_bases); other
+ *     channels' at 0.  A connected UNIX socket's record names its peer's
+ *     inode (unix_peer), also asked once.  shutdown() and a receive that finds the end of a
+ *     stream are messages of no bytes at the current offset.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the
  * control thread (no ring): they are never messages.  Its descriptors are
  * skipped as well (fds.c).
  *
- * Left: a descriptor closed where no interposer sees it (the C library's
- * internal close in fclose, a raw system call) keeps its word until its
- * number comes back through one of the calls of point 3; meanwhile a new
- * file opened at that number by open() is taken for the old channel.
+ * Left:
+ *  - a descriptor closed where no interposer sees it (the C library's
+ *    internal close in fclose, a raw system call) keeps its word until its
+ *    number comes back through one of the calls of point 3; meanwhile a new
+ *    file opened at that number by open() is taken for the old channel;
+ *  - a UNIX socket's peer is asked of the kernel over a netlink socket
+ *    (unix_peer) that holds a low number for the instant before it is moved
+ *    high;
+ *  - TCP sent offsets stay relative on a descriptor whose connect or accept
+ *    the agent did not see (tcp_bases, point 4); an end of stream returned
+ *    by recvmmsg, splice or sendfile is not recorded.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -49,6 +61,13 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <linux/unix_diag.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -66,10 +85,12 @@
 
 enum { ST_NONE = 1, ST_CHAN = 2, ST_UNCONN = 3 };
 enum { DIR_SEND = 0, DIR_RECV = 1 };
+enum { OPENED_ACTIVE = 1, OPENED_PASSIVE = 2 };   /* a number's TCP connection (tcp_bases) */
 
 typedef struct chan {
 	uint32_t id;                   /* in the channels file; 0: none */
 	uint8_t proto, dgram, peer_known;
+	uint8_t msg_flags[2];          /* TRACE_MSG_* of its messages, per direction */
 	uint16_t family, peer_port;
 	uint64_t inode;
 	uint8_t peer[16];              /* the key's peer (AF_UNIX: a hash of the path) */
@@ -77,6 +98,7 @@ typedef struct chan {
 } chan;
 
 static uint64_t *fdcache;              /* FD_MAX words (point 1) */
+static uint8_t *opened;                /* FD_MAX: OPENED_*, 0 unknown (tcp_bases) */
 static chan *chans;
 static uint32_t *slots;                /* chan index + 1, 0: free */
 static volatile uint32_t nchans;
@@ -120,6 +142,7 @@ typedef int (*pipe2_fn)(int *, int);
 typedef int (*socketpair_fn)(int, int, int, int *);
 typedef ssize_t (*splice_fn)(int, loff_t *, int, loff_t *, size_t, unsigned);
 typedef ssize_t (*sendfile_fn)(int, int, off_t *, size_t);
+typedef int (*shutdown_fn)(int, int);
 
 static send_fn real_send;
 static sendto_fn real_sendto;
@@ -145,6 +168,7 @@ static pipe2_fn real_pipe2;
 static socketpair_fn real_socketpair;
 static splice_fn real_splice;
 static sendfile_fn real_sendfile, real_sendfile64;
+static shutdown_fn real_shutdown;
 
 /* As fds.c: the next definition; attached, never the agent's own. */
 static void *next(const char *name, void *mine)
@@ -174,17 +198,18 @@ void ag_msgs_init(void)
 	REAL(real_recvfrom_chk, __recvfrom_chk); REAL(real_connect, connect);
 	REAL(real_accept, accept); REAL(real_accept4, accept4); REAL(real_socket, socket);
 	REAL(real_pipe, pipe); REAL(real_pipe2, pipe2); REAL(real_socketpair, socketpair);
-	REAL(real_splice, splice);
+	REAL(real_splice, splice); REAL(real_shutdown, shutdown);
 	real_sendfile = (sendfile_fn)next("sendfile", (void *)ag_sendfile);
 	real_sendfile64 = (sendfile_fn)next("sendfile64", (void *)ag_sendfile64);
 	if (!fdcache) {
-		void *p = mmap(NULL, FD_MAX * 8 + MAX_CHANS * sizeof(chan) + NSLOTS * 4,
+		void *p = mmap(NULL, FD_MAX * 8 + MAX_CHANS * sizeof(chan) + NSLOTS * 4 + FD_MAX,
 			       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 			       -1, 0);
 
 		if (p != MAP_FAILED) {
 			chans = (chan *)((char *)p + FD_MAX * 8);
 			slots = (uint32_t *)(chans + MAX_CHANS);
+			opened = (uint8_t *)(slots + NSLOTS);
 			__atomic_store_n(&fdcache, (uint64_t *)p, __ATOMIC_RELEASE);
 		}
 	}
@@ -223,6 +248,7 @@ int ag_channels_open(const char *dir)
 	}
 	next_chan = (volatile uint32_t *)chan_map;
 	*next_chan = 1;                    /* id 0 is never used */
+	next_chan[1] = sizeof(trace_channel);   /* record 0's pid: the record size */
 	return 0;
 }
 
@@ -280,14 +306,25 @@ static void fd_set_word(int fd, unsigned state, uint32_t idx)
 
 void ag_msgs_forget(int fd)
 {
-	if (fdcache && (unsigned)fd < FD_MAX)
+	if (fdcache && (unsigned)fd < FD_MAX) {
 		__atomic_store_n(&fdcache[fd], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&opened[fd], 0, __ATOMIC_RELAXED);
+	}
 }
 
 void ag_msgs_forget_range(unsigned lo, unsigned hi)
 {
-	for (unsigned fd = lo; fdcache && fd <= hi && fd < FD_MAX; fd++)
+	for (unsigned fd = lo; fdcache && fd <= hi && fd < FD_MAX; fd++) {
 		__atomic_store_n(&fdcache[fd], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&opened[fd], 0, __ATOMIC_RELAXED);
+	}
+}
+
+/* Which end opened fd's connection (connect: active, accept: passive). */
+static void set_opened(int fd, uint8_t how)
+{
+	if (fdcache && (unsigned)fd < FD_MAX)
+		__atomic_store_n(&opened[fd], how, __ATOMIC_RELAXED);
 }
 
 /* A forked child: a new generation, an empty table (point 3). */
@@ -409,6 +446,14 @@ static chan *chan_get(const chan_key *k, const trace_channel *tc, unsigned proto
 				*c = (chan){ .proto = (uint8_t)proto, .dgram = dgram,
 					     .peer_known = k->peer_known, .family = k->family,
 					     .peer_port = k->peer_port, .inode = k->inode };
+				for (int d = 0; d < 2; d++) {
+					bool abs = tc->flags & (d ? TRACE_CHAN_ABS_RECV
+								  : TRACE_CHAN_ABS_SEND);
+
+					c->off[d] = abs ? tc->base[d] : 0;
+					c->msg_flags[d] = (abs ? 0 : TRACE_MSG_RELATIVE) |
+							  (dgram ? TRACE_MSG_DGRAM : 0);
+				}
 				memcpy(c->peer, k->peer, 16);
 				c->id = chan_record(tc);
 				mine = i + 1;
@@ -429,8 +474,168 @@ static long sys(long nr, long a, long b, long c, long d, long e)
 	return syscall(nr, a, b, c, d, e);
 }
 
-/* What descriptor fd is (point 2): its word, written into the cache. */
-static uint64_t classify(int fd)
+/*
+ * Absolute TCP offsets: where the stream stands in each direction when a
+ * channel is first classified, from the kernel's counters of the socket,
+ * read once per channel (five system calls), never per message.  Byte 0 of
+ * a direction is the first data byte its sender ever wrote, so the sender's
+ * trace and the receiver's, each started whenever, name the same range.
+ *
+ *  1. Read SIOCINQ and SIOCOUTQ, then TCP_INFO, then the two queues again;
+ *     if a queue moved meanwhile (a segment or an ACK came in between),
+ *     read again (three tries, then give up: relative offsets).  The
+ *     kernel's counters and queues are read under the socket's lock one
+ *     call at a time, not together: equal queues on both sides of TCP_INFO
+ *     say nothing arrived in between.
+ *  2. Received: tcpi_bytes_received counts every in-order byte the kernel
+ *     took (rcv_nxt - irs - 1); SIOCINQ is what of it the program has not
+ *     read yet (rcv_nxt - copied_seq).  The difference is the offset of the
+ *     next byte the program reads.  Bytes still arriving raise both terms
+ *     alike: the difference stays put.
+ *  3. Sent: tcpi_bytes_acked counts what the peer acknowledged (snd_una
+ *     moved by) and SIOCOUTQ what is queued and not acknowledged yet
+ *     (write_seq - snd_una, sent or not): the sum is the offset of the next
+ *     byte the program writes.  ACKs move bytes from one term to the other.
+ *  4. The SYN takes a sequence number: the end that connected counts it in
+ *     tcpi_bytes_acked (its snd_una starts at the SYN), the end that
+ *     accepted does not (its snd_una starts after its SYN-ACK).  So the
+ *     sent offset is known only on a number connect() or accept() handed out
+ *     under the agent (`opened`); on one the agent did not see open (an
+ *     attach, an inherited descriptor, a dup) sent offsets stay relative.
+ *  5. The FIN takes one too: once this end sent its FIN (FIN_WAIT1, FIN_WAIT2,
+ *     CLOSING, TIME_WAIT, LAST_ACK) write_seq counts it, take 1 off the sent
+ *     offset; once the peer's came in (CLOSE_WAIT, LAST_ACK, CLOSING,
+ *     TIME_WAIT) bytes_received counts it and SIOCINQ leaves it out, take 1
+ *     off the received one.  A closed socket (TCP_CLOSE): no offsets.
+ *  6. The counters say where the stream is now, after the call that made
+ *     the program's first message on it: that message's own length comes
+ *     off its direction (`dir`, `len`), so the channel's base is the
+ *     message's first byte.  Another thread's transfer on the same socket
+ *     between that call and this reading would shift the base by its
+ *     length (not guarded: two threads on one stream socket interleave
+ *     their bytes anyway).
+ */
+/* tcpi_state (the kernel's net/tcp_states.h; <netinet/tcp.h>, which names
+ * them, cannot come with <linux/tcp.h>, which has the whole tcp_info) */
+enum { S_SYN_SENT = 2, S_SYN_RECV, S_FIN_WAIT1, S_FIN_WAIT2, S_TIME_WAIT, S_CLOSE,
+       S_CLOSE_WAIT, S_LAST_ACK, S_LISTEN, S_CLOSING };
+
+static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
+{
+	struct tcp_info ti;
+	socklen_t tl;
+	int in0, out0, in1, out1;
+	uint64_t pos[2];
+	uint8_t how = (unsigned)fd < FD_MAX ? __atomic_load_n(&opened[fd], __ATOMIC_RELAXED) : 0;
+	int tries;
+
+	for (tries = 0; tries < 3; tries++) {                          /* 1 */
+		tl = sizeof ti;
+		memset(&ti, 0, sizeof ti);
+		if (sys(SYS_ioctl, fd, SIOCINQ, (long)&in0, 0, 0) != 0 ||
+		    sys(SYS_ioctl, fd, SIOCOUTQ, (long)&out0, 0, 0) != 0 ||
+		    sys(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, (long)&ti, (long)&tl) != 0 ||
+		    sys(SYS_ioctl, fd, SIOCINQ, (long)&in1, 0, 0) != 0 ||
+		    sys(SYS_ioctl, fd, SIOCOUTQ, (long)&out1, 0, 0) != 0)
+			return;
+		if (in0 == in1 && out0 == out1)
+			break;
+	}
+	if (tries == 3 || tl < offsetof(struct tcp_info, tcpi_bytes_received) + 8 ||
+	    ti.tcpi_state == S_CLOSE || ti.tcpi_state == S_LISTEN ||
+	    ti.tcpi_state == S_SYN_SENT || ti.tcpi_state == S_SYN_RECV)
+		return;
+	pos[DIR_RECV] = ti.tcpi_bytes_received - (uint64_t)in0;       /* 2 */
+	pos[DIR_SEND] = ti.tcpi_bytes_acked + (uint64_t)out0;          /* 3 */
+	if (how == OPENED_ACTIVE)                                      /* 4 */
+		pos[DIR_SEND] -= 1;
+	switch (ti.tcpi_state) {                                       /* 5 */
+	case S_FIN_WAIT1: case S_FIN_WAIT2:
+		pos[DIR_SEND] -= 1;
+		break;
+	case S_CLOSE_WAIT:
+		pos[DIR_RECV] -= 1;
+		break;
+	case S_LAST_ACK: case S_CLOSING: case S_TIME_WAIT:
+		pos[DIR_SEND] -= 1;
+		pos[DIR_RECV] -= 1;
+		break;
+	default:
+		break;
+	}
+	pos[dir] -= len;                                               /* 6 */
+	tc->base[DIR_RECV] = pos[DIR_RECV];
+	tc->flags |= TRACE_CHAN_ABS_RECV;
+	if (how) {
+		tc->base[DIR_SEND] = pos[DIR_SEND];
+		tc->flags |= TRACE_CHAN_ABS_SEND;
+	}
+}
+
+/*
+ * The peer of a connected UNIX socket: its inode, asked of the kernel's
+ * sock_diag (NETLINK_SOCK_DIAG, UDIAG_SHOW_PEER) once, when the channel is
+ * classified; /proc/net/unix lists inodes, not peers.  With it the two ends
+ * of a socketpair or a connection name each other.
+ *
+ *  1. The netlink socket is the agent's for its short life (fds.c's rules):
+ *     made by a raw system call (the program's socket() interposer never
+ *     sees it), moved to a high number and registered at once
+ *     (ag_fd_keep), closed as soon as the answer is in (ag_fd_drop).  Only
+ *     between the socket call and the move does it hold a low number: an
+ *     open() of another thread just then gets the next one.
+ *  2. One request for one inode (no dump), cookie "none": the kernel
+ *     answers within the sendto, one unix_diag_msg with its attributes,
+ *     UNIX_DIAG_PEER among them when the socket has a peer; the receive
+ *     does not wait (MSG_DONTWAIT).
+ *  3. Any failure (a kernel without unix_diag, a seccomp filter, no room
+ *     for a descriptor) leaves the peer unknown: 0.
+ */
+static uint64_t unix_peer(uint64_t inode)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct unix_diag_req req;
+	} q = { .nh = { .nlmsg_len = sizeof q, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			.nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 1 },
+		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u,
+			 .udiag_ino = (uint32_t)inode, .udiag_show = UDIAG_SHOW_PEER,
+			 .udiag_cookie = { ~0u, ~0u } } };
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	union {
+		struct nlmsghdr nh;
+		char buf[1024];
+	} a;
+	volatile int fd;
+	long n;
+	uint64_t peer = 0;
+
+	if (inode > UINT32_MAX)
+		return 0;
+	fd = (int)sys(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG, 0, 0);
+	if (fd < 0)
+		return 0;
+	ag_fd_keep(&fd, NULL, 0);                                       /* 1 */
+	if (syscall(SYS_sendto, fd, &q, sizeof q, 0, &kernel, sizeof kernel) ==
+	    (long)sizeof q &&                                          /* 2 */
+	    (n = sys(SYS_recvfrom, fd, (long)&a, sizeof a, MSG_DONTWAIT, 0)) > 0 &&
+	    NLMSG_OK(&a.nh, (unsigned long)n) && a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+	    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct unix_diag_msg))) {
+		struct unix_diag_msg *m = NLMSG_DATA(&a.nh);
+		struct rtattr *at = (struct rtattr *)((char *)m + NLMSG_ALIGN(sizeof *m));
+		unsigned left = a.nh.nlmsg_len - NLMSG_LENGTH(sizeof *m);
+
+		for (; m->udiag_ino == inode && RTA_OK(at, left); at = RTA_NEXT(at, left))
+			if (at->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(at) >= 4)
+				peer = *(uint32_t *)RTA_DATA(at);
+	}
+	ag_fd_drop(fd);
+	return peer;                                                    /* 3 */
+}
+
+/* What descriptor fd is (point 2): its word, written into the cache.  The
+ * call that asks moved `len` bytes in direction `dir` (0 before a call). */
+static uint64_t classify(int fd, unsigned dir, uint64_t len)
 {
 	struct stat st;
 	struct sockaddr_storage la, pa;
@@ -486,6 +691,11 @@ static uint64_t classify(int fd)
 	k.family = la.ss_family;
 	if (connected) {
 		tc.flags = TRACE_CHAN_PEER;
+		if (proto == TRACE_PROTO_TCP)
+			tcp_bases(fd, dir, len, &tc);
+		if ((proto == TRACE_PROTO_UNIX_STREAM || proto == TRACE_PROTO_UNIX_SEQPACKET) &&
+		    (tc.peer_inode = unix_peer(st.st_ino)) != 0)
+			tc.flags |= TRACE_CHAN_PEER_INODE;
 		addr_of((struct sockaddr *)&pa, pl, tc.peer_addr, &tc.peer_port, tc.peer_path);
 		addr_of((struct sockaddr *)&pa, pl, k.peer, &k.peer_port, NULL);
 		if (la.ss_family == AF_UNIX)
@@ -534,12 +744,13 @@ static inline bool tracing(void)
 	return ag_tls_ring && ag_active();
 }
 
-/* The word of fd, classified now if unknown (on a tracing thread). */
-static uint64_t word_of(int fd)
+/* The word of fd, classified now if unknown (on a tracing thread), for a
+ * call that moved len bytes in direction dir (classify). */
+static uint64_t word_of(int fd, unsigned dir, uint64_t len)
 {
 	uint64_t w = fd_word(fd);
 
-	return w ? w : classify(fd);
+	return w ? w : classify(fd, dir, len);
 }
 
 /* The message itself: no system call, no lock, no library call. */
@@ -547,11 +758,10 @@ static void record(trace_ring_header *r, chan *c, unsigned dir, unsigned call, u
 {
 	uint64_t data[TRACE_MSG_NDATA], off;
 
-	if (!c->id)
+	if (!c->id || (len == 0 && c->dgram))  /* no end of stream on datagrams */
 		return;
 	off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
-	trace_msg_pack(data, c->id, call, TRACE_MSG_RELATIVE | (c->dgram ? TRACE_MSG_DGRAM : 0),
-		       off, len);
+	trace_msg_pack(data, c->id, call, c->msg_flags[dir], off, len);
 	ag_ring_put_msg(r, dir == DIR_SEND ? TRACE_EV_MSG_SEND : TRACE_EV_MSG_RECV, data);
 }
 
@@ -561,7 +771,7 @@ static void put(trace_ring_header *r, int fd, unsigned dir, unsigned call, uint6
 {
 	uint64_t w;
 
-	if (ag_fd_is_ours(fd) || !(w = word_of(fd)))
+	if (ag_fd_is_ours(fd) || !(w = word_of(fd, dir, len)))
 		return;
 	switch ((w >> 32) & 0xff) {
 	case ST_CHAN:
@@ -621,10 +831,27 @@ static bool wants_peer(int fd)
 		return ((w >> 32) & 0xff) == ST_UNCONN;
 	saved = errno;
 	r = ag_enter();
-	w = r && !ag_fd_is_ours(fd) ? word_of(fd) : 0;
+	w = r && !ag_fd_is_ours(fd) ? word_of(fd, DIR_RECV, 0) : 0;
 	ag_leave(r);
 	errno = saved;
 	return ((w >> 32) & 0xff) == ST_UNCONN;
+}
+
+/* A receive asked for bytes and got 0: on a stream, its end (record()
+ * drops it on a datagram channel: an empty datagram). */
+static void eof(int fd, size_t asked, int flags)
+{
+	if (asked && !(flags & MSG_PEEK) && tracing())
+		msg(fd, DIR_RECV, TRACE_CALL_EOF, 0, NULL, 0);
+}
+
+static size_t iov_len(const struct iovec *iov, size_t n)
+{
+	size_t total = 0;
+
+	for (size_t i = 0; iov && i < n; i++)
+		total += iov[i].iov_len;
+	return total;
 }
 
 /* --on recv, --on accept (events.c) */
@@ -717,6 +944,8 @@ static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void 
 		event("recv", rc, fd);
 		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, call, (uint64_t)rc, addr, addr && len ? *len : 0);
+	} else if (rc == 0) {
+		eof(fd, n, flags);
 	}
 	return rc;
 }
@@ -733,6 +962,8 @@ AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 		event("recv", rc, fd);
 		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
+	} else if (rc == 0) {
+		eof(fd, n, flags);
 	}
 	return rc;
 }
@@ -752,6 +983,8 @@ AG_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int fla
 		event("recv", rc, fd);
 		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
+	} else if (rc == 0) {
+		eof(fd, n, flags);
 	}
 	return rc;
 }
@@ -773,6 +1006,8 @@ AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, TRACE_CALL_RECVMSG, (uint64_t)rc,
 			    (const struct sockaddr *)m->msg_name, m->msg_namelen);
+	} else if (rc == 0) {
+		eof(fd, iov_len(m->msg_iov, m->msg_iovlen), flags);
 	}
 	return rc;
 }
@@ -796,6 +1031,8 @@ AG_EXPORT ssize_t read(int fd, void *buf, size_t n)
 
 	if (rc > 0 && tracing())
 		msg(fd, DIR_RECV, TRACE_CALL_READ, (uint64_t)rc, NULL, 0);
+	else if (rc == 0)
+		eof(fd, n, 0);
 	return rc;
 }
 
@@ -806,6 +1043,8 @@ AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 
 	if (rc > 0 && tracing())
 		msg(fd, DIR_RECV, TRACE_CALL_READ, (uint64_t)rc, NULL, 0);
+	else if (rc == 0)
+		eof(fd, n, 0);
 	return rc;
 }
 
@@ -815,6 +1054,8 @@ AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 
 	if (rc > 0 && tracing())
 		msg(fd, DIR_RECV, TRACE_CALL_READV, (uint64_t)rc, NULL, 0);
+	else if (rc == 0 && n > 0)
+		eof(fd, iov_len(iov, (size_t)n), 0);
 	return rc;
 }
 
@@ -851,15 +1092,34 @@ AG_EXPORT ssize_t ag_sendfile64(int out, int in, off_t *off, size_t n)
 	return sendfile_common(real_sendfile64 ? real_sendfile64 : real_sendfile, out, in, off, n);
 }
 
+/* shutdown: a message of length 0 per direction shut (trace_format.h,
+ * "Message events", point 4). */
+AG_EXPORT int shutdown(int fd, int how)
+{
+	int rc = real_shutdown ? real_shutdown(fd, how) : (int)sys(SYS_shutdown, fd, how, 0, 0, 0);
+
+	if (rc == 0 && tracing()) {
+		if (how == SHUT_WR || how == SHUT_RDWR)
+			msg(fd, DIR_SEND, TRACE_CALL_SHUTDOWN, 0, NULL, 0);
+		if (how == SHUT_RD || how == SHUT_RDWR)
+			msg(fd, DIR_RECV, TRACE_CALL_SHUTDOWN, 0, NULL, 0);
+	}
+	return rc;
+}
+
 /* Calls that change a number's channel or hand out a number (point 3). */
 
 AG_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	int rc;
+	int rc, saved;
 
 	ag_msgs_forget(fd);
 	rc = real_connect ? real_connect(fd, addr, len) : (int)sys(SYS_connect, fd, (long)addr, len, 0, 0);
+	saved = errno;
 	ag_msgs_forget(fd);        /* a thread's message in between classified it */
+	if (rc == 0 || errno == EINPROGRESS)
+		set_opened(fd, OPENED_ACTIVE);
+	errno = saved;
 	return rc;
 }
 
@@ -870,6 +1130,7 @@ AG_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 
 	if (rc >= 0) {
 		ag_msgs_forget(rc);
+		set_opened(rc, OPENED_PASSIVE);
 		event("accept", rc, fd);
 	}
 	return rc;
@@ -882,6 +1143,7 @@ AG_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 
 	if (rc >= 0) {
 		ag_msgs_forget(rc);
+		set_opened(rc, OPENED_PASSIVE);
 		event("accept", rc, fd);
 	}
 	return rc;

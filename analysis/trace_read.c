@@ -957,6 +957,7 @@ static int read_channels(an_trace *t, sp_err *err)
 {
 	char path[PATH_MAX], *buf;
 	size_t len;
+	uint32_t rec = 0;
 
 	snprintf(path, sizeof path, "%s/channels", t->dir);
 	if (slurp(path, (size_t)(1u << 22) * sizeof(trace_channel), &buf, &len) < 0) {
@@ -964,11 +965,34 @@ static int read_channels(an_trace *t, sp_err *err)
 			return 0;
 		return sp_fail(err, "%s: cannot read: %s", path, errno_text(errno));
 	}
-	if (len % sizeof(trace_channel))
+	if (len >= 8)
+		memcpy(&rec, buf + 4, 4);       /* record 0's pid: the record size */
+	if (rec == 0)
+		rec = TRACE_CHANNEL_V1_SIZE;
+	if (rec < TRACE_CHANNEL_V1_SIZE || rec > 4096 || rec % 8) {
+		free(buf);
+		return sp_fail(err, "%s: a record size of %u bytes in record 0; not a channels file "
+			       "of this sptrace (records of %zu bytes)", path, rec,
+			       sizeof(trace_channel));
+	}
+	if (len % rec)
 		warn(t, "%s: %zu bytes after the last whole channel record ignored (a record the "
-		     "agent was writing)", path, len % sizeof(trace_channel));
+		     "agent was writing)", path, len % rec);
+	t->nchans = len / rec;
+	if (rec != sizeof(trace_channel)) {
+		/* another layout: each record copied, later fields zero, unknown ones cut */
+		trace_channel *c = calloc(t->nchans ? t->nchans : 1, sizeof *c);
+
+		if (!c) {
+			free(buf);
+			return sp_fail(err, "out of memory");
+		}
+		for (size_t i = 0; i < t->nchans; i++)
+			memcpy(&c[i], buf + i * rec, rec < sizeof *c ? rec : sizeof *c);
+		free(buf);
+		buf = (char *)c;
+	}
 	t->chans = (trace_channel *)buf;
-	t->nchans = len / sizeof(trace_channel);
 	return 0;
 }
 
@@ -1038,7 +1062,14 @@ char *an_channel_text(const an_trace *t, uint32_t id, int recv, char *buf, size_
 	}
 	addr_text(c, 1, l, sizeof l);
 	addr_text(c, 0, p, sizeof p);
-	if (c->family == AF_UNIX && !c->local_path[0] && !c->peer_path[0])
+	if (c->family == AF_UNIX && (c->flags & TRACE_CHAN_PEER_INODE) && !c->local_path[0] &&
+	    !c->peer_path[0])
+		snprintf(buf, len, "%s %" PRIu64 " %s %" PRIu64, proto_name(c->proto), c->inode,
+			 recv ? "<-" : "->", c->peer_inode);
+	else if (c->family == AF_UNIX && (c->flags & TRACE_CHAN_PEER_INODE))
+		snprintf(buf, len, "%s %" PRIu64 " %s %s %s %" PRIu64, proto_name(c->proto),
+			 c->inode, l, recv ? "<-" : "->", p, c->peer_inode);
+	else if (c->family == AF_UNIX && !c->local_path[0] && !c->peer_path[0])
 		snprintf(buf, len, "%s %" PRIu64, proto_name(c->proto), c->inode);
 	else if (c->family == AF_UNIX)
 		snprintf(buf, len, "%s %" PRIu64 " %s %s %s", proto_name(c->proto), c->inode, l,
@@ -1056,6 +1087,7 @@ static const char *const call_names[] = {
 	[TRACE_CALL_RECVMSG] = "recvmsg", [TRACE_CALL_RECVMMSG] = "recvmmsg",
 	[TRACE_CALL_READ] = "read", [TRACE_CALL_READV] = "readv",
 	[TRACE_CALL_SPLICE] = "splice", [TRACE_CALL_SENDFILE] = "sendfile",
+	[TRACE_CALL_SHUTDOWN] = "shutdown", [TRACE_CALL_EOF] = "eof",
 };
 
 char *an_msg_text(const an_trace *t, const an_msg *m, char *buf, size_t len)
@@ -1068,6 +1100,8 @@ char *an_msg_text(const an_trace *t, const an_msg *m, char *buf, size_t len)
 	if (m->flags & TRACE_MSG_DGRAM)
 		snprintf(buf, len, "%s(%s, datagram %" PRIu64 ", %" PRIu64 " bytes)", call, ch,
 			 m->off, m->len);
+	else if (m->len == 0)
+		snprintf(buf, len, "%s(%s, at byte %" PRIu64 ")", call, ch, m->off);
 	else
 		snprintf(buf, len, "%s(%s, bytes %" PRIu64 "..%" PRIu64 ")", call, ch, m->off,
 			 m->off + m->len);

@@ -95,8 +95,8 @@ static int count_msg(report *r, const an_call *c)
 	const an_msg *m = an_trace_msg(r->t, c->end);
 	size_t i;
 
-	if (!m)
-		return 0;
+	if (!m || (m->len == 0 && !(m->flags & TRACE_MSG_DGRAM)))
+		return 0;                  /* a shutdown or an end of stream: no bytes */
 	i = (size_t)m->chan * 2 + (m->recv != 0);
 	if (i >= r->ncs) {
 		size_t n = i + 64;

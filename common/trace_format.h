@@ -145,22 +145,34 @@ static inline uint64_t trace_ctx_key(const void *ucp)
  *       data 2  bits 0..25 offset bits 38..63, bits 26..37 TRACE_MSG_* flags
  *       data 3  the length in bytes (bits 0..37)
  *  2. A stream's message is the byte range [offset, offset + length) of its
- *     direction of the channel.  The offsets count the bytes this process
- *     saw in that direction since the channel was first seen (flag
- *     TRACE_MSG_RELATIVE), not the kernel's TCP sequence numbers: a reader
- *     matching a send with its receive in another trace lines the two up by
- *     their first common message.
+ *     direction of the channel.  On TCP the offsets are absolute when the
+ *     agent could read them from the kernel when it first saw the channel
+ *     (flag TRACE_MSG_RELATIVE clear; the channel's TRACE_CHAN_ABS_SEND or
+ *     TRACE_CHAN_ABS_RECV and base[]): byte 0 is the first byte the sender
+ *     ever wrote on the connection, whoever was traced then, so a send in
+ *     one trace and its receive in another name the same range.  Otherwise
+ *     (flag TRACE_MSG_RELATIVE) they count the bytes this process saw in
+ *     that direction since the channel was first seen: a reader matching a
+ *     send with its receive lines the two up by their first common message.
+ *     Never the kernel's sequence numbers.
  *  3. A datagram (TRACE_MSG_DGRAM) is one message: offset is its number in
  *     its direction of the channel (0, 1, ...), length its size.
  *  4. Only calls that moved bytes are recorded (a return value > 0); each
- *     datagram of sendmmsg/recvmmsg is a message of its own.
+ *     datagram of sendmmsg/recvmmsg is a message of its own.  Two calls are
+ *     recorded with length 0, at the offset where they happen: a successful
+ *     shutdown(2) (TRACE_CALL_SHUTDOWN; a send message for SHUT_WR, a receive
+ *     one for SHUT_RD, both for SHUT_RDWR) and the end of a stream, a
+ *     receive that returned 0 on a TCP or UNIX stream or a pipe when asked
+ *     for bytes (TRACE_CALL_EOF, a receive message).
  *  5. A reader takes a head with its four data records; a head without all
  *     four (a crash, the end of the ring) is dropped, and data records
  *     without their head (a ring that came round over it) are skipped.
  *
  * The channel of a message is named by the pair of addresses of a socket
  * (local and peer, per direction: what a receiver on the peer sees as its
- * own pair reversed), or by the inode of a pipe, which both ends share.
+ * own pair reversed), or by the inode of a pipe, which both ends share, or
+ * for a connected UNIX socket by its inode and its peer's (the other end's
+ * channel has the two reversed).
  * For TCP a later matcher pairs a send with its receive by the 4-tuple
  * and the byte ranges; for UDP by the pair and the datagram's number.
  */
@@ -171,12 +183,15 @@ enum trace_msg_call {
 	TRACE_CALL_WRITE, TRACE_CALL_WRITEV, TRACE_CALL_RECV, TRACE_CALL_RECVFROM,
 	TRACE_CALL_RECVMSG, TRACE_CALL_RECVMMSG, TRACE_CALL_READ, TRACE_CALL_READV,
 	TRACE_CALL_SPLICE, TRACE_CALL_SENDFILE,
-	TRACE_CALL_MAX = TRACE_CALL_SENDFILE,
+	TRACE_CALL_SHUTDOWN,     /* length 0: the program shut its direction down */
+	TRACE_CALL_EOF,          /* length 0: a receive found the end of the stream */
+	TRACE_CALL_MAX = TRACE_CALL_EOF,
 };
 
 enum {
 	TRACE_MSG_DGRAM = 1,     /* a datagram: offset is its number */
-	TRACE_MSG_RELATIVE = 2,  /* offsets count from the first byte this process saw */
+	TRACE_MSG_RELATIVE = 2,  /* offsets count from the first byte this process saw;
+				  * clear: absolute stream offsets (point 2) */
 };
 
 #define TRACE_PAYLOAD_MASK ((1ull << TRACE_TSC_LOW_BITS) - 1)
@@ -267,9 +282,12 @@ enum {
 /*
  * The channels file: record i describes channel id i, written by the agent
  * when the program first sends or receives on it (msgs.c).  Record 0 is not
- * a channel: its first 4 bytes are the shared next-id counter, as in the
- * sites file (a forked child hands out ids from the same counter).  A
- * record of zeros is a hole (a crash between taking an id and writing it).
+ * a channel: its `proto` is the shared next-id counter, as in the sites
+ * file (a forked child hands out ids from the same counter), and its `pid`
+ * the size of a record, sizeof(trace_channel).  Files of the first layout
+ * have 0 there and records of TRACE_CHANNEL_V1_SIZE bytes, which end at
+ * `reserved`: a reader takes them with the later fields zero.  A record of
+ * zeros is a hole (a crash between taking an id and writing it).
  */
 enum trace_proto {
 	TRACE_PROTO_TCP = 1,
@@ -295,12 +313,23 @@ typedef struct trace_channel {
 	char peer_path[32];      /* at 31 bytes; abstract ones start with '@' */
 	int32_t fd;              /* the descriptor it was first seen on */
 	uint32_t reserved;
+	/* (the first layout ends here: TRACE_CHANNEL_V1_SIZE) */
+	uint64_t base[2];        /* TCP, TRACE_CHAN_ABS_SEND / _RECV: the absolute offset
+				  * (message events, point 2) of the first byte this
+				  * process counted, sent [0] and received [1] */
+	uint64_t peer_inode;     /* TRACE_CHAN_PEER_INODE: a connected UNIX socket's
+				  * peer (the other end's `inode`) */
+	uint64_t reserved2;
 } trace_channel;
 
-_Static_assert(sizeof(trace_channel) == 128, "channel record size");
+#define TRACE_CHANNEL_V1_SIZE 128
+_Static_assert(sizeof(trace_channel) == 160, "channel record size");
 
 enum {
 	TRACE_CHAN_PEER = 1,     /* the peer address is known */
+	TRACE_CHAN_ABS_SEND = 2, /* base[0] and the sent offsets are absolute */
+	TRACE_CHAN_ABS_RECV = 4, /* base[1] and the received offsets are absolute */
+	TRACE_CHAN_PEER_INODE = 8, /* peer_inode is known */
 };
 
 /* A meta file larger than this is corrupt rather than large: readers

@@ -740,6 +740,7 @@ static void test_messages(void)
 	tg_write_sites(dir, sites, S_COUNT);
 	memset(ch, 0, sizeof ch);
 	ch[0].proto = 3;
+	ch[0].pid = sizeof(trace_channel);
 	ch[1] = (trace_channel){ .proto = TRACE_PROTO_TCP, .family = AF_INET, .local_port = 40112,
 				 .peer_port = 7000, .flags = TRACE_CHAN_PEER };
 	memcpy(ch[1].local_addr, "\x0a\0\0\x01", 4);
@@ -796,6 +797,97 @@ out:
 	free(dir);
 }
 
+/* 10. The channels file's layouts: record 0 gives the record size; a file
+ * of the first layout (0 there, 128-byte records) reads with the later
+ * fields zero; an impossible size is refused.  A shutdown and an end of
+ * stream are messages of no bytes, shown at their offset; absolute
+ * offsets come with the channel's bases. */
+static void write_chan_trace(const char *dir, const void *chans, size_t len)
+{
+	tg_ring r;
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+	tg_write(dir, "channels", chans, len);
+	tg_ring_init(&r, 1234, 16, TG_TSC0);
+	tg_put(&r, TRACE_ENTRY, S_MAIN, TG_TSC0 + 100);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+}
+
+static void test_channel_layouts(void)
+{
+	char *dir, text[400];
+	trace_channel ch[3];
+	uint8_t v1[3][TRACE_CHANNEL_V1_SIZE];
+	const trace_channel *c;
+	an_msg m = { .chan = 1, .call = TRACE_CALL_EOF, .recv = 1, .off = 1050, .len = 0 };
+	an_trace *t;
+	sp_err err;
+
+	/* the current layout, a TCP channel with absolute offsets */
+	dir = tg_dir(root, "chan-now");
+	memset(ch, 0, sizeof ch);
+	ch[0].proto = 3;
+	ch[0].pid = sizeof(trace_channel);
+	ch[2] = (trace_channel){ .proto = TRACE_PROTO_UNIX_STREAM, .family = AF_UNIX, .inode = 11,
+				 .flags = TRACE_CHAN_PEER | TRACE_CHAN_PEER_INODE, .peer_inode = 22 };
+	ch[1] = (trace_channel){ .proto = TRACE_PROTO_TCP, .family = AF_INET, .local_port = 40112,
+				 .peer_port = 7000, .flags = TRACE_CHAN_PEER | TRACE_CHAN_ABS_SEND |
+				 TRACE_CHAN_ABS_RECV, .base = { 5, 300 } };
+	memcpy(ch[1].local_addr, "\x0a\0\0\x01", 4);
+	memcpy(ch[1].peer_addr, "\x0a\0\0\x02", 4);
+	write_chan_trace(dir, ch, sizeof ch);
+	if ((t = open_ok(dir)) != NULL) {
+		c = an_channel(t, 1);
+		CHECK(c && c->base[0] == 5 && c->base[1] == 300 &&
+		      c->flags == (TRACE_CHAN_PEER | TRACE_CHAN_ABS_SEND | TRACE_CHAN_ABS_RECV) &&
+		      an_nchannels(t) == 3, "channel 1 of the current layout read as %s",
+		      c ? "other fields" : "no channel");
+		an_msg_text(t, &m, text, sizeof text);
+		CHECK(strcmp(text, "eof(tcp 10.0.0.1:40112 <- 10.0.0.2:7000, at byte 1050)") == 0,
+		      "an end of stream: %s", text);
+		m = (an_msg){ .chan = 1, .call = TRACE_CALL_SHUTDOWN, .recv = 0, .off = 12 };
+		an_msg_text(t, &m, text, sizeof text);
+		CHECK(strcmp(text, "shutdown(tcp 10.0.0.1:40112 -> 10.0.0.2:7000, at byte 12)") == 0,
+		      "a shutdown: %s", text);
+		CHECK(strcmp(an_channel_text(t, 2, 0, text, sizeof text), "unix 11 -> 22") == 0,
+		      "a UNIX socket with its peer, sending: %s", text);
+		CHECK(strcmp(an_channel_text(t, 2, 1, text, sizeof text), "unix 11 <- 22") == 0,
+		      "a UNIX socket with its peer, receiving: %s", text);
+		an_trace_close(t);
+	}
+	free(dir);
+
+	/* the first layout: 128-byte records, no size in record 0 */
+	dir = tg_dir(root, "chan-v1");
+	memset(v1, 0, sizeof v1);
+	memcpy(&ch[1], &(trace_channel){ .proto = TRACE_PROTO_PIPE, .inode = 123456 }, sizeof ch[1]);
+	v1[0][0] = 3;
+	memcpy(v1[2], &ch[1], TRACE_CHANNEL_V1_SIZE);
+	write_chan_trace(dir, v1, sizeof v1);
+	if ((t = open_ok(dir)) != NULL) {
+		c = an_channel(t, 2);
+		CHECK(an_nchannels(t) == 3 && c && c->proto == TRACE_PROTO_PIPE && c->inode == 123456 &&
+		      c->base[0] == 0 && c->base[1] == 0 && !an_channel(t, 1),
+		      "a channels file of the first layout: %zu records, channel 2 %s",
+		      an_nchannels(t), c ? "misread" : "missing");
+		an_trace_close(t);
+	}
+	free(dir);
+
+	/* a record size no layout has */
+	dir = tg_dir(root, "chan-bad");
+	ch[0].pid = 100;
+	write_chan_trace(dir, ch, sizeof ch);
+	t = NULL;
+	CHECK(an_trace_open(dir, &t, &err) < 0 && strstr(err.msg, "record size of 100"),
+	      "a channels file with 100-byte records was accepted");
+	if (t)
+		an_trace_close(t);
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
 	char repo[sizeof root + 8];
@@ -822,6 +914,7 @@ int main(int argc, char **argv)
 	test_demangle_strings();
 	test_demangle_trace();
 	test_messages();
+	test_channel_layouts();
 
 	tg_rmtree(root);
 	ca_module_free((ca_module *)tg_prog());

@@ -8,7 +8,16 @@ Cases:
               failing writes included) is the same as natively; the replay
               shows each send and receive with its channel's addresses and
               byte range (or datagram number), under the function that made
-              it; the report counts them per channel.
+              it; the report counts them per channel.  The end of the
+              pipe and of the socketpair (after shutdown) are there, as
+              `eof` and `shutdown` at the byte where they happened; the
+              socketpair's two ends name each other (unix A -> B and
+              unix B <- A), and the agent's netlink socket that learnt it
+              never took a number the program sees.
+              Then `msgs late` under `--on call late_traced`: a TCP
+              connection that carried 1000 + 5 bytes before tracing began
+              shows absolute offsets (the receiver's 300.. are the
+              sender's bytes), not offsets from 0.
   redis       redis-server under `sptrace run`, asked SET and GET by a native
               redis-cli: the server's reads and writes of each request and
               answer on its connection, with the right port and byte range.
@@ -44,7 +53,7 @@ def replay(sptrace, tdir, tmp):
 
 
 MSG = re.compile(r"\[\s*(\d+)\] \|( *)/\* (\w+)\((.*), (?:bytes (\d+)\.\.(\d+)|datagram (\d+), "
-                 r"(\d+) bytes)\) \*/$")
+                 r"(\d+) bytes|at byte (\d+))\) \*/$")
 
 
 def messages(text):
@@ -64,7 +73,10 @@ def messages(text):
         del stack[depth:]
         m = MSG.search(line)
         if m:
-            if m.group(5) is not None:
+            if m.group(9) is not None:     # shutdown, eof: no bytes
+                out.append((m.group(1), depth, m.group(3), m.group(4), int(m.group(9)),
+                            int(m.group(9)), None, list(reversed(stack))))
+            elif m.group(5) is not None:
                 out.append((m.group(1), depth, m.group(3), m.group(4), int(m.group(5)),
                             int(m.group(6)), None, list(reversed(stack))))
             else:
@@ -149,6 +161,19 @@ def case_prog(sptrace, prog, tmp):
     ur = [m for m in msgs if m[2] == "recvmsg" and m[3].startswith("unix ")]
     check(len(us) == 1 and len(ur) == 1 and (us[0][4], us[0][5]) == (0, 9) ==
           (ur[0][4], ur[0][5]), "socketpair messages: %s / %s" % (us, ur))
+    # ... its two ends name each other: unix A -> B, unix B <- A
+    ends = re.match(r"unix (\d+) -> (\d+)$", us[0][3])
+    check(ends and ur[0][3] == "unix %s <- %s" % (ends.group(2), ends.group(1)),
+          "the socketpair's ends do not name each other: %s / %s" % (us[0][3], ur[0][3]))
+    # the ends: the pipe's after its 5 bytes, the socketpair's shutdown and
+    # its end after the 9
+    one(msgs, "eof", pr[0][3], "pipe_exchange")
+    check([m[4] for m in msgs if m[2] == "eof" and m[3] == pr[0][3]] == [5],
+          "the pipe's end is not at byte 5: %s" % [m for m in msgs if m[2] == "eof"])
+    check([m[4] for m in msgs if m[2] == "shutdown" and m[3] == us[0][3]] == [9] and
+          [m[4] for m in msgs if m[2] == "eof" and m[3] == ur[0][3]] == [9],
+          "socketpair: no shutdown and end at byte 9: %s"
+          % [m for m in msgs if m[2] in ("eof", "shutdown")])
     # nothing recorded for the failing writes (errno: compared in the output)
     check(not [m for m in msgs if "errnos" in m[7]],
           "a failing call made a message: %s" % [m for m in msgs if "errnos" in m[7]])
@@ -160,6 +185,46 @@ def case_prog(sptrace, prog, tmp):
     check(re.search(r"^\s+1\s+12  recv udp %s%s <- %s%s$" % (lo, ub, lo, ua), r.stdout, re.M),
           "report has no line for the datagram received:\n%s" % r.stdout)
     print("ok: %d messages, channels and ranges as sent" % len(msgs))
+    case_late(sptrace, prog, tmp)
+
+
+def case_late(sptrace, prog, tmp):
+    native = run([prog, "late"])
+    check(native.returncode == 0, "native %s late failed: %s" % (prog, native.stderr))
+    tdir = os.path.join(tmp, "late")
+    traced = run([sptrace, "run", "-o", tdir, "--on", "call late_traced", "--", prog, "late"],
+                 env=env_for(tmp))
+    check(traced.returncode == 0, "traced %s late failed (%d): %s"
+          % (prog, traced.returncode, traced.stderr))
+    check(traced.stdout == native.stdout, "late: output differs:\nnative:\n%straced:\n%s"
+          % (native.stdout, traced.stdout))
+    ports = re.search(r"^late (\d+) (\d+)$", traced.stderr, re.M)
+    check(ports, "no ports in the program's stderr: %s" % traced.stderr)
+    srv, cli = "127.0.0.1:" + ports.group(1), "127.0.0.1:" + ports.group(2)
+    msgs = messages(replay(sptrace, tdir, tmp))
+    # byte ranges per call and channel, contiguous ones merged (a recv may
+    # take the 700 bytes in more than one piece)
+    got = []
+    for m in sorted((m[2], m[3], m[4], m[5]) for m in msgs):
+        if got and got[-1][:2] == m[:2] and got[-1][3] == m[2] and m[2] < m[3]:
+            got[-1] = (m[0], m[1], got[-1][2], m[3])
+        else:
+            got.append(m)
+    # what the program sent, as absolute offsets of each direction: the
+    # first 300 and 5 bytes went before tracing began
+    want = sorted([
+        ("recv", "tcp %s <- %s" % (srv, cli), 300, 1050),
+        ("send", "tcp %s -> %s" % (srv, cli), 5, 12),
+        ("send", "tcp %s -> %s" % (cli, srv), 1000, 1050),
+        ("recv", "tcp %s <- %s" % (cli, srv), 5, 12),
+        ("shutdown", "tcp %s -> %s" % (cli, srv), 1050, 1050),
+        ("eof", "tcp %s <- %s" % (srv, cli), 1050, 1050),
+        ("eof", "tcp %s <- %s" % (cli, srv), 12, 12),
+    ])
+    check(got == want, "late: the messages are not the absolute byte ranges sent:\n"
+          "got:  %s\nwant: %s" % ("\n      ".join(map(str, got)),
+                                   "\n      ".join(map(str, want))))
+    print("ok: late TCP messages at the absolute offsets the other end sent")
 
 
 def free_port():

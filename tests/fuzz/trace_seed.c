@@ -98,6 +98,7 @@ int main(int argc, char **argv)
 		fwrite(recs, 8, ch.n, f);
 		memset(chans, 0, sizeof chans);
 		chans[0].proto = 3;               /* record 0: the id counter (next id 3) */
+		chans[0].pid = sizeof(trace_channel);   /* and the record size */
 		chans[1] = (trace_channel){ .proto = TRACE_PROTO_TCP, .pid = 1, .inode = 77,
 					    .family = AF_INET, .local_port = 40112,
 					    .peer_port = 7000, .flags = TRACE_CHAN_PEER, .fd = 3 };

@@ -5,15 +5,29 @@
  *  - TCP over loopback: a server thread accepts one connection; the client
  *    (main) sends 118 bytes with send(), the server reads them with recv()
  *    and answers 42 bytes with write(), which the client reads with read();
- *  - a pipe: 5 bytes written, then read;
+ *  - a pipe: 5 bytes written, then read, then the end after its write end
+ *    is closed;
  *  - UDP: an unconnected socket sends 12 bytes with sendto() to another,
  *    which gets them with recvfrom() and answers 7 bytes with sendto();
- *  - a UNIX socketpair: 9 bytes with sendmsg(), read with recvmsg();
+ *  - a UNIX socketpair: 9 bytes with sendmsg(), read with recvmsg(); then
+ *    shutdown(SHUT_WR) on the sending end and a recv() that gets its end;
+ *    the next descriptor number the program gets is printed (the agent
+ *    asked the kernel for the socketpair's peers meanwhile);
  *  - errno: a write to a closed descriptor (EBADF) and a send to a socket
  *    whose peer is gone (EPIPE) print the errno they leave.
  *
  * Stdout is the same natively and traced; the ports go to stderr as
  * "tcp SERVERPORT CLIENTPORT" and "udp APORT BPORT" for the test.
+ *
+ * `msgs late`: a TCP connection that carried bytes before tracing began,
+ * for absolute offsets (run with `--on call late_traced`).  Before: the
+ * client sends 1000 bytes, the server reads 300 of them and answers 5,
+ * which the client reads.  Then, in late_traced(), the server reads the
+ * other 700 (bytes 300..1000 of the stream), answers 7 (5..12), the client
+ * sends 50 more (1000..1050) which the server reads, reads the 7, shuts
+ * its sending down (at 1050); the server reads the end (at 1050) and
+ * closes, the client reads its end (at 12).  Ports on stderr:
+ * "late SERVERPORT CLIENTPORT".
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -117,9 +131,11 @@ static void pipe_exchange(void)
 
 	if (pipe(p) != 0 || write(p[1], "hello", 5) != 5 || read(p[0], buf, sizeof buf) != 5)
 		die("pipe");
-	close(p[0]);
 	close(p[1]);
-	printf("pipe: 5 bytes\n");
+	if (read(p[0], buf, sizeof buf) != 0)
+		die("pipe end");
+	close(p[0]);
+	printf("pipe: 5 bytes, then the end\n");
 }
 
 static int udp_socket(struct sockaddr_in *a)
@@ -158,13 +174,19 @@ static void unix_exchange(void)
 	char buf[16];
 	struct iovec out = { "unix-msg!", 9 }, in = { buf, sizeof buf };
 	struct msghdr mo = { .msg_iov = &out, .msg_iovlen = 1 }, mi = { .msg_iov = &in, .msg_iovlen = 1 };
+	int next;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || sendmsg(sv[0], &mo, 0) != 9 ||
 	    recvmsg(sv[1], &mi, 0) != 9)
 		die("unix");
+	if (shutdown(sv[0], SHUT_WR) != 0 || recv(sv[1], buf, sizeof buf, 0) != 0)
+		die("unix shutdown");
+	next = dup(0);
+	printf("unix: the next descriptor is %d\n", next);
+	close(next);
 	close(sv[0]);
 	close(sv[1]);
-	printf("unix: 9 bytes\n");
+	printf("unix: 9 bytes, shutdown, the end\n");
 }
 
 static void errnos(void)
@@ -189,10 +211,64 @@ static void errnos(void)
 	close(sv[0]);
 }
 
-int main(void)
+static void send_n(int fd, char c, size_t n)
+{
+	char buf[1000];
+
+	memset(buf, c, n);
+	if (send(fd, buf, n, 0) != (ssize_t)n)
+		die("send");
+}
+
+/* Where `msgs late` starts tracing (--on call late_traced). */
+__attribute__((noinline)) void late_traced(int srv, int cli)
+{
+	char buf[1000];
+
+	recv_all(srv, buf, 700);
+	send_n(srv, 'b', 7);
+	send_n(cli, 'c', 50);
+	recv_all(srv, buf, 50);
+	recv_all(cli, buf, 7);
+	if (shutdown(cli, SHUT_WR) != 0 || recv(srv, buf, sizeof buf, 0) != 0)
+		die("late: the end");
+	close(srv);
+	if (read(cli, buf, sizeof buf) != 0)
+		die("late: the server's end");
+	close(cli);
+}
+
+static void late(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	char buf[1000];
+	int l = socket(AF_INET, SOCK_STREAM, 0), cli, srv;
+
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 1) != 0)
+		die("listen");
+	a.sin_port = htons(port_of(l));
+	cli = socket(AF_INET, SOCK_STREAM, 0);
+	if (cli < 0 || connect(cli, (struct sockaddr *)&a, sizeof a) != 0 ||
+	    (srv = accept(l, NULL, NULL)) < 0)
+		die("connect");
+	close(l);
+	fprintf(stderr, "late %u %u\n", ntohs(a.sin_port), port_of(cli));
+	send_n(cli, 'a', 1000);
+	recv_all(srv, buf, 300);
+	send_n(srv, 'b', 5);
+	recv_all(cli, buf, 5);
+	late_traced(srv, cli);
+	printf("late: 1050 bytes one way, 12 the other\n");
+}
+
+int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1 && strcmp(argv[1], "late") == 0) {
+		late();
+		return 0;
+	}
 	client_tcp();
 	pipe_exchange();
 	udp_exchange();

@@ -130,6 +130,7 @@ static void *control_main(void *arg)
 	 * the lowest free number for a moment (fds.c moves it high), the one
 	 * the program's next open() would get on another thread. */
 	ag_threads_preopen();
+	ag_msgs_preopen();
 	register_self();
 	fifo_fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	ag_fd_keep(&fifo_fd, fifo, O_RDWR | O_NONBLOCK);

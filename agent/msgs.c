@@ -578,12 +578,13 @@ static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
  * classified; /proc/net/unix lists inodes, not peers.  With it the two ends
  * of a socketpair or a connection name each other.
  *
- *  1. The netlink socket is the agent's for its short life (fds.c's rules):
- *     made by a raw system call (the program's socket() interposer never
- *     sees it), moved to a high number and registered at once
- *     (ag_fd_keep), closed as soon as the answer is in (ag_fd_drop).  Only
- *     between the socket call and the move does it hold a low number: an
- *     open() of another thread just then gets the next one.
+ *  1. The netlink socket is the agent's (fds.c's rules): made once by a raw
+ *     system call while the program still waits for the control thread
+ *     (ag_msgs_preopen: the moment it holds a low number, before fds.c
+ *     moves it high, no thread of the program can open anything), kept,
+ *     and used under a lock, one question at a time.  A forked child shares
+ *     it with its parent, whose answers it could read: the child asks
+ *     nothing, its UNIX peers stay unknown.
  *  2. One request for one inode (no dump), cookie "none": the kernel
  *     answers within the sendto, one unix_diag_msg with its attributes,
  *     UNIX_DIAG_PEER among them when the socket has a peer; the receive
@@ -591,6 +592,10 @@ static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
  *  3. Any failure (a kernel without unix_diag, a seccomp filter, no room
  *     for a descriptor) leaves the peer unknown: 0.
  */
+static volatile int diag_fd = -1;      /* the netlink socket; -1: none */
+static pid_t diag_pid;                  /* the process that made it */
+static volatile int diag_lock;
+
 static uint64_t unix_peer(uint64_t inode)
 {
 	struct {
@@ -606,16 +611,18 @@ static uint64_t unix_peer(uint64_t inode)
 		struct nlmsghdr nh;
 		char buf[1024];
 	} a;
-	volatile int fd;
+	struct timespec nap = { 0, 10000 };
+	int fd = diag_fd;
 	long n;
 	uint64_t peer = 0;
 
-	if (inode > UINT32_MAX)
-		return 0;
-	fd = (int)sys(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG, 0, 0);
-	if (fd < 0)
-		return 0;
-	ag_fd_keep(&fd, NULL, 0);                                       /* 1 */
+	if (inode > UINT32_MAX || fd < 0 || diag_pid != getpid())
+		return 0;                                               /* 1 */
+	while (__atomic_exchange_n(&diag_lock, 1, __ATOMIC_ACQUIRE))
+		nanosleep(&nap, NULL);
+	/* an answer left over from an earlier question that timed out */
+	while (sys(SYS_recvfrom, fd, (long)&a, sizeof a, MSG_DONTWAIT, 0) > 0)
+		;
 	if (syscall(SYS_sendto, fd, &q, sizeof q, 0, &kernel, sizeof kernel) ==
 	    (long)sizeof q &&                                          /* 2 */
 	    (n = sys(SYS_recvfrom, fd, (long)&a, sizeof a, MSG_DONTWAIT, 0)) > 0 &&
@@ -629,8 +636,21 @@ static uint64_t unix_peer(uint64_t inode)
 			if (at->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(at) >= 4)
 				peer = *(uint32_t *)RTA_DATA(at);
 	}
-	ag_fd_drop(fd);
+	__atomic_store_n(&diag_lock, 0, __ATOMIC_RELEASE);
 	return peer;                                                    /* 3 */
+}
+
+/* Point 1: the netlink socket, made while the program waits (control.c). */
+void ag_msgs_preopen(void)
+{
+	if (diag_fd >= 0)
+		return;
+	diag_fd = (int)sys(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG,
+			   0, 0);
+	if (diag_fd < 0)
+		return;
+	ag_fd_keep(&diag_fd, NULL, 0);
+	diag_pid = getpid();
 }
 
 /* What descriptor fd is (point 2): its word, written into the cache.  The

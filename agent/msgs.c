@@ -970,6 +970,23 @@ static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void 
 	return rc;
 }
 
+/* After recv or __recv_chk returned rc: the activation event, the message,
+ * or the end of the stream. */
+static ssize_t recv_after(int fd, ssize_t rc, size_t n, int flags)
+{
+	int e = errno;
+
+	if (rc > 0) {
+		event("recv", rc, fd);
+		if (tracing() && !(flags & MSG_PEEK))
+			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
+	} else if (rc == 0) {
+		eof(fd, n, flags);
+	}
+	errno = e;
+	return rc;
+}
+
 AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
 	ssize_t rc;
@@ -978,14 +995,7 @@ AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 		return recvfrom_common(NULL, 0, fd, buf, n, flags, NULL, NULL, TRACE_CALL_RECV);
 	rc = real_recv ? real_recv(fd, buf, n, flags)
 	     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
-	if (rc > 0) {
-		event("recv", rc, fd);
-		if (tracing() && !(flags & MSG_PEEK))
-			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
-	} else if (rc == 0) {
-		eof(fd, n, flags);
-	}
-	return rc;
+	return recv_after(fd, rc, n, flags);
 }
 
 AG_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
@@ -999,14 +1009,7 @@ AG_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int fla
 	ssize_t rc = real_recv_chk ? real_recv_chk(fd, buf, n, buflen, flags)
 		     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 
-	if (rc > 0) {
-		event("recv", rc, fd);
-		if (tracing() && !(flags & MSG_PEEK))
-			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
-	} else if (rc == 0) {
-		eof(fd, n, flags);
-	}
-	return rc;
+	return recv_after(fd, rc, n, flags);
 }
 
 AG_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,

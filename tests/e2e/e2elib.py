@@ -44,6 +44,16 @@ def need_program(path, package):
     return found
 
 
+def free_port():
+    """A TCP port of 127.0.0.1 that was free a moment ago."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def private_repo_env(tmp):
     """The environment with a code-analysis repository of the test's own."""
     return dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))

@@ -41,7 +41,7 @@ import threading
 import time
 import urllib.request
 
-from e2elib import check, fail, patched_soon, private_repo_env
+from e2elib import check, fail, free_port, patched_soon, private_repo_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -51,13 +51,6 @@ from test_run import text_differences  # noqa: E402
 def run(cmd, **kw):
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=300, **kw)
-
-
-def free_port():
-    """A TCP port on 127.0.0.1 nobody listens on now (for a server to take)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_asker(url, body):

@@ -13,14 +13,13 @@
 """
 
 import os
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import check, need_program, run  # noqa: E402
+from e2elib import check, free_port, need_program, run  # noqa: E402
 
 
 def keys(sptrace, *args):
@@ -36,13 +35,6 @@ def refused(r, words, what):
           all(w in r.stderr for w in words),
           "%s: expected a refusal with %r, got %d: %r" % (what, words, r.returncode, r.stderr))
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def handshake(kd, server, client, ca_dir=None):

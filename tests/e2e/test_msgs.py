@@ -26,14 +26,13 @@ Cases:
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import check, check_sanitizers, fail, need_program  # noqa: E402
+from e2elib import check, check_sanitizers, fail, free_port, need_program  # noqa: E402
 
 
 def run(cmd, **kw):
@@ -226,13 +225,6 @@ def case_late(sptrace, prog, tmp):
                                    "\n      ".join(map(str, want))))
     print("ok: late TCP messages at the absolute offsets the other end sent")
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def case_redis(sptrace, tmp):

@@ -971,11 +971,9 @@ static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void 
 }
 
 /* After recv or __recv_chk returned rc: the activation event, the message,
- * or the end of the stream. */
+ * or the end of the stream (each keeps errno as the call left it). */
 static ssize_t recv_after(int fd, ssize_t rc, size_t n, int flags)
 {
-	int e = errno;
-
 	if (rc > 0) {
 		event("recv", rc, fd);
 		if (tracing() && !(flags & MSG_PEEK))
@@ -983,7 +981,6 @@ static ssize_t recv_after(int fd, ssize_t rc, size_t n, int flags)
 	} else if (rc == 0) {
 		eof(fd, n, flags);
 	}
-	errno = e;
 	return rc;
 }
 

@@ -1,9 +1,10 @@
 /*
  * events.c — activation by what a thread does: `--on accept` (accept or
  * accept4 returned a connection) and `--on recv` (recv, recvfrom or recvmsg
- * returned data).  The functions are interposed in msgs.c (LD_PRELOAD
- * under sptrace run, GOT slots when attached: hooks.c), which calls
- * ag_event_after when they return; until the event nothing else happens.  The thread the event happened on starts tracing where it
+ * returned data, or read/readv did on a socket).  The functions are
+ * interposed in msgs.c (LD_PRELOAD under sptrace run, GOT slots when
+ * attached: hooks.c), which calls ag_event_after when they return; until
+ * the event nothing else happens.  The thread the event happened on starts tracing where it
  * stands (main.c: ag_activate_on_event), and the event is recorded as the
  * start of its flow.
  *

@@ -881,6 +881,22 @@ static void event(const char *what, long rc, int fd)
 		ag_event_after(what, rc, fd);
 }
 
+/* --on recv: a read of a socket is a receive too (many servers read their
+ * connections rather than recv them); a read of a file, a pipe or a
+ * terminal is not.  Looked at only while the agent waits for that event. */
+static void read_event(int fd, long rc)
+{
+	struct stat st;
+	int e;
+
+	if (rc <= 0 || !ag_event_wanted("recv"))
+		return;
+	e = errno;
+	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 && S_ISSOCK(st.st_mode))
+		event("recv", rc, fd);
+	errno = e;
+}
+
 /* ---- the interposers (hooks.c's table) ---- */
 
 AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
@@ -1049,6 +1065,7 @@ AG_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
 	ssize_t rc = real_read ? real_read(fd, buf, n) : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
+	read_event(fd, rc);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_RECV, TRACE_CALL_READ, (uint64_t)rc, NULL, 0);
 	else if (rc == 0)
@@ -1061,6 +1078,7 @@ AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 	ssize_t rc = real_read_chk ? real_read_chk(fd, buf, n, buflen)
 		     : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
+	read_event(fd, rc);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_RECV, TRACE_CALL_READ, (uint64_t)rc, NULL, 0);
 	else if (rc == 0)
@@ -1072,6 +1090,7 @@ AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
 	ssize_t rc = real_readv ? real_readv(fd, iov, n) : sys(SYS_readv, fd, (long)iov, n, 0, 0);
 
+	read_event(fd, rc);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_RECV, TRACE_CALL_READV, (uint64_t)rc, NULL, 0);
 	else if (rc == 0 && n > 0)

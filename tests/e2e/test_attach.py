@@ -8,6 +8,10 @@
                     no failed request; code restored after each stop
   accept PROG       --on accept (attached and under sptrace run): the thread
                     whose accept returns traces from there, alone
+  recv-read PROG    --on recv (attached and under sptrace run) when the
+                    server read()s its connection: a read of its standard
+                    input (a pipe) starts nothing, the first read of a socket
+                    starts the serving thread's trace, alone
   http              Debian's python3.11 -m http.server under a load of HTTP
                     requests: attach, stop, activate, stop; no request fails
   redis             Debian's redis-server under redis-benchmark: attach --on
@@ -651,6 +655,53 @@ def case_go_cgo(sptrace, tmp):
         p.wait()
 
 
+def case_recv_read(sptrace, prog, tmp):
+    """--on recv fires on read() of a socket, not of a pipe."""
+    for how in ("attach", "run"):
+        tdir = os.path.join(tmp, how)
+        if how == "attach":
+            p = subprocess.Popen([prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        else:
+            p = subprocess.Popen([sptrace, "run", "--on", "recv", "-o", tdir, "--", prog],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=private_repo_env(tmp))
+        try:
+            port = int(p.stdout.readline())
+            check(p.stdout.readline() == "ready\n", "attach_target did not start")
+            if how == "attach":
+                r = run([sptrace, "attach", "--on", "recv", "-o", tdir, str(p.pid)],
+                        env=private_repo_env(tmp))
+                check(r.returncode == 0 and "dormant until the event" in r.stdout,
+                      "attach --on recv: %r %r" % (r.stdout, r.stderr))
+            # main read()s its standard input, a pipe: no receive
+            p.stdin.write("x\n")
+            p.stdin.flush()
+            time.sleep(0.5)
+            check("\nactivated " not in open(os.path.join(tdir, "meta")).read(),
+                  "%s --on recv: a read of a pipe started tracing" % how)
+            for _ in range(3):
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                    s.sendall(b"100")
+                    s.shutdown(socket.SHUT_WR)
+                    check(s.recv(100) == b"%d\n" % sum(i * 7 % 13 for i in range(100)),
+                          "wrong answer")
+            out, _ = p.communicate(input="", timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        check(re.match(r"eintr 0 early 0 wrong 0 served 3\n", out), "%s: report %r" % (how, out))
+        rings = [f for f in os.listdir(tdir) if f.startswith("ring.")]
+        check(len(rings) == 1, "%s --on recv: %d threads recorded, want the server only: %r"
+              % (how, len(rings), rings))
+        r = run([sptrace, "replay", tdir], env=private_repo_env(tmp))
+        lines = [l.split("| ", 1)[1].strip() for l in r.stdout.splitlines() if "| " in l]
+        check(r.returncode == 0 and "/* recv */" in lines and lines.count("serve() {") >= 3,
+              "%s --on recv: the server's trace (%d serve() calls):\n%s\nagent.log:\n%s" %
+              (how, lines.count("serve() {"), "\n".join(lines[:30]),
+               open(os.path.join(tdir, "agent.log")).read()[-3000:]))
+
+
 def main():
     sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-attach-") as tmp:
@@ -658,6 +709,8 @@ def main():
             case_blocked(sptrace, sys.argv[3], tmp)
         elif case == "accept":
             case_accept(sptrace, sys.argv[3], tmp)
+        elif case == "recv-read":
+            case_recv_read(sptrace, sys.argv[3], tmp)
         elif case == "http":
             case_http(sptrace, tmp)
         elif case == "redis":

@@ -108,6 +108,25 @@ def check_lines(got, src, what):
 # ---------------------------------------------------------------------------
 
 CALL = re.compile(r"^(\d+)\s+(\w+)\((.*)\)\s+=\s+(-?\d+)")
+UNFINISHED = re.compile(r"^(\d+)\s+(.*) <unfinished \.\.\.>$")
+RESUMED = re.compile(r"^(\d+)\s+<\.\.\. \w+ resumed>(.*)$")
+
+
+def joined_calls(lines):
+    """strace -f's lines, a call another process interrupted (its line cut
+    into '<unfinished ...>' and '<... NAME resumed>') joined again."""
+    pending = {}
+    for line in lines:
+        line = line.rstrip("\n")
+        m = UNFINISHED.match(line)
+        if m:
+            pending[m.group(1)] = m.group(2)
+            continue
+        m = RESUMED.match(line)
+        if m and m.group(1) in pending:
+            yield "%s %s%s" % (m.group(1), pending.pop(m.group(1)), m.group(2))
+            continue
+        yield line
 
 
 def case_dwarf_reader_sandboxed(sptrace):
@@ -130,7 +149,7 @@ def case_dwarf_reader_sandboxed(sptrace):
               % (r.returncode, r.stderr))
         calls = {}
         with open(log) as f:
-            for line in f:
+            for line in joined_calls(f):
                 m = CALL.match(line)
                 if m:
                     calls.setdefault(m.group(1), []).append(m.groups()[1:])

@@ -1061,16 +1061,23 @@ AG_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct 
 	return rc;
 }
 
+/* After read, __read_chk or readv (call) returned rc of `asked` bytes: the
+ * activation event, the message, or the end of the stream. */
+static ssize_t read_after(int fd, ssize_t rc, unsigned call, size_t asked)
+{
+	read_event(fd, rc);
+	if (rc > 0 && tracing())
+		msg(fd, DIR_RECV, call, (uint64_t)rc, NULL, 0);
+	else if (rc == 0)
+		eof(fd, asked, 0);
+	return rc;
+}
+
 AG_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
 	ssize_t rc = real_read ? real_read(fd, buf, n) : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
-	read_event(fd, rc);
-	if (rc > 0 && tracing())
-		msg(fd, DIR_RECV, TRACE_CALL_READ, (uint64_t)rc, NULL, 0);
-	else if (rc == 0)
-		eof(fd, n, 0);
-	return rc;
+	return read_after(fd, rc, TRACE_CALL_READ, n);
 }
 
 AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
@@ -1078,24 +1085,14 @@ AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 	ssize_t rc = real_read_chk ? real_read_chk(fd, buf, n, buflen)
 		     : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
-	read_event(fd, rc);
-	if (rc > 0 && tracing())
-		msg(fd, DIR_RECV, TRACE_CALL_READ, (uint64_t)rc, NULL, 0);
-	else if (rc == 0)
-		eof(fd, n, 0);
-	return rc;
+	return read_after(fd, rc, TRACE_CALL_READ, n);
 }
 
 AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
 	ssize_t rc = real_readv ? real_readv(fd, iov, n) : sys(SYS_readv, fd, (long)iov, n, 0, 0);
 
-	read_event(fd, rc);
-	if (rc > 0 && tracing())
-		msg(fd, DIR_RECV, TRACE_CALL_READV, (uint64_t)rc, NULL, 0);
-	else if (rc == 0 && n > 0)
-		eof(fd, iov_len(iov, (size_t)n), 0);
-	return rc;
+	return read_after(fd, rc, TRACE_CALL_READV, rc == 0 && n > 0 ? iov_len(iov, (size_t)n) : 0);
 }
 
 AG_EXPORT ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_t n, unsigned flags)

@@ -160,6 +160,48 @@ def case_blocked(sptrace, prog, tmp):
           "the replay lacks the busy threads or the served requests: %s" % r.stderr[-500:])
 
 
+def start_dormant(sptrace, prog, tmp, how, event, tdir):
+    """attach_target waiting for `event`: attached to (how "attach") or
+    started under sptrace run; the Popen and its port."""
+    if how == "attach":
+        p = subprocess.Popen([prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    else:
+        p = subprocess.Popen([sptrace, "run", "--on", event, "-o", tdir, "--", prog],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env=private_repo_env(tmp))
+    try:
+        port = int(p.stdout.readline())
+        check(p.stdout.readline() == "ready\n", "attach_target did not start")
+        if how == "attach":
+            r = run([sptrace, "attach", "--on", event, "-o", tdir, str(p.pid)],
+                    env=private_repo_env(tmp))
+            check(r.returncode == 0 and "dormant until the event" in r.stdout,
+                  "attach --on %s: %r %r" % (event, r.stdout, r.stderr))
+    except BaseException:
+        p.kill()
+        p.communicate()
+        raise
+    return p, port
+
+
+def ask_work(port):
+    """One request to attach_target: 100, whose answer it computes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"100")
+        s.shutdown(socket.SHUT_WR)
+        check(s.recv(100) == b"%d\n" % sum(i * 7 % 13 for i in range(100)), "wrong answer")
+
+
+def one_thread_tree(sptrace, tmp, tdir, what):
+    """The replay of the one thread recorded in tdir, as lines."""
+    rings = [f for f in os.listdir(tdir) if f.startswith("ring.")]
+    check(len(rings) == 1, "%s: %d threads recorded, want the server's only: %r"
+          % (what, len(rings), rings))
+    r = run([sptrace, "replay", tdir], env=private_repo_env(tmp))
+    check(r.returncode == 0, "%s: replay failed: %r" % (what, r.stderr[-500:]))
+    return [l.split("| ", 1)[1].strip() for l in r.stdout.splitlines() if "| " in l]
+
+
 def case_accept(sptrace, prog, tmp):
     """--on accept: the agent waits (dormant, attached or under sptrace run)
     until a thread's accept returns a connection; that thread traces from
@@ -167,38 +209,19 @@ def case_accept(sptrace, prog, tmp):
     16 busy threads record nothing."""
     for how in ("attach", "run"):
         tdir = os.path.join(tmp, how)
-        if how == "attach":
-            p = subprocess.Popen([prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        else:
-            p = subprocess.Popen([sptrace, "run", "--on", "accept", "-o", tdir, "--", prog],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 env=private_repo_env(tmp))
+        p, port = start_dormant(sptrace, prog, tmp, how, "accept", tdir)
         try:
-            port = int(p.stdout.readline())
-            check(p.stdout.readline() == "ready\n", "attach_target did not start")
-            if how == "attach":
-                r = run([sptrace, "attach", "--on", "accept", "-o", tdir, str(p.pid)],
-                        env=private_repo_env(tmp))
-                check(r.returncode == 0 and "dormant until the event" in r.stdout,
-                      "attach --on accept: %r %r" % (r.stdout, r.stderr))
             time.sleep(0.3)
             check(not [f for f in os.listdir(tdir) if f.startswith("ring.")],
                   "%s --on accept: records before any connection" % how)
-            def ask():
-                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-                    s.sendall(b"100")
-                    s.shutdown(socket.SHUT_WR)
-                    check(s.recv(100) == b"%d\n" % sum(i * 7 % 13 for i in range(100)),
-                          "wrong answer")
-
             for _ in range(3):
-                ask()
+                ask_work(port)
             if how == "attach":
                 # After a stop the event is spent: the next accept does not
                 # start tracing again (sptrace activate does).
                 r = run([sptrace, "stop", str(p.pid)])
                 check(r.returncode == 0, "stop: %r" % r.stderr)
-                ask()
+                ask_work(port)
                 time.sleep(0.2)
                 check(open(os.path.join(tdir, "meta")).read().count("\nactivated ") == 1 and
                       not text_differences(p.pid), "an accept after the stop traced again")
@@ -208,12 +231,8 @@ def case_accept(sptrace, prog, tmp):
                 p.kill()
                 p.communicate()
         check(re.match(r"eintr 0 early 0 wrong 0 served [34]\n", out), "%s: report %r" % (how, out))
-        rings = [f for f in os.listdir(tdir) if f.startswith("ring.")]
-        check(len(rings) == 1, "%s --on accept: %d threads recorded, want the acceptor only: %r"
-              % (how, len(rings), rings))
-        r = run([sptrace, "replay", tdir], env=private_repo_env(tmp))
-        lines = [l.split("| ", 1)[1].strip() for l in r.stdout.splitlines() if "| " in l]
-        check(r.returncode == 0 and "acceptor() {" in lines and "/* accept */" in lines and
+        lines = one_thread_tree(sptrace, tmp, tdir, "%s --on accept" % how)
+        check("acceptor() {" in lines and "/* accept */" in lines and
               lines.count("serve() {") >= 3,
               "%s --on accept: the acceptor's trace (%d serve() calls, want 3):\n%s\n...\n%s"
               "\nagent.log:\n%s" % (how, lines.count("serve() {"), "\n".join(lines[:20]),
@@ -659,20 +678,8 @@ def case_recv_read(sptrace, prog, tmp):
     """--on recv fires on read() of a socket, not of a pipe."""
     for how in ("attach", "run"):
         tdir = os.path.join(tmp, how)
-        if how == "attach":
-            p = subprocess.Popen([prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        else:
-            p = subprocess.Popen([sptrace, "run", "--on", "recv", "-o", tdir, "--", prog],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 env=private_repo_env(tmp))
+        p, port = start_dormant(sptrace, prog, tmp, how, "recv", tdir)
         try:
-            port = int(p.stdout.readline())
-            check(p.stdout.readline() == "ready\n", "attach_target did not start")
-            if how == "attach":
-                r = run([sptrace, "attach", "--on", "recv", "-o", tdir, str(p.pid)],
-                        env=private_repo_env(tmp))
-                check(r.returncode == 0 and "dormant until the event" in r.stdout,
-                      "attach --on recv: %r %r" % (r.stdout, r.stderr))
             # main read()s its standard input, a pipe: no receive
             p.stdin.write("x\n")
             p.stdin.flush()
@@ -680,23 +687,15 @@ def case_recv_read(sptrace, prog, tmp):
             check("\nactivated " not in open(os.path.join(tdir, "meta")).read(),
                   "%s --on recv: a read of a pipe started tracing" % how)
             for _ in range(3):
-                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-                    s.sendall(b"100")
-                    s.shutdown(socket.SHUT_WR)
-                    check(s.recv(100) == b"%d\n" % sum(i * 7 % 13 for i in range(100)),
-                          "wrong answer")
+                ask_work(port)
             out, _ = p.communicate(input="", timeout=60)
         finally:
             if p.poll() is None:
                 p.kill()
                 p.communicate()
         check(re.match(r"eintr 0 early 0 wrong 0 served 3\n", out), "%s: report %r" % (how, out))
-        rings = [f for f in os.listdir(tdir) if f.startswith("ring.")]
-        check(len(rings) == 1, "%s --on recv: %d threads recorded, want the server only: %r"
-              % (how, len(rings), rings))
-        r = run([sptrace, "replay", tdir], env=private_repo_env(tmp))
-        lines = [l.split("| ", 1)[1].strip() for l in r.stdout.splitlines() if "| " in l]
-        check(r.returncode == 0 and "/* recv */" in lines and lines.count("serve() {") >= 3,
+        lines = one_thread_tree(sptrace, tmp, tdir, "%s --on recv" % how)
+        check("/* recv */" in lines and lines.count("serve() {") >= 3,
               "%s --on recv: the server's trace (%d serve() calls):\n%s\nagent.log:\n%s" %
               (how, lines.count("serve() {"), "\n".join(lines[:30]),
                open(os.path.join(tdir, "agent.log")).read()[-3000:]))

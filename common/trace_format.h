@@ -367,6 +367,12 @@ enum {
 #define TRACE_META_CHANGED "changed"   /* index N: N more call sites of module `index`
                                           * left alone: their bytes are not those its
                                           * analysis saw (agent/instrument.c) */
+#define TRACE_META_SESSION "session"   /* NAME: the propagation session (spdaemon keeps the
+                                          * traces it injected for it under
+                                          * STATE/sessions/NAME) */
+#define TRACE_META_PROPAGATED "propagated" /* TSC KIND SRC DST offset N host NAME targets K:
+                                          * a traced send asked the daemon of NAME to follow
+                                          * the channel; K processes got the agent */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
 #define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 

@@ -741,7 +741,9 @@ bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 				retire(&bps[i]);
 				if (!event)
 					walk(uc);
-				else if (rc > 0 || (rc == 0 && strcmp(event, "accept") == 0))
+				else if ((rc > 0 || (rc == 0 && strcmp(event, "accept") == 0)) &&
+					 ag_event_fires(event, (int)uc->uc_mcontext.gregs[REG_RDI],
+							rc))
 					ag_activate_on_event(event, strcmp(event, "accept") == 0
 							     ? (int)rc
 							     : (int)uc->uc_mcontext.gregs[REG_RDI], uc);

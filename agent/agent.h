@@ -25,6 +25,7 @@
  *   hooks.c       the interposers' table; GOT hooks when attached
  *   fds.c         the agent's descriptors, out of the program's reach
  *   msgs.c        message events: sends and receives on sockets and pipes
+ *   propagate.c   a traced send followed to its receivers through spdaemon
  *   x86_64/       the instruction-level parts: area code (emit.c),
  *                 trampolines (tramp.S), unwind information (unwind.c),
  *                 the context-switch stubs (context.S)
@@ -432,6 +433,26 @@ uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at a
 /* One of the agent's own libraries (file name starting with `object`) calls
  * `symbol` through fn from now on; how many GOT slots now do. */
 unsigned ag_hook_library(const char *object, const char *symbol, void *fn);
+
+/* ---- propagate.c: following a traced send to its receivers (the
+ * protocol: propagate.c) ---- */
+typedef struct ag_flow_chan {
+	int family;                    /* AF_INET, AF_INET6 */
+	uint8_t local[16], peer[16];   /* network order */
+	uint16_t lport, pport;
+	bool at_offset;                /* offset is the stream's absolute one */
+	uint64_t offset;               /* of the send's first byte */
+} ag_flow_chan;
+void ag_propagate_init(const char *session, const char *wait_ms);
+const char *ag_propagate_session(void);   /* NULL: no session */
+const char *ag_propagate_wait(void);      /* milliseconds, as text */
+bool ag_propagating(void);
+int ag_propagate_ask(const ag_flow_chan *ch);   /* before the send; waits */
+int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|-" */
+bool ag_expecting(void);
+bool ag_expect_match(int fd, long rc);    /* the awaited receive? (uses it up) */
+bool ag_event_fires(const char *what, int fd, long rc);   /* events.c */
+void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */
 void ag_fds_init(void);                /* the C library's close, dup2, ... */

@@ -19,6 +19,9 @@
  *            pools stay mapped.  The agent can be activated again.
  *   activate start tracing now, every thread from where it stands
  *            (activate.c); meta gets an "activated" line.
+ *   expect tcp SRC SPORT DST DPORT OFFSET
+ *            spdaemon: the thread whose receive on that connection reaches
+ *            past OFFSET starts tracing (propagate.c, point 5).
  *
  * With `--on timer S` the same activation happens S seconds after start.
  */
@@ -73,6 +76,8 @@ static void command(const char *line, double *due)
 	} else if (strcmp(line, "activate") == 0) {
 		*due = -1;
 		ag_activate_now("sptrace activate");
+	} else if (strncmp(line, "expect ", 7) == 0) {
+		ag_expect_add(line + 7);        /* spdaemon: propagate.c, point 5 */
 	} else {
 		ag_log("control: unknown command '%.40s'", line);
 	}

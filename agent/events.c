@@ -40,6 +40,15 @@ void ag_event_only(bool yes)
 	event_only = yes;
 }
 
+/* While spdaemon's agent awaits the receive of a traced send (propagate.c,
+ * points 5 and 6) only that receive is the event; otherwise any. */
+bool ag_event_fires(const char *what, int fd, long rc)
+{
+	if (!ag_expecting())
+		return true;
+	return strcmp(what, "recv") == 0 && ag_expect_match(fd, rc);
+}
+
 /* An accept (rc: the new descriptor) or a receive (rc: bytes) returned on
  * fd: the activation, if the agent waits for this event.  Called by the
  * interposers (msgs.c); errno is kept. */
@@ -47,7 +56,7 @@ void ag_event_after(const char *what, long rc, int fd)
 {
 	int e = errno;
 
-	if (rc >= 0 && ag_event_wanted(what))
+	if (rc >= 0 && ag_event_wanted(what) && ag_event_fires(what, fd, rc))
 		ag_activate_on_event(what, (int)(strcmp(what, "accept") == 0 ? rc : fd), NULL);
 	errno = e;
 }

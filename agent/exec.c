@@ -161,7 +161,9 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    put(b, "LD_BIND_NOW", "1") || put(b, "SPTRACE_DIR", dir) ||
 	    put(b, "SPTRACE_ON", ag_active() ? "start" : ag_on_event()) ||
 	    put(b, "SPTRACE_EXEC_OF", ag_dir) ||
-	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)))
+	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)) ||
+	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||
+					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()))))
 		return NULL;
 	b->env[b->n] = NULL;
 	if (strcmp(kind, "exec") == 0)

@@ -294,9 +294,21 @@ static void write_meta(void)
 		    (unsigned long)hz, TRACE_META_TSC0, (unsigned long)tsc0, TRACE_META_MONO0,
 		    (unsigned long)mono0, TRACE_META_REAL0, (unsigned long)real0, TRACE_META_EVENT,
 		    on_event);
+	if (ag_propagate_session())
+		meta_append("%s %s\n", TRACE_META_SESSION, ag_propagate_session());
 	for (uint32_t i = 0; i < ag_module_count(); i++)
 		ag_meta_module(ag_module_at(i));
 	ag_modules_untraced_meta();
+}
+
+/* A line of propagate.c's in meta. */
+void ag_meta_note(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	meta_vappend(false, fmt, ap);
+	va_end(ap);
 }
 
 void ag_meta_untraced(const char *name, const char *why)
@@ -466,12 +478,31 @@ void ag_note_fatal(int sig, int code, uint64_t addr, uint64_t pc, uint64_t sp)
  */
 static volatile int event_lock;
 
+/* The agent traces already, this thread not: it received the message of
+ * a traced send (propagate.c) and follows from where it stands. */
+static void follow_thread(const char *what, int fd, struct ucontext_t *uc)
+{
+	ag_may_trace_set(true);
+	ag_activation_round();
+	ag_walk_self(uc);
+	if (ag_tls_ring)
+		ag_ring_put(ag_tls_ring, TRACE_EVENT, TRACE_EV_RECV);
+	ag_log("thread %ld follows too: %s (fd %d)", (long)syscall(SYS_gettid), what, fd);
+	meta_append("%s %lu %s fd %d tid %ld\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(),
+		    what, fd, (long)syscall(SYS_gettid));
+}
+
 void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc)
 {
 	trace_ring_header *ring;
 
 	if (__atomic_exchange_n(&event_lock, 1, __ATOMIC_ACQUIRE))
 		return;                          /* another thread is activating */
+	if (active && !finished && threads_event_only && !ag_may_trace_get()) {
+		follow_thread(what, fd, uc);     /* propagate.c: one more flow */
+		__atomic_store_n(&event_lock, 0, __ATOMIC_RELEASE);
+		return;
+	}
 	if (active || finished) {
 		__atomic_store_n(&event_lock, 0, __ATOMIC_RELEASE);
 		return;
@@ -677,6 +708,8 @@ static void restore_env(void)
 	unsetenv("SPTRACE_RING_BYTES");
 	unsetenv("SPTRACE_EXEC_OF");
 	unsetenv("SPTRACE_THREADS");
+	unsetenv("SPTRACE_SESSION");
+	unsetenv("SPTRACE_PROPAGATE_WAIT");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -773,10 +806,19 @@ static void fail(const char *why)
 static bool attached;
 #define PRE_LIST_MAX (1024 * 32)                 /* signals.c's PRE_MAX threads */
 static char attach_trapblocked[PRE_LIST_MAX];  /* sptrace_agent_attach's "trapblocked=" */
+static char attach_session[80], attach_wait[16]; /* ... "session=", "wait=" */
+static char attach_expect[4][200];              /* ... "expect=" */
+static int attach_nexpect;
+static char env_session[80], env_wait[16];      /* SPTRACE_SESSION, ..._PROPAGATE_WAIT */
 
 bool ag_event_wanted(const char *what)
 {
-	return !active && !finished && !event_spent && strcmp(on_event, what) == 0;
+	if (finished)
+		return false;
+	if (ag_expecting())   /* propagate.c: a receive, on a thread not tracing yet */
+		return strcmp(what, "recv") == 0 &&
+		       (!active || (threads_event_only && !ag_may_trace_get()));
+	return !active && !event_spent && strcmp(on_event, what) == 0;
 }
 
 /*
@@ -853,6 +895,12 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	snprintf(log_path, sizeof log_path, "%s/agent.log", ag_dir);
 	log_fd = ag_trace_open(log_path, O_WRONLY | O_APPEND);
 	ag_fd_keep(&log_fd, log_path, O_WRONLY | O_APPEND);
+	/* Before any hook: a receive must not be taken for the event while
+	 * the receive the daemon asked for is not known yet. */
+	ag_propagate_init(attached ? attach_session : env_session,
+			  attached ? attach_wait : env_wait);
+	for (int i = 0; i < attach_nexpect; i++)
+		ag_expect_add(attach_expect[i]);
 	/* After the log is open: a size refused is said there. */
 	if (ring)
 		ag_ring_set_size(strtoull(ring, NULL, 10));
@@ -925,6 +973,9 @@ __attribute__((constructor)) static void agent_init(void)
 
 	if (!dir || !*dir)
 		return;                 /* loaded without sptrace run: stay out of the way */
+	/* Read before agent_start takes them out of the environment */
+	snprintf(env_session, sizeof env_session, "%s", getenv("SPTRACE_SESSION") ?: "");
+	snprintf(env_wait, sizeof env_wait, "%s", getenv("SPTRACE_PROPAGATE_WAIT") ?: "");
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }
@@ -936,7 +987,8 @@ __attribute__((constructor)) static void agent_init(void)
  * "prepared=DIR\n" (the repository sptrace attach analysed the process's
  * modules into, read when the agent's own lacks an entry: modules.c) and
  * "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector opened,
- * signals.c).
+ * signals.c); from spdaemon "session=NAME\n", "wait=MS\n" and
+ * "expect=tcp SRC SPORT DST DPORT OFFSET\n" (propagate.c).
  * Returns 0, or 1 when not tracing (the reason is in DIR/agent.log and
  * meta), 2 when the agent was started already.
  */
@@ -967,6 +1019,13 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 		else if (len > 9 && strncmp(p, "prepared=", 9) == 0)
 			snprintf(ag_prepared_dir, sizeof ag_prepared_dir, "%.*s", (int)(len - 9),
 				 p + 9);
+		else if (len > 8 && strncmp(p, "session=", 8) == 0)
+			snprintf(attach_session, sizeof attach_session, "%.*s", (int)(len - 8), p + 8);
+		else if (len > 5 && strncmp(p, "wait=", 5) == 0)
+			snprintf(attach_wait, sizeof attach_wait, "%.*s", (int)(len - 5), p + 5);
+		else if (len > 7 && strncmp(p, "expect=", 7) == 0 && attach_nexpect < 4)
+			snprintf(attach_expect[attach_nexpect++], sizeof attach_expect[0], "%.*s",
+				 (int)(len - 7), p + 7);
 		p = nl ? nl + 1 : p + len;
 	}
 	if (!dir[0])

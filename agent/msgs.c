@@ -90,6 +90,7 @@ enum { OPENED_ACTIVE = 1, OPENED_PASSIVE = 2 };   /* a number's TCP connection (
 typedef struct chan {
 	uint32_t id;                   /* in the channels file; 0: none */
 	uint8_t proto, dgram, peer_known;
+	uint8_t asked;                 /* propagate.c was asked about it (before_send) */
 	uint8_t msg_flags[2];          /* TRACE_MSG_* of its messages, per direction */
 	uint16_t family, peer_port;
 	uint64_t inode;
@@ -877,7 +878,9 @@ static size_t iov_len(const struct iovec *iov, size_t n)
 /* --on recv, --on accept (events.c) */
 static void event(const char *what, long rc, int fd)
 {
-	if (!ag_active())          /* the event activates a dormant agent only */
+	/* The event activates a dormant agent only, or one more thread of one
+	 * that awaits the receive of a traced send (propagate.c) */
+	if (!ag_active() || ag_expecting())
 		ag_event_after(what, rc, fd);
 }
 
@@ -897,13 +900,63 @@ static void read_event(int fd, long rc)
 	errno = e;
 }
 
+/*
+ * Before a traced send: the first one on a TCP channel asks spdaemon to
+ * follow the channel to its other end, and waits (propagate.c, points 2
+ * and 3).  A channel asked about already, or one that is not TCP, costs a
+ * load and a test.  Classified here, before its first send, a channel's
+ * base is the offset of that send's first byte (tcp_bases with len 0).
+ */
+static void before_send(int fd)
+{
+	uint64_t w = fd_word(fd);
+	unsigned st = (w >> 32) & 0xff;
+	trace_ring_header *r;
+	int saved;
+
+	if (!ag_propagating() || st == ST_NONE || st == ST_UNCONN ||
+	    (st == ST_CHAN && __atomic_load_n(&chans[(uint32_t)w].asked, __ATOMIC_RELAXED)))
+		return;
+	saved = errno;
+	r = ag_enter();
+	if (r && !ag_fd_is_ours(fd) && (w = word_of(fd, DIR_SEND, 0)) != 0 &&
+	    ((w >> 32) & 0xff) == ST_CHAN) {
+		chan *c = &chans[(uint32_t)w];
+
+		if (!__atomic_exchange_n(&c->asked, 1, __ATOMIC_ACQ_REL) && c->id &&
+		    c->proto == TRACE_PROTO_TCP && c->peer_known) {
+			trace_channel tc;
+			ag_flow_chan fc = { .family = c->family };
+
+			memcpy(&tc, chan_map + (size_t)c->id * sizeof tc, sizeof tc);
+			memcpy(fc.local, tc.local_addr, 16);
+			memcpy(fc.peer, tc.peer_addr, 16);
+			fc.lport = tc.local_port;
+			fc.pport = tc.peer_port;
+			fc.at_offset = (tc.flags & TRACE_CHAN_ABS_SEND) != 0;
+			fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
+			ag_propagate_ask(&fc);
+		}
+	}
+	ag_leave(r);
+	errno = saved;
+}
+
+static inline void propagate(int fd)
+{
+	if (ag_propagating() && tracing())
+		before_send(fd);
+}
+
 /* ---- the interposers (hooks.c's table) ---- */
 
 AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
-	ssize_t rc = real_send ? real_send(fd, buf, n, flags)
-		     : sys(SYS_sendto, fd, (long)buf, (long)n, flags, 0);
+	ssize_t rc;
 
+	propagate(fd);
+	rc = real_send ? real_send(fd, buf, n, flags)
+	     : sys(SYS_sendto, fd, (long)buf, (long)n, flags, 0);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SEND, (uint64_t)rc, NULL, 0);
 	return rc;
@@ -912,9 +965,11 @@ AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 			 const struct sockaddr *addr, socklen_t len)
 {
-	ssize_t rc = real_sendto ? real_sendto(fd, buf, n, flags, addr, len)
-		     : syscall(SYS_sendto, fd, buf, n, flags, addr, len);
+	ssize_t rc;
 
+	propagate(fd);
+	rc = real_sendto ? real_sendto(fd, buf, n, flags, addr, len)
+	     : syscall(SYS_sendto, fd, buf, n, flags, addr, len);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SENDTO, (uint64_t)rc, addr, len);
 	return rc;
@@ -922,9 +977,11 @@ AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 
 AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
-	ssize_t rc = real_sendmsg ? real_sendmsg(fd, m, flags)
-		     : sys(SYS_sendmsg, fd, (long)m, flags, 0, 0);
+	ssize_t rc;
 
+	propagate(fd);
+	rc = real_sendmsg ? real_sendmsg(fd, m, flags)
+	     : sys(SYS_sendmsg, fd, (long)m, flags, 0, 0);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SENDMSG, (uint64_t)rc,
 		    (const struct sockaddr *)m->msg_name, m->msg_namelen);
@@ -933,9 +990,11 @@ AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 
 AG_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 {
-	int rc = real_sendmmsg ? real_sendmmsg(fd, v, n, flags)
-		 : (int)sys(SYS_sendmmsg, fd, (long)v, n, flags, 0);
+	int rc;
 
+	propagate(fd);
+	rc = real_sendmmsg ? real_sendmmsg(fd, v, n, flags)
+	     : (int)sys(SYS_sendmmsg, fd, (long)v, n, flags, 0);
 	if (rc > 0 && tracing())
 		msgs_v(fd, DIR_SEND, TRACE_CALL_SENDMMSG, v, rc);
 	return rc;
@@ -943,8 +1002,10 @@ AG_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 
 AG_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
-	ssize_t rc = real_write ? real_write(fd, buf, n) : sys(SYS_write, fd, (long)buf, (long)n, 0, 0);
+	ssize_t rc;
 
+	propagate(fd);
+	rc = real_write ? real_write(fd, buf, n) : sys(SYS_write, fd, (long)buf, (long)n, 0, 0);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_WRITE, (uint64_t)rc, NULL, 0);
 	return rc;
@@ -952,8 +1013,10 @@ AG_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 
 AG_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 {
-	ssize_t rc = real_writev ? real_writev(fd, iov, n) : sys(SYS_writev, fd, (long)iov, n, 0, 0);
+	ssize_t rc;
 
+	propagate(fd);
+	rc = real_writev ? real_writev(fd, iov, n) : sys(SYS_writev, fd, (long)iov, n, 0, 0);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_WRITEV, (uint64_t)rc, NULL, 0);
 	return rc;

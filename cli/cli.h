@@ -25,6 +25,10 @@ int cmd_attach(int argc, char **argv);
 int cmd_keys(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 
+/* cmd_status.c: this host's spdaemon answered, its name in `name`: 0;
+ * -1 when none serves this host (network namespace). */
+int cli_local_daemon(char *name, size_t len);
+
 /* trace_dir.c.  `cmd` names the command in messages. */
 int cli_find_agent(const char *cmd, char *out, size_t len);   /* libsptrace-agent.so */
 /* Whom a new trace is for: its owner (the caller, or the user whose process

@@ -57,6 +57,12 @@ static const char help[] =
 	"  --group GROUP       let GROUP (a name or a gid) read the trace: directories\n"
 	"                      2750, files 0640; by default only you can (0700, 0600)\n"
 	"  --ring-size MB      size of each thread's ring (default 16)\n"
+	"  --propagate-wait MS when a spdaemon serves this host, a traced send to a\n"
+	"                      process not traced yet waits up to MS milliseconds\n"
+	"                      (default 3000) while the daemon of the receiver's host\n"
+	"                      puts the agent there; the receiver starts tracing at\n"
+	"                      the receive of that send\n"
+	"  --no-propagate      trace this program only, even with a spdaemon\n"
 	"  --flight-recorder   keep only the newest records: each thread's last\n"
 	"                      --ring-size MB (a full ring overwrites its oldest\n"
 	"                      records and counts them).  Without it every record is\n"
@@ -66,7 +72,68 @@ static const char help[] =
 	"  -h, --help          this text\n"
 	"\n"
 	"Then: 'sptrace replay DIR' prints the call trees, 'sptrace report DIR' the\n"
-	"time per function.\n";
+	"time per function; after a run that propagated, 'sptrace collect -o OUT DIR'\n"
+	"gathers the traces of every host the requests reached.\n";
+
+/*
+ * Propagation: when this host's spdaemon answers, the run is a session the
+ * agents of every process its requests reach share (agent/propagate.c):
+ * its name, unique per host and run, in SPTRACE_SESSION.
+ */
+static int start_session(char *session, size_t len, char *daemon, size_t dlen)
+{
+	char name[64];
+	size_t n;
+
+	if (cli_local_daemon(daemon, dlen) != 0)
+		return -1;
+	snprintf(name, sizeof name, "%s", daemon);
+	for (n = 0; name[n]; n++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
+			    name[n]) || (n == 0 && name[n] == '.'))
+			name[n] = '_';
+	snprintf(session, len, "%.30s-%ld-%d", name, (long)time(NULL), (int)getpid());
+	return 0;
+}
+
+/* What propagation did, from the trace's meta ("propagated" lines). */
+static void print_propagation(const char *dir, const char *session)
+{
+	char line[1024], hosts[512] = "";
+	unsigned asked = 0, followed = 0, k;
+	int fd = cli_trace_file(dir, "meta", O_RDONLY);
+	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+
+	while (f && fgets(line, sizeof line, f)) {
+		char host[256];
+		const char *p;
+
+		if (strncmp(line, TRACE_META_PROPAGATED " ", sizeof TRACE_META_PROPAGATED) != 0 ||
+		    !(p = strstr(line, " host ")) || sscanf(p, " host %255s targets %u", host, &k) != 2)
+			continue;
+		asked++;
+		followed += k;
+		char word[260];
+
+		snprintf(word, sizeof word, " %s,", host);
+		if (k && strcmp(host, "-") != 0 && !strstr(hosts, word) &&
+		    strlen(hosts) + strlen(word) < sizeof hosts)
+			strcat(hosts, word);
+	}
+	if (f)
+		fclose(f);
+	else if (fd >= 0)
+		close(fd);
+	if (hosts[0])
+		hosts[strlen(hosts) - 1] = '\0';
+	if (!asked)
+		fprintf(stderr, "sptrace: session %s: no traced send left this process\n", session);
+	else
+		fprintf(stderr, "sptrace: session %s: %u channel%s followed, %u process%s at their "
+			"other ends traced (hosts:%s); gather them with 'sptrace collect -o OUT %s'\n",
+			session, asked, asked == 1 ? "" : "s", followed, followed == 1 ? "" : "es",
+			hosts[0] ? hosts : " none", dir);
+}
 
 static void meta_end(const char *dir, int status)
 {
@@ -226,8 +293,11 @@ int cmd_run(int argc, char **argv)
 		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
 		{ "ring-size", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
 		{ "threads", required_argument, 0, 'T' },   { "flight-recorder", no_argument, 0, 'F' },
-		{ "group", required_argument, 0, 'g' },     { 0, 0, 0, 0 },
+		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
+		{ "no-propagate", no_argument, 0, 'N' },    { 0, 0, 0, 0 },
 	};
+	char session[128] = "", daemon[256] = "", wait[16] = "3000";
+	int propagate = 1;
 	cli_drain *drain = NULL;
 	int flight = 0;
 	const char *threads = NULL;
@@ -255,6 +325,17 @@ int cmd_run(int argc, char **argv)
 			threads = optarg;
 			break;
 		case 'F': flight = 1; break;
+		case 'N': propagate = 0; break;
+		case 'W': {
+			char *end;
+			unsigned long ms = strtoul(optarg, &end, 10);
+
+			if (!*optarg || *end || ms > 600000)
+				return cli_error("run: --propagate-wait '%s': give milliseconds, 0 to "
+						 "600000", optarg), 2;
+			snprintf(wait, sizeof wait, "%lu", ms);
+			break;
+		}
 		case 'g':
 			if (cli_trace_group("run", optarg, &owner.group))
 				return 2;
@@ -278,6 +359,9 @@ int cmd_run(int argc, char **argv)
 	    cli_prepare_trace_dir("run", dir, &owner, absdir))
 		return 1;
 	warn_unregistered();
+	if (propagate && start_session(session, sizeof session, daemon, sizeof daemon) == 0)
+		fprintf(stderr, "sptrace: spdaemon %s serves this host: the program's requests are "
+			"followed into the processes they reach (session %s)\n", daemon, session);
 	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",
 		 old_preload ? old_preload : "");
 	{
@@ -312,6 +396,10 @@ int cmd_run(int argc, char **argv)
 			setenv("SPTRACE_RING_BYTES", ring, 1);
 		if (threads)
 			setenv("SPTRACE_THREADS", threads, 1);
+		if (session[0]) {
+			setenv("SPTRACE_SESSION", session, 1);
+			setenv("SPTRACE_PROPAGATE_WAIT", wait, 1);
+		}
 		execvp(argv[optind], argv + optind);
 		exec_errno = errno;
 		if (write(errpipe[1], &exec_errno, sizeof exec_errno) < 0)
@@ -360,6 +448,8 @@ int cmd_run(int argc, char **argv)
 	cli_analyze_traced_modules("run", NULL, absdir);
 	cli_print_left_alone(stderr, absdir);
 	cli_print_untraced(stderr, absdir);
+	if (session[0])
+		print_propagation(absdir, session);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);
 }

@@ -31,22 +31,53 @@ static const char status_help[] =
 	"  --timeout S     seconds to wait for each daemon (default 10)\n"
 	"  -h, --help      this text\n";
 
-/* One status request on `c`; prints the answer. */
-static int ask(spd_conn *c, const char *who)
+/* One status request on `c`: 0 and *rep (spd_frame_free), or -1 and a
+ * message. */
+static int status_of(spd_conn *c, Sptrace__Spd__Frame **rep, sp_err *err)
 {
-	Sptrace__Spd__Frame req = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
+	Sptrace__Spd__Frame req = SPTRACE__SPD__FRAME__INIT;
 	Sptrace__Spd__StatusRequest s = SPTRACE__SPD__STATUS_REQUEST__INIT;
-	sp_err err;
 	int r;
 
 	req.id = 1;
 	req.body_case = SPTRACE__SPD__FRAME__BODY_STATUS;
 	req.status = &s;
-	if (spd_frame_write(c, &req, &err) != 0)
+	if (spd_frame_write(c, &req, err) != 0)
+		return -1;
+	if ((r = spd_frame_read(c, rep, err)) <= 0)
+		return r == 0 ? sp_fail(err, "the daemon closed the connection without an answer")
+			      : -1;
+	return 0;
+}
+
+int cli_local_daemon(char *name, size_t len)
+{
+	Sptrace__Spd__Frame *rep = NULL;
+	spd_conn c;
+	sp_err err;
+	int r = -1;
+
+	if (spd_local_connect(&c, &err) != 0)
+		return -1;
+	if (status_of(&c, &rep, &err) == 0 &&
+	    rep->body_case == SPTRACE__SPD__FRAME__BODY_STATUS_REPLY) {
+		snprintf(name, len, "%s", rep->status_reply->name);
+		r = 0;
+	}
+	if (rep)
+		spd_frame_free(rep);
+	spd_conn_close(&c);
+	return r;
+}
+
+/* One status request on `c`; prints the answer. */
+static int ask(spd_conn *c, const char *who)
+{
+	Sptrace__Spd__Frame *rep = NULL;
+	sp_err err;
+
+	if (status_of(c, &rep, &err) != 0)
 		return cli_error("status: %s", err.msg);
-	if ((r = spd_frame_read(c, &rep, &err)) <= 0)
-		return cli_error("status: %s", r == 0 ? "the daemon closed the connection without "
-				 "an answer" : err.msg);
 	if (rep->body_case == SPTRACE__SPD__FRAME__BODY_ERROR) {
 		cli_error("status: %s refused: %s", who, rep->error->message);
 	} else if (rep->body_case != SPTRACE__SPD__FRAME__BODY_STATUS_REPLY) {

@@ -373,6 +373,9 @@ enum {
 #define TRACE_META_PROPAGATED "propagated" /* TSC KIND SRC DST offset N host NAME targets K:
                                           * a traced send asked the daemon of NAME to follow
                                           * the channel; K processes got the agent */
+#define TRACE_META_EXPECT "expect"     /* tcp SRC SPORT DST DPORT OFFSET|-: spdaemon asked
+                                          * this agent to start at the receive of a traced
+                                          * send (agent/propagate.c) */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
 #define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 

@@ -42,7 +42,8 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 
 	memset(r, 0, sizeof *r);
 	if (strlen(a->dir) + (a->repo ? strlen(a->repo) : 0) +
-	    (a->prepared ? strlen(a->prepared) : 0) > 3000)
+	    (a->prepared ? strlen(a->prepared) : 0) + (a->expect ? strlen(a->expect) : 0) +
+	    (a->session ? strlen(a->session) : 0) > 3000)
 		return sp_fail(err, "pid %d: the agent's paths are too long", (int)pid);
 	if (!(config = malloc(len)))
 		return sp_fail(err, "out of memory");
@@ -56,6 +57,9 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 	at = put(config, len, at, "repo", a->repo);
 	at = put(config, len, at, "threads", a->threads);
 	at = put(config, len, at, "prepared", a->prepared);
+	at = put(config, len, at, "session", a->session);
+	at = put(config, len, at, "wait", a->wait);
+	at = put(config, len, at, "expect", a->expect);
 	if (ntraps)
 		at += (size_t)snprintf(config + at, len - at, "trapblocked=");
 	for (int i = 0; i < ntraps && at < len; i++)

@@ -77,6 +77,10 @@ typedef struct inj_agent {
 	const char *repo;        /* SPTRACE_REPO to use, or NULL */
 	const char *threads;     /* "event", "all", or NULL */
 	const char *prepared;    /* a repository analysed for it, or NULL */
+	const char *session;     /* spdaemon: the propagation session, or NULL */
+	const char *wait;        /* ... milliseconds a traced send waits, or NULL */
+	const char *expect;      /* ... the receive to start at, or NULL
+	                          * (agent/propagate.c) */
 	double timeout;          /* seconds; 0: 120 */
 } inj_agent;
 

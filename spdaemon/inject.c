@@ -15,16 +15,26 @@
  *      process none of whose user ids is root's, unless the configuration
  *      says otherwise (`remote-inject all`, or `none`).  pid 1 never
  *      (inj_check).  Each refusal is answered and logged with its reason.
- *   4. A process that has the agent already is left as it is, and said.
+ *   4. A process that has the agent already is left as it is, and said --
+ *      unless this daemon put it there for the same session and the
+ *      request follows a traced send: then the agent is told to follow
+ *      that receive too (tell_to_follow: `expect ...` into its control
+ *      FIFO, which must be a FIFO of the process's user, reached without
+ *      following a link), and the answer waits until the agent says in its
+ *      meta that it expects it (at most a second): the sender's bytes go
+ *      only after that.
  *   5. Its trace directory is STATE/sessions/SESSION/PID, made through
  *      descriptors, given to the process's user (the agent writes as it),
  *      0700; the directories above it are root's and only traversable by
  *      others (0711), so no user can see or touch another's trace.
- *   6. The agent goes in (inj_attach_agent) dormant until its event: the
- *      request's `on`, else "accept" when the receiving end is a listener
- *      (the connection waits to be accepted), "recv" for an established
- *      one; the thread of the event is traced (threads=event).  It reads
- *      the analyses of the daemon's own repository (prepared=).
+ *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
+ *      request that follows a traced send (`follow`, from an agent): the
+ *      receive of that send (expect=, agent/propagate.c), and the agent
+ *      propagates on in the same session.  Otherwise the request's `on`,
+ *      else "accept" when the receiving end is a listener (the connection
+ *      waits to be accepted), "recv" for an established one.  The thread of
+ *      the event is traced (threads=event).  It reads the analyses of the
+ *      daemon's own repository (prepared=).
  *   7. The holders are asked again, until a round finds no new process (a
  *      pre-forked worker may have inherited the socket meanwhile), at most
  *      SPD_INJECT_ROUNDS rounds.
@@ -51,6 +61,7 @@
 
 #include "codeanalysis.h"
 #include "injector.h"
+#include "registry.h"
 
 #define SPD_INJECT_ROUNDS 8
 #define SPD_MAX_TARGETS 256
@@ -192,10 +203,127 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
 	return 0;
 }
 
+/* The receive a follow request's agents start at, in the agent's words:
+ * "tcp SRC SPORT DST DPORT OFFSET|-" (agent/propagate.c, point 5). */
+static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, char *out,
+			size_t len)
+{
+	char s[INET6_ADDRSTRLEN], t[INET6_ADDRSTRLEN], off[24] = "-";
+
+	inet_ntop(ch->src.family, ch->src.addr, s, sizeof s);
+	inet_ntop(ch->dst.family, ch->dst.addr, t, sizeof t);
+	if (q->at_offset)
+		snprintf(off, sizeof off, "%llu", (unsigned long long)q->offset);
+	snprintf(out, len, "tcp %s %u %s %u %s", s, ch->src.port, t, ch->dst.port, off);
+}
+
+static unsigned long long start_time(pid_t pid)
+{
+	char p[16];
+
+	snprintf(p, sizeof p, "%d", (int)pid);
+	return sp_proc_start_time(p);
+}
+
+/* Step 4: the trace directory this daemon gave pid in `session`, if any. */
+static bool traced_here(spd_daemon *d, pid_t pid, const char *session, char *dir, size_t len)
+{
+	unsigned long long start = start_time(pid);
+	bool found = false;
+
+	pthread_mutex_lock(&d->lock);
+	for (size_t i = 0; i < d->ntraced && !found; i++)
+		if (d->traced[i].pid == pid && d->traced[i].start == start &&
+		    strcmp(d->traced[i].session, session) == 0) {
+			snprintf(dir, len, "%s", d->traced[i].dir);
+			found = true;
+		}
+	pthread_mutex_unlock(&d->lock);
+	return found;
+}
+
+static void remember(spd_daemon *d, pid_t pid, const char *session, const char *dir)
+{
+	unsigned long long start = start_time(pid);
+
+	pthread_mutex_lock(&d->lock);
+	if (!d->traced)
+		d->traced = calloc(SPD_MAX_TRACED, sizeof *d->traced);
+	if (d->traced) {
+		size_t i = d->ntraced < SPD_MAX_TRACED ? d->ntraced++ : (size_t)pid % SPD_MAX_TRACED;
+		spd_traced *e = &d->traced[i];
+
+		e->pid = pid;
+		e->start = start;
+		snprintf(e->session, sizeof e->session, "%s", session);
+		snprintf(e->dir, sizeof e->dir, "%s", dir);
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* Step 4: `expect LINE` into the agent's FIFO, then wait for its meta to
+ * say "expect LINE".  0, or -1 and *why. */
+static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *why, size_t len)
+{
+	char path[64], want[256], buf[65536];
+	struct stat st;
+	int dfd, pfd, fd = -1;
+	ssize_t n;
+
+	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		snprintf(why, len, "%s: %s", dir, strerror(errno));
+		return -1;
+	}
+	pfd = openat(dfd, "control", O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0 || fstat(pfd, &st) != 0 || !S_ISFIFO(st.st_mode) || st.st_uid != uid) {
+		snprintf(why, len, "%s/control is not the agent's FIFO (uid %u): not told to follow",
+			 dir, (unsigned)uid);
+		goto fail;
+	}
+	snprintf(path, sizeof path, "/proc/self/fd/%d", pfd);
+	fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	n = snprintf(want, sizeof want, "expect %s\n", line);
+	if (fd < 0 || write(fd, want, (size_t)n) != n) {
+		snprintf(why, len, "%s/control: %s (is the agent still there?)", dir, strerror(errno));
+		goto fail;
+	}
+	close(fd);
+	close(pfd);
+	fd = pfd = -1;
+	for (int tries = 0; tries < 200; tries++) {
+		int mfd = openat(dfd, "meta", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+		if (mfd >= 0 && fstat(mfd, &st) == 0 && S_ISREG(st.st_mode)) {
+			off_t from = st.st_size > (off_t)sizeof buf - 1 ? st.st_size - (off_t)sizeof buf + 1
+				     : 0;
+
+			n = pread(mfd, buf, sizeof buf - 1, from);
+			buf[n > 0 ? n : 0] = '\0';
+			close(mfd);
+			if (strstr(buf, want)) {
+				close(dfd);
+				return 0;
+			}
+		} else if (mfd >= 0) {
+			close(mfd);
+		}
+		usleep(5000);
+	}
+	snprintf(why, len, "the agent did not take the receive to follow within a second");
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (pfd >= 0)
+		close(pfd);
+	close(dfd);
+	return -1;
+}
+
 /* Steps 3 to 6 for one process: fills t (its strings are the caller's). */
 static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectRequest *q,
-		       const char *on, pid_t pid, Sptrace__Spd__InjectReply__Target *t, char *dir,
-		       size_t dirlen, char *why, size_t whylen)
+		       const char *on, const char *expect, pid_t pid,
+		       Sptrace__Spd__InjectReply__Target *t, char *dir, size_t dirlen, char *why,
+		       size_t whylen)
 {
 	unsigned u[4];
 	struct stat st;
@@ -219,6 +347,14 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 		return;
 	}
 	if (inj_has_mapping(pid, "sptrace-agent") == 1) {
+		if (expect && traced_here(d, pid, q->session, dir, dirlen)) {
+			if (tell_to_follow(dir, st.st_uid, expect, why, whylen) == 0) {
+				t->following = 1;
+				snprintf(why, whylen, "had the agent of session %s: follows this "
+					 "receive too", q->session);
+			}
+			return;
+		}
 		snprintf(why, whylen, "pid %d has the agent already", (int)pid);
 		return;
 	}
@@ -226,13 +362,19 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 		snprintf(why, whylen, "%s", err.msg);
 		return;
 	}
-	inj_agent a = { .so_path = d->agent, .dir = dir, .on = on,
-			.threads = "event", .prepared = ca_repo_default_dir(), .timeout = 60 };
+	char wait[16];
+
+	snprintf(wait, sizeof wait, "%u", q->wait_ms);
+	inj_agent a = { .so_path = d->agent, .dir = dir, .on = expect ? "recv" : on,
+			.threads = "event", .prepared = ca_repo_default_dir(), .timeout = 60,
+			.session = expect ? q->session : NULL, .wait = expect && q->wait_ms ? wait : NULL,
+			.expect = expect };
 
 	if (inj_attach_agent(pid, &a, &r, &err) != 0) {
 		snprintf(why, whylen, "%s", err.msg);
 		return;
 	}
+	remember(d, pid, q->session, dir);
 	t->injected = 1;
 	snprintf(why, whylen, "agent in after %.1f ms (thread %d stopped %.2f ms)", r.total_ms,
 		 (int)r.tid, r.pause_ms);
@@ -324,6 +466,7 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	char *strings = NULL;
 	size_t ndone = 0;
 	spd_channel ch;
+	char expect[300];
 
 	if (check_request(q, &ch, err) != 0) {
 		spd_send_error(c, req->id, err->msg);
@@ -344,6 +487,8 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		spd_log("%s: inject refused: %s", c->peer, err->msg);
 		return;
 	}
+	if (q->follow && ch.kind == SPD_CH_TCP)
+		expect_line(q, &ch, expect, sizeof expect);
 	targets = calloc(SPD_MAX_TARGETS, sizeof *targets);
 	tp = calloc(SPD_MAX_TARGETS, sizeof *tp);
 	strings = malloc(SPD_MAX_TARGETS * (dirlen + whylen));
@@ -373,9 +518,10 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 
 			sptrace__spd__inject_reply__target__init(t);
 			inject_one(d, c, q, q->on && *q->on ? q->on : listener ? "accept" : "recv",
-				   pids[i], t, dir, dirlen, why, whylen);
+				   q->follow && ch.kind == SPD_CH_TCP ? expect : NULL, pids[i], t, dir,
+				   dirlen, why, whylen);
 			spd_log("%s: inject session %s pid %d: %s%s%s%s", c->peer, q->session,
-				(int)pids[i], t->injected ? "" : "refused: ", why,
+				(int)pids[i], t->injected || t->following ? "" : "refused: ", why,
 				t->injected ? "; trace in " : "", t->injected ? dir : "");
 			tp[ndone] = t;
 			done[ndone++] = pids[i];
@@ -388,6 +534,7 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 			q->session);
 	rep.n_targets = ndone;
 	rep.targets = tp;
+	rep.host = d->name;
 	f.id = req->id;
 	f.body_case = SPTRACE__SPD__FRAME__BODY_INJECT_REPLY;
 	f.inject_reply = &rep;

@@ -22,12 +22,25 @@ typedef struct spd_daemon {
 	int foreground;
 	struct ssl_ctx_st *tls;          /* server side: our certificate, the CA */
 	struct ssl_ctx_st *tls_client;   /* to other hosts' daemons, made when first needed */
-	pthread_mutex_t lock;            /* guards tls_client */
+	pthread_mutex_t lock;            /* guards tls_client and traced */
 	int state_fd, log_fd;            /* the state directory, spdaemon.log there */
 	int local_fd, remote_fd;         /* listening sockets */
 	struct timespec started;         /* CLOCK_MONOTONIC */
 	unsigned long long requests;     /* served (atomic) */
+	struct spd_traced *traced;       /* the processes it put the agent into
+	                                  * (inject.c), SPD_MAX_TRACED */
+	size_t ntraced;                  /*   (guarded by `lock`) */
 } spd_daemon;
+
+/* A process this daemon put the agent into, for a later request of the
+ * same session that finds it again (inject.c, step 4). */
+#define SPD_MAX_TRACED 4096
+typedef struct spd_traced {
+	pid_t pid;
+	unsigned long long start;        /* /proc/PID/stat field 22: not a reused pid */
+	char session[65];
+	char dir[4096];                  /* its trace, absolute */
+} spd_traced;
 
 /* main.c: a line in spdaemon.log (and on stderr in the foreground). */
 void spd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,0 +1,545 @@
+/*
+ * propagate.c — following a request to where it is received: a traced send
+ * asks the host's spdaemon to put the agent into the processes at the other
+ * end, and those agents start tracing at the receive that the send matches.
+ *
+ * The sending side (ag_propagate_ask, called by msgs.c's send interposers
+ * before the bytes go):
+ *
+ *  1. Only with a session: SPTRACE_SESSION under `sptrace run` (set when a
+ *     spdaemon serves the host), `session=` when a daemon injected the
+ *     agent.  The session names where each host's daemon keeps the traces it
+ *     injected (STATE/sessions/SESSION/PID) and what `sptrace collect`
+ *     gathers.
+ *  2. Once per channel (msgs.c claims it with one atomic exchange), on the
+ *     first traced send, before the bytes go: an InjectRequest (proto/
+ *     spd.proto) to the daemon of this network namespace, over its abstract
+ *     UNIX socket, with the channel (this end -> the peer), the session and
+ *     the absolute stream offset of the send's first byte when the agent
+ *     knows it (msgs.c: tcp_bases); the daemon forwards it to the daemon of
+ *     the peer's host.  The thread waits for the answer, at most wait_ms
+ *     (SPTRACE_PROPAGATE_WAIT, `wait=`; 3000 by default): when the daemon
+ *     answers, the agents at the other end are armed.  Then the send goes.
+ *  3. The socket is the agent's (fds.c: high, registered, dropped after the
+ *     answer).  Everything here is raw system calls, a stack buffer for the
+ *     request and an mmap'd arena for the answer (protobuf-c's allocator):
+ *     no malloc, no lock of the program's, errno as the program left it.
+ *     A channel whose peer sent this process the traced request (an
+ *     expectation matched on it, point 6) is not asked about: its other end
+ *     is traced already -- the answer goes back to where the request came
+ *     from.
+ *  4. No daemon (nothing listens at the socket): not asked again for 10 s,
+ *     said once in agent.log.  Every answer goes into agent.log (each
+ *     process and why) and meta (TRACE_META_PROPAGATED: the host that
+ *     served it and how many processes got the agent).
+ *
+ * The receiving side (the expectations):
+ *
+ *  5. A daemon that injects the agent gives it the receive to start at:
+ *     `expect=tcp SRC SPORT DST DPORT OFFSET` (OFFSET "-": unknown), in the
+ *     sender's terms.  A daemon whose process has the agent of the session
+ *     already writes the same line, as `expect ...`, into its control FIFO
+ *     (control.c).  At most MAX_EXPECT wait at once.
+ *  6. While one waits, every receive that returned data on a socket asks
+ *     ag_expect_match: the socket's peer must be SRC:SPORT and its own
+ *     address DST:DPORT, and the receive's bytes must reach past OFFSET --
+ *     the kernel says where the stream is (TCP_INFO's bytes_received less
+ *     what SIOCINQ says is still queued; a FIN received counts one).  The
+ *     bytes before OFFSET were sent before the traced request: receives of
+ *     them start nothing.  A match is used up; that thread starts tracing
+ *     where it stands (main.c: ag_activate_on_event, or ag_follow_thread
+ *     when the agent traces already).
+ *  7. All of it with raw system calls: the receive may be a breakpoint's
+ *     (a thread blocked in recv at injection, activate.c), in a signal
+ *     handler.
+ *
+ * Left: UDP, UNIX sockets and pipes (only TCP is followed); a channel the
+ * agent did not see connected or accepted has no absolute send offset, so
+ * its receiver starts at the first receive on the channel after arming.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "spd.pb-c.h"
+
+#define SPD_SOCKET "sptrace-spdaemon"   /* spdaemon/spd.h: SPD_SOCKET */
+#define SPD_PROTOCOL_VERSION 1          /* spdaemon/spd.h */
+#define SPD_FRAME_MAX (1u << 20)        /* spdaemon/spd.h */
+#define NO_DAEMON_NS 10000000000ull     /* point 4 */
+#define MAX_EXPECT 64
+
+static char session[65];
+static uint32_t wait_ms = 3000;
+static volatile uint64_t no_daemon_until;
+static volatile int no_daemon_said;
+static volatile uint64_t next_id = 1;
+
+typedef struct expect {
+	volatile int state;              /* 0 free, 1 being written, 2 waiting */
+	int family;
+	uint8_t src[16], dst[16];        /* the sender's end, the receiver's end */
+	uint16_t sport, dport;
+	bool at_offset;
+	uint64_t offset;
+} expect;
+
+static expect expects[MAX_EXPECT];
+static volatile int nexpect;             /* waiting (2) */
+static expect came_from[MAX_EXPECT];     /* matched ones (point 3), round robin */
+static volatile unsigned ncame;
+
+static long sys(long nr, long a, long b, long c, long d, long e)
+{
+	long rc;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+
+	__asm__ volatile("syscall" : "=a"(rc) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+			 : "rcx", "r11", "memory");
+	return rc;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	sys(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&t, 0, 0, 0);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Point 1. */
+void ag_propagate_init(const char *name, const char *wait)
+{
+	size_t n = name ? strlen(name) : 0;
+
+	if (n == 0)
+		return;
+	if (n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+	    != n || name[0] == '.') {
+		ag_log("propagation off: session name '%.80s' is not 1 to 64 letters, digits, '.', "
+		       "'_' or '-'", name);
+		return;
+	}
+	memcpy(session, name, n + 1);
+	if (wait && *wait) {
+		char *end;
+		unsigned long ms = strtoul(wait, &end, 10);
+
+		if (*end || ms > 600000)
+			ag_log("propagation: wait '%s' is not a number of milliseconds up to 600000; "
+			       "waiting %u ms", wait, wait_ms);
+		else
+			wait_ms = (uint32_t)ms;
+	}
+	ag_log("propagation: session %s; a traced send waits up to %u ms for the receiving "
+	       "agents", session, wait_ms);
+}
+
+const char *ag_propagate_session(void)
+{
+	return session[0] ? session : NULL;
+}
+
+/* For an exec'd image (exec.c): SPTRACE_PROPAGATE_WAIT. */
+const char *ag_propagate_wait(void)
+{
+	static char text[16];
+
+	snprintf(text, sizeof text, "%u", wait_ms);
+	return text;
+}
+
+bool ag_propagating(void)
+{
+	return session[0] != '\0';
+}
+
+/* ---- asking the daemon (points 2 to 4) ---- */
+
+/* protobuf-c's allocator over an mmap'd arena (point 3). */
+typedef struct arena {
+	uint8_t *base;
+	size_t size, used;
+} arena;
+
+static void *arena_alloc(void *data, size_t n)
+{
+	arena *a = data;
+	size_t at = (a->used + 15) & ~(size_t)15;
+
+	if (at + n > a->size)
+		return NULL;
+	a->used = at + n;
+	return a->base + at;
+}
+
+static void arena_free(void *data, void *p)
+{
+	(void)data;
+	(void)p;
+}
+
+/* All of buf, or -1 (the deadline passed, or the socket failed). */
+static int io_all(int fd, uint8_t *buf, size_t len, bool out, uint64_t deadline)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		long rc = out ? sys(SYS_sendto, fd, (long)(buf + done), (long)(len - done),
+				    MSG_NOSIGNAL, 0)
+			  : sys(SYS_recvfrom, fd, (long)(buf + done), (long)(len - done), 0, 0);
+
+		if (rc > 0) {
+			done += (size_t)rc;
+			continue;
+		}
+		if (rc == 0 || (rc != -EINTR && rc != -EAGAIN) || now_ns() >= deadline)
+			return -1;
+	}
+	return 0;
+}
+
+static void endpoint(Sptrace__Spd__Endpoint *e, int family, uint8_t *addr, uint16_t port)
+{
+	e->addr.len = family == AF_INET ? 4 : 16;
+	e->addr.data = addr;
+	e->port = port;
+}
+
+static void format_addr(int family, const uint8_t *addr, uint16_t port, char *out, size_t len)
+{
+	char a[INET6_ADDRSTRLEN] = "?";
+
+	inet_ntop(family, addr, a, sizeof a);
+	snprintf(out, len, family == AF_INET6 ? "[%s]:%u" : "%s:%u", a, port);
+}
+
+static __thread volatile int ask_fd __attribute__((tls_model("initial-exec"))) = -1;
+
+/* Point 2: the exchange with the daemon; 0 and *reply, or -1 and why. */
+static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Frame **reply,
+		    char *why, size_t whylen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				      strlen(SPD_SOCKET));
+	uint64_t deadline = now_ns() + (uint64_t)wait_ms * 1000000ull;
+	struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
+	uint8_t head[4];
+	uint32_t n;
+	long rc;
+	int fd;
+
+	memcpy(sa.sun_path + 1, SPD_SOCKET, strlen(SPD_SOCKET));
+	fd = (int)sys(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, 0, 0);
+	if (fd < 0) {
+		snprintf(why, whylen, "no socket: %s", strerror((int)-fd));
+		return -1;
+	}
+	ask_fd = fd;
+	ag_fd_keep(&ask_fd, NULL, 0);
+	fd = ask_fd;
+	sys(SYS_setsockopt, fd, SOL_SOCKET, SO_RCVTIMEO, (long)&tv, sizeof tv);
+	sys(SYS_setsockopt, fd, SOL_SOCKET, SO_SNDTIMEO, (long)&tv, sizeof tv);
+	rc = sys(SYS_connect, fd, (long)&sa, salen, 0, 0);
+	if (rc != 0) {
+		snprintf(why, whylen, "%s", rc == -ECONNREFUSED ? "no spdaemon serves this host" :
+			 strerror((int)-rc));
+		ag_fd_drop(ask_fd);
+		return rc == -ECONNREFUSED ? -2 : -1;
+	}
+	head[0] = (uint8_t)(len >> 24), head[1] = (uint8_t)(len >> 16);
+	head[2] = (uint8_t)(len >> 8), head[3] = (uint8_t)len;
+	if (io_all(fd, head, 4, true, deadline) || io_all(fd, (uint8_t *)req, len, true, deadline) ||
+	    io_all(fd, head, 4, false, deadline)) {
+		snprintf(why, whylen, "the spdaemon did not answer within %u ms", wait_ms);
+		ag_fd_drop(ask_fd);
+		return -1;
+	}
+	n = (uint32_t)head[0] << 24 | (uint32_t)head[1] << 16 | (uint32_t)head[2] << 8 | head[3];
+	if (n > SPD_FRAME_MAX || n > ar->size / 2) {
+		snprintf(why, whylen, "the spdaemon's answer is %u bytes: too long", n);
+		ag_fd_drop(ask_fd);
+		return -1;
+	}
+	uint8_t *buf = ar->base + ar->size - n;
+
+	ar->size -= n;
+	if (io_all(fd, buf, n, false, deadline)) {
+		snprintf(why, whylen, "the spdaemon did not answer within %u ms", wait_ms);
+		ag_fd_drop(ask_fd);
+		return -1;
+	}
+	ag_fd_drop(ask_fd);
+	ProtobufCAllocator alloc = { arena_alloc, arena_free, ar };
+
+	*reply = sptrace__spd__frame__unpack(&alloc, n, buf);
+	if (!*reply) {
+		snprintf(why, whylen, "the spdaemon's answer does not parse");
+		return -1;
+	}
+	return 0;
+}
+
+int ag_propagate_ask(const ag_flow_chan *fc)
+{
+	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
+	Sptrace__Spd__InjectRequest q = SPTRACE__SPD__INJECT_REQUEST__INIT;
+	Sptrace__Spd__Channel ch = SPTRACE__SPD__CHANNEL__INIT;
+	Sptrace__Spd__Endpoint src = SPTRACE__SPD__ENDPOINT__INIT, dst = SPTRACE__SPD__ENDPOINT__INIT;
+	uint8_t req[512], local[16], peer[16];
+	char from[64], to[64], why[200] = "";
+	uint64_t t0 = now_ns();
+	arena ar = { 0 };
+	size_t len;
+	int rc, saved = errno;
+
+	if (!session[0] || t0 < no_daemon_until)
+		return 0;
+	for (unsigned i = 0; i < MAX_EXPECT && i < __atomic_load_n(&ncame, __ATOMIC_ACQUIRE); i++) {
+		const expect *e = &came_from[i];
+
+		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == 2 && e->family == fc->family &&
+		    e->sport == fc->pport && e->dport == fc->lport &&
+		    memcmp(e->src, fc->peer, 16) == 0 && memcmp(e->dst, fc->local, 16) == 0)
+			return 0;          /* the request came from there */
+	}
+	memcpy(local, fc->local, 16);
+	memcpy(peer, fc->peer, 16);
+	endpoint(&src, fc->family, local, fc->lport);
+	endpoint(&dst, fc->family, peer, fc->pport);
+	ch.kind = SPTRACE__SPD__CHANNEL__KIND__TCP;
+	ch.src = &src;
+	ch.dst = &dst;
+	q.channel = &ch;
+	q.session = session;
+	q.on = (char *)"";
+	q.at_offset = fc->at_offset;
+	q.offset = fc->offset;
+	q.wait_ms = wait_ms;
+	q.follow = 1;
+	f.version = SPD_PROTOCOL_VERSION;
+	f.id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
+	f.body_case = SPTRACE__SPD__FRAME__BODY_INJECT;
+	f.inject = &q;
+	format_addr(fc->family, fc->local, fc->lport, from, sizeof from);
+	format_addr(fc->family, fc->peer, fc->pport, to, sizeof to);
+	len = sptrace__spd__frame__get_packed_size(&f);
+	if (len > sizeof req) {
+		errno = saved;
+		return -1;
+	}
+	sptrace__spd__frame__pack(&f, req);
+	ar.size = 2 * SPD_FRAME_MAX + (1u << 20);
+	ar.base = mmap(NULL, ar.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ar.base == MAP_FAILED) {
+		ag_log("propagation: tcp %s -> %s: no memory for the answer", from, to);
+		errno = saved;
+		return -1;
+	}
+	rc = exchange(req, len, &ar, &rep, why, sizeof why);
+	double ms = (double)(now_ns() - t0) / 1e6;
+
+	if (rc == -2) {
+		no_daemon_until = now_ns() + NO_DAEMON_NS;
+		if (!__atomic_exchange_n(&no_daemon_said, 1, __ATOMIC_RELAXED))
+			ag_log("propagation: tcp %s -> %s: %s; the agent asks again in 10 s at the "
+			       "earliest (start spdaemon to follow requests across processes)",
+			       from, to, why);
+	} else if (rc != 0) {
+		ag_log("propagation: tcp %s -> %s: %s (after %.1f ms); the send goes on, not "
+		       "followed", from, to, why, ms);
+	} else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_ERROR) {
+		ag_log("propagation: tcp %s -> %s: the spdaemon refused: %s (after %.1f ms)", from,
+		       to, rep->error->message, ms);
+		ag_meta_note("%s %lu tcp %s %s offset %s%lu host - targets 0 refused\n",
+			     TRACE_META_PROPAGATED, (unsigned long)ag_rdtsc(), from, to,
+			     fc->at_offset ? "" : "~", (unsigned long)fc->offset);
+	} else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {
+		Sptrace__Spd__InjectReply *r = rep->inject_reply;
+		const char *host = r->host && *r->host ? r->host : "?";
+		unsigned got = 0;
+
+		for (size_t i = 0; i < r->n_targets; i++) {
+			got += r->targets[i]->injected || r->targets[i]->following;
+			ag_log("propagation: tcp %s -> %s: host %s pid %d: %s%s", from, to, host,
+			       r->targets[i]->pid, r->targets[i]->injected ? "" :
+			       r->targets[i]->following ? "follows (had the agent): " : "not traced: ",
+			       r->targets[i]->why);
+		}
+		ag_log("propagation: tcp %s -> %s: host %s answered in %.1f ms: %u of %zu "
+		       "processes at the other end follow%s", from, to, host, ms, got,
+		       r->n_targets, r->n_targets ? "" : " (no process there holds it)");
+		ag_meta_note("%s %lu tcp %s %s offset %s%lu host %s targets %u\n",
+			     TRACE_META_PROPAGATED, (unsigned long)ag_rdtsc(), from, to,
+			     fc->at_offset ? "" : "~", (unsigned long)fc->offset, host, got);
+	}
+	munmap(ar.base, ar.size);
+	errno = saved;
+	return rc == 0 ? 0 : -1;
+}
+
+/* ---- expectations (points 5 to 7) ---- */
+
+static int parse_addr(const char *s, int *family, uint8_t out[16])
+{
+	memset(out, 0, 16);
+	if (inet_pton(AF_INET, s, out) == 1) {
+		*family = AF_INET;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, s, out) == 1) {
+		*family = AF_INET6;
+		return 0;
+	}
+	return -1;
+}
+
+/* "tcp SRC SPORT DST DPORT OFFSET|-": 0, or -1 (said in agent.log). */
+int ag_expect_add(const char *line)
+{
+	char kind[8], a[64], b[64], off[32];
+	unsigned sp, dp;
+	int fa, fb;
+	expect e = { 0 };
+
+	if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, off) != 6 ||
+	    strcmp(kind, "tcp") != 0 || sp > 65535 || dp > 65535 || parse_addr(a, &fa, e.src) ||
+	    parse_addr(b, &fb, e.dst) || fa != fb) {
+		ag_log("expect '%.200s': not 'tcp SRC SPORT DST DPORT OFFSET'", line);
+		return -1;
+	}
+	e.family = fa;
+	e.sport = (uint16_t)sp;
+	e.dport = (uint16_t)dp;
+	e.at_offset = strcmp(off, "-") != 0;
+	e.offset = e.at_offset ? strtoull(off, NULL, 10) : 0;
+	for (int i = 0; i < MAX_EXPECT; i++) {
+		int zero = 0;
+
+		if (__atomic_compare_exchange_n(&expects[i].state, &zero, 1, false, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED)) {
+			e.state = 1;
+			expects[i] = e;
+			__atomic_store_n(&expects[i].state, 2, __ATOMIC_RELEASE);
+			__atomic_add_fetch(&nexpect, 1, __ATOMIC_RELEASE);
+			ag_log("expecting the receive of tcp %s:%u -> %s:%u %s%s", a, sp, b, dp,
+			       e.at_offset ? "at stream offset " : "(any offset)",
+			       e.at_offset ? off : "");
+			/* spdaemon waits for this line (inject.c, step 4) */
+			ag_meta_note("%s %s\n", TRACE_META_EXPECT, line);
+			return 0;
+		}
+	}
+	ag_log("expect '%.200s': %d receives are awaited already", line, MAX_EXPECT);
+	return -1;
+}
+
+bool ag_expecting(void)
+{
+	return __atomic_load_n(&nexpect, __ATOMIC_ACQUIRE) > 0;
+}
+
+static void addr_bytes(const struct sockaddr_storage *ss, int *family, uint8_t out[16],
+		       uint16_t *port)
+{
+	memset(out, 0, 16);
+	*family = ss->ss_family;
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)ss;
+
+		memcpy(out, &in->sin_addr, 4);
+		*port = ntohs(in->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)ss;
+
+		memcpy(out, &in6->sin6_addr, 16);
+		*port = ntohs(in6->sin6_port);
+	}
+}
+
+/* The receive that returned `rc` bytes on fd: the end of its bytes in the
+ * stream (point 6); -1 when the kernel does not say. */
+static int64_t received_end(int fd)
+{
+	struct tcp_info ti;
+	socklen_t tl = sizeof ti;
+	int inq;
+
+	memset(&ti, 0, sizeof ti);
+	if (sys(SYS_ioctl, fd, SIOCINQ, (long)&inq, 0, 0) != 0 ||
+	    sys(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, (long)&ti, (long)&tl) != 0 ||
+	    tl < offsetof(struct tcp_info, tcpi_bytes_received) + 8)
+		return -1;
+	uint64_t end = ti.tcpi_bytes_received - (uint64_t)inq;
+
+	/* CLOSE_WAIT, LAST_ACK, CLOSING, TIME_WAIT: the peer's FIN is counted */
+	if (ti.tcpi_state == 8 || ti.tcpi_state == 9 || ti.tcpi_state == 11 || ti.tcpi_state == 6)
+		end -= 1;
+	return (int64_t)end;
+}
+
+bool ag_expect_match(int fd, long rc)
+{
+	struct sockaddr_storage la, pa;
+	socklen_t ll = sizeof la, pl = sizeof pa;
+	uint8_t l[16], p[16];
+	uint16_t lp = 0, pp = 0;
+	int lf, pf, saved = errno;
+	int64_t end = -2;
+	bool hit = false;
+
+	if (rc <= 0 || !ag_expecting() ||
+	    sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0 ||
+	    (la.ss_family != AF_INET && la.ss_family != AF_INET6) ||
+	    sys(SYS_getpeername, fd, (long)&pa, (long)&pl, 0, 0) != 0) {
+		errno = saved;
+		return false;
+	}
+	addr_bytes(&la, &lf, l, &lp);
+	addr_bytes(&pa, &pf, p, &pp);
+	for (int i = 0; i < MAX_EXPECT && !hit; i++) {
+		expect *e = &expects[i];
+
+		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != 2 || e->family != lf ||
+		    e->sport != pp || e->dport != lp || memcmp(e->src, p, 16) != 0 ||
+		    memcmp(e->dst, l, 16) != 0)
+			continue;
+		if (e->at_offset) {
+			if (end == -2)
+				end = received_end(fd);
+			if (end >= 0 && (uint64_t)end <= e->offset)
+				continue;       /* bytes sent before the traced one */
+		}
+		int two = 2;
+
+		if (__atomic_compare_exchange_n(&e->state, &two, 1, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED)) {
+			expect *c = &came_from[__atomic_fetch_add(&ncame, 1, __ATOMIC_ACQ_REL) %
+					       MAX_EXPECT];
+
+			__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
+			*c = *e;
+			__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
+			__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
+			__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
+			hit = true;
+		}
+	}
+	errno = saved;
+	return hit;
+}

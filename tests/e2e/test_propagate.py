@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""test_propagate.py — a request followed across processes and hosts.
+
+Three hosts made of network namespaces (nslib.Hosts), a spdaemon in each.
+tests/progs/tier.c is the application: a client on host 0, run by
+`sptrace run --on start`, asks a frontend on host 1, which asks a backend
+on host 2 over one kept connection (and a helper child over a pipe, and
+sends UDP heartbeats to a monitor on host 2); a decoy backend on host 2
+is never asked.  The servers run as an unprivileged user (remote-inject
+users).
+
+  tiers   every process on the request's path is traced and starts at the
+          receive of the request (the frontend at the client's first line,
+          the backend at the frontend's first forwarded line), the decoy is
+          not; every byte the servers received is the same as in an
+          untraced run of the same requests; the client's summary names
+          the hosts.
+  nodaemon  without a spdaemon `run` traces the client alone, says nothing
+          of propagation, and the requests are answered.
+
+usage: test_propagate.py CASE SPTRACE SPDAEMON TIER
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2elib import check, fail, run  # noqa: E402
+from nslib import Hosts, in_own_netns  # noqa: E402
+from test_daemon import Daemon  # noqa: E402
+
+USER = ["setpriv", "--reuid", "61001", "--regid", "61001", "--clear-groups"]
+
+
+def start(hosts, i, argv, user=True):
+    p = hosts.popen(i, (USER if user else []) + argv, stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    check(line.startswith("ready "), "%s did not start: %r" % (argv, line))
+    return p
+
+
+def finish(p):
+    try:
+        out, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+        fail("a server did not end when its input closed")
+    return out
+
+
+def servers(hosts, tier, tmp):
+    """Monitor and backend and decoy on host 2, frontend on host 1."""
+    mon = start(hosts, 2, [tier, "monitor", "7001"])
+    back = start(hosts, 2, [tier, "backend", "7002"])
+    decoy = start(hosts, 2, [tier, "backend", "7003"])
+    front = start(hosts, 1, [tier, "frontend", "7000", hosts.addrs[2], "7002",
+                             hosts.addrs[2], "7001"])
+    return {"monitor": mon, "backend": back, "decoy": decoy, "frontend": front}
+
+
+def stop_all(procs):
+    outs = {}
+    for name, p in procs.items():
+        outs[name] = finish(p)
+    return outs
+
+
+def traces(state, session):
+    """{pid: dir} of the traces a daemon keeps for the session."""
+    d = os.path.join(state, "sessions", session)
+    if not os.path.isdir(d):
+        return {}
+    return {int(n): os.path.join(d, n) for n in os.listdir(d) if n.isdigit()}
+
+
+def meta(d):
+    with open(os.path.join(d, "meta")) as f:
+        return f.read()
+
+
+def case_tiers(sptrace, spdaemon, tier, tmp):
+    os.chmod(tmp, 0o755)
+    prog = os.path.join(tmp, "tier")
+    shutil.copy(tier, prog)
+    os.chmod(prog, 0o755)
+    kd = os.path.join(tmp, "keys")
+    hosts = Hosts(3)
+    daemons = []
+    procs = {}
+    try:
+        run([sptrace, "keys", "init", kd])
+        for a in hosts.addrs:
+            run([sptrace, "keys", "issue", kd, a])
+        requests = ["3", "5", "8"]
+        # Untraced first: the bytes every server receives natively.
+        procs = servers(hosts, prog, tmp)
+        r = hosts.run(0, [prog, "client", hosts.addrs[1], "7000"] + requests)
+        check(r.returncode == 0, "the untraced client: %r" % r.stderr)
+        native_answers = r.stdout
+        native = stop_all(procs)
+        procs = {}
+        for i in range(3):
+            daemons.append(Daemon(spdaemon, kd, os.path.join(tmp, "state%d" % i),
+                                  name=hosts.addrs[i], wrap=hosts.cmd(i, [])))
+        procs = servers(hosts, prog, tmp)
+        out = os.path.join(tmp, "client.trace")
+        r = hosts.run(0, [sptrace, "run", "--on", "start", "-o", out, "--", prog, "client",
+                          hosts.addrs[1], "7000"] + requests, timeout=300)
+        logs = "\n".join("host %d:\n%s" % (i, d.text()[-3000:]) for i, d in enumerate(daemons))
+        check(r.returncode == 0, "the traced client failed: %r\n%s" % (r.stderr, logs))
+        check(r.stdout == native_answers, "traced answers differ: %r vs %r" %
+              (r.stdout, native_answers))
+        m = re.search(r"session (\S+)\)", r.stderr)
+        check(m, "run did not say it propagates: %r" % r.stderr)
+        session = m.group(1)
+        check("session %s\n" % session in meta(out), "the client's meta has no session line")
+        check("hosts: %s" % hosts.addrs[1] in r.stderr,
+              "the summary does not name the frontend's host: %r" % r.stderr)
+        pids = {name: p.pid for name, p in procs.items()}
+        t1 = traces(os.path.join(tmp, "state1"), session)
+        t2 = traces(os.path.join(tmp, "state2"), session)
+        check(pids["frontend"] in t1, "the frontend (pid %d) was not traced: %s\n%s" %
+              (pids["frontend"], t1, logs))
+        check(pids["backend"] in t2, "the backend (pid %d) was not traced: %s\n%s" %
+              (pids["backend"], t2, logs))
+        check(pids["decoy"] not in t2, "the decoy was traced")
+        outs = stop_all(procs)
+        procs = {}
+        for name in ("frontend", "backend", "monitor", "decoy"):
+            got = [l for l in outs[name].splitlines() if " got " in l]
+            want = [l for l in native[name].splitlines() if " got " in l]
+            check(got == want, "%s received other bytes traced: %r vs %r" % (name, got, want))
+        # Each starts at the receive of the request, and shows the work.
+        for name, d, funcs in (("frontend", t1[pids["frontend"]], ["serve_line", "ask_backend"]),
+                               ("backend", t2[pids["backend"]], ["backend_line", "work"])):
+            text = meta(d)
+            check("\nactivated " in text and " recv " in text.split("\nactivated ", 1)[1],
+                  "the %s did not start at a receive:\n%s" % (name, text[-1500:]))
+            rr = run([sptrace, "replay", d])
+            check(rr.returncode == 0 and all(f in rr.stdout for f in funcs),
+                  "the %s's replay lacks %s: %r" % (name, funcs, (rr.stdout + rr.stderr)[-1500:]))
+        fr = run([sptrace, "replay", t1[pids["frontend"]]]).stdout
+        # the client's first request is the frontend's first traced receive
+        first = re.search(r"(?:recv|read)\(tcp [0-9.:]+ <- %s:\d+, bytes (\d+)\.\." %
+                          re.escape(hosts.addrs[0]), fr)
+        check(first and first.group(1) == "0",
+              "the frontend's first traced receive is not the request's first byte:\n%s" %
+              fr[-1500:])
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for d in daemons:
+            d.stop()
+        hosts.close()
+
+
+def case_nodaemon(sptrace, spdaemon, tier, tmp):
+    hosts = Hosts(2)
+    procs = {}
+    try:
+        back = start(hosts, 1, [tier, "backend", "7002"], user=False)
+        out = os.path.join(tmp, "client.trace")
+        r = hosts.run(0, [sptrace, "run", "-o", out, "--", tier, "client", hosts.addrs[1],
+                          "7002", "4"], timeout=300)
+        check(r.returncode == 0 and r.stdout.startswith("backend 4 -> "),
+              "the client without a daemon: %r %r" % (r.stdout, r.stderr))
+        check("session" not in r.stderr and "session" not in meta(out),
+              "run speaks of a session with no daemon: %r" % r.stderr)
+        finish(back)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+        hosts.close()
+
+
+def main():
+    if len(sys.argv) != 5:
+        fail(__doc__)
+    in_own_netns()
+    case, sptrace, spdaemon, tier = sys.argv[1:]
+    tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
+    try:
+        {"tiers": case_tiers, "nodaemon": case_nodaemon}[case](
+            os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)
+    finally:
+        if not os.environ.get("KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

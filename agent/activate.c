@@ -530,8 +530,9 @@ static bool thread_syscall(int tid, long *nr, uint64_t *pc)
 
 typedef struct watch {
 	const char *event;
-	const long *nrs;         /* the event's two system calls */
+	const long *nrs;         /* the event's system calls */
 	int armed;
+	int n;                   /* in nrs */
 } watch;
 
 static int watch_one(int tid, void *arg)
@@ -540,7 +541,8 @@ static int watch_one(int tid, void *arg)
 	uint64_t pc;
 	long nr;
 
-	if (thread_syscall(tid, &nr, &pc) && (nr == w->nrs[0] || nr == w->nrs[1]) &&
+	if (thread_syscall(tid, &nr, &pc) &&
+	    (nr == w->nrs[0] || nr == w->nrs[1] || (w->n > 2 && (nr == w->nrs[2] || nr == w->nrs[3]))) &&
 	    arm_thread_bp(tid, pc, w->event))
 		w->armed++;
 	return 0;
@@ -549,8 +551,10 @@ static int watch_one(int tid, void *arg)
 void ag_watch_blocked_calls(const char *event)
 {
 	static const long accept_nrs[] = { SYS_accept, SYS_accept4 };
-	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg };
-	watch w = { event, strcmp(event, "accept") == 0 ? accept_nrs : recv_nrs, 0 };
+	/* a read: a receive if on a socket (or an awaited pipe), ag_event_fires */
+	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg, SYS_read, SYS_readv };
+	bool acc = strcmp(event, "accept") == 0;
+	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4 };
 
 	ag_for_other_threads(watch_one, &w);
 	if (w.armed)
@@ -743,7 +747,7 @@ bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 					walk(uc);
 				else if ((rc > 0 || (rc == 0 && strcmp(event, "accept") == 0)) &&
 					 ag_event_fires(event, (int)uc->uc_mcontext.gregs[REG_RDI],
-							rc))
+							rc, NULL))
 					ag_activate_on_event(event, strcmp(event, "accept") == 0
 							     ? (int)rc
 							     : (int)uc->uc_mcontext.gregs[REG_RDI], uc);

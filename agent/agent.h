@@ -422,7 +422,8 @@ bool ag_may_trace(void);                  /* --threads event: this thread may re
 bool ag_may_trace_get(void);              /* ... as it was set for this thread */
 void ag_may_trace_set(bool yes);
 void ag_event_only(bool yes);             /* only threads set so may record */
-void ag_event_after(const char *what, long rc, int fd); /* msgs.c's interposers returned */
+/* msgs.c's interposers returned; data: the rc bytes received, or NULL */
+void ag_event_after(const char *what, long rc, int fd, const void *data);
 /* main.c; uc: the SIGTRAP context when the event was caught by a breakpoint */
 void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 
@@ -436,13 +437,19 @@ unsigned ag_hook_library(const char *object, const char *symbol, void *fn);
 
 /* ---- propagate.c: following a traced send to its receivers (the
  * protocol: propagate.c) ---- */
+enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE };
+#define AG_FLOW_HASH0 0xcbf29ce484222325ull   /* FNV-1a's offset basis */
 typedef struct ag_flow_chan {
+	int kind;                      /* AG_FLOW_* */
 	int family;                    /* AF_INET, AF_INET6 */
 	uint8_t local[16], peer[16];   /* network order */
 	uint16_t lport, pport;
-	bool at_offset;                /* offset is the stream's absolute one */
-	uint64_t offset;               /* of the send's first byte */
+	uint64_t inode;                /* a pipe's */
+	bool at_offset;                /* offset is known */
+	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
+	                                * first byte; UDP: the datagram's content hash */
 } ag_flow_chan;
+uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h);   /* FNV-1a, from h */
 void ag_propagate_init(const char *session, const char *wait_ms);
 const char *ag_propagate_session(void);   /* NULL: no session */
 const char *ag_propagate_wait(void);      /* milliseconds, as text */
@@ -450,8 +457,8 @@ bool ag_propagating(void);
 int ag_propagate_ask(const ag_flow_chan *ch);   /* before the send; waits */
 int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|-" */
 bool ag_expecting(void);
-bool ag_expect_match(int fd, long rc);    /* the awaited receive? (uses it up) */
-bool ag_event_fires(const char *what, int fd, long rc);   /* events.c */
+bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive? (uses it up) */
+bool ag_event_fires(const char *what, int fd, long rc, const void *data);   /* events.c */
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */

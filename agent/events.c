@@ -14,6 +14,9 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "agent.h"
 
@@ -42,21 +45,25 @@ void ag_event_only(bool yes)
 
 /* While spdaemon's agent awaits the receive of a traced send (propagate.c,
  * points 5 and 6) only that receive is the event; otherwise any. */
-bool ag_event_fires(const char *what, int fd, long rc)
+bool ag_event_fires(const char *what, int fd, long rc, const void *data)
 {
-	if (!ag_expecting())
-		return true;
-	return strcmp(what, "recv") == 0 && ag_expect_match(fd, rc);
+	struct stat st;
+
+	if (ag_expecting())
+		return strcmp(what, "recv") == 0 && ag_expect_match(fd, rc, data);
+	/* a read (or a breakpoint after one) is a receive on a socket only */
+	return strcmp(what, "recv") != 0 ||
+	       (syscall(SYS_fstat, fd, &st) == 0 && S_ISSOCK(st.st_mode));
 }
 
 /* An accept (rc: the new descriptor) or a receive (rc: bytes) returned on
  * fd: the activation, if the agent waits for this event.  Called by the
  * interposers (msgs.c); errno is kept. */
-void ag_event_after(const char *what, long rc, int fd)
+void ag_event_after(const char *what, long rc, int fd, const void *data)
 {
 	int e = errno;
 
-	if (rc >= 0 && ag_event_wanted(what) && ag_event_fires(what, fd, rc))
+	if (rc >= 0 && ag_event_wanted(what) && ag_event_fires(what, fd, rc, data))
 		ag_activate_on_event(what, (int)(strcmp(what, "accept") == 0 ? rc : fd), NULL);
 	errno = e;
 }

@@ -875,19 +875,27 @@ static size_t iov_len(const struct iovec *iov, size_t n)
 	return total;
 }
 
+/* The bytes a receive of rc bytes into iov put in one piece, or NULL. */
+static const void *first_iov(const struct iovec *iov, size_t n, long rc)
+{
+	return n && iov && rc >= 0 && (size_t)rc <= iov[0].iov_len ? iov[0].iov_base : NULL;
+}
+
 /* --on recv, --on accept (events.c) */
-static void event(const char *what, long rc, int fd)
+static void event(const char *what, long rc, int fd, const void *data)
 {
 	/* The event activates a dormant agent only, or one more thread of one
 	 * that awaits the receive of a traced send (propagate.c) */
 	if (!ag_active() || ag_expecting())
-		ag_event_after(what, rc, fd);
+		ag_event_after(what, rc, fd, data);
 }
 
 /* --on recv: a read of a socket is a receive too (many servers read their
  * connections rather than recv them); a read of a file, a pipe or a
- * terminal is not.  Looked at only while the agent waits for that event. */
-static void read_event(int fd, long rc)
+ * terminal is not -- but a pipe's is while the agent awaits the receive of
+ * a traced write into a pipe (propagate.c).  Looked at only while the
+ * agent waits for that event. */
+static void read_event(int fd, long rc, const void *data)
 {
 	struct stat st;
 	int e;
@@ -895,46 +903,65 @@ static void read_event(int fd, long rc)
 	if (rc <= 0 || !ag_event_wanted("recv"))
 		return;
 	e = errno;
-	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 && S_ISSOCK(st.st_mode))
-		event("recv", rc, fd);
+	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 &&
+	    (S_ISSOCK(st.st_mode) || (S_ISFIFO(st.st_mode) && ag_expecting())))
+		event("recv", rc, fd, data);
 	errno = e;
 }
 
 /*
- * Before a traced send: the first one on a TCP channel asks spdaemon to
- * follow the channel to its other end, and waits (propagate.c, points 2
- * and 3).  A channel asked about already, or one that is not TCP, costs a
- * load and a test.  Classified here, before its first send, a channel's
- * base is the offset of that send's first byte (tcp_bases with len 0).
+ * Before a traced send: the first one on a channel -- TCP, UDP to one
+ * peer, a pipe -- asks spdaemon to follow it to its other end, and waits
+ * (propagate.c, points 2 and 3).  A channel asked about already costs a
+ * load and a test; UNIX sockets are not followed.  Classified here, before
+ * its first send, a TCP channel's base is the offset of that send's first
+ * byte (tcp_bases with len 0).  A datagram is named by the hash of its
+ * bytes (iov), which its receiver compares.
  */
-static void before_send(int fd)
+static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
+			const struct iovec *iov, size_t niov)
 {
 	uint64_t w = fd_word(fd);
 	unsigned st = (w >> 32) & 0xff;
 	trace_ring_header *r;
 	int saved;
 
-	if (!ag_propagating() || st == ST_NONE || st == ST_UNCONN ||
+	if (st == ST_NONE ||
 	    (st == ST_CHAN && __atomic_load_n(&chans[(uint32_t)w].asked, __ATOMIC_RELAXED)))
 		return;
 	saved = errno;
 	r = ag_enter();
 	if (r && !ag_fd_is_ours(fd) && (w = word_of(fd, DIR_SEND, 0)) != 0 &&
-	    ((w >> 32) & 0xff) == ST_CHAN) {
+	    (((w >> 32) & 0xff) == ST_CHAN || ((w >> 32) & 0xff) == ST_UNCONN)) {
 		chan *c = &chans[(uint32_t)w];
 
-		if (!__atomic_exchange_n(&c->asked, 1, __ATOMIC_ACQ_REL) && c->id &&
-		    c->proto == TRACE_PROTO_TCP && c->peer_known) {
+		if (((w >> 32) & 0xff) == ST_UNCONN)
+			c = to ? chan_peer(c, to, tolen) : NULL;
+		if (c && !__atomic_exchange_n(&c->asked, 1, __ATOMIC_ACQ_REL) && c->id &&
+		    (c->proto == TRACE_PROTO_PIPE || (c->peer_known &&
+		     (c->proto == TRACE_PROTO_TCP || c->proto == TRACE_PROTO_UDP)))) {
 			trace_channel tc;
-			ag_flow_chan fc = { .family = c->family };
+			ag_flow_chan fc = { .family = c->family, .inode = c->inode };
 
 			memcpy(&tc, chan_map + (size_t)c->id * sizeof tc, sizeof tc);
 			memcpy(fc.local, tc.local_addr, 16);
 			memcpy(fc.peer, tc.peer_addr, 16);
 			fc.lport = tc.local_port;
 			fc.pport = tc.peer_port;
-			fc.at_offset = (tc.flags & TRACE_CHAN_ABS_SEND) != 0;
-			fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
+			if (c->proto == TRACE_PROTO_PIPE) {
+				fc.kind = AG_FLOW_PIPE;
+			} else if (c->proto == TRACE_PROTO_UDP) {
+				fc.kind = AG_FLOW_UDP;
+				fc.offset = AG_FLOW_HASH0;
+				for (size_t i = 0; i < niov; i++)
+					fc.offset = ag_flow_hash(iov[i].iov_base, iov[i].iov_len,
+								 fc.offset);
+				fc.at_offset = iov != NULL;
+			} else {
+				fc.kind = AG_FLOW_TCP;
+				fc.at_offset = (tc.flags & TRACE_CHAN_ABS_SEND) != 0;
+				fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
+			}
 			ag_propagate_ask(&fc);
 		}
 	}
@@ -942,10 +969,22 @@ static void before_send(int fd)
 	errno = saved;
 }
 
-static inline void propagate(int fd)
+static inline void propagate(int fd, const struct sockaddr *to, socklen_t tolen,
+			     const struct iovec *iov, size_t niov)
 {
 	if (ag_propagating() && tracing())
-		before_send(fd);
+		before_send(fd, to, tolen, iov, niov);
+}
+
+/* The same, for one buffer. */
+static inline void propagate1(int fd, const struct sockaddr *to, socklen_t tolen,
+			      const void *buf, size_t n)
+{
+	if (ag_propagating() && tracing()) {
+		struct iovec v = { (void *)buf, n };
+
+		before_send(fd, to, tolen, &v, 1);
+	}
 }
 
 /* ---- the interposers (hooks.c's table) ---- */
@@ -954,7 +993,7 @@ AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
 	ssize_t rc;
 
-	propagate(fd);
+	propagate1(fd, NULL, 0, buf, n);
 	rc = real_send ? real_send(fd, buf, n, flags)
 	     : sys(SYS_sendto, fd, (long)buf, (long)n, flags, 0);
 	if (rc > 0 && tracing())
@@ -967,7 +1006,7 @@ AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 {
 	ssize_t rc;
 
-	propagate(fd);
+	propagate1(fd, addr, len, buf, n);
 	rc = real_sendto ? real_sendto(fd, buf, n, flags, addr, len)
 	     : syscall(SYS_sendto, fd, buf, n, flags, addr, len);
 	if (rc > 0 && tracing())
@@ -979,7 +1018,8 @@ AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
 	ssize_t rc;
 
-	propagate(fd);
+	propagate(fd, (const struct sockaddr *)m->msg_name, m->msg_namelen, m->msg_iov,
+		  m->msg_iovlen);
 	rc = real_sendmsg ? real_sendmsg(fd, m, flags)
 	     : sys(SYS_sendmsg, fd, (long)m, flags, 0, 0);
 	if (rc > 0 && tracing())
@@ -992,7 +1032,9 @@ AG_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 {
 	int rc;
 
-	propagate(fd);
+	if (n)
+		propagate(fd, (const struct sockaddr *)v[0].msg_hdr.msg_name,
+			  v[0].msg_hdr.msg_namelen, v[0].msg_hdr.msg_iov, v[0].msg_hdr.msg_iovlen);
 	rc = real_sendmmsg ? real_sendmmsg(fd, v, n, flags)
 	     : (int)sys(SYS_sendmmsg, fd, (long)v, n, flags, 0);
 	if (rc > 0 && tracing())
@@ -1004,7 +1046,7 @@ AG_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
 	ssize_t rc;
 
-	propagate(fd);
+	propagate1(fd, NULL, 0, buf, n);
 	rc = real_write ? real_write(fd, buf, n) : sys(SYS_write, fd, (long)buf, (long)n, 0, 0);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_WRITE, (uint64_t)rc, NULL, 0);
@@ -1015,7 +1057,7 @@ AG_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 {
 	ssize_t rc;
 
-	propagate(fd);
+	propagate(fd, NULL, 0, iov, n > 0 ? (size_t)n : 0);
 	rc = real_writev ? real_writev(fd, iov, n) : sys(SYS_writev, fd, (long)iov, n, 0, 0);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_WRITEV, (uint64_t)rc, NULL, 0);
@@ -1040,7 +1082,7 @@ static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void 
 	else
 		rc = syscall(SYS_recvfrom, fd, buf, n, flags, addr, len);
 	if (rc > 0) {
-		event("recv", rc, fd);
+		event("recv", rc, fd, buf);
 		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, call, (uint64_t)rc, addr, addr && len ? *len : 0);
 	} else if (rc == 0) {
@@ -1051,10 +1093,10 @@ static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void 
 
 /* After recv or __recv_chk returned rc: the activation event, the message,
  * or the end of the stream (each keeps errno as the call left it). */
-static ssize_t recv_after(int fd, ssize_t rc, size_t n, int flags)
+static ssize_t recv_after(int fd, ssize_t rc, const void *buf, size_t n, int flags)
 {
 	if (rc > 0) {
-		event("recv", rc, fd);
+		event("recv", rc, fd, buf);
 		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, TRACE_CALL_RECV, (uint64_t)rc, NULL, 0);
 	} else if (rc == 0) {
@@ -1071,7 +1113,7 @@ AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 		return recvfrom_common(NULL, 0, fd, buf, n, flags, NULL, NULL, TRACE_CALL_RECV);
 	rc = real_recv ? real_recv(fd, buf, n, flags)
 	     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
-	return recv_after(fd, rc, n, flags);
+	return recv_after(fd, rc, buf, n, flags);
 }
 
 AG_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
@@ -1085,7 +1127,7 @@ AG_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int fla
 	ssize_t rc = real_recv_chk ? real_recv_chk(fd, buf, n, buflen, flags)
 		     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 
-	return recv_after(fd, rc, n, flags);
+	return recv_after(fd, rc, buf, n, flags);
 }
 
 AG_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
@@ -1101,7 +1143,7 @@ AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 		     : sys(SYS_recvmsg, fd, (long)m, flags, 0, 0);
 
 	if (rc > 0) {
-		event("recv", rc, fd);
+		event("recv", rc, fd, first_iov(m->msg_iov, m->msg_iovlen, rc));
 		if (tracing() && !(flags & MSG_PEEK))
 			msg(fd, DIR_RECV, TRACE_CALL_RECVMSG, (uint64_t)rc,
 			    (const struct sockaddr *)m->msg_name, m->msg_namelen);
@@ -1117,7 +1159,8 @@ AG_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct 
 		 : (int)sys(SYS_recvmmsg, fd, (long)v, n, flags, (long)to);
 
 	if (rc > 0) {
-		event("recv", rc, fd);
+		event("recv", (long)v[0].msg_len, fd,
+		      first_iov(v[0].msg_hdr.msg_iov, v[0].msg_hdr.msg_iovlen, v[0].msg_len));
 		if (tracing() && !(flags & MSG_PEEK))
 			msgs_v(fd, DIR_RECV, TRACE_CALL_RECVMMSG, v, rc);
 	}
@@ -1126,9 +1169,9 @@ AG_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct 
 
 /* After read, __read_chk or readv (call) returned rc of `asked` bytes: the
  * activation event, the message, or the end of the stream. */
-static ssize_t read_after(int fd, ssize_t rc, unsigned call, size_t asked)
+static ssize_t read_after(int fd, ssize_t rc, const void *data, unsigned call, size_t asked)
 {
-	read_event(fd, rc);
+	read_event(fd, rc, data);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_RECV, call, (uint64_t)rc, NULL, 0);
 	else if (rc == 0)
@@ -1140,7 +1183,7 @@ AG_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
 	ssize_t rc = real_read ? real_read(fd, buf, n) : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
-	return read_after(fd, rc, TRACE_CALL_READ, n);
+	return read_after(fd, rc, buf, TRACE_CALL_READ, n);
 }
 
 AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
@@ -1148,14 +1191,15 @@ AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 	ssize_t rc = real_read_chk ? real_read_chk(fd, buf, n, buflen)
 		     : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
-	return read_after(fd, rc, TRACE_CALL_READ, n);
+	return read_after(fd, rc, buf, TRACE_CALL_READ, n);
 }
 
 AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
 	ssize_t rc = real_readv ? real_readv(fd, iov, n) : sys(SYS_readv, fd, (long)iov, n, 0, 0);
 
-	return read_after(fd, rc, TRACE_CALL_READV, rc == 0 && n > 0 ? iov_len(iov, (size_t)n) : 0);
+	return read_after(fd, rc, n > 0 ? first_iov(iov, (size_t)n, rc) : NULL, TRACE_CALL_READV,
+			  rc == 0 && n > 0 ? iov_len(iov, (size_t)n) : 0);
 }
 
 AG_EXPORT ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_t n, unsigned flags)
@@ -1230,7 +1274,7 @@ AG_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 	if (rc >= 0) {
 		ag_msgs_forget(rc);
 		set_opened(rc, OPENED_PASSIVE);
-		event("accept", rc, fd);
+		event("accept", rc, fd, NULL);
 	}
 	return rc;
 }
@@ -1243,7 +1287,7 @@ AG_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	if (rc >= 0) {
 		ag_msgs_forget(rc);
 		set_opened(rc, OPENED_PASSIVE);
-		event("accept", rc, fd);
+		event("accept", rc, fd, NULL);
 	}
 	return rc;
 }

@@ -69,6 +69,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -90,11 +91,15 @@ static volatile uint64_t next_id = 1;
 
 typedef struct expect {
 	volatile int state;              /* 0 free, 1 being written, 2 waiting */
+	int kind;                        /* AG_FLOW_* */
 	int family;
 	uint8_t src[16], dst[16];        /* the sender's end, the receiver's end */
 	uint16_t sport, dport;
-	bool at_offset;
-	uint64_t offset;
+	bool at_offset;                  /* offset (TCP) or hash (UDP) is known */
+	uint64_t offset;                 /* TCP: stream offset; UDP: content hash */
+	uint64_t inode;                  /* pipes */
+	uint64_t backlog;                /* pipes: bytes queued when armed */
+	volatile uint64_t seen;          /* pipes: bytes read since */
 } expect;
 
 static expect expects[MAX_EXPECT];
@@ -295,36 +300,38 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	return 0;
 }
 
+/* Point 3: a channel whose peer sent us the traced request. */
+static bool came_from_peer(const ag_flow_chan *fc)
+{
+	for (unsigned i = 0; i < MAX_EXPECT && i < __atomic_load_n(&ncame, __ATOMIC_ACQUIRE); i++) {
+		const expect *e = &came_from[i];
+
+		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == 2 && e->kind == fc->kind &&
+		    fc->kind == AG_FLOW_TCP && e->family == fc->family && e->sport == fc->pport &&
+		    e->dport == fc->lport && memcmp(e->src, fc->peer, 16) == 0 &&
+		    memcmp(e->dst, fc->local, 16) == 0)
+			return true;
+	}
+	return false;
+}
+
 int ag_propagate_ask(const ag_flow_chan *fc)
 {
+	static const char *const kinds[] = { [AG_FLOW_TCP] = "tcp", [AG_FLOW_UDP] = "udp",
+					     [AG_FLOW_PIPE] = "pipe" };
 	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
 	Sptrace__Spd__InjectRequest q = SPTRACE__SPD__INJECT_REQUEST__INIT;
 	Sptrace__Spd__Channel ch = SPTRACE__SPD__CHANNEL__INIT;
 	Sptrace__Spd__Endpoint src = SPTRACE__SPD__ENDPOINT__INIT, dst = SPTRACE__SPD__ENDPOINT__INIT;
 	uint8_t req[512], local[16], peer[16];
-	char from[64], to[64], why[200] = "";
+	char from[64], to[64], what[160], where[160], why[200] = "";
 	uint64_t t0 = now_ns();
 	arena ar = { 0 };
 	size_t len;
 	int rc, saved = errno;
 
-	if (!session[0] || t0 < no_daemon_until)
+	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc))
 		return 0;
-	for (unsigned i = 0; i < MAX_EXPECT && i < __atomic_load_n(&ncame, __ATOMIC_ACQUIRE); i++) {
-		const expect *e = &came_from[i];
-
-		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == 2 && e->family == fc->family &&
-		    e->sport == fc->pport && e->dport == fc->lport &&
-		    memcmp(e->src, fc->peer, 16) == 0 && memcmp(e->dst, fc->local, 16) == 0)
-			return 0;          /* the request came from there */
-	}
-	memcpy(local, fc->local, 16);
-	memcpy(peer, fc->peer, 16);
-	endpoint(&src, fc->family, local, fc->lport);
-	endpoint(&dst, fc->family, peer, fc->pport);
-	ch.kind = SPTRACE__SPD__CHANNEL__KIND__TCP;
-	ch.src = &src;
-	ch.dst = &dst;
 	q.channel = &ch;
 	q.session = session;
 	q.on = (char *)"";
@@ -332,12 +339,29 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	q.offset = fc->offset;
 	q.wait_ms = wait_ms;
 	q.follow = 1;
+	if (fc->kind == AG_FLOW_PIPE) {
+		ch.kind = SPTRACE__SPD__CHANNEL__KIND__PIPE;
+		ch.inode = fc->inode;
+		snprintf(what, sizeof what, "pipe %lu", (unsigned long)fc->inode);
+		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
+	} else {
+		memcpy(local, fc->local, 16);
+		memcpy(peer, fc->peer, 16);
+		endpoint(&src, fc->family, local, fc->lport);
+		endpoint(&dst, fc->family, peer, fc->pport);
+		ch.kind = fc->kind == AG_FLOW_UDP ? SPTRACE__SPD__CHANNEL__KIND__UDP
+			  : SPTRACE__SPD__CHANNEL__KIND__TCP;
+		ch.src = &src;
+		ch.dst = &dst;
+		format_addr(fc->family, fc->local, fc->lport, from, sizeof from);
+		format_addr(fc->family, fc->peer, fc->pport, to, sizeof to);
+		snprintf(what, sizeof what, "%s %s -> %s", kinds[fc->kind], from, to);
+		snprintf(where, sizeof where, "%s %s", from, to);
+	}
 	f.version = SPD_PROTOCOL_VERSION;
 	f.id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
 	f.body_case = SPTRACE__SPD__FRAME__BODY_INJECT;
 	f.inject = &q;
-	format_addr(fc->family, fc->local, fc->lport, from, sizeof from);
-	format_addr(fc->family, fc->peer, fc->pport, to, sizeof to);
 	len = sptrace__spd__frame__get_packed_size(&f);
 	if (len > sizeof req) {
 		errno = saved;
@@ -347,28 +371,29 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	ar.size = 2 * SPD_FRAME_MAX + (1u << 20);
 	ar.base = mmap(NULL, ar.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (ar.base == MAP_FAILED) {
-		ag_log("propagation: tcp %s -> %s: no memory for the answer", from, to);
+		ag_log("propagation: %s: no memory for the answer", what);
 		errno = saved;
 		return -1;
 	}
 	rc = exchange(req, len, &ar, &rep, why, sizeof why);
 	double ms = (double)(now_ns() - t0) / 1e6;
+	char off[40];
 
+	snprintf(off, sizeof off, fc->kind == AG_FLOW_TCP ? "offset %s%lu" : fc->kind == AG_FLOW_UDP
+		 ? "hash %s%lx" : "%s%lu", fc->at_offset ? "" : "~", (unsigned long)fc->offset);
 	if (rc == -2) {
 		no_daemon_until = now_ns() + NO_DAEMON_NS;
 		if (!__atomic_exchange_n(&no_daemon_said, 1, __ATOMIC_RELAXED))
-			ag_log("propagation: tcp %s -> %s: %s; the agent asks again in 10 s at the "
-			       "earliest (start spdaemon to follow requests across processes)",
-			       from, to, why);
+			ag_log("propagation: %s: %s; the agent asks again in 10 s at the earliest "
+			       "(start spdaemon to follow requests across processes)", what, why);
 	} else if (rc != 0) {
-		ag_log("propagation: tcp %s -> %s: %s (after %.1f ms); the send goes on, not "
-		       "followed", from, to, why, ms);
+		ag_log("propagation: %s: %s (after %.1f ms); the send goes on, not followed", what,
+		       why, ms);
 	} else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_ERROR) {
-		ag_log("propagation: tcp %s -> %s: the spdaemon refused: %s (after %.1f ms)", from,
-		       to, rep->error->message, ms);
-		ag_meta_note("%s %lu tcp %s %s offset %s%lu host - targets 0 refused\n",
-			     TRACE_META_PROPAGATED, (unsigned long)ag_rdtsc(), from, to,
-			     fc->at_offset ? "" : "~", (unsigned long)fc->offset);
+		ag_log("propagation: %s: the spdaemon refused: %s (after %.1f ms)", what,
+		       rep->error->message, ms);
+		ag_meta_note("%s %lu %s %s %s host - targets 0\n", TRACE_META_PROPAGATED,
+			     (unsigned long)ag_rdtsc(), kinds[fc->kind], where, off);
 	} else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {
 		Sptrace__Spd__InjectReply *r = rep->inject_reply;
 		const char *host = r->host && *r->host ? r->host : "?";
@@ -376,17 +401,15 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 
 		for (size_t i = 0; i < r->n_targets; i++) {
 			got += r->targets[i]->injected || r->targets[i]->following;
-			ag_log("propagation: tcp %s -> %s: host %s pid %d: %s%s", from, to, host,
-			       r->targets[i]->pid, r->targets[i]->injected ? "" :
-			       r->targets[i]->following ? "follows (had the agent): " : "not traced: ",
-			       r->targets[i]->why);
+			ag_log("propagation: %s: host %s pid %d: %s%s", what, host, r->targets[i]->pid,
+			       r->targets[i]->injected ? "" : r->targets[i]->following ? "" :
+			       "not traced: ", r->targets[i]->why);
 		}
-		ag_log("propagation: tcp %s -> %s: host %s answered in %.1f ms: %u of %zu "
-		       "processes at the other end follow%s", from, to, host, ms, got,
-		       r->n_targets, r->n_targets ? "" : " (no process there holds it)");
-		ag_meta_note("%s %lu tcp %s %s offset %s%lu host %s targets %u\n",
-			     TRACE_META_PROPAGATED, (unsigned long)ag_rdtsc(), from, to,
-			     fc->at_offset ? "" : "~", (unsigned long)fc->offset, host, got);
+		ag_log("propagation: %s: host %s answered in %.1f ms: %u of %zu processes at the "
+		       "other end follow%s", what, host, ms, got, r->n_targets,
+		       r->n_targets ? "" : " (no process there holds it)");
+		ag_meta_note("%s %lu %s %s %s host %s targets %u\n", TRACE_META_PROPAGATED,
+			     (unsigned long)ag_rdtsc(), kinds[fc->kind], where, off, host, got);
 	}
 	munmap(ar.base, ar.size);
 	errno = saved;
@@ -409,25 +432,50 @@ static int parse_addr(const char *s, int *family, uint8_t out[16])
 	return -1;
 }
 
-/* "tcp SRC SPORT DST DPORT OFFSET|-": 0, or -1 (said in agent.log). */
+/* Point 5, pipes: the bytes queued in the pipe now (FIONREAD on one of
+ * this process's descriptors of it), which were written before the traced
+ * write. */
+static uint64_t pipe_backlog(uint64_t inode)
+{
+	struct stat st;
+	int q;
+
+	for (int fd = 0; fd < 4096; fd++)
+		if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 && S_ISFIFO(st.st_mode) &&
+		    (uint64_t)st.st_ino == inode && sys(SYS_ioctl, fd, FIONREAD, (long)&q, 0, 0) == 0)
+			return (uint64_t)q;
+	return 0;
+}
+
+/* "tcp SRC SPORT DST DPORT OFFSET|-", "udp SRC SPORT DST DPORT HASH|-" or
+ * "pipe INODE": 0, or -1 (said in agent.log). */
 int ag_expect_add(const char *line)
 {
-	char kind[8], a[64], b[64], off[32];
+	char kind[8], a[64], b[64], last[32];
 	unsigned sp, dp;
+	unsigned long long inode;
 	int fa, fb;
 	expect e = { 0 };
 
-	if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, off) != 6 ||
-	    strcmp(kind, "tcp") != 0 || sp > 65535 || dp > 65535 || parse_addr(a, &fa, e.src) ||
-	    parse_addr(b, &fb, e.dst) || fa != fb) {
-		ag_log("expect '%.200s': not 'tcp SRC SPORT DST DPORT OFFSET'", line);
+	if (sscanf(line, "pipe %llu", &inode) == 1 && inode) {
+		e.kind = AG_FLOW_PIPE;
+		e.inode = inode;
+		e.backlog = pipe_backlog(inode);
+	} else if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, last) == 6 &&
+		   (strcmp(kind, "tcp") == 0 || strcmp(kind, "udp") == 0) && sp <= 65535 &&
+		   dp <= 65535 && parse_addr(a, &fa, e.src) == 0 && parse_addr(b, &fb, e.dst) == 0 &&
+		   fa == fb) {
+		e.kind = kind[0] == 't' ? AG_FLOW_TCP : AG_FLOW_UDP;
+		e.family = fa;
+		e.sport = (uint16_t)sp;
+		e.dport = (uint16_t)dp;
+		e.at_offset = strcmp(last, "-") != 0;
+		e.offset = e.at_offset ? strtoull(last, NULL, e.kind == AG_FLOW_UDP ? 16 : 10) : 0;
+	} else {
+		ag_log("expect '%.200s': not 'tcp|udp SRC SPORT DST DPORT OFFSET|HASH|-' or "
+		       "'pipe INODE'", line);
 		return -1;
 	}
-	e.family = fa;
-	e.sport = (uint16_t)sp;
-	e.dport = (uint16_t)dp;
-	e.at_offset = strcmp(off, "-") != 0;
-	e.offset = e.at_offset ? strtoull(off, NULL, 10) : 0;
 	for (int i = 0; i < MAX_EXPECT; i++) {
 		int zero = 0;
 
@@ -437,9 +485,14 @@ int ag_expect_add(const char *line)
 			expects[i] = e;
 			__atomic_store_n(&expects[i].state, 2, __ATOMIC_RELEASE);
 			__atomic_add_fetch(&nexpect, 1, __ATOMIC_RELEASE);
-			ag_log("expecting the receive of tcp %s:%u -> %s:%u %s%s", a, sp, b, dp,
-			       e.at_offset ? "at stream offset " : "(any offset)",
-			       e.at_offset ? off : "");
+			if (e.kind == AG_FLOW_PIPE)
+				ag_log("expecting the read of pipe %llu past its %lu bytes queued now",
+				       inode, (unsigned long)e.backlog);
+			else
+				ag_log("expecting the receive of %s %s:%u -> %s:%u %s%s", kind, a, sp,
+				       b, dp, !e.at_offset ? "(the first one)" : e.kind == AG_FLOW_TCP
+				       ? "at stream offset " : "with content hash ",
+				       e.at_offset ? last : "");
 			/* spdaemon waits for this line (inject.c, step 4) */
 			ag_meta_note("%s %s\n", TRACE_META_EXPECT, line);
 			return 0;
@@ -472,8 +525,8 @@ static void addr_bytes(const struct sockaddr_storage *ss, int *family, uint8_t o
 	}
 }
 
-/* The receive that returned `rc` bytes on fd: the end of its bytes in the
- * stream (point 6); -1 when the kernel does not say. */
+/* The receive that returned on fd: the end of its bytes in the stream
+ * (point 6); -1 when the kernel does not say. */
 static int64_t received_end(int fd)
 {
 	struct tcp_info ti;
@@ -493,52 +546,130 @@ static int64_t received_end(int fd)
 	return (int64_t)end;
 }
 
-bool ag_expect_match(int fd, long rc)
+uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h)
+{
+	const uint8_t *p = data;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* What a receive on fd is, for matching (point 6). */
+typedef struct seen {
+	int kind;                        /* AG_FLOW_*; 0: none of them */
+	int family;
+	uint8_t l[16], p[16];
+	uint16_t lp, pp;
+	uint64_t inode;
+} seen;
+
+static void what_fd(int fd, seen *w)
 {
 	struct sockaddr_storage la, pa;
 	socklen_t ll = sizeof la, pl = sizeof pa;
-	uint8_t l[16], p[16];
-	uint16_t lp = 0, pp = 0;
-	int lf, pf, saved = errno;
+	struct stat st;
+	int type = 0, lf;
+	socklen_t tl = sizeof type;
+
+	memset(w, 0, sizeof *w);
+	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0)
+		return;
+	if (S_ISFIFO(st.st_mode)) {
+		w->kind = AG_FLOW_PIPE;
+		w->inode = st.st_ino;
+		return;
+	}
+	if (!S_ISSOCK(st.st_mode) || sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0 ||
+	    (la.ss_family != AF_INET && la.ss_family != AF_INET6) ||
+	    sys(SYS_getsockopt, fd, SOL_SOCKET, SO_TYPE, (long)&type, (long)&tl) != 0)
+		return;
+	addr_bytes(&la, &lf, w->l, &w->lp);
+	w->family = lf;
+	if (type == SOCK_DGRAM) {
+		w->kind = AG_FLOW_UDP;
+		return;
+	}
+	if (type == SOCK_STREAM && sys(SYS_getpeername, fd, (long)&pa, (long)&pl, 0, 0) == 0) {
+		addr_bytes(&pa, &lf, w->p, &w->pp);
+		w->kind = AG_FLOW_TCP;
+	}
+}
+
+static bool is_any(const uint8_t a[16])
+{
+	static const uint8_t zero[16];
+
+	return memcmp(a, zero, 16) == 0;
+}
+
+/* Point 6: is this receive, on fd, of rc bytes (data: them, or NULL) the
+ * one e awaits?  *end is the TCP stream's end, read once (-2: not yet). */
+static bool matches(expect *e, const seen *w, int fd, long rc, const void *data, int64_t *end)
+{
+	if (e->kind != w->kind)
+		return false;
+	switch (e->kind) {
+	case AG_FLOW_PIPE:
+		if (e->inode != w->inode)
+			return false;
+		/* bytes written before the traced write are read first */
+		return __atomic_add_fetch(&e->seen, (uint64_t)rc, __ATOMIC_ACQ_REL) > e->backlog;
+	case AG_FLOW_UDP:
+		if (e->family != w->family || e->dport != w->lp ||
+		    (!is_any(w->l) && !is_any(e->dst) && memcmp(e->dst, w->l, 16) != 0))
+			return false;
+		return !e->at_offset || !data || ag_flow_hash(data, (size_t)rc, AG_FLOW_HASH0) ==
+						     e->offset;
+	case AG_FLOW_TCP:
+		if (e->family != w->family || e->sport != w->pp || e->dport != w->lp ||
+		    memcmp(e->src, w->p, 16) != 0 || memcmp(e->dst, w->l, 16) != 0)
+			return false;
+		if (!e->at_offset)
+			return true;
+		if (*end == -2)
+			*end = received_end(fd);
+		/* bytes sent before the traced send start nothing */
+		return *end < 0 || (uint64_t)*end > e->offset;
+	default:
+		return false;
+	}
+}
+
+bool ag_expect_match(int fd, long rc, const void *data)
+{
+	int saved = errno;
 	int64_t end = -2;
 	bool hit = false;
+	seen w;
 
-	if (rc <= 0 || !ag_expecting() ||
-	    sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0 ||
-	    (la.ss_family != AF_INET && la.ss_family != AF_INET6) ||
-	    sys(SYS_getpeername, fd, (long)&pa, (long)&pl, 0, 0) != 0) {
+	if (rc <= 0 || !ag_expecting()) {
 		errno = saved;
 		return false;
 	}
-	addr_bytes(&la, &lf, l, &lp);
-	addr_bytes(&pa, &pf, p, &pp);
-	for (int i = 0; i < MAX_EXPECT && !hit; i++) {
+	what_fd(fd, &w);
+	for (int i = 0; i < MAX_EXPECT && !hit && w.kind; i++) {
 		expect *e = &expects[i];
-
-		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != 2 || e->family != lf ||
-		    e->sport != pp || e->dport != lp || memcmp(e->src, p, 16) != 0 ||
-		    memcmp(e->dst, l, 16) != 0)
-			continue;
-		if (e->at_offset) {
-			if (end == -2)
-				end = received_end(fd);
-			if (end >= 0 && (uint64_t)end <= e->offset)
-				continue;       /* bytes sent before the traced one */
-		}
 		int two = 2;
 
-		if (__atomic_compare_exchange_n(&e->state, &two, 1, false, __ATOMIC_ACQ_REL,
-						__ATOMIC_RELAXED)) {
-			expect *c = &came_from[__atomic_fetch_add(&ncame, 1, __ATOMIC_ACQ_REL) %
-					       MAX_EXPECT];
+		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != 2 ||
+		    !matches(e, &w, fd, rc, data, &end) ||
+		    !__atomic_compare_exchange_n(&e->state, &two, 1, false, __ATOMIC_ACQ_REL,
+						 __ATOMIC_RELAXED))
+			continue;
+		expect *c = &came_from[__atomic_fetch_add(&ncame, 1, __ATOMIC_ACQ_REL) % MAX_EXPECT];
 
-			__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
-			*c = *e;
-			__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
-			__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
-			__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
-			hit = true;
+		__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
+		*c = *e;
+		if (c->kind == AG_FLOW_TCP || c->kind == AG_FLOW_UDP) {
+			/* the channel as this end's sends see it (point 2's came-from check) */
+			memcpy(c->src, w.p, 16);
+			c->sport = w.pp;
 		}
+		__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
+		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
+		__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
+		hit = true;
 	}
 	errno = saved;
 	return hit;

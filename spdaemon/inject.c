@@ -48,6 +48,7 @@
  */
 #include "spd_daemon.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <ifaddrs.h>
@@ -203,18 +204,29 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
 	return 0;
 }
 
-/* The receive a follow request's agents start at, in the agent's words:
- * "tcp SRC SPORT DST DPORT OFFSET|-" (agent/propagate.c, point 5). */
+/* The receive a follow request's agents start at, in the agent's words
+ * (agent/propagate.c, point 5): "tcp SRC SPORT DST DPORT OFFSET|-", "udp
+ * SRC SPORT DST DPORT HASH|-" (the datagram's content hash, hexadecimal),
+ * "pipe INODE"; "" for a UNIX socket (not followed). */
 static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, char *out,
 			size_t len)
 {
 	char s[INET6_ADDRSTRLEN], t[INET6_ADDRSTRLEN], off[24] = "-";
 
+	out[0] = '\0';
+	if (ch->kind == SPD_CH_PIPE) {
+		snprintf(out, len, "pipe %llu", (unsigned long long)ch->inode);
+		return;
+	}
+	if (ch->kind != SPD_CH_TCP && ch->kind != SPD_CH_UDP)
+		return;
 	inet_ntop(ch->src.family, ch->src.addr, s, sizeof s);
 	inet_ntop(ch->dst.family, ch->dst.addr, t, sizeof t);
 	if (q->at_offset)
-		snprintf(off, sizeof off, "%llu", (unsigned long long)q->offset);
-	snprintf(out, len, "tcp %s %u %s %u %s", s, ch->src.port, t, ch->dst.port, off);
+		snprintf(off, sizeof off, ch->kind == SPD_CH_TCP ? "%llu" : "%llx",
+			 (unsigned long long)q->offset);
+	snprintf(out, len, "%s %s %u %s %u %s", ch->kind == SPD_CH_TCP ? "tcp" : "udp", s,
+		 ch->src.port, t, ch->dst.port, off);
 }
 
 static unsigned long long start_time(pid_t pid)
@@ -447,6 +459,48 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 	spd_frame_free(rep);
 }
 
+/* Step 2, pipes: does pid hold the pipe's read end?  (A writer that shares
+ * the inode receives nothing from it.) */
+static bool reads_pipe(pid_t pid, uint64_t inode)
+{
+	char path[64], link[64], want[40], info[512];
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+	snprintf(want, sizeof want, "pipe:[%llu]", (unsigned long long)inode);
+	if (!(d = opendir(path)))
+		return false;
+	while (!found && (e = readdir(d))) {
+		char fdpath[400];
+		ssize_t n;
+		unsigned flags;
+
+		snprintf(fdpath, sizeof fdpath, "%s/%s", path, e->d_name);
+		n = readlink(fdpath, link, sizeof link - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (strcmp(link, want) != 0)
+			continue;
+		snprintf(fdpath, sizeof fdpath, "/proc/%d/fdinfo/%s", (int)pid, e->d_name);
+		int fd = open(fdpath, O_RDONLY | O_CLOEXEC);
+
+		n = fd >= 0 ? read(fd, info, sizeof info - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			continue;
+		info[n] = '\0';
+		const char *f = strstr(info, "flags:");
+
+		found = f && sscanf(f + 6, " %o", &flags) == 1 && (flags & O_ACCMODE) == O_RDONLY;
+	}
+	closedir(d);
+	return found;
+}
+
 static bool seen(const pid_t *v, size_t n, pid_t pid)
 {
 	for (size_t i = 0; i < n; i++)
@@ -487,7 +541,8 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		spd_log("%s: inject refused: %s", c->peer, err->msg);
 		return;
 	}
-	if (q->follow && ch.kind == SPD_CH_TCP)
+	expect[0] = '\0';
+	if (q->follow)
 		expect_line(q, &ch, expect, sizeof expect);
 	targets = calloc(SPD_MAX_TARGETS, sizeof *targets);
 	tp = calloc(SPD_MAX_TARGETS, sizeof *tp);
@@ -511,15 +566,15 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		}
 		for (size_t i = 0; ni && i < np && ndone < SPD_MAX_TARGETS; i++) {
 			if (seen(done, ndone, pids[i]) || pids[i] == getpid() ||
-			    (!c->remote && pids[i] == c->pid))
+			    (!c->remote && pids[i] == c->pid) ||
+			    (ch.kind == SPD_CH_PIPE && !reads_pipe(pids[i], ch.inode)))
 				continue;
 			char *dir = strings + ndone * (dirlen + whylen), *why = dir + dirlen;
 			Sptrace__Spd__InjectReply__Target *t = &targets[ndone];
 
 			sptrace__spd__inject_reply__target__init(t);
 			inject_one(d, c, q, q->on && *q->on ? q->on : listener ? "accept" : "recv",
-				   q->follow && ch.kind == SPD_CH_TCP ? expect : NULL, pids[i], t, dir,
-				   dirlen, why, whylen);
+				   expect[0] ? expect : NULL, pids[i], t, dir, dirlen, why, whylen);
 			spd_log("%s: inject session %s pid %d: %s%s%s%s", c->peer, q->session,
 				(int)pids[i], t->injected || t->following ? "" : "refused: ", why,
 				t->injected ? "; trace in " : "", t->injected ? dir : "");

@@ -11,8 +11,9 @@ users).
 
   tiers   every process on the request's path is traced and starts at the
           receive of the request (the frontend at the client's first line,
-          the backend at the frontend's first forwarded line), the decoy is
-          not; every byte the servers received is the same as in an
+          the backend at the frontend's first forwarded line, the helper at
+          the pipe's, the monitor at the first heartbeat's datagram), the
+          decoy is not; every byte the servers received is the same as in an
           untraced run of the same requests; the client's summary names
           the hosts.
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
@@ -80,6 +81,11 @@ def traces(state, session):
     return {int(n): os.path.join(d, n) for n in os.listdir(d) if n.isdigit()}
 
 
+def children(pid):
+    with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+        return [int(x) for x in f.read().split()]
+
+
 def meta(d):
     with open(os.path.join(d, "meta")) as f:
         return f.read()
@@ -130,6 +136,11 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
               (pids["frontend"], t1, logs))
         check(pids["backend"] in t2, "the backend (pid %d) was not traced: %s\n%s" %
               (pids["backend"], t2, logs))
+        check(pids["monitor"] in t2, "the monitor (pid %d), sent UDP heartbeats, was not "
+              "traced: %s\n%s" % (pids["monitor"], t2, logs))
+        helper = children(pids["frontend"])
+        check(len(helper) == 1 and helper[0] in t1, "the frontend's helper %s (over a pipe) was "
+              "not traced: %s\n%s" % (helper, t1, logs))
         check(pids["decoy"] not in t2, "the decoy was traced")
         outs = stop_all(procs)
         procs = {}
@@ -139,7 +150,9 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
             check(got == want, "%s received other bytes traced: %r vs %r" % (name, got, want))
         # Each starts at the receive of the request, and shows the work.
         for name, d, funcs in (("frontend", t1[pids["frontend"]], ["serve_line", "ask_backend"]),
-                               ("backend", t2[pids["backend"]], ["backend_line", "work"])):
+                               ("backend", t2[pids["backend"]], ["backend_line", "work"]),
+                               ("helper", t1[helper[0]], ["helper"]),
+                               ("monitor", t2[pids["monitor"]], ["monitor_main"])):
             text = meta(d)
             check("\nactivated " in text and " recv " in text.split("\nactivated ", 1)[1],
                   "the %s did not start at a receive:\n%s" % (name, text[-1500:]))

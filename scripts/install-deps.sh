@@ -14,7 +14,7 @@ packages=(
 	binutils python3 coreutils libc6-dbg libstdc++6 procps file
 	# real programs traced by the end-to-end tests (redis and nginx: attached
 	# to under load)
-	gzip xz-utils sqlite3 redis-server redis-tools nginx-light haproxy
+	gzip xz-utils sqlite3 redis-server redis-tools nginx-light haproxy curl
 	# runtimes that read return addresses (test_runtimes.py): node's V8, Go with cgo
 	nodejs golang-go
 	# programs that met the agent badly (test_programs.py): a debugger and its

@@ -16,6 +16,10 @@ users).
           decoy is not; every byte the servers received is the same as in an
           untraced run of the same requests; the client's summary names
           the hosts.
+  chain   curl -> nginx (a root master, two workers as nobody, proxy_pass) ->
+          python3 -m http.server: one worker and the python server traced
+          from the request, the master not; two URLs on one connection
+  redis   redis-cli -> redis-server: traced from the first command
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
 
@@ -176,6 +180,187 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         hosts.close()
 
 
+class Cluster:
+    """n namespace hosts, keys, a spdaemon in each (remote-inject users)."""
+
+    def __init__(self, sptrace, spdaemon, tmp, n):
+        self.hosts = Hosts(n)
+        self.daemons = []
+        self.tmp = tmp
+        try:
+            kd = os.path.join(tmp, "keys")
+            run([sptrace, "keys", "init", kd])
+            for a in self.hosts.addrs:
+                run([sptrace, "keys", "issue", kd, a])
+            for i in range(n):
+                self.daemons.append(Daemon(spdaemon, kd, self.state(i), name=self.hosts.addrs[i],
+                                           wrap=self.hosts.cmd(i, [])))
+        except BaseException:
+            self.close()
+            raise
+
+    def state(self, i):
+        return os.path.join(self.tmp, "state%d" % i)
+
+    def logs(self):
+        return "\n".join("host %d:\n%s" % (i, d.text()[-3000:]) for i, d in enumerate(self.daemons))
+
+    def close(self):
+        for d in self.daemons:
+            d.stop()
+        self.hosts.close()
+
+
+def session_of(stderr):
+    m = re.search(r"session (\S+)\)", stderr)
+    check(m, "run did not say it propagates: %r" % stderr)
+    return m.group(1)
+
+
+def wait_port(hosts, i, addr, port, what):
+    deadline = time.monotonic() + 60
+    while True:
+        r = hosts.run(i, [sys.executable, "-c", "import socket; socket.create_connection(('%s', %d), "
+                          "timeout=2).close()" % (addr, port)])
+        if r.returncode == 0:
+            return
+        check(time.monotonic() < deadline, "%s does not answer on %s:%d" % (what, addr, port))
+        time.sleep(0.2)
+
+
+def case_chain(sptrace, spdaemon, tier, tmp):
+    """curl on host 0, under sptrace run -> nginx on host 1 (a root master, two
+    workers as nobody; proxy_pass) -> python3 -m http.server on host 2 (a
+    user's).  Two URLs on one kept connection."""
+    for prog, pkg in (("nginx", "nginx-light"), ("curl", "curl")):
+        if not shutil.which(prog):
+            fail("%s is missing; install the Debian package %s (scripts/install-deps.sh does)" %
+                 (prog, pkg))
+    os.chmod(tmp, 0o755)
+    www = os.path.join(tmp, "www")
+    os.mkdir(www)
+    for name in ("a", "b"):
+        with open(os.path.join(www, name + ".txt"), "w") as f:
+            f.write(("file %s\n" % name) * 50)
+    cl = Cluster(sptrace, spdaemon, tmp, 3)
+    addrs = cl.hosts.addrs
+    procs = []
+    try:
+        conf = os.path.join(tmp, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write("daemon off;\nmaster_process on;\nworker_processes 2;\nuser nobody nogroup;\n"
+                    "pid %s/nginx.pid;\nerror_log %s/error.log;\n"
+                    "events { worker_connections 256; }\n"
+                    "http { access_log off; server { listen %s:8080; "
+                    "location / { proxy_pass http://%s:8000; } } }\n" % (tmp, tmp, addrs[1], addrs[2]))
+        py = cl.hosts.popen(2, USER + ["/usr/bin/python3", "-m", "http.server", "8000", "--bind", addrs[2],
+                                       "--directory", www],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(py)
+        ng = cl.hosts.popen(1, ["nginx", "-c", conf, "-p", tmp], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+        procs.append(ng)
+        wait_port(cl.hosts, 0, addrs[2], 8000, "python3 -m http.server")
+        wait_port(cl.hosts, 0, addrs[1], 8080, "nginx")
+        urls = ["http://%s:8080/a.txt" % addrs[1], "http://%s:8080/b.txt" % addrs[1]]
+        native = cl.hosts.run(0, ["curl", "-sS"] + urls)
+        check(native.returncode == 0 and native.stdout.startswith("file a"),
+              "curl untraced: %r %r" % (native.stdout[:200], native.stderr))
+        out = os.path.join(tmp, "curl.trace")
+        r = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", "curl", "-sS"] + urls, timeout=600)
+        check(r.returncode == 0 and r.stdout == native.stdout,
+              "curl traced: %d %r %r\n%s" % (r.returncode, r.stdout[:200], r.stderr, cl.logs()))
+        session = session_of(r.stderr)
+        workers = children(ng.pid)
+        t1 = traces(cl.state(1), session)
+        t2 = traces(cl.state(2), session)
+        check(ng.pid not in t1, "nginx's root master was traced by another host's request")
+        traced_workers = [w for w in workers if w in t1 and "\nactivated " in meta(t1[w])]
+        check(len(traced_workers) == 1, "not one nginx worker traced from the request: workers %s, "
+              "traces %s\n%s" % (workers, t1, cl.logs()))
+        check(py.pid in t2 and "\nactivated " in meta(t2[py.pid]),
+              "python3 http.server (pid %d) was not traced: %s\n%s" % (py.pid, t2, cl.logs()))
+        wr = run([sptrace, "replay", t1[traced_workers[0]]])
+        check(wr.returncode == 0 and re.search(r"\((?:tcp %s:8080 <- %s:\d+)" %
+                                                (re.escape(addrs[1]), re.escape(addrs[0])), wr.stdout),
+              "the nginx worker's replay shows no receive from curl:\n%s" %
+              (wr.stdout + wr.stderr)[-2000:])
+        check(re.search(r"\(tcp %s:\d+ -> %s:8000" % (re.escape(addrs[1]), re.escape(addrs[2])),
+                        wr.stdout),
+              "the nginx worker's replay shows no send to the python server")
+        pr = run([sptrace, "replay", t2[py.pid]])
+        check(pr.returncode == 0 and re.search(r"\(tcp %s:8000 <- %s:\d+, bytes 0\.\." %
+                                                (re.escape(addrs[2]), re.escape(addrs[1])), pr.stdout),
+              "the python server's replay does not start at nginx's request:\n%s" %
+              (pr.stdout + pr.stderr)[-2000:])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        cl.close()
+
+
+def case_redis(sptrace, spdaemon, tier, tmp):
+    """redis-cli on host 0 under sptrace run -> redis-server on host 1 (a
+    user's): three commands on one connection."""
+    for prog, pkg in (("redis-server", "redis-server"), ("redis-cli", "redis-tools")):
+        if not shutil.which(prog):
+            fail("%s is missing; install the Debian package %s (scripts/install-deps.sh does)" %
+                 (prog, pkg))
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 2)
+    addrs = cl.hosts.addrs
+    procs = []
+    try:
+        rdir = os.path.join(tmp, "redis")
+        os.mkdir(rdir)
+        os.chown(rdir, 61001, 61001)
+        rs = cl.hosts.popen(1, USER + ["redis-server", "--port", "6400", "--bind", addrs[1],
+                                       "--save", "", "--appendonly", "no", "--dir", rdir,
+                                       "--protected-mode", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(rs)
+        wait_port(cl.hosts, 0, addrs[1], 6400, "redis-server")
+        script = "SET k1 v1\nINCR n\nGET k1\n"
+        native = cl.hosts.run(0, ["redis-cli", "-h", addrs[1], "-p", "6400"], input=script)
+        check(native.returncode == 0 and "v1" in native.stdout, "redis-cli untraced: %r %r" %
+              (native.stdout, native.stderr))
+        out = os.path.join(tmp, "cli.trace")
+        r = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", "redis-cli", "-h", addrs[1], "-p",
+                             "6400"], input=script, timeout=600)
+        want = native.stdout.replace("\n1\n", "\n2\n")     # INCR n a second time
+        check(r.returncode == 0 and r.stdout == want,
+              "redis-cli traced: %d %r (want %r) %r\n%s" % (r.returncode, r.stdout, want,
+                                                           r.stderr, cl.logs()))
+        session = session_of(r.stderr)
+        t1 = traces(cl.state(1), session)
+        check(rs.pid in t1 and "\nactivated " in meta(t1[rs.pid]),
+              "redis-server (pid %d) was not traced: %s\n%s" % (rs.pid, t1, cl.logs()))
+        rr = run([sptrace, "replay", t1[rs.pid]])
+        check(rr.returncode == 0 and "processCommand" in rr.stdout and
+              re.search(r"\(tcp %s:6400 <- %s:\d+, bytes 0\.\." % (re.escape(addrs[1]),
+                                                                   re.escape(addrs[0])), rr.stdout),
+              "redis-server's replay does not start at redis-cli's first command:\n%s" %
+              (rr.stdout + rr.stderr)[-2000:])
+        check(rr.stdout.count("processCommand()") >= 3 or rr.stdout.count("processCommand") >= 3,
+              "redis-server's replay lacks the three commands")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        cl.close()
+
+
 def case_nodaemon(sptrace, spdaemon, tier, tmp):
     hosts = Hosts(2)
     procs = {}
@@ -203,7 +388,8 @@ def main():
     case, sptrace, spdaemon, tier = sys.argv[1:]
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
-        {"tiers": case_tiers, "nodaemon": case_nodaemon}[case](
+        {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
+         "redis": case_redis}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)
     finally:
         if not os.environ.get("KEEP"):

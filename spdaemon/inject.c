@@ -39,6 +39,14 @@
  *      pre-forked worker may have inherited the socket meanwhile), at most
  *      SPD_INJECT_ROUNDS rounds.
  *
+ * The traces stay the daemon's: when a process it put the agent into ends
+ * without its agent finishing -- kill -9 in the middle of a request, a crash
+ * before the handler ran -- the reaper (a thread, every 200 ms) completes
+ * its meta the way `sptrace run` does for its child: the clocks at the end
+ * and an "end" line, appended through the trace directory's descriptor, to
+ * a regular file of the process's user only.  The rings are files: every
+ * record written before the end is there.
+ *
  * A channel whose receiving end is on another host (its destination is no
  * address of this network namespace) is not this daemon's to serve: a
  * local requester's request goes on, as it is, to the daemon of that
@@ -58,11 +66,13 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "codeanalysis.h"
 #include "injector.h"
 #include "registry.h"
+#include "trace_format.h"
 
 #define SPD_INJECT_ROUNDS 8
 #define SPD_MAX_TARGETS 256
@@ -254,11 +264,78 @@ static bool traced_here(spd_daemon *d, pid_t pid, const char *session, char *dir
 	return found;
 }
 
-static void remember(spd_daemon *d, pid_t pid, const char *session, const char *dir)
+/* The reaper: a process gone without its agent's "end" line gets one. */
+static void complete_meta(const spd_traced *t)
+{
+	char buf[65536];
+	struct stat st;
+	struct timespec ts;
+	uint32_t lo, hi;
+	ssize_t n;
+	int dfd = open(t->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), fd;
+
+	if (dfd < 0)
+		return;
+	fd = openat(dfd, "meta", O_RDWR | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	close(dfd);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != t->uid ||
+	    st.st_size > (off_t)TRACE_META_MAX_BYTES) {
+		close(fd);
+		return;
+	}
+	/* the agent's own end line, if it wrote one, is in the last lines */
+	off_t from = st.st_size > (off_t)sizeof buf - 1 ? st.st_size - (off_t)sizeof buf + 1 : 0;
+
+	n = pread(fd, buf, sizeof buf - 1, from);
+	buf[n > 0 ? n : 0] = '\0';
+	if (!strstr(buf, "\n" TRACE_META_END " ")) {
+		__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		dprintf(fd, "%s %llu\n%s %llu\n%s the process ended before its agent finished "
+			"(killed, or it crashed); spdaemon completed the trace\n", TRACE_META_TSC1,
+			(unsigned long long)hi << 32 | lo, TRACE_META_MONO1,
+			(unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec,
+			TRACE_META_END);
+		spd_log("pid %d (session %s) is gone without its agent finishing: its trace in %s "
+			"is completed", (int)t->pid, t->session, t->dir);
+	}
+	close(fd);
+}
+
+static void *reaper(void *arg)
+{
+	spd_daemon *d = arg;
+
+	for (;;) {
+		usleep(200000);
+		pthread_mutex_lock(&d->lock);
+		for (size_t i = 0; i < d->ntraced; i++) {
+			spd_traced *t = &d->traced[i];
+
+			if (t->gone || start_time(t->pid) == t->start)
+				continue;
+			t->gone = 1;
+			complete_meta(t);
+		}
+		pthread_mutex_unlock(&d->lock);
+	}
+	return NULL;
+}
+
+static void remember(spd_daemon *d, pid_t pid, uid_t uid, const char *session, const char *dir)
 {
 	unsigned long long start = start_time(pid);
 
 	pthread_mutex_lock(&d->lock);
+	if (!d->reaper) {
+		pthread_t th;
+
+		d->reaper = pthread_create(&th, NULL, reaper, d) == 0;
+		if (d->reaper)
+			pthread_detach(th);
+	}
 	if (!d->traced)
 		d->traced = calloc(SPD_MAX_TRACED, sizeof *d->traced);
 	if (d->traced) {
@@ -266,6 +343,8 @@ static void remember(spd_daemon *d, pid_t pid, const char *session, const char *
 		spd_traced *e = &d->traced[i];
 
 		e->pid = pid;
+		e->uid = uid;
+		e->gone = 0;
 		e->start = start;
 		snprintf(e->session, sizeof e->session, "%s", session);
 		snprintf(e->dir, sizeof e->dir, "%s", dir);
@@ -386,7 +465,7 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 		snprintf(why, whylen, "%s", err.msg);
 		return;
 	}
-	remember(d, pid, q->session, dir);
+	remember(d, pid, st.st_uid, q->session, dir);
 	t->injected = 1;
 	snprintf(why, whylen, "agent in after %.1f ms (thread %d stopped %.2f ms)", r.total_ms,
 		 (int)r.tid, r.pause_ms);

@@ -30,6 +30,7 @@ typedef struct spd_daemon {
 	struct spd_traced *traced;       /* the processes it put the agent into
 	                                  * (inject.c), SPD_MAX_TRACED */
 	size_t ntraced;                  /*   (guarded by `lock`) */
+	int reaper;                      /* its thread runs (inject.c) */
 } spd_daemon;
 
 /* A process this daemon put the agent into, for a later request of the
@@ -37,6 +38,8 @@ typedef struct spd_daemon {
 #define SPD_MAX_TRACED 4096
 typedef struct spd_traced {
 	pid_t pid;
+	uid_t uid;                       /* the process's, who owns its trace */
+	int gone;                        /* it ended; its trace was completed (reaper) */
 	unsigned long long start;        /* /proc/PID/stat field 22: not a reused pid */
 	char session[65];
 	char dir[4096];                  /* its trace, absolute */

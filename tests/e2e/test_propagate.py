@@ -20,6 +20,10 @@ users).
           python3 -m http.server: one worker and the python server traced
           from the request, the master not; two URLs on one connection
   redis   redis-cli -> redis-server: traced from the first command
+  policy  a user's client asking for root's server on its host: refused,
+          said in its agent.log and the daemon's log; the server untouched
+  killed  the traced backend killed with SIGKILL mid-request: its daemon
+          completes the trace's meta, every call up to the kill is kept
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
 
@@ -361,6 +365,100 @@ def case_redis(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+def case_policy(sptrace, spdaemon, tier, tmp):
+    """A user's traced client asks for root's server on the same host: the
+    daemon refuses (a user may have only its own processes traced), says
+    why, and root's server never gets the agent; the request is answered."""
+    os.chmod(tmp, 0o755)
+    prog = os.path.join(tmp, "tier")
+    shutil.copy(tier, prog)
+    os.chmod(prog, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    addr = cl.hosts.addrs[0]
+    procs = []
+    try:
+        back = start(cl.hosts, 0, [prog, "backend", "7002"], user=False)
+        procs.append(back)
+        mine = os.path.join(tmp, "mine")
+        os.mkdir(mine)
+        os.chown(mine, 61001, 61001)
+        out = os.path.join(mine, "client.trace")
+        r = cl.hosts.run(0, USER + ["env", "HOME=" + mine, sptrace, "run", "-o", out, "--", prog,
+                                    "client", addr, "7002", "4"], timeout=300)
+        check(r.returncode == 0 and r.stdout.startswith("backend 4 -> "),
+              "the user's client: %d %r %r" % (r.returncode, r.stdout, r.stderr))
+        session_of(r.stderr)
+        with open("/proc/%d/maps" % back.pid) as f:
+            check("sptrace-agent" not in f.read(), "root's server got the agent for a user")
+        with open(os.path.join(out, "agent.log")) as f:
+            log = f.read()
+        check("not traced: pid %d runs as uid 0 and the requester is uid 61001" % back.pid in log,
+              "the client's agent.log does not say why root's server was not traced:\n%s" % log)
+        cl.daemons[0].wait_log(["inject session", "pid %d: refused: pid %d runs as uid 0" %
+                                (back.pid, back.pid)], "the refusal in the daemon's log")
+        finish(back)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        cl.close()
+
+
+def case_killed(sptrace, spdaemon, tier, tmp):
+    """The backend, traced from the request, is killed with SIGKILL in the
+    middle of it: its daemon completes the trace (meta's end), which keeps
+    every call up to the kill; the frontend answers without it."""
+    os.chmod(tmp, 0o755)
+    prog = os.path.join(tmp, "tier")
+    shutil.copy(tier, prog)
+    os.chmod(prog, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 3)
+    procs = {}
+    try:
+        procs = servers(cl.hosts, prog, tmp)
+        out = os.path.join(tmp, "client.trace")
+        client = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", prog, "client",
+                                    cl.hosts.addrs[1], "7000", "3", "2000000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        back = procs["backend"].pid
+        deadline = time.monotonic() + 120
+        tdir = None
+        while True:
+            check(time.monotonic() < deadline, "the backend was not traced:\n" + cl.logs())
+            found = [d for s in os.listdir(os.path.join(cl.state(2), "sessions"))
+                     for d in [os.path.join(cl.state(2), "sessions", s, str(back))]
+                     if os.path.isdir(d)] if os.path.isdir(os.path.join(cl.state(2), "sessions")) \
+                else []
+            if found and meta(found[0]).count("\nactivated ") and "work" in \
+                    run([sptrace, "replay", found[0]]).stdout.split("backend_line", 2)[-1]:
+                tdir = found[0]
+                break
+            time.sleep(0.05)
+        procs["backend"].kill()          # SIGKILL, in the second request's work()
+        procs["backend"].wait()
+        o, e = client.communicate(timeout=120)
+        check("front(no backend" in o, "the frontend did not answer without its backend: %r %r" %
+              (o, e))
+        cl.daemons[2].wait_log(["pid %d (session" % back, "is gone without its agent finishing"],
+                               "the daemon's reaper")
+        text = meta(tdir)
+        check("\nend the process ended before its agent finished" in text and "\ntsc1 " in text,
+              "the killed backend's meta was not completed:\n%s" % text[-800:])
+        rr = run([sptrace, "replay", tdir])
+        check(rr.returncode == 0 and rr.stdout.count("backend_line") >= 2 and "work" in rr.stdout,
+              "the killed backend's trace lost its calls:\n%s" % (rr.stdout + rr.stderr)[-2000:])
+        del procs["backend"]
+        stop_all(procs)
+        procs = {}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        cl.close()
+
+
 def case_nodaemon(sptrace, spdaemon, tier, tmp):
     hosts = Hosts(2)
     procs = {}
@@ -389,7 +487,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
-         "redis": case_redis}[case](
+         "redis": case_redis, "policy": case_policy, "killed": case_killed}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)
     finally:
         if not os.environ.get("KEEP"):

@@ -428,7 +428,7 @@ def case_killed(sptrace, spdaemon, tier, tmp):
             check(time.monotonic() < deadline, "the backend was not traced:\n" + cl.logs())
             found = [d for s in os.listdir(os.path.join(cl.state(2), "sessions"))
                      for d in [os.path.join(cl.state(2), "sessions", s, str(back))]
-                     if os.path.isdir(d)] if os.path.isdir(os.path.join(cl.state(2), "sessions")) \
+                     if os.path.exists(os.path.join(d, "meta"))] if os.path.isdir(os.path.join(cl.state(2), "sessions")) \
                 else []
             if found and meta(found[0]).count("\nactivated ") and "work" in \
                     run([sptrace, "replay", found[0]]).stdout.split("backend_line", 2)[-1]:

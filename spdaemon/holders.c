@@ -4,9 +4,14 @@
  * a message to where it is received.
  *
  * A channel names its receiving end by address (TCP, UDP) or by inode
- * (pipes, UNIX sockets).  An address becomes socket inodes through
- * /proc/net/{tcp,tcp6,udp,udp6} of this network namespace -- which is this
- * daemon's host -- and an inode becomes processes through /proc/PID/fd:
+ * (pipes, UNIX sockets).  An address becomes socket inodes through the
+ * kernel's sock_diag (NETLINK_SOCK_DIAG) of this network namespace -- which
+ * is this daemon's host: one exact lookup by the 4-tuple, the way the kernel
+ * finds the socket for an incoming segment, and for a listener a dump of the
+ * listening sockets only.  (Reading /proc/net/{tcp,udp}[6] walks every
+ * bucket of the kernel's global connection table, about 10 ms here; it is
+ * the fallback when sock_diag cannot answer.)  An inode becomes processes
+ * through /proc/PID/fd:
  *
  *   1. TCP: the established socket whose local end is the channel's
  *      destination and whose remote end is its source.  A connection the
@@ -26,6 +31,12 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -163,6 +174,168 @@ full:
 	return sp_fail(err, "%s: more than %zu sockets match the channel", file, max);
 }
 
+/* ---- sock_diag ---- */
+
+/* Does a listener bound to l take connections to dst? */
+static bool listens_for(const spd_endpoint *l, const spd_endpoint *dst)
+{
+	spd_endpoint m6 = mapped(dst);
+
+	return l->port == dst->port &&
+	       (is_any(l) || same_addr(l, dst) || (dst->family == AF_INET && same_addr(l, &m6)));
+}
+
+typedef struct diag_hit {
+	int found;                   /* messages seen */
+	uint8_t state;
+	uint64_t inode;
+	const spd_channel *ch;       /* dump: keep the listeners of ch's destination */
+	const spd_endpoint *dst;
+	uint64_t *inodes;
+	size_t max, *n;
+	int full;
+} diag_hit;
+
+static void put_addr(__be32 out[4], const spd_endpoint *e)
+{
+	memcpy(out, e->addr, e->family == AF_INET ? 4 : 16);
+}
+
+/* One request (dump: every listening socket of `family`; else the socket of
+ * the 4-tuple `local`/`remote`, as inet_diag names it for `proto`); each
+ * answer into h.  0, or -1 when sock_diag cannot answer (the caller reads
+ * /proc/net). */
+static int diag(int family, int proto, bool dump, const spd_endpoint *local,
+		const spd_endpoint *remote, diag_hit *h)
+{
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 r;
+	} q = { 0 };
+	struct sockaddr_nl nl = { .nl_family = AF_NETLINK };
+	union {
+		char buf[16384];
+		struct nlmsghdr align;
+	} u;
+	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), rc = -1;
+	struct timeval tv = { 2, 0 };
+
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	q.nlh.nlmsg_len = sizeof q;
+	q.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	q.nlh.nlmsg_flags = NLM_F_REQUEST | (dump ? NLM_F_DUMP : 0);
+	q.nlh.nlmsg_seq = 1;
+	q.r.sdiag_family = (uint8_t)family;
+	q.r.sdiag_protocol = (uint8_t)proto;
+	q.r.idiag_states = dump ? 1u << TCP_LISTEN : ~0u;
+	q.r.id.idiag_cookie[0] = q.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	if (!dump) {
+		/* TCP's lookup takes src as the socket's own end; UDP's, for
+		 * historical reasons, as the datagram's sender (the peer) */
+		const spd_endpoint *s = proto == IPPROTO_TCP ? local : remote;
+		const spd_endpoint *d = proto == IPPROTO_TCP ? remote : local;
+
+		put_addr(q.r.id.idiag_src, s);
+		put_addr(q.r.id.idiag_dst, d);
+		q.r.id.idiag_sport = htons(s->port);
+		q.r.id.idiag_dport = htons(d->port);
+	}
+	if (sendto(fd, &q, sizeof q, 0, (struct sockaddr *)&nl, sizeof nl) != (ssize_t)sizeof q)
+		goto out;
+	for (;;) {
+		ssize_t len = recv(fd, u.buf, sizeof u.buf, 0);
+
+		if (len <= 0)
+			goto out;
+		for (struct nlmsghdr *m = &u.align; NLMSG_OK(m, (size_t)len); m = NLMSG_NEXT(m, len)) {
+			if (m->nlmsg_type == NLMSG_DONE) {
+				rc = 0;
+				goto out;
+			}
+			if (m->nlmsg_type == NLMSG_ERROR) {
+				const struct nlmsgerr *e = NLMSG_DATA(m);
+
+				/* ENOENT: no such socket, an answer */
+				rc = e->error == -ENOENT ? 0 : -1;
+				goto out;
+			}
+			if (m->nlmsg_type != SOCK_DIAG_BY_FAMILY)
+				continue;
+			const struct inet_diag_msg *d = NLMSG_DATA(m);
+
+			if (!dump) {
+				h->found++;
+				h->state = d->idiag_state;
+				h->inode = d->idiag_inode;
+				rc = 0;
+				goto out;
+			}
+			spd_endpoint l = { .family = d->idiag_family,
+					   .port = ntohs(d->id.idiag_sport) };
+
+			memcpy(l.addr, d->id.idiag_src, d->idiag_family == AF_INET ? 4 : 16);
+			if (d->idiag_inode && listens_for(&l, h->dst)) {
+				h->found++;
+				if (add_inode(d->idiag_inode, h->inodes, h->max, h->n))
+					h->full = 1;
+			}
+		}
+	}
+out:
+	close(fd);
+	return rc;
+}
+
+/* Rules 1 and 2 through sock_diag: 0 (answered; *n may be 0), -1 (it
+ * cannot answer: nothing added), -2 (too many; a message). */
+static int diag_channel(const spd_channel *ch, uint64_t *inodes, size_t max, size_t *n,
+			bool *listener, sp_err *err)
+{
+	int proto = ch->kind == SPD_CH_TCP ? IPPROTO_TCP : IPPROTO_UDP;
+	spd_endpoint d6 = mapped(&ch->dst), s6 = mapped(&ch->src);
+	const spd_endpoint *dst[2] = { &ch->dst, &d6 }, *src[2] = { &ch->src, &s6 };
+	int fams[2] = { ch->dst.family, AF_INET6 }, nfam = ch->dst.family == AF_INET ? 2 : 1;
+	bool want_listener = false;
+
+	for (int i = 0; i < nfam; i++) {
+		diag_hit h = { 0 };
+
+		if (diag(fams[i], proto, false, dst[i], src[i], &h) != 0) {
+			*n = 0;
+			return -1;
+		}
+		if (!h.found)
+			continue;
+		if (proto == IPPROTO_UDP || (h.state != TCP_LISTEN && h.inode)) {
+			if (!h.inode)
+				continue;
+			add_inode(h.inode, inodes, max, n);
+			return 0;
+		}
+		want_listener = true;    /* not accepted yet, or only a listener */
+		break;
+	}
+	if (!want_listener)
+		return 0;
+	for (int i = 0; i < 2; i++) {
+		diag_hit h = { .ch = ch, .dst = &ch->dst, .inodes = inodes, .max = max, .n = n };
+
+		if (diag(i ? AF_INET6 : AF_INET, IPPROTO_TCP, true, NULL, NULL, &h) != 0) {
+			*n = 0;
+			return -1;
+		}
+		if (h.full) {
+			sp_fail(err, "more than %zu sockets match the channel", max);
+			return -2;
+		}
+	}
+	if (listener)
+		*listener = *n > 0;
+	return 0;
+}
+
 int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size_t *n,
 		       bool *listener, sp_err *err)
 {
@@ -180,6 +353,16 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
 	}
 	if (ch->dst.family != AF_INET && ch->dst.family != AF_INET6)
 		return sp_fail(err, "a channel whose destination is not an IP address");
+	switch (diag_channel(ch, inodes, max, n, listener, err)) {
+	case 0:
+		return 0;
+	case -2:
+		return -1;
+	default:
+		if (listener)
+			*listener = false;
+		break;                   /* read /proc/net */
+	}
 	v4 = ch->kind == SPD_CH_TCP ? "/proc/net/tcp" : "/proc/net/udp";
 	v6 = ch->kind == SPD_CH_TCP ? "/proc/net/tcp6" : "/proc/net/udp6";
 	if (ch->dst.family == AF_INET) {

@@ -35,9 +35,9 @@
  *      waits to be accepted), "recv" for an established one.  The thread of
  *      the event is traced (threads=event).  It reads the analyses of the
  *      daemon's own repository (prepared=).
- *   7. The holders are asked again, until a round finds no new process (a
- *      pre-forked worker may have inherited the socket meanwhile), at most
- *      SPD_INJECT_ROUNDS rounds.
+ *   7. For a listener, the holders are asked again, until a round finds no
+ *      new process (a pre-forked worker may have inherited the socket
+ *      meanwhile), at most SPD_INJECT_ROUNDS rounds.
  *
  * The traces stay the daemon's: when a process it put the agent into ends
  * without its agent finishing -- kill -9 in the middle of a request, a crash
@@ -76,6 +76,14 @@
 
 #define SPD_INJECT_ROUNDS 8
 #define SPD_MAX_TARGETS 256
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 /* Step 1. */
 static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, sp_err *err)
@@ -507,6 +515,7 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 	uint64_t id = req->id;
 	spd_conn far;
 	int r;
+	double t0 = now_ms(), tc;
 
 	inet_ntop(ch->dst.family, ch->dst.addr, host, sizeof host);
 	pthread_mutex_lock(&d->lock);
@@ -519,6 +528,7 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 			err->msg);
 		return;
 	}
+	tc = now_ms() - t0;
 	r = spd_frame_write(&far, req, err) == 0 ? spd_frame_read(&far, &rep, err) : -1;
 	spd_conn_close(&far);
 	if (r != 1) {
@@ -529,10 +539,10 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 			err->msg);
 		return;
 	}
-	spd_log("%s: inject session %s: forwarded to the spdaemon of %s, which answered with %s",
-		c->peer, req->inject->session, host,
+	spd_log("%s: inject session %s: forwarded to the spdaemon of %s, which answered with %s "
+		"in %.1f ms (%.1f ms of it the TLS connection)", c->peer, req->inject->session, host,
 		rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY ? "the processes it found"
-		: "an error");
+		: "an error", now_ms() - t0, tc);
 	rep->id = id;
 	spd_frame_write(c, rep, err);
 	spd_frame_free(rep);
@@ -600,6 +610,8 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	size_t ndone = 0;
 	spd_channel ch;
 	char expect[300];
+	double t0 = now_ms(), holders_ms = 0, inject_ms = 0;
+	int rounds = 0;
 
 	if (check_request(q, &ch, err) != 0) {
 		spd_send_error(c, req->id, err->msg);
@@ -637,12 +649,16 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		size_t ni, np, before = ndone;
 		bool listener;
 
+		double th = now_ms();
+
+		rounds++;
 		if (spd_channel_inodes(&ch, inodes, 64, &ni, &listener, err) != 0 ||
 		    (ni && spd_holders(inodes, ni, pids, SPD_MAX_TARGETS, &np, err) != 0)) {
 			spd_send_error(c, req->id, err->msg);
 			spd_log("%s: inject: %s", c->peer, err->msg);
 			goto out;
 		}
+		holders_ms += now_ms() - th;
 		for (size_t i = 0; ni && i < np && ndone < SPD_MAX_TARGETS; i++) {
 			if (seen(done, ndone, pids[i]) || pids[i] == getpid() ||
 			    (!c->remote && pids[i] == c->pid) ||
@@ -652,15 +668,19 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 			Sptrace__Spd__InjectReply__Target *t = &targets[ndone];
 
 			sptrace__spd__inject_reply__target__init(t);
+			th = now_ms();
 			inject_one(d, c, q, q->on && *q->on ? q->on : listener ? "accept" : "recv",
 				   expect[0] ? expect : NULL, pids[i], t, dir, dirlen, why, whylen);
 			spd_log("%s: inject session %s pid %d: %s%s%s%s", c->peer, q->session,
 				(int)pids[i], t->injected || t->following ? "" : "refused: ", why,
 				t->injected ? "; trace in " : "", t->injected ? dir : "");
+			inject_ms += now_ms() - th;
 			tp[ndone] = t;
 			done[ndone++] = pids[i];
 		}
-		if (ndone == before)
+		/* a connection's or a pipe's holders are all there; a
+		 * listener's pre-forked workers may come meanwhile */
+		if (ndone == before || !listener)
 			break;
 	}
 	if (ndone == 0)
@@ -669,6 +689,9 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	rep.n_targets = ndone;
 	rep.targets = tp;
 	rep.host = d->name;
+	spd_log("%s: inject session %s: answered in %.1f ms (%d round%s of looking for holders: "
+		"%.1f ms; the agents: %.1f ms)", c->peer, q->session, now_ms() - t0, rounds,
+		rounds == 1 ? "" : "s", holders_ms, inject_ms);
 	f.id = req->id;
 	f.body_case = SPTRACE__SPD__FRAME__BODY_INJECT_REPLY;
 	f.inject_reply = &rep;

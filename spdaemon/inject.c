@@ -389,7 +389,7 @@ static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *wh
 	close(fd);
 	close(pfd);
 	fd = pfd = -1;
-	for (int tries = 0; tries < 200; tries++) {
+	for (int tries = 0; tries < 1000; tries++) {
 		int mfd = openat(dfd, "meta", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 
 		if (mfd >= 0 && fstat(mfd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -406,7 +406,7 @@ static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *wh
 		} else if (mfd >= 0) {
 			close(mfd);
 		}
-		usleep(5000);
+		usleep(1000);
 	}
 	snprintf(why, len, "the agent did not take the receive to follow within a second");
 fail:

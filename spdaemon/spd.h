@@ -79,6 +79,8 @@ int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_
 #define SPD_FRAME_MAX (1u << 20)     /* bytes of one frame, the length excluded */
 #define SPD_PORT 7470                /* where daemons listen for other hosts */
 #define SPD_SOCKET "sptrace-spdaemon" /* the abstract UNIX socket, one per network namespace */
+#define SPD_COLLECT_CHUNK (256u << 10) /* data bytes of one CollectChunk: a frame stays far
+					* below SPD_FRAME_MAX */
 
 typedef struct spd_conn {
 	int fd;

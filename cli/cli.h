@@ -24,6 +24,7 @@ int cmd_activate(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_keys(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_collect(int argc, char **argv);
 
 /* trace_dir.c.  `cmd` names the command in messages. */
 int cli_find_agent(const char *cmd, char *out, size_t len);   /* libsptrace-agent.so */

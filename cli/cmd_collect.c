@@ -458,8 +458,8 @@ static int collect_host(collect *co, host *h, const char *session)
 						 ch->peers[i]);
 			co->processes += ch->processes;
 			fprintf(stderr, "collect: host %s: %u process%s, %llu files (%llu unchanged), "
-				"%llu bytes%s%.0u%s\n", h->name, ch->processes, ch->processes == 1 ? "" : "es",
-				(unsigned long long)s.files, (unsigned long long)s.unchanged,
+				"%llu bytes%s%.0u%s\n", h->name, ch->processes,
+				ch->processes == 1 ? "" : "es", (unsigned long long)s.files, (unsigned long long)s.unchanged,
 				(unsigned long long)s.bytes, ch->withheld ? "; " : "", ch->withheld,
 				ch->withheld ? " of other users not given" : "");
 			done = 1;

@@ -5,7 +5,6 @@
 #include "cli.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -419,93 +418,9 @@ static int replay_process(const char *start, replay_opts *o, int first)
 	return rc;
 }
 
-/*
- * A tree made by `sptrace collect` (cmd_collect.c): OUT/HOST/PID/meta, and
- * no OUT/meta.  Every process of every host is replayed after a header
- * line naming its host; a trace directory is replayed as before.
- */
-static int has_meta(const char *dir)
+static int replay_collected(const char *dir, void *o)
 {
-	char path[PATH_MAX + 300];
-	struct stat st;
-
-	snprintf(path, sizeof path, "%s/meta", dir);
-	return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static int visible_dir(const struct dirent *e)
-{
-	return e->d_name[0] != '.';
-}
-
-/* Process directories by pid, then by name. */
-static int by_pid(const struct dirent **a, const struct dirent **b)
-{
-	long x = strtol((*a)->d_name, NULL, 10), y = strtol((*b)->d_name, NULL, 10);
-
-	return x != y ? (x < y ? -1 : 1) : strcmp((*a)->d_name, (*b)->d_name);
-}
-
-/* fn for each HOST/PID subdirectory of dir with a trace: whether one
- * failed; without fn, how many there are. */
-static int collected_each(const char *dir, int (*fn)(const char *, const char *, const char *,
-						      replay_opts *), replay_opts *o)
-{
-	struct dirent **hosts = NULL;
-	int nh = scandir(dir, &hosts, visible_dir, alphasort), found = 0, rc = 0;
-
-	for (int i = 0; i < nh; i++) {
-		char hdir[PATH_MAX];
-		struct dirent **procs = NULL;
-		struct stat st;
-		int np;
-
-		snprintf(hdir, sizeof hdir, "%s/%s", dir, hosts[i]->d_name);
-		np = lstat(hdir, &st) == 0 && S_ISDIR(st.st_mode) ?
-		     scandir(hdir, &procs, visible_dir, by_pid) : 0;
-		for (int j = 0; j < np; j++) {
-			char pdir[PATH_MAX + 256];
-
-			snprintf(pdir, sizeof pdir, "%s/%s", hdir, procs[j]->d_name);
-			if (lstat(pdir, &st) == 0 && S_ISDIR(st.st_mode) && has_meta(pdir)) {
-				found++;
-				if (fn)      /* one damaged trace does not hide the others */
-					rc |= fn(pdir, hosts[i]->d_name, procs[j]->d_name, o);
-			}
-			free(procs[j]);
-		}
-		free(procs);
-		free(hosts[i]);
-	}
-	free(hosts);
-	return fn ? rc : found;
-}
-
-static int collected_tree(const char *dir)
-{
-	struct stat st;
-
-	return !has_meta(dir) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
-	       collected_each(dir, NULL, NULL) > 0;
-}
-
-static int replay_one_collected(const char *pdir, const char *host, const char *name,
-				replay_opts *o)
-{
-	char pid[64], prog[PATH_MAX];
-
-	if (!cli_meta_get(pdir, TRACE_META_PID, pid, sizeof pid))
-		snprintf(pid, sizeof pid, "%s", name);
-	if (!cli_meta_get(pdir, TRACE_META_PROGRAM, prog, sizeof prog))
-		snprintf(prog, sizeof prog, "?");
-	printf("== host %s: pid %s (%s)\n", host, pid, prog);
-	fflush(stdout);
-	return replay_process(pdir, o, 0);
-}
-
-static int replay_collected(const char *dir, replay_opts *o)
-{
-	return collected_each(dir, replay_one_collected, o);
+	return replay_process(dir, o, 0);
 }
 
 int cmd_replay(int argc, char **argv)
@@ -565,7 +480,8 @@ int cmd_replay(int argc, char **argv)
 	if (o.since.set && o.until.set && o.since.absolute == o.until.absolute &&
 	    o.since.ns > o.until.ns)
 		return cli_error("replay: --since is after --until: nothing to show"), 2;
-	if (collected_tree(argv[optind]))
-		return replay_collected(argv[optind], &o);
+	/* A tree made by `sptrace collect`: every process of every host. */
+	if (cli_collected_tree(argv[optind]))
+		return cli_collected_each(argv[optind], replay_collected, &o);
 	return replay_process(argv[optind], &o, 1);
 }

@@ -14,8 +14,8 @@ a peer, and only host 1's daemon knows host 2.
             hosts (host 2 reached through host 1's peers), each file the
             same bytes as the daemon's; a trace of uid 61002 on host 1, a
             link and a hard link to someone else's file planted in a trace
-            directory are not given; `sptrace replay OUT` shows each process
-            under its host's header; a second collect fetches nothing; a
+            directory are not given; `sptrace replay OUT` and `sptrace
+            report OUT` show each process under its host's header; a second collect fetches nothing; a
             truncated file and a torn .part are fetched again; with host 2's
             daemon down, a line names it, the exit status is 1 and the other
             hosts are collected.
@@ -249,6 +249,13 @@ def case_hosts(w):
           "the headers do not name the programs: %s" % headers)
     check(r.stdout.count("serve") >= 2 and "# DURATION" in r.stdout,
           "the replay does not show the servers' calls:\n" + r.stdout[-3000:])
+    # So does report, each process's table under its header.
+    r = run([w.sptrace, "report", out], env=dict(os.environ,
+                                                  SPTRACE_REPO=os.path.join(w.tmp, "repo")))
+    check(r.returncode == 0, "sptrace report OUT: %d %s" % (r.returncode, r.stderr[-2000:]))
+    rheaders = [ln for ln in r.stdout.splitlines() if ln.startswith("== host ")]
+    check(rheaders == headers and r.stdout.count("Total time") == 3,
+          "report's headers: %s, want %s:\n%s" % (rheaders, headers, r.stdout[-2000:]))
     # Again: nothing is fetched.
     r = w.collect(0, USER, out)
     collected_ok(w, r, out, "second collect")

@@ -44,8 +44,9 @@
  * the agent's control FIFO gets "stop\n" -- only if it is a FIFO (opened
  * O_PATH|O_NOFOLLOW, checked by fstat) of the directory's owner, reopened
  * through /proc/self/fd for writing without blocking, as `sptrace stop`
- * does (cli/cmd_control.c).  A local requester's stop goes on to every
- * peer, relayed; a relayed one goes no further.
+ * does (cli/cmd_control.c).  A local requester's stop goes on, relayed,
+ * to every peer, then to the peers they name, each host once; a relayed
+ * one goes no further itself.
  */
 #include "spd_daemon.h"
 
@@ -446,18 +447,20 @@ out:
 		close(sfd);
 }
 
-/* Stop on one peer, relayed: its StopReply's hosts[0] into h. */
+/* Stop on one peer, relayed: its StopReply's hosts[0] into h, its peers
+ * into *peers (the caller frees them). */
 static void stop_peer(spd_daemon *d, spd_conn *c, const char *session, const char *host,
-		      Sptrace__Spd__StopReply__Host *h, char *why, size_t len)
+		      Sptrace__Spd__StopReply__Host *h, char *why, size_t len,
+		      char ***peers, size_t *npeers)
 {
 	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
 	Sptrace__Spd__StopRequest q = SPTRACE__SPD__STOP_REQUEST__INIT;
 	struct ssl_ctx_st *ctx;
 	spd_conn far;
 	sp_err err;
+	size_t cap = 0;
 	int r;
 
-	h->error = why;
 	why[0] = '\0';
 	if (!(ctx = spd_tls_client(d, &err)) ||
 	    spd_tls_connect(ctx, host, d->port, 10, &far, &err) != 0) {
@@ -472,19 +475,59 @@ static void stop_peer(spd_daemon *d, spd_conn *c, const char *session, const cha
 	f.stop = &q;
 	r = spd_frame_write(&far, &f, &err) == 0 ? spd_frame_read(&far, &rep, &err) : -1;
 	spd_conn_close(&far);
-	if (r != 1)
+	if (r != 1) {
 		snprintf(why, len, "%s", r == 0 ? "the daemon closed the connection without an "
 			 "answer" : err.msg);
-	else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_ERROR)
+	} else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_ERROR) {
 		snprintf(why, len, "%s", rep->error->message);
-	else if (rep->body_case != SPTRACE__SPD__FRAME__BODY_STOP_REPLY ||
-		 rep->stop_reply->n_hosts < 1)
+	} else if (rep->body_case != SPTRACE__SPD__FRAME__BODY_STOP_REPLY ||
+		   rep->stop_reply->n_hosts < 1) {
 		snprintf(why, len, "an answer that is not the stop reply");
-	else {
-		h->stopped = rep->stop_reply->hosts[0]->stopped;
-		h->skipped = rep->stop_reply->hosts[0]->skipped;
+	} else {
+		Sptrace__Spd__StopReply__Host *got = rep->stop_reply->hosts[0];
+
+		h->stopped = got->stopped;
+		h->skipped = got->skipped;
+		for (size_t i = 0; i < got->n_peers; i++)
+			if (sp_grow((void **)peers, &cap, *npeers + 1, sizeof **peers) == 0 &&
+			    ((*peers)[*npeers] = strdup(got->peers[i])))
+				(*npeers)++;
 	}
 	spd_frame_free(rep);
+}
+
+#define SPD_STOP_HOSTS 256
+
+typedef struct stop_reply {
+	Sptrace__Spd__StopReply__Host hosts[SPD_STOP_HOSTS], *hp[SPD_STOP_HOSTS];
+	char name[SPD_STOP_HOSTS][256], why[SPD_STOP_HOSTS][1100];
+	size_t n;
+} stop_reply;
+
+static int stop_seen(const stop_reply *s, const char *host)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (strcmp(s->name[i], host) == 0)
+			return 1;
+	return 0;
+}
+
+/* A host into the reply (once); its entry, or NULL. */
+static Sptrace__Spd__StopReply__Host *stop_add(stop_reply *s, const char *host)
+{
+	Sptrace__Spd__StopReply__Host *h;
+
+	if (s->n == SPD_STOP_HOSTS || stop_seen(s, host))
+		return NULL;
+	h = &s->hosts[s->n];
+	sptrace__spd__stop_reply__host__init(h);
+	snprintf(s->name[s->n], sizeof s->name[s->n], "%s", host);
+	s->why[s->n][0] = '\0';
+	h->host = s->name[s->n];
+	h->error = s->why[s->n];
+	s->hp[s->n] = h;
+	s->n++;
+	return h;
 }
 
 void spd_stop(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err)
@@ -492,10 +535,11 @@ void spd_stop(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err)
 	Sptrace__Spd__StopRequest *q = req->stop;
 	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT;
 	Sptrace__Spd__StopReply rep = SPTRACE__SPD__STOP_REPLY__INIT;
-	Sptrace__Spd__StopReply__Host *hosts = NULL, **hp = NULL;
+	Sptrace__Spd__StopReply__Host *self;
 	walk w = { .c = c, .id = req->id, .err = err };
-	char **peers = NULL, (*why)[1100] = NULL;
+	char **peers = NULL;
 	size_t npeers = 0;
+	stop_reply *s;
 	requester r;
 	int sfd;
 
@@ -507,43 +551,45 @@ void spd_stop(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err)
 		spd_log("%s: stop refused: %s", c->peer, err->msg);
 		return;
 	}
+	if (!(s = calloc(1, sizeof *s))) {
+		spd_send_error(c, req->id, "the daemon is out of memory");
+		return;
+	}
+	self = stop_add(s, d->name);
 	if ((sfd = spd_session_open(d, q->session, 0, err)) >= 0) {
 		walk_session(&w, sfd, &r);
-		if (!q->relayed)
-			spd_session_peers(sfd, &peers, &npeers);
+		spd_session_peers(sfd, &peers, &npeers);
 		close(sfd);
 	}
-	hosts = calloc(npeers + 1, sizeof *hosts);
-	hp = calloc(npeers + 1, sizeof *hp);
-	why = calloc(npeers + 1, sizeof *why);
-	if (!hosts || !hp || !why) {
-		spd_send_error(c, req->id, "the daemon is out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i <= npeers; i++) {
-		sptrace__spd__stop_reply__host__init(&hosts[i]);
-		hp[i] = &hosts[i];
-		hosts[i].error = why[i];
-	}
-	hosts[0].host = d->name;
-	hosts[0].stopped = w.stopped;
-	hosts[0].skipped = w.nostop + w.withheld;
-	for (size_t i = 0; i < npeers; i++) {
-		hosts[i + 1].host = peers[i];
-		stop_peer(d, c, q->session, peers[i], &hosts[i + 1], why[i + 1], sizeof why[i + 1]);
+	self->stopped = w.stopped;
+	self->skipped = w.nostop + w.withheld;
+	self->peers = peers;
+	self->n_peers = npeers;
+	/* A local requester's stop reaches every host of the session:
+	 * breadth-first over the peers' peers, each host once. */
+	for (size_t i = 0; !q->relayed && i < s->n; i++) {
+		char **more = i ? NULL : peers, **got = NULL;
+		size_t nmore = i ? 0 : npeers, ngot = 0;
+
+		if (i) {
+			stop_peer(d, c, q->session, s->name[i], &s->hosts[i], s->why[i],
+				  sizeof s->why[i], &got, &ngot);
+			more = got;
+			nmore = ngot;
+		}
+		for (size_t k = 0; k < nmore; k++)
+			stop_add(s, more[k]);
+		spd_session_peers_free(got, ngot);
 	}
 	spd_log("%s: stop session %s for uid %u: %u agents told, %u without a listening agent, "
-		"%u of other users; %zu peers told", c->peer, q->session, (unsigned)r.uid,
-		w.stopped, w.nostop, w.withheld, npeers);
-	rep.n_hosts = npeers + 1;
-	rep.hosts = hp;
+		"%u of other users; %zu other hosts told", c->peer, q->session, (unsigned)r.uid,
+		w.stopped, w.nostop, w.withheld, s->n - 1);
+	rep.n_hosts = s->n;
+	rep.hosts = s->hp;
 	f.id = req->id;
 	f.body_case = SPTRACE__SPD__FRAME__BODY_STOP_REPLY;
 	f.stop_reply = &rep;
 	spd_frame_write(c, &f, err);
-out:
-	free(why);
-	free(hp);
-	free(hosts);
 	spd_session_peers_free(peers, npeers);
+	free(s);
 }

@@ -23,6 +23,10 @@ a peer, and only host 1's daemon knows host 2.
             session: it gets its own trace, not uid 61001's (on host 1 and on
             host 2, relayed); a DIR with no session is refused with a clear
             message; the daemons log each collect.
+  stop      `sptrace stop --session S` on host 0: the agents of the servers
+            on hosts 1 and 2 (host 2 through host 1's peers) stop, each host
+            a line; another user's stop stops nothing; a host whose daemon
+            is down is said, exit 1.
 """
 
 import os
@@ -69,7 +73,8 @@ def files_under(top):
 class World:
     """Three hosts, a daemon in each, the session made."""
 
-    def __init__(self, tools, tmp):
+    def __init__(self, tools, tmp, keep_servers=False):
+        self.keep_servers = keep_servers
         self.sptrace, self.spdaemon, self.spd_inject, target, conf = tools
         self.tmp = tmp
         os.chmod(tmp, 0o755)
@@ -148,14 +153,18 @@ class World:
             while "\nactivated " not in open(meta).read():
                 check(time.monotonic() < deadline, "host %d's server did not start tracing" % dst)
                 time.sleep(0.1)
-        for p in self.servers:
-            out = end_target(p)
-            check(out.startswith("eintr 0 early 0 wrong 0"), "a traced server saw the agent: " +
-                  out)
+        if not self.keep_servers:
+            self.end_servers()
         peers0 = open(os.path.join(self.sdir(0), "peers")).read()
         check(peers0 == a[1] + "\n", "host 0's peers of the session: %r" % peers0)
         peers1 = open(os.path.join(self.sdir(1), "peers")).read()
         check(peers1 == a[2] + "\n", "host 1's peers of the session: %r" % peers1)
+
+    def end_servers(self):
+        for p in self.servers:
+            out = end_target(p)
+            check(out.startswith("eintr 0 early 0 wrong 0"), "a traced server saw the agent: " +
+                  out)
 
     def collect(self, host, uid, out, start=None):
         return self.hosts.run(host, as_user(uid) + [self.sptrace, "collect", "-o", out,
@@ -326,13 +335,44 @@ def case_policy(w):
     check(r.returncode == 0 and "sptrace collect -o OUT DIR" in r.stdout, "collect --help")
 
 
+def case_stop(w):
+    a = w.hosts.addrs
+    metas = [os.path.join(w.sdir(i, w.pids[i][0]), "meta") for i in (1, 2)]
+    # Another user stops nothing.
+    r = w.hosts.run(0, as_user(OTHER) + [w.sptrace, "stop", "--session", SESSION])
+    check(r.returncode == 0 and "host %s: 0 agents told to stop" % a[2] in r.stdout,
+          "uid %d's stop: %d %r %r" % (OTHER, r.returncode, r.stdout, r.stderr))
+    time.sleep(1)
+    for m in metas:
+        check("\nstopped " not in open(m).read(), "another user's stop stopped %s" % m)
+    # The session's user stops both servers' agents, host 2 through host 1.
+    r = w.hosts.run(0, as_user(USER) + [w.sptrace, "stop", "--session", SESSION])
+    check(r.returncode == 0, "sptrace stop --session: %d %r" % (r.returncode, r.stderr))
+    for i, want in ((0, 0), (1, 1), (2, 1)):
+        check("stop: session %s: host %s: %d agents told to stop" % (SESSION, a[i], want)
+              in r.stdout, "host %d's line:\n%s" % (i, r.stdout))
+    for m in metas:
+        deadline = time.monotonic() + 30
+        while "\nstopped " not in open(m).read():
+            check(time.monotonic() < deadline, "%s: the agent did not stop" % m)
+            time.sleep(0.1)
+    w.end_servers()
+    w.daemons[0].wait_log(["stop session %s for uid %d" % (SESSION, USER),
+                           "2 other hosts told"], "host 0's log")
+    # A daemon that is down is said.
+    w.daemons[2].stop()
+    r = w.hosts.run(0, [w.sptrace, "stop", "--session", SESSION])
+    check(r.returncode == 1 and "host %s did not answer" % a[2] in r.stderr,
+          "stop with host 2 down: %d %r %r" % (r.returncode, r.stdout, r.stderr))
+
+
 def main():
     tools, case = sys.argv[1:6], sys.argv[6]
     in_own_netns()
     with tempfile.TemporaryDirectory(prefix="sptrace-collect.") as tmp:
-        w = World(tools, tmp)
+        w = World(tools, tmp, keep_servers=case == "stop")
         try:
-            {"hosts": case_hosts, "policy": case_policy}[case](w)
+            {"hosts": case_hosts, "policy": case_policy, "stop": case_stop}[case](w)
         finally:
             w.close()
     print("ok")

@@ -105,30 +105,6 @@ typedef struct sink {
 
 /* ---- paths under OUT ------------------------------------------------------ */
 
-/* A relative path a daemon may name: components of 1..NAME_MAX bytes, no
- * "." or "..", no NAME.part (our own), no control characters. */
-static int safe_path(const char *p)
-{
-	size_t n = strlen(p);
-
-	if (n == 0 || n >= PATH_MAX - 16 || p[0] == '/')
-		return 0;
-	for (const char *c = p; *c; c++)
-		if ((unsigned char)*c < 0x20 || *c == 0x7f)
-			return 0;
-	for (const char *c = p; *c;) {
-		size_t k = strcspn(c, "/");
-
-		if (k == 0 || k > NAME_MAX - 5 || (k == 1 && c[0] == '.') ||
-		    (k == 2 && c[0] == '.' && c[1] == '.') ||
-		    (k >= 5 && memcmp(c + k - 5, ".part", 5) == 0))
-			return 0;
-		c += k;
-		c += *c == '/';
-	}
-	return p[n - 1] != '/';
-}
-
 /* Directory `name` in dfd, made 0700 if missing, a directory of ours and
  * no link: its descriptor, or -1 (errno). */
 static int subdir(int dfd, const char *name)
@@ -307,7 +283,7 @@ static int sink_chunk(sink *s, const Sptrace__Spd__CollectChunk *ch, sp_err *err
 	char part[NAME_MAX + 8];
 	uint8_t sum[32];
 
-	if (!ch->path || !safe_path(ch->path))
+	if (!ch->path || !spd_chunk_path_ok(ch->path))
 		return sp_fail(err, "a file named '%.200s', which is not a path under its session "
 			       "directory", ch->path ? ch->path : "");
 	if (ch->unchanged) {
@@ -598,7 +574,7 @@ static int copy_start(collect *co, const char *dir, const char *hostname)
 			base[strlen(base) - 1] = '\0';
 		snprintf(pid, sizeof pid, "%.63s", strrchr(base, '/') ? strrchr(base, '/') + 1 : base);
 	}
-	if (!safe_path(pid) || strchr(pid, '/'))
+	if (!spd_chunk_path_ok(pid) || strchr(pid, '/'))
 		snprintf(pid, sizeof pid, "start");
 	snprintf(shown, sizeof shown, "%s/%s/%s", co->out, hostname, pid);
 	if ((s = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)

@@ -228,7 +228,10 @@ static int send_dir(walk *w, int dfd, const char *rel, uid_t owner, int depth)
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
 		    fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 			continue;
-		if ((size_t)snprintf(path, sizeof path, "%s/%s", rel, e->d_name) >= sizeof path) {
+		/* A name the collector would refuse (spd_chunk_path_ok) is not sent:
+		 * a user's own file "x.part" must not fail root's collect. */
+		if ((size_t)snprintf(path, sizeof path, "%s/%s", rel, e->d_name) >= sizeof path ||
+		    !spd_chunk_path_ok(path)) {
 			w->skipped++;
 			continue;
 		}

@@ -101,6 +101,10 @@ int spd_frame_write(spd_conn *c, Sptrace__Spd__Frame *f, sp_err *err);
 Sptrace__Spd__Frame *spd_frame_decode(const uint8_t *buf, size_t len, const char *peer,
 				      sp_err *err);
 #define spd_frame_free(f) sptrace__spd__frame__free_unpacked((f), NULL)
+/* Whether a CollectChunk's path may name a file below the collector's
+ * directory (relative, no "..", no ".part": see frame.c): 1 or 0. */
+#define SPD_CHUNK_PATH_MAX 4000
+int spd_chunk_path_ok(const char *path);
 /* An Error frame answering request `id`; 0 if it was sent. */
 int spd_send_error(spd_conn *c, uint64_t id, const char *message);
 

@@ -155,10 +155,11 @@ class World:
                 time.sleep(0.1)
         if not self.keep_servers:
             self.end_servers()
-        peers0 = open(os.path.join(self.sdir(0), "peers")).read()
-        check(peers0 == a[1] + "\n", "host 0's peers of the session: %r" % peers0)
-        peers1 = open(os.path.join(self.sdir(1), "peers")).read()
-        check(peers1 == a[2] + "\n", "host 1's peers of the session: %r" % peers1)
+        for i, want in ((0, a[1]), (1, a[2])):
+            path = os.path.join(self.sdir(i), "peers")
+            got = open(path).read() if os.path.exists(path) else None
+            check(got == want + "\n", "host %d's daemon did not record %s as the session's "
+                  "peer in %s: %r" % (i, want, path, got))
 
     def end_servers(self):
         for p in self.servers:

@@ -383,12 +383,17 @@ static int collect_host(collect *co, host *h, const char *session)
 	Sptrace__Spd__Frame req = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
 	Sptrace__Spd__CollectRequest q = SPTRACE__SPD__COLLECT_REQUEST__INIT;
 	sink s = { .co = co, .h = h, .hostfd = -1, .dfd = -1, .fd = -1 };
-	const char *who = h->asked[0] ? h->asked : "this host", *guess = map_name(co, h->asked);
+	const char *guess = map_name(co, h->asked);
+	char who[300];
 	haves hv = { 0 };
 	spd_conn c;
 	sp_err err;
 	int r, done = 0, hfd;
 
+	if (h->asked[0])
+		snprintf(who, sizeof who, "host %s", h->asked);
+	else
+		snprintf(who, sizeof who, "this host's spdaemon");
 	if (guess && spd_host_name_kind(guess, &err) >= 0 &&
 	    (hfd = openat(co->outfd, guess, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0) {
 		list_haves(hfd, "", 0, &hv);
@@ -406,7 +411,7 @@ static int collect_host(collect *co, host *h, const char *session)
 		if (c.fd >= 0)
 			spd_conn_close(&c);
 		h->failed = 1;
-		return cli_error("collect: host %s did not answer: %s", who, err.msg);
+		return cli_error("collect: %s did not answer: %s", who, err.msg);
 	}
 	haves_free(&hv);
 	while (!done && (r = spd_frame_read(&c, &rep, &err)) == 1) {
@@ -433,9 +438,10 @@ static int collect_host(collect *co, host *h, const char *session)
 					snprintf(co->hosts[co->nhosts++].asked, sizeof h->asked, "%s",
 						 ch->peers[i]);
 			co->processes += ch->processes;
-			fprintf(stderr, "collect: host %s: %u process%s, %llu files (%llu unchanged), "
+			fprintf(stderr, "collect: host %s: %u process%s, %llu file%s (%llu unchanged), "
 				"%llu bytes%s%.0u%s\n", h->name, ch->processes,
-				ch->processes == 1 ? "" : "es", (unsigned long long)s.files, (unsigned long long)s.unchanged,
+				ch->processes == 1 ? "" : "es", (unsigned long long)s.files,
+				s.files == 1 ? "" : "s", (unsigned long long)s.unchanged,
 				(unsigned long long)s.bytes, ch->withheld ? "; " : "", ch->withheld,
 				ch->withheld ? " of other users not given" : "");
 			done = 1;
@@ -461,7 +467,11 @@ static int collect_host(collect *co, host *h, const char *session)
 		if (r == 0)
 			sp_fail(&err, "the daemon closed the connection before the end");
 		h->failed = 1;
-		return cli_error("collect: host %s did not answer: %s", who, err.msg);
+		if (h->name[0])
+			return cli_error("collect: host %s: its answer broke off (the files that "
+					 "arrived whole are kept; collect again): %s", h->name,
+					 err.msg);
+		return cli_error("collect: %s did not answer: %s", who, err.msg);
 	}
 	if (s.bad) {
 		h->failed = 1;
@@ -584,8 +594,9 @@ static int copy_start(collect *co, const char *dir, const char *hostname)
 	} else {
 		rc = copy_dir(co, s, d, dir, 0);
 		if (!rc)
-			fprintf(stderr, "collect: %s: copied into %s (%llu files, %llu bytes)\n", dir,
+			fprintf(stderr, "collect: %s: copied into %s (%llu file%s, %llu bytes)\n", dir,
 				shown, (unsigned long long)(co->files - files),
+				co->files - files == 1 ? "" : "s",
 				(unsigned long long)(co->bytes - before));
 	}
 	close(s);
@@ -659,7 +670,7 @@ int cmd_collect(int argc, char **argv)
 	collect *co;
 	char session[128], hostname[256];
 	const char *out = NULL, *dir;
-	unsigned answered = 0;
+	unsigned whole = 0;
 	int opt, rc = 0;
 
 	optind = 1;
@@ -704,12 +715,11 @@ int cmd_collect(int argc, char **argv)
 	read_map(co);
 	/* Step 3: this host's daemon first, then breadth-first over peers. */
 	co->nhosts = 1;
-	for (size_t i = 0; i < co->nhosts; i++) {
+	for (size_t i = 0; i < co->nhosts; i++)
 		if (collect_host(co, &co->hosts[i], session) != 0)
 			co->failed++;
-		if (co->hosts[i].name[0])
-			answered++;
-	}
+		else
+			whole++;
 	/* Step 5. */
 	if (co->hosts[0].name[0])
 		snprintf(hostname, sizeof hostname, "%s", co->hosts[0].name);
@@ -717,15 +727,16 @@ int cmd_collect(int argc, char **argv)
 		 spd_host_name_kind(hostname, &(sp_err){ 0 }) < 0)
 		snprintf(hostname, sizeof hostname, "localhost");
 	if (copy_start(co, dir, hostname) != 0)
-		co->failed++;
+		rc = 1;
 	else
 		co->processes++;
 	write_map(co);
-	printf("collected session %s into %s: %u hosts answered%s%.0u%s, %u processes, "
-	       "%llu files, %llu bytes fetched\n", session, out, answered,
-	       co->failed ? " (" : "", co->failed, co->failed ? " failed)" : "",
-	       co->processes, (unsigned long long)co->files, (unsigned long long)co->bytes);
-	rc = co->failed ? 1 : 0;
+	printf("collected session %s into %s: %u of %zu host%s whole%s, %u process%s, "
+	       "%llu file%s, %llu bytes fetched\n", session, out, whole, co->nhosts,
+	       co->nhosts == 1 ? "" : "s", co->failed ? " (the others failed: said above)" : "",
+	       co->processes, co->processes == 1 ? "" : "es", (unsigned long long)co->files,
+	       co->files == 1 ? "" : "s", (unsigned long long)co->bytes);
+	rc |= co->failed ? 1 : 0;
 out:
 	if (co->outfd >= 0)
 		close(co->outfd);

@@ -27,13 +27,21 @@ a peer, and only host 1's daemon knows host 2.
             on hosts 1 and 2 (host 2 through host 1's peers) stop, each host
             a line; another user's stop stops nothing; a host whose daemon
             is down is said, exit 1.
+  hostile   a fake daemon on this namespace's socket: a file whose SHA-256
+            does not match is named with its host and not kept, the file
+            that arrived whole is; a peer's path out of OUT ("../..") is
+            refused; exit 1.
 """
 
+import hashlib
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -239,7 +247,7 @@ def case_hosts(w):
               (host, r.stderr))
     check("1 of other users not given" in r.stderr, "the withheld trace is not said:\n" +
           r.stderr)
-    check("3 hosts answered" in r.stdout and "3 processes" in r.stdout,
+    check("3 of 3 hosts whole," in r.stdout and "3 processes" in r.stdout,
           "the summary: %r" % r.stdout)
     w.daemons[0].wait_log(["collect session %s for uid %d" % (SESSION, USER),
                            "collect session %s: relayed from %s" % (SESSION, a[1]),
@@ -292,7 +300,7 @@ def case_hosts(w):
     check("collect: host %s did not answer: " % a[2] in r.stderr and
           "cannot reach the spdaemon of %s" % a[2] in r.stderr,
           "no clear line for the host that is down:\n" + r.stderr)
-    check(os.path.isfile(meta1) and "1 failed" in r.stdout,
+    check(os.path.isfile(meta1) and "2 of 3 hosts whole (the others failed" in r.stdout,
           "the hosts that answered were not collected: %r %r" % (r.stdout, r.stderr))
 
 
@@ -367,9 +375,107 @@ def case_stop(w):
           "stop with host 2 down: %d %r %r" % (r.returncode, r.stdout, r.stderr))
 
 
+# ---- a hostile daemon (case hostile) ----------------------------------------
+
+def _varint(n):
+    out = b""
+    while True:
+        b = n & 0x7f
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def _field(num, value):
+    """One protobuf field: an int (varint) or bytes/str (length-delimited)."""
+    if isinstance(value, bool) or isinstance(value, int):
+        return _varint(num << 3) + _varint(int(value))
+    if isinstance(value, str):
+        value = value.encode()
+    return _varint(num << 3 | 2) + _varint(len(value)) + value
+
+
+def chunk_frame(**kw):
+    """A Frame with a CollectChunk (proto/spd.proto's field numbers)."""
+    nums = {"path": 1, "offset": 2, "data": 3, "size": 4, "mode": 5, "eof": 6, "sha256": 7,
+            "unchanged": 8, "last": 9, "host": 10, "processes": 12}
+    body = b"".join(_field(nums[k], v) for k, v in kw.items() if k != "peers")
+    body += b"".join(_field(11, p) for p in kw.get("peers", ()))
+    f = _field(1, 1) + _field(2, 1) + _field(11, body)
+    return struct.pack(">I", len(f)) + f
+
+
+def fake_daemon(answers):
+    """Serve this network namespace's daemon socket: each connection gets
+    the next answer (bytes) after its request."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind("\0sptrace-spdaemon")
+    srv.listen(8)
+
+    def serve():
+        for a in answers:
+            c, _ = srv.accept()
+            n = struct.unpack(">I", c.recv(4, socket.MSG_WAITALL))[0]
+            c.recv(n, socket.MSG_WAITALL)
+            c.sendall(a)
+            c.close()
+        srv.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return t
+
+
+def case_hostile(sptrace, tmp):
+    """A daemon that sends a file whose SHA-256 is wrong, then (as the
+    peer it named) a path out of OUT: the good file is kept, the bad one
+    named with its host and not kept, nothing is written outside OUT, exit
+    1."""
+    good = b"pid 1\nprogram /bin/fake\n"
+    bad = b"tampered"
+    first = (chunk_frame(path="1/meta", data=good, size=len(good), eof=True, host="fakehost",
+                         sha256=hashlib.sha256(good).digest()) +
+             chunk_frame(path="1/ring.1", data=bad, size=len(bad), eof=True, host="fakehost",
+                         sha256=hashlib.sha256(b"original").digest()) +
+             chunk_frame(last=True, host="fakehost", processes=1, peers=["peerhost"]))
+    second = (chunk_frame(path="../../escaped", data=b"x", size=1, eof=True, host="peerhost",
+                          sha256=hashlib.sha256(b"x").digest()) +
+              chunk_frame(last=True, host="peerhost"))
+    t = fake_daemon([first, second])
+    start = os.path.join(tmp, "start")
+    os.mkdir(start)
+    with open(os.path.join(start, "meta"), "w") as f:
+        f.write("pid 77\nsession fake1\n")
+    out = os.path.join(tmp, "d", "out")
+    os.mkdir(os.path.dirname(out))
+    r = run([sptrace, "collect", "-o", out, start])
+    t.join(10)
+    check(r.returncode == 1, "a hostile daemon: exit status %d:\n%s%s" %
+          (r.returncode, r.stdout, r.stderr))
+    check(open(os.path.join(out, "fakehost", "1", "meta"), "rb").read() == good,
+          "the file that arrived whole is not kept")
+    check("host fakehost: 1/ring.1: the SHA-256 does not match" in r.stderr and
+          not os.path.exists(os.path.join(out, "fakehost", "1", "ring.1")) and
+          not os.path.exists(os.path.join(out, "fakehost", "1", "ring.1.part")),
+          "a file whose SHA-256 is wrong: %r %s" % (r.stderr, os.listdir(os.path.join(
+              out, "fakehost", "1"))))
+    check("host peerhost: its answer broke off" in r.stderr and "'../../escaped'" in r.stderr,
+          "a path out of OUT is not refused: %r" % r.stderr)
+    check(not os.path.exists(os.path.join(tmp, "escaped")) and
+          not os.path.exists(os.path.join(tmp, "d", "escaped")), "a file escaped OUT")
+    check(os.path.isfile(os.path.join(out, "fakehost", "77", "meta")),
+          "DIR was not copied under the daemon's host name")
+
+
 def main():
     tools, case = sys.argv[1:6], sys.argv[6]
     in_own_netns()
+    if case == "hostile":
+        with tempfile.TemporaryDirectory(prefix="sptrace-collect.") as tmp:
+            case_hostile(tools[0], tmp)
+        print("ok")
+        return
     with tempfile.TemporaryDirectory(prefix="sptrace-collect.") as tmp:
         w = World(tools, tmp, keep_servers=case == "stop")
         try:

@@ -29,9 +29,11 @@
  *      device never end), and a file or directory that is not of the PID
  *      directory's owner is skipped (a user can plant a hard link to a file
  *      of someone else's in its own directory; the kernel's protected
- *      hardlinks may be off).  A file is read up to the size fstat gave
- *      when it was opened: an agent still writing cannot keep the daemon
- *      reading for ever, and the SHA-256 covers exactly the bytes sent.
+ *      hardlinks may be off), and so is a file of more than 16 GiB (a
+ *      sparse trap; rings are far smaller).  A file is read up to the size
+ *      fstat gave when it was opened: an agent still writing cannot keep
+ *      the daemon reading for ever, and the SHA-256 covers exactly the
+ *      bytes sent.
  *   5. A file the requester listed (Have) with the same size and SHA-256 is
  *      answered `unchanged`, without its bytes: a second collect moves only
  *      what changed.
@@ -59,6 +61,8 @@
 #include <unistd.h>
 
 #define SPD_COLLECT_DEPTH 16     /* directories below a PID directory (exec'd images) */
+#define SPD_COLLECT_FILE_MAX (16ull << 30)  /* bytes of one file: a ring is far smaller, a
+					     * sparse file of a terabyte is a user's trap */
 
 struct ssl_ctx_st *spd_tls_client(spd_daemon *d, sp_err *err)
 {
@@ -155,7 +159,8 @@ static int send_file(walk *w, int dfd, const char *name, const char *rel, uid_t 
 	uint64_t off = 0, size;
 	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 
-	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != owner) {
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != owner ||
+	    (uint64_t)st.st_size > SPD_COLLECT_FILE_MAX) {
 		if (fd >= 0)
 			close(fd);
 		w->skipped++;

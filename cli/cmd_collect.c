@@ -39,7 +39,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "spd.h"
@@ -406,7 +408,13 @@ static int collect_host(collect *co, host *h, const char *session)
 	req.id = 1;
 	req.body_case = SPTRACE__SPD__FRAME__BODY_COLLECT;
 	req.collect = &q;
-	if (spd_local_connect(&c, &err) != 0 || spd_frame_write(&c, &req, &err) != 0) {
+	/* Longer than a relaying daemon waits for its far daemon: its error
+	 * arrives, rather than our time limit. */
+	if (spd_local_connect(&c, &err) == 0)
+		setsockopt(c.fd, SOL_SOCKET, SO_RCVTIMEO,
+			   &(struct timeval){ .tv_sec = SPD_COLLECT_WAIT + 60 },
+			   sizeof(struct timeval));
+	if (c.fd < 0 || spd_frame_write(&c, &req, &err) != 0) {
 		haves_free(&hv);
 		if (c.fd >= 0)
 			spd_conn_close(&c);

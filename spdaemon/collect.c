@@ -57,7 +57,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define SPD_COLLECT_DEPTH 16     /* directories below a PID directory (exec'd images) */
@@ -333,6 +335,10 @@ static void relay(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *
 		spd_log("%s: collect session %s from %s: %s", c->peer, q->session, host, err->msg);
 		return;
 	}
+	/* The far daemon hashes a file the requester has before it answers
+	 * for it (step 5): a big ring takes longer than a handshake may. */
+	setsockopt(far.fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = SPD_COLLECT_WAIT },
+		   sizeof(struct timeval));
 	fq.host = "";
 	fq.for_user = 1;
 	fq.uid = (uint32_t)c->uid;

@@ -81,6 +81,8 @@ int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_
 #define SPD_SOCKET "sptrace-spdaemon" /* the abstract UNIX socket, one per network namespace */
 #define SPD_COLLECT_CHUNK (256u << 10) /* data bytes of one CollectChunk: a frame stays far
 					* below SPD_FRAME_MAX */
+#define SPD_COLLECT_WAIT 240           /* seconds a relay waits for the next chunk; a
+					* collector waits longer (the relay's answer) */
 
 typedef struct spd_conn {
 	int fd;

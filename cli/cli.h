@@ -24,6 +24,7 @@ int cmd_activate(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_keys(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_collect(int argc, char **argv);
 
 /* cmd_status.c: this host's spdaemon answered, its name in `name`: 0;
  * -1 when none serves this host (network namespace). */
@@ -117,6 +118,13 @@ int cli_analyze_missing(const char *cmd, const char *repo, char **paths, size_t 
 			size_t strip);
 /* The same for the modules the traces under DIR name (meta). */
 int cli_analyze_traced_modules(const char *cmd, const char *repo, const char *dir);
+
+/* collected.c: a tree made by `sptrace collect` (OUT/HOST/PID/...)?  Then
+ * fn for each of its processes, host by host, pid by pid, after a line
+ * "== host NAME: pid N (program)" on stdout: whether one failed. */
+int cli_collected_tree(const char *dir);
+typedef int (*cli_collected_fn)(const char *dir, void *arg);
+int cli_collected_each(const char *dir, cli_collected_fn fn, void *arg);
 
 /* A one-line progress indicator on stderr when it is a terminal. */
 void cli_progress(const char *what, size_t done, size_t total);

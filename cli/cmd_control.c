@@ -6,6 +6,8 @@
  *                              and the trace is completed; the program goes
  *                              on untraced.  Sent to any agent that listens,
  *                              even when meta says the trace ended.
+ *   sptrace stop --session NAME  every agent of a session, on every host it
+ *                              reached (through this host's spdaemon)
  *   sptrace activate PID...    start tracing now (`--on signal`, or any
  *                              agent still waiting for its event).
  *
@@ -32,19 +34,28 @@
 #include <unistd.h>
 
 #include "registry.h"
+#include "spd.h"
 #include "trace_format.h"
 
 static const char stop_help[] =
 	"usage: sptrace stop PID...\n"
 	"       sptrace stop --all\n"
+	"       sptrace stop --session NAME\n"
 	"\n"
 	"Stop tracing in running processes started with 'sptrace run': the agent puts\n"
 	"back every byte of code it patched and goes dormant; the program runs on\n"
 	"untraced, and 'sptrace activate PID' starts tracing again (into the same\n"
 	"trace).  Waits until the agent confirms.\n"
 	"\n"
+	"With --session, every agent of the session NAME (meta's 'session' line) on\n"
+	"every host it reached: this host's spdaemon tells its own, then the daemons\n"
+	"of the hosts it followed the session to, and theirs, each host once.  Only\n"
+	"your own processes' agents are told (root: all).  One line per host; the\n"
+	"agents are told, not waited for.\n"
+	"\n"
 	"options:\n"
 	"  --all               every traced process of this user\n"
+	"  --session NAME      every agent of the session, on every host\n"
 	"  --timeout SECONDS   how long to wait for each agent (default 10)\n"
 	"  -h, --help          this text\n";
 
@@ -402,12 +413,58 @@ static int stop_all(double timeout)
 	return failed;
 }
 
+/* --session: the StopRequest to this host's daemon (spdaemon/collect.c),
+ * which reaches the other hosts of the session. */
+static int stop_session(const char *session)
+{
+	Sptrace__Spd__Frame req = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
+	Sptrace__Spd__StopRequest q = SPTRACE__SPD__STOP_REQUEST__INIT;
+	spd_conn c;
+	sp_err err;
+	int r, failed = 0;
+
+	q.session = (char *)session;
+	req.id = 1;
+	req.body_case = SPTRACE__SPD__FRAME__BODY_STOP;
+	req.stop = &q;
+	if (spd_local_connect(&c, &err) != 0)
+		return cli_error("stop: %s", err.msg);
+	r = spd_frame_write(&c, &req, &err) == 0 ? spd_frame_read(&c, &rep, &err) : -1;
+	spd_conn_close(&c);
+	if (r != 1)
+		return cli_error("stop: session %s: %s", session, r == 0 ? "the daemon closed the "
+				 "connection without an answer" : err.msg);
+	if (rep->body_case == SPTRACE__SPD__FRAME__BODY_ERROR) {
+		failed = cli_error("stop: session %s: the daemon refused: %s", session,
+				   rep->error->message);
+	} else if (rep->body_case != SPTRACE__SPD__FRAME__BODY_STOP_REPLY) {
+		failed = cli_error("stop: session %s: the daemon answered something else (body %d)",
+				   session, (int)rep->body_case);
+	} else {
+		for (size_t i = 0; i < rep->stop_reply->n_hosts; i++) {
+			const Sptrace__Spd__StopReply__Host *h = rep->stop_reply->hosts[i];
+
+			if (h->error && *h->error)
+				failed |= cli_error("stop: session %s: host %s did not answer: %s",
+						    session, h->host, h->error);
+			else
+				printf("stop: session %s: host %s: %u agents told to stop, %u "
+				       "trace directories skipped (no agent listening, or another "
+				       "user's)\n", session, h->host, h->stopped, h->skipped);
+		}
+	}
+	spd_frame_free(rep);
+	return failed;
+}
+
 int cmd_stop(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "all", no_argument, 0, 'a' }, { "timeout", required_argument, 0, 't' },
+		{ "session", required_argument, 0, 's' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
+	const char *session = NULL;
 	double timeout = 10;
 	int c, all = 0, failed = 0;
 
@@ -416,6 +473,7 @@ int cmd_stop(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'a': all = 1; break;
+		case 's': session = optarg; break;
 		case 't':
 			if (parse_timeout("stop", optarg, &timeout))
 				return 2;
@@ -429,6 +487,11 @@ int cmd_stop(int argc, char **argv)
 					 argv[optind - 1]), 2;
 		}
 	}
+	if (session && (all || optind < argc))
+		return cli_error("stop: --session stops the agents of a session: give no PID "
+				 "and no --all with it"), 2;
+	if (session)
+		return stop_session(session);
 	if (all)
 		return stop_all(timeout);
 	if (optind >= argc)

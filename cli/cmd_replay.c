@@ -382,6 +382,47 @@ static int replay_dir(const char *dir, replay_opts *o, int first)
 	return rc;
 }
 
+/* One process: its images one after the other, each exec'd one traced in
+ * a subdirectory (agent/exec.c).  `first`: a --tid list must name threads
+ * of its first image. */
+static int replay_process(const char *start, replay_opts *o, int first)
+{
+	int rc = 0;
+	char dir[PATH_MAX], next[PATH_MAX];
+	struct stat seen[MAX_IMAGES];
+
+	snprintf(dir, sizeof dir, "%s", start);
+	for (int k = 0; rc == 0; k++) {
+		/* Each directory once, and a bounded chain: a damaged meta (or a
+		 * link) that leads back to a directory seen would replay the
+		 * trace for ever. */
+		if (stat(dir, &seen[k]) < 0)
+			memset(&seen[k], 0, sizeof seen[k]);   /* replay_dir says why */
+		else
+			for (int j = 0; j < k; j++)
+				if (seen[j].st_dev == seen[k].st_dev && seen[j].st_ino == seen[k].st_ino)
+					return cli_error("replay: %s: shown already: the exec "
+							 "lines of meta lead back to it (a damaged "
+							 "meta file)", dir);
+		rc = replay_dir(dir, o, first && k == 0);
+		children_exec(dir);
+		if (rc || !cli_exec_successor(dir, next, sizeof next))
+			break;
+		if (k + 1 == MAX_IMAGES)
+			return cli_error("replay: %s: more than %d exec'd images in one trace: "
+					 "the rest (from %s) is not shown; replay it on its own",
+					 start, MAX_IMAGES, next);
+		printf("# exec: the process went on in a new image, traced in %s\n", next);
+		snprintf(dir, sizeof dir, "%s", next);
+	}
+	return rc;
+}
+
+static int replay_collected(const char *dir, void *o)
+{
+	return replay_process(dir, o, 0);
+}
+
 int cmd_replay(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -393,7 +434,7 @@ int cmd_replay(int argc, char **argv)
 	};
 	replay_opts o;
 	char *end;
-	int c, rc = 0;
+	int c;
 
 	memset(&o, 0, sizeof o);
 	optind = 1;
@@ -439,34 +480,8 @@ int cmd_replay(int argc, char **argv)
 	if (o.since.set && o.until.set && o.since.absolute == o.until.absolute &&
 	    o.since.ns > o.until.ns)
 		return cli_error("replay: --since is after --until: nothing to show"), 2;
-	/* The process's images one after the other: each exec'd one has its
-	 * own trace in a subdirectory (agent/exec.c). */
-	char dir[PATH_MAX], next[PATH_MAX];
-	struct stat seen[MAX_IMAGES];
-
-	snprintf(dir, sizeof dir, "%s", argv[optind]);
-	for (int k = 0; rc == 0; k++) {
-		/* Each directory once, and a bounded chain: a damaged meta (or a
-		 * link) that leads back to a directory seen would replay the
-		 * trace for ever. */
-		if (stat(dir, &seen[k]) < 0)
-			memset(&seen[k], 0, sizeof seen[k]);   /* replay_dir says why */
-		else
-			for (int j = 0; j < k; j++)
-				if (seen[j].st_dev == seen[k].st_dev && seen[j].st_ino == seen[k].st_ino)
-					return cli_error("replay: %s: shown already: the exec "
-							 "lines of meta lead back to it (a damaged "
-							 "meta file)", dir);
-		rc = replay_dir(dir, &o, k == 0);
-		children_exec(dir);
-		if (rc || !cli_exec_successor(dir, next, sizeof next))
-			break;
-		if (k + 1 == MAX_IMAGES)
-			return cli_error("replay: %s: more than %d exec'd images in one trace: "
-					 "the rest (from %s) is not shown; replay it on its own",
-					 argv[optind], MAX_IMAGES, next);
-		printf("# exec: the process went on in a new image, traced in %s\n", next);
-		snprintf(dir, sizeof dir, "%s", next);
-	}
-	return rc;
+	/* A tree made by `sptrace collect`: every process of every host. */
+	if (cli_collected_tree(argv[optind]))
+		return cli_collected_each(argv[optind], replay_collected, &o);
+	return replay_process(argv[optind], &o, 1);
 }

@@ -263,6 +263,49 @@ static void print_report(report *r)
 	print_msgs(r);
 }
 
+/* What report_dir needs of the command line. */
+typedef struct report_args {
+	an_open_opts oo;
+	const char *tids;
+} report_args;
+
+/* The report of the trace in dir. */
+static int report_dir(const char *dir, void *arg)
+{
+	report_args *a = arg;
+	report r = { 0 };
+	unsigned char *sel;
+	sp_err err;
+	int rc = 0;
+
+	if (an_trace_open_opts(dir, &a->oo, &r.t, &err) < 0)
+		return cli_error("report: %s", err.msg);
+	sel = malloc(an_trace_nthreads(r.t) + 1);
+	if (!sel) {
+		an_trace_close(r.t);
+		return cli_error("report: out of memory");
+	}
+	memset(sel, 1, an_trace_nthreads(r.t) + 1);
+	if (a->tids && an_select_threads(r.t, a->tids, sel, &err) < 0) {
+		free(sel);
+		an_trace_close(r.t);
+		return cli_error("report: --tid: %s", err.msg);
+	}
+	for (size_t i = 0; i < an_trace_nwarnings(r.t); i++)
+		fprintf(stderr, "sptrace: report: warning: %s\n", an_trace_warning(r.t, i));
+	/* Everything is read before anything is printed: no half table. */
+	for (size_t i = 0; i < an_trace_nthreads(r.t) && !rc; i++)
+		if (sel[i])
+			rc = add_thread(&r, an_trace_thread(r.t, i));
+	if (!rc)
+		print_report(&r);
+	free(sel);
+	free(r.fs);
+	free(r.cs);
+	an_trace_close(r.t);
+	return rc;
+}
+
 int cmd_report(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -270,12 +313,9 @@ int cmd_report(int argc, char **argv)
 		{ "repo", required_argument, 0, 'r' }, { "demangle", required_argument, 0, 'M' },
 		{ "help", no_argument, 0, 'h' },       { 0, 0, 0, 0 },
 	};
-	an_open_opts oo = { 0 };
+	report_args a = { 0 };
 	const char *tids = NULL;
-	report r = { 0 };
-	unsigned char *sel;
-	sp_err err;
-	int c, rc = 0;
+	int c;
 
 	sort_by = SORT_TOTAL;
 	optind = 1;
@@ -294,9 +334,9 @@ int cmd_report(int argc, char **argv)
 						 optarg), 2;
 			break;
 		case 't': tids = optarg; break;
-		case 'r': oo.repo = optarg; break;
+		case 'r': a.oo.repo = optarg; break;
 		case 'M':
-			if ((oo.demangle = an_demangle_style(optarg)) < 0)
+			if ((a.oo.demangle = an_demangle_style(optarg)) < 0)
 				return cli_error("report: --demangle '%s': use simple, full or no",
 						 optarg), 2;
 			break;
@@ -313,30 +353,9 @@ int cmd_report(int argc, char **argv)
 		return cli_error("report: %s; see 'sptrace report --help'",
 				 optind >= argc ? "no trace directory given"
 				 : "give one trace directory"), 2;
-	if (an_trace_open_opts(argv[optind], &oo, &r.t, &err) < 0)
-		return cli_error("report: %s", err.msg);
-	sel = malloc(an_trace_nthreads(r.t) + 1);
-	if (!sel) {
-		an_trace_close(r.t);
-		return cli_error("report: out of memory");
-	}
-	memset(sel, 1, an_trace_nthreads(r.t) + 1);
-	if (tids && an_select_threads(r.t, tids, sel, &err) < 0) {
-		free(sel);
-		an_trace_close(r.t);
-		return cli_error("report: --tid: %s", err.msg);
-	}
-	for (size_t i = 0; i < an_trace_nwarnings(r.t); i++)
-		fprintf(stderr, "sptrace: report: warning: %s\n", an_trace_warning(r.t, i));
-	/* Everything is read before anything is printed: no half table. */
-	for (size_t i = 0; i < an_trace_nthreads(r.t) && !rc; i++)
-		if (sel[i])
-			rc = add_thread(&r, an_trace_thread(r.t, i));
-	if (!rc)
-		print_report(&r);
-	free(sel);
-	free(r.fs);
-	free(r.cs);
-	an_trace_close(r.t);
-	return rc;
+	a.tids = tids;
+	/* A tree made by `sptrace collect`: every process of every host. */
+	if (cli_collected_tree(argv[optind]))
+		return cli_collected_each(argv[optind], report_dir, &a);
+	return report_dir(argv[optind], &a);
 }

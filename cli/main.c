@@ -27,6 +27,7 @@ static const cli_cmd commands[] = {
 	{ "report", cmd_report, "time per function: total, self, calls" },
 	{ "keys", cmd_keys, "make the cluster CA and hosts' certificates for spdaemon" },
 	{ "status", cmd_status, "ask this host's or other hosts' spdaemon who it is" },
+	{ "collect", cmd_collect, "gather a session's traces from every host it reached" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof *commands)

@@ -147,3 +147,32 @@ int spd_send_error(spd_conn *c, uint64_t id, const char *message)
 	f.error = &e;
 	return spd_frame_write(c, &f, &ignored);
 }
+
+/*
+ * A CollectChunk's path is written below the requester's OUT/HOST by
+ * `sptrace collect`, and the daemon that sent it may be hostile: only
+ * components of 1..NAME_MAX-5 bytes (room for ".part"), none "." or "..",
+ * none ending in ".part" (the collector's own), no control characters, no
+ * leading or trailing '/'.
+ */
+int spd_chunk_path_ok(const char *p)
+{
+	size_t n = p ? strlen(p) : 0;
+
+	if (n == 0 || n >= SPD_CHUNK_PATH_MAX || p[0] == '/' || p[n - 1] == '/')
+		return 0;
+	for (const char *c = p; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			return 0;
+	for (const char *c = p; *c;) {
+		size_t k = strcspn(c, "/");
+
+		if (k == 0 || k > 255 - 5 || (k == 1 && c[0] == '.') ||
+		    (k == 2 && c[0] == '.' && c[1] == '.') ||
+		    (k >= 5 && memcmp(c + k - 5, ".part", 5) == 0))
+			return 0;
+		c += k;
+		c += *c == '/';
+	}
+	return 1;
+}

@@ -51,7 +51,9 @@
  * address of this network namespace) is not this daemon's to serve: a
  * local requester's request goes on, as it is, to the daemon of that
  * address over mutual TLS, and its answer comes back (the other host
- * applies its own policy to "a daemon of another host").  A request from
+ * applies its own policy to "a daemon of another host").  When that daemon
+ * answers, its address joins the session's peers (session.c), the hosts
+ * `sptrace collect` and stop reach through this daemon.  A request from
  * another host for an address that is not here is refused: no relays.
  */
 #include "spd_daemon.h"
@@ -88,12 +90,8 @@ static double now_ms(void)
 /* Step 1. */
 static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, sp_err *err)
 {
-	size_t n = q->session ? strlen(q->session) : 0;
-
-	if (n == 0 || n > 64 || strspn(q->session, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				       "0123456789._-") != n || q->session[0] == '.')
-		return sp_fail(err, "session name '%.80s': use 1 to 64 letters, digits, '.', '_' "
-			       "or '-', not starting with '.'", q->session ? q->session : "");
+	if (spd_session_check(q->session, err) != 0)
+		return -1;
 	if (!q->channel)
 		return sp_fail(err, "an inject request without a channel");
 	memset(ch, 0, sizeof *ch);
@@ -171,33 +169,13 @@ static int allowed(const spd_daemon *d, const spd_conn *c, pid_t pid, const unsi
 	return 0;
 }
 
-/* Step 5: STATE/sessions/SESSION (0711, the daemon's), its descriptor. */
-static int session_dir(const spd_daemon *d, const char *session, sp_err *err)
-{
-	int sfd, fd;
-
-	if ((mkdirat(d->state_fd, "sessions", 0711) != 0 && errno != EEXIST) ||
-	    (sfd = openat(d->state_fd, "sessions", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			  O_CLOEXEC)) < 0)
-		return sp_fail(err, "%s/sessions: %s", d->state_dir, strerror(errno));
-	fchmod(sfd, 0711);
-	if ((mkdirat(sfd, session, 0711) != 0 && errno != EEXIST) ||
-	    (fd = openat(sfd, session, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-		close(sfd);
-		return sp_fail(err, "%s/sessions/%s: %s", d->state_dir, session, strerror(errno));
-	}
-	close(sfd);
-	fchmod(fd, 0711);
-	return fd;
-}
-
 /* Step 5: SESSION/PID, new, the process's user's; its absolute path. */
 static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t uid, gid_t gid,
 		      char *abs, size_t len, sp_err *err)
 {
 	char name[32];
 	struct stat st;
-	int sfd = session_dir(d, session, err), fd;
+	int sfd = spd_session_open(d, session, 1, err), fd;
 
 	if (sfd < 0)
 		return -1;
@@ -518,11 +496,8 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 	double t0 = now_ms(), tc;
 
 	inet_ntop(ch->dst.family, ch->dst.addr, host, sizeof host);
-	pthread_mutex_lock(&d->lock);
-	if (!d->tls_client)
-		d->tls_client = spd_tls_context(d->keys, d->name, 0, err);
-	pthread_mutex_unlock(&d->lock);
-	if (!d->tls_client || spd_tls_connect(d->tls_client, host, d->port, 10, &far, err) != 0) {
+	if (!spd_tls_client(d, err) || spd_tls_connect(d->tls_client, host, d->port, 10, &far,
+							 err) != 0) {
 		spd_send_error(c, id, err->msg);
 		spd_log("%s: inject session %s for %s: %s", c->peer, req->inject->session, host,
 			err->msg);
@@ -543,6 +518,10 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 		"in %.1f ms (%.1f ms of it the TLS connection)", c->peer, req->inject->session, host,
 		rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY ? "the processes it found"
 		: "an error", now_ms() - t0, tc);
+	/* That host takes part in the session now: `sptrace collect` asks it. */
+	if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY &&
+	    spd_session_add_peer(d, req->inject->session, host, err) != 0)
+		spd_log("%s: inject session %s: %s", c->peer, req->inject->session, err->msg);
 	rep->id = id;
 	spd_frame_write(c, rep, err);
 	spd_frame_free(rep);

@@ -54,6 +54,12 @@ void spd_serve(spd_daemon *d, spd_conn *c)
 		case SPTRACE__SPD__FRAME__BODY_INJECT:
 			spd_inject(d, c, req, &err);
 			break;
+		case SPTRACE__SPD__FRAME__BODY_COLLECT:
+			spd_collect(d, c, req, &err);
+			break;
+		case SPTRACE__SPD__FRAME__BODY_STOP:
+			spd_stop(d, c, req, &err);
+			break;
 		default:
 			snprintf(err.msg, sizeof err.msg, "%s: a frame that is not a request (body "
 				 "%d); closing", c->peer, (int)req->body_case);

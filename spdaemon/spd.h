@@ -79,6 +79,10 @@ int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_
 #define SPD_FRAME_MAX (1u << 20)     /* bytes of one frame, the length excluded */
 #define SPD_PORT 7470                /* where daemons listen for other hosts */
 #define SPD_SOCKET "sptrace-spdaemon" /* the abstract UNIX socket, one per network namespace */
+#define SPD_COLLECT_CHUNK (256u << 10) /* data bytes of one CollectChunk: a frame stays far
+					* below SPD_FRAME_MAX */
+#define SPD_COLLECT_WAIT 240           /* seconds a relay waits for the next chunk; a
+					* collector waits longer (the relay's answer) */
 
 typedef struct spd_conn {
 	int fd;
@@ -99,6 +103,10 @@ int spd_frame_write(spd_conn *c, Sptrace__Spd__Frame *f, sp_err *err);
 Sptrace__Spd__Frame *spd_frame_decode(const uint8_t *buf, size_t len, const char *peer,
 				      sp_err *err);
 #define spd_frame_free(f) sptrace__spd__frame__free_unpacked((f), NULL)
+/* Whether a CollectChunk's path may name a file below the collector's
+ * directory (relative, no "..", no ".part": see frame.c): 1 or 0. */
+#define SPD_CHUNK_PATH_MAX 4000
+int spd_chunk_path_ok(const char *path);
 /* An Error frame answering request `id`; 0 if it was sent. */
 int spd_send_error(spd_conn *c, uint64_t id, const char *message);
 

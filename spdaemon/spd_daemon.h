@@ -55,4 +55,28 @@ void spd_serve(spd_daemon *d, spd_conn *c);
 /* inject.c: the inject request (answered on c, logged). */
 void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err);
 
+/* session.c: a session's directory, STATE/sessions/SESSION (see there). */
+#define SPD_PEERS_MAX 16384              /* bytes of a session's peers file */
+/* 0 if SESSION can name a directory ([A-Za-z0-9._-], 1..64, no leading
+ * '.'), else -1 and why. */
+int spd_session_check(const char *session, sp_err *err);
+/* Its descriptor (made, 0711, with `create`), or -1 and why (-2: there
+ * is none, without `create`). */
+int spd_session_open(const spd_daemon *d, const char *session, int create, sp_err *err);
+/* `host` (a name or an address) into the session's peers, once. */
+int spd_session_add_peer(const spd_daemon *d, const char *session, const char *host,
+			 sp_err *err);
+/* The peers of the session whose directory is sfd (none: *n = 0); free
+ * them with spd_session_peers_free. */
+int spd_session_peers(int sfd, char ***out, size_t *n);
+void spd_session_peers_free(char **v, size_t n);
+
+/* collect.c: the collect request, a stream of chunks (logged). */
+void spd_collect(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err);
+/* collect.c: the stop request (logged). */
+void spd_stop(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err);
+/* collect.c: the client side of TLS to another host's daemon (made when
+ * first needed, kept); NULL and why. */
+struct ssl_ctx_st *spd_tls_client(spd_daemon *d, sp_err *err);
+
 #endif

@@ -6,7 +6,8 @@
  * file and read frame by frame with spd_frame_read, as the daemon reads a
  * connection, until the stream ends or a frame is refused; each accepted
  * frame is written back out (the writer must take whatever the reader
- * accepted).  The whole input is also given to spd_frame_decode as one
+ * accepted), and a CollectChunk's path goes through spd_chunk_path_ok as
+ * `sptrace collect` checks it.  The whole input is also given to spd_frame_decode as one
  * payload.  Everything is freed per input, so the leak check sees leaks.
  */
 #include <fcntl.h>
@@ -35,6 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (spd_frame_read(&in, &f, &err) == 1) {
 		if (spd_frame_write(&out, f, &err) != 0)
 			abort();
+		/* what `sptrace collect` checks of each chunk it receives */
+		if (f->body_case == SPTRACE__SPD__FRAME__BODY_COLLECT_CHUNK)
+			(void)spd_chunk_path_ok(f->collect_chunk->path);
 		spd_frame_free(f);
 	}
 	close(in.fd);

@@ -15,7 +15,8 @@ users).
           the pipe's, the monitor at the first heartbeat's datagram), the
           decoy is not; every byte the servers received is the same as in an
           untraced run of the same requests; the client's summary names
-          the hosts.
+          the hosts; `sptrace collect` gathers every host's traces (not the
+          decoy's) and `sptrace replay OUT` shows each under its host.
   chain   curl -> nginx (a root master, two workers as nobody, proxy_pass) ->
           python3 -m http.server: one worker and the python server traced
           from the request, the master not; two URLs on one connection
@@ -23,7 +24,8 @@ users).
   policy  a user's client asking for root's server on its host: refused,
           said in its agent.log and the daemon's log; the server untouched
   killed  the traced backend killed with SIGKILL mid-request: its daemon
-          completes the trace's meta, every call up to the kill is kept
+          completes the trace's meta, every call up to the kill is kept,
+          also in what `sptrace collect` gathers after that daemon restarted
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
 
@@ -87,6 +89,28 @@ def traces(state, session):
     if not os.path.isdir(d):
         return {}
     return {int(n): os.path.join(d, n) for n in os.listdir(d) if n.isdigit()}
+
+
+def collected(sptrace, hosts, tmp, trace, want, never):
+    """`sptrace collect` of the session started in `trace` (on host 0): OUT
+    has each host's traced processes (want: {host: [pid]}) and none of
+    `never`; `sptrace replay OUT` shows each under its host."""
+    out = os.path.join(tmp, "collected")
+    r = hosts.run(0, [sptrace, "collect", "-o", out, trace], timeout=300)
+    check(r.returncode == 0, "sptrace collect: %d %r %r" % (r.returncode, r.stdout, r.stderr))
+    rr = run([sptrace, "replay", out], timeout=300)
+    check(rr.returncode == 0, "sptrace replay OUT: %r" % rr.stderr[-1000:])
+    for host, pids in want.items():
+        for pid in pids:
+            check(os.path.exists(os.path.join(out, host, str(pid), "meta")),
+                  "OUT/%s/%d is missing: %s" % (host, pid, os.listdir(out)))
+            check(re.search(r"== host %s: pid %d\b" % (re.escape(host), pid), rr.stdout),
+                  "replay OUT does not show pid %d of host %s" % (pid, host))
+    for pid in never:
+        for host in os.listdir(out):
+            check(not os.path.exists(os.path.join(out, host, str(pid))),
+                  "OUT has pid %d, which the request never reached" % pid)
+    return out
 
 
 def children(pid):
@@ -167,6 +191,9 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
             rr = run([sptrace, "replay", d])
             check(rr.returncode == 0 and all(f in rr.stdout for f in funcs),
                   "the %s's replay lacks %s: %r" % (name, funcs, (rr.stdout + rr.stderr)[-1500:]))
+        collected(sptrace, hosts, tmp, out, {
+            hosts.addrs[1]: [pids["frontend"], helper[0]],
+            hosts.addrs[2]: [pids["backend"], pids["monitor"]]}, [pids["decoy"]])
         fr = run([sptrace, "replay", t1[pids["frontend"]]]).stdout
         # the client's first request is the frontend's first traced receive
         first = re.search(r"(?:recv|read)\(tcp [0-9.:]+ <- %s:\d+, bytes (\d+)\.\." %
@@ -191,8 +218,9 @@ class Cluster:
         self.hosts = Hosts(n)
         self.daemons = []
         self.tmp = tmp
+        self.spdaemon = spdaemon
+        self.kd = kd = os.path.join(tmp, "keys")
         try:
-            kd = os.path.join(tmp, "keys")
             run([sptrace, "keys", "init", kd])
             for a in self.hosts.addrs:
                 run([sptrace, "keys", "issue", kd, a])
@@ -202,6 +230,11 @@ class Cluster:
         except BaseException:
             self.close()
             raise
+
+    def restart(self, i):
+        self.daemons[i].stop()
+        self.daemons[i] = Daemon(self.spdaemon, self.kd, self.state(i), name=self.hosts.addrs[i],
+                                 wrap=self.hosts.cmd(i, []))
 
     def state(self, i):
         return os.path.join(self.tmp, "state%d" % i)
@@ -448,6 +481,12 @@ def case_killed(sptrace, spdaemon, tier, tmp):
         rr = run([sptrace, "replay", tdir])
         check(rr.returncode == 0 and rr.stdout.count("backend_line") >= 2 and "work" in rr.stdout,
               "the killed backend's trace lost its calls:\n%s" % (rr.stdout + rr.stderr)[-2000:])
+        # ... and after the backend's daemon restarted, and collect
+        cl.restart(2)
+        col = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[2]: [back]}, [])
+        check("backend_line" in run([sptrace, "replay", os.path.join(col, cl.hosts.addrs[2],
+                                                                     str(back))]).stdout,
+              "the collected trace of the killed backend lost its calls")
         del procs["backend"]
         stop_all(procs)
         procs = {}

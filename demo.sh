@@ -1,6 +1,7 @@
 #!/bin/bash
 # Install what is missing, build, and run the main job: trace a real program
-# from main on with the agent, then show what it did.
+# from main on with the agent, then show what it did; then follow a request
+# across three hosts (network namespaces with a spdaemon each).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -30,3 +31,6 @@ libc=$(ldd /bin/ls | awk '/libc.so.6/ {print $3}')
 "$sptrace" analyze-binary "$libc" | grep -E '^/|functions|call sites|patch plan|repository'
 echo
 echo "(trace kept in $out/trace)"
+echo
+echo "== following a request across hosts (network namespaces, a spdaemon in each)"
+python3 scripts/demo_hosts.py build

@@ -13,6 +13,7 @@ them.  Then `sptrace collect` gathers every host's traces and
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,21 +86,26 @@ def main():
         say("")
         out = os.path.join(tmp, "collected")
         say("== sptrace collect -o collected client: every host's traces of the session")
-        r = subprocess.run([sptrace, "collect", "-o", out, trace], capture_output=True,
-                           text=True, timeout=300)
+        r = hosts.run(0, [sptrace, "collect", "-o", out, trace], timeout=300)
         sys.stdout.write(r.stdout + r.stderr)
-        for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        for name in sorted(n for n in os.listdir(out) if not n.startswith(".")) \
+                if os.path.isdir(out) else []:
             say("   %s/: %s" % (name, " ".join(sorted(os.listdir(os.path.join(out, name))))))
         say("")
-        say("== sptrace replay collected   (the servers' flows, each from the receive of "
-            "the request; cut)")
-        r = subprocess.run([sptrace, "replay", "--depth", "3", out], capture_output=True,
-                           text=True, timeout=300)
-        lines = r.stdout.splitlines()
-        shown = [l for l in lines if not l.strip().startswith("0.0")]
-        say("\n".join(shown[:70]))
-        if len(shown) > 70:
-            say("   ...")
+        say("== sptrace replay collected   (each process from the receive of the request; "
+            "only its application's calls and messages shown here)")
+        r = subprocess.run([sptrace, "replay", out], capture_output=True, text=True, timeout=300)
+        keep = re.compile(r"== host|main\(\) \{|serve_line\(|ask_backend\(|ask_helper\(|"
+                          r"heartbeat\(|backend_line\(|helper\(|monitor_main|client\(|"
+                          r"/\* (send|sendto|write|recv|read)\(")
+        shown = 0
+        for line in r.stdout.splitlines():
+            if line.startswith("== host"):
+                shown = 0
+                say(line)
+            elif keep.search(line) and shown < 14:
+                shown += 1
+                say(line)
         if r.returncode != 0:
             say(r.stderr)
         say("")

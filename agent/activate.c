@@ -520,7 +520,7 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
  * activation): when the call returns a connection or data, the event
  * happens there.
  */
-static bool arm_thread_bp(int tid, uint64_t addr, const char *event);
+static bool arm_thread_bp(int tid, uint64_t addr, const char *event, long nr);
 
 /* Thread `tid` is in a system call: its number and the address it returns to. */
 static bool thread_syscall(int tid, long *nr, uint64_t *pc)
@@ -543,7 +543,7 @@ static int watch_one(int tid, void *arg)
 
 	if (thread_syscall(tid, &nr, &pc) &&
 	    (nr == w->nrs[0] || nr == w->nrs[1] || (w->n > 2 && (nr == w->nrs[2] || nr == w->nrs[3]))) &&
-	    arm_thread_bp(tid, pc, w->event))
+	    arm_thread_bp(tid, pc, w->event, nr))
 		w->armed++;
 	return 0;
 }
@@ -606,13 +606,14 @@ typedef struct bp {
 	volatile int fd;           /* -1: retired */
 	const char *event;         /* NULL: walk for an activation; else the event
 				      ("accept", "recv") whose system call returns here */
+	long nr;                   /* that system call */
 } bp;
 
 static bp bps[MAX_BPS];
 static uint32_t bp_next;       /* control thread only */
 
 /* A breakpoint at `addr` for thread `tid` only. */
-static bool arm_thread_bp(int tid, uint64_t addr, const char *event)
+static bool arm_thread_bp(int tid, uint64_t addr, const char *event, long nr)
 {
 	int fd = ag_perf_breakpoint(addr, tid, false, true);
 
@@ -628,6 +629,7 @@ static bool arm_thread_bp(int tid, uint64_t addr, const char *event)
 		b->fd = fd;
 		ag_fd_keep(&b->fd, NULL, 0);
 		b->event = event;
+		b->nr = nr;
 		__atomic_store_n(&b->tid, tid, __ATOMIC_RELEASE);
 		ioctl(b->fd, PERF_EVENT_IOC_ENABLE, 0);
 		return true;
@@ -670,7 +672,7 @@ static const char *reach(int tid)
 	uint64_t pc;
 	long nr;
 
-	if (thread_syscall(tid, &nr, &pc) && arm_thread_bp(tid, pc, NULL))
+	if (thread_syscall(tid, &nr, &pc) && arm_thread_bp(tid, pc, NULL, nr))
 		return "breakpoint after its system call";
 	return queue_trap(tid) ? "signal" : NULL;
 }
@@ -740,17 +742,20 @@ bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 		for (int i = 0; i < MAX_BPS; i++)
 			if (__atomic_load_n(&bps[i].tid, __ATOMIC_ACQUIRE) == tid && bps[i].addr == pc) {
 				const char *event = bps[i].event;
-				long rc = (long)uc->uc_mcontext.gregs[REG_RAX];
+				long rc = (long)uc->uc_mcontext.gregs[REG_RAX], nr = bps[i].nr;
+				int fd = (int)uc->uc_mcontext.gregs[REG_RDI];
 
 				retire(&bps[i]);
 				if (!event)
 					walk(uc);
 				else if ((rc > 0 || (rc == 0 && strcmp(event, "accept") == 0)) &&
-					 ag_event_fires(event, (int)uc->uc_mcontext.gregs[REG_RDI],
-							rc, NULL))
+					 ag_event_fires(event, fd, rc, NULL)) {
 					ag_activate_on_event(event, strcmp(event, "accept") == 0
-							     ? (int)rc
-							     : (int)uc->uc_mcontext.gregs[REG_RDI], uc);
+							     ? (int)rc : fd, uc);
+					/* the receive itself, which no interposer saw */
+					if (rc > 0 && strcmp(event, "recv") == 0)
+						ag_msgs_received(fd, nr, rc);
+				}
 				return true;
 			}
 	}

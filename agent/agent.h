@@ -437,14 +437,14 @@ unsigned ag_hook_library(const char *object, const char *symbol, void *fn);
 
 /* ---- propagate.c: following a traced send to its receivers (the
  * protocol: propagate.c) ---- */
-enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE };
+enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX };
 #define AG_FLOW_HASH0 0xcbf29ce484222325ull   /* FNV-1a's offset basis */
 typedef struct ag_flow_chan {
 	int kind;                      /* AG_FLOW_* */
 	int family;                    /* AF_INET, AF_INET6 */
 	uint8_t local[16], peer[16];   /* network order */
 	uint16_t lport, pport;
-	uint64_t inode;                /* a pipe's */
+	uint64_t inode;                /* a pipe's; a UNIX socket's peer's */
 	bool at_offset;                /* offset is known */
 	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
 	                                * first byte; UDP: the datagram's content hash */
@@ -459,6 +459,7 @@ int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|-" 
 bool ag_expecting(void);
 bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive? (uses it up) */
 bool ag_event_fires(const char *what, int fd, long rc, const void *data);   /* events.c */
+void ag_msgs_received(int fd, long nr, long rc);   /* msgs.c: a receive no interposer saw */
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */

@@ -911,9 +911,12 @@ static void read_event(int fd, long rc, const void *data)
 
 /*
  * Before a traced send: the first one on a channel -- TCP, UDP to one
- * peer, a pipe -- asks spdaemon to follow it to its other end, and waits
- * (propagate.c, points 2 and 3).  A channel asked about already costs a
- * load and a test; UNIX sockets are not followed.  Classified here, before
+ * peer, a pipe, a UNIX stream socket whose peer the kernel named -- asks
+ * spdaemon to follow it to its other end, and waits (propagate.c, points 2
+ * and 3).  A channel asked about already costs a load and a test.  The
+ * standard streams are never followed: a program's output read by a pipe
+ * goes to whoever started it -- a shell pipeline, the command that runs a
+ * test -- which is not the request's way.  Classified here, before
  * its first send, a TCP channel's base is the offset of that send's first
  * byte (tcp_bases with len 0).  A datagram is named by the hash of its
  * bytes (iov), which its receiver compares.
@@ -926,7 +929,7 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 	trace_ring_header *r;
 	int saved;
 
-	if (st == ST_NONE ||
+	if (st == ST_NONE || fd <= 2 ||
 	    (st == ST_CHAN && __atomic_load_n(&chans[(uint32_t)w].asked, __ATOMIC_RELAXED)))
 		return;
 	saved = errno;
@@ -938,8 +941,8 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 		if (((w >> 32) & 0xff) == ST_UNCONN)
 			c = to ? chan_peer(c, to, tolen) : NULL;
 		if (c && !__atomic_exchange_n(&c->asked, 1, __ATOMIC_ACQ_REL) && c->id &&
-		    (c->proto == TRACE_PROTO_PIPE || (c->peer_known &&
-		     (c->proto == TRACE_PROTO_TCP || c->proto == TRACE_PROTO_UDP)))) {
+		    (c->proto == TRACE_PROTO_PIPE || c->proto == TRACE_PROTO_UNIX_STREAM ||
+		     (c->peer_known && (c->proto == TRACE_PROTO_TCP || c->proto == TRACE_PROTO_UDP)))) {
 			trace_channel tc;
 			ag_flow_chan fc = { .family = c->family, .inode = c->inode };
 
@@ -950,6 +953,10 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 			fc.pport = tc.peer_port;
 			if (c->proto == TRACE_PROTO_PIPE) {
 				fc.kind = AG_FLOW_PIPE;
+			} else if (c->proto == TRACE_PROTO_UNIX_STREAM) {
+				/* the receiving end: the peer's inode, if known */
+				fc.kind = AG_FLOW_UNIX;
+				fc.inode = tc.flags & TRACE_CHAN_PEER_INODE ? tc.peer_inode : 0;
 			} else if (c->proto == TRACE_PROTO_UDP) {
 				fc.kind = AG_FLOW_UDP;
 				fc.offset = AG_FLOW_HASH0;
@@ -985,6 +992,18 @@ static inline void propagate1(int fd, const struct sockaddr *to, socklen_t tolen
 
 		before_send(fd, to, tolen, &v, 1);
 	}
+}
+
+/* A receive of rc bytes by system call nr that no interposer saw (a thread
+ * that was blocked in it when the agent came: activate.c's breakpoint, in
+ * its SIGTRAP handler -- the thread holds none of the agent's locks). */
+void ag_msgs_received(int fd, long nr, long rc)
+{
+	unsigned call = nr == SYS_read ? TRACE_CALL_READ : nr == SYS_readv ? TRACE_CALL_READV
+			: nr == SYS_recvmsg ? TRACE_CALL_RECVMSG : TRACE_CALL_RECVFROM;
+
+	if (rc > 0 && tracing())
+		msg(fd, DIR_RECV, call, (uint64_t)rc, NULL, 0);
 }
 
 /* ---- the interposers (hooks.c's table) ---- */

@@ -53,9 +53,10 @@
  *     (a thread blocked in recv at injection, activate.c), in a signal
  *     handler.
  *
- * Left: UDP, UNIX sockets and pipes (only TCP is followed); a channel the
- * agent did not see connected or accepted has no absolute send offset, so
- * its receiver starts at the first receive on the channel after arming.
+ * Left: a TCP channel the agent did not see connected or accepted has no
+ * absolute send offset, so its receiver starts at the first receive on the
+ * channel after arming; UNIX datagram sockets are not followed; a pipe or
+ * UNIX socket with several readers counts each reader's bytes alone.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -318,7 +319,7 @@ static bool came_from_peer(const ag_flow_chan *fc)
 int ag_propagate_ask(const ag_flow_chan *fc)
 {
 	static const char *const kinds[] = { [AG_FLOW_TCP] = "tcp", [AG_FLOW_UDP] = "udp",
-					     [AG_FLOW_PIPE] = "pipe" };
+					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix" };
 	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
 	Sptrace__Spd__InjectRequest q = SPTRACE__SPD__INJECT_REQUEST__INIT;
 	Sptrace__Spd__Channel ch = SPTRACE__SPD__CHANNEL__INIT;
@@ -330,7 +331,8 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	size_t len;
 	int rc, saved = errno;
 
-	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc))
+	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc) ||
+	    (fc->kind == AG_FLOW_UNIX && !fc->inode))
 		return 0;
 	q.channel = &ch;
 	q.session = session;
@@ -339,10 +341,11 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	q.offset = fc->offset;
 	q.wait_ms = wait_ms;
 	q.follow = 1;
-	if (fc->kind == AG_FLOW_PIPE) {
-		ch.kind = SPTRACE__SPD__CHANNEL__KIND__PIPE;
+	if (fc->kind == AG_FLOW_PIPE || fc->kind == AG_FLOW_UNIX) {
+		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
+			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
 		ch.inode = fc->inode;
-		snprintf(what, sizeof what, "pipe %lu", (unsigned long)fc->inode);
+		snprintf(what, sizeof what, "%s %lu", kinds[fc->kind], (unsigned long)fc->inode);
 		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
 	} else {
 		memcpy(local, fc->local, 16);
@@ -432,17 +435,18 @@ static int parse_addr(const char *s, int *family, uint8_t out[16])
 	return -1;
 }
 
-/* Point 5, pipes: the bytes queued in the pipe now (FIONREAD on one of
- * this process's descriptors of it), which were written before the traced
- * write. */
-static uint64_t pipe_backlog(uint64_t inode)
+/* Point 5, pipes and UNIX sockets: the bytes queued in it now (FIONREAD on
+ * one of this process's descriptors of it), which were written before the
+ * traced write. */
+static uint64_t backlog_of(uint64_t inode)
 {
 	struct stat st;
 	int q;
 
 	for (int fd = 0; fd < 4096; fd++)
-		if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 && S_ISFIFO(st.st_mode) &&
-		    (uint64_t)st.st_ino == inode && sys(SYS_ioctl, fd, FIONREAD, (long)&q, 0, 0) == 0)
+		if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 &&
+		    (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) && (uint64_t)st.st_ino == inode &&
+		    sys(SYS_ioctl, fd, FIONREAD, (long)&q, 0, 0) == 0)
 			return (uint64_t)q;
 	return 0;
 }
@@ -457,10 +461,11 @@ int ag_expect_add(const char *line)
 	int fa, fb;
 	expect e = { 0 };
 
-	if (sscanf(line, "pipe %llu", &inode) == 1 && inode) {
-		e.kind = AG_FLOW_PIPE;
+	if ((sscanf(line, "pipe %llu", &inode) == 1 || sscanf(line, "unix %llu", &inode) == 1) &&
+	    inode) {
+		e.kind = line[0] == 'p' ? AG_FLOW_PIPE : AG_FLOW_UNIX;
 		e.inode = inode;
-		e.backlog = pipe_backlog(inode);
+		e.backlog = backlog_of(inode);
 	} else if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, last) == 6 &&
 		   (strcmp(kind, "tcp") == 0 || strcmp(kind, "udp") == 0) && sp <= 65535 &&
 		   dp <= 65535 && parse_addr(a, &fa, e.src) == 0 && parse_addr(b, &fb, e.dst) == 0 &&
@@ -473,7 +478,7 @@ int ag_expect_add(const char *line)
 		e.offset = e.at_offset ? strtoull(last, NULL, e.kind == AG_FLOW_UDP ? 16 : 10) : 0;
 	} else {
 		ag_log("expect '%.200s': not 'tcp|udp SRC SPORT DST DPORT OFFSET|HASH|-' or "
-		       "'pipe INODE'", line);
+		       "'pipe|unix INODE'", line);
 		return -1;
 	}
 	for (int i = 0; i < MAX_EXPECT; i++) {
@@ -485,9 +490,10 @@ int ag_expect_add(const char *line)
 			expects[i] = e;
 			__atomic_store_n(&expects[i].state, 2, __ATOMIC_RELEASE);
 			__atomic_add_fetch(&nexpect, 1, __ATOMIC_RELEASE);
-			if (e.kind == AG_FLOW_PIPE)
-				ag_log("expecting the read of pipe %llu past its %lu bytes queued now",
-				       inode, (unsigned long)e.backlog);
+			if (e.kind == AG_FLOW_PIPE || e.kind == AG_FLOW_UNIX)
+				ag_log("expecting the read of %s %llu past its %lu bytes queued now",
+				       e.kind == AG_FLOW_PIPE ? "pipe" : "unix socket", inode,
+				       (unsigned long)e.backlog);
 			else
 				ag_log("expecting the receive of %s %s:%u -> %s:%u %s%s", kind, a, sp,
 				       b, dp, !e.at_offset ? "(the first one)" : e.kind == AG_FLOW_TCP
@@ -580,8 +586,14 @@ static void what_fd(int fd, seen *w)
 		w->inode = st.st_ino;
 		return;
 	}
-	if (!S_ISSOCK(st.st_mode) || sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0 ||
-	    (la.ss_family != AF_INET && la.ss_family != AF_INET6) ||
+	if (!S_ISSOCK(st.st_mode) || sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0)
+		return;
+	if (la.ss_family == AF_UNIX) {
+		w->kind = AG_FLOW_UNIX;
+		w->inode = st.st_ino;
+		return;
+	}
+	if ((la.ss_family != AF_INET && la.ss_family != AF_INET6) ||
 	    sys(SYS_getsockopt, fd, SOL_SOCKET, SO_TYPE, (long)&type, (long)&tl) != 0)
 		return;
 	addr_bytes(&la, &lf, w->l, &w->lp);
@@ -611,6 +623,7 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 		return false;
 	switch (e->kind) {
 	case AG_FLOW_PIPE:
+	case AG_FLOW_UNIX:
 		if (e->inode != w->inode)
 			return false;
 		/* bytes written before the traced write are read first */

@@ -203,15 +203,16 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
 /* The receive a follow request's agents start at, in the agent's words
  * (agent/propagate.c, point 5): "tcp SRC SPORT DST DPORT OFFSET|-", "udp
  * SRC SPORT DST DPORT HASH|-" (the datagram's content hash, hexadecimal),
- * "pipe INODE"; "" for a UNIX socket (not followed). */
+ * "pipe INODE", "unix INODE" (the receiving socket's). */
 static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, char *out,
 			size_t len)
 {
 	char s[INET6_ADDRSTRLEN], t[INET6_ADDRSTRLEN], off[24] = "-";
 
 	out[0] = '\0';
-	if (ch->kind == SPD_CH_PIPE) {
-		snprintf(out, len, "pipe %llu", (unsigned long long)ch->inode);
+	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
+		snprintf(out, len, "%s %llu", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
+			 (unsigned long long)ch->inode);
 		return;
 	}
 	if (ch->kind != SPD_CH_TCP && ch->kind != SPD_CH_UDP)

@@ -26,6 +26,8 @@ users).
   killed  the traced backend killed with SIGKILL mid-request: its daemon
           completes the trace's meta, every call up to the kill is kept,
           also in what `sptrace collect` gathers after that daemon restarted
+  unix    a UNIX stream socket: a python3 client -> a user's python3 server,
+          traced from the request's receive
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
 
@@ -498,6 +500,76 @@ def case_killed(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+UNIX_SERVER = """
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o777)
+s.listen()
+print("ready", flush=True)
+early, _ = s.accept()
+early.sendall(b"early")
+c, _ = s.accept()
+got = c.recv(100)
+c.sendall(b"echo:" + got)
+sys.stdin.read()
+print("got", got.hex(), flush=True)
+"""
+
+UNIX_CLIENT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"hello over unix")
+print(s.recv(100).decode())
+"""
+
+
+def case_unix(sptrace, spdaemon, tier, tmp):
+    """A UNIX stream socket: python3 under sptrace run asks a user's python3
+    server on the same host; the server starts at the receive of the
+    request (an earlier connection it served is not traced)."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    try:
+        sdir = os.path.join(tmp, "srv")
+        os.mkdir(sdir)
+        os.chown(sdir, 61001, 61001)
+        path = os.path.join(sdir, "srv.sock")
+        srv = cl.hosts.popen(0, USER + ["/usr/bin/python3", "-c", UNIX_SERVER, path],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(srv)
+        check(srv.stdout.readline() == "ready\n", "the UNIX server did not start")
+        r = cl.hosts.run(0, ["/usr/bin/python3", "-c", "import socket; s = socket.socket("
+                             "socket.AF_UNIX); s.connect(%r); print(s.recv(10))" % path])
+        check(r.returncode == 0 and "early" in r.stdout, "the untraced first client: %r" % r.stderr)
+        out = os.path.join(tmp, "client.trace")
+        r = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", "/usr/bin/python3", "-c", UNIX_CLIENT,
+                             path], timeout=600)
+        check(r.returncode == 0 and r.stdout.strip() == "echo:hello over unix",
+              "the traced client: %d %r %r\n%s" % (r.returncode, r.stdout, r.stderr, cl.logs()))
+        session = session_of(r.stderr)
+        t = traces(cl.state(0), session)
+        check(srv.pid in t and "\nactivated " in meta(t[srv.pid]),
+              "the UNIX server (pid %d) was not traced: %s\n%s" % (srv.pid, t, cl.logs()))
+        o, _ = srv.communicate(input="", timeout=60)
+        check("got " + b"hello over unix".hex() in o, "the server received other bytes: %r" % o)
+        rr = run([sptrace, "replay", t[srv.pid]])
+        check(rr.returncode == 0 and re.search(r"recv\w*\(unix \d+ [^<]*<- [^,]*, bytes 0\.\.15\)",
+                                                rr.stdout),
+              "the server's replay does not start at the request's receive:\n%s" %
+              (rr.stdout + rr.stderr)[-2000:])
+        check("early" not in rr.stdout and "bytes 0..5)" not in rr.stdout.split("recv(unix")[0],
+              "the server was traced before the request")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        cl.close()
+
+
 def case_nodaemon(sptrace, spdaemon, tier, tmp):
     hosts = Hosts(2)
     procs = {}
@@ -526,7 +598,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
-         "redis": case_redis, "policy": case_policy, "killed": case_killed}[case](
+         "redis": case_redis, "policy": case_policy, "killed": case_killed,
+         "unix": case_unix}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)
     finally:
         if not os.environ.get("KEEP"):

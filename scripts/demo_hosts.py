@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
@@ -44,24 +43,9 @@ def main():
     hosts = Hosts(3)
     daemons, servers = [], []
     try:
-        kd = os.path.join(tmp, "keys")
-        subprocess.run([sptrace, "keys", "init", kd], check=True, stdout=subprocess.DEVNULL)
-        for a in hosts.addrs:
-            subprocess.run([sptrace, "keys", "issue", kd, a], check=True,
-                           stdout=subprocess.DEVNULL)
         say("== three hosts (network namespaces) %s, a spdaemon in each" %
             ", ".join(hosts.addrs))
-        for i, a in enumerate(hosts.addrs):
-            state = os.path.join(tmp, "host%d" % i)
-            daemons.append(hosts.popen(i, [spdaemon, "--keys", kd, "--name", a, "--state-dir",
-                                           state, "--foreground"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            log = os.path.join(state, "spdaemon.log")
-            deadline = time.monotonic() + 30
-            while not (os.path.exists(log) and "started" in open(log).read()):
-                if time.monotonic() > deadline:
-                    sys.exit("spdaemon did not start on host %s" % a)
-                time.sleep(0.05)
+        daemons = hosts.start_daemons(sptrace, spdaemon, tmp)
 
         def start(i, argv):
             p = hosts.popen(i, NOBODY + argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -38,21 +38,11 @@ def main():
     target = os.path.join(build, "tests", "progs", "attach_target")
     tmp = tempfile.mkdtemp(prefix="sptrace-inject-bench.")
     os.chmod(tmp, 0o755)
-    kd = os.path.join(tmp, "keys")
     hosts = Hosts(2)
     daemons, times = [], {"local": [], "remote": []}
     agent_ms = []
     try:
-        subprocess.run([sptrace, "keys", "init", kd], check=True, capture_output=True)
-        for a in hosts.addrs:
-            subprocess.run([sptrace, "keys", "issue", kd, a], check=True, capture_output=True)
-        for i in range(2):
-            log = os.path.join(tmp, "state%d" % i, "spdaemon.log")
-            daemons.append(hosts.popen(i, [spdaemon, "--keys", kd, "--name", hosts.addrs[i],
-                                           "--state-dir", os.path.join(tmp, "state%d" % i),
-                                           "--foreground"], stderr=subprocess.DEVNULL))
-            while not (os.path.exists(log) and "started" in open(log).read()):
-                time.sleep(0.05)
+        daemons = hosts.start_daemons(sptrace, spdaemon, tmp)[:2]
         user = ["setpriv", "--reuid", "61001", "--regid", "61001", "--clear-groups"]
         for r in range(rounds):
             for where in ("local", "remote"):

@@ -67,18 +67,7 @@ def main():
     split = {"holders": [], "agents": [], "tls": []}
     out_lines = []
     try:
-        kd = os.path.join(tmp, "keys")
-        subprocess.run([sptrace, "keys", "init", kd], check=True, capture_output=True)
-        for a in addrs:
-            subprocess.run([sptrace, "keys", "issue", kd, a], check=True, capture_output=True)
-        for i in range(3):
-            state = os.path.join(tmp, "state%d" % i)
-            daemons.append(hosts.popen(i, [spdaemon, "--keys", kd, "--name", addrs[i],
-                                           "--state-dir", state, "--foreground"],
-                                       stderr=subprocess.DEVNULL))
-            log = os.path.join(state, "spdaemon.log")
-            while not (os.path.exists(log) and "started" in open(log).read()):
-                time.sleep(0.05)
+        daemons = hosts.start_daemons(sptrace, spdaemon, tmp)
         # 1. armed
         port = 7100
         for r in range(rounds):

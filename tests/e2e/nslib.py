@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 from e2elib import fail
 
@@ -73,6 +74,27 @@ class Hosts:
 
     def popen(self, i, argv, **kw):
         return subprocess.Popen(self.cmd(i, argv), **kw)
+
+    def start_daemons(self, sptrace, spdaemon, tmp):
+        """Cluster keys in tmp/keys and a spdaemon on each host (state in
+        tmp/state<i>), started when this returns; their Popen objects."""
+        kd = os.path.join(tmp, "keys")
+        subprocess.run([sptrace, "keys", "init", kd], check=True, capture_output=True)
+        for a in self.addrs:
+            subprocess.run([sptrace, "keys", "issue", kd, a], check=True, capture_output=True)
+        daemons = []
+        for i, a in enumerate(self.addrs):
+            state = os.path.join(tmp, "state%d" % i)
+            daemons.append(self.popen(i, [spdaemon, "--keys", kd, "--name", a, "--state-dir",
+                                          state, "--foreground"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            log = os.path.join(state, "spdaemon.log")
+            deadline = time.monotonic() + 30
+            while not (os.path.exists(log) and "started" in open(log).read()):
+                if time.monotonic() > deadline:
+                    fail("spdaemon did not start on host %s" % a)
+                time.sleep(0.05)
+        return daemons
 
     def close(self):
         for name in self.made:

@@ -45,7 +45,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import check, check_sanitizers, fail  # noqa: E402
+from e2elib import check, fail, run  # noqa: E402
 from nslib import Hosts, in_own_netns  # noqa: E402
 from test_daemon import Daemon, ask, end_target, start_target  # noqa: E402
 
@@ -55,16 +55,6 @@ SESSION = "flow7"
 
 def as_user(uid):
     return ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups"]
-
-
-def run(cmd, timeout=240, **kw):
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL, **kw)
-    except subprocess.TimeoutExpired:
-        fail("timed out after %d s: %s" % (timeout, " ".join(cmd)))
-    check_sanitizers(cmd, r.stderr)
-    return r
 
 
 def files_under(top):

@@ -250,6 +250,17 @@ class Cluster:
         self.hosts.close()
 
 
+def terminate(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def session_of(stderr):
     m = re.search(r"session (\S+)\)", stderr)
     check(m, "run did not say it propagates: %r" % stderr)
@@ -333,14 +344,7 @@ def case_chain(sptrace, spdaemon, tier, tmp):
               "the python server's replay does not start at nginx's request:\n%s" %
               (pr.stdout + pr.stderr)[-2000:])
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        terminate(procs)
         cl.close()
 
 
@@ -389,14 +393,7 @@ def case_redis(sptrace, spdaemon, tier, tmp):
         check(rr.stdout.count("processCommand()") >= 3 or rr.stdout.count("processCommand") >= 3,
               "redis-server's replay lacks the three commands")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        terminate(procs)
         cl.close()
 
 

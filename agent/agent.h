@@ -458,6 +458,7 @@ int ag_propagate_ask(const ag_flow_chan *ch);   /* before the send; waits */
 int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|-" */
 bool ag_expecting(void);
 bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive? (uses it up) */
+void ag_came_from_fd(int fd);             /* tracing began at a receive on fd */
 bool ag_event_fires(const char *what, int fd, long rc, const void *data);   /* events.c */
 void ag_msgs_received(int fd, long nr, long rc);   /* msgs.c: a receive no interposer saw */
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */

@@ -485,6 +485,7 @@ static void follow_thread(const char *what, int fd, struct ucontext_t *uc)
 	ag_may_trace_set(true);
 	ag_activation_round();
 	ag_walk_self(uc);
+	ag_came_from_fd(fd);
 	if (ag_tls_ring)
 		ag_ring_put(ag_tls_ring, TRACE_EVENT, TRACE_EV_RECV);
 	ag_log("thread %ld follows too: %s (fd %d)", (long)syscall(SYS_gettid), what, fd);
@@ -523,6 +524,7 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc)
 					       : TRACE_EV_RECV);
 	if (!threads_event_only)
 		ag_activate_running(false);
+	ag_came_from_fd(fd);
 	ag_log("activated by %s (fd %d) in thread %ld", what, fd, (long)syscall(SYS_gettid));
 	meta_append("%s %lu %s fd %d tid %ld\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), what,
 		    fd, (long)syscall(SYS_gettid));

@@ -649,6 +649,29 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 	}
 }
 
+/* Point 3: tracing began at an accept or a receive on fd (an activation
+ * event, not an awaited receive): its peer sent the request. */
+void ag_came_from_fd(int fd)
+{
+	int saved = errno;
+	seen w;
+
+	what_fd(fd, &w);
+	if (w.kind == AG_FLOW_TCP) {
+		expect *c = &came_from[__atomic_fetch_add(&ncame, 1, __ATOMIC_ACQ_REL) % MAX_EXPECT];
+
+		__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
+		c->kind = AG_FLOW_TCP;
+		c->family = w.family;
+		memcpy(c->src, w.p, 16);
+		memcpy(c->dst, w.l, 16);
+		c->sport = w.pp;
+		c->dport = w.lp;
+		__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
+	}
+	errno = saved;
+}
+
 bool ag_expect_match(int fd, long rc, const void *data)
 {
 	int saved = errno;

@@ -29,6 +29,11 @@ int cmd_collect(int argc, char **argv);
 /* cmd_status.c: this host's spdaemon answered, its name in `name`: 0;
  * -1 when none serves this host (network namespace). */
 int cli_local_daemon(char *name, size_t len);
+/* ... and then a new session's name (its daemon's in `daemon`): 0; -1
+ * when no daemon serves this host. */
+int cli_start_session(char *session, size_t len, char *daemon, size_t dlen);
+/* --propagate-wait MS into `out` (as text); 0, or 2 after the message. */
+int cli_propagate_wait(const char *cmd, const char *arg, char *out, size_t len);
 
 /* trace_dir.c.  `cmd` names the command in messages. */
 int cli_find_agent(const char *cmd, char *out, size_t len);   /* libsptrace-agent.so */

@@ -58,6 +58,12 @@ static const char help[] =
 	"  --ring-size MB      size of each thread's ring (default 16); an attached\n"
 	"                      process is traced in flight-recorder mode: a full ring\n"
 	"                      overwrites its oldest records and counts them\n"
+	"  --propagate-wait MS when a spdaemon serves this host, a traced send to a\n"
+	"                      process not traced yet waits up to MS milliseconds\n"
+	"                      (default 3000) while the daemon of the receiver's host\n"
+	"                      puts the agent there; the receiver starts tracing at\n"
+	"                      the receive of that send\n"
+	"  --no-propagate      trace this process only, even with a spdaemon\n"
 	"  --timeout SECONDS   how long to wait for the agent to be ready (default 120)\n"
 	"  -h, --help          this text\n"
 	"\n"
@@ -90,7 +96,8 @@ int cmd_attach(int argc, char **argv)
 		{ "on", required_argument, 0, 'e' },        { "output", required_argument, 0, 'o' },
 		{ "ring-size", required_argument, 0, 'r' }, { "timeout", required_argument, 0, 't' },
 		{ "threads", required_argument, 0, 'T' },   { "help", no_argument, 0, 'h' },
-		{ "group", required_argument, 0, 'g' },     { 0, 0, 0, 0 },
+		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
+		{ "no-propagate", no_argument, 0, 'N' },    { 0, 0, 0, 0 },
 	};
 	const char *dir = NULL, *on = "now", *threads = "";
 	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], why[600];
@@ -102,6 +109,8 @@ int cmd_attach(int argc, char **argv)
 	cli_trace_owner owner = { geteuid(), getegid(), (gid_t)-1 };
 	char proc[64];
 	bool same_user;
+	char session[128] = "", daemon[256] = "", wait[16] = "3000";
+	int propagate = 1;
 	long pidl;
 	pid_t pid;
 	int c;
@@ -128,6 +137,11 @@ int cmd_attach(int argc, char **argv)
 			break;
 		case 'g':
 			if (cli_trace_group("attach", optarg, &owner.group))
+				return 2;
+			break;
+		case 'N': propagate = 0; break;
+		case 'W':
+			if (cli_propagate_wait("attach", optarg, wait, sizeof wait))
 				return 2;
 			break;
 		case 'h': fputs(help, stdout); return 0;
@@ -174,9 +188,13 @@ int cmd_attach(int argc, char **argv)
 		return 1;
 	if (same_user)
 		prepare_analyses(argv[optind]);
+	if (propagate && cli_start_session(session, sizeof session, daemon, sizeof daemon) == 0)
+		printf("sptrace: spdaemon %s serves this host: the process's requests are followed "
+		       "into the processes they reach (session %s)\n", daemon, session);
 	inj_agent a = { .so_path = agent, .dir = absdir, .on = on, .ring = ring,
 			.repo = getenv("SPTRACE_REPO"), .threads = threads,
-			.prepared = same_user ? ca_repo_default_dir() : NULL, .timeout = timeout };
+			.prepared = same_user ? ca_repo_default_dir() : NULL, .timeout = timeout,
+			.session = session[0] ? session : NULL, .wait = session[0] ? wait : NULL };
 
 	if (inj_attach_agent(pid, &a, &r, &err)) {
 		if (r.entry_running) {

@@ -75,27 +75,6 @@ static const char help[] =
 	"time per function; after a run that propagated, 'sptrace collect -o OUT DIR'\n"
 	"gathers the traces of every host the requests reached.\n";
 
-/*
- * Propagation: when this host's spdaemon answers, the run is a session the
- * agents of every process its requests reach share (agent/propagate.c):
- * its name, unique per host and run, in SPTRACE_SESSION.
- */
-static int start_session(char *session, size_t len, char *daemon, size_t dlen)
-{
-	char name[64];
-	size_t n;
-
-	if (cli_local_daemon(daemon, dlen) != 0)
-		return -1;
-	snprintf(name, sizeof name, "%s", daemon);
-	for (n = 0; name[n]; n++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
-			    name[n]) || (n == 0 && name[n] == '.'))
-			name[n] = '_';
-	snprintf(session, len, "%.30s-%ld-%d", name, (long)time(NULL), (int)getpid());
-	return 0;
-}
-
 /* What propagation did, from the trace's meta ("propagated" lines). */
 static void print_propagation(const char *dir, const char *session)
 {
@@ -326,16 +305,10 @@ int cmd_run(int argc, char **argv)
 			break;
 		case 'F': flight = 1; break;
 		case 'N': propagate = 0; break;
-		case 'W': {
-			char *end;
-			unsigned long ms = strtoul(optarg, &end, 10);
-
-			if (!*optarg || *end || ms > 600000)
-				return cli_error("run: --propagate-wait '%s': give milliseconds, 0 to "
-						 "600000", optarg), 2;
-			snprintf(wait, sizeof wait, "%lu", ms);
+		case 'W':
+			if (cli_propagate_wait("run", optarg, wait, sizeof wait))
+				return 2;
 			break;
-		}
 		case 'g':
 			if (cli_trace_group("run", optarg, &owner.group))
 				return 2;
@@ -359,7 +332,7 @@ int cmd_run(int argc, char **argv)
 	    cli_prepare_trace_dir("run", dir, &owner, absdir))
 		return 1;
 	warn_unregistered();
-	if (propagate && start_session(session, sizeof session, daemon, sizeof daemon) == 0)
+	if (propagate && cli_start_session(session, sizeof session, daemon, sizeof daemon) == 0)
 		fprintf(stderr, "sptrace: spdaemon %s serves this host: the program's requests are "
 			"followed into the processes they reach (session %s)\n", daemon, session);
 	snprintf(preload, sizeof preload, "%s%s%s", agent, old_preload && *old_preload ? ":" : "",

@@ -9,6 +9,9 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +71,39 @@ int cli_local_daemon(char *name, size_t len)
 		spd_frame_free(rep);
 	spd_conn_close(&c);
 	return r;
+}
+
+/*
+ * Propagation: when this host's spdaemon answers, a run or an attach is a
+ * session the agents of every process its requests reach share
+ * (agent/propagate.c): its name, unique per host and command.
+ */
+int cli_start_session(char *session, size_t len, char *daemon, size_t dlen)
+{
+	char name[64];
+	size_t n;
+
+	if (cli_local_daemon(daemon, dlen) != 0)
+		return -1;
+	snprintf(name, sizeof name, "%s", daemon);
+	for (n = 0; name[n]; n++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
+			    name[n]) || (n == 0 && name[n] == '.'))
+			name[n] = '_';
+	snprintf(session, len, "%.30s-%ld-%d", name, (long)time(NULL), (int)getpid());
+	return 0;
+}
+
+int cli_propagate_wait(const char *cmd, const char *arg, char *out, size_t len)
+{
+	char *end;
+	unsigned long ms = strtoul(arg, &end, 10);
+
+	if (!*arg || *end || ms > 600000)
+		return cli_error("%s: --propagate-wait '%s': give milliseconds, 0 to 600000", cmd,
+				 arg), 2;
+	snprintf(out, len, "%lu", ms);
+	return 0;
 }
 
 /* One status request on `c`; prints the answer. */

@@ -484,6 +484,14 @@ static bool local_address(const spd_endpoint *ep)
 	return found;
 }
 
+static bool following(const Sptrace__Spd__Frame *rep)
+{
+	for (size_t i = 0; i < rep->inject_reply->n_targets; i++)
+		if (rep->inject_reply->targets[i]->injected || rep->inject_reply->targets[i]->following)
+			return true;
+	return false;
+}
+
 /* The request, as it is, to the daemon of the channel's destination; its
  * answer back to the requester under the requester's id. */
 static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const spd_channel *ch,
@@ -519,8 +527,9 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 		"in %.1f ms (%.1f ms of it the TLS connection)", c->peer, req->inject->session, host,
 		rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY ? "the processes it found"
 		: "an error", now_ms() - t0, tc);
-	/* That host takes part in the session now: `sptrace collect` asks it. */
-	if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY &&
+	/* That host takes part in the session now, if one of its processes
+	 * follows: `sptrace collect` asks it. */
+	if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY && following(rep) &&
 	    spd_session_add_peer(d, req->inject->session, host, err) != 0)
 		spd_log("%s: inject session %s: %s", c->peer, req->inject->session, err->msg);
 	rep->id = id;

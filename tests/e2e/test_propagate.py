@@ -28,6 +28,8 @@ users).
           also in what `sptrace collect` gathers after that daemon restarted
   unix    a UNIX stream socket: a python3 client -> a user's python3 server,
           traced from the request's receive
+  attach  `sptrace attach --on accept` to a running frontend: it follows an
+          untraced client's request into the backend of another host
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
 
@@ -93,12 +95,13 @@ def traces(state, session):
     return {int(n): os.path.join(d, n) for n in os.listdir(d) if n.isdigit()}
 
 
-def collected(sptrace, hosts, tmp, trace, want, never):
-    """`sptrace collect` of the session started in `trace` (on host 0): OUT
+def collected(sptrace, hosts, tmp, trace, want, never, origin=0):
+    """`sptrace collect` of the session started in `trace` (on host
+    `origin`): OUT
     has each host's traced processes (want: {host: [pid]}) and none of
     `never`; `sptrace replay OUT` shows each under its host."""
     out = os.path.join(tmp, "collected")
-    r = hosts.run(0, [sptrace, "collect", "-o", out, trace], timeout=300)
+    r = hosts.run(origin, [sptrace, "collect", "-o", out, trace], timeout=300)
     check(r.returncode == 0, "sptrace collect: %d %r %r" % (r.returncode, r.stdout, r.stderr))
     rr = run([sptrace, "replay", out], timeout=300)
     check(rr.returncode == 0, "sptrace replay OUT: %r" % rr.stderr[-1000:])
@@ -567,6 +570,45 @@ def case_unix(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+def case_attach(sptrace, spdaemon, tier, tmp):
+    """`sptrace attach --on accept` to the running frontend on host 1: an
+    untraced client's request starts it, and it follows the request into
+    the backend on host 2; collect from the attach's trace."""
+    os.chmod(tmp, 0o755)
+    prog = os.path.join(tmp, "tier")
+    shutil.copy(tier, prog)
+    os.chmod(prog, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 3)
+    procs = {}
+    try:
+        procs = servers(cl.hosts, prog, tmp)
+        front = procs["frontend"].pid
+        out = os.path.join(tmp, "front.trace")
+        r = cl.hosts.run(1, [sptrace, "attach", "--on", "accept", "-o", out, str(front)],
+                         timeout=300)
+        check(r.returncode == 0 and "(session " in r.stdout,
+              "attach with a daemon: %d %r %r" % (r.returncode, r.stdout, r.stderr))
+        session = re.search(r"\(session (\S+)\)", r.stdout).group(1)
+        c = cl.hosts.run(0, [prog, "client", cl.hosts.addrs[1], "7000", "6"])
+        check(c.returncode == 0 and c.stdout.startswith("front(backend 6 -> "),
+              "the client of the attached frontend: %r %r" % (c.stdout, c.stderr))
+        t2 = traces(cl.state(2), session)
+        back = procs["backend"].pid
+        check(back in t2 and "\nactivated " in meta(t2[back]),
+              "the attached frontend did not follow into the backend: %s\n%s" % (t2, cl.logs()))
+        check("session %s\n" % session in meta(out), "the attach's meta has no session line")
+        stop_all(procs)
+        procs = {}
+        collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[1]: [front],
+                                                cl.hosts.addrs[2]: [back]}, [], origin=1)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        cl.close()
+
+
 def case_nodaemon(sptrace, spdaemon, tier, tmp):
     hosts = Hosts(2)
     procs = {}
@@ -596,7 +638,7 @@ def main():
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
-         "unix": case_unix}[case](
+         "unix": case_unix, "attach": case_attach}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)
     finally:
         if not os.environ.get("KEEP"):

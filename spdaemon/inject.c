@@ -492,6 +492,56 @@ static bool following(const Sptrace__Spd__Frame *rep)
 	return false;
 }
 
+/*
+ * Hosts whose daemon did not answer, remembered for SPD_UNREACHABLE_S: a
+ * traced program that opens connections to a host without a spdaemon (a
+ * database, a web API elsewhere) asks at the first send of each, and each
+ * would wait for the connection to the daemon there to time out.
+ */
+#define SPD_UNREACHABLE_S 30
+#define SPD_UNREACHABLE_MAX 64
+
+static struct {
+	char host[INET6_ADDRSTRLEN];
+	char why[sizeof ((sp_err *)0)->msg];
+	double until;
+} unreachable[SPD_UNREACHABLE_MAX];
+static unsigned unreachable_next;
+static pthread_mutex_t unreachable_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Is host remembered?  Then true and why, in err. */
+static bool host_unreachable(const char *host, sp_err *err)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&unreachable_lock);
+	for (unsigned i = 0; i < SPD_UNREACHABLE_MAX && !found; i++)
+		if (strcmp(unreachable[i].host, host) == 0 && unreachable[i].until > now_ms()) {
+			snprintf(err->msg, sizeof err->msg, "%.800s (said %.0f s ago; asked again "
+				 "after %d s)", unreachable[i].why, SPD_UNREACHABLE_S -
+				 (unreachable[i].until - now_ms()) / 1000, SPD_UNREACHABLE_S);
+			found = true;
+		}
+	pthread_mutex_unlock(&unreachable_lock);
+	return found;
+}
+
+static void host_failed(const char *host, const char *why)
+{
+	pthread_mutex_lock(&unreachable_lock);
+	for (unsigned i = 0; i < SPD_UNREACHABLE_MAX; i++)
+		if (strcmp(unreachable[i].host, host) == 0 && unreachable[i].until > now_ms()) {
+			pthread_mutex_unlock(&unreachable_lock);
+			return;          /* remembered already: `why` says so */
+		}
+	unsigned i = unreachable_next++ % SPD_UNREACHABLE_MAX;
+
+	snprintf(unreachable[i].host, sizeof unreachable[i].host, "%s", host);
+	snprintf(unreachable[i].why, sizeof unreachable[i].why, "%s", why);
+	unreachable[i].until = now_ms() + SPD_UNREACHABLE_S * 1000.0;
+	pthread_mutex_unlock(&unreachable_lock);
+}
+
 /* The request, as it is, to the daemon of the channel's destination; its
  * answer back to the requester under the requester's id. */
 static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const spd_channel *ch,
@@ -503,10 +553,17 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 	spd_conn far;
 	int r;
 	double t0 = now_ms(), tc;
+	/* the requester waits wait_ms: the other host gets 3/4 of it, so that
+	 * one that does not answer is remembered before the requester's next
+	 * send asks again */
+	double timeout = req->inject->wait_ms ? req->inject->wait_ms * 0.75 / 1000 : 10;
 
+	if (timeout > 10)
+		timeout = 10;
 	inet_ntop(ch->dst.family, ch->dst.addr, host, sizeof host);
-	if (!spd_tls_client(d, err) || spd_tls_connect(d->tls_client, host, d->port, 10, &far,
-							 err) != 0) {
+	if (host_unreachable(host, err) || !spd_tls_client(d, err) ||
+	    spd_tls_connect(d->tls_client, host, d->port, timeout, &far, err) != 0) {
+		host_failed(host, err->msg);
 		spd_send_error(c, id, err->msg);
 		spd_log("%s: inject session %s for %s: %s", c->peer, req->inject->session, host,
 			err->msg);

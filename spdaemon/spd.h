@@ -119,7 +119,7 @@ struct ssl_ctx_st *spd_tls_context(const char *keydir, const char *name, int ser
 void spd_tls_context_free(struct ssl_ctx_st *ctx);
 /* Connect to host:port (a name or an address) within `timeout_s`, and
  * check that the daemon's certificate names `host`. */
-int spd_tls_connect(struct ssl_ctx_st *ctx, const char *host, int port, int timeout_s,
+int spd_tls_connect(struct ssl_ctx_st *ctx, const char *host, int port, double timeout_s,
 		    spd_conn *c, sp_err *err);
 /* The server's side of the handshake on accepted socket c->fd (c->peer
  * holds its address); c->peer then names the certificate too. */

@@ -10,6 +10,7 @@
 #include "spd_internal.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <fcntl.h>
@@ -85,7 +86,7 @@ void spd_tls_context_free(SSL_CTX *ctx)
 }
 
 /* A TCP connection to host:port within timeout_s; the fd or -1. */
-static int dial(const char *host, int port, int timeout_s, sp_err *err)
+static int dial(const char *host, int port, double timeout_s, sp_err *err)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res, *ai;
 	char service[16];
@@ -105,7 +106,7 @@ static int dial(const char *host, int port, int timeout_s, sp_err *err)
 			e = errno;
 		} else {
 			p = (struct pollfd){ .fd = fd, .events = POLLOUT };
-			if (poll(&p, 1, timeout_s * 1000) != 1)
+			if (poll(&p, 1, (int)(timeout_s * 1000)) != 1)
 				e = ETIMEDOUT;
 			else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0)
 				e = errno;
@@ -124,9 +125,10 @@ static int dial(const char *host, int port, int timeout_s, sp_err *err)
 
 /* Reads and writes give up after timeout_s: a silent peer never holds a
  * thread for ever. */
-static void set_timeouts(int fd, int timeout_s)
+static void set_timeouts(int fd, double timeout_s)
 {
-	struct timeval tv = { .tv_sec = timeout_s };
+	struct timeval tv = { .tv_sec = (time_t)timeout_s,
+			      .tv_usec = (suseconds_t)((timeout_s - (time_t)timeout_s) * 1e6) };
 	int flags = fcntl(fd, F_GETFL);
 
 	fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
@@ -156,7 +158,7 @@ static void no_delay(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-int spd_tls_connect(SSL_CTX *ctx, const char *host, int port, int timeout_s, spd_conn *c,
+int spd_tls_connect(SSL_CTX *ctx, const char *host, int port, double timeout_s, spd_conn *c,
 		    sp_err *err)
 {
 	unsigned char addr[16];
@@ -179,9 +181,14 @@ int spd_tls_connect(SSL_CTX *ctx, const char *host, int port, int timeout_s, spd
 	}
 	if (SSL_connect(c->ssl) != 1) {
 		long v = SSL_get_verify_result(c->ssl);
+		int e = errno;
 
-		sp_fail(err, "%s: TLS handshake failed: %s", c->peer,
-			v != X509_V_OK ? X509_verify_cert_error_string(v) : ssl_why());
+		if (v == X509_V_OK && (e == EAGAIN || e == EWOULDBLOCK))
+			sp_fail(err, "%s: no TLS handshake within %.1f s (something there accepts "
+				"connections but does not answer)", c->peer, timeout_s);
+		else
+			sp_fail(err, "%s: TLS handshake failed: %s", c->peer,
+				v != X509_V_OK ? X509_verify_cert_error_string(v) : ssl_why());
 		spd_conn_close(c);
 		return -1;
 	}

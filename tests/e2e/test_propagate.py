@@ -30,6 +30,9 @@ users).
           traced from the request's receive
   attach  `sptrace attach --on accept` to a running frontend: it follows an
           untraced client's request into the backend of another host
+  silent  the peer host's port 7470 accepts and never answers: the send waits
+          at most --propagate-wait, and the daemon remembers the host for
+          the next request, which does not wait
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
 
@@ -609,6 +612,57 @@ def case_attach(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+SILENT = """
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7470))
+s.listen()
+print("ready", flush=True)
+held = []
+while True:
+    held.append(s.accept()[0])       # accepted, never answered
+"""
+
+
+def case_silent(sptrace, spdaemon, tier, tmp):
+    """The peer's host has something on port 7470 that never answers: the
+    traced send waits at most --propagate-wait, and the daemon remembers the
+    host, so the next request does not wait again."""
+    cl = Cluster(sptrace, spdaemon, tmp, 2)
+    hosts = cl.hosts
+    procs = []
+    try:
+        cl.daemons[1].stop()
+        silent = hosts.popen(1, [sys.executable, "-c", SILENT], stdout=subprocess.PIPE, text=True)
+        procs.append(silent)
+        check(silent.stdout.readline() == "ready\n", "the silent listener did not start")
+        procs.append(start(hosts, 1, [tier, "backend", "7002"], user=False))
+        for i in range(2):
+            out = os.path.join(tmp, "client%d" % i)
+            r = hosts.run(0, [sptrace, "run", "--propagate-wait", "1500", "-o", out, "--", tier,
+                              "client", hosts.addrs[1], "7002", "2"], timeout=120)
+            check(r.returncode == 0 and r.stdout.startswith("backend 2 -> "),
+                  "client run %d: %r %r" % (i, r.stdout, r.stderr))
+        with open(os.path.join(tmp, "client0", "agent.log")) as f:
+            first = f.read()
+        with open(os.path.join(tmp, "client1", "agent.log")) as f:
+            second = f.read()
+        check("not followed" in first or "refused" in first,
+              "the first run's agent does not say its send went on:\n%s" % first)
+        m = re.search(r"the spdaemon refused: .*asked again after 30 s\) \(after ([\d.]+) ms\)",
+                      second)
+        check(m and float(m.group(1)) < 500,
+              "the daemon did not remember the silent host, or the second send waited:\n%s\n%s"
+              % (second, cl.logs()))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        cl.close()
+
+
 def case_nodaemon(sptrace, spdaemon, tier, tmp):
     hosts = Hosts(2)
     procs = {}
@@ -638,7 +692,7 @@ def main():
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
-         "unix": case_unix, "attach": case_attach}[case](
+         "unix": case_unix, "attach": case_attach, "silent": case_silent}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)
     finally:
         if not os.environ.get("KEEP"):

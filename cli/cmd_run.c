@@ -372,6 +372,9 @@ int cmd_run(int argc, char **argv)
 		if (session[0]) {
 			setenv("SPTRACE_SESSION", session, 1);
 			setenv("SPTRACE_PROPAGATE_WAIT", wait, 1);
+		} else {
+			unsetenv("SPTRACE_SESSION");    /* not an outer run's */
+			unsetenv("SPTRACE_PROPAGATE_WAIT");
 		}
 		execvp(argv[optind], argv + optind);
 		exec_errno = errno;

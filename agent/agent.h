@@ -456,7 +456,8 @@ const char *ag_propagate_wait(void);      /* milliseconds, as text */
 bool ag_propagating(void);
 int ag_propagate_ask(const ag_flow_chan *ch);   /* before the send; waits */
 int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|-" */
-bool ag_expecting(void);
+bool ag_expecting(void);                  /* some awaited receive is still awaited */
+bool ag_expect_mode(void);                /* only awaited receives start tracing */
 bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive? (uses it up) */
 void ag_came_from_fd(int fd);             /* tracing began at a receive on fd */
 bool ag_event_fires(const char *what, int fd, long rc, const void *data);   /* events.c */

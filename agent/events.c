@@ -49,7 +49,7 @@ bool ag_event_fires(const char *what, int fd, long rc, const void *data)
 {
 	struct stat st;
 
-	if (ag_expecting())
+	if (ag_expect_mode())
 		return strcmp(what, "recv") == 0 && ag_expect_match(fd, rc, data);
 	/* a read (or a breakpoint after one) is a receive on a socket only */
 	return strcmp(what, "recv") != 0 ||

@@ -817,8 +817,8 @@ bool ag_event_wanted(const char *what)
 {
 	if (finished)
 		return false;
-	if (ag_expecting())   /* propagate.c: a receive, on a thread not tracing yet */
-		return strcmp(what, "recv") == 0 &&
+	if (ag_expect_mode())   /* propagate.c: an awaited receive, on a thread not tracing yet */
+		return ag_expecting() && strcmp(what, "recv") == 0 &&
 		       (!active || (threads_event_only && !ag_may_trace_get()));
 	return !active && !event_spent && strcmp(on_event, what) == 0;
 }

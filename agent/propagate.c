@@ -52,6 +52,10 @@
  *  7. All of it with raw system calls: the receive may be a breakpoint's
  *     (a thread blocked in recv at injection, activate.c), in a signal
  *     handler.
+ *  8. An agent once given an expectation starts only at awaited receives,
+ *     never at any receive; one not met within EXPECT_NS (its sender gave
+ *     up, or the request went elsewhere) is given up, so a server injected
+ *     in vain does not pay the look at every receive for ever.
  *
  * Left: a TCP channel the agent did not see connected or accepted has no
  * absolute send offset, so its receiver starts at the first receive on the
@@ -101,7 +105,11 @@ typedef struct expect {
 	uint64_t inode;                  /* pipes */
 	uint64_t backlog;                /* pipes: bytes queued when armed */
 	volatile uint64_t seen;          /* pipes: bytes read since */
+	uint64_t until;                  /* CLOCK_MONOTONIC ns: given up after */
 } expect;
+
+#define EXPECT_NS 60000000000ull        /* point 8 */
+static volatile int expect_mode;         /* given an expectation once: point 8 */
 
 static expect expects[MAX_EXPECT];
 static volatile int nexpect;             /* waiting (2) */
@@ -481,6 +489,8 @@ int ag_expect_add(const char *line)
 		       "'pipe|unix INODE'", line);
 		return -1;
 	}
+	e.until = now_ns() + EXPECT_NS;
+	__atomic_store_n(&expect_mode, 1, __ATOMIC_RELEASE);
 	for (int i = 0; i < MAX_EXPECT; i++) {
 		int zero = 0;
 
@@ -511,6 +521,25 @@ int ag_expect_add(const char *line)
 bool ag_expecting(void)
 {
 	return __atomic_load_n(&nexpect, __ATOMIC_ACQUIRE) > 0;
+}
+
+bool ag_expect_mode(void)
+{
+	return __atomic_load_n(&expect_mode, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Point 8: e was not met in time; true if it is given up now. */
+static bool expired(expect *e, uint64_t now)
+{
+	int two = 2;
+
+	if (now < e->until || !__atomic_compare_exchange_n(&e->state, &two, 0, false,
+							  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return false;
+	__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
+	ag_log("an awaited receive did not come within %llu s: given up (its sender's request "
+	       "was not followed here)", EXPECT_NS / 1000000000ull);
+	return true;
 }
 
 static void addr_bytes(const struct sockaddr_storage *ss, int *family, uint8_t out[16],
@@ -684,11 +713,13 @@ bool ag_expect_match(int fd, long rc, const void *data)
 		return false;
 	}
 	what_fd(fd, &w);
+	uint64_t now = now_ns();
+
 	for (int i = 0; i < MAX_EXPECT && !hit && w.kind; i++) {
 		expect *e = &expects[i];
 		int two = 2;
 
-		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != 2 ||
+		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != 2 || expired(e, now) ||
 		    !matches(e, &w, fd, rc, data, &end) ||
 		    !__atomic_compare_exchange_n(&e->state, &two, 1, false, __ATOMIC_ACQ_REL,
 						 __ATOMIC_RELAXED))

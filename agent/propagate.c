@@ -11,23 +11,27 @@
  *     agent.  The session names where each host's daemon keeps the traces it
  *     injected (STATE/sessions/SESSION/PID) and what `sptrace collect`
  *     gathers.
- *  2. Once per channel (msgs.c claims it with one atomic exchange), on the
- *     first traced send, before the bytes go: an InjectRequest (proto/
- *     spd.proto) to the daemon of this network namespace, over its abstract
- *     UNIX socket, with the channel (this end -> the peer), the session and
- *     the absolute stream offset of the send's first byte when the agent
- *     knows it (msgs.c: tcp_bases); the daemon forwards it to the daemon of
- *     the peer's host.  The thread waits for the answer, at most wait_ms
+ *  2. Once per channel (msgs.c claims it with one atomic exchange: a TCP
+ *     connection, UDP to one peer, a pipe, a UNIX stream socket whose peer
+ *     the kernel named; never the standard streams), on the first traced
+ *     send, before the bytes go: an InjectRequest (proto/spd.proto) to the
+ *     daemon of this network namespace, over its abstract UNIX socket, with
+ *     the channel (this end -> the peer; a pipe or UNIX socket by the
+ *     receiving end's inode), the session, and what names the send: TCP,
+ *     the absolute stream offset of its first byte when the agent knows it
+ *     (msgs.c: tcp_bases); UDP, the datagram's content hash.  The daemon
+ *     forwards it to the daemon of the peer's host.  The thread waits for
+ *     the answer, at most wait_ms
  *     (SPTRACE_PROPAGATE_WAIT, `wait=`; 3000 by default): when the daemon
  *     answers, the agents at the other end are armed.  Then the send goes.
  *  3. The socket is the agent's (fds.c: high, registered, dropped after the
  *     answer).  Everything here is raw system calls, a stack buffer for the
  *     request and an mmap'd arena for the answer (protobuf-c's allocator):
  *     no malloc, no lock of the program's, errno as the program left it.
- *     A channel whose peer sent this process the traced request (an
- *     expectation matched on it, point 6) is not asked about: its other end
- *     is traced already -- the answer goes back to where the request came
- *     from.
+ *     A TCP channel whose peer sent this process the traced request (an
+ *     expectation matched on it, point 6, or the accept or receive that
+ *     started tracing) is not asked about: its other end is traced already
+ *     -- the answer goes back to where the request came from.
  *  4. No daemon (nothing listens at the socket): not asked again for 10 s,
  *     said once in agent.log.  Every answer goes into agent.log (each
  *     process and why) and meta (TRACE_META_PROPAGATED: the host that
@@ -35,20 +39,27 @@
  *
  * The receiving side (the expectations):
  *
- *  5. A daemon that injects the agent gives it the receive to start at:
- *     `expect=tcp SRC SPORT DST DPORT OFFSET` (OFFSET "-": unknown), in the
- *     sender's terms.  A daemon whose process has the agent of the session
- *     already writes the same line, as `expect ...`, into its control FIFO
- *     (control.c).  At most MAX_EXPECT wait at once.
- *  6. While one waits, every receive that returned data on a socket asks
- *     ag_expect_match: the socket's peer must be SRC:SPORT and its own
- *     address DST:DPORT, and the receive's bytes must reach past OFFSET --
- *     the kernel says where the stream is (TCP_INFO's bytes_received less
- *     what SIOCINQ says is still queued; a FIN received counts one).  The
- *     bytes before OFFSET were sent before the traced request: receives of
- *     them start nothing.  A match is used up; that thread starts tracing
- *     where it stands (main.c: ag_activate_on_event, or ag_follow_thread
- *     when the agent traces already).
+ *  5. A daemon that injects the agent gives it the receive to start at, in
+ *     the sender's terms: `expect=tcp SRC SPORT DST DPORT OFFSET`, `udp SRC
+ *     SPORT DST DPORT HASH` (OFFSET, HASH "-": unknown), `pipe INODE` or
+ *     `unix INODE`.  A pipe's or UNIX socket's expectation takes the bytes
+ *     queued in it now (FIONREAD) as written before the traced write: the
+ *     sender waits, so nothing of the request is queued yet.  A daemon whose
+ *     process has the agent of the session already writes the same line, as
+ *     `expect ...`, into its control FIFO (control.c).  At most MAX_EXPECT
+ *     wait at once.
+ *  6. While one waits, every receive that returned data on a socket or an
+ *     awaited pipe asks ag_expect_match.  TCP: the socket's peer must be
+ *     SRC:SPORT and its own address DST:DPORT, and the receive's bytes must
+ *     reach past OFFSET -- the kernel says where the stream is (TCP_INFO's
+ *     bytes_received less what SIOCINQ says is still queued; a FIN received
+ *     counts one); the bytes before OFFSET were sent before the traced
+ *     request, and receives of them start nothing.  UDP: a datagram to
+ *     DST:DPORT whose bytes hash to HASH.  Pipes and UNIX sockets: the read
+ *     whose bytes, counted since arming, pass the backlog.  A match is used
+ *     up; that thread starts tracing where it stands (main.c:
+ *     ag_activate_on_event, or follow_thread when the agent traces
+ *     already).
  *  7. All of it with raw system calls: the receive may be a breakpoint's
  *     (a thread blocked in recv at injection, activate.c), in a signal
  *     handler.

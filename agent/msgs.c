@@ -1037,8 +1037,9 @@ AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
 	ssize_t rc;
 
-	propagate(fd, (const struct sockaddr *)m->msg_name, m->msg_namelen, m->msg_iov,
-		  m->msg_iovlen);
+	if (m)                  /* else the C library says EFAULT */
+		propagate(fd, (const struct sockaddr *)m->msg_name, m->msg_namelen, m->msg_iov,
+			  m->msg_iovlen);
 	rc = real_sendmsg ? real_sendmsg(fd, m, flags)
 	     : sys(SYS_sendmsg, fd, (long)m, flags, 0, 0);
 	if (rc > 0 && tracing())
@@ -1051,7 +1052,7 @@ AG_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 {
 	int rc;
 
-	if (n)
+	if (n && v)
 		propagate(fd, (const struct sockaddr *)v[0].msg_hdr.msg_name,
 			  v[0].msg_hdr.msg_namelen, v[0].msg_hdr.msg_iov, v[0].msg_hdr.msg_iovlen);
 	rc = real_sendmmsg ? real_sendmmsg(fd, v, n, flags)

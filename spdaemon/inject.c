@@ -52,8 +52,11 @@
  * local requester's request goes on, as it is, to the daemon of that
  * address over mutual TLS, and its answer comes back (the other host
  * applies its own policy to "a daemon of another host").  When that daemon
- * answers, its address joins the session's peers (session.c), the hosts
- * `sptrace collect` and stop reach through this daemon.  A request from
+ * answers that one of its processes follows, its address joins the
+ * session's peers (session.c), the hosts `sptrace collect` and stop reach
+ * through this daemon.  The other host gets 3/4 of the time the requester
+ * waits; one whose daemon did not answer is remembered for
+ * SPD_UNREACHABLE_S and answered for at once meanwhile.  A request from
  * another host for an address that is not here is refused: no relays.
  */
 #include "spd_daemon.h"

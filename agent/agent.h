@@ -205,7 +205,9 @@ typedef struct ag_patch {
 	uint64_t redirect;       /* where a thread hitting the pending int3 goes */
 } ag_patch;
 
-int ag_patch_init(char *err, size_t errlen);
+/* defer_membarrier: the control thread registers (ag_patch_register) */
+int ag_patch_init(char *err, size_t errlen, bool defer_membarrier);
+void ag_patch_register(void);          /* membarrier, if not yet: before the first patch */
 /* Apply patches with the int3-first protocol (see the comment in patch.c),
  * in batches of the pending table's size. */
 int ag_patch_apply(ag_patch *p, size_t n);

@@ -140,6 +140,9 @@ static void *control_main(void *arg)
 	fifo_fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	ag_fd_keep(&fifo_fd, fifo, O_RDWR | O_NONBLOCK);
 	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
+	/* attached: membarrier's registration, left out of the start (patch.c);
+	 * the agent is dormant meanwhile, and the first patch waits for it */
+	ag_patch_register();
 	if (fifo_fd < 0) {
 		ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
 		       fifo, strerror(errno));

@@ -929,7 +929,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	 * the event names a function to find in them. */
 	bool defer = attached && strncmp(on_event, "call ", 5) != 0;
 
-	if (ag_patch_init(err, sizeof err) || ag_modules_init(err, sizeof err, defer) ||
+	if (ag_patch_init(err, sizeof err, attached) || ag_modules_init(err, sizeof err, defer) ||
 	    find_root(err, sizeof err)) {
 		fail(err);
 		return -1;

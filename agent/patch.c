@@ -48,6 +48,14 @@
 
 static volatile int mem_fd = -1;
 static bool have_membarrier;
+/*
+ * membarrier's registration costs a multithreaded process about 15 ms
+ * (measured attached, on this machine's kernel) and is not needed before
+ * the first patch: attached, the control thread makes it after the agent is
+ * dormant (ag_patch_register), and the first ag_serialize_cores waits for
+ * it.  0: not made, 1: being made, 2: made (have_membarrier says how).
+ */
+static volatile int mb_state;
 static struct sigaction old_trap;
 
 /* Sites whose first byte is int3 while a batch is applied (step 1..6). */
@@ -88,8 +96,36 @@ static volatile int act_fd = -1;          /* perf breakpoint, -1: the int3 */
 static volatile uint64_t act_was;         /* the perf breakpoint's address, once disarmed */
 static void (*act_handler)(struct ucontext_t *uc);
 
+static void register_membarrier(void)
+{
+	have_membarrier = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+				  0, 0) == 0;
+	if (!have_membarrier)
+		ag_log("patch: membarrier SYNC_CORE unavailable (%s); serialising with cpuid on "
+		       "this core only", strerror(errno));
+}
+
+/* The registration, if nobody made it yet; returns when it is made. */
+void ag_patch_register(void)
+{
+	int zero = 0;
+	struct timespec nap = { 0, 50000 };
+
+	if (__atomic_load_n(&mb_state, __ATOMIC_ACQUIRE) == 2)
+		return;
+	if (__atomic_compare_exchange_n(&mb_state, &zero, 1, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		register_membarrier();
+		__atomic_store_n(&mb_state, 2, __ATOMIC_RELEASE);
+		return;
+	}
+	while (__atomic_load_n(&mb_state, __ATOMIC_ACQUIRE) != 2)
+		nanosleep(&nap, NULL);     /* the control thread is making it */
+}
+
 void ag_serialize_cores(void)
 {
+	ag_patch_register();
 	if (have_membarrier)
 		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
 	else
@@ -286,7 +322,7 @@ static void on_trap_body(int sig, siginfo_t *si, void *ctx)
 	}
 }
 
-int ag_patch_init(char *err, size_t errlen)
+int ag_patch_init(char *err, size_t errlen, bool defer_membarrier)
 {
 	struct sigaction sa;
 
@@ -294,11 +330,8 @@ int ag_patch_init(char *err, size_t errlen)
 	ag_fd_keep(&mem_fd, "/proc/self/mem", O_RDWR);
 	if (mem_fd < 0)
 		ag_log("patch: /proc/self/mem: %s; falling back to mprotect", strerror(errno));
-	have_membarrier = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
-				  0, 0) == 0;
-	if (!have_membarrier)
-		ag_log("patch: membarrier SYNC_CORE unavailable (%s); serialising with cpuid on "
-		       "this core only", strerror(errno));
+	if (!defer_membarrier)
+		ag_patch_register();
 	pending = ag_alloc(MAX_PENDING * sizeof *pending);
 	applied = ag_alloc(MAX_APPLIED * sizeof *applied);
 	trap_sites = ag_alloc(TRAP_SLOTS * sizeof *trap_sites);
@@ -781,9 +814,10 @@ void ag_patch_after_fork(void)
 		mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
 		ag_fd_keep(&mem_fd, "/proc/self/mem", O_RDWR);
 	}
-	if (have_membarrier)
-		have_membarrier = syscall(SYS_membarrier,
-					  MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0;
+	/* the child's mm is new: registered at its first need (a registration
+	 * the parent's control thread was making is not the child's) */
+	mb_state = 0;
+	have_membarrier = false;
 	patch_lock = 0;
 	npending = 0;
 }

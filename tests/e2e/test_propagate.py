@@ -27,7 +27,8 @@ users).
           completes the trace's meta, every call up to the kill is kept,
           also in what `sptrace collect` gathers after that daemon restarted
   unix    a UNIX stream socket: a python3 client -> a user's python3 server,
-          traced from the request's receive
+          traced from the request's receive; the client's standard output,
+          a pipe this test reads, is not followed
   attach  `sptrace attach --on accept` to a running frontend: it follows an
           untraced client's request into the backend of another host
   silent  the peer host's port 7470 accepts and never answers: the send waits
@@ -553,6 +554,10 @@ def case_unix(sptrace, spdaemon, tier, tmp):
         check(r.returncode == 0 and r.stdout.strip() == "echo:hello over unix",
               "the traced client: %d %r %r\n%s" % (r.returncode, r.stdout, r.stderr, cl.logs()))
         session = session_of(r.stderr)
+        # the client printed into a pipe this test reads: not the request's way
+        with open("/proc/self/maps") as f:
+            check("sptrace-agent" not in f.read(),
+                  "the agent followed the client's standard output into the test itself")
         t = traces(cl.state(0), session)
         check(srv.pid in t and "\nactivated " in meta(t[srv.pid]),
               "the UNIX server (pid %d) was not traced: %s\n%s" % (srv.pid, t, cl.logs()))

@@ -264,22 +264,10 @@ static int send_dir(walk *w, int dfd, const char *rel, uid_t owner, int depth)
 /* Stop: "stop\n" into PID/control when it is the agent's FIFO. */
 static void stop_dir(walk *w, int pfd, uid_t owner)
 {
-	char proc[64];
-	struct stat st;
-	int fd = openat(pfd, "control", O_PATH | O_NOFOLLOW | O_CLOEXEC), wfd = -1;
-
-	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && st.st_uid == owner) {
-		snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-		wfd = open(proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-	}
-	if (wfd >= 0 && write(wfd, "stop\n", 5) == 5)
+	if (spd_agent_tell(pfd, owner, "stop\n") == 0)
 		w->stopped++;
 	else
 		w->nostop++;
-	if (wfd >= 0)
-		close(wfd);
-	if (fd >= 0)
-		close(fd);
 }
 
 /* Steps 2 and 4 over the session's PID directories. */

@@ -346,31 +346,23 @@ static void remember(spd_daemon *d, pid_t pid, uid_t uid, const char *session, c
  * say "expect LINE".  0, or -1 and *why. */
 static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *why, size_t len)
 {
-	char path[64], want[256], buf[65536];
+	char want[256], buf[65536];
 	struct stat st;
-	int dfd, pfd, fd = -1;
+	int dfd;
 	ssize_t n;
 
 	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
 		snprintf(why, len, "%s: %s", dir, strerror(errno));
 		return -1;
 	}
-	pfd = openat(dfd, "control", O_PATH | O_NOFOLLOW | O_CLOEXEC);
-	if (pfd < 0 || fstat(pfd, &st) != 0 || !S_ISFIFO(st.st_mode) || st.st_uid != uid) {
-		snprintf(why, len, "%s/control is not the agent's FIFO (uid %u): not told to follow",
-			 dir, (unsigned)uid);
-		goto fail;
+	snprintf(want, sizeof want, "expect %s\n", line);
+	if (spd_agent_tell(dfd, uid, want) != 0) {
+		snprintf(why, len, errno == EPERM ? "%s/control is not the agent's FIFO (uid %u): not "
+			 "told to follow" : "%s/control: cannot write (uid %u): is the agent still "
+			 "there?", dir, (unsigned)uid);
+		close(dfd);
+		return -1;
 	}
-	snprintf(path, sizeof path, "/proc/self/fd/%d", pfd);
-	fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-	n = snprintf(want, sizeof want, "expect %s\n", line);
-	if (fd < 0 || write(fd, want, (size_t)n) != n) {
-		snprintf(why, len, "%s/control: %s (is the agent still there?)", dir, strerror(errno));
-		goto fail;
-	}
-	close(fd);
-	close(pfd);
-	fd = pfd = -1;
 	for (int tries = 0; tries < 1000; tries++) {
 		int mfd = openat(dfd, "meta", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 
@@ -391,11 +383,6 @@ static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *wh
 		usleep(1000);
 	}
 	snprintf(why, len, "the agent did not take the receive to follow within a second");
-fail:
-	if (fd >= 0)
-		close(fd);
-	if (pfd >= 0)
-		close(pfd);
 	close(dfd);
 	return -1;
 }

@@ -12,6 +12,7 @@
  */
 #include "spd_daemon.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,4 +163,28 @@ void spd_session_peers_free(char **v, size_t n)
 	for (size_t i = 0; i < n; i++)
 		free(v[i]);
 	free(v);
+}
+
+int spd_agent_tell(int dirfd, uid_t owner, const char *line)
+{
+	char proc[64];
+	struct stat st;
+	size_t n = strlen(line);
+	int fd = openat(dirfd, "control", O_PATH | O_NOFOLLOW | O_CLOEXEC), wfd = -1, rc = -1, e;
+
+	if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode) || st.st_uid != owner))
+		errno = EPERM;
+	else if (fd >= 0) {
+		snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+		wfd = open(proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	}
+	if (wfd >= 0 && write(wfd, line, n) == (ssize_t)n)
+		rc = 0;
+	e = errno;
+	if (wfd >= 0)
+		close(wfd);
+	if (fd >= 0)
+		close(fd);
+	errno = e;
+	return rc;
 }

@@ -64,6 +64,12 @@ int spd_session_check(const char *session, sp_err *err);
  * is none, without `create`). */
 int spd_session_open(const spd_daemon *d, const char *session, int create, sp_err *err);
 /* `host` (a name or an address) into the session's peers, once. */
+/* A command line ("stop\n", "expect ...\n") into the control FIFO of the
+ * agent whose trace directory is `dirfd`: only a FIFO owned by `owner`,
+ * opened without following a link (O_PATH, fstat) and reopened for writing
+ * through /proc/self/fd without blocking, as `sptrace stop` does.  0, or -1
+ * (errno; EPERM: not the agent's FIFO). */
+int spd_agent_tell(int dirfd, uid_t owner, const char *line);
 int spd_session_add_peer(const spd_daemon *d, const char *session, const char *host,
 			 sp_err *err);
 /* The peers of the session whose directory is sfd (none: *n = 0); free

@@ -133,10 +133,7 @@ def meta(d):
 
 
 def case_tiers(sptrace, spdaemon, tier, tmp):
-    os.chmod(tmp, 0o755)
-    prog = os.path.join(tmp, "tier")
-    shutil.copy(tier, prog)
-    os.chmod(prog, 0o755)
+    prog = reachable_copy(tier, tmp)
     kd = os.path.join(tmp, "keys")
     hosts = Hosts(3)
     daemons = []
@@ -211,10 +208,7 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
               "the frontend's first traced receive is not the request's first byte:\n%s" %
               fr[-1500:])
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs.values())
         for d in daemons:
             d.stop()
         hosts.close()
@@ -255,6 +249,22 @@ class Cluster:
         for d in self.daemons:
             d.stop()
         self.hosts.close()
+
+
+def reachable_copy(tier, tmp):
+    """tier copied where the servers' user can run it (tmp made 0755)."""
+    os.chmod(tmp, 0o755)
+    prog = os.path.join(tmp, "tier")
+    shutil.copy(tier, prog)
+    os.chmod(prog, 0o755)
+    return prog
+
+
+def kill_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def terminate(procs):
@@ -408,10 +418,7 @@ def case_policy(sptrace, spdaemon, tier, tmp):
     """A user's traced client asks for root's server on the same host: the
     daemon refuses (a user may have only its own processes traced), says
     why, and root's server never gets the agent; the request is answered."""
-    os.chmod(tmp, 0o755)
-    prog = os.path.join(tmp, "tier")
-    shutil.copy(tier, prog)
-    os.chmod(prog, 0o755)
+    prog = reachable_copy(tier, tmp)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     addr = cl.hosts.addrs[0]
     procs = []
@@ -437,10 +444,7 @@ def case_policy(sptrace, spdaemon, tier, tmp):
                                 (back.pid, back.pid)], "the refusal in the daemon's log")
         finish(back)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs)
         cl.close()
 
 
@@ -448,10 +452,7 @@ def case_killed(sptrace, spdaemon, tier, tmp):
     """The backend, traced from the request, is killed with SIGKILL in the
     middle of it: its daemon completes the trace (meta's end), which keeps
     every call up to the kill; the frontend answers without it."""
-    os.chmod(tmp, 0o755)
-    prog = os.path.join(tmp, "tier")
-    shutil.copy(tier, prog)
-    os.chmod(prog, 0o755)
+    prog = reachable_copy(tier, tmp)
     cl = Cluster(sptrace, spdaemon, tmp, 3)
     procs = {}
     try:
@@ -497,10 +498,7 @@ def case_killed(sptrace, spdaemon, tier, tmp):
         stop_all(procs)
         procs = {}
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs.values())
         cl.close()
 
 
@@ -571,10 +569,7 @@ def case_unix(sptrace, spdaemon, tier, tmp):
         check("early" not in rr.stdout and "bytes 0..5)" not in rr.stdout.split("recv(unix")[0],
               "the server was traced before the request")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs)
         cl.close()
 
 
@@ -582,10 +577,7 @@ def case_attach(sptrace, spdaemon, tier, tmp):
     """`sptrace attach --on accept` to the running frontend on host 1: an
     untraced client's request starts it, and it follows the request into
     the backend on host 2; collect from the attach's trace."""
-    os.chmod(tmp, 0o755)
-    prog = os.path.join(tmp, "tier")
-    shutil.copy(tier, prog)
-    os.chmod(prog, 0o755)
+    prog = reachable_copy(tier, tmp)
     cl = Cluster(sptrace, spdaemon, tmp, 3)
     procs = {}
     try:
@@ -610,10 +602,7 @@ def case_attach(sptrace, spdaemon, tier, tmp):
         collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[1]: [front],
                                                 cl.hosts.addrs[2]: [back]}, [], origin=1)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs.values())
         cl.close()
 
 
@@ -661,10 +650,7 @@ def case_silent(sptrace, spdaemon, tier, tmp):
               "the daemon did not remember the silent host, or the second send waited:\n%s\n%s"
               % (second, cl.logs()))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs)
         cl.close()
 
 

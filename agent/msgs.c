@@ -52,7 +52,8 @@
  *    (unix_peer) that holds a low number for the instant before it is moved
  *    high;
  *  - TCP sent offsets stay relative on a descriptor whose connect or accept
- *    the agent did not see (tcp_bases, point 4); an end of stream returned
+ *    the agent did not see and sock_diag did not answer for (tcp_bases,
+ *    point 4); an end of stream returned
  *    by recvmmsg, splice or sendfile is not recorded.
  */
 #include <dlfcn.h>
@@ -62,6 +63,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <linux/netlink.h>
+#include <linux/inet_diag.h>
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <linux/sockios.h>
@@ -499,10 +501,12 @@ static long sys(long nr, long a, long b, long c, long d, long e)
  *     byte the program writes.  ACKs move bytes from one term to the other.
  *  4. The SYN takes a sequence number: the end that connected counts it in
  *     tcpi_bytes_acked (its snd_una starts at the SYN), the end that
- *     accepted does not (its snd_una starts after its SYN-ACK).  So the
- *     sent offset is known only on a number connect() or accept() handed out
- *     under the agent (`opened`); on one the agent did not see open (an
- *     attach, an inherited descriptor, a dup) sent offsets stay relative.
+ *     accepted does not (its snd_una starts after its SYN-ACK).  Which end
+ *     this is: connect() or accept() handed the number out under the agent
+ *     (`opened`); else (an attach, an inherited descriptor, a dup, a kept
+ *     connection made before the agent came) sock_diag says whether a
+ *     listener holds this end's address (opened_by_lookup).  Neither
+ *     answering, sent offsets stay relative.
  *  5. The FIN takes one too: once this end sent its FIN (FIN_WAIT1, FIN_WAIT2,
  *     CLOSING, TIME_WAIT, LAST_ACK) write_seq counts it, take 1 off the sent
  *     offset; once the peer's came in (CLOSE_WAIT, LAST_ACK, CLOSING,
@@ -521,6 +525,8 @@ static long sys(long nr, long a, long b, long c, long d, long e)
 enum { S_SYN_SENT = 2, S_SYN_RECV, S_FIN_WAIT1, S_FIN_WAIT2, S_TIME_WAIT, S_CLOSE,
        S_CLOSE_WAIT, S_LAST_ACK, S_LISTEN, S_CLOSING };
 
+static uint8_t opened_by_lookup(int fd);
+
 static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
 {
 	struct tcp_info ti;
@@ -529,6 +535,9 @@ static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
 	uint64_t pos[2];
 	uint8_t how = (unsigned)fd < FD_MAX ? __atomic_load_n(&opened[fd], __ATOMIC_RELAXED) : 0;
 	int tries;
+
+	if (!how)
+		how = opened_by_lookup(fd);                            /* 4 */
 
 	for (tries = 0; tries < 3; tries++) {                          /* 1 */
 		tl = sizeof ti;
@@ -639,6 +648,69 @@ static uint64_t unix_peer(uint64_t inode)
 	}
 	__atomic_store_n(&diag_lock, 0, __ATOMIC_RELEASE);
 	return peer;                                                    /* 3 */
+}
+
+/*
+ * A TCP connection whose connect or accept the agent did not see (it was
+ * made before the agent came: an attach, a kept connection of a pool):
+ * which end opened it, asked of sock_diag once, when it is classified
+ * (tcp_bases, point 4).  One exact lookup of this end's address with no
+ * peer finds, as the kernel does for an incoming SYN, the listener there
+ * if there is one: then this end was accepted; none (ENOENT): it connected.
+ * 0: unknown (no answer).  Wrong only for a connection accepted from a
+ * listener closed since (its sent offsets are then one too high).
+ */
+static uint8_t opened_by_lookup(int fd)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct inet_diag_req_v2 req;
+	} q = { .nh = { .nlmsg_len = sizeof q, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			.nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 2 },
+		.req = { .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
+			 .id = { .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } } };
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	struct sockaddr_storage la;
+	socklen_t ll = sizeof la;
+	union {
+		struct nlmsghdr nh;
+		char buf[1024];
+	} a;
+	struct timespec nap = { 0, 10000 };
+	int dfd = diag_fd;
+	uint8_t how = 0;
+	long n;
+
+	if (dfd < 0 || diag_pid != getpid() ||
+	    sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0)
+		return 0;
+	q.req.sdiag_family = (uint8_t)la.ss_family;
+	if (la.ss_family == AF_INET) {
+		memcpy(q.req.id.idiag_src, &((struct sockaddr_in *)&la)->sin_addr, 4);
+		q.req.id.idiag_sport = ((struct sockaddr_in *)&la)->sin_port;
+	} else if (la.ss_family == AF_INET6) {
+		memcpy(q.req.id.idiag_src, &((struct sockaddr_in6 *)&la)->sin6_addr, 16);
+		q.req.id.idiag_sport = ((struct sockaddr_in6 *)&la)->sin6_port;
+	} else {
+		return 0;
+	}
+	while (__atomic_exchange_n(&diag_lock, 1, __ATOMIC_ACQUIRE))
+		nanosleep(&nap, NULL);
+	while (sys(SYS_recvfrom, dfd, (long)&a, sizeof a, MSG_DONTWAIT, 0) > 0)
+		;
+	if (syscall(SYS_sendto, dfd, &q, sizeof q, 0, &kernel, sizeof kernel) == (long)sizeof q &&
+	    (n = sys(SYS_recvfrom, dfd, (long)&a, sizeof a, MSG_DONTWAIT, 0)) > 0 &&
+	    NLMSG_OK(&a.nh, (unsigned long)n)) {
+		if (a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+		    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+			how = ((struct inet_diag_msg *)NLMSG_DATA(&a.nh))->idiag_state == S_LISTEN
+			      ? OPENED_PASSIVE : 0;
+		else if (a.nh.nlmsg_type == NLMSG_ERROR &&
+			 ((struct nlmsgerr *)NLMSG_DATA(&a.nh))->error == -ENOENT)
+			how = OPENED_ACTIVE;
+	}
+	__atomic_store_n(&diag_lock, 0, __ATOMIC_RELEASE);
+	return how;
 }
 
 /* Point 1: the netlink socket, made while the program waits (control.c). */

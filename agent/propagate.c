@@ -68,10 +68,10 @@
  *     up, or the request went elsewhere) is given up, so a server injected
  *     in vain does not pay the look at every receive for ever.
  *
- * Left: a TCP channel the agent did not see connected or accepted has no
- * absolute send offset, so its receiver starts at the first receive on the
- * channel after arming; UNIX datagram sockets are not followed; a pipe or
- * UNIX socket with several readers counts each reader's bytes alone.
+ * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
+ * point 4) names no offset, and its receiver starts at the first receive on
+ * the channel after arming; UNIX datagram sockets are not followed; a pipe
+ * or UNIX socket with several readers counts each reader's bytes alone.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -180,6 +180,13 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         check(len(helper) == 1 and helper[0] in t1, "the frontend's helper %s (over a pipe) was "
               "not traced: %s\n%s" % (helper, t1, logs))
         check(pids["decoy"] not in t2, "the decoy was traced")
+        # the frontend connected to the backend before it had the agent: its
+        # sent offsets are absolute all the same (sock_diag said it connected)
+        with open(os.path.join(t2[pids["backend"]], "agent.log")) as f:
+            blog = f.read()
+        check(re.search(r"expecting the receive of tcp %s:\d+ -> %s:7002 at stream offset 0" %
+                        (re.escape(hosts.addrs[1]), re.escape(hosts.addrs[2])), blog),
+              "the backend did not await the request at its absolute offset:\n%s" % blog)
         outs = stop_all(procs)
         procs = {}
         for name in ("frontend", "backend", "monitor", "decoy"):

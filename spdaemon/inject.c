@@ -532,6 +532,65 @@ static void host_failed(const char *host, const char *why)
 	pthread_mutex_unlock(&unreachable_lock);
 }
 
+/*
+ * Connections to other hosts' daemons are kept, one per host, for
+ * SPD_KEPT_S after their last answer: a traced program's every new
+ * connection to a host asks its daemon again, and a TLS handshake each time
+ * costs both daemons (about 3 ms here).  A kept connection is used by one
+ * request at a time (taken out while in use); one the other end closed
+ * meanwhile is replaced by a new one, once.  The other daemon ends an idle
+ * connection after 60 s of silence: SPD_KEPT_S stays well below.
+ */
+#define SPD_KEPT_S 20
+#define SPD_KEPT_MAX 16
+
+static struct {
+	char host[INET6_ADDRSTRLEN];     /* "": free */
+	spd_conn c;
+	double since;
+} kept[SPD_KEPT_MAX];
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool kept_take(const char *host, spd_conn *out)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&kept_lock);
+	for (unsigned i = 0; i < SPD_KEPT_MAX; i++) {
+		if (!kept[i].host[0])
+			continue;
+		if (now_ms() - kept[i].since > SPD_KEPT_S * 1000.0) {
+			spd_conn_close(&kept[i].c);      /* stale, any host's */
+			kept[i].host[0] = '\0';
+		} else if (!found && strcmp(kept[i].host, host) == 0) {
+			*out = kept[i].c;
+			kept[i].host[0] = '\0';
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&kept_lock);
+	return found;
+}
+
+static void kept_put(const char *host, spd_conn *c)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&kept_lock);
+	for (i = 0; i < SPD_KEPT_MAX && kept[i].host[0]; i++)
+		if (strcmp(kept[i].host, host) == 0)
+			break;                           /* one per host */
+	if (i < SPD_KEPT_MAX && !kept[i].host[0]) {
+		snprintf(kept[i].host, sizeof kept[i].host, "%s", host);
+		kept[i].c = *c;
+		kept[i].since = now_ms();
+		c = NULL;
+	}
+	pthread_mutex_unlock(&kept_lock);
+	if (c)
+		spd_conn_close(c);
+}
+
 /* The request, as it is, to the daemon of the channel's destination; its
  * answer back to the requester under the requester's id. */
 static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const spd_channel *ch,
@@ -551,8 +610,13 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 	if (timeout > 10)
 		timeout = 10;
 	inet_ntop(ch->dst.family, ch->dst.addr, host, sizeof host);
-	if (host_unreachable(host, err) || !spd_tls_client(d, err) ||
-	    spd_tls_connect(d->tls_client, host, d->port, timeout, &far, err) != 0) {
+	bool reused = kept_take(host, &far);
+
+	if (reused)
+		spd_conn_timeout(&far, timeout);
+again:
+	if (!reused && (host_unreachable(host, err) || !spd_tls_client(d, err) ||
+		      spd_tls_connect(d->tls_client, host, d->port, timeout, &far, err) != 0)) {
 		host_failed(host, err->msg);
 		spd_send_error(c, id, err->msg);
 		spd_log("%s: inject session %s for %s: %s", c->peer, req->inject->session, host,
@@ -560,8 +624,21 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 		return;
 	}
 	tc = now_ms() - t0;
-	r = spd_frame_write(&far, req, err) == 0 ? spd_frame_read(&far, &rep, err) : -1;
-	spd_conn_close(&far);
+	if (spd_frame_write(&far, req, err) != 0) {
+		r = -2;                  /* nothing reached the other host */
+	} else {
+		r = spd_frame_read(&far, &rep, err);
+	}
+	if (reused && (r == -2 || r == 0)) {
+		/* a kept connection the other end closed meanwhile: a new one */
+		spd_conn_close(&far);
+		reused = false;
+		goto again;
+	}
+	if (r == 1)
+		kept_put(host, &far);
+	else
+		spd_conn_close(&far);
 	if (r != 1) {
 		if (r == 0)
 			sp_fail(err, "the spdaemon of %s closed the connection without an answer", host);
@@ -571,9 +648,10 @@ static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const 
 		return;
 	}
 	spd_log("%s: inject session %s: forwarded to the spdaemon of %s, which answered with %s "
-		"in %.1f ms (%.1f ms of it the TLS connection)", c->peer, req->inject->session, host,
-		rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY ? "the processes it found"
-		: "an error", now_ms() - t0, tc);
+		"in %.1f ms (%.1f ms of it the TLS connection%s)", c->peer, req->inject->session,
+		host, rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY ?
+		"the processes it found" : "an error", now_ms() - t0, tc,
+		reused ? ", kept from before" : "");
 	/* That host takes part in the session now, if one of its processes
 	 * follows: `sptrace collect` asks it. */
 	if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY && following(rep) &&

@@ -124,6 +124,8 @@ int spd_tls_connect(struct ssl_ctx_st *ctx, const char *host, int port, double t
 /* The server's side of the handshake on accepted socket c->fd (c->peer
  * holds its address); c->peer then names the certificate too. */
 int spd_tls_accept(struct ssl_ctx_st *ctx, spd_conn *c, sp_err *err);
+/* Reads and writes on c give up after `seconds`. */
+void spd_conn_timeout(spd_conn *c, double seconds);
 /* Connect to this network namespace's daemon (SPD_SOCKET). */
 int spd_local_connect(spd_conn *c, sp_err *err);
 void spd_conn_close(spd_conn *c);

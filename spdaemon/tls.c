@@ -217,6 +217,11 @@ int spd_tls_accept(SSL_CTX *ctx, spd_conn *c, sp_err *err)
 	return 0;
 }
 
+void spd_conn_timeout(spd_conn *c, double seconds)
+{
+	set_timeouts(c->fd, seconds);
+}
+
 int spd_local_connect(spd_conn *c, sp_err *err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -19,7 +19,8 @@ users).
           decoy's) and `sptrace replay OUT` shows each under its host.
   chain   curl -> nginx (a root master, two workers as nobody, proxy_pass) ->
           python3 -m http.server: one worker and the python server traced
-          from the request, the master not; two URLs on one connection
+          from the request, the master not; two URLs on one connection; the
+          second upstream connection asked over the daemons' kept connection
   redis   redis-cli -> redis-server: traced from the first command
   policy  a user's client asking for root's server on its host: refused,
           said in its agent.log and the daemon's log; the server untouched
@@ -362,6 +363,10 @@ def case_chain(sptrace, spdaemon, tier, tmp):
         check(re.search(r"\(tcp %s:\d+ -> %s:8000" % (re.escape(addrs[1]), re.escape(addrs[2])),
                         wr.stdout),
               "the nginx worker's replay shows no send to the python server")
+        # nginx's second connection to the python server: its daemon asked
+        # host 2's daemon again over the connection kept from the first
+        cl.daemons[1].wait_log(["forwarded to the spdaemon of %s" % addrs[2],
+                                "kept from before"], "the kept connection between daemons")
         pr = run([sptrace, "replay", t2[py.pid]])
         check(pr.returncode == 0 and re.search(r"\(tcp %s:8000 <- %s:\d+, bytes 0\.\." %
                                                 (re.escape(addrs[2]), re.escape(addrs[1])), pr.stdout),

@@ -107,7 +107,8 @@ def main():
                       (len(split["holders"]), med(split["holders"])),
                       "| (daemon) putting the agent in | %d | %s |" %
                       (len(split["agents"]), med(split["agents"])),
-                      "| (daemon) TLS connection to the peer's daemon | %d | %s |" %
+                      "| (daemon) a new TLS connection to the peer's daemon (the others "
+                      "kept) | %d | %s |" %
                       (len(split["tls"]), med(split["tls"])), ""]
         # 2. throughput
         rows = []

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "trace_format.h"
-#include "trace_read.h"
+#include "analysis.h"
 
 /* Images of one process replayed one after the other (exec after exec), as
  * many as sptrace run follows (cmd_run.c). */

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_trace.c — libFuzzer target for the trace-directory reader
- * (analysis/trace_read.c): meta, sites, a ring file, its seg file and the
+ * (analysis/): meta, sites, a ring file, its seg file and the
  * channels file.
  *
  * An input is up to five files separated by FUZZ_TRACE_SEP (fuzz_trace.h):
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trace_read.h"
+#include "analysis.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,7 @@
 /*
- * trace_read.h — read a trace directory (format: common/trace_format.h).
+ * analysis.h — the analysis library: read trace directories (format:
+ * common/trace_format.h) and analyse them.  Its files, by job, are listed in
+ * an_internal.h.
  *
  * an_trace_open() reads and checks everything a reader needs before it prints
  * a line: the meta file, the sites file, the header of every ring file, and
@@ -18,8 +20,8 @@
  *
  * Nothing here is thread-safe: one an_trace per thread of the reader.
  */
-#ifndef AN_TRACE_READ_H
-#define AN_TRACE_READ_H
+#ifndef ANALYSIS_H
+#define ANALYSIS_H
 
 #include <stddef.h>
 #include <stdint.h>

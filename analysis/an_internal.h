@@ -44,6 +44,7 @@ typedef struct map {
 
 typedef struct meta_kv {
 	char *key, *val;
+	size_t line;             /* its line number in the file */
 } meta_kv;
 
 typedef struct module {
@@ -57,9 +58,7 @@ typedef struct module {
 
 struct an_trace {
 	char *dir;
-	char *meta_text;         /* the meta file; meta[] points into it */
-	meta_kv *meta;
-	size_t nmeta, capmeta;
+	an_meta *meta;           /* the meta file; module paths point into it */
 	uint64_t tsc_hz, tsc0;
 	int64_t mono0, real0;
 	module *mods;            /* sorted by index */

@@ -60,6 +60,33 @@ typedef struct an_open_opts {
 	int demangle;            /* enum an_demangle (0: simple) */
 } an_open_opts;
 
+/* ---- meta (trace_format.h: one "key value" line each, TRACE_META_*) ---- */
+
+/*
+ * The one reader of a trace's meta file, for every command: the lines of
+ * DIR/meta as they are now (the agent appends while it runs: read again to
+ * see more).  Empty lines and '#' lines are skipped; a line without a space
+ * is a key with an empty value.  The file must be a regular file (no link,
+ * FIFO or device) of at most TRACE_META_MAX_BYTES with no NUL byte.
+ * -1 with err naming the file (errno says why: ENOENT no meta there).
+ */
+typedef struct an_meta an_meta;
+
+int an_meta_read(const char *dir, an_meta **out, sp_err *err);
+void an_meta_free(an_meta *m);
+size_t an_meta_nlines(const an_meta *m);
+/* Line i's key, value and line number in the file (NULL, 0 past the end). */
+const char *an_meta_key(const an_meta *m, size_t i);
+const char *an_meta_val(const an_meta *m, size_t i);
+size_t an_meta_lineno(const an_meta *m, size_t i);
+/* The value of the first / the last line with this key, NULL if none. */
+const char *an_meta_get(const an_meta *m, const char *key);
+const char *an_meta_last(const an_meta *m, const char *key);
+/* How many lines have this key. */
+size_t an_meta_count(const an_meta *m, const char *key);
+
+/* ---- the trace ---- */
+
 /* Open the trace directory `dir`.  Returns 0 and *out, or -1 with err naming
  * the file and the problem.  an_trace_open uses the default options. */
 int an_trace_open(const char *dir, an_trace **out, sp_err *err);

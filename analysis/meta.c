@@ -97,21 +97,41 @@ static int meta_number(an_trace *t, const char *meta_path, const char *key, cons
 	return 0;
 }
 
-int an_read_meta(an_trace *t, sp_err *err)
-{
-	char path[PATH_MAX], where[PATH_MAX + 32], *buf, *p;
-	size_t len, lineno = 0;
-	uint64_t v;
+/* ---- an_meta: the one reader of meta every command uses ---- */
 
-	snprintf(path, sizeof path, "%s/meta", t->dir);
-	if (an_slurp(path, TRACE_META_MAX_BYTES, &buf, &len) < 0)
-		return sp_fail(err, "%s: cannot read: %s%s", path, an_errno_text(errno),
-			       errno == ENOENT ? " (is this a trace directory?)" : "");
+struct an_meta {
+	char *text;              /* the file; keys and values point into it */
+	meta_kv *kv;
+	size_t n, cap;
+};
+
+int an_meta_read(const char *dir, an_meta **out, sp_err *err)
+{
+	char path[PATH_MAX + 8], *buf, *p;
+	size_t len, lineno = 0;
+	an_meta *m;
+
+	*out = NULL;
+	snprintf(path, sizeof path, "%s/meta", dir);
+	if (an_slurp(path, TRACE_META_MAX_BYTES, &buf, &len) < 0) {
+		int e = errno;
+
+		sp_fail(err, "%s: cannot read: %s%s", path, an_errno_text(e),
+			e == ENOENT ? " (is this a trace directory?)" : "");
+		errno = e;
+		return -1;
+	}
 	if (strlen(buf) != len) {
 		free(buf);
+		errno = EINVAL;
 		return sp_fail(err, "%s: holds a NUL byte: not a meta file, or a corrupt one", path);
 	}
-	t->meta_text = buf;      /* keys and values point into it */
+	if (!(m = calloc(1, sizeof *m))) {
+		free(buf);
+		errno = ENOMEM;
+		return sp_fail(err, "out of memory");
+	}
+	m->text = buf;
 	for (p = buf; *p; ) {
 		char *line = p, *nl = strchr(p, '\n'), *sp;
 
@@ -124,21 +144,97 @@ int an_read_meta(an_trace *t, sp_err *err)
 		}
 		if (*line == '\0' || *line == '#')
 			continue;
-		if (sp_grow((void **)&t->meta, &t->capmeta, t->nmeta + 1, sizeof *t->meta))
+		if (sp_grow((void **)&m->kv, &m->cap, m->n + 1, sizeof *m->kv)) {
+			an_meta_free(m);
+			errno = ENOMEM;
 			return sp_fail(err, "out of memory");
+		}
 		sp = strchr(line, ' ');
 		if (sp)
 			*sp = '\0';
-		t->meta[t->nmeta].key = line;
-		t->meta[t->nmeta].val = sp ? sp + 1 : line + strlen(line);
-		t->nmeta++;
-		if (strcmp(line, TRACE_META_MODULE) == 0) {
-			snprintf(where, sizeof where, "%s:%zu", path, lineno);
-			if (parse_module(t, where, lineno, t->meta[t->nmeta - 1].val, err))
+		m->kv[m->n].key = line;
+		m->kv[m->n].val = sp ? sp + 1 : line + strlen(line);
+		m->kv[m->n].line = lineno;
+		m->n++;
+	}
+	*out = m;
+	return 0;
+}
+
+void an_meta_free(an_meta *m)
+{
+	if (!m)
+		return;
+	free(m->text);
+	free(m->kv);
+	free(m);
+}
+
+size_t an_meta_nlines(const an_meta *m)
+{
+	return m ? m->n : 0;
+}
+
+const char *an_meta_key(const an_meta *m, size_t i)
+{
+	return m && i < m->n ? m->kv[i].key : NULL;
+}
+
+const char *an_meta_val(const an_meta *m, size_t i)
+{
+	return m && i < m->n ? m->kv[i].val : NULL;
+}
+
+size_t an_meta_lineno(const an_meta *m, size_t i)
+{
+	return m && i < m->n ? m->kv[i].line : 0;
+}
+
+const char *an_meta_get(const an_meta *m, const char *key)
+{
+	for (size_t i = 0; m && i < m->n; i++)
+		if (strcmp(m->kv[i].key, key) == 0)
+			return m->kv[i].val;
+	return NULL;
+}
+
+const char *an_meta_last(const an_meta *m, const char *key)
+{
+	for (size_t i = m ? m->n : 0; i-- > 0; )
+		if (strcmp(m->kv[i].key, key) == 0)
+			return m->kv[i].val;
+	return NULL;
+}
+
+size_t an_meta_count(const an_meta *m, const char *key)
+{
+	size_t c = 0;
+
+	for (size_t i = 0; m && i < m->n; i++)
+		c += strcmp(m->kv[i].key, key) == 0;
+	return c;
+}
+
+/* ---- the trace's parse of it ---- */
+
+int an_read_meta(an_trace *t, sp_err *err)
+{
+	char path[PATH_MAX], where[PATH_MAX + 32];
+	uint64_t v;
+	an_meta *m;
+
+	snprintf(path, sizeof path, "%s/meta", t->dir);
+	if (an_meta_read(t->dir, &t->meta, err) < 0)
+		return -1;
+	m = t->meta;
+	for (size_t i = 0; i < m->n; i++)
+		if (strcmp(m->kv[i].key, TRACE_META_MODULE) == 0) {
+			/* parse_module cuts the value into its fields, in place */
+			snprintf(where, sizeof where, "%s:%zu", path, m->kv[i].line);
+			if (parse_module(t, where, m->kv[i].line, m->kv[i].val, err))
 				return -1;
 		}
-	}
-	if (!t->nmeta)
+	if (!m->n)
 		return sp_fail(err, "%s: empty; the agent writes it when the trace starts", path);
 	if (!an_trace_meta(t, TRACE_META_VERSION))
 		return sp_fail(err, "%s: no 'version' line: not an sptrace trace, or an "

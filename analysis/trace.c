@@ -74,10 +74,7 @@ const an_func *an_func_get(const an_trace *t, uint32_t i)
 
 const char *an_trace_meta(const an_trace *t, const char *key)
 {
-	for (size_t i = 0; i < t->nmeta; i++)
-		if (strcmp(t->meta[i].key, key) == 0)
-			return t->meta[i].val;
-	return NULL;
+	return an_meta_get(t->meta, key);
 }
 
 /* Read a whole small regular file (never a FIFO, a device or a link: see
@@ -181,8 +178,7 @@ void an_trace_close(an_trace *t)
 {
 	if (!t)
 		return;
-	free(t->meta_text);
-	free(t->meta);
+	an_meta_free(t->meta);
 	for (size_t i = 0; i < t->nmods; i++)
 		ca_module_free(t->mods[i].ca);
 	free(t->mods);

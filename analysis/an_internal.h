@@ -94,12 +94,20 @@ struct reset {
 	uint64_t epoch;
 };
 
+typedef struct seg_chunk {
+	off_t off;               /* file offset of its first record */
+	size_t pos;              /* its first record among the thread's kept ones */
+	uint64_t n;
+	uint64_t epoch;          /* trace_seg_chunk.epoch */
+	int after_gap;           /* records were lost just before it */
+} seg_chunk;
+
 typedef struct seg_data {
-	uint64_t *recs;
 	size_t n;                /* records kept */
 	uint64_t end;            /* index after the last chunk's last record */
-	struct reset *resets;    /* one per chunk after a gap */
-	size_t nresets;
+	seg_chunk *chunks;       /* with want_chunks */
+	size_t nchunks, capchunks;
+	int fd;                  /* with want_chunks: the file, else -1 */
 } seg_data;
 
 /* ---- map.c ---- */
@@ -134,7 +142,6 @@ int an_read_full(int fd, void *buf, size_t len, off_t off);
 int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err *err);
 int an_is_sync(uint64_t r);
 int an_add_reset(struct reset **r, size_t *n, size_t pos, uint64_t epoch);
-uint64_t an_epoch_after_gap(const uint64_t *recs, size_t n, uint64_t fallback, size_t *first_sync);
-int an_seg_read(const char *ring_path, seg_data *sd, int want_recs, sp_err *err);
+int an_seg_read(const char *ring_path, seg_data *sd, int want_chunks, sp_err *err);
 
 #endif

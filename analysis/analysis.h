@@ -12,7 +12,7 @@
  * gone) is a warning, kept in the trace (an_trace_warning) and repeated to
  * whoever prints.
  *
- * Records are read one thread at a time (a ring is 16 MiB by default):
+ * Records are streamed one thread at a time (a ring is 16 MiB by default):
  * an_iter yields a thread's records oldest first with the full TSC rebuilt
  * from the 38 stored bits and the SYNC records, and an_thread_calls() pairs
  * entries with exits into a call tree.  Time conversions use the clocks in
@@ -165,6 +165,7 @@ typedef struct an_iter_stats {
 	size_t nbad_syncs;       /* SYNC records with stray bits set (ignored) */
 	size_t nbad_msgs;        /* message heads without all their data (dropped) */
 	size_t nstray_data;      /* message data without their head (skipped) */
+	size_t nunread;          /* records a failed read left unread (the end) */
 	uint64_t last_tsc;       /* TSC of the newest record returned */
 } an_iter_stats;
 
@@ -182,7 +183,10 @@ typedef struct an_iter_stats {
  */
 typedef struct an_iter an_iter;
 
-/* Read the ring of thread `th` (a snapshot: a live agent may go on writing). */
+/* Iterate over the records of thread `th`: its drained chunks (seg.<tid>),
+ * then its ring.  The records are streamed, a window of a few thousand at a
+ * time, never the whole thread in memory (iter.c).  Which records are
+ * covered is fixed when it opens: a live agent may go on writing. */
 int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err);
 /* 1 and *r: the next record; 0: no more. */
 int an_iter_next(an_iter *it, an_record *r);

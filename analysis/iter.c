@@ -23,8 +23,42 @@
 /* Records                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The iterator streams: it keeps a window of WINDOW records, never the
+ * thread's whole history (a ring is 16 MiB by default, and the drained
+ * seg.<tid> can hold gigabytes).  The records are a sequence of pieces --
+ * each drained chunk of seg.<tid>, then the ring's part after the last
+ * chunk -- read on demand by position.
+ *   1. an_iter_open reads the ring header once: the count it says fixes
+ *      which records the iteration covers (a live agent goes on writing;
+ *      records it overwrites before they are read come back newer, as
+ *      they would from a copy taken a moment later).
+ *   2. Where the high TSC bits are known anew (after a gap: a chunk after
+ *      lost records, the ring's part after a wrap) is found at open by
+ *      scanning to that part's first SYNC, usually its first record.
+ *   3. A message head needs its TRACE_MSG_NDATA data records: reading them
+ *      may move the window past the head, which has been taken already.
+ */
+#define WINDOW 4096
+
+typedef struct piece {
+	size_t pos;              /* its first record in the thread's sequence */
+	uint64_t n;
+	int fd;
+	off_t off;               /* a chunk: file offset of its first record */
+	int ring;                /* the ring's part: slots wrap at ring_cap */
+} piece;
+
 struct an_iter {
-	uint64_t *raw;           /* the thread's records, oldest first */
+	const char *path;        /* the ring file, for messages */
+	int seg_fd, ring_fd;
+	piece *pieces;
+	size_t npieces, cur;     /* cur: the piece the window last read from */
+	uint64_t ring_from;      /* record index of the ring part's first record */
+	uint64_t ring_cap;
+	off_t ring_hdr;          /* file offset of slot 0 */
+	uint64_t win[WINDOW];    /* records [win_pos, win_pos + win_n) */
+	size_t win_pos, win_n;
 	size_t n, pos;
 	size_t first_sync;       /* after a gap: the first SYNC's position; records
 				    before it have guessed high bits */
@@ -37,11 +71,87 @@ struct an_iter {
 	an_iter_stats st;
 };
 
+/* Read the window starting at position i.  -1 (errno) on a read error. */
+static int window_fill(an_iter *it, size_t i)
+{
+	size_t got = 0;
+
+	if (it->cur >= it->npieces || it->pieces[it->cur].pos > i)
+		it->cur = 0;
+	while (it->cur < it->npieces && i >= it->pieces[it->cur].pos + it->pieces[it->cur].n)
+		it->cur++;
+	for (size_t k = it->cur; k < it->npieces && got < WINDOW && i + got < it->n; k++) {
+		const piece *p = &it->pieces[k];
+
+		while (got < WINDOW && i + got < p->pos + p->n) {
+			uint64_t in = i + got - p->pos, want = p->pos + p->n - (i + got);
+			off_t off = p->off + (off_t)(in * 8);
+
+			if (p->ring) {
+				uint64_t slot = (it->ring_from + in) & (it->ring_cap - 1);
+
+				off = it->ring_hdr + (off_t)(slot * 8);
+				if (want > it->ring_cap - slot)
+					want = it->ring_cap - slot;
+			}
+			if (want > WINDOW - got)
+				want = WINDOW - got;
+			if (an_read_full(p->fd, it->win + got, want * 8, off) < 0)
+				return -1;
+			got += want;
+		}
+	}
+	it->win_pos = i;
+	it->win_n = got;
+	return got ? 0 : -1;
+}
+
+/* Record i (below it->n) into *r: 0, or -1 when it cannot be read. */
+static int rec_at(an_iter *it, size_t i, uint64_t *r)
+{
+	if (i < it->win_pos || i >= it->win_pos + it->win_n) {
+		if (window_fill(it, i) < 0)
+			return -1;
+	}
+	*r = it->win[i - it->win_pos];
+	return 0;
+}
+
+/* The high bits in force at the first of n records from `from` that follow
+ * a gap: those of their first SYNC minus one (a SYNC marks a change), else
+ * `fallback`.  *first_sync: that SYNC's position, from + n if none. */
+static uint64_t epoch_after_gap(an_iter *it, size_t from, uint64_t n, uint64_t fallback,
+				size_t *first_sync)
+{
+	uint64_t r;
+
+	for (size_t i = from; i < from + n && rec_at(it, i, &r) == 0; i++)
+		if (an_is_sync(r)) {
+			uint64_t hi = trace_sync_high(r);
+
+			*first_sync = i;
+			return hi ? hi - 1 : 0;
+		}
+	*first_sync = from + n;
+	return fallback;
+}
+
+static int add_piece(an_iter *it, size_t pos, uint64_t n, int fd, off_t off, int ring)
+{
+	piece *np = realloc(it->pieces, (it->npieces + 1) * sizeof *np);
+
+	if (!np)
+		return -1;
+	np[it->npieces++] = (piece){ pos, n, fd, off, ring };
+	it->pieces = np;
+	return 0;
+}
+
 int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 {
 	trace_ring_header h;
-	uint64_t *ring = NULL, ring_from, cap_n, said;
-	size_t nring;
+	uint64_t ring_from, cap_n, said;
+	size_t nring, first_sync;
 	seg_data sd;
 	an_iter *it;
 	int fd;
@@ -51,71 +161,79 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 		return -1;
 	fd = an_ring_open(th->path, &h, &said, err);
 	if (fd < 0) {
-		free(sd.recs);
-		free(sd.resets);
+		free(sd.chunks);
+		if (sd.fd >= 0)
+			close(sd.fd);
 		return -1;
 	}
-	/* Counts from this read, not from an_trace_open: a live agent goes on. */
+	if (!(it = calloc(1, sizeof *it))) {
+		free(sd.chunks);
+		if (sd.fd >= 0)
+			close(sd.fd);
+		close(fd);
+		return sp_fail(err, "%s: out of memory", th->path);
+	}
+	it->path = th->path;
+	it->seg_fd = sd.fd;
+	it->ring_fd = fd;
+	/* Step 1: counts from this read, not from an_trace_open. */
 	cap_n = h.count < h.capacity ? h.count : h.capacity;
 	ring_from = h.count - cap_n;
 	if (sd.end > ring_from)
 		ring_from = sd.end < h.count ? sd.end : h.count;
 	nring = (size_t)(h.count - ring_from);
-	it = calloc(1, sizeof *it);
-	ring = malloc(cap_n ? cap_n * 8 : 8);
-	if (it)
-		it->raw = malloc((sd.n + nring) * 8 + 8);
-	if (!it || !ring || !it->raw || an_read_full(fd, ring, cap_n * 8, h.header_size) < 0) {
-		int e = errno;
-
-		if (it)
-			free(it->raw);
-		free(it);
-		free(ring);
-		free(sd.recs);
-		free(sd.resets);
-		close(fd);
-		return sp_fail(err, "%s: cannot read %" PRIu64 " records: %s", th->path,
-			       cap_n, it && ring ? strerror(e) : "out of memory");
-	}
-	close(fd);
-	if (sd.n)
-		memcpy(it->raw, sd.recs, sd.n * 8);
-	for (size_t i = 0; i < nring; i++)
-		it->raw[sd.n + i] = ring[(ring_from + i) & (h.capacity - 1)];
-	free(ring);
-	free(sd.recs);
+	it->ring_from = ring_from;
+	it->ring_cap = h.capacity;
+	it->ring_hdr = (off_t)h.header_size;
 	it->n = sd.n + nring;
-	it->resets = sd.resets;
-	it->nresets = sd.nresets;
 	it->sites = t->sites;
 	it->nsites = t->nsites;
 	it->first_sync = it->guess_from = it->n;
 	/* The ring starts with a SYNC; start_tsc covers a writer that did not. */
 	it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
+	for (size_t k = 0; k < sd.nchunks; k++)
+		if (add_piece(it, sd.chunks[k].pos, sd.chunks[k].n, sd.fd, sd.chunks[k].off, 0))
+			goto nomem;
+	if (nring && add_piece(it, sd.n, nring, fd, 0, 1))
+		goto nomem;
+	/* Step 2. */
+	for (size_t k = 0; k < sd.nchunks; k++)
+		if (sd.chunks[k].after_gap &&
+		    an_add_reset(&it->resets, &it->nresets, sd.chunks[k].pos,
+				 epoch_after_gap(it, sd.chunks[k].pos, sd.chunks[k].n,
+						 sd.chunks[k].epoch, &first_sync)))
+			goto nomem;
 	if (ring_from > 0 && !(sd.n && sd.end == ring_from) && nring) {
 		/* The ring's part follows a gap: the header's last SYNC, unless
 		 * the part has one of its own (records before it are guessed). */
-		uint64_t epoch = an_epoch_after_gap(it->raw + sd.n, nring, h.epoch, &it->first_sync);
+		uint64_t epoch = epoch_after_gap(it, sd.n, nring, h.epoch, &it->first_sync);
 
-		it->first_sync += sd.n;
 		it->guess_from = sd.n;
-		if (an_add_reset(&it->resets, &it->nresets, sd.n, epoch)) {
-			an_iter_close(it);
-			return sp_fail(err, "%s: out of memory", th->path);
-		}
+		if (an_add_reset(&it->resets, &it->nresets, sd.n, epoch))
+			goto nomem;
 	}
+	free(sd.chunks);
 	*out = it;
 	return 0;
+nomem:
+	free(sd.chunks);
+	an_iter_close(it);
+	return sp_fail(err, "%s: out of memory", th->path);
 }
 
 int an_iter_next(an_iter *it, an_record *r)
 {
 	while (it->pos < it->n) {
 		size_t i = it->pos++;
-		uint64_t raw = it->raw[i];
-		unsigned kind = trace_rec_kind(raw);
+		uint64_t raw;
+		unsigned kind;
 
+		if (rec_at(it, i, &raw) < 0) {
+			it->st.nunread = it->n - i;        /* a read failed: the rest is lost */
+			it->pos = it->n;
+			return 0;
+		}
+		kind = trace_rec_kind(raw);
 		while (it->nextreset < it->nresets && it->resets[it->nextreset].pos <= i)
 			it->high = it->resets[it->nextreset++].epoch;
 
@@ -134,13 +252,12 @@ int an_iter_next(an_iter *it, an_record *r)
 			continue;
 		}
 		if (kind == TRACE_EVENT && trace_event_is_msg(r->id)) {
-			uint64_t data[TRACE_MSG_NDATA];
+			uint64_t data[TRACE_MSG_NDATA], d;
 			unsigned k;
 
+			/* Step 3. */
 			for (k = 0; k < TRACE_MSG_NDATA && i + 1 + k < it->n; k++) {
-				uint64_t d = it->raw[i + 1 + k];
-
-				if (trace_rec_kind(d) != TRACE_EVENT ||
+				if (rec_at(it, i + 1 + k, &d) < 0 || trace_rec_kind(d) != TRACE_EVENT ||
 				    trace_rec_id(d) != TRACE_EV_MSG_DATA)
 					break;
 				data[k] = trace_rec_tsc_low(d);
@@ -181,7 +298,11 @@ void an_iter_close(an_iter *it)
 {
 	if (!it)
 		return;
-	free(it->raw);
+	if (it->seg_fd >= 0)
+		close(it->seg_fd);
+	if (it->ring_fd >= 0)
+		close(it->ring_fd);
+	free(it->pieces);
 	free(it->resets);
 	free(it);
 }

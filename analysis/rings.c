@@ -178,29 +178,13 @@ int an_add_reset(struct reset **r, size_t *n, size_t pos, uint64_t epoch)
 	return 0;
 }
 
-/* The high bits in force at the first of n records that follow a gap:
- * those of their first SYNC minus one (a SYNC marks a change), else
- * `fallback`.  *first_sync: that SYNC's index, n if none. */
-uint64_t an_epoch_after_gap(const uint64_t *recs, size_t n, uint64_t fallback,
-				size_t *first_sync)
-{
-	for (size_t i = 0; i < n; i++)
-		if (an_is_sync(recs[i])) {
-			uint64_t hi = trace_sync_high(recs[i]);
-
-			*first_sync = i;
-			return hi ? hi - 1 : 0;
-		}
-	*first_sync = n;
-	return fallback;
-}
-
 /*
  * seg.<tid> beside ring.<tid> (trace_format.h): the chunks `sptrace run`
- * drained.  With want_recs 0 only the counts: records kept, and the index
- * after the last chunk.  A chunk that is not whole (a crash while it was
- * written, a damaged file) ends the reading: the records after it are
- * counted lost.
+ * drained.  With want_chunks 0 only the counts: records kept, and the index
+ * after the last chunk; with 1 also where each chunk's records are, and the
+ * file left open (sd->fd) for the iterator to read them.  A chunk that is
+ * not whole (a crash while it was written, a damaged file) ends the
+ * reading: the records after it are counted lost.
  */
 
 static void seg_path(const char *ring_path, char *out, size_t len)
@@ -211,7 +195,7 @@ static void seg_path(const char *ring_path, char *out, size_t len)
 	snprintf(out, len, "%.*sseg.%s", (int)(base - ring_path), ring_path, base + 5);
 }
 
-int an_seg_read(const char *ring_path, seg_data *sd, int want_recs, sp_err *err)
+int an_seg_read(const char *ring_path, seg_data *sd, int want_chunks, sp_err *err)
 {
 	char path[PATH_MAX];
 	trace_seg_chunk ch;
@@ -220,6 +204,7 @@ int an_seg_read(const char *ring_path, seg_data *sd, int want_recs, sp_err *err)
 	int fd;
 
 	memset(sd, 0, sizeof *sd);
+	sd->fd = -1;
 	seg_path(ring_path, path, sizeof path);
 	fd = sp_open_regular(path, 1);
 	if (fd < 0)
@@ -229,37 +214,37 @@ int an_seg_read(const char *ring_path, seg_data *sd, int want_recs, sp_err *err)
 		close(fd);
 		return sp_fail(err, "%s: cannot read: %s", path, strerror(errno));
 	}
-	if (want_recs && !(sd->recs = malloc(st.st_size > 8 ? (size_t)st.st_size : 8)))
-		goto fail;
 	while (off + (off_t)sizeof ch <= st.st_size &&
 	       an_read_full(fd, &ch, sizeof ch, off) == 0 && ch.magic == TRACE_SEG_MAGIC &&
 	       ch.first >= sd->end && ch.n > 0 &&
 	       ch.n <= (uint64_t)(st.st_size - off - (off_t)sizeof ch) / 8) {
-		if (want_recs) {
-			uint64_t *recs = sd->recs + sd->n;
-			size_t first_sync;
+		if (want_chunks) {
+			seg_chunk *c;
 
-			if (an_read_full(fd, recs, ch.n * 8, off + (off_t)sizeof ch) < 0)
-				goto fail;
+			if (sp_grow((void **)&sd->chunks, &sd->capchunks, sd->nchunks + 1,
+				    sizeof *sd->chunks)) {
+				free(sd->chunks);
+				close(fd);
+				return sp_fail(err, "%s: out of memory", path);
+			}
+			c = &sd->chunks[sd->nchunks++];
+			c->off = off + (off_t)sizeof ch;
+			c->pos = sd->n;
+			c->n = ch.n;
+			c->epoch = ch.epoch;
 			/* After a gap: the ring's last SYNC when it was drained,
 			 * unless the chunk has a SYNC of its own. */
-			if ((ch.first != sd->end || !sd->n) &&
-			    an_add_reset(&sd->resets, &sd->nresets, sd->n,
-				      an_epoch_after_gap(recs, ch.n, ch.epoch, &first_sync)))
-				goto fail;
+			c->after_gap = ch.first != sd->end || !sd->n;
 		}
 		sd->n += ch.n;
 		sd->end = ch.first + ch.n;
 		off += (off_t)(sizeof ch + ch.n * 8);
 	}
-	close(fd);
+	if (want_chunks)
+		sd->fd = fd;
+	else
+		close(fd);
 	return 0;
-fail:
-	free(sd->resets);
-	free(sd->recs);
-	close(fd);
-	return sp_fail(err, "%s: cannot read %lld bytes: %s", path, (long long)st.st_size,
-		       errno ? strerror(errno) : "out of memory");
 }
 
 /* Records the thread lost: count minus what the chunks and the ring keep. */

@@ -352,4 +352,58 @@ typedef struct an_call {
 int an_thread_calls(an_trace *t, const an_thread *th, an_call **out, size_t *n,
 		    an_iter_stats *stats, sp_err *err);
 
+
+/* ---- sessions: every image of a trace, or of a collected tree (session.c) ---- */
+
+/*
+ * A session is what one command reads: the trace directory DIR with the
+ * images exec'd from it (by the process, or by a forked child sharing DIR:
+ * meta's exec lines, recursively), or a tree made by `sptrace collect`,
+ * OUT/<host>/<pid>/..., every process of every host with its exec'd
+ * images.  Images come in that order: hosts by name, processes by pid, each
+ * image before those exec'd from it.  A forked child that did not exec
+ * shares its parent's image: its threads are among the image's, with their
+ * own pid (an_thread.pid).
+ */
+typedef struct an_image {
+	const char *dir;         /* its trace directory */
+	const char *host;        /* collected: the OUT/<host> name; else meta's host, "" */
+	uint32_t pid;            /* meta's pid */
+	const char *program;     /* meta's program, "?" if none */
+	size_t exec_of;          /* the image that exec'd it, AN_NONE for a first one */
+} an_image;
+
+typedef struct an_session an_session;
+
+/* -1 with err when DIR is neither a trace (DIR/meta) nor a collected tree
+ * with at least one trace.  An image that cannot be read is a warning. */
+int an_session_open(const char *dir, const an_open_opts *opt, an_session **out, sp_err *err);
+void an_session_close(an_session *s);
+int an_session_collected(const an_session *s);       /* 1: a tree of `sptrace collect` */
+size_t an_session_nimages(const an_session *s);
+const an_image *an_session_image(const an_session *s, size_t i);
+/* Image i's trace, opened on first use with the session's options; NULL
+ * when it cannot be opened (a warning says why).  Closed with the session. */
+an_trace *an_session_trace(an_session *s, size_t i);
+size_t an_session_nwarnings(const an_session *s);
+const char *an_session_warning(const an_session *s, size_t i);
+
+/* The records of every thread of every image, merged in time order: by
+ * CLOCK_REALTIME (each image's clocks, an_realtime_ns: hosts' clocks are
+ * only as close as they are synchronised), ties by image then tid.  One
+ * streaming iterator per thread is open meanwhile. */
+typedef struct an_event {
+	size_t image;
+	const an_thread *thread;
+	an_record rec;
+	int64_t ns;              /* an_realtime_ns of rec.tsc */
+} an_event;
+
+typedef struct an_merge an_merge;
+
+int an_merge_open(an_session *s, an_merge **out, sp_err *err);
+/* 1 and *ev: the next record; 0: no more. */
+int an_merge_next(an_merge *m, an_event *ev);
+void an_merge_close(an_merge *m);
+
 #endif

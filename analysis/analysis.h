@@ -406,4 +406,42 @@ int an_merge_open(an_session *s, an_merge **out, sp_err *err);
 int an_merge_next(an_merge *m, an_event *ev);
 void an_merge_close(an_merge *m);
 
+
+/* ---- flows (flows.c) ---- */
+
+/*
+ * A session's records separated into flows, one per request or job: a flow
+ * starts at a start event (an activation, or the accept or receive tracing
+ * began at; a receive from outside the session: a new request) and follows
+ * its thread; a receive of bytes a traced send of the session sent joins
+ * the sender's flow, in another process or on another host.  The rules, in
+ * full, are above their code in flows.c.
+ */
+typedef struct an_flow_proc {
+	const char *host;        /* an_image.host */
+	uint32_t pid;
+} an_flow_proc;
+
+typedef struct an_flow {
+	char id[24];             /* "f1", "f2", ... in the order of their start */
+	size_t image;            /* where it starts: an image of the session, */
+	const char *host;        /* its host, */
+	uint32_t pid, tid;       /* the process and thread, */
+	const char *event;       /* and the event: "start", "call", "timer", "signal",
+				    "accept", "recv", "activate", "attach", or
+				    "thread" (a thread that began tracing on its own) */
+	int64_t start_ns, end_ns; /* CLOCK_REALTIME of its first and last records */
+	uint64_t events;         /* its records (an_record: calls' entries and exits,
+				    events, messages) */
+	an_flow_proc *procs;     /* the processes it crossed, its start's first */
+	size_t nprocs;
+} an_flow;
+
+typedef struct an_flows an_flows;
+
+int an_flows_build(an_session *s, an_flows **out, sp_err *err);
+size_t an_flows_count(const an_flows *f);
+const an_flow *an_flows_get(const an_flows *f, size_t i);
+void an_flows_free(an_flows *f);
+
 #endif

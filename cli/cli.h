@@ -18,6 +18,7 @@ typedef struct cli_cmd {
 int cmd_analyze_binary(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_flows(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 int cmd_activate(int argc, char **argv);

@@ -26,6 +26,7 @@ static const cli_cmd commands[] = {
 	  "analyse ELF modules and fill the code-analysis repository" },
 	{ "replay", cmd_replay, "print each thread's calls as a tree (uftrace-like)" },
 	{ "report", cmd_report, "time per function: total, self, calls" },
+	{ "flows", cmd_flows, "separate a trace's records into flows (per request or job)" },
 	{ "keys", cmd_keys, "make the cluster CA and hosts' certificates for spdaemon" },
 	{ "status", cmd_status, "ask this host's or other hosts' spdaemon who it is" },
 	{ "collect", cmd_collect, "gather a session's traces from every host it reached" },

@@ -37,14 +37,20 @@
  *      unless the segment has had no message yet (the activation's flow is
  *      that request) or the segment's last message was a receive on the same
  *      channel (one request read in several calls).
- *   5. Matching (trace_format.h, "Message events"): TCP by the 4-tuple of
- *      the send's direction and overlapping byte ranges, absolute offsets
- *      only; pipes by inode and UNIX stream sockets by their pair of
- *      inodes, on the same host, by overlapping byte ranges (each end counts
- *      its own bytes: they agree when both were traced from the channel's
- *      start); datagrams by the address pair and their number in that
- *      direction.  Messages of 0 bytes (end of stream, shutdown) match
- *      nothing and cut nothing.
+ *   5. Matching (trace_format.h, "Message events"): streams by their
+ *      direction and overlapping byte ranges -- TCP by the 4-tuple, pipes by
+ *      inode and UNIX stream sockets by their pair of inodes on the same
+ *      host.  Offsets are taken as they are: absolute ones name the same
+ *      bytes on both ends; relative ones (each end counts from the first
+ *      byte it saw) agree when both ends were traced from the channel's
+ *      first byte, as propagation arranges (the receiver starts at the
+ *      first traced send's bytes), and may pair wrong bytes otherwise.
+ *      Datagrams by order: the i-th datagram received for a destination
+ *      is the i-th sent to it, both counted in time order -- UDP's
+ *      destination is its port (a receiver bound to every address knows
+ *      no other, a sender may not know its own address yet), a UNIX
+ *      datagram socket's its pair of inodes.  Messages of 0 bytes (end of
+ *      stream, shutdown) match nothing and cut nothing.
  */
 
 typedef struct chan_key {
@@ -57,10 +63,18 @@ typedef struct chan_key {
 
 typedef struct send_ent {
 	chan_key k;
-	uint64_t off, len;
+	uint64_t off, len;       /* a datagram: off is its number (rule 5) */
 	int dgram;
+	int64_t ns;
 	long seg;                /* the segment it was sent in */
 } send_ent;
+
+/* A datagram received, for its number (rule 5). */
+typedef struct dgram_recv {
+	chan_key k;
+	int64_t ns;
+	size_t seq;              /* in the order pass 2 meets it */
+} dgram_recv;
 
 typedef struct segment {
 	size_t parent;           /* union-find */
@@ -94,6 +108,9 @@ typedef struct build {
 	size_t nsegs, capsegs;
 	join *joins;
 	size_t njoins, capjoins;
+	dgram_recv *drecv;
+	size_t ndrecv, capdrecv;
+	uint64_t *drecv_no;      /* by seq: the number of that datagram */
 	an_meta *meta;           /* activation_name's: of image meta_image */
 	size_t meta_image;
 } build;
@@ -123,8 +140,12 @@ static int msg_key(build *b, an_trace *t, uint32_t host, const an_msg *m, chan_k
 		return -1;
 	k->proto = c->proto;
 	switch (c->proto) {
-	case TRACE_PROTO_TCP:
 	case TRACE_PROTO_UDP:
+		if (!m->recv && !(c->flags & TRACE_CHAN_PEER))
+			return -1;
+		k->dport = m->recv ? c->local_port : c->peer_port;
+		return 0;
+	case TRACE_PROTO_TCP:
 		if (!(c->flags & TRACE_CHAN_PEER))
 			return -1;
 		memcpy(m->recv ? k->src : k->dst, c->peer_addr, 16);
@@ -152,11 +173,7 @@ static int matchable(const an_trace *t, const an_msg *m)
 {
 	const trace_channel *c = an_channel(t, m->chan);
 
-	if (!m->len || !c)
-		return 0;
-	if (c->proto == TRACE_PROTO_TCP && (m->flags & TRACE_MSG_RELATIVE))
-		return 0;
-	return 1;
+	return m->len && c;
 }
 
 static int key_cmp(const chan_key *a, const chan_key *b)
@@ -174,13 +191,33 @@ static int send_cmp(const void *x, const void *y)
 
 	if (c)
 		return c;
-	return a->off < b->off ? -1 : a->off > b->off;
+	if (a->dgram != b->dgram)
+		return a->dgram - b->dgram;
+	if (a->dgram && a->ns != b->ns)
+		return a->ns < b->ns ? -1 : 1;
+	if (a->off != b->off)
+		return a->off < b->off ? -1 : 1;
+	return *(const size_t *)x < *(const size_t *)y ? -1 : 1;
 }
 
-/* The send whose bytes overlap this receive's (rule 5), or -1. */
+static int drecv_cmp(const void *x, const void *y)
+{
+	const dgram_recv *a = x, *b = y;
+	int c = key_cmp(&a->k, &b->k);
+
+	if (c)
+		return c;
+	if (a->ns != b->ns)
+		return a->ns < b->ns ? -1 : 1;
+	return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* The send whose bytes overlap this receive's, or the datagram of this
+ * number (rule 5), or -1. */
 static long find_send(build *b, const chan_key *k, const an_msg *m)
 {
 	size_t lo = 0, hi = b->nsends;
+	int dg = !!(m->flags & TRACE_MSG_DGRAM);
 
 	/* the first send of this key with off + len > m->off, sends of one key
 	 * being sorted by offset (and, on one stream, not overlapping) */
@@ -189,8 +226,8 @@ static long find_send(build *b, const chan_key *k, const an_msg *m)
 		const send_ent *s = &b->sends[b->sorted[mid]];
 		int c = key_cmp(&s->k, k);
 
-		if (c < 0 || (c == 0 && (m->flags & TRACE_MSG_DGRAM ? s->off < m->off
-					 : s->off + s->len <= m->off)))
+		if (c < 0 || (c == 0 && (s->dgram < dg || (s->dgram == dg &&
+					 (dg ? s->off < m->off : s->off + s->len <= m->off)))))
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -198,8 +235,8 @@ static long find_send(build *b, const chan_key *k, const an_msg *m)
 	if (lo < b->nsends) {
 		const send_ent *s = &b->sends[b->sorted[lo]];
 
-		if (key_cmp(&s->k, k) == 0 && (m->flags & TRACE_MSG_DGRAM ? s->dgram && s->off == m->off
-					       : !s->dgram && s->off < m->off + m->len))
+		if (key_cmp(&s->k, k) == 0 && s->dgram == dg &&
+		    (dg ? s->off == m->off : s->off < m->off + m->len))
 			return (long)b->sorted[lo];
 	}
 	return -1;
@@ -297,10 +334,26 @@ static int collect_sends(build *b, sp_err *err)
 				return -1;
 			while (an_iter_next(it, &r)) {
 				send_ent *s;
+				dgram_recv *d;
 
-				if (r.kind != TRACE_EVENT || r.id != TRACE_EV_MSG_SEND ||
+				if (r.kind != TRACE_EVENT || !trace_event_is_msg(r.id) ||
 				    !matchable(t, &r.msg))
 					continue;
+				if (r.msg.recv) {
+					if (!(r.msg.flags & TRACE_MSG_DGRAM))
+						continue;
+					if (sp_grow((void **)&b->drecv, &b->capdrecv, b->ndrecv + 1,
+						    sizeof *b->drecv)) {
+						an_iter_close(it);
+						return sp_fail(err, "out of memory");
+					}
+					d = &b->drecv[b->ndrecv];
+					if (msg_key(b, t, host, &r.msg, &d->k) < 0)
+						continue;
+					d->ns = an_realtime_ns(t, r.tsc);
+					d->seq = b->ndrecv++;
+					continue;
+				}
 				if (sp_grow((void **)&b->sends, &b->capsends, b->nsends + 1,
 					    sizeof *b->sends)) {
 					an_iter_close(it);
@@ -312,6 +365,7 @@ static int collect_sends(build *b, sp_err *err)
 				s->off = r.msg.off;
 				s->len = r.msg.len;
 				s->dgram = !!(r.msg.flags & TRACE_MSG_DGRAM);
+				s->ns = an_realtime_ns(t, r.tsc);
 				s->seg = -1;
 				b->nsends++;
 			}
@@ -325,13 +379,31 @@ static int collect_sends(build *b, sp_err *err)
 	sort_ctx = b;
 	qsort(b->sorted, b->nsends, sizeof *b->sorted, send_cmp);
 	sort_ctx = NULL;
+	/* datagrams numbered in time order per destination (rule 5) */
+	for (size_t i = 0, no = 0; i < b->nsends; i++) {
+		send_ent *s = &b->sends[b->sorted[i]];
+
+		if (!s->dgram)
+			continue;
+		no = i && b->sends[b->sorted[i - 1]].dgram &&
+		     key_cmp(&b->sends[b->sorted[i - 1]].k, &s->k) == 0 ? no + 1 : 0;
+		s->off = no;
+	}
+	if (!(b->drecv_no = malloc((b->ndrecv + 1) * sizeof *b->drecv_no)))
+		return sp_fail(err, "out of memory");
+	if (b->ndrecv)
+		qsort(b->drecv, b->ndrecv, sizeof *b->drecv, drecv_cmp);
+	for (size_t i = 0, no = 0; i < b->ndrecv; i++) {
+		no = i && key_cmp(&b->drecv[i - 1].k, &b->drecv[i].k) == 0 ? no + 1 : 0;
+		b->drecv_no[b->drecv[i].seq] = no;
+	}
 	return 0;
 }
 
 /* Pass 2: one thread's records cut into segments (rules 1 to 4).  Its sends
  * come in the order pass 1 met them: *next_send walks them. */
 static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
-			   const an_thread *th, size_t *next_send, sp_err *err)
+			   const an_thread *th, size_t *next_send, size_t *next_drecv, sp_err *err)
 {
 	an_iter *it;
 	an_record r;
@@ -372,8 +444,13 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 			has_msg = 1;
 			last_recv_chan = AN_NONE;
 		} else if (r.kind == TRACE_EVENT && r.id == TRACE_EV_MSG_RECV && r.msg.len) {
-			if (matchable(t, &r.msg) && msg_key(b, t, host, &r.msg, &k) == 0)
-				send = find_send(b, &k, &r.msg);
+			if (matchable(t, &r.msg) && msg_key(b, t, host, &r.msg, &k) == 0) {
+				an_msg m = r.msg;
+
+				if ((m.flags & TRACE_MSG_DGRAM) && *next_drecv < b->ndrecv)
+					m.off = b->drecv_no[(*next_drecv)++];
+				send = find_send(b, &k, &m);
+			}
 			if (send >= 0) {
 				/* rule 3 */
 				if (cur < 0 || !(cur_activation && !has_msg)) {
@@ -566,7 +643,7 @@ int an_flows_build(an_session *s, an_flows **out, sp_err *err)
 	if (collect_sends(&b, err) < 0)
 		goto done;
 	{
-		size_t next_send = 0;
+		size_t next_send = 0, next_drecv = 0;
 
 		for (size_t i = 0; i < an_session_nimages(s); i++) {
 			an_trace *t = an_session_trace(s, i);
@@ -580,7 +657,7 @@ int an_flows_build(an_session *s, an_flows **out, sp_err *err)
 			}
 			for (size_t k = 0; k < an_trace_nthreads(t); k++)
 				if (thread_segments(&b, i, t, host, an_trace_thread(t, k), &next_send,
-						    err) < 0)
+						    &next_drecv, err) < 0)
 					goto done;
 		}
 	}
@@ -595,6 +672,8 @@ done:
 	free(b.sorted);
 	free(b.segs);
 	free(b.joins);
+	free(b.drecv);
+	free(b.drecv_no);
 	an_meta_free(b.meta);
 	return rc;
 }

@@ -363,7 +363,8 @@ int an_thread_calls(an_trace *t, const an_thread *th, an_call **out, size_t *n,
  * images.  Images come in that order: hosts by name, processes by pid, each
  * image before those exec'd from it.  A forked child that did not exec
  * shares its parent's image: its threads are among the image's, with their
- * own pid (an_thread.pid).
+ * own pid (an_thread.pid).  A process of a collected tree whose meta cannot be
+ * read is an image all the same (pid 0, program "?"; an_session_trace fails).
  */
 typedef struct an_image {
 	const char *dir;         /* its trace directory */

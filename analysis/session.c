@@ -74,6 +74,9 @@ static int has_meta(const char *dir)
  *   2. Each directory once (device and inode), at most MAX_DEPTH deep and
  *      MAX_IMAGES in all: a damaged meta or a planted link cannot make the
  *      session endless.
+ *   3. A process of a collected tree whose meta cannot be read is an image
+ *      all the same (pid 0, program "?"): whoever reads it says what is
+ *      wrong (an_session_trace warns), as for a single trace.
  */
 static int add_image(an_session *s, const char *dir, const char *host, size_t exec_of,
 		     int depth, sp_err *err)
@@ -100,8 +103,11 @@ static int add_image(an_session *s, const char *dir, const char *host, size_t ex
 		return 0;
 	}
 	if (an_meta_read(dir, &m, &e) < 0) {
-		swarn(s, "%s", e.msg);
-		return 0;
+		if (!(s->collected && depth == 0)) {
+			swarn(s, "%s", e.msg);
+			return 0;
+		}
+		m = NULL;        /* step 3: an_session_trace will say why */
 	}
 	if (sp_grow((void **)&s->imgs, &s->capimgs, s->nimgs + 1, sizeof *s->imgs)) {
 		an_meta_free(m);

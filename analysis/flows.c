@@ -51,6 +51,17 @@
  *      no other, a sender may not know its own address yet), a UNIX
  *      datagram socket's its pair of inodes.  Messages of 0 bytes (end of
  *      stream, shutdown) match nothing and cut nothing.
+ *   6. Children: a process goes on in the image it exec'd, and a forked
+ *      child goes on with its parent's work.  The first segment of an
+ *      image exec'd by the same process joins the flow of the old image's
+ *      last record; the first segment of a forked child (a thread of
+ *      another pid in its parent's image, or an image a child exec'd) joins
+ *      the flow its parent's process was in when the child's first record
+ *      came -- the segment of the parent's pid started last before it: a
+ *      guess when several of the parent's threads are in different flows.
+ *      Only a segment that began as a continuation (event "start" or
+ *      "thread") joins: one that began at an accept or a receive is a
+ *      request of its own (a pre-forked worker's).
  */
 
 typedef struct chan_key {
@@ -84,6 +95,7 @@ typedef struct segment {
 	int64_t t0, t1;
 	uint64_t events;
 	int has_t;
+	int first;               /* its thread's first segment */
 } segment;
 
 typedef struct join {
@@ -412,6 +424,7 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 	uint32_t last_recv_chan = AN_NONE;
 	uint64_t pending = 0;
 	int64_t pend_t0 = 0, pend_t1 = 0;
+	size_t first_seg = b->nsegs;
 
 	if (an_iter_open(t, th, &it, err) < 0)
 		return -1;
@@ -491,6 +504,8 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 			return sp_fail(err, "out of memory");
 		seg_count(&b->segs[cur], pend_t0, pend_t1, pending);
 	}
+	if (b->nsegs > first_seg)
+		b->segs[first_seg].first = 1;
 	return 0;
 nomem:
 	an_iter_close(it);
@@ -535,6 +550,59 @@ static int seg_time_cmp(const void *x, const void *y)
 	return *(const size_t *)x < *(const size_t *)y ? -1 : 1;
 }
 
+static void unite(segment *s, size_t a, size_t b)
+{
+	size_t x = find(s, a), y = find(s, b);
+
+	if (x != y)
+		s[x > y ? x : y].parent = x < y ? x : y;
+}
+
+/* The segment of image `image` and process `pid` started last at or before
+ * `ns` (any, if `ns` is INT64_MAX: the one with the last record), or -1. */
+static long segment_at(const build *b, size_t image, uint32_t pid, int64_t ns)
+{
+	long best = -1;
+
+	for (size_t i = 0; i < b->nsegs; i++) {
+		const segment *sg = &b->segs[i];
+
+		if (sg->image != image || sg->pid != pid || !sg->has_t)
+			continue;
+		if (ns == INT64_MAX ? best < 0 || sg->t1 > b->segs[best].t1
+		    : sg->t0 <= ns && (best < 0 || sg->t0 > b->segs[best].t0))
+			best = (long)i;
+	}
+	return best;
+}
+
+/* Rule 6. */
+static void link_children(build *b)
+{
+	for (size_t i = 0; i < b->nsegs; i++) {
+		const segment *sg = &b->segs[i];
+		const an_image *im = an_session_image(b->s, sg->image);
+		long parent = -1;
+
+		if (!sg->first || !sg->has_t || !sg->event ||
+		    (strcmp(sg->event, "start") != 0 && strcmp(sg->event, "thread") != 0))
+			continue;
+		if (sg->pid != im->pid && im->pid) {
+			/* a forked child's thread in its parent's image */
+			parent = segment_at(b, sg->image, im->pid, sg->t0);
+		} else if (im->exec_of != AN_NONE) {
+			const an_image *old = an_session_image(b->s, im->exec_of);
+
+			if (old->pid == im->pid)
+				parent = segment_at(b, im->exec_of, old->pid, INT64_MAX);
+			else if ((parent = segment_at(b, im->exec_of, im->pid, INT64_MAX)) < 0)
+				parent = segment_at(b, im->exec_of, old->pid, sg->t0);
+		}
+		if (parent >= 0)
+			unite(b->segs, i, (size_t)parent);
+	}
+}
+
 /* The flows: groups of joined segments, ordered by their start. */
 static int make_flows(build *b, sp_err *err)
 {
@@ -545,13 +613,10 @@ static int make_flows(build *b, sp_err *err)
 	for (size_t j = 0; j < b->njoins; j++) {
 		long other = b->sends[b->joins[j].send].seg;
 
-		if (other >= 0) {
-			size_t x = find(b->segs, b->joins[j].seg), y = find(b->segs, (size_t)other);
-
-			if (x != y)
-				b->segs[x > y ? x : y].parent = x < y ? x : y;
-		}
+		if (other >= 0)
+			unite(b->segs, b->joins[j].seg, (size_t)other);
 	}
+	link_children(b);
 	gi = malloc((b->nsegs + 1) * sizeof *gi);
 	g = calloc(b->nsegs + 1, sizeof *g);
 	order = malloc((b->nsegs + 1) * sizeof *order);

@@ -14,7 +14,8 @@
  *      name and processes by pid; records of all merged in time order;
  *   4. flows: two hosts, a request sent by one and received by the other
  *      is one flow crossing both processes; a receive no traced send
- *      matches starts a flow of its own; an activation named by meta.
+ *      matches starts a flow of its own; an activation named by meta; an
+ *      image the process exec'd goes on with the flow it was in.
  *
  * usage: test_analysis TRACED-PROGRAM.  Returns 0 when all pass.
  */
@@ -353,8 +354,45 @@ static void test_flows(void)
 done:
 	an_flows_free(f);
 	an_session_close(s);
+	f = NULL;
+	s = NULL;
 	free(a);
 	free(b);
+	free(out);
+
+	/* an image the process exec'd (the same pid): one flow */
+	out = tg_dir(root, "flows-exec");
+	a = tg_dir(out, "exec.1234.1");
+	snprintf(extra, sizeof extra, "exec exec.1234.1 1234 %s\nactivated %" PRIu64 " start\n",
+		 prog, T + 5);
+	tg_meta(out, prog, extra);
+	tg_write_sites(out, sites, S_COUNT);
+	tg_ring_init(&r, 1234, 64, TG_TSC0);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T);
+	tg_put(&r, TRACE_ENTRY, S_MAIN, T + 10);
+	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T + 20);
+	tg_ring_write(&r, out, NULL, -1);
+	tg_ring_free(&r);
+	snprintf(extra, sizeof extra, "activated %" PRIu64 " start\n", T + 1005);
+	tg_meta(a, prog, extra);
+	tg_write_sites(a, sites, S_COUNT);
+	tg_ring_init(&r, 1234, 64, TG_TSC0);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T + 1000);
+	tg_put(&r, TRACE_ENTRY, S_MAIN, T + 1010);
+	tg_ring_write(&r, a, NULL, -1);
+	tg_ring_free(&r);
+	if (an_session_open(out, NULL, &s, &err) < 0 || an_flows_build(s, &f, &err) < 0) {
+		CHECK(0, "flows of %s: %s", out, err.msg);
+	} else {
+		CHECK(an_flows_count(f) == 1 && an_flows_get(f, 0)->events == 5 &&
+		      an_flows_get(f, 0)->nprocs == 1 &&
+		      an_flows_get(f, 0)->end_ns - an_flows_get(f, 0)->start_ns == 1010,
+		      "an exec'd image: %zu flows (1 expected), the first of %" PRIu64 " events",
+		      an_flows_count(f), an_flows_count(f) ? an_flows_get(f, 0)->events : 0);
+	}
+	an_flows_free(f);
+	an_session_close(s);
+	free(a);
 	free(out);
 }
 

@@ -10,6 +10,9 @@ Cases:
           accept and the others at the receive of their request, each in
           the server's process and thread alone, in the order sent; the
           table lists the same six; --help and a missing directory.
+  exec    `sh -c 'ls / >/dev/null; true'` under `sptrace run`: the shell's
+          children exec'd programs traced in subdirectories; one flow,
+          the shell's, crossing the shell and each child.
   tiers   the propagated session of test_propagate.py's tiers case (a client
           under `sptrace run --on start` on host 0 asks a frontend on host
           1, which asks a backend, a pipe helper and a UDP monitor on host 2;
@@ -20,7 +23,7 @@ Cases:
           TCP byte ranges, the pipe's inode, datagram numbers), never the
           decoy.
 
-usage: test_flows.py CASE SPTRACE [SPDAEMON] TIER
+usage: test_flows.py CASE SPTRACE [SPDAEMON] [TIER]
 """
 
 import json
@@ -119,6 +122,27 @@ def case_server(sptrace, tier, tmp):
           os.path.join(tmp, "none") in r.stderr, "flows of no directory: %r" % r.stderr)
 
 
+def case_exec(sptrace, tmp):
+    env = private_repo_env(tmp)
+    out = os.path.join(tmp, "trace")
+    r = run([sptrace, "run", "-o", out, "--", "/bin/sh", "-c", "/bin/ls / >/dev/null; /bin/true"],
+            env=env)
+    check(r.returncode == 0, "sptrace run sh: %r" % r.stderr[-1000:])
+    pid = int(meta_value(out, "pid"))
+    host = meta_value(out, "host")
+    with open(os.path.join(out, "meta")) as f:
+        children = [int(l.split()[2]) for l in f if l.startswith("exec ")]
+    check(len(children) == 2, "the shell's exec lines: %s" % children)
+    flows = flows_json(sptrace, out, env)
+    check(len(flows) == 1, "%d flows, expected the shell's one: %s" % (len(flows),
+                                                                     json.dumps(flows)))
+    check(flows[0]["start"] == {"host": host, "pid": pid, "tid": pid, "event": "start"},
+          "the flow starts at %r" % flows[0]["start"])
+    check(flows[0]["processes"] == [{"host": host, "pid": p} for p in [pid] + children],
+          "the flow crosses %r, expected the shell %d then %s" % (flows[0]["processes"], pid,
+                                                                 children))
+
+
 def case_tiers(sptrace, spdaemon, tier, tmp):
     from nslib import Hosts, in_own_netns
     from test_daemon import Daemon
@@ -180,13 +204,15 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
 
 
 def main():
-    if len(sys.argv) < 4:
+    if len(sys.argv) < 3:
         fail(__doc__)
     case, sptrace = sys.argv[1], os.path.abspath(sys.argv[2])
     tmp = tempfile.mkdtemp(prefix="sptrace-flows-")
     try:
         if case == "server":
             case_server(sptrace, os.path.abspath(sys.argv[3]), tmp)
+        elif case == "exec":
+            case_exec(sptrace, tmp)
         elif case == "tiers":
             case_tiers(sptrace, os.path.abspath(sys.argv[3]), os.path.abspath(sys.argv[4]), tmp)
         else:

@@ -60,7 +60,7 @@ typedef struct an_open_opts {
 	int demangle;            /* enum an_demangle (0: simple) */
 } an_open_opts;
 
-/* ---- meta (trace_format.h: one "key value" line each, TRACE_META_*) ---- */
+/* ---- meta (meta.c; trace_format.h: one "key value" line each, TRACE_META_*) ---- */
 
 /*
  * The one reader of a trace's meta file, for every command: the lines of
@@ -85,7 +85,7 @@ const char *an_meta_last(const an_meta *m, const char *key);
 /* How many lines have this key. */
 size_t an_meta_count(const an_meta *m, const char *key);
 
-/* ---- the trace ---- */
+/* ---- the trace (trace.c) ---- */
 
 /* Open the trace directory `dir`.  Returns 0 and *out, or -1 with err naming
  * the file and the problem.  an_trace_open uses the default options. */
@@ -101,7 +101,7 @@ const char *an_trace_meta(const an_trace *t, const char *key);
 size_t an_trace_nwarnings(const an_trace *t);
 const char *an_trace_warning(const an_trace *t, size_t i);
 
-/* ---- modules ("module <index> <path> <key> <bias-hex>" lines of meta) ---- */
+/* ---- modules (meta.c, modules.c: "module <index> <path> <key> <bias-hex>") ---- */
 
 typedef struct an_module {
 	uint32_t index;          /* as in meta; trace_site refers to it */
@@ -114,7 +114,7 @@ typedef struct an_module {
 size_t an_trace_nmodules(const an_trace *t);
 const an_module *an_trace_module(const an_trace *t, size_t i);
 
-/* ---- threads (one ring file each), sorted by tid ---- */
+/* ---- threads (rings.c: one ring file each), sorted by tid ---- */
 
 typedef struct an_thread {
 	uint32_t tid, pid;
@@ -134,7 +134,7 @@ const an_thread *an_trace_thread(const an_trace *t, size_t i);
 /* The thread with this tid, NULL if the trace has none. */
 const an_thread *an_trace_thread_by_tid(const an_trace *t, uint32_t tid);
 
-/* ---- records ---- */
+/* ---- records (iter.c) ---- */
 
 /* A message event (trace_format.h, "Message events"). */
 typedef struct an_msg {
@@ -193,7 +193,7 @@ int an_iter_next(an_iter *it, an_record *r);
 const an_iter_stats *an_iter_stats_get(const an_iter *it);
 void an_iter_close(an_iter *it);
 
-/* ---- clocks (meta tsc_hz, tsc0, mono0_ns, real0_ns) ---- */
+/* ---- clocks (trace.c: meta tsc_hz, tsc0, mono0_ns, real0_ns) ---- */
 
 /* Nanoseconds from TSC a to TSC b (0 if b < a). */
 uint64_t an_tsc_ns(const an_trace *t, uint64_t a, uint64_t b);
@@ -203,7 +203,7 @@ int64_t an_monotonic_ns(const an_trace *t, uint64_t tsc);
 /* When tracing began: the earliest ring creation (meta tsc0 if no ring). */
 uint64_t an_trace_start_tsc(const an_trace *t);
 
-/* ---- names ---- */
+/* ---- names (names.c) ---- */
 
 /*
  * A function: a callee or caller of some site.  Its name is the symbol
@@ -251,7 +251,7 @@ const an_func *an_func_get(const an_trace *t, uint32_t i);
  * for one this reader does not know (buf is used then). */
 const char *an_event_name(uint32_t id, char *buf, size_t len);
 
-/* ---- channels and messages (the channels file) ---- */
+/* ---- channels and messages (msgs.c: the channels file) ---- */
 
 /* Channel `id`, NULL when the channels file has no such record (or none). */
 const trace_channel *an_channel(const an_trace *t, uint32_t id);
@@ -266,7 +266,7 @@ char *an_msg_text(const an_trace *t, const an_msg *m, char *buf, size_t len);
 /* Message i of the call trees built so far (an_call's `end`), NULL if none. */
 const an_msg *an_trace_msg(const an_trace *t, uint32_t i);
 
-/* ---- for printers ---- */
+/* ---- for printers (demangle.c, trace.c) ---- */
 
 /* The enum an_demangle for "simple", "full" or "no"; -1 for anything else. */
 int an_demangle_style(const char *name);
@@ -282,7 +282,7 @@ int an_select_threads(const an_trace *t, const char *list, unsigned char *sel, s
  * " 120.000 ms", "   2.500  s".  Returns buf. */
 char *an_fmt_duration(uint64_t ns, char buf[24]);
 
-/* ---- calls ---- */
+/* ---- calls (calls.c) ---- */
 
 enum an_call_kind {
 	AN_CALL = 1,             /* an ENTRY, with its EXIT or closed otherwise */

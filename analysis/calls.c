@@ -1,5 +1,6 @@
 /*
- * calls.c — entries paired with exits: a thread's call tree (an_thread_calls).  See analysis.h for what each promises.
+ * calls.c — entries paired with exits: a thread's call tree
+ * (an_thread_calls). See analysis.h for what each promises.
  */
 #include "an_internal.h"
 

@@ -1,5 +1,6 @@
 /*
- * demangle.c — C++ names as uftrace shows them (an_demangle).  See analysis.h for what each promises.
+ * demangle.c — C++ names as uftrace shows them (an_demangle). See analysis.h
+ * for what each promises.
  */
 #include "an_internal.h"
 

@@ -143,7 +143,7 @@ static int host_index(an_flows *f, const char *host, uint32_t *out)
 
 /* The key of a message's direction, as the sender names it (recv: the
  * receiver's channel turned round).  0, or -1 if the channel is unknown. */
-static int msg_key(build *b, an_trace *t, uint32_t host, const an_msg *m, chan_key *k)
+static int msg_key(an_trace *t, uint32_t host, const an_msg *m, chan_key *k)
 {
 	const trace_channel *c = an_channel(t, m->chan);
 
@@ -177,7 +177,6 @@ static int msg_key(build *b, an_trace *t, uint32_t host, const an_msg *m, chan_k
 		k->ino_b = m->recv ? c->inode : c->peer_inode;
 		return 0;
 	}
-	(void)b;
 }
 
 /* Messages that can be matched (rule 5). */
@@ -360,7 +359,7 @@ static int collect_sends(build *b, sp_err *err)
 						return sp_fail(err, "out of memory");
 					}
 					d = &b->drecv[b->ndrecv];
-					if (msg_key(b, t, host, &r.msg, &d->k) < 0)
+					if (msg_key(t, host, &r.msg, &d->k) < 0)
 						continue;
 					d->ns = an_realtime_ns(t, r.tsc);
 					d->seq = b->ndrecv++;
@@ -372,7 +371,7 @@ static int collect_sends(build *b, sp_err *err)
 					return sp_fail(err, "out of memory");
 				}
 				s = &b->sends[b->nsends];
-				if (msg_key(b, t, host, &r.msg, &s->k) < 0)
+				if (msg_key(t, host, &r.msg, &s->k) < 0)
 					continue;
 				s->off = r.msg.off;
 				s->len = r.msg.len;
@@ -452,12 +451,12 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 		} else if (r.kind == TRACE_EVENT && r.id == TRACE_EV_MSG_SEND && matchable(t, &r.msg)) {
 			if (cur < 0 && (cur = seg_new(b, image, th, "thread")) < 0)
 				goto nomem;
-			if (msg_key(b, t, host, &r.msg, &k) == 0 && *next_send < b->nsends)
+			if (msg_key(t, host, &r.msg, &k) == 0 && *next_send < b->nsends)
 				b->sends[(*next_send)++].seg = cur;
 			has_msg = 1;
 			last_recv_chan = AN_NONE;
 		} else if (r.kind == TRACE_EVENT && r.id == TRACE_EV_MSG_RECV && r.msg.len) {
-			if (matchable(t, &r.msg) && msg_key(b, t, host, &r.msg, &k) == 0) {
+			if (matchable(t, &r.msg) && msg_key(t, host, &r.msg, &k) == 0) {
 				an_msg m = r.msg;
 
 				if ((m.flags & TRACE_MSG_DGRAM) && *next_drecv < b->ndrecv)

@@ -1,5 +1,6 @@
 /*
- * iter.c — a thread's records with full timestamps (an_iter).  See analysis.h for what each promises.
+ * iter.c — a thread's records with full timestamps, streamed (an_iter). See
+ * analysis.h for what each promises.
  */
 #include "an_internal.h"
 

@@ -1,6 +1,6 @@
 /*
- * map.c — a small hash map: (a, b) -> uint32, for function identities and the
- * open calls of a thread.  See analysis.h for what each promises.
+ * map.c — a small hash map: (a, b) -> uint32, for function identities and
+ * the open calls of a thread. Declared in an_internal.h.
  */
 #include "an_internal.h"
 

@@ -1,5 +1,7 @@
 /*
- * meta.c — the meta file: the trace's parse of it (clocks, modules).  See analysis.h for what each promises.
+ * meta.c — the meta file: an_meta, the one reader every command uses, and
+ * the trace's parse of it (clocks, modules). See analysis.h for what each
+ * promises.
  */
 #include "an_internal.h"
 

@@ -1,5 +1,6 @@
 /*
- * modules.c — the code analysis of each traced module.  See analysis.h for what each promises.
+ * modules.c — the code analysis of each traced module. See analysis.h for
+ * what each promises.
  */
 #include "an_internal.h"
 

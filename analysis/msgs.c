@@ -1,5 +1,6 @@
 /*
- * msgs.c — the channels file; texts of channels and messages.  See analysis.h for what each promises.
+ * msgs.c — the channels file; texts of channels and messages. See analysis.h
+ * for what each promises.
  */
 #include "an_internal.h"
 

@@ -1,5 +1,6 @@
 /*
- * names.c — the sites file; functions and sites by name (an_site, an_func_get).  See analysis.h for what each promises.
+ * names.c — the sites file; functions and sites by name (an_site,
+ * an_func_get). See analysis.h for what each promises.
  */
 #include "an_internal.h"
 

@@ -1,5 +1,6 @@
 /*
- * rings.c — ring headers and the chunks `sptrace run` drained (seg.<tid>).  See analysis.h for what each promises.
+ * rings.c — ring headers and the chunks `sptrace run` drained (seg.<tid>).
+ * See analysis.h for what each promises.
  */
 #include "an_internal.h"
 

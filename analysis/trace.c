@@ -1,6 +1,6 @@
 /*
- * trace.c — an_trace_open/close, the trace's accessors, clocks and the helpers
- * for printers.  See analysis.h for what each promises.
+ * trace.c — an_trace_open/close, the trace's accessors, clocks and the
+ * helpers for printers. See analysis.h for what each promises.
  */
 #include "an_internal.h"
 

@@ -178,8 +178,9 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         r = hosts.run(0, [sptrace, "collect", "-o", out, trace], timeout=300)
         check(r.returncode == 0, "sptrace collect: %r %r" % (r.stdout, r.stderr))
         client = int(meta_value(trace, "pid"))
-        a0, a1, a2 = hosts.addrs
-        client_host = [h for h in os.listdir(out) if os.path.isdir(os.path.join(out, h, str(client)))]
+        _, a1, a2 = hosts.addrs
+        client_host = [h for h in os.listdir(out)
+                       if os.path.isdir(os.path.join(out, h, str(client)))]
         check(len(client_host) == 1, "OUT has the client %d under %s" % (client, client_host))
         want = {(client_host[0], client), (a1, pids["frontend"]), (a1, helper[0]),
                 (a2, pids["backend"]), (a2, pids["monitor"])}

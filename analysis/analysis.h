@@ -423,6 +423,14 @@ typedef struct an_flow_proc {
 	uint32_t pid;
 } an_flow_proc;
 
+/* A run of one thread's records in a flow. */
+typedef struct an_flow_part {
+	size_t image;            /* an image of the session */
+	uint32_t pid, tid;
+	int64_t start_ns, end_ns; /* CLOCK_REALTIME of its first and last records */
+	uint64_t events;
+} an_flow_part;
+
 typedef struct an_flow {
 	char id[24];             /* "f1", "f2", ... in the order of their start */
 	size_t image;            /* where it starts: an image of the session, */
@@ -436,6 +444,8 @@ typedef struct an_flow {
 				    events, messages) */
 	an_flow_proc *procs;     /* the processes it crossed, its start's first */
 	size_t nprocs;
+	an_flow_part *parts;     /* its runs of records, by start */
+	size_t nparts;
 } an_flow;
 
 typedef struct an_flows an_flows;

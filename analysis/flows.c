@@ -522,6 +522,7 @@ static size_t find(segment *s, size_t i)
 
 typedef struct group {
 	size_t root;             /* union-find root */
+	size_t before;           /* its index before they were sorted */
 	size_t start;            /* the segment the flow starts at */
 	int64_t t0, t1;
 	uint64_t events;
@@ -536,17 +537,20 @@ static int group_cmp(const void *x, const void *y)
 	return a->start < b->start ? -1 : a->start > b->start;
 }
 
-/* Segments of a flow by time, for its list of processes. */
+/* Segments by flow, then by time: seg_sort_grp[i] is segment i's flow. */
 static build *seg_sort_ctx;
+static size_t *seg_sort_grp;
 
 static int seg_time_cmp(const void *x, const void *y)
 {
-	const segment *a = &seg_sort_ctx->segs[*(const size_t *)x];
-	const segment *b = &seg_sort_ctx->segs[*(const size_t *)y];
+	size_t i = *(const size_t *)x, j = *(const size_t *)y;
+	const segment *a = &seg_sort_ctx->segs[i], *b = &seg_sort_ctx->segs[j];
 
+	if (seg_sort_grp[i] != seg_sort_grp[j])
+		return seg_sort_grp[i] < seg_sort_grp[j] ? -1 : 1;
 	if (a->t0 != b->t0)
 		return a->t0 < b->t0 ? -1 : 1;
-	return *(const size_t *)x < *(const size_t *)y ? -1 : 1;
+	return i < j ? -1 : i > j;
 }
 
 static void unite(segment *s, size_t a, size_t b)
@@ -606,7 +610,7 @@ static void link_children(build *b)
 static int make_flows(build *b, sp_err *err)
 {
 	group *g = NULL;
-	size_t ng = 0, *gi = NULL, *order = NULL;
+	size_t ng = 0, *gi = NULL, *order = NULL, *pos = NULL;
 	an_flows *f = b->out;
 
 	for (size_t j = 0; j < b->njoins; j++) {
@@ -643,14 +647,35 @@ static int make_flows(build *b, sp_err *err)
 		if (sg->event && (!b->segs[gr->start].event || sg->t0 < b->segs[gr->start].t0))
 			gr->start = i;
 	}
+	for (size_t k = 0; k < ng; k++)
+		g[k].before = k;
 	qsort(g, ng, sizeof *g, group_cmp);
+	/* gi[] becomes each segment's flow, in the sorted order */
+	if (!(pos = malloc((ng + 1) * sizeof *pos)))
+		goto nomem;
+	for (size_t k = 0; k < ng; k++)
+		pos[g[k].before] = k;
+	for (size_t i = 0; i < b->nsegs; i++)
+		order[i] = find(b->segs, i);
+	for (size_t i = 0; i < b->nsegs; i++)
+		gi[i] = pos[gi[order[i]]];
+	for (size_t i = 0; i < b->nsegs; i++)
+		order[i] = i;
+	seg_sort_ctx = b;
+	seg_sort_grp = gi;
+	qsort(order, b->nsegs, sizeof *order, seg_time_cmp);
+	seg_sort_ctx = NULL;
+	seg_sort_grp = NULL;
 	if (!(f->f = calloc(ng + 1, sizeof *f->f)))
 		goto nomem;
-	for (size_t k = 0; k < ng; k++) {
+	for (size_t k = 0, at = 0; k < ng; k++) {
 		an_flow *fl = &f->f[f->n];
 		const segment *st = &b->segs[g[k].start];
-		size_t no = 0;
+		size_t from = at, no;
 
+		while (at < b->nsegs && gi[order[at]] == k)
+			at++;
+		no = at - from;
 		if (!g[k].events)
 			continue;
 		f->n++;
@@ -663,21 +688,19 @@ static int make_flows(build *b, sp_err *err)
 		fl->start_ns = g[k].t0;
 		fl->end_ns = g[k].t1;
 		fl->events = g[k].events;
-		for (size_t i = 0; i < b->nsegs; i++)
-			if (find(b->segs, i) == g[k].root)
-				order[no++] = i;
-		seg_sort_ctx = b;
-		qsort(order, no, sizeof *order, seg_time_cmp);
-		seg_sort_ctx = NULL;
 		/* the start's process first, then by first appearance */
-		if (!(fl->procs = calloc(no + 1, sizeof *fl->procs)))
+		if (!(fl->procs = calloc(no + 1, sizeof *fl->procs)) ||
+		    !(fl->parts = calloc(no + 1, sizeof *fl->parts)))
 			goto nomem;
 		fl->procs[fl->nprocs++] = (an_flow_proc){ fl->host, fl->pid };
-		for (size_t i = 0; i < no; i++) {
+		for (size_t i = from; i < at; i++) {
 			const segment *sg = &b->segs[order[i]];
 			const char *h = an_session_image(b->s, sg->image)->host;
 			size_t p;
 
+			if (sg->events)
+				fl->parts[fl->nparts++] = (an_flow_part){ sg->image, sg->pid, sg->tid,
+									  sg->t0, sg->t1, sg->events };
 			for (p = 0; p < fl->nprocs; p++)
 				if (fl->procs[p].pid == sg->pid && strcmp(fl->procs[p].host, h) == 0)
 					break;
@@ -685,11 +708,13 @@ static int make_flows(build *b, sp_err *err)
 				fl->procs[fl->nprocs++] = (an_flow_proc){ h, sg->pid };
 		}
 	}
+	free(pos);
 	free(gi);
 	free(g);
 	free(order);
 	return 0;
 nomem:
+	free(pos);
 	free(gi);
 	free(g);
 	free(order);
@@ -753,8 +778,10 @@ void an_flows_free(an_flows *f)
 {
 	if (!f)
 		return;
-	for (size_t i = 0; i < f->n; i++)
+	for (size_t i = 0; i < f->n; i++) {
 		free(f->f[i].procs);
+		free(f->f[i].parts);
+	}
 	free(f->f);
 	for (size_t i = 0; i < f->nhosts; i++)
 		free(f->hosts[i]);

@@ -9,7 +9,9 @@ Cases:
           sent): one flow per request, six, the first starting at the
           accept and the others at the receive of their request, each in
           the server's process and thread alone, in the order sent; the
-          table lists the same six; --help and a missing directory.
+          table lists the same six; `--flow f3` shows the third request's
+          read (the second connection's bytes 2..) and its work; --help, an
+          unknown flow, a missing directory.
   exec    `sh -c 'ls / >/dev/null; true'` under `sptrace run`: the shell's
           children exec'd programs traced in subdirectories; one flow,
           the shell's, crossing the shell and each child.
@@ -21,13 +23,14 @@ Cases:
           starting at the client's start and crossing exactly the client,
           the frontend, its helper, the backend and the monitor (matched by
           TCP byte ranges, the pipe's inode, datagram numbers), never the
-          decoy.
+          decoy; `--flow f1` shows each one's work under its host.
 
 usage: test_flows.py CASE SPTRACE [SPDAEMON] [TIER]
 """
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -114,6 +117,15 @@ def case_server(sptrace, tier, tmp):
           [row[0] for row in rows] == [f["id"] for f in flows] and
           [row[1] for row in rows] == [f["start"]["event"] for f in flows],
           "the table does not list the flows:\n%s" % r.stdout)
+    # one flow's records: the third request's (the second connection's second
+    # line, its bytes 2..4) read and its work
+    r = run([sptrace, "flows", "--flow", "f3", out], env=env)
+    head = "# flow f3: recv at %s:%d/%d" % (host, pid, pid)
+    check(r.returncode == 0 and r.stdout.startswith(head) and "backend_line() {" in r.stdout and "work() {" in r.stdout and
+          re.search(r"read\(tcp 127\.0\.0\.1:%d <- 127\.0\.0\.1:\d+, bytes 2\.\.3\)" % port,
+                    r.stdout), "flows --flow f3:\n%s%s" % (r.stdout[:3000], r.stderr))
+    r = run([sptrace, "flows", "--flow", "f99", out], env=env)
+    check(r.returncode == 2 and "no such flow" in r.stderr, "flows --flow f99: %r" % r.stderr)
     r = run([sptrace, "flows", "--help"])
     check(r.returncode == 0 and "--json" in r.stdout and "duration_ns" in r.stdout,
           "flows --help: %r" % r.stdout)
@@ -194,6 +206,20 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         check(got[0] == want and len(f["processes"]) == len(want),
               "the flow crosses %s, expected %s" % (sorted(got[0]), sorted(want)))
         check((a2, pids["decoy"]) not in got[0], "the flow crosses the decoy")
+        # its records: each process's work, under its host
+        r = run([sptrace, "flows", "--flow", "f1", out], timeout=300)
+        check(r.returncode == 0, "flows --flow f1: %r" % r.stderr[-1000:])
+        for host, pid, func in ((client_host[0], client, "main"),
+                                (a1, pids["frontend"], "serve_line"),
+                                (a1, helper[0], "helper"),
+                                (a2, pids["backend"], "backend_line"),
+                                (a2, pids["monitor"], "monitor_main")):
+            check(re.search(r"^ +[0-9.-]+  %s:%d/\d+ +%s\(\) \{" % (re.escape(host), pid,
+                                                                  re.escape(func)),
+                            r.stdout, re.M) or
+                  re.search(r"^ +[0-9.-]+  %s:%d/\d+ +.*%s" % (re.escape(host), pid,
+                                                              re.escape(func)), r.stdout, re.M),
+                  "flows --flow f1 lacks %s in %s:%d:\n%s" % (func, host, pid, r.stdout[-3000:]))
     finally:
         for p in procs.values():
             if p.poll() is None:

@@ -121,7 +121,8 @@ def case_server(sptrace, tier, tmp):
     # line, its bytes 2..4) read and its work
     r = run([sptrace, "flows", "--flow", "f3", out], env=env)
     head = "# flow f3: recv at %s:%d/%d" % (host, pid, pid)
-    check(r.returncode == 0 and r.stdout.startswith(head) and "backend_line() {" in r.stdout and "work() {" in r.stdout and
+    check(r.returncode == 0 and r.stdout.startswith(head) and
+          "backend_line() {" in r.stdout and "work() {" in r.stdout and
           re.search(r"read\(tcp 127\.0\.0\.1:%d <- 127\.0\.0\.1:\d+, bytes 2\.\.3\)" % port,
                     r.stdout), "flows --flow f3:\n%s%s" % (r.stdout[:3000], r.stderr))
     r = run([sptrace, "flows", "--flow", "f99", out], env=env)

@@ -157,11 +157,10 @@ def case_exec(sptrace, tmp):
 
 
 def case_tiers(sptrace, spdaemon, tier, tmp):
-    from nslib import Hosts, in_own_netns
+    from nslib import Hosts
     from test_daemon import Daemon
     import test_propagate as tp
 
-    in_own_netns()
     os.chmod(tmp, 0o755)
     prog = os.path.join(tmp, "tier")
     shutil.copy(tier, prog)
@@ -235,6 +234,9 @@ def main():
     if len(sys.argv) < 3:
         fail(__doc__)
     case, sptrace = sys.argv[1], os.path.abspath(sys.argv[2])
+    if case == "tiers":
+        from nslib import in_own_netns
+        in_own_netns()           # re-runs this script: before the scratch directory
     tmp = tempfile.mkdtemp(prefix="sptrace-flows-")
     try:
         if case == "server":

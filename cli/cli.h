@@ -18,6 +18,7 @@ typedef struct cli_cmd {
 int cmd_analyze_binary(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_flows(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 int cmd_activate(int argc, char **argv);
@@ -90,11 +91,8 @@ int cli_meta_end(const char *dir, char *why, size_t len);
 /* The image traced in DIR exec'd another: 1 and the directory of its trace
  * (DIR/exec.PID.N, the last exec that did not fail) in *sub, else 0. */
 int cli_exec_successor(const char *dir, char *sub, size_t len);
-/* DIR/meta for reading, NULL (errno) unless it is a regular file of at most
- * TRACE_META_MAX_BYTES: a FIFO or a link to a device there would block or
- * never end (sp_open_regular), a sparse terabyte take minutes. */
-FILE *cli_meta_open(const char *dir);
-/* The "KEY value" lines of DIR/meta: how many, and the last value in *val. */
+/* The "KEY value" lines of DIR/meta (an_meta_read, analysis.h): how many, and
+ * the last value in *val. */
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len);
 /* Wait until DIR/meta has more than `before` KEY lines (1), the trace ends
  * (-1, the reason in *why: an end line that was not there when the wait

@@ -44,6 +44,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "analysis.h"
 #include "spd.h"
 #include "trace_format.h"
 
@@ -702,12 +703,12 @@ int cmd_collect(int argc, char **argv)
 				 : "give one trace directory"), 2;
 	dir = argv[optind];
 	/* Step 1. */
-	FILE *meta = cli_meta_open(dir);
+	an_meta *meta;
+	sp_err merr;
 
-	if (!meta)
-		return cli_error("collect: %s: no trace there (%s/meta: %s)", dir, dir,
-				 sp_open_why(errno));
-	fclose(meta);
+	if (an_meta_read(dir, &meta, &merr) < 0)
+		return cli_error("collect: %s: no trace there (%s)", dir, merr.msg);
+	an_meta_free(meta);
 	if (!cli_meta_get(dir, TRACE_META_SESSION, session, sizeof session) || !session[0])
 		return cli_error("collect: %s was not traced with a spdaemon on this host: nothing "
 				 "to collect", dir);

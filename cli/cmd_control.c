@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "analysis.h"
 #include "registry.h"
 #include "spd.h"
 #include "trace_format.h"
@@ -94,19 +95,18 @@ typedef struct target {
 /* Is the agent tracing, by meta: its last "activated" or "stopped" line. */
 static int tracing_now(const char *dir)
 {
-	char line[1024];
-	size_t ka = strlen(TRACE_META_ACTIVATED), ks = strlen(TRACE_META_STOPPED);
 	int state = 0;
-	FILE *f;
+	an_meta *m;
+	sp_err e;
 
-	if (!(f = cli_meta_open(dir)))
+	if (an_meta_read(dir, &m, &e) < 0)
 		return 0;
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, TRACE_META_ACTIVATED, ka) == 0 && line[ka] == ' ')
+	for (size_t l = 0; l < an_meta_nlines(m); l++)
+		if (strcmp(an_meta_key(m, l), TRACE_META_ACTIVATED) == 0)
 			state = 1;
-		else if (strncmp(line, TRACE_META_STOPPED, ks) == 0 && line[ks] == ' ')
+		else if (strcmp(an_meta_key(m, l), TRACE_META_STOPPED) == 0)
 			state = 0;
-	fclose(f);
+	an_meta_free(m);
 	return state;
 }
 

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "trace_format.h"
-#include "trace_read.h"
+#include "analysis.h"
 
 /* Images of one process replayed one after the other (exec after exec), as
  * many as sptrace run follows (cmd_run.c). */
@@ -329,21 +329,23 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 /* Children (fork, vfork) that exec'd have traces of their own: say where. */
 static void children_exec(const char *dir)
 {
-	char line[PATH_MAX + 64], sub[256], prog[PATH_MAX];
-	size_t ke = strlen(TRACE_META_EXEC), kp = strlen(TRACE_META_PID);
+	char sub[256], prog[PATH_MAX];
 	int pid = -1, epid;
-	FILE *f;
+	an_meta *m;
+	sp_err e;
 
-	if (!(f = cli_meta_open(dir)))
+	if (an_meta_read(dir, &m, &e) < 0)
 		return;
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, TRACE_META_PID " ", kp + 1) == 0)
-			pid = atoi(line + kp + 1);
-		else if (strncmp(line, TRACE_META_EXEC " ", ke + 1) == 0 &&
-			 sscanf(line + ke + 1, "%255s %d %4095[^\n]", sub, &epid, prog) == 3 &&
-			 epid != pid)
+	for (size_t l = 0; l < an_meta_nlines(m); l++) {
+		const char *key = an_meta_key(m, l), *v = an_meta_val(m, l);
+
+		if (strcmp(key, TRACE_META_PID) == 0)
+			pid = atoi(v);
+		else if (strcmp(key, TRACE_META_EXEC) == 0 &&
+			 sscanf(v, "%255s %d %4095[^\n]", sub, &epid, prog) == 3 && epid != pid)
 			printf("# child pid %d exec'd %s: its trace is in %s/%s\n", epid, prog, dir, sub);
-	fclose(f);
+	}
+	an_meta_free(m);
 }
 
 /* One image's trace.  A --tid list names threads of the first; a later

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace_read.h"
+#include "analysis.h"
 
 static const char help[] =
 	"usage: sptrace report [OPTIONS] DIR\n"

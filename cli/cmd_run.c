@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "analysis.h"
 #include "registry.h"
 #include "trace_format.h"
 
@@ -78,17 +79,20 @@ static const char help[] =
 /* What propagation did, from the trace's meta ("propagated" lines). */
 static void print_propagation(const char *dir, const char *session)
 {
-	char line[1024], hosts[512] = "";
+	char hosts[512] = "";
 	unsigned asked = 0, followed = 0, k;
-	int fd = cli_trace_file(dir, "meta", O_RDONLY);
-	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+	an_meta *m = NULL;
+	sp_err e;
 
-	while (f && fgets(line, sizeof line, f)) {
+	if (an_meta_read(dir, &m, &e) < 0)
+		m = NULL;
+	for (size_t l = 0; l < an_meta_nlines(m); l++) {
 		char host[256];
 		const char *p;
 
-		if (strncmp(line, TRACE_META_PROPAGATED " ", sizeof TRACE_META_PROPAGATED) != 0 ||
-		    !(p = strstr(line, " host ")) || sscanf(p, " host %255s targets %u", host, &k) != 2)
+		if (strcmp(an_meta_key(m, l), TRACE_META_PROPAGATED) != 0 ||
+		    !(p = strstr(an_meta_val(m, l), " host ")) ||
+		    sscanf(p, " host %255s targets %u", host, &k) != 2)
 			continue;
 		asked++;
 		followed += k;
@@ -99,10 +103,7 @@ static void print_propagation(const char *dir, const char *session)
 		    strlen(hosts) + strlen(word) < sizeof hosts)
 			strcat(hosts, word);
 	}
-	if (f)
-		fclose(f);
-	else if (fd >= 0)
-		close(fd);
+	an_meta_free(m);
 	if (hosts[0])
 		hosts[strlen(hosts) - 1] = '\0';
 	if (!asked)

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "analysis.h"
 #include "sp.h"
 #include "trace_format.h"
 
@@ -25,6 +26,7 @@ static const cli_cmd commands[] = {
 	  "analyse ELF modules and fill the code-analysis repository" },
 	{ "replay", cmd_replay, "print each thread's calls as a tree (uftrace-like)" },
 	{ "report", cmd_report, "time per function: total, self, calls" },
+	{ "flows", cmd_flows, "separate a trace's records into flows (per request or job)" },
 	{ "keys", cmd_keys, "make the cluster CA and hosts' certificates for spdaemon" },
 	{ "status", cmd_status, "ask this host's or other hosts' spdaemon who it is" },
 	{ "collect", cmd_collect, "gather a session's traces from every host it reached" },
@@ -81,114 +83,82 @@ void cli_progress_end(void)
 	}
 }
 
-FILE *cli_meta_open(const char *dir)
-{
-	char path[PATH_MAX + 8];
-	int fd;
-	FILE *f;
-
-	struct stat st;
-
-	snprintf(path, sizeof path, "%s/meta", dir);
-	if ((fd = sp_open_regular(path, 1)) < 0)
-		return NULL;
-	if (fstat(fd, &st) < 0 || st.st_size > TRACE_META_MAX_BYTES) {
-		close(fd);
-		errno = EFBIG;
-		return NULL;
-	}
-	if (!(f = fdopen(fd, "r")))
-		close(fd);
-	return f;
-}
-
 int cli_meta_get(const char *dir, const char *key, char *val, size_t len)
 {
-	char line[4096];
-	size_t klen = strlen(key);
-	FILE *f;
-	int found = 0;
+	an_meta *m;
+	sp_err e;
+	const char *v;
+	int found;
 
-	f = cli_meta_open(dir);
-	if (!f)
+	if (an_meta_read(dir, &m, &e) < 0)
 		return 0;
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
-			snprintf(val, len, "%.500s", line + klen + 1);
-			val[strcspn(val, "\n")] = '\0';
-			found++;
-		}
-	fclose(f);
+	found = (int)an_meta_count(m, key);
+	if ((v = an_meta_last(m, key)))
+		snprintf(val, len, "%.500s", v);
+	an_meta_free(m);
 	return found;
 }
 
 /* The path of module `index` in meta's "module" lines, "?" if none. */
-static void module_path(FILE *f, unsigned index, char *path, size_t len)
+static void module_path(const an_meta *m, unsigned index, char *path, size_t len)
 {
-	char line[4200];
-	size_t km = strlen(TRACE_META_MODULE);
 	unsigned i;
 	int n;
 
 	snprintf(path, len, "?");
-	rewind(f);
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, TRACE_META_MODULE, km) == 0 && line[km] == ' ' &&
-		    sscanf(line + km + 1, "%u %n", &i, &n) == 1 && i == index) {
-			snprintf(path, len, "%.*s", (int)strcspn(line + km + 1 + n, " \n"),
-				 line + km + 1 + n);
+	for (size_t l = 0; l < an_meta_nlines(m); l++) {
+		const char *v = an_meta_val(m, l);
+
+		if (strcmp(an_meta_key(m, l), TRACE_META_MODULE) == 0 &&
+		    sscanf(v, "%u %n", &i, &n) == 1 && i == index) {
+			snprintf(path, len, "%.*s", (int)strcspn(v + n, " "), v + n);
 			return;
 		}
+	}
 }
 
 int cli_print_left_alone(FILE *out, const char *dir)
 {
-	char line[4200], mod[4096], kind[16];
-	size_t kr = strlen(TRACE_META_RUNTIME);
+	char mod[4096], kind[16];
 	unsigned long long lo, hi;
 	unsigned index;
-	long pos;
 	int count = 0;
-	FILE *f;
+	an_meta *m;
+	sp_err e;
 
-	f = cli_meta_open(dir);
-	if (!f)
+	if (an_meta_read(dir, &m, &e) < 0)
 		return 0;
-	while (fgets(line, sizeof line, f)) {
-		size_t ku = strlen(TRACE_META_UNTRACED), kc = strlen(TRACE_META_CHANGED);
+	for (size_t l = 0; l < an_meta_nlines(m); l++) {
+		const char *key = an_meta_key(m, l), *v = an_meta_val(m, l);
 		unsigned long long nchanged;
 		int at = 0;
 
-		if (strncmp(line, TRACE_META_CHANGED, kc) == 0 && line[kc] == ' ' &&
-		    sscanf(line + kc + 1, "%u %llu", &index, &nchanged) == 2) {
-			pos = ftell(f);
-			module_path(f, index, mod, sizeof mod);
-			fseek(f, pos, SEEK_SET);
+		if (strcmp(key, TRACE_META_CHANGED) == 0 &&
+		    sscanf(v, "%u %llu", &index, &nchanged) == 2) {
+			module_path(m, index, mod, sizeof mod);
 			fprintf(out, "sptrace: not traced: %llu call sites in %s: their code differs "
 				"from the analysis (changed since it was analysed, or by the program "
 				"itself; see %s/agent.log)\n", nchanged, mod, dir);
 			count++;
 			continue;
 		}
-		if (strncmp(line, TRACE_META_UNTRACED, ku) == 0 && line[ku] == ' ' &&
-		    sscanf(line + ku + 1, "%4095s %n", mod, &at) == 1 && at > 0) {
-			fprintf(out, "sptrace: not traced: %s: %s", mod, line + ku + 1 + at);
+		if (strcmp(key, TRACE_META_UNTRACED) == 0 &&
+		    sscanf(v, "%4095s %n", mod, &at) == 1 && at > 0) {
+			fprintf(out, "sptrace: not traced: %s: %s\n", mod, v + at);
 			count++;
 			continue;
 		}
-		if (strncmp(line, TRACE_META_RUNTIME, kr) != 0 || line[kr] != ' ' ||
-		    sscanf(line + kr + 1, "%u %15s %llx %llx", &index, kind, &lo, &hi) != 4)
+		if (strcmp(key, TRACE_META_RUNTIME) != 0 ||
+		    sscanf(v, "%u %15s %llx %llx", &index, kind, &lo, &hi) != 4)
 			continue;
-		pos = ftell(f);
-		module_path(f, index, mod, sizeof mod);
-		fseek(f, pos, SEEK_SET);
+		module_path(m, index, mod, sizeof mod);
 		fprintf(out, "sptrace: not traced: %s code in %s (%#llx-%#llx, %.1f MB): its runtime "
 			"reads return addresses; its calls out are traced (see %s/agent.log)\n",
 			strcmp(kind, "go") == 0 ? "Go runtime" : strcmp(kind, "v8") == 0 ? "V8 builtins"
 			: kind, mod, lo, hi, (double)(hi - lo) / 1e6, dir);
 		count++;
 	}
-	fclose(f);
+	an_meta_free(m);
 	return count;
 }
 
@@ -252,20 +222,21 @@ int cli_meta_wait(const char *dir, const char *key, int before, double timeout, 
  * in (the last exec that did not fail), or 0. */
 int cli_exec_successor(const char *dir, char *sub, size_t len)
 {
-	char line[PATH_MAX + 64], name[256], pid[32] = "";
-	size_t ke = strlen(TRACE_META_EXEC), kf = strlen(TRACE_META_EXEC_FAILED);
-	size_t kp = strlen(TRACE_META_PID);
-	int epid;
-	FILE *f;
+	char name[256], failed[256];
+	int epid, pid = 0;
+	an_meta *m;
+	sp_err e;
 
 	sub[0] = '\0';
-	if (!(f = cli_meta_open(dir)))
+	if (an_meta_read(dir, &m, &e) < 0)
 		return 0;
-	while (fgets(line, sizeof line, f)) {
-		if (strncmp(line, TRACE_META_PID " ", kp + 1) == 0)
-			snprintf(pid, sizeof pid, "%d", atoi(line + kp + 1));
-		else if (strncmp(line, TRACE_META_EXEC " ", ke + 1) == 0 &&
-			 sscanf(line + ke + 1, "%255s %d", name, &epid) == 2 && epid == atoi(pid) &&
+	for (size_t l = 0; l < an_meta_nlines(m); l++) {
+		const char *key = an_meta_key(m, l), *v = an_meta_val(m, l);
+
+		if (strcmp(key, TRACE_META_PID) == 0)
+			pid = atoi(v);
+		else if (strcmp(key, TRACE_META_EXEC) == 0 &&
+			 sscanf(v, "%255s %d", name, &epid) == 2 && epid == pid &&
 			 strlen(dir) + strlen(name) + 2 <= len) {
 			size_t kd = strlen(dir);
 
@@ -282,14 +253,13 @@ int cli_exec_successor(const char *dir, char *sub, size_t len)
 			memcpy(sub, dir, kd);
 			sub[kd] = '/';
 			memcpy(sub + kd + 1, name, strlen(name) + 1);
-		} else if (strncmp(line, TRACE_META_EXEC_FAILED " ", kf + 1) == 0 && sub[0]) {
-			const char *failed = strtok(line + kf + 1, " \n");
-
-			if (failed && strcmp(strrchr(sub, '/') + 1, failed) == 0)
-				sub[0] = '\0';
+		} else if (strcmp(key, TRACE_META_EXEC_FAILED) == 0 && sub[0] &&
+			   sscanf(v, "%255s", failed) == 1 &&
+			   strcmp(strrchr(sub, '/') + 1, failed) == 0) {
+			sub[0] = '\0';
 		}
 	}
-	fclose(f);
+	an_meta_free(m);
 	return sub[0] != '\0' && access(sub, F_OK) == 0;
 }
 

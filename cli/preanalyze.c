@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "analysis.h"
 #include "codeanalysis.h"
 #include "trace_format.h"
 
@@ -408,18 +409,19 @@ int cli_analyze_missing(const char *cmd, const char *repo, char **paths, size_t 
 static void missing_of_meta(const char *dir, const char *repo, char ***v, size_t *n, size_t *cap)
 {
 	char line[PATH_MAX + 256], key[160];
-	size_t km = strlen(TRACE_META_MODULE);
-	FILE *f;
+	an_meta *m;
+	sp_err e;
 
-	if (!(f = cli_meta_open(dir)))
+	if (an_meta_read(dir, &m, &e) < 0)
 		return;
-	while (fgets(line, sizeof line, f)) {
+	for (size_t l = 0; l < an_meta_nlines(m); l++) {
 		char *mod, *k, *bias;
 
-		if (strncmp(line, TRACE_META_MODULE " ", km + 1) != 0)
+		if (strcmp(an_meta_key(m, l), TRACE_META_MODULE) != 0)
 			continue;
-		line[strcspn(line, "\n")] = '\0';
-		mod = strchr(line + km + 1, ' ');
+		/* "INDEX PATH KEY BIAS" */
+		snprintf(line, sizeof line, "%s", an_meta_val(m, l));
+		mod = strchr(line, ' ');
 		bias = strrchr(line, ' ');
 		if (!mod || !bias || bias <= mod)
 			continue;
@@ -433,7 +435,7 @@ static void missing_of_meta(const char *dir, const char *repo, char ***v, size_t
 		if (in_repo(repo, mod, key, sizeof key) == 0 && strcmp(key, k) == 0)
 			list_add(v, n, cap, mod);
 	}
-	fclose(f);
+	an_meta_free(m);
 }
 
 /* DIR and the traces below it (forked children, exec'd images). */

@@ -31,7 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "trace_read.h"
+#include "analysis.h"
 #include "tracegen.h"
 
 static int failures;

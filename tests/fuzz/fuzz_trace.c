@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_trace.c — libFuzzer target for the trace-directory reader
- * (analysis/trace_read.c): meta, sites, a ring file, its seg file and the
+ * (analysis/): meta, sites, a ring file, its seg file and the
  * channels file.
  *
  * An input is up to five files separated by FUZZ_TRACE_SEP (fuzz_trace.h):
@@ -9,7 +9,9 @@
  * which is then read as `sptrace replay` and `report` read it: an_trace_open
  * (modules not analysed: their paths in meta name files of this machine, and
  * the ELF readers have fuzz_analyze), then every thread's call tree, and
- * every site's, function's, message's and channel's name.  Everything is freed per input, so
+ * every site's, function's, message's and channel's name; then as `sptrace
+ * flows` reads it: a session, its records merged in time order, its flows.
+ * Everything is freed per input, so
  * libFuzzer's leak check (ASan builds) reports any leak as a crash.
  */
 #include "fuzz_trace.h"
@@ -20,9 +22,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trace_read.h"
+#include "analysis.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static volatile size_t sink;
 
 static const char *const files[] = { "meta", "sites", "ring.1", "seg.1", "channels" };
 static char dir[64];
@@ -108,6 +112,35 @@ static void remove_dir(void)
 	rmdir(dir);
 }
 
+/* The directory as `sptrace flows` reads it. */
+static void read_session(const an_open_opts *opt)
+{
+	an_session *s;
+	an_merge *m;
+	an_flows *f;
+	an_event ev;
+	sp_err err;
+	size_t total = 0;
+
+	if (an_session_open(dir, opt, &s, &err) < 0)
+		return;
+	if (an_merge_open(s, &m, &err) == 0) {
+		while (an_merge_next(m, &ev))
+			total += ev.rec.id;
+		an_merge_close(m);
+	}
+	if (an_flows_build(s, &f, &err) == 0) {
+		for (size_t i = 0; i < an_flows_count(f); i++) {
+			const an_flow *fl = an_flows_get(f, i);
+
+			total += strlen(fl->id) + strlen(fl->host) + strlen(fl->event) + fl->nprocs;
+		}
+		an_flows_free(f);
+	}
+	an_session_close(s);
+	sink = total;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const an_open_opts opt = { .repo = "/nonexistent/sptrace-fuzz-repo",
@@ -145,5 +178,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		read_trace(t);
 		an_trace_close(t);
 	}
+	read_session(&opt);
 	return 0;
 }

@@ -1,5 +1,7 @@
 /*
- * trace_read.h — read a trace directory (format: common/trace_format.h).
+ * analysis.h — the analysis library: read trace directories (format:
+ * common/trace_format.h) and analyse them.  Its files, by job, are listed in
+ * an_internal.h.
  *
  * an_trace_open() reads and checks everything a reader needs before it prints
  * a line: the meta file, the sites file, the header of every ring file, and
@@ -10,7 +12,7 @@
  * gone) is a warning, kept in the trace (an_trace_warning) and repeated to
  * whoever prints.
  *
- * Records are read one thread at a time (a ring is 16 MiB by default):
+ * Records are streamed one thread at a time (a ring is 16 MiB by default):
  * an_iter yields a thread's records oldest first with the full TSC rebuilt
  * from the 38 stored bits and the SYNC records, and an_thread_calls() pairs
  * entries with exits into a call tree.  Time conversions use the clocks in
@@ -18,8 +20,8 @@
  *
  * Nothing here is thread-safe: one an_trace per thread of the reader.
  */
-#ifndef AN_TRACE_READ_H
-#define AN_TRACE_READ_H
+#ifndef ANALYSIS_H
+#define ANALYSIS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -58,6 +60,33 @@ typedef struct an_open_opts {
 	int demangle;            /* enum an_demangle (0: simple) */
 } an_open_opts;
 
+/* ---- meta (meta.c; trace_format.h: one "key value" line each, TRACE_META_*) ---- */
+
+/*
+ * The one reader of a trace's meta file, for every command: the lines of
+ * DIR/meta as they are now (the agent appends while it runs: read again to
+ * see more).  Empty lines and '#' lines are skipped; a line without a space
+ * is a key with an empty value.  The file must be a regular file (no link,
+ * FIFO or device) of at most TRACE_META_MAX_BYTES with no NUL byte.
+ * -1 with err naming the file (errno says why: ENOENT no meta there).
+ */
+typedef struct an_meta an_meta;
+
+int an_meta_read(const char *dir, an_meta **out, sp_err *err);
+void an_meta_free(an_meta *m);
+size_t an_meta_nlines(const an_meta *m);
+/* Line i's key, value and line number in the file (NULL, 0 past the end). */
+const char *an_meta_key(const an_meta *m, size_t i);
+const char *an_meta_val(const an_meta *m, size_t i);
+size_t an_meta_lineno(const an_meta *m, size_t i);
+/* The value of the first / the last line with this key, NULL if none. */
+const char *an_meta_get(const an_meta *m, const char *key);
+const char *an_meta_last(const an_meta *m, const char *key);
+/* How many lines have this key. */
+size_t an_meta_count(const an_meta *m, const char *key);
+
+/* ---- the trace (trace.c) ---- */
+
 /* Open the trace directory `dir`.  Returns 0 and *out, or -1 with err naming
  * the file and the problem.  an_trace_open uses the default options. */
 int an_trace_open(const char *dir, an_trace **out, sp_err *err);
@@ -72,7 +101,7 @@ const char *an_trace_meta(const an_trace *t, const char *key);
 size_t an_trace_nwarnings(const an_trace *t);
 const char *an_trace_warning(const an_trace *t, size_t i);
 
-/* ---- modules ("module <index> <path> <key> <bias-hex>" lines of meta) ---- */
+/* ---- modules (meta.c, modules.c: "module <index> <path> <key> <bias-hex>") ---- */
 
 typedef struct an_module {
 	uint32_t index;          /* as in meta; trace_site refers to it */
@@ -85,7 +114,7 @@ typedef struct an_module {
 size_t an_trace_nmodules(const an_trace *t);
 const an_module *an_trace_module(const an_trace *t, size_t i);
 
-/* ---- threads (one ring file each), sorted by tid ---- */
+/* ---- threads (rings.c: one ring file each), sorted by tid ---- */
 
 typedef struct an_thread {
 	uint32_t tid, pid;
@@ -105,7 +134,7 @@ const an_thread *an_trace_thread(const an_trace *t, size_t i);
 /* The thread with this tid, NULL if the trace has none. */
 const an_thread *an_trace_thread_by_tid(const an_trace *t, uint32_t tid);
 
-/* ---- records ---- */
+/* ---- records (iter.c) ---- */
 
 /* A message event (trace_format.h, "Message events"). */
 typedef struct an_msg {
@@ -136,6 +165,7 @@ typedef struct an_iter_stats {
 	size_t nbad_syncs;       /* SYNC records with stray bits set (ignored) */
 	size_t nbad_msgs;        /* message heads without all their data (dropped) */
 	size_t nstray_data;      /* message data without their head (skipped) */
+	size_t nunread;          /* records a failed read left unread (the end) */
 	uint64_t last_tsc;       /* TSC of the newest record returned */
 } an_iter_stats;
 
@@ -153,14 +183,17 @@ typedef struct an_iter_stats {
  */
 typedef struct an_iter an_iter;
 
-/* Read the ring of thread `th` (a snapshot: a live agent may go on writing). */
+/* Iterate over the records of thread `th`: its drained chunks (seg.<tid>),
+ * then its ring.  The records are streamed, a window of a few thousand at a
+ * time, never the whole thread in memory (iter.c).  Which records are
+ * covered is fixed when it opens: a live agent may go on writing. */
 int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err);
 /* 1 and *r: the next record; 0: no more. */
 int an_iter_next(an_iter *it, an_record *r);
 const an_iter_stats *an_iter_stats_get(const an_iter *it);
 void an_iter_close(an_iter *it);
 
-/* ---- clocks (meta tsc_hz, tsc0, mono0_ns, real0_ns) ---- */
+/* ---- clocks (trace.c: meta tsc_hz, tsc0, mono0_ns, real0_ns) ---- */
 
 /* Nanoseconds from TSC a to TSC b (0 if b < a). */
 uint64_t an_tsc_ns(const an_trace *t, uint64_t a, uint64_t b);
@@ -170,7 +203,7 @@ int64_t an_monotonic_ns(const an_trace *t, uint64_t tsc);
 /* When tracing began: the earliest ring creation (meta tsc0 if no ring). */
 uint64_t an_trace_start_tsc(const an_trace *t);
 
-/* ---- names ---- */
+/* ---- names (names.c) ---- */
 
 /*
  * A function: a callee or caller of some site.  Its name is the symbol
@@ -218,7 +251,7 @@ const an_func *an_func_get(const an_trace *t, uint32_t i);
  * for one this reader does not know (buf is used then). */
 const char *an_event_name(uint32_t id, char *buf, size_t len);
 
-/* ---- channels and messages (the channels file) ---- */
+/* ---- channels and messages (msgs.c: the channels file) ---- */
 
 /* Channel `id`, NULL when the channels file has no such record (or none). */
 const trace_channel *an_channel(const an_trace *t, uint32_t id);
@@ -233,7 +266,7 @@ char *an_msg_text(const an_trace *t, const an_msg *m, char *buf, size_t len);
 /* Message i of the call trees built so far (an_call's `end`), NULL if none. */
 const an_msg *an_trace_msg(const an_trace *t, uint32_t i);
 
-/* ---- for printers ---- */
+/* ---- for printers (demangle.c, trace.c) ---- */
 
 /* The enum an_demangle for "simple", "full" or "no"; -1 for anything else. */
 int an_demangle_style(const char *name);
@@ -249,7 +282,7 @@ int an_select_threads(const an_trace *t, const char *list, unsigned char *sel, s
  * " 120.000 ms", "   2.500  s".  Returns buf. */
 char *an_fmt_duration(uint64_t ns, char buf[24]);
 
-/* ---- calls ---- */
+/* ---- calls (calls.c) ---- */
 
 enum an_call_kind {
 	AN_CALL = 1,             /* an ENTRY, with its EXIT or closed otherwise */
@@ -318,5 +351,108 @@ typedef struct an_call {
  */
 int an_thread_calls(an_trace *t, const an_thread *th, an_call **out, size_t *n,
 		    an_iter_stats *stats, sp_err *err);
+
+
+/* ---- sessions: every image of a trace, or of a collected tree (session.c) ---- */
+
+/*
+ * A session is what one command reads: the trace directory DIR with the
+ * images exec'd from it (by the process, or by a forked child sharing DIR:
+ * meta's exec lines, recursively), or a tree made by `sptrace collect`,
+ * OUT/<host>/<pid>/..., every process of every host with its exec'd
+ * images.  Images come in that order: hosts by name, processes by pid, each
+ * image before those exec'd from it.  A forked child that did not exec
+ * shares its parent's image: its threads are among the image's, with their
+ * own pid (an_thread.pid).  A process of a collected tree whose meta cannot be
+ * read is an image all the same (pid 0, program "?"; an_session_trace fails).
+ */
+typedef struct an_image {
+	const char *dir;         /* its trace directory */
+	const char *host;        /* collected: the OUT/<host> name; else meta's host, "" */
+	uint32_t pid;            /* meta's pid */
+	const char *program;     /* meta's program, "?" if none */
+	size_t exec_of;          /* the image that exec'd it, AN_NONE for a first one */
+} an_image;
+
+typedef struct an_session an_session;
+
+/* -1 with err when DIR is neither a trace (DIR/meta) nor a collected tree
+ * with at least one trace.  An image that cannot be read is a warning. */
+int an_session_open(const char *dir, const an_open_opts *opt, an_session **out, sp_err *err);
+void an_session_close(an_session *s);
+int an_session_collected(const an_session *s);       /* 1: a tree of `sptrace collect` */
+size_t an_session_nimages(const an_session *s);
+const an_image *an_session_image(const an_session *s, size_t i);
+/* Image i's trace, opened on first use with the session's options; NULL
+ * when it cannot be opened (a warning says why).  Closed with the session. */
+an_trace *an_session_trace(an_session *s, size_t i);
+size_t an_session_nwarnings(const an_session *s);
+const char *an_session_warning(const an_session *s, size_t i);
+
+/* The records of every thread of every image, merged in time order: by
+ * CLOCK_REALTIME (each image's clocks, an_realtime_ns: hosts' clocks are
+ * only as close as they are synchronised), ties by image then tid.  One
+ * streaming iterator per thread is open meanwhile. */
+typedef struct an_event {
+	size_t image;
+	const an_thread *thread;
+	an_record rec;
+	int64_t ns;              /* an_realtime_ns of rec.tsc */
+} an_event;
+
+typedef struct an_merge an_merge;
+
+int an_merge_open(an_session *s, an_merge **out, sp_err *err);
+/* 1 and *ev: the next record; 0: no more. */
+int an_merge_next(an_merge *m, an_event *ev);
+void an_merge_close(an_merge *m);
+
+
+/* ---- flows (flows.c) ---- */
+
+/*
+ * A session's records separated into flows, one per request or job: a flow
+ * starts at a start event (an activation, or the accept or receive tracing
+ * began at; a receive from outside the session: a new request) and follows
+ * its thread; a receive of bytes a traced send of the session sent joins
+ * the sender's flow, in another process or on another host.  The rules, in
+ * full, are above their code in flows.c.
+ */
+typedef struct an_flow_proc {
+	const char *host;        /* an_image.host */
+	uint32_t pid;
+} an_flow_proc;
+
+/* A run of one thread's records in a flow. */
+typedef struct an_flow_part {
+	size_t image;            /* an image of the session */
+	uint32_t pid, tid;
+	int64_t start_ns, end_ns; /* CLOCK_REALTIME of its first and last records */
+	uint64_t events;
+} an_flow_part;
+
+typedef struct an_flow {
+	char id[24];             /* "f1", "f2", ... in the order of their start */
+	size_t image;            /* where it starts: an image of the session, */
+	const char *host;        /* its host, */
+	uint32_t pid, tid;       /* the process and thread, */
+	const char *event;       /* and the event: "start", "call", "timer", "signal",
+				    "accept", "recv", "activate", "attach", or
+				    "thread" (a thread that began tracing on its own) */
+	int64_t start_ns, end_ns; /* CLOCK_REALTIME of its first and last records */
+	uint64_t events;         /* its records (an_record: calls' entries and exits,
+				    events, messages) */
+	an_flow_proc *procs;     /* the processes it crossed, its start's first */
+	size_t nprocs;
+	an_flow_part *parts;     /* its runs of records, by start */
+	size_t nparts;
+} an_flow;
+
+typedef struct an_flows an_flows;
+
+int an_flows_build(an_session *s, an_flows **out, sp_err *err);
+size_t an_flows_count(const an_flows *f);
+const an_flow *an_flows_get(const an_flows *f, size_t i);
+void an_flows_free(an_flows *f);
 
 #endif

@@ -1,0 +1,147 @@
+/*
+ * an_internal.h — the analysis library's private structures, shared by its
+ * source files and by nothing else (analysis.h is the interface).
+ *
+ *   trace.c     an_trace_open/close, accessors, clocks, helpers for printers
+ *   meta.c      the meta file: an_meta (every command's one reader) and the
+ *               trace's own parse of it (clocks, module lines)
+ *   modules.c   the code analysis of every traced module
+ *   demangle.c  C++ names as uftrace shows them
+ *   names.c     the sites file; functions and sites by name
+ *   msgs.c      the channels file; message and channel texts
+ *   rings.c     ring headers and drained segments (seg.<tid>)
+ *   iter.c      a thread's records, streamed, with full timestamps
+ *   calls.c     entries paired with exits: a thread's call tree
+ *   session.c   processes of a trace: exec'd images, children, hosts
+ *   flows.c     flows: activations followed across threads and messages
+ *   map.c       a small hash map
+ */
+#ifndef AN_INTERNAL_H
+#define AN_INTERNAL_H
+
+#include <sys/types.h>
+
+#include "analysis.h"
+
+/* Limits past which a file is corrupt rather than large. */
+#define RING_MAX_CAPACITY (1ull << 36)   /* 512 GiB of records */
+#define RING_MAX_COUNT (1ull << 56)      /* 2 years at 10^9 records/s */
+#define RING_MAX_HEADER (1u << 20)
+#define RING_FIXED_HEADER offsetof(trace_ring_header, reserved)
+
+/* ---- map.c: (a, b) -> uint32, for function identities and the open calls ---- */
+
+typedef struct map_slot {
+	uint64_t a, b;
+	uint32_t val;
+	uint32_t used;
+} map_slot;
+
+typedef struct map {
+	map_slot *slot;
+	size_t cap, n;           /* cap: a power of two or 0 */
+} map;
+
+typedef struct meta_kv {
+	char *key, *val;
+	size_t line;             /* its line number in the file */
+} meta_kv;
+
+typedef struct module {
+	an_module pub;
+	ca_module *ca;
+	size_t line;             /* of its line in meta */
+} module;
+
+/* Distinct bad site ids given their own "?site N" entry; more share one. */
+#define MAX_BAD_SITES 4096
+
+struct an_trace {
+	char *dir;
+	an_meta *meta;           /* the meta file; module paths point into it */
+	uint64_t tsc_hz, tsc0;
+	int64_t mono0, real0;
+	module *mods;            /* sorted by index */
+	size_t nmods, capmods;
+	trace_site *raw_sites;
+	an_site_info *sites;     /* nsites entries; id 0 is never valid */
+	size_t nsites;
+	map bad_ids;             /* bad site id -> 1 + index in bad[] */
+	an_site_info **bad;      /* "?site N" entries, made on first use */
+	size_t nbad, capbad;
+	an_site_info *bad_many;  /* "?site": beyond MAX_BAD_SITES */
+	an_func **funcs;         /* each allocated once, so pointers stay valid */
+	size_t nfuncs, capfuncs;
+	map func_ids;            /* (module, addr) -> function index */
+	int demangle;            /* enum an_demangle */
+	map demangled_ids;       /* (module, ca_func index) -> 1 + index in demangled[] */
+	char **demangled;        /* symbols as shown, each demangled once */
+	size_t ndemangled, capdemangled;
+	an_thread *threads;
+	size_t nthreads, capthreads;
+	char **warn;
+	size_t nwarn, capwarn;
+	uint64_t start_tsc;
+	trace_channel *chans;    /* the channels file; nchans records, [0] no channel */
+	size_t nchans;
+	an_msg *msgs;            /* message events of the call trees built so far */
+	size_t nmsgs, capmsgs;
+};
+
+/* A position in a thread's records where the TSC's high bits are known. */
+struct reset {
+	size_t pos;
+	uint64_t epoch;
+};
+
+typedef struct seg_chunk {
+	off_t off;               /* file offset of its first record */
+	size_t pos;              /* its first record among the thread's kept ones */
+	uint64_t n;
+	uint64_t epoch;          /* trace_seg_chunk.epoch */
+	int after_gap;           /* records were lost just before it */
+} seg_chunk;
+
+typedef struct seg_data {
+	size_t n;                /* records kept */
+	uint64_t end;            /* index after the last chunk's last record */
+	seg_chunk *chunks;       /* with want_chunks */
+	size_t nchunks, capchunks;
+	int fd;                  /* with want_chunks: the file, else -1 */
+} seg_data;
+
+/* ---- map.c ---- */
+map_slot *an_map_find(const map *m, uint64_t a, uint64_t b);
+map_slot *an_map_get(map *m, uint64_t a, uint64_t b);
+void an_map_free(map *m);
+
+/* ---- trace.c ---- */
+/* Remember a warning (printf style).  Out of memory loses the warning only. */
+__attribute__((format(printf, 2, 3)))
+void an_warn(an_trace *t, const char *fmt, ...);
+/* Read a whole small regular file (never a FIFO, a device or a link: see
+ * sp_open_regular).  0 and *buf (NUL-terminated) or -1 with errno. */
+int an_slurp(const char *path, size_t max, char **buf, size_t *len);
+const char *an_errno_text(int e);
+
+/* ---- meta.c ---- */
+int an_parse_u64(const char *s, int base, uint64_t *out);
+int an_read_meta(an_trace *t, sp_err *err);
+module *an_module_by_index(an_trace *t, uint32_t index);
+
+/* ---- modules.c, demangle.c, names.c, msgs.c ---- */
+void an_load_module(an_trace *t, module *m, const char *repo);
+const char *an_symbol_name(an_trace *t, const module *m, uint32_t fi);
+int an_read_sites(an_trace *t, sp_err *err);
+int an_name_sites(an_trace *t, sp_err *err);
+int an_read_channels(an_trace *t, sp_err *err);
+
+/* ---- rings.c ---- */
+int an_read_rings(an_trace *t, sp_err *err);
+int an_read_full(int fd, void *buf, size_t len, off_t off);
+int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err *err);
+int an_is_sync(uint64_t r);
+int an_add_reset(struct reset **r, size_t *n, size_t pos, uint64_t epoch);
+int an_seg_read(const char *ring_path, seg_data *sd, int want_chunks, sp_err *err);
+
+#endif

@@ -1,0 +1,790 @@
+/*
+ * flows.c — a session's records separated into flows: what one request or
+ * job did, across threads, processes and hosts.  See analysis.h.
+ */
+#include "an_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * A segment is a run of one thread's records that belongs to one flow.
+ * Segments are cut by the rules below; the segments joined by matched
+ * messages form a flow (union-find).
+ *
+ *   1. Start events begin a new flow on their thread: an activation of
+ *      tracing (TRACE_EV_ACTIVATE, named by meta's "activated" line at that
+ *      time: start, call, timer, signal...; "thread" for a thread that began
+ *      tracing on its own), or the accept or receive tracing began at
+ *      (TRACE_EV_ACCEPT, TRACE_EV_RECV).  An ACTIVATE followed by an ACCEPT
+ *      or RECV with no message between is one start (the agent walks the
+ *      thread's stack, then records the event that woke it), named by the
+ *      event.  Records before a thread's first
+ *      start event (the stack walk of an activation is written before the
+ *      event) belong to the segment that follows.
+ *   2. A segment goes on with its thread's records until the thread's next
+ *      cut.
+ *   3. Message switch: a receive whose bytes a traced send of this session
+ *      sent (matched below) joins the sender's flow: the thread goes on in
+ *      the sender's flow from that receive.  When the thread's segment has
+ *      no message yet and began at an activation, that activation was this
+ *      very receive (propagation starts a process at it): the whole
+ *      segment joins.
+ *   4. Artificial send: a receive no traced send matches began outside the
+ *      session (an untraced client): it starts a new flow, a new request --
+ *      unless the segment has had no message yet (the activation's flow is
+ *      that request) or the segment's last message was a receive on the same
+ *      channel (one request read in several calls).
+ *   5. Matching (trace_format.h, "Message events"): streams by their
+ *      direction and overlapping byte ranges -- TCP by the 4-tuple, pipes by
+ *      inode and UNIX stream sockets by their pair of inodes on the same
+ *      host.  Offsets are taken as they are: absolute ones name the same
+ *      bytes on both ends; relative ones (each end counts from the first
+ *      byte it saw) agree when both ends were traced from the channel's
+ *      first byte, as propagation arranges (the receiver starts at the
+ *      first traced send's bytes), and may pair wrong bytes otherwise.
+ *      Datagrams by order: the i-th datagram received for a destination
+ *      is the i-th sent to it, both counted in time order -- UDP's
+ *      destination is its port (a receiver bound to every address knows
+ *      no other, a sender may not know its own address yet), a UNIX
+ *      datagram socket's its pair of inodes.  Messages of 0 bytes (end of
+ *      stream, shutdown) match nothing and cut nothing.
+ *   6. Children: a process goes on in the image it exec'd, and a forked
+ *      child goes on with its parent's work.  The first segment of an
+ *      image exec'd by the same process joins the flow of the old image's
+ *      last record; the first segment of a forked child (a thread of
+ *      another pid in its parent's image, or an image a child exec'd) joins
+ *      the flow its parent's process was in when the child's first record
+ *      came -- the segment of the parent's pid started last before it: a
+ *      guess when several of the parent's threads are in different flows.
+ *      Only a segment that began as a continuation (event "start" or
+ *      "thread") joins: one that began at an accept or a receive is a
+ *      request of its own (a pre-forked worker's).
+ */
+
+typedef struct chan_key {
+	uint32_t proto;
+	uint32_t host;           /* pipes and UNIX sockets: an index of the host name */
+	uint8_t src[16], dst[16];
+	uint16_t sport, dport;
+	uint64_t ino_a, ino_b;
+} chan_key;
+
+typedef struct send_ent {
+	chan_key k;
+	uint64_t off, len;       /* a datagram: off is its number (rule 5) */
+	int dgram;
+	int64_t ns;
+	long seg;                /* the segment it was sent in */
+} send_ent;
+
+/* A datagram received, for its number (rule 5). */
+typedef struct dgram_recv {
+	chan_key k;
+	int64_t ns;
+	size_t seq;              /* in the order pass 2 meets it */
+} dgram_recv;
+
+typedef struct segment {
+	size_t parent;           /* union-find */
+	size_t image;
+	uint32_t pid, tid;
+	const char *event;       /* root segments: the start event; NULL: joined */
+	int64_t t0, t1;
+	uint64_t events;
+	int has_t;
+	int first;               /* its thread's first segment */
+} segment;
+
+typedef struct join {
+	size_t seg;
+	size_t send;
+} join;
+
+struct an_flows {
+	an_flow *f;
+	size_t n;
+	char **hosts;            /* host names, interned */
+	size_t nhosts, caphosts;
+};
+
+typedef struct build {
+	an_session *s;
+	an_flows *out;
+	send_ent *sends;
+	size_t nsends, capsends;
+	size_t *sorted;          /* sends by key, then offset */
+	segment *segs;
+	size_t nsegs, capsegs;
+	join *joins;
+	size_t njoins, capjoins;
+	dgram_recv *drecv;
+	size_t ndrecv, capdrecv;
+	uint64_t *drecv_no;      /* by seq: the number of that datagram */
+	an_meta *meta;           /* activation_name's: of image meta_image */
+	size_t meta_image;
+} build;
+
+static int host_index(an_flows *f, const char *host, uint32_t *out)
+{
+	for (size_t i = 0; i < f->nhosts; i++)
+		if (strcmp(f->hosts[i], host) == 0) {
+			*out = (uint32_t)i;
+			return 0;
+		}
+	if (sp_grow((void **)&f->hosts, &f->caphosts, f->nhosts + 1, sizeof *f->hosts) ||
+	    !(f->hosts[f->nhosts] = strdup(host)))
+		return -1;
+	*out = (uint32_t)f->nhosts++;
+	return 0;
+}
+
+/* The key of a message's direction, as the sender names it (recv: the
+ * receiver's channel turned round).  0, or -1 if the channel is unknown. */
+static int msg_key(an_trace *t, uint32_t host, const an_msg *m, chan_key *k)
+{
+	const trace_channel *c = an_channel(t, m->chan);
+
+	memset(k, 0, sizeof *k);
+	if (!c || !c->proto)
+		return -1;
+	k->proto = c->proto;
+	switch (c->proto) {
+	case TRACE_PROTO_UDP:
+		if (!m->recv && !(c->flags & TRACE_CHAN_PEER))
+			return -1;
+		k->dport = m->recv ? c->local_port : c->peer_port;
+		return 0;
+	case TRACE_PROTO_TCP:
+		if (!(c->flags & TRACE_CHAN_PEER))
+			return -1;
+		memcpy(m->recv ? k->src : k->dst, c->peer_addr, 16);
+		memcpy(m->recv ? k->dst : k->src, c->local_addr, 16);
+		k->sport = m->recv ? c->peer_port : c->local_port;
+		k->dport = m->recv ? c->local_port : c->peer_port;
+		return 0;
+	case TRACE_PROTO_PIPE:
+		k->host = host;
+		k->ino_a = c->inode;
+		return 0;
+	default:                 /* UNIX sockets: the sender's inode, the receiver's */
+		if (!(c->flags & TRACE_CHAN_PEER_INODE))
+			return -1;
+		k->host = host;
+		k->ino_a = m->recv ? c->peer_inode : c->inode;
+		k->ino_b = m->recv ? c->inode : c->peer_inode;
+		return 0;
+	}
+}
+
+/* Messages that can be matched (rule 5). */
+static int matchable(const an_trace *t, const an_msg *m)
+{
+	const trace_channel *c = an_channel(t, m->chan);
+
+	return m->len && c;
+}
+
+static int key_cmp(const chan_key *a, const chan_key *b)
+{
+	return memcmp(a, b, sizeof *a);
+}
+
+static build *sort_ctx;
+
+static int send_cmp(const void *x, const void *y)
+{
+	const send_ent *a = &sort_ctx->sends[*(const size_t *)x];
+	const send_ent *b = &sort_ctx->sends[*(const size_t *)y];
+	int c = key_cmp(&a->k, &b->k);
+
+	if (c)
+		return c;
+	if (a->dgram != b->dgram)
+		return a->dgram - b->dgram;
+	if (a->dgram && a->ns != b->ns)
+		return a->ns < b->ns ? -1 : 1;
+	if (a->off != b->off)
+		return a->off < b->off ? -1 : 1;
+	return *(const size_t *)x < *(const size_t *)y ? -1 : 1;
+}
+
+static int drecv_cmp(const void *x, const void *y)
+{
+	const dgram_recv *a = x, *b = y;
+	int c = key_cmp(&a->k, &b->k);
+
+	if (c)
+		return c;
+	if (a->ns != b->ns)
+		return a->ns < b->ns ? -1 : 1;
+	return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* The send whose bytes overlap this receive's, or the datagram of this
+ * number (rule 5), or -1. */
+static long find_send(build *b, const chan_key *k, const an_msg *m)
+{
+	size_t lo = 0, hi = b->nsends;
+	int dg = !!(m->flags & TRACE_MSG_DGRAM);
+
+	/* the first send of this key with off + len > m->off, sends of one key
+	 * being sorted by offset (and, on one stream, not overlapping) */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const send_ent *s = &b->sends[b->sorted[mid]];
+		int c = key_cmp(&s->k, k);
+
+		if (c < 0 || (c == 0 && (s->dgram < dg || (s->dgram == dg &&
+					 (dg ? s->off < m->off : s->off + s->len <= m->off)))))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < b->nsends) {
+		const send_ent *s = &b->sends[b->sorted[lo]];
+
+		if (key_cmp(&s->k, k) == 0 && s->dgram == dg &&
+		    (dg ? s->off == m->off : s->off < m->off + m->len))
+			return (long)b->sorted[lo];
+	}
+	return -1;
+}
+
+static long seg_new(build *b, size_t image, const an_thread *th, const char *event)
+{
+	segment *sg;
+
+	if (sp_grow((void **)&b->segs, &b->capsegs, b->nsegs + 1, sizeof *b->segs))
+		return -1;
+	sg = &b->segs[b->nsegs];
+	memset(sg, 0, sizeof *sg);
+	sg->parent = b->nsegs;
+	sg->image = image;
+	sg->pid = th->pid ? th->pid : an_session_image(b->s, image)->pid;
+	sg->tid = th->tid;
+	sg->event = event;
+	return (long)b->nsegs++;
+}
+
+static void seg_count(segment *sg, int64_t t0, int64_t t1, uint64_t n)
+{
+	if (!n)
+		return;
+	if (!sg->has_t || t0 < sg->t0)
+		sg->t0 = t0;
+	if (!sg->has_t || t1 > sg->t1)
+		sg->t1 = t1;
+	sg->has_t = 1;
+	sg->events += n;
+}
+
+static int add_join(build *b, size_t seg, size_t send)
+{
+	if (sp_grow((void **)&b->joins, &b->capjoins, b->njoins + 1, sizeof *b->joins))
+		return -1;
+	b->joins[b->njoins++] = (join){ seg, send };
+	return 0;
+}
+
+/* The cause of the activation at `tsc`: the first word after the TSC of the
+ * "activated" line of image's meta nearest at or after it (the agent writes
+ * the line after the event), within 10 ms; else "thread" (rule 1). */
+static const char *activation_name(build *b, size_t image, an_trace *t, uint64_t tsc)
+{
+	static const char *const known[] = { "start", "call", "timer", "signal", "accept",
+					     "recv", "activate", "attach" };
+	const char *best = NULL, *hz = an_trace_meta(t, TRACE_META_TSC_HZ);
+	uint64_t best_d = UINT64_MAX, limit = hz ? strtoull(hz, NULL, 10) / 100 : 0;
+	an_meta *m;
+	sp_err e;
+
+	if (b->meta_image != image) {
+		an_meta_free(b->meta);
+		b->meta = NULL;
+		b->meta_image = image;
+		if (an_meta_read(an_trace_dir(t), &b->meta, &e) < 0)
+			b->meta = NULL;
+	}
+	m = b->meta;
+	for (size_t l = 0; l < an_meta_nlines(m); l++) {
+		unsigned long long at;
+		char word[32];
+
+		if (strcmp(an_meta_key(m, l), TRACE_META_ACTIVATED) != 0 ||
+		    sscanf(an_meta_val(m, l), "%llu %31s", &at, word) != 2 || at < tsc ||
+		    at - tsc > limit || at - tsc >= best_d)
+			continue;
+		for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+			if (strcmp(word, known[k]) == 0) {
+				best = known[k];
+				best_d = at - tsc;
+			}
+	}
+	return best ? best : "thread";
+}
+
+/* Pass 1: every send of the session, for matching. */
+static int collect_sends(build *b, sp_err *err)
+{
+	for (size_t i = 0; i < an_session_nimages(b->s); i++) {
+		an_trace *t = an_session_trace(b->s, i);
+		uint32_t host;
+
+		if (!t)
+			continue;
+		if (host_index(b->out, an_session_image(b->s, i)->host, &host))
+			return sp_fail(err, "out of memory");
+		for (size_t k = 0; k < an_trace_nthreads(t); k++) {
+			an_iter *it;
+			an_record r;
+
+			if (an_iter_open(t, an_trace_thread(t, k), &it, err) < 0)
+				return -1;
+			while (an_iter_next(it, &r)) {
+				send_ent *s;
+				dgram_recv *d;
+
+				if (r.kind != TRACE_EVENT || !trace_event_is_msg(r.id) ||
+				    !matchable(t, &r.msg))
+					continue;
+				if (r.msg.recv) {
+					if (!(r.msg.flags & TRACE_MSG_DGRAM))
+						continue;
+					if (sp_grow((void **)&b->drecv, &b->capdrecv, b->ndrecv + 1,
+						    sizeof *b->drecv)) {
+						an_iter_close(it);
+						return sp_fail(err, "out of memory");
+					}
+					d = &b->drecv[b->ndrecv];
+					if (msg_key(t, host, &r.msg, &d->k) < 0)
+						continue;
+					d->ns = an_realtime_ns(t, r.tsc);
+					d->seq = b->ndrecv++;
+					continue;
+				}
+				if (sp_grow((void **)&b->sends, &b->capsends, b->nsends + 1,
+					    sizeof *b->sends)) {
+					an_iter_close(it);
+					return sp_fail(err, "out of memory");
+				}
+				s = &b->sends[b->nsends];
+				if (msg_key(t, host, &r.msg, &s->k) < 0)
+					continue;
+				s->off = r.msg.off;
+				s->len = r.msg.len;
+				s->dgram = !!(r.msg.flags & TRACE_MSG_DGRAM);
+				s->ns = an_realtime_ns(t, r.tsc);
+				s->seg = -1;
+				b->nsends++;
+			}
+			an_iter_close(it);
+		}
+	}
+	if (!(b->sorted = malloc((b->nsends + 1) * sizeof *b->sorted)))
+		return sp_fail(err, "out of memory");
+	for (size_t i = 0; i < b->nsends; i++)
+		b->sorted[i] = i;
+	sort_ctx = b;
+	qsort(b->sorted, b->nsends, sizeof *b->sorted, send_cmp);
+	sort_ctx = NULL;
+	/* datagrams numbered in time order per destination (rule 5) */
+	for (size_t i = 0, no = 0; i < b->nsends; i++) {
+		send_ent *s = &b->sends[b->sorted[i]];
+
+		if (!s->dgram)
+			continue;
+		no = i && b->sends[b->sorted[i - 1]].dgram &&
+		     key_cmp(&b->sends[b->sorted[i - 1]].k, &s->k) == 0 ? no + 1 : 0;
+		s->off = no;
+	}
+	if (!(b->drecv_no = malloc((b->ndrecv + 1) * sizeof *b->drecv_no)))
+		return sp_fail(err, "out of memory");
+	if (b->ndrecv)
+		qsort(b->drecv, b->ndrecv, sizeof *b->drecv, drecv_cmp);
+	for (size_t i = 0, no = 0; i < b->ndrecv; i++) {
+		no = i && key_cmp(&b->drecv[i - 1].k, &b->drecv[i].k) == 0 ? no + 1 : 0;
+		b->drecv_no[b->drecv[i].seq] = no;
+	}
+	return 0;
+}
+
+/* Pass 2: one thread's records cut into segments (rules 1 to 4).  Its sends
+ * come in the order pass 1 met them: *next_send walks them. */
+static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
+			   const an_thread *th, size_t *next_send, size_t *next_drecv, sp_err *err)
+{
+	an_iter *it;
+	an_record r;
+	long cur = -1;
+	int has_msg = 0, cur_activation = 0, cur_activate = 0;
+	uint32_t last_recv_chan = AN_NONE;
+	uint64_t pending = 0;
+	int64_t pend_t0 = 0, pend_t1 = 0;
+	size_t first_seg = b->nsegs;
+
+	if (an_iter_open(t, th, &it, err) < 0)
+		return -1;
+	while (an_iter_next(it, &r)) {
+		int64_t ns = an_realtime_ns(t, r.tsc);
+		long send = -1;
+		chan_key k;
+
+		if (r.kind == TRACE_EVENT && (r.id == TRACE_EV_ACCEPT || r.id == TRACE_EV_RECV) &&
+		    cur >= 0 && cur_activate && !has_msg) {
+			/* rule 1: the event of the activation just walked */
+			b->segs[cur].event = r.id == TRACE_EV_ACCEPT ? "accept" : "recv";
+			cur_activate = 0;
+		} else if (r.kind == TRACE_EVENT && (r.id == TRACE_EV_ACTIVATE ||
+						     r.id == TRACE_EV_ACCEPT || r.id == TRACE_EV_RECV)) {
+			/* rule 1 */
+			cur = seg_new(b, image, th, r.id == TRACE_EV_ACCEPT ? "accept"
+				      : r.id == TRACE_EV_RECV ? "recv" : activation_name(b, image, t, r.tsc));
+			if (cur < 0)
+				goto nomem;
+			has_msg = 0;
+			cur_activation = 1;
+			cur_activate = r.id == TRACE_EV_ACTIVATE;
+			last_recv_chan = AN_NONE;
+		} else if (r.kind == TRACE_EVENT && r.id == TRACE_EV_MSG_SEND && matchable(t, &r.msg)) {
+			if (cur < 0 && (cur = seg_new(b, image, th, "thread")) < 0)
+				goto nomem;
+			if (msg_key(t, host, &r.msg, &k) == 0 && *next_send < b->nsends)
+				b->sends[(*next_send)++].seg = cur;
+			has_msg = 1;
+			last_recv_chan = AN_NONE;
+		} else if (r.kind == TRACE_EVENT && r.id == TRACE_EV_MSG_RECV && r.msg.len) {
+			if (matchable(t, &r.msg) && msg_key(t, host, &r.msg, &k) == 0) {
+				an_msg m = r.msg;
+
+				if ((m.flags & TRACE_MSG_DGRAM) && *next_drecv < b->ndrecv)
+					m.off = b->drecv_no[(*next_drecv)++];
+				send = find_send(b, &k, &m);
+			}
+			if (send >= 0) {
+				/* rule 3 */
+				if (cur < 0 || !(cur_activation && !has_msg)) {
+					if ((cur = seg_new(b, image, th, NULL)) < 0)
+						goto nomem;
+				} else {
+					b->segs[cur].event = NULL;
+				}
+				if (add_join(b, (size_t)cur, (size_t)send))
+					goto nomem;
+				cur_activation = 0;
+			} else if (cur < 0 || (has_msg && last_recv_chan != r.msg.chan)) {
+				/* rule 4 */
+				if ((cur = seg_new(b, image, th, "recv")) < 0)
+					goto nomem;
+				cur_activation = 0;
+			}
+			has_msg = 1;
+			last_recv_chan = r.msg.chan;
+		}
+		if (cur < 0) {
+			if (!pending)
+				pend_t0 = ns;
+			pend_t1 = ns;
+			pending++;
+			continue;
+		}
+		if (pending) {
+			seg_count(&b->segs[cur], pend_t0, pend_t1, pending);
+			pending = 0;
+		}
+		seg_count(&b->segs[cur], ns, ns, 1);
+	}
+	an_iter_close(it);
+	if (pending) {
+		/* a thread with records and no start event of its own */
+		if ((cur = seg_new(b, image, th, "thread")) < 0)
+			return sp_fail(err, "out of memory");
+		seg_count(&b->segs[cur], pend_t0, pend_t1, pending);
+	}
+	if (b->nsegs > first_seg)
+		b->segs[first_seg].first = 1;
+	return 0;
+nomem:
+	an_iter_close(it);
+	return sp_fail(err, "out of memory");
+}
+
+static size_t find(segment *s, size_t i)
+{
+	while (s[i].parent != i) {
+		s[i].parent = s[s[i].parent].parent;
+		i = s[i].parent;
+	}
+	return i;
+}
+
+typedef struct group {
+	size_t root;             /* union-find root */
+	size_t before;           /* its index before they were sorted */
+	size_t start;            /* the segment the flow starts at */
+	int64_t t0, t1;
+	uint64_t events;
+} group;
+
+static int group_cmp(const void *x, const void *y)
+{
+	const group *a = x, *b = y;
+
+	if (a->t0 != b->t0)
+		return a->t0 < b->t0 ? -1 : 1;
+	return a->start < b->start ? -1 : a->start > b->start;
+}
+
+/* Segments by flow, then by time: seg_sort_grp[i] is segment i's flow. */
+static build *seg_sort_ctx;
+static size_t *seg_sort_grp;
+
+static int seg_time_cmp(const void *x, const void *y)
+{
+	size_t i = *(const size_t *)x, j = *(const size_t *)y;
+	const segment *a = &seg_sort_ctx->segs[i], *b = &seg_sort_ctx->segs[j];
+
+	if (seg_sort_grp[i] != seg_sort_grp[j])
+		return seg_sort_grp[i] < seg_sort_grp[j] ? -1 : 1;
+	if (a->t0 != b->t0)
+		return a->t0 < b->t0 ? -1 : 1;
+	return i < j ? -1 : i > j;
+}
+
+static void unite(segment *s, size_t a, size_t b)
+{
+	size_t x = find(s, a), y = find(s, b);
+
+	if (x != y)
+		s[x > y ? x : y].parent = x < y ? x : y;
+}
+
+/* The segment of image `image` and process `pid` started last at or before
+ * `ns` (any, if `ns` is INT64_MAX: the one with the last record), or -1. */
+static long segment_at(const build *b, size_t image, uint32_t pid, int64_t ns)
+{
+	long best = -1;
+
+	for (size_t i = 0; i < b->nsegs; i++) {
+		const segment *sg = &b->segs[i];
+
+		if (sg->image != image || sg->pid != pid || !sg->has_t)
+			continue;
+		if (ns == INT64_MAX ? best < 0 || sg->t1 > b->segs[best].t1
+		    : sg->t0 <= ns && (best < 0 || sg->t0 > b->segs[best].t0))
+			best = (long)i;
+	}
+	return best;
+}
+
+/* Rule 6. */
+static void link_children(build *b)
+{
+	for (size_t i = 0; i < b->nsegs; i++) {
+		const segment *sg = &b->segs[i];
+		const an_image *im = an_session_image(b->s, sg->image);
+		long parent = -1;
+
+		if (!sg->first || !sg->has_t || !sg->event ||
+		    (strcmp(sg->event, "start") != 0 && strcmp(sg->event, "thread") != 0))
+			continue;
+		if (sg->pid != im->pid && im->pid) {
+			/* a forked child's thread in its parent's image */
+			parent = segment_at(b, sg->image, im->pid, sg->t0);
+		} else if (im->exec_of != AN_NONE) {
+			const an_image *old = an_session_image(b->s, im->exec_of);
+
+			if (old->pid == im->pid)
+				parent = segment_at(b, im->exec_of, old->pid, INT64_MAX);
+			else if ((parent = segment_at(b, im->exec_of, im->pid, INT64_MAX)) < 0)
+				parent = segment_at(b, im->exec_of, old->pid, sg->t0);
+		}
+		if (parent >= 0)
+			unite(b->segs, i, (size_t)parent);
+	}
+}
+
+/* The flows: groups of joined segments, ordered by their start. */
+static int make_flows(build *b, sp_err *err)
+{
+	group *g = NULL;
+	size_t ng = 0, *gi = NULL, *order = NULL, *pos = NULL;
+	an_flows *f = b->out;
+
+	for (size_t j = 0; j < b->njoins; j++) {
+		long other = b->sends[b->joins[j].send].seg;
+
+		if (other >= 0)
+			unite(b->segs, b->joins[j].seg, (size_t)other);
+	}
+	link_children(b);
+	gi = malloc((b->nsegs + 1) * sizeof *gi);
+	g = calloc(b->nsegs + 1, sizeof *g);
+	order = malloc((b->nsegs + 1) * sizeof *order);
+	if (!gi || !g || !order)
+		goto nomem;
+	for (size_t i = 0; i < b->nsegs; i++) {
+		size_t r = find(b->segs, i);
+		segment *sg = &b->segs[i];
+		group *gr;
+
+		if (!sg->has_t && !sg->events)
+			sg->t0 = sg->t1 = INT64_MAX;
+		if (r == i)
+			gi[i] = ng++, g[gi[i]] = (group){ .root = i, .start = i, .t0 = INT64_MAX,
+							  .t1 = INT64_MIN };
+		gr = &g[gi[r]];
+		if (sg->has_t) {
+			if (sg->t0 < gr->t0)
+				gr->t0 = sg->t0;
+			if (sg->t1 > gr->t1)
+				gr->t1 = sg->t1;
+		}
+		gr->events += sg->events;
+		/* the start: its earliest segment that began at a start event */
+		if (sg->event && (!b->segs[gr->start].event || sg->t0 < b->segs[gr->start].t0))
+			gr->start = i;
+	}
+	for (size_t k = 0; k < ng; k++)
+		g[k].before = k;
+	qsort(g, ng, sizeof *g, group_cmp);
+	/* gi[] becomes each segment's flow, in the sorted order */
+	if (!(pos = malloc((ng + 1) * sizeof *pos)))
+		goto nomem;
+	for (size_t k = 0; k < ng; k++)
+		pos[g[k].before] = k;
+	for (size_t i = 0; i < b->nsegs; i++)
+		order[i] = find(b->segs, i);
+	for (size_t i = 0; i < b->nsegs; i++)
+		gi[i] = pos[gi[order[i]]];
+	for (size_t i = 0; i < b->nsegs; i++)
+		order[i] = i;
+	seg_sort_ctx = b;
+	seg_sort_grp = gi;
+	qsort(order, b->nsegs, sizeof *order, seg_time_cmp);
+	seg_sort_ctx = NULL;
+	seg_sort_grp = NULL;
+	if (!(f->f = calloc(ng + 1, sizeof *f->f)))
+		goto nomem;
+	for (size_t k = 0, at = 0; k < ng; k++) {
+		an_flow *fl = &f->f[f->n];
+		const segment *st = &b->segs[g[k].start];
+		size_t from = at, no;
+
+		while (at < b->nsegs && gi[order[at]] == k)
+			at++;
+		no = at - from;
+		if (!g[k].events)
+			continue;
+		f->n++;
+		snprintf(fl->id, sizeof fl->id, "f%zu", f->n);
+		fl->image = st->image;
+		fl->host = an_session_image(b->s, st->image)->host;
+		fl->pid = st->pid;
+		fl->tid = st->tid;
+		fl->event = st->event ? st->event : "recv";
+		fl->start_ns = g[k].t0;
+		fl->end_ns = g[k].t1;
+		fl->events = g[k].events;
+		/* the start's process first, then by first appearance */
+		if (!(fl->procs = calloc(no + 1, sizeof *fl->procs)) ||
+		    !(fl->parts = calloc(no + 1, sizeof *fl->parts)))
+			goto nomem;
+		fl->procs[fl->nprocs++] = (an_flow_proc){ fl->host, fl->pid };
+		for (size_t i = from; i < at; i++) {
+			const segment *sg = &b->segs[order[i]];
+			const char *h = an_session_image(b->s, sg->image)->host;
+			size_t p;
+
+			if (sg->events)
+				fl->parts[fl->nparts++] = (an_flow_part){ sg->image, sg->pid, sg->tid,
+									  sg->t0, sg->t1, sg->events };
+			for (p = 0; p < fl->nprocs; p++)
+				if (fl->procs[p].pid == sg->pid && strcmp(fl->procs[p].host, h) == 0)
+					break;
+			if (p == fl->nprocs)
+				fl->procs[fl->nprocs++] = (an_flow_proc){ h, sg->pid };
+		}
+	}
+	free(pos);
+	free(gi);
+	free(g);
+	free(order);
+	return 0;
+nomem:
+	free(pos);
+	free(gi);
+	free(g);
+	free(order);
+	return sp_fail(err, "out of memory");
+}
+
+int an_flows_build(an_session *s, an_flows **out, sp_err *err)
+{
+	build b = { .s = s, .meta_image = AN_NONE };
+	int rc = -1;
+
+	*out = NULL;
+	if (!(b.out = calloc(1, sizeof *b.out)))
+		return sp_fail(err, "out of memory");
+	if (collect_sends(&b, err) < 0)
+		goto done;
+	{
+		size_t next_send = 0, next_drecv = 0;
+
+		for (size_t i = 0; i < an_session_nimages(s); i++) {
+			an_trace *t = an_session_trace(s, i);
+			uint32_t host;
+
+			if (!t)
+				continue;
+			if (host_index(b.out, an_session_image(s, i)->host, &host)) {
+				sp_fail(err, "out of memory");
+				goto done;
+			}
+			for (size_t k = 0; k < an_trace_nthreads(t); k++)
+				if (thread_segments(&b, i, t, host, an_trace_thread(t, k), &next_send,
+						    &next_drecv, err) < 0)
+					goto done;
+		}
+	}
+	if (make_flows(&b, err) < 0)
+		goto done;
+	*out = b.out;
+	b.out = NULL;
+	rc = 0;
+done:
+	an_flows_free(b.out);
+	free(b.sends);
+	free(b.sorted);
+	free(b.segs);
+	free(b.joins);
+	free(b.drecv);
+	free(b.drecv_no);
+	an_meta_free(b.meta);
+	return rc;
+}
+
+size_t an_flows_count(const an_flows *f) { return f->n; }
+
+const an_flow *an_flows_get(const an_flows *f, size_t i)
+{
+	return i < f->n ? &f->f[i] : NULL;
+}
+
+void an_flows_free(an_flows *f)
+{
+	if (!f)
+		return;
+	for (size_t i = 0; i < f->n; i++) {
+		free(f->f[i].procs);
+		free(f->f[i].parts);
+	}
+	free(f->f);
+	for (size_t i = 0; i < f->nhosts; i++)
+		free(f->hosts[i]);
+	free(f->hosts);
+	free(f);
+}

@@ -1,0 +1,310 @@
+/*
+ * iter.c — a thread's records with full timestamps, streamed (an_iter). See
+ * analysis.h for what each promises.
+ */
+#include "an_internal.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Records                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The iterator streams: it keeps a window of WINDOW records, never the
+ * thread's whole history (a ring is 16 MiB by default, and the drained
+ * seg.<tid> can hold gigabytes).  The records are a sequence of pieces --
+ * each drained chunk of seg.<tid>, then the ring's part after the last
+ * chunk -- read on demand by position.
+ *   1. an_iter_open reads the ring header once: the count it says fixes
+ *      which records the iteration covers (a live agent goes on writing;
+ *      records it overwrites before they are read come back newer, as
+ *      they would from a copy taken a moment later).
+ *   2. Where the high TSC bits are known anew (after a gap: a chunk after
+ *      lost records, the ring's part after a wrap) is found at open by
+ *      scanning to that part's first SYNC, usually its first record.
+ *   3. A message head needs its TRACE_MSG_NDATA data records: reading them
+ *      may move the window past the head, which has been taken already.
+ */
+#define WINDOW 4096
+
+typedef struct piece {
+	size_t pos;              /* its first record in the thread's sequence */
+	uint64_t n;
+	int fd;
+	off_t off;               /* a chunk: file offset of its first record */
+	int ring;                /* the ring's part: slots wrap at ring_cap */
+} piece;
+
+struct an_iter {
+	const char *path;        /* the ring file, for messages */
+	int seg_fd, ring_fd;
+	piece *pieces;
+	size_t npieces, cur;     /* cur: the piece the window last read from */
+	uint64_t ring_from;      /* record index of the ring part's first record */
+	uint64_t ring_cap;
+	off_t ring_hdr;          /* file offset of slot 0 */
+	uint64_t win[WINDOW];    /* records [win_pos, win_pos + win_n) */
+	size_t win_pos, win_n;
+	size_t n, pos;
+	size_t first_sync;       /* after a gap: the first SYNC's position; records
+				    before it have guessed high bits */
+	size_t guess_from;       /* ... counted from here (n if no gap) */
+	uint64_t high;           /* current TSC bits 38..63 */
+	struct reset *resets;    /* where the high bits are known anew */
+	size_t nresets, nextreset;
+	const an_site_info *sites;
+	size_t nsites;
+	an_iter_stats st;
+};
+
+/* Read the window starting at position i.  -1 (errno) on a read error. */
+static int window_fill(an_iter *it, size_t i)
+{
+	size_t got = 0;
+
+	if (it->cur >= it->npieces || it->pieces[it->cur].pos > i)
+		it->cur = 0;
+	while (it->cur < it->npieces && i >= it->pieces[it->cur].pos + it->pieces[it->cur].n)
+		it->cur++;
+	for (size_t k = it->cur; k < it->npieces && got < WINDOW && i + got < it->n; k++) {
+		const piece *p = &it->pieces[k];
+
+		while (got < WINDOW && i + got < p->pos + p->n) {
+			uint64_t in = i + got - p->pos, want = p->pos + p->n - (i + got);
+			off_t off = p->off + (off_t)(in * 8);
+
+			if (p->ring) {
+				uint64_t slot = (it->ring_from + in) & (it->ring_cap - 1);
+
+				off = it->ring_hdr + (off_t)(slot * 8);
+				if (want > it->ring_cap - slot)
+					want = it->ring_cap - slot;
+			}
+			if (want > WINDOW - got)
+				want = WINDOW - got;
+			if (an_read_full(p->fd, it->win + got, want * 8, off) < 0)
+				return -1;
+			got += want;
+		}
+	}
+	it->win_pos = i;
+	it->win_n = got;
+	return got ? 0 : -1;
+}
+
+/* Record i (below it->n) into *r: 0, or -1 when it cannot be read. */
+static int rec_at(an_iter *it, size_t i, uint64_t *r)
+{
+	if (i < it->win_pos || i >= it->win_pos + it->win_n) {
+		if (window_fill(it, i) < 0)
+			return -1;
+	}
+	*r = it->win[i - it->win_pos];
+	return 0;
+}
+
+/* The high bits in force at the first of n records from `from` that follow
+ * a gap: those of their first SYNC minus one (a SYNC marks a change), else
+ * `fallback`.  *first_sync: that SYNC's position, from + n if none. */
+static uint64_t epoch_after_gap(an_iter *it, size_t from, uint64_t n, uint64_t fallback,
+				size_t *first_sync)
+{
+	uint64_t r;
+
+	for (size_t i = from; i < from + n && rec_at(it, i, &r) == 0; i++)
+		if (an_is_sync(r)) {
+			uint64_t hi = trace_sync_high(r);
+
+			*first_sync = i;
+			return hi ? hi - 1 : 0;
+		}
+	*first_sync = from + n;
+	return fallback;
+}
+
+static int add_piece(an_iter *it, size_t pos, uint64_t n, int fd, off_t off, int ring)
+{
+	piece *np = realloc(it->pieces, (it->npieces + 1) * sizeof *np);
+
+	if (!np)
+		return -1;
+	np[it->npieces++] = (piece){ pos, n, fd, off, ring };
+	it->pieces = np;
+	return 0;
+}
+
+int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
+{
+	trace_ring_header h;
+	uint64_t ring_from, cap_n, said;
+	size_t nring, first_sync;
+	seg_data sd;
+	an_iter *it;
+	int fd;
+
+	*out = NULL;
+	if (an_seg_read(th->path, &sd, 1, err) < 0)
+		return -1;
+	fd = an_ring_open(th->path, &h, &said, err);
+	if (fd < 0) {
+		free(sd.chunks);
+		if (sd.fd >= 0)
+			close(sd.fd);
+		return -1;
+	}
+	if (!(it = calloc(1, sizeof *it))) {
+		free(sd.chunks);
+		if (sd.fd >= 0)
+			close(sd.fd);
+		close(fd);
+		return sp_fail(err, "%s: out of memory", th->path);
+	}
+	it->path = th->path;
+	it->seg_fd = sd.fd;
+	it->ring_fd = fd;
+	/* Step 1: counts from this read, not from an_trace_open. */
+	cap_n = h.count < h.capacity ? h.count : h.capacity;
+	ring_from = h.count - cap_n;
+	if (sd.end > ring_from)
+		ring_from = sd.end < h.count ? sd.end : h.count;
+	nring = (size_t)(h.count - ring_from);
+	it->ring_from = ring_from;
+	it->ring_cap = h.capacity;
+	it->ring_hdr = (off_t)h.header_size;
+	it->n = sd.n + nring;
+	it->sites = t->sites;
+	it->nsites = t->nsites;
+	it->first_sync = it->guess_from = it->n;
+	/* The ring starts with a SYNC; start_tsc covers a writer that did not. */
+	it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
+	for (size_t k = 0; k < sd.nchunks; k++)
+		if (add_piece(it, sd.chunks[k].pos, sd.chunks[k].n, sd.fd, sd.chunks[k].off, 0))
+			goto nomem;
+	if (nring && add_piece(it, sd.n, nring, fd, 0, 1))
+		goto nomem;
+	/* Step 2. */
+	for (size_t k = 0; k < sd.nchunks; k++)
+		if (sd.chunks[k].after_gap &&
+		    an_add_reset(&it->resets, &it->nresets, sd.chunks[k].pos,
+				 epoch_after_gap(it, sd.chunks[k].pos, sd.chunks[k].n,
+						 sd.chunks[k].epoch, &first_sync)))
+			goto nomem;
+	if (ring_from > 0 && !(sd.n && sd.end == ring_from) && nring) {
+		/* The ring's part follows a gap: the header's last SYNC, unless
+		 * the part has one of its own (records before it are guessed). */
+		uint64_t epoch = epoch_after_gap(it, sd.n, nring, h.epoch, &it->first_sync);
+
+		it->guess_from = sd.n;
+		if (an_add_reset(&it->resets, &it->nresets, sd.n, epoch))
+			goto nomem;
+	}
+	free(sd.chunks);
+	*out = it;
+	return 0;
+nomem:
+	free(sd.chunks);
+	an_iter_close(it);
+	return sp_fail(err, "%s: out of memory", th->path);
+}
+
+int an_iter_next(an_iter *it, an_record *r)
+{
+	while (it->pos < it->n) {
+		size_t i = it->pos++;
+		uint64_t raw;
+		unsigned kind;
+
+		if (rec_at(it, i, &raw) < 0) {
+			it->st.nunread = it->n - i;        /* a read failed: the rest is lost */
+			it->pos = it->n;
+			return 0;
+		}
+		kind = trace_rec_kind(raw);
+		while (it->nextreset < it->nresets && it->resets[it->nextreset].pos <= i)
+			it->high = it->resets[it->nextreset++].epoch;
+
+		if (kind == TRACE_SYNC) {
+			if (an_is_sync(raw))
+				it->high = trace_sync_high(raw);
+			else
+				it->st.nbad_syncs++;
+			continue;
+		}
+		r->kind = kind;
+		r->id = trace_rec_id(raw);
+		r->key = 0;
+		if (kind == TRACE_EVENT && r->id == TRACE_EV_MSG_DATA) {
+			it->st.nstray_data++;      /* its head was overwritten */
+			continue;
+		}
+		if (kind == TRACE_EVENT && trace_event_is_msg(r->id)) {
+			uint64_t data[TRACE_MSG_NDATA], d;
+			unsigned k;
+
+			/* Step 3. */
+			for (k = 0; k < TRACE_MSG_NDATA && i + 1 + k < it->n; k++) {
+				if (rec_at(it, i + 1 + k, &d) < 0 || trace_rec_kind(d) != TRACE_EVENT ||
+				    trace_rec_id(d) != TRACE_EV_MSG_DATA)
+					break;
+				data[k] = trace_rec_tsc_low(d);
+			}
+			it->pos = i + 1 + k;
+			if (k < TRACE_MSG_NDATA) {
+				it->st.nbad_msgs++;        /* cut short: dropped */
+				continue;
+			}
+			trace_msg_unpack(data, &r->msg.chan, &r->msg.call, &r->msg.flags,
+					 &r->msg.off, &r->msg.len);
+			r->msg.recv = r->id == TRACE_EV_MSG_RECV;
+		}
+		if (kind == TRACE_EVENT && trace_event_has_key(r->id)) {
+			r->key = trace_rec_tsc_low(raw);
+			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;
+			it->st.nrecords++;
+			return 1;
+		}
+		r->tsc = it->high << TRACE_TSC_LOW_BITS | trace_rec_tsc_low(raw);
+		if (i >= it->guess_from && i < it->first_sync && it->first_sync < it->n)
+			it->st.nguessed++;
+		if (kind != TRACE_EVENT && (r->id >= it->nsites || !it->sites[r->id].valid))
+			it->st.nbad_sites++;
+		it->st.nrecords++;
+		it->st.last_tsc = r->tsc;
+		return 1;
+	}
+	return 0;
+}
+
+const an_iter_stats *an_iter_stats_get(const an_iter *it)
+{
+	return &it->st;
+}
+
+void an_iter_close(an_iter *it)
+{
+	if (!it)
+		return;
+	if (it->seg_fd >= 0)
+		close(it->seg_fd);
+	if (it->ring_fd >= 0)
+		close(it->ring_fd);
+	free(it->pieces);
+	free(it->resets);
+	free(it);
+}
+

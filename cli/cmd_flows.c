@@ -1,0 +1,276 @@
+/*
+ * cmd_flows.c — `sptrace flows`: a trace's (or a collected session's)
+ * records separated into flows, one per request or job (analysis.h,
+ * an_flows_build), listed as a table or as JSON.
+ */
+#include "cli.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis.h"
+#include "trace_format.h"
+
+static const char help[] =
+	"usage: sptrace flows [OPTIONS] DIR\n"
+	"\n"
+	"Separate the records of the trace DIR -- with the images it exec'd, or\n"
+	"every process of every host of a tree made by 'sptrace collect' -- into\n"
+	"flows, one per request or job, and list them in the order they started:\n"
+	"\n"
+	"    FLOW  START   HOST:PID/TID          DURATION    EVENTS  PROCESSES\n"
+	"    f1    accept  web1:4242/4242      1.250 ms        86  web1:4242 db:77\n"
+	"\n"
+	"A flow starts at an activation (--on start, call, timer, signal), at the\n"
+	"accept or receive tracing began at, or at a receive no traced send\n"
+	"matches (a new request from outside); it follows its thread, and a\n"
+	"receive of bytes a traced process sent joins the sender's flow: TCP by\n"
+	"connection and byte range, pipes and UNIX sockets by inode, datagrams by\n"
+	"their number.  EVENTS counts its records (entries, exits, events,\n"
+	"messages); DURATION runs from its first to its last.\n"
+	"\n"
+	"With --flow ID, the flow's records instead, across its processes in time\n"
+	"order (CLOCK_REALTIME of each host): when, where, and each call, return,\n"
+	"event and message, indented by the call depth of its thread.\n"
+	"\n"
+	"options:\n"
+	"  --flow ID   show flow ID's records (an id of the table: f1, f2, ...)\n"
+	"  --json      one JSON object instead of the table:\n"
+	"              {\"flows\":[{\"id\":S,\"start\":{\"host\":S,\"pid\":N,\"tid\":N,\n"
+	"              \"event\":S},\"processes\":[{\"host\":S,\"pid\":N}],\n"
+	"              \"duration_ns\":N,\"events\":N}]}\n"
+	"  --repo DIR  code-analysis repository, for --flow's function names\n"
+	"              (default: $SPTRACE_REPO, else /var/lib/sptrace/repo as root,\n"
+	"              ~/.cache/sptrace/repo)\n"
+	"  -h, --help  this text\n";
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20 || *p == 0x7f)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
+static uint64_t duration(const an_flow *f)
+{
+	return f->end_ns > f->start_ns ? (uint64_t)(f->end_ns - f->start_ns) : 0;
+}
+
+static void print_json(const an_flows *fl)
+{
+	printf("{\"flows\":[");
+	for (size_t i = 0; i < an_flows_count(fl); i++) {
+		const an_flow *f = an_flows_get(fl, i);
+
+		printf("%s{\"id\":", i ? "," : "");
+		json_str(f->id);
+		printf(",\"start\":{\"host\":");
+		json_str(f->host);
+		printf(",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32 ",\"event\":", f->pid, f->tid);
+		json_str(f->event);
+		printf("},\"processes\":[");
+		for (size_t p = 0; p < f->nprocs; p++) {
+			printf("%s{\"host\":", p ? "," : "");
+			json_str(f->procs[p].host);
+			printf(",\"pid\":%" PRIu32 "}", f->procs[p].pid);
+		}
+		printf("],\"duration_ns\":%" PRIu64 ",\"events\":%" PRIu64 "}", duration(f),
+		       f->events);
+	}
+	printf("]}\n");
+}
+
+static void print_table(const char *dir, const an_flows *fl)
+{
+	char where[300], dur[24];
+
+	printf("# %zu flow%s in %s\n", an_flows_count(fl), an_flows_count(fl) == 1 ? "" : "s",
+	       dir);
+	printf("# FLOW  START   HOST:PID/TID            DURATION      EVENTS  PROCESSES\n");
+	for (size_t i = 0; i < an_flows_count(fl); i++) {
+		const an_flow *f = an_flows_get(fl, i);
+
+		snprintf(where, sizeof where, "%s:%" PRIu32 "/%" PRIu32, f->host, f->pid, f->tid);
+		printf("  %-5s %-7s %-22s %s  %10" PRIu64 " ", f->id, f->event, where,
+		       an_fmt_duration(duration(f), dur), f->events);
+		for (size_t p = 0; p < f->nprocs; p++)
+			printf(" %s:%" PRIu32, f->procs[p].host, f->procs[p].pid);
+		putchar('\n');
+	}
+}
+
+/* The part of flow f that holds a record of image/tid at ns, or NULL. */
+static const an_flow_part *part_of(const an_flow *f, size_t image, uint32_t tid, int64_t ns)
+{
+	for (size_t i = 0; i < f->nparts; i++)
+		if (f->parts[i].image == image && f->parts[i].tid == tid &&
+		    f->parts[i].start_ns <= ns && ns <= f->parts[i].end_ns)
+			return &f->parts[i];
+	return NULL;
+}
+
+/* The open calls of each thread of the flow shown so far: whether each was
+ * entered by a tail jump (it has no EXIT of its own: its caller's closes
+ * it too, analysis.h an_thread_calls). */
+#define MAX_SHOWN_DEPTH 256
+
+typedef struct depth {
+	size_t image;
+	uint32_t tid;
+	int n;
+	unsigned char tail[MAX_SHOWN_DEPTH];
+} depth;
+
+static depth *depth_of(depth **d, size_t *n, size_t image, uint32_t tid)
+{
+	depth *nd;
+
+	for (size_t i = 0; i < *n; i++)
+		if ((*d)[i].image == image && (*d)[i].tid == tid)
+			return &(*d)[i];
+	if (!(nd = realloc(*d, (*n + 1) * sizeof *nd)))
+		return NULL;
+	*d = nd;
+	memset(&nd[*n], 0, sizeof nd[*n]);
+	nd[*n].image = image;
+	nd[*n].tid = tid;
+	return &nd[(*n)++];
+}
+
+/* Flow `id`'s records, merged in time order. */
+static int show_flow(an_session *s, const an_flows *fl, const char *id)
+{
+	const an_flow *f = NULL;
+	an_merge *m;
+	an_event ev;
+	depth *d = NULL;
+	size_t nd = 0;
+	sp_err err;
+
+	for (size_t i = 0; i < an_flows_count(fl) && !f; i++)
+		if (strcmp(an_flows_get(fl, i)->id, id) == 0)
+			f = an_flows_get(fl, i);
+	if (!f)
+		return cli_error("flows: --flow %s: no such flow (this trace has %zu: f1..f%zu)", id,
+				 an_flows_count(fl), an_flows_count(fl)), 2;
+	if (an_merge_open(s, &m, &err) < 0)
+		return cli_error("flows: %s", err.msg);
+	printf("# flow %s: %s at %s:%" PRIu32 "/%" PRIu32 ", %" PRIu64 " events in %zu "
+	       "process%s\n", f->id, f->event, f->host, f->pid, f->tid, f->events, f->nprocs,
+	       f->nprocs == 1 ? "" : "es");
+	printf("# TIME (ms)   HOST:PID/TID            RECORD\n");
+	while (an_merge_next(m, &ev)) {
+		an_trace *t = an_session_trace(s, ev.image);
+		const an_image *im = an_session_image(s, ev.image);
+		char where[300], text[600];
+		depth *dp;
+		int indent;
+
+		if (!part_of(f, ev.image, ev.thread->tid, ev.ns) ||
+		    !(dp = depth_of(&d, &nd, ev.image, ev.thread->tid)))
+			continue;
+		snprintf(where, sizeof where, "%s:%" PRIu32 "/%" PRIu32, im->host,
+			 ev.thread->pid ? ev.thread->pid : im->pid, ev.thread->tid);
+		if (ev.rec.kind == TRACE_ENTRY) {
+			snprintf(text, sizeof text, "%s() {%s",
+				 an_func_get(t, an_site(t, ev.rec.id)->callee)->name,
+				 an_site_is_tail(an_site(t, ev.rec.id)) ? "  /* tail jump */" : "");
+		} else if (ev.rec.kind == TRACE_EXIT) {
+			/* the calls entered by tail jumps close with their caller */
+			while (dp->n > 0 && dp->n <= MAX_SHOWN_DEPTH && dp->tail[dp->n - 1])
+				dp->n--;
+			if (dp->n > 0)
+				dp->n--;
+			snprintf(text, sizeof text, "} /* %s */",
+				 an_func_get(t, an_site(t, ev.rec.id)->callee)->name);
+		} else if (trace_event_is_msg(ev.rec.id)) {
+			char msg[512];
+
+			snprintf(text, sizeof text, "/* %s */", an_msg_text(t, &ev.rec.msg, msg,
+									     sizeof msg));
+		} else {
+			char name[32];
+
+			snprintf(text, sizeof text, "/* %s */", an_event_name(ev.rec.id, name,
+									    sizeof name));
+		}
+		indent = dp->n < 40 ? dp->n : 40;
+		printf("%12.3f  %-22s  %*s%s\n", (double)(ev.ns - f->start_ns) / 1e6, where,
+		       2 * indent, "", text);
+		if (ev.rec.kind == TRACE_ENTRY) {
+			if (dp->n < MAX_SHOWN_DEPTH)
+				dp->tail[dp->n] = (unsigned char)an_site_is_tail(an_site(t, ev.rec.id));
+			dp->n++;
+		}
+	}
+	free(d);
+	an_merge_close(m);
+	return 0;
+}
+
+int cmd_flows(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "json", no_argument, 0, 'j' }, { "flow", required_argument, 0, 'f' },
+		{ "repo", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	an_open_opts oo = { .no_modules = 1 };    /* the table needs no function names */
+	const char *flow = NULL;
+	an_session *s;
+	an_flows *fl;
+	sp_err err;
+	int c, json = 0, rc = 0;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'j': json = 1; break;
+		case 'f': flow = optarg; break;
+		case 'r': oo.repo = optarg; break;
+		case 'h': fputs(help, stdout); return 0;
+		case ':':
+			return cli_error("flows: option '%s' needs a value; see 'sptrace flows "
+					 "--help'", argv[optind - 1]), 2;
+		default:
+			return cli_error("flows: unknown option '%s'; see 'sptrace flows --help'",
+					 argv[optind - 1]), 2;
+		}
+	}
+	if (optind != argc - 1)
+		return cli_error("flows: %s; see 'sptrace flows --help'",
+				 optind >= argc ? "no trace directory given"
+				 : "give one trace directory"), 2;
+	if (flow && json)
+		return cli_error("flows: --flow and --json: give one; see 'sptrace flows "
+				 "--help'"), 2;
+	oo.no_modules = !flow;
+	if (an_session_open(argv[optind], &oo, &s, &err) < 0)
+		return cli_error("flows: %s", err.msg);
+	if (an_flows_build(s, &fl, &err) < 0) {
+		an_session_close(s);
+		return cli_error("flows: %s", err.msg);
+	}
+	for (size_t i = 0; i < an_session_nwarnings(s); i++)
+		fprintf(stderr, "sptrace: flows: warning: %s\n", an_session_warning(s, i));
+	if (flow)
+		rc = show_flow(s, fl, flow);
+	else if (json)
+		print_json(fl);
+	else
+		print_table(argv[optind], fl);
+	an_flows_free(fl);
+	an_session_close(s);
+	return rc;
+}

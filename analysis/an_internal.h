@@ -14,6 +14,7 @@
  *   calls.c     entries paired with exits: a thread's call tree
  *   session.c   processes of a trace: exec'd images, children, hosts
  *   flows.c     flows: activations followed across threads and messages
+ *   anomaly.c   the process that behaved differently, and the likely cause
  *   map.c       a small hash map
  */
 #ifndef AN_INTERNAL_H

@@ -455,4 +455,43 @@ size_t an_flows_count(const an_flows *f);
 const an_flow *an_flows_get(const an_flows *f, size_t i);
 void an_flows_free(an_flows *f);
 
+
+/* ---- anomalies (anomaly.c) ---- */
+
+/*
+ * Which process of a session behaved differently, and the call path most
+ * likely the cause: a fail-stop (the earliest last record), else suspect
+ * scores over call-path time profiles (k-th nearest neighbour, Manhattan
+ * distance; with `normal`, the distance to the nearest known-normal
+ * process).  The rules are above their code in anomaly.c.  Paths run from
+ * the outermost function to the culprit, by name; the strings live as long
+ * as the result.
+ */
+typedef struct an_cause {
+	const char **path;
+	size_t npath;
+	char why[256];
+} an_cause;
+
+typedef struct an_suspect {
+	const char *host;
+	uint32_t pid;
+	double score;            /* seconds (earliest-last-timestamp), else a distance */
+	const char *method;      /* "earliest-last-timestamp", "knn-manhattan",
+				    "nearest-normal" */
+	int failstop;
+	const char **path;       /* the culprit's call path (npath 0: none) */
+	size_t npath;
+	an_cause causes[3];      /* the largest differences, largest first */
+	size_t ncauses;
+} an_suspect;
+
+typedef struct an_anomalies an_anomalies;
+
+/* The session's processes, most suspect first. */
+int an_anomalies_find(an_session *s, an_session *normal, an_anomalies **out, sp_err *err);
+size_t an_anomalies_count(const an_anomalies *a);
+const an_suspect *an_anomalies_get(const an_anomalies *a, size_t i);
+void an_anomalies_free(an_anomalies *a);
+
 #endif

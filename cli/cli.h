@@ -19,6 +19,7 @@ int cmd_analyze_binary(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_flows(int argc, char **argv);
+int cmd_analyze(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 int cmd_activate(int argc, char **argv);
@@ -132,5 +133,8 @@ int cli_collected_each(const char *dir, cli_collected_fn fn, void *arg);
 /* A one-line progress indicator on stderr when it is a terminal. */
 void cli_progress(const char *what, size_t done, size_t total);
 void cli_progress_end(void);
+
+/* main.c: s as a JSON string, quoted and escaped, on stdout. */
+void cli_json_str(const char *s);
 
 #endif

@@ -47,20 +47,6 @@ static const char help[] =
 	"              ~/.cache/sptrace/repo)\n"
 	"  -h, --help  this text\n";
 
-static void json_str(const char *s)
-{
-	putchar('"');
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			printf("\\%c", *p);
-		else if (*p < 0x20 || *p == 0x7f)
-			printf("\\u%04x", *p);
-		else
-			putchar(*p);
-	}
-	putchar('"');
-}
-
 static uint64_t duration(const an_flow *f)
 {
 	return f->end_ns > f->start_ns ? (uint64_t)(f->end_ns - f->start_ns) : 0;
@@ -73,15 +59,15 @@ static void print_json(const an_flows *fl)
 		const an_flow *f = an_flows_get(fl, i);
 
 		printf("%s{\"id\":", i ? "," : "");
-		json_str(f->id);
+		cli_json_str(f->id);
 		printf(",\"start\":{\"host\":");
-		json_str(f->host);
+		cli_json_str(f->host);
 		printf(",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32 ",\"event\":", f->pid, f->tid);
-		json_str(f->event);
+		cli_json_str(f->event);
 		printf("},\"processes\":[");
 		for (size_t p = 0; p < f->nprocs; p++) {
 			printf("%s{\"host\":", p ? "," : "");
-			json_str(f->procs[p].host);
+			cli_json_str(f->procs[p].host);
 			printf(",\"pid\":%" PRIu32 "}", f->procs[p].pid);
 		}
 		printf("],\"duration_ns\":%" PRIu64 ",\"events\":%" PRIu64 "}", duration(f),

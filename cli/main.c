@@ -27,6 +27,7 @@ static const cli_cmd commands[] = {
 	{ "replay", cmd_replay, "print each thread's calls as a tree (uftrace-like)" },
 	{ "report", cmd_report, "time per function: total, self, calls" },
 	{ "flows", cmd_flows, "separate a trace's records into flows (per request or job)" },
+	{ "analyze", cmd_analyze, "the process that behaved differently, and the likely cause" },
 	{ "keys", cmd_keys, "make the cluster CA and hosts' certificates for spdaemon" },
 	{ "status", cmd_status, "ask this host's or other hosts' spdaemon who it is" },
 	{ "collect", cmd_collect, "gather a session's traces from every host it reached" },
@@ -286,4 +287,18 @@ int main(int argc, char **argv)
 			return commands[i].run(argc - 1, argv + 1);
 	cli_error("'%s' is not a command; 'sptrace --help' lists them", argv[1]);
 	return 2;
+}
+
+void cli_json_str(const char *s)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20 || *p == 0x7f)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
 }

@@ -380,6 +380,8 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 #define AG_SLOT_MAGIC_VALUE 0x5350545241524541ull /* "AERARTPS" */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
+/* Find or load the process's unwinder (libgcc_s), before the first pool. */
+bool ag_unwind_init(void);
 /* FDEs for `n` area slots of `stride` bytes from `first`; each slot's last
  * 8 bytes hold S + len - 1 for its call (written with the area). */
 int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);
@@ -429,9 +431,6 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 void ag_hooks_install(void);           /* attached: GOT slots to the interposers */
 void ag_hooks_init(bool attached);     /* find the C library's functions behind them */
 uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at addr, or 0 */
-/* One of the agent's own libraries (file name starting with `object`) calls
- * `symbol` through fn from now on; how many GOT slots now do. */
-unsigned ag_hook_library(const char *object, const char *symbol, void *fn);
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */
 void ag_fds_init(void);                /* the C library's close, dup2, ... */
@@ -444,7 +443,6 @@ int ag_fd_keep(volatile int *where, const char *path, int flags);
 int ag_fd_checked(volatile int *where);
 void ag_fd_drop(int fd);               /* the agent closes one of its own */
 bool ag_fd_is_ours(int fd);            /* one of the agent's (no system call) */
-void ag_fds_own_libraries(void);       /* their descriptors are the agent's too */
 void ag_fds_fork_lock(void);           /* fork handlers: the table whole in the child */
 void ag_fds_fork_unlock(void);
 /* The interposers of fcntl by both its names, whatever _FILE_OFFSET_BITS

@@ -49,8 +49,12 @@
  *  5. Return addresses: a runtime that walks its stacks by them (Go, V8)
  *     has its code left alone (modules.c, instrument.c); areas carry unwind
  *     information for everyone else (x86_64/unwind.c).
- *  6. Libraries: only those modules.c's agent_only names are shared with
- *     the program; the program's calls into them are not traced, and said.
+ *  6. Libraries: none is shared with the program but the C library and
+ *     the loader -- the agent's own are linked in, their symbols hidden
+ *     (agent/meson.build) -- so every library the program loads is traced;
+ *     one that cannot be (no analysis, no pool within reach) is said
+ *     (modules.c).  The process's unwinder, libgcc_s, is loaded for the
+ *     areas' unwind information, and traced as the program's.
  *  7. Files: the trace directory only; a program that cannot have a ring
  *     records nothing, said once (ring.c).
  *  8. Debuggers and what forbids the agent's clock (PR_SET_TSC, strict
@@ -137,7 +141,7 @@ bool ag_runtime_code(uint64_t addr);
 bool ag_code_known(uint64_t addr);
 uint32_t ag_module_count(void);
 ag_module *ag_module_at(uint32_t index);
-void ag_modules_untraced_meta(void);        /* meta lines for the libraries left alone */
+void ag_modules_untraced_meta(void);        /* meta lines for the modules not traced */
 
 /* ---- ring.c ---- */
 /* The TLS slot the generated code reads: the ring header of this thread, or

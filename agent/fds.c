@@ -36,7 +36,6 @@
  *
  *  5. The libraries linked into the agent (agent/meson.build) open no
  *     descriptors of their own: the agent opens every file they read.
- *     (libunwind, which kept a pipe for ever, is no longer one of them.)
  *
  * Left: a raw close followed by the program's open of that number between
  * the agent's check and its write (a window of two system calls), and the

@@ -76,7 +76,11 @@ static uint32_t nuntraced;
 
 static void note_untraced(const char *path, const char *why)
 {
+	size_t len = strlen(path);
+
 	ag_log("module %s not traced: %s", path, why);
+	if (strncmp(why, path, len) == 0 && strncmp(why + len, ": ", 2) == 0)
+		why += len + 2;          /* the error names the file: it is named already */
 	if (nuntraced >= MAX_UNTRACED)
 		return;
 	snprintf(untraced[nuntraced].name, sizeof untraced[nuntraced].name, "%s", path);

@@ -423,7 +423,14 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 	walk_frames wf = { f, 0, in_signal, (uint64_t)uc->uc_mcontext.gregs[REG_RIP],
 			   (uint64_t)uc->uc_mcontext.gregs[REG_RSP], false };
 
+	if (!ag_unwind_walk_begin()) {
+		ag_log("activation: thread %ld was not walked: the agent was registering unwind "
+		       "information; it joins at its next traced call", (long)syscall(SYS_gettid));
+		ag_leave(ring);
+		return;
+	}
 	_Unwind_Backtrace(on_frame, &wf);
+	ag_unwind_walk_end();
 	n = wf.n;
 	in_agent = wf.in_agent;
 	if (in_agent) {

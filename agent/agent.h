@@ -386,6 +386,10 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
 /* Find or load the process's unwinder (libgcc_s), before the first pool. */
 bool ag_unwind_init(void);
+/* Around a walk with the agent's private unwinder (activate.c); false: not
+ * now, unwind information is being registered (the walk is skipped). */
+bool ag_unwind_walk_begin(void);
+void ag_unwind_walk_end(void);
 /* FDEs for `n` area slots of `stride` bytes from `first`; each slot's last
  * 8 bytes hold S + len - 1 for its call (written with the area). */
 int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);

@@ -45,10 +45,17 @@
  *    in with -static-libgcc), which walks the stacks at a mid-run
  *    activation (activate.c).  Each registration is looked up at once
  *    (_Unwind_Find_FDE), so that the copy sorts it here and never in a
- *    walk, which runs in a signal handler and may not allocate.
+ *    walk, which runs in a signal handler and may not allocate.  That
+ *    sorting allocates under the copy's lock, which every walk takes: a
+ *    walk on a thread interrupted inside malloc would wait for the lock
+ *    while the registering thread waits for malloc's.  So the two exclude
+ *    each other: a registration waits until no walk is inside the copy
+ *    (ag_unwind_walk_begin/end), and a walk that would begin meanwhile is
+ *    skipped (the thread joins at its next traced call).
  */
 #include <dlfcn.h>
 #include <string.h>
+#include <time.h>
 
 #include "../agent.h"
 
@@ -60,6 +67,22 @@ extern const void *_Unwind_Find_FDE(void *pc, void *bases);
 typedef void (*register_fn)(const void *begin, void *ob);
 
 static register_fn process_register;
+/* Walks inside the private copy; registrations waiting for it or under way. */
+static volatile int unwinding, registering;
+
+bool ag_unwind_walk_begin(void)
+{
+	__atomic_add_fetch(&unwinding, 1, __ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&registering, __ATOMIC_SEQ_CST))
+		return true;
+	__atomic_sub_fetch(&unwinding, 1, __ATOMIC_SEQ_CST);
+	return false;
+}
+
+void ag_unwind_walk_end(void)
+{
+	__atomic_sub_fetch(&unwinding, 1, __ATOMIC_SEQ_CST);
+}
 
 #define OBJ_SIZE 128
 
@@ -143,6 +166,7 @@ int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride)
 	size_t cap = 32 + n * 64 + 8, off = 0;
 	uint8_t *buf = ag_alloc(cap), *ob = ag_alloc(OBJ_SIZE), *own_ob = ag_alloc(OBJ_SIZE);
 	void *bases[3];
+	struct timespec nap = { 0, 50000 };
 
 	if (n == 0)
 		return 0;
@@ -157,7 +181,11 @@ int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride)
 	memset(buf + off, 0, 4);                          /* terminator */
 	if (process_register)
 		process_register(buf, ob);
+	__atomic_add_fetch(&registering, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&unwinding, __ATOMIC_SEQ_CST))
+		nanosleep(&nap, NULL);
 	__register_frame_info(buf, own_ob);
 	_Unwind_Find_FDE((void *)(uintptr_t)first, bases);
+	__atomic_sub_fetch(&registering, 1, __ATOMIC_SEQ_CST);
 	return 0;
 }

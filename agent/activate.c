@@ -59,10 +59,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <unwind.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include "agent.h"
 
@@ -86,7 +86,8 @@ static uint8_t *stub_rw0, *stub_rx0;   /* the pool's first stub slot, both views
 typedef struct frame {
 	uint64_t ip, sp;
 	bool exact;       /* ip is where the thread stands, not a return address */
-	bool signal;      /* a signal frame (the kernel's sigreturn trampoline) */
+	bool signal;      /* a signal frame (the kernel's sigreturn trampoline; to
+			   * libgcc an area or a stub too, see on_frame) */
 } frame;
 
 /* Per thread, made at its first walk (signal handlers may run on small
@@ -214,8 +215,8 @@ uint64_t ag_retpoint(uint64_t slot)
 /* ---- the walk, in the thread's SIGTRAP handler ---- */
 
 /* Stubs of an earlier activation still on the stack go back to the real
- * return addresses before the walk; the walk puts new ones.  Live frames lie above the interrupted stack
- * pointer; the others were unwound. */
+ * return addresses before the walk; the walk puts new ones.  Live frames
+ * lie above the interrupted stack pointer; the others were unwound. */
 static void unstub(shadow *sh, uint64_t rsp)
 {
 	for (uint32_t i = sh->n; i > 0; i--) {

@@ -17,8 +17,11 @@
  *     handled signal would end it: read/write/accept/futex restart, while
  *     poll/epoll_wait/nanosleep return EINTR.  The window is microseconds.)
  *
- * The handler walks from the interrupted context with libunwind (CFI: -O2
- * code without frame pointers is fine) and, for each frame in a traced
+ * The handler walks from the interrupted context with the agent's private
+ * copy of libgcc's unwinder (CFI: -O2 code without frame pointers is fine;
+ * it knows the areas and stubs, x86_64/unwind.c; it finds the modules'
+ * unwind information with _dl_find_object, which takes no lock), from its
+ * own frames through the signal frame; and, for each frame in a traced
  * module from the outermost traced one (main, or the function a thread
  * started in) inwards:
  *
@@ -47,10 +50,8 @@
  * left behind (no exit is recorded for them: their calls were unwound).
  * Retired slots are reused.
  */
-#define UNW_LOCAL_ONLY
 #include <errno.h>
 #include <fcntl.h>
-#include <libunwind.h>
 #include <linux/perf_event.h>
 #include <sched.h>
 #include <signal.h>
@@ -61,6 +62,7 @@
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include "agent.h"
 
@@ -84,7 +86,8 @@ static uint8_t *stub_rw0, *stub_rx0;   /* the pool's first stub slot, both views
 typedef struct frame {
 	uint64_t ip, sp;
 	bool exact;       /* ip is where the thread stands, not a return address */
-	bool signal;      /* a signal frame (the kernel's sigreturn trampoline) */
+	bool signal;      /* a signal frame (the kernel's sigreturn trampoline; to
+			   * libgcc an area or a stub too, see on_frame) */
 } frame;
 
 /* Per thread, made at its first walk (signal handlers may run on small
@@ -96,7 +99,6 @@ typedef struct shadow {
 	frame f[MAX_FRAMES];
 	ag_module *fm[MAX_FRAMES];
 	uint32_t ff[MAX_FRAMES];
-	ucontext_t area_uc;               /* where the walk goes on past an area */
 	ucontext_t self_uc;               /* ag_walk_self's own context */
 } shadow;
 
@@ -213,9 +215,8 @@ uint64_t ag_retpoint(uint64_t slot)
 /* ---- the walk, in the thread's SIGTRAP handler ---- */
 
 /* Stubs of an earlier activation still on the stack go back to the real
- * return addresses before the walk (libunwind cannot step through a stub);
- * the walk puts new ones.  Live frames lie above the interrupted stack
- * pointer; the others were unwound. */
+ * return addresses before the walk; the walk puts new ones.  Live frames
+ * lie above the interrupted stack pointer; the others were unwound. */
 static void unstub(shadow *sh, uint64_t rsp)
 {
 	for (uint32_t i = sh->n; i > 0; i--) {
@@ -247,34 +248,6 @@ static bool in_area(uint64_t ip, uint32_t *site, uint64_t *ret)
 	memcpy(ret, (const void *)(uintptr_t)(slot + AG_SLOT_RET), 8);
 	*site = (uint32_t)id;
 	return true;
-}
-
-/* The cursor stands in an area (ip, sp): restart it at the area's caller
- * with the same callee-saved registers (the area is a frame of size zero
- * that saves nothing, see unwind.c). */
-static bool area_caller(unw_cursor_t *c, uint64_t ip, uint64_t sp)
-{
-	static const struct { int unw, greg; } regs[] = {
-		{ UNW_X86_64_RBX, REG_RBX }, { UNW_X86_64_RBP, REG_RBP }, { UNW_X86_64_R12, REG_R12 },
-		{ UNW_X86_64_R13, REG_R13 }, { UNW_X86_64_R14, REG_R14 }, { UNW_X86_64_R15, REG_R15 },
-	};
-	shadow *sh = thread_stubs;
-	ucontext_t *uc = &sh->area_uc;
-	uint64_t ret;
-	uint32_t site;
-
-	if (!in_area(ip, &site, &ret))
-		return false;
-	memset(uc, 0, sizeof *uc);
-	for (size_t i = 0; i < sizeof regs / sizeof *regs; i++) {
-		unw_word_t v = 0;
-
-		unw_get_reg(c, regs[i].unw, &v);
-		uc->uc_mcontext.gregs[regs[i].greg] = (greg_t)v;
-	}
-	uc->uc_mcontext.gregs[REG_RSP] = (greg_t)sp;
-	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)ret;
-	return unw_init_local2(c, (unw_context_t *)uc, 0) == 0;
 }
 
 /* Functions that start a process or a thread never return: the walk stops
@@ -367,12 +340,57 @@ static void log_frames(const frame *f, ag_module *const *fm, int n)
 		       f[k].signal ? ", signal frame" : "", (unsigned long)f[k].sp);
 }
 
+/*
+ * One walk's frames, innermost first, as the unwinder reports them from
+ * its caller (walk_stack) outwards.  In a signal handler the frames before
+ * the interrupted one (the agent's, the handler's, the kernel's sigreturn
+ * trampoline) are passed over: the interrupted frame is the one at the
+ * context's ip and stack pointer.  A frame's stack pointer is its callee's
+ * CFA; its ip is exact below a signal frame (the unwinder says so: libgcc
+ * takes the areas and stubs, whose CIEs say "S", as signal frames too, and
+ * the ip below one is then the call's last byte, see x86_64/unwind.c).
+ */
+typedef struct walk_frames {
+	frame *f;
+	int n;
+	bool skipping;              /* before the interrupted frame */
+	uint64_t ip, sp;            /* the interrupted frame's */
+	bool in_agent;              /* a slow path's frame was reached */
+} walk_frames;
+
+static _Unwind_Reason_Code on_frame(struct _Unwind_Context *ctx, void *arg)
+{
+	walk_frames *w = arg;
+	int before = 0;
+	uint64_t ip = (uint64_t)_Unwind_GetIPInfo(ctx, &before);
+	/* libgcc's context at a frame holds its callee's CFA: the frame's sp. */
+	uint64_t sp = (uint64_t)_Unwind_GetCFA(ctx);
+
+	if (w->skipping) {
+		if (ip != w->ip || sp != w->sp)
+			return _URC_NO_REASON;
+		w->skipping = false;
+		before = 1;
+	}
+	if (ip == 0)
+		return _URC_END_OF_STACK;
+	/* A system call a slow path makes before ag_enter marks the thread
+	 * busy (the SIGTRAP mask check): the thread is inside the agent. */
+	if (in_slow_trampoline(ip)) {
+		w->in_agent = true;
+		return _URC_END_OF_STACK;
+	}
+	if (before && w->n > 0)
+		w->f[w->n - 1].signal = true;
+	w->f[w->n++] = (frame){ ip, sp, before != 0, false };
+	return w->n < MAX_FRAMES ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+
 static void walk_stack(ucontext_t *uc, bool in_signal)
 {
-	unw_cursor_t c;
 	trace_ring_header *ring;
 	int n = 0, top, stubs = 0, entered = 0;
-	bool exact = in_signal, in_agent = false, runtime_stop = false;
+	bool in_agent = false, runtime_stop = false;
 
 	ring = ag_enter();
 	/* A thread without records yet (the rule at a first activation) gets
@@ -403,33 +421,19 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 
 	ag_ring_put_at(ring, TRACE_EVENT, TRACE_EV_ACTIVATE, t);
 	unstub(thread_stubs, (uint64_t)uc->uc_mcontext.gregs[REG_RSP]);
-	if (unw_init_local2(&c, (unw_context_t *)uc, in_signal ? UNW_INIT_SIGNAL_FRAME : 0) == 0) {
-		for (;;) {
-			unw_word_t ip = 0, sp = 0;
+	walk_frames wf = { f, 0, in_signal, (uint64_t)uc->uc_mcontext.gregs[REG_RIP],
+			   (uint64_t)uc->uc_mcontext.gregs[REG_RSP], false };
 
-			unw_get_reg(&c, UNW_REG_IP, &ip);
-			unw_get_reg(&c, UNW_REG_SP, &sp);
-			/* A system call a slow path makes before ag_enter marks
-			 * the thread busy (the SIGTRAP mask check): the thread
-			 * is inside the agent. */
-			if (in_slow_trampoline(ip)) {
-				in_agent = true;
-				break;
-			}
-			f[n] = (frame){ ip, sp, exact, unw_is_signal_frame(&c) > 0 };
-			exact = f[n].signal;
-			if (++n >= MAX_FRAMES)
-				break;
-			if (unw_step(&c) > 0)
-				continue;
-			/* libunwind knows nothing of the agent's areas: a call in
-			 * flight from an earlier activation returns into one.  Go on
-			 * from the area's caller, as its unwind information says. */
-			if (!area_caller(&c, ip, sp))
-				break;
-			exact = false;
-		}
+	if (!ag_unwind_walk_begin()) {
+		ag_log("activation: thread %ld was not walked: the agent was registering unwind "
+		       "information; it joins at its next traced call", (long)syscall(SYS_gettid));
+		ag_leave(ring);
+		return;
 	}
+	_Unwind_Backtrace(on_frame, &wf);
+	ag_unwind_walk_end();
+	n = wf.n;
+	in_agent = wf.in_agent;
 	if (in_agent) {
 		ag_log("activation: thread %ld was inside the agent (a slow path); it joins at its "
 		       "next traced call", (long)syscall(SYS_gettid));

@@ -50,8 +50,12 @@
  *  5. Return addresses: a runtime that walks its stacks by them (Go, V8)
  *     has its code left alone (modules.c, instrument.c); areas carry unwind
  *     information for everyone else (x86_64/unwind.c).
- *  6. Libraries: only those modules.c's agent_only names are shared with
- *     the program; the program's calls into them are not traced, and said.
+ *  6. Libraries: none is shared with the program but the C library and
+ *     the loader -- the agent's own are linked in, their symbols hidden
+ *     (agent/meson.build) -- so every library the program loads is traced;
+ *     one that cannot be (no analysis, no pool within reach) is said
+ *     (modules.c).  The process's unwinder, libgcc_s, is loaded for the
+ *     areas' unwind information, and traced as the program's.
  *  7. Files: the trace directory only; a program that cannot have a ring
  *     records nothing, said once (ring.c).
  *  8. Debuggers and what forbids the agent's clock (PR_SET_TSC, strict
@@ -138,7 +142,7 @@ bool ag_runtime_code(uint64_t addr);
 bool ag_code_known(uint64_t addr);
 uint32_t ag_module_count(void);
 ag_module *ag_module_at(uint32_t index);
-void ag_modules_untraced_meta(void);        /* meta lines for the libraries left alone */
+void ag_modules_untraced_meta(void);        /* meta lines for the modules not traced */
 
 /* ---- ring.c ---- */
 /* The TLS slot the generated code reads: the ring header of this thread, or
@@ -383,6 +387,12 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 #define AG_SLOT_MAGIC_VALUE 0x5350545241524541ull /* "AERARTPS" */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
+/* Find or load the process's unwinder (libgcc_s), before the first pool. */
+bool ag_unwind_init(void);
+/* Around a walk with the agent's private unwinder (activate.c); false: not
+ * now, unwind information is being registered (the walk is skipped). */
+bool ag_unwind_walk_begin(void);
+void ag_unwind_walk_end(void);
 /* FDEs for `n` area slots of `stride` bytes from `first`; each slot's last
  * 8 bytes hold S + len - 1 for its call (written with the area). */
 int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);
@@ -433,9 +443,6 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 void ag_hooks_install(void);           /* attached: GOT slots to the interposers */
 void ag_hooks_init(bool attached);     /* find the C library's functions behind them */
 uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at addr, or 0 */
-/* One of the agent's own libraries (file name starting with `object`) calls
- * `symbol` through fn from now on; how many GOT slots now do. */
-unsigned ag_hook_library(const char *object, const char *symbol, void *fn);
 
 /* ---- propagate.c: following a traced send to its receivers (the
  * protocol: propagate.c) ---- */
@@ -477,7 +484,6 @@ int ag_fd_keep(volatile int *where, const char *path, int flags);
 int ag_fd_checked(volatile int *where);
 void ag_fd_drop(int fd);               /* the agent closes one of its own */
 bool ag_fd_is_ours(int fd);            /* one of the agent's (no system call) */
-void ag_fds_own_libraries(void);       /* their descriptors are the agent's too */
 void ag_fds_fork_lock(void);           /* fork handlers: the table whole in the child */
 void ag_fds_fork_unlock(void);
 /* The interposers of fcntl by both its names, whatever _FILE_OFFSET_BITS

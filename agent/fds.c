@@ -34,11 +34,8 @@
  *     else reported gone.  A write therefore never reaches a file the
  *     program opened.
  *
- *  5. The libraries the agent brings keep descriptors of their own:
- *     libunwind opens a pipe at its first stack walk (to probe memory) and
- *     keeps it for ever.  Their calls that create one are hooked in their
- *     GOT (ag_fds_own_libraries), so those descriptors are the agent's too:
- *     high, registered, protected.
+ *  5. The libraries linked into the agent (agent/meson.build) open no
+ *     descriptors of their own: the agent opens every file they read.
  *
  * Left: a raw close followed by the program's open of that number between
  * the agent's check and its write (a window of two system calls), and the
@@ -338,33 +335,6 @@ static int ebadf(void)
 {
 	errno = EBADF;
 	return -1;
-}
-
-/* Rule 5: libunwind's pipe, made high and the agent's.  (libunwind keeps
- * the numbers it gets back, so they are moved before it sees them.) */
-static volatile int lib_fds[16];
-static volatile int nlib_fds;
-
-static int library_pipe2(int fds[2], int flags)
-{
-	int rc = (int)syscall(SYS_pipe2, fds, flags);
-
-	for (int i = 0; rc == 0 && i < 2; i++) {
-		int k = __atomic_fetch_add(&nlib_fds, 1, __ATOMIC_ACQ_REL);
-
-		if (k >= (int)(sizeof lib_fds / sizeof *lib_fds))
-			continue;               /* reopened too often: left where it is */
-		lib_fds[k] = fds[i];
-		fds[i] = ag_fd_keep(&lib_fds[k], NULL, 0);
-	}
-	return rc;
-}
-
-void ag_fds_own_libraries(void)
-{
-	if (!ag_hook_library("libunwind", "pipe2", (void *)library_pipe2))
-		ag_log("fds: libunwind's pipe2 not found; its first stack walk will open a pipe "
-		       "at a number the program may see");
 }
 
 bool ag_fd_is_ours(int fd)

@@ -156,20 +156,10 @@ uint64_t ag_hook_real(uint64_t addr)
 	return 0;
 }
 
-/* What to hook: the interposers' table, or one symbol (ag_hook_library). */
+/* A walk over the modules: how many GOT slots it pointed at interposers. */
 typedef struct hook_req {
-	const char *object;      /* NULL: every module but the agent and the loader */
-	const char *symbol;
-	void *fn;
 	unsigned done;
 } hook_req;
-
-static void *hook_fn(const hook_req *req, const char *name)
-{
-	if (!req->object)
-		return hook_for(name);
-	return strcmp(name, req->symbol) == 0 ? req->fn : NULL;
-}
 
 static void hook_relocs(hook_req *req, uint64_t bias, const ElfW(Rela) *rel, size_t n,
 			const ElfW(Sym) *syms, const char *strs)
@@ -180,7 +170,7 @@ static void hook_relocs(hook_req *req, uint64_t bias, const ElfW(Rela) *rel, siz
 
 		if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
 			continue;
-		fn = (uint64_t)(uintptr_t)hook_fn(req, strs + syms[ELF64_R_SYM(rel[i].r_info)].st_name);
+		fn = (uint64_t)(uintptr_t)hook_for(strs + syms[ELF64_R_SYM(rel[i].r_info)].st_name);
 		if (!fn)
 			continue;
 		if (ag_write_text(bias + rel[i].r_offset, &fn, 8) == 0)
@@ -200,13 +190,9 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *arg)
 	(void)size;
 	base = strrchr(info->dlpi_name ? info->dlpi_name : "", '/');
 	base = base ? base + 1 : info->dlpi_name ? info->dlpi_name : "";
-	if (req->object) {
-		if (strncmp(base, req->object, strlen(req->object)) != 0)
-			return 0;
-	} else if (info->dlpi_addr == agent_lo || strncmp(base, "ld-linux", 8) == 0 ||
-		   strncmp(base, "linux-vdso", 10) == 0) {
+	if (info->dlpi_addr == agent_lo || strncmp(base, "ld-linux", 8) == 0 ||
+	    strncmp(base, "linux-vdso", 10) == 0)
 		return 0;                        /* the agent itself, the loader */
-	}
 	for (int i = 0; i < info->dlpi_phnum; i++)
 		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
 			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
@@ -231,21 +217,11 @@ static int hook_object(struct dl_phdr_info *info, size_t size, void *arg)
 	return 0;
 }
 
-/* One of the agent's own libraries (file name starting with `object`)
- * calls `symbol` through fn from now on; how many slots now do. */
-unsigned ag_hook_library(const char *object, const char *symbol, void *fn)
-{
-	hook_req req = { object, symbol, fn, 0 };
-
-	dl_iterate_phdr(hook_object, &req);
-	return req.done;
-}
-
 /* Hook every module loaded now (at attach). */
 void ag_hooks_install(void)
 {
 	Dl_info di;
-	hook_req req = { NULL, NULL, NULL, 0 };
+	hook_req req = { 0 };
 
 	if (!agent_lo && dladdr((void *)ag_hooks_install, &di)) {
 		agent_lo = (uint64_t)(uintptr_t)di.dli_fbase;

@@ -235,6 +235,25 @@ static bool signals_blocked(const ag_module *m, uint32_t func)
 	return named_one_of(m, func, names, sizeof names / sizeof *names);
 }
 
+/*
+ * libgcc's unwinder entry points read their own frame: each calls
+ * uw_init_context, which takes its caller's CFA and return address to
+ * describe the entry point's frame, and ends with __builtin_eh_return into
+ * that frame's caller.  Called from an area, uw_init_context would describe
+ * the area instead (no saved registers) and the landing pad would get
+ * garbage registers.  Their own call sites are left alone; the calls into
+ * them, and everything else in libgcc_s, are traced.
+ */
+static bool reads_own_frame(const ag_module *m, uint32_t func)
+{
+	static const char *const names[] = {
+		"_Unwind_RaiseException", "_Unwind_Resume", "_Unwind_Resume_or_Rethrow",
+		"_Unwind_ForcedUnwind", "_Unwind_Backtrace",
+	};
+
+	return named_one_of(m, func, names, sizeof names / sizeof *names);
+}
+
 static bool runtime_func(const ag_module *m, uint32_t func)
 {
 	return ca_module_funcs(m->ca, NULL)[func].flags & CA_FUNC_RUNTIME;
@@ -970,6 +989,10 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 	if (m->first_fragment)
 		for (uint32_t c = m->first_fragment[func]; c != CA_NONE; c = m->next_fragment[c])
 			todo_add(t, m, c, depth);
+	if (reads_own_frame(m, func)) {
+		skipped_plan += funcs[func].nsites;
+		return 0;
+	}
 	for (uint32_t i = 0; i < funcs[func].nsites; i++) {
 		uint32_t si = funcs[func].first_site + i;
 		const ca_site *s = &sites[si];

@@ -929,6 +929,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	 * the event names a function to find in them. */
 	bool defer = attached && strncmp(on_event, "call ", 5) != 0;
 
+	ag_unwind_init();
 	if (ag_patch_init(err, sizeof err, attached) || ag_modules_init(err, sizeof err, defer) ||
 	    find_root(err, sizeof err)) {
 		fail(err);
@@ -938,9 +939,6 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	ag_hooks_init(attached);
 	if (attached)
 		ag_hooks_install();
-	/* After the hooks: libunwind's pipe2 is the agent's own (fds.c), not
-	 * the program's interposer msgs.c put in every module's GOT. */
-	ag_fds_own_libraries();
 	write_meta();
 	if (parent[0])
 		meta_append("%s %s\n", TRACE_META_EXEC_OF, parent);

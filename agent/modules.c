@@ -23,8 +23,12 @@
  * activation before they are all in waits for them (ag_modules_wait); a
  * module is invisible (ag_module_of) until its entry is in.
  *
- * Not traced: the agent itself and the libraries it uses (agent_only: named
- * when the program needs one too), and the vDSO.
+ * Not traced: the agent itself and the vDSO.  The agent shares no library
+ * with the program but the C library and the loader (agent/meson.build
+ * links the rest in, private), so every library the program loads is the
+ * program's and traced; one that cannot be (no analysis, no patch-area pool
+ * within reach) is named in agent.log and meta ("untraced" lines, which
+ * the command's summary prints).
  * Modules loaded later with dlopen are found by the control thread, which
  * registers them in meta first (so that, should the program end before
  * their analysis does, `sptrace run` analyses them afterwards and the next
@@ -60,54 +64,28 @@ static ag_module *modules[MAX_MODULES];
 static uint32_t nmodules;
 static volatile int ready_lock;
 
-/* The libraries the agent loads for itself (agent/meson.build says why
- * each is shared, not linked in): the program's calls into them are not
- * traced -- the agent runs them itself, libgcc_s's unwinder among them --
- * and each one a traced module needs is named (agent.log, meta, the
- * command's summary).  Every other library is the program's alone. */
-static const char *const agent_only[] = {
-	"libsptrace-agent.so", "libcapstone.so", "libelf.so", "libz.so", "libgcc_s.so",
-	"liblzma.so", "libunwind.so",
-};
-
-/* Those a traced module needs: named once each. */
-#define MAX_UNTRACED 16
+/* Modules that cannot be traced, with why: in agent.log at once, and in
+ * meta by ag_modules_untraced_meta (the first ones are found before meta is
+ * written). */
+#define MAX_UNTRACED 64
 static struct {
-	char name[64], by[4096];
+	char name[512], why[512];
 	bool written;            /* its meta line */
 } untraced[MAX_UNTRACED];
 static uint32_t nuntraced;
 
-static bool skip_object(const char *path);
-
-/* The libraries the agent leaves alone that module `path` (loaded, its
- * dynamic section relocated) needs: remembered and logged once each. */
-static void note_needed(const struct dl_phdr_info *info, const char *path)
+static void note_untraced(const char *path, const char *why)
 {
-	const ElfW(Dyn) *dyn = NULL;
-	const char *strs = NULL;
+	size_t len = strlen(path);
 
-	for (int i = 0; i < info->dlpi_phnum; i++)
-		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-	for (const ElfW(Dyn) *d = dyn; d && d->d_tag != DT_NULL; d++)
-		if (d->d_tag == DT_STRTAB)
-			strs = (const char *)d->d_un.d_ptr;
-	for (const ElfW(Dyn) *d = dyn; d && strs && d->d_tag != DT_NULL; d++) {
-		const char *name = strs + d->d_un.d_val;
-		bool seen = false;
-
-		if (d->d_tag != DT_NEEDED || !skip_object(name))
-			continue;
-		for (uint32_t k = 0; k < nuntraced; k++)
-			seen |= strcmp(untraced[k].name, name) == 0;
-		if (seen || nuntraced >= MAX_UNTRACED)
-			continue;
-		snprintf(untraced[nuntraced].name, sizeof untraced[nuntraced].name, "%.63s", name);
-		snprintf(untraced[nuntraced].by, sizeof untraced[nuntraced].by, "%s", path);
-		nuntraced++;
-		ag_log("not traced: %s (needed by %s): the agent uses it itself", name, path);
-	}
+	ag_log("module %s not traced: %s", path, why);
+	if (strncmp(why, path, len) == 0 && strncmp(why + len, ": ", 2) == 0)
+		why += len + 2;          /* the error names the file: it is named already */
+	if (nuntraced >= MAX_UNTRACED)
+		return;
+	snprintf(untraced[nuntraced].name, sizeof untraced[nuntraced].name, "%s", path);
+	snprintf(untraced[nuntraced].why, sizeof untraced[nuntraced].why, "%s", why);
+	nuntraced++;
 }
 
 /* Their meta lines, those not written yet. */
@@ -115,25 +93,20 @@ void ag_modules_untraced_meta(void)
 {
 	for (uint32_t k = 0; k < nuntraced; k++)
 		if (!untraced[k].written) {
-			char why[4200];
-
 			untraced[k].written = true;
-			snprintf(why, sizeof why, "needed by %s; the agent uses it itself", untraced[k].by);
-			ag_meta_untraced(untraced[k].name, why);
+			ag_meta_untraced(untraced[k].name, untraced[k].why);
 		}
 }
 
+/* The agent itself (also found by address: attached, its name is
+ * /proc/self/fd/N) and the vDSO. */
 static bool skip_object(const char *path)
 {
 	const char *base = strrchr(path, '/');
 
 	base = base ? base + 1 : path;
-	if (strncmp(base, "linux-vdso", 10) == 0 || strncmp(base, "linux-gate", 10) == 0)
-		return true;
-	for (size_t i = 0; i < sizeof agent_only / sizeof *agent_only; i++)
-		if (strncmp(base, agent_only[i], strlen(agent_only[i])) == 0)
-			return true;
-	return false;
+	return strncmp(base, "linux-vdso", 10) == 0 || strncmp(base, "linux-gate", 10) == 0 ||
+	       strncmp(base, "libsptrace-agent.so", 19) == 0;
 }
 
 typedef struct load_ctx {
@@ -305,14 +278,13 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	m->bias = info->dlpi_addr;
 	m->text_lo = lo;
 	m->text_hi = hi;
-	note_needed(info, m->path);
 	if (ca_module_key_of(m->path, m->key, sizeof m->key, &e) < 0) {
 		if (nmodules == 0) {
 			snprintf(lc->err, lc->errlen, "%.1000s", e.msg);
 			lc->failed = 1;
 			return 1;
 		}
-		ag_log("module %s not traced: %s", m->path, e.msg);
+		note_untraced(m->path, e.msg);
 		return 0;
 	}
 	if (lc->defer) {
@@ -325,7 +297,7 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 			lc->failed = 1;
 			return 1;
 		}
-		ag_log("module %s not traced: %s", m->path, e.msg);
+		note_untraced(m->path, e.msg);
 		return 0;
 	}
 	publish(m);
@@ -451,7 +423,8 @@ static bool load_entry(ag_module *m)
 	int from_repo = 0;
 
 	if (analysis_of(m, &ca, &from_repo, &e)) {
-		ag_log("module %s not traced: %s", m->path, e.msg);
+		note_untraced(m->path, e.msg);
+		ag_modules_untraced_meta();
 		return false;
 	}
 	/* Published under the instrument lock: a fork copies the pools

@@ -115,6 +115,9 @@ int cli_elf_interpreter(const char *path, char *interp, size_t len);
 /* The program execvp would run for `name` (a script's interpreter), its ELF
  * interpreter and the libraries that loader will map: 0, -1 not found. */
 int cli_program_modules(const char *name, char ***out, size_t *n);
+/* The library the agent loads into every program itself (libgcc_s), its
+ * path under root ("" or /proc/PID/root); none if not found.  0 or -1. */
+int cli_agent_modules(const char *root, char ***out, size_t *n);
 /* Analyse and store those of `paths` the repository lacks (a line on stderr
  * for big ones; failures are reported, not fatal: the agent analyses them).
  * `strip` bytes of each path are not shown.  Returns how many were made. */

@@ -74,13 +74,18 @@ static const char help[] =
  * header comment): the agent reads them from prepared=. */
 static void prepare_analyses(const char *pid)
 {
-	char **mods;
+	char **mods, root[64];
 	size_t n;
 
 	if (cli_loaded_modules("attach", pid, &mods, &n) != 0)
 		return;
 	cli_analyze_missing("attach", NULL, mods, n, strlen("/proc//root") + strlen(pid));
 	cli_free_list(mods, n);
+	snprintf(root, sizeof root, "/proc/%s/root", pid);
+	if (cli_agent_modules(root, &mods, &n) == 0) {
+		cli_analyze_missing("attach", NULL, mods, n, strlen(root));
+		cli_free_list(mods, n);
+	}
 }
 
 /* What the agent said about its start (meta "end not tracing: ..."). */

@@ -347,6 +347,10 @@ int cmd_run(int argc, char **argv)
 			cli_analyze_missing("run", NULL, mods, n, 0);
 			cli_free_list(mods, n);
 		}
+		if (cli_agent_modules("", &mods, &n) == 0) {
+			cli_analyze_missing("run", NULL, mods, n, 0);
+			cli_free_list(mods, n);
+		}
 	}
 	/* The child reports a failed exec through a close-on-exec pipe: an
 	 * empty read means the program is running. */

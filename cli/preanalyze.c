@@ -19,6 +19,11 @@
  *     that the repository still lacks: a library dlopen'd late whose
  *     analysis the program's exit cut short is there for the next run.
  *
+ * Both also analyse the one library the agent itself loads into every
+ * program, the process's unwinder libgcc_s (agent/x86_64/unwind.c: a C
+ * program has none until then), as the loader of this process finds it
+ * (cli_agent_modules).
+ *
  * The agent analyses what is left (modules dlopen'd later) without source
  * lines (agent/modules.c).  Analyses made here have their lines.
  *
@@ -31,10 +36,12 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -292,6 +299,29 @@ int cli_program_modules(const char *name, char ***out, size_t *n)
 	if (lists_dependencies(interp))
 		ask_loader(interp, prog, out, n, &cap);
 	return 0;
+}
+
+/* ---- the library the agent loads itself ---- */
+
+int cli_agent_modules(const char *root, char ***out, size_t *n)
+{
+	struct link_map *lm = NULL;
+	void *h = dlopen("libgcc_s.so.1", RTLD_LAZY | RTLD_LOCAL);
+	size_t cap = 0;
+	char *full;
+	int rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!h)
+		return 0;
+	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0] == '/' &&
+	    asprintf(&full, "%s%s", root, lm->l_name) >= 0) {
+		rc = list_add(out, n, &cap, full);
+		free(full);
+	}
+	dlclose(h);
+	return rc;
 }
 
 /* ---- analysing what the repository lacks ---- */

@@ -391,11 +391,37 @@ typedef struct tgt {
 	uint8_t xstate[XSTATE_MAX];
 	size_t xstate_len;
 	uint64_t held_signals;             /* arrived during our calls: sent again */
+	uint64_t held_queued;              /* ... of those, sent with held_info */
+	siginfo_t held_info[64];
 	uint64_t stack;                    /* our stack for the remote calls (STACK_SIZE) */
 	bool restart;                      /* its system call is to be made again */
 	bool reniced;                      /* its nice level is ours for now ... */
 	int nice;                          /* ... and this is its own */
 } tgt;
+
+/*
+ * A signal that arrived while we held the thread (it stands in its
+ * signal-delivery stop): kept from it now, sent again at release.  One that
+ * was queued (si_code < 0 but not tgkill's: sigqueue, and the agent's own
+ * activation and relocation requests, which it knows by their sender and
+ * value) goes again with its siginfo; sent again by tgkill it would arrive
+ * anonymous, and the agent would take its own request for the program's
+ * SIGTRAP, whose default action kills (an attach with --on 'timer 0'
+ * activated while we still held threads).
+ */
+static void hold_signal(tgt *t, int sig)
+{
+	siginfo_t si;
+
+	if (sig < 1 || sig > 64)
+		return;
+	t->held_signals |= 1ull << (sig - 1);
+	if (ptrace(PTRACE_GETSIGINFO, t->tid, 0, &si) == 0 && si.si_signo == sig &&
+	    si.si_code < 0 && si.si_code != SI_TKILL) {
+		t->held_info[sig - 1] = si;
+		t->held_queued |= 1ull << (sig - 1);
+	}
+}
 
 #define STACK_SIZE (256 * 1024)
 
@@ -499,7 +525,7 @@ static int seize(tgt *t, pid_t tid, sp_err *err)
 		}
 		/* A signal on its way to the thread: hold it, it goes again at the end. */
 		if (WIFSTOPPED(st)) {
-			t->held_signals |= 1ull << (WSTOPSIG(st) - 1);
+			hold_signal(t, WSTOPSIG(st));
 			ptrace(PTRACE_CONT, tid, 0, 0);
 		}
 	}
@@ -547,9 +573,11 @@ static void release(tgt *t)
 	if (t->reniced && setpriority(PRIO_PROCESS, (id_t)t->tid, t->nice) == 0)
 		t->reniced = false;
 	for (int s = 1; s <= 64; s++)
-		if (t->held_signals & (1ull << (s - 1)))
+		if (t->held_queued & (1ull << (s - 1)))
+			syscall(SYS_rt_tgsigqueueinfo, t->pid, t->tid, s, &t->held_info[s - 1]);
+		else if (t->held_signals & (1ull << (s - 1)))
 			syscall(SYS_tgkill, t->pid, t->tid, s);
-	t->held_signals = 0;
+	t->held_signals = t->held_queued = 0;
 }
 
 /* ---- where a thread stands ---- */
@@ -721,7 +749,7 @@ static int rsyscall(tgt *t, long nr, const uint64_t *a, int n, uint64_t *ret, sp
 				return sp_fail(err, "pid %d: a system call in the target faulted "
 					       "(signal %d); the target is left as it was", (int)t->pid,
 					       WSTOPSIG(st));
-			t->held_signals |= 1ull << (WSTOPSIG(st) - 1);
+			hold_signal(t, WSTOPSIG(st));
 		}
 		ptrace(PTRACE_SYSCALL, t->tid, 0, 0);
 	}
@@ -768,7 +796,7 @@ static int rcall(tgt *t, uint64_t fn, const uint64_t *a, int n, uint64_t *ret, s
 		    WSTOPSIG(st) == SIGFPE)
 			return sp_fail(err, "pid %d: a remote call faulted (signal %d); the target is "
 				       "left as it was", (int)t->pid, WSTOPSIG(st));
-		t->held_signals |= 1ull << (WSTOPSIG(st) - 1);
+		hold_signal(t, WSTOPSIG(st));
 		ptrace(PTRACE_CONT, t->tid, 0, 0);
 	}
 }
@@ -916,7 +944,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 			seen one;
 
 			r->tries++;
-			t.held_signals = 0;
+			t.held_signals = t.held_queued = 0;
 			if ((st = seize(&t, tids[i], err)) != 0) {
 				if (st == -2 || (i == 0 && r->tries == 1))
 					goto out;          /* stopped, permission and the like: say so */
@@ -1144,7 +1172,7 @@ static int set_trap_blocked(tgt *t, pid_t tid, bool block, uint64_t expect_fs, u
 	int rc, changed = 0;
 
 	memset(&t->regs, 0, sizeof t->regs);
-	t->held_signals = 0;
+	t->held_signals = t->held_queued = 0;
 	t->restart = false;
 	t->xstate_len = 0;
 	t->reniced = false;

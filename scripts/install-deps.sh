@@ -5,10 +5,13 @@
 set -euo pipefail
 
 packages=(
-	# build
+	# build (the agent links the static archives of libcapstone-dev,
+	# libelf-dev, zlib1g-dev and libprotobuf-c-dev; libgcc's come with gcc)
 	meson ninja-build gcc g++ clang libclang-rt-14-dev pkg-config
-	libcapstone-dev libelf-dev libdwarf-dev libunwind-dev
+	libcapstone-dev libelf-dev libdwarf-dev
 	libprotobuf-c-dev protobuf-c-compiler zlib1g-dev libssl-dev
+	# tests: a program that uses the libraries the agent uses too (tp_libs)
+	liblzma-dev
 	# tests: binutils for objdump/readelf/strip, real programs to analyse,
 	# libc's separate debug file for source lines
 	binutils python3 coreutils libc6-dbg libstdc++6 procps file

@@ -32,18 +32,57 @@
  * call-site range for the original call: F's cleanups run and its handlers
  * catch exactly as without tracing.
  *
- * The FDEs are registered with libgcc's __register_frame_info, with storage
- * we provide (it does not allocate).  The agent links libgcc_s, so the one
- * unwinder of the process (C++ and glibc's pthread_exit both use libgcc_s)
- * knows them.
+ * The FDEs are registered twice, with storage we provide (registration
+ * does not allocate):
+ *  - with the process's unwinder, libgcc_s (C++ exceptions, glibc's
+ *    pthread_exit and backtrace() all use it).  The agent does not link it:
+ *    ag_unwind_init loads it, or finds it loaded, and looks up
+ *    __register_frame_info there.  Loaded at the start, not when the
+ *    program first needs it: glibc loads it only at the first
+ *    pthread_exit, which then unwinds at once.  Its code is the program's,
+ *    traced like any library's;
+ *  - with the agent's private copy of libgcc's unwinder (libgcc_eh, linked
+ *    in with -static-libgcc), which walks the stacks at a mid-run
+ *    activation (activate.c).  Each registration is looked up at once
+ *    (_Unwind_Find_FDE), so that the copy sorts it here and never in a
+ *    walk, which runs in a signal handler and may not allocate.  That
+ *    sorting allocates under the copy's lock, which every walk takes: a
+ *    walk on a thread interrupted inside malloc would wait for the lock
+ *    while the registering thread waits for malloc's.  So the two exclude
+ *    each other: a registration waits until no walk is inside the copy
+ *    (ag_unwind_walk_begin/end), and a walk that would begin meanwhile is
+ *    skipped (the thread joins at its next traced call).
  */
+#include <dlfcn.h>
 #include <string.h>
+#include <time.h>
 
 #include "../agent.h"
 
 /* libgcc's registration entry point; `ob` is its opaque `struct object`
- * (6 pointers in libgcc 12; we give it more room). */
+ * (6 pointers in libgcc 12; we give it more room).  Called directly, it is
+ * the private copy's. */
 extern void __register_frame_info(const void *begin, void *ob);
+extern const void *_Unwind_Find_FDE(void *pc, void *bases);
+typedef void (*register_fn)(const void *begin, void *ob);
+
+static register_fn process_register;
+/* Walks inside the private copy; registrations waiting for it or under way. */
+static volatile int unwinding, registering;
+
+bool ag_unwind_walk_begin(void)
+{
+	__atomic_add_fetch(&unwinding, 1, __ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&registering, __ATOMIC_SEQ_CST))
+		return true;
+	__atomic_sub_fetch(&unwinding, 1, __ATOMIC_SEQ_CST);
+	return false;
+}
+
+void ag_unwind_walk_end(void)
+{
+	__atomic_sub_fetch(&unwinding, 1, __ATOMIC_SEQ_CST);
+}
 
 #define OBJ_SIZE 128
 
@@ -107,14 +146,31 @@ static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size,
 	return 4 + n;
 }
 
+/* The process's unwinder, before the first pool: false if it cannot be had
+ * (exceptions through an area then end the program, said in agent.log). */
+bool ag_unwind_init(void)
+{
+	void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	if (h)
+		process_register = (register_fn)(uintptr_t)dlsym(h, "__register_frame_info");
+	if (!process_register)
+		ag_log("unwind: the process's unwinder (libgcc_s.so.1) cannot be loaded: %s; a C++ "
+		       "exception or a thread's exit through a traced call would end the program",
+		       dlerror());
+	return process_register != NULL;
+}
+
 int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride)
 {
 	size_t cap = 32 + n * 64 + 8, off = 0;
-	uint8_t *buf = ag_alloc(cap), *ob = ag_alloc(OBJ_SIZE);
+	uint8_t *buf = ag_alloc(cap), *ob = ag_alloc(OBJ_SIZE), *own_ob = ag_alloc(OBJ_SIZE);
+	void *bases[3];
+	struct timespec nap = { 0, 50000 };
 
 	if (n == 0)
 		return 0;
-	if (!buf || !ob)
+	if (!buf || !ob || !own_ob)
 		return -1;
 	off += put_cie(buf);
 	for (size_t i = 0; i < n; i++) {
@@ -123,6 +179,13 @@ int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride)
 		off += put_fde(buf + off, off, start, stride - 8, start + stride - 8);
 	}
 	memset(buf + off, 0, 4);                          /* terminator */
-	__register_frame_info(buf, ob);
+	if (process_register)
+		process_register(buf, ob);
+	__atomic_add_fetch(&registering, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&unwinding, __ATOMIC_SEQ_CST))
+		nanosleep(&nap, NULL);
+	__register_frame_info(buf, own_ob);
+	_Unwind_Find_FDE((void *)(uintptr_t)first, bases);
+	__atomic_sub_fetch(&registering, 1, __ATOMIC_SEQ_CST);
 	return 0;
 }

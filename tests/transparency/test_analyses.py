@@ -16,9 +16,16 @@ sptrace command can do it first, and a finished analysis is never lost
                lock), and the agent read every entry from the repository.
   early-exit   `sptrace run PROG` (dl_exit) dlopen's LIB and exits at once:
                LIB's analysis is in the repository afterwards, with lines.
+  untraced     `sptrace run PROG` (tp_sigwait) beside a copy of LIB whose
+               section headers point past its end: the loader needs none,
+               the analysis fails, and the library is named as not traced,
+               with why, in agent.log and in the summary (issue 11, item 7);
+               the program behaves as natively.
 """
 import os
 import re
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -118,9 +125,40 @@ def case_early_exit(sptrace, prog, lib, tmp, env):
     print("early-exit: the library's analysis, with lines, was stored after the program ended")
 
 
+def case_untraced(sptrace, prog, lib, tmp, env):
+    here = os.path.join(tmp, "bin")
+    os.mkdir(here)
+    prog = shutil.copy(prog, here)
+    bad = shutil.copy(lib, here)
+    with open(bad, "r+b") as f:
+        f.seek(0x28)                                  # e_shoff
+        f.write(struct.pack("<Q", 1 << 40))
+    scratch = os.path.join(tmp, "scratch")
+    os.mkdir(scratch)
+    native = subprocess.run([prog, scratch], input="go\n", capture_output=True, text=True,
+                            timeout=TIMEOUT)
+    check(native.returncode == 0, "untraced: the native run failed: %d %s"
+          % (native.returncode, native.stdout))
+    tdir = os.path.join(tmp, "trace")
+    p = subprocess.run([sptrace, "run", "-o", tdir, "--", prog, scratch], input="go\n",
+                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    check_sanitizers(p.args, p.stderr)
+    check(p.returncode == 0 and p.stdout == native.stdout,
+          "untraced: sptrace run: %d, stdout %r, natively %r\n%s"
+          % (p.returncode, p.stdout, native.stdout, p.stderr))
+    want = re.compile(r"^sptrace: not traced: %s: .*section headers.*past the end" % re.escape(bad),
+                      re.M)
+    check(want.search(p.stderr), "untraced: the summary does not name %s with why:\n%s"
+          % (bad, p.stderr))
+    check(re.search(r"^module %s not traced: .*section headers" % re.escape(bad),
+                    agent_log(tdir), re.M),
+          "untraced: agent.log does not name %s:\n%s" % (bad, agent_log(tdir)))
+    print("untraced: the library that cannot be analysed is named in agent.log and the summary")
+
+
 def main():
     if len(sys.argv) < 4:
-        fail("usage: test_analyses.py SPTRACE run|attach|early-exit PROG [LIB]")
+        fail("usage: test_analyses.py SPTRACE run|attach|early-exit|untraced PROG [LIB]")
     sptrace, mode, prog = sys.argv[1:4]
     with tempfile.TemporaryDirectory(prefix="sptrace-an-") as tmp:
         env = dict(os.environ, SPTRACE_REPO=os.path.join(tmp, "repo"))
@@ -130,6 +168,8 @@ def main():
             case_attach(sptrace, prog, tmp, env)
         elif mode == "early-exit":
             case_early_exit(sptrace, prog, sys.argv[4], tmp, env)
+        elif mode == "untraced":
+            case_untraced(sptrace, prog, sys.argv[4], tmp, env)
         else:
             fail("unknown mode %s" % mode)
 

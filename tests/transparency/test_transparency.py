@@ -20,6 +20,7 @@ module identical to its file -- natively nothing happens.
 """
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -191,6 +192,16 @@ def main():
         check(r.returncode == 0 and "tp_after_go" in r.stdout,
               "%s under %s: the trace does not hold tp_after_go (was the agent there?): %d %s\n"
               "agent.log:\n%s" % (case, mode, r.returncode, r.stderr, log_tail))
+        if case == "libs":
+            # The libraries the agent uses too are the program's, traced
+            # (issue 11, item 7), and not named as untraced.
+            for fn in ("deflate", "inflate", "lzma_easy_buffer_encode", "elf_begin"):
+                check(re.search(r"\b%s\(" % fn, r.stdout),
+                      "libs under %s: no call of %s in the replay: the program's calls into "
+                      "its library went untraced\nstderr %r\nagent.log:\n%s"
+                      % (mode, fn, t_err, log_tail))
+            check("not traced" not in t_err, "libs under %s: the summary names a library: %r"
+                  % (mode, t_err))
         if case == "setuid":
             # The workers run as nobody and cannot write rings into root's
             # directory: said once, not once per call.

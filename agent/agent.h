@@ -446,14 +446,17 @@ uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at a
 
 /* ---- propagate.c: following a traced send to its receivers (the
  * protocol: propagate.c) ---- */
-enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX };
+enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX, AG_FLOW_UNIXFROM };
 #define AG_FLOW_HASH0 0xcbf29ce484222325ull   /* FNV-1a's offset basis */
 typedef struct ag_flow_chan {
 	int kind;                      /* AG_FLOW_* */
 	int family;                    /* AF_INET, AF_INET6 */
 	uint8_t local[16], peer[16];   /* network order */
 	uint16_t lport, pport;
-	uint64_t inode;                /* a pipe's; a UNIX socket's peer's */
+	uint64_t inode;                /* a pipe's; a UNIX socket's peer's (0: not
+	                                * accepted yet, then: ) */
+	uint64_t src_inode;            /* UNIX: the sending socket's */
+	char path[108];                /* UNIX: the listener's path ('@': abstract) */
 	bool at_offset;                /* offset is known */
 	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
 	                                * first byte; UDP: the datagram's content hash */
@@ -471,6 +474,7 @@ bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive?
 void ag_came_from_fd(int fd);             /* tracing began at a receive on fd */
 bool ag_event_fires(const char *what, int fd, long rc, const void *data);   /* events.c */
 void ag_msgs_received(int fd, long nr, long rc);   /* msgs.c: a receive no interposer saw */
+uint64_t ag_unix_peer(uint64_t inode);    /* msgs.c: a UNIX socket's peer's inode, 0 unknown */
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */

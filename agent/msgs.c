@@ -713,6 +713,31 @@ static uint8_t opened_by_lookup(int fd)
 	return how;
 }
 
+uint64_t ag_unix_peer(uint64_t inode)
+{
+	return unix_peer(inode);
+}
+
+/* A connected UNIX socket's peer address as /proc/net/unix shows it (an
+ * abstract name with '@'), "" if unnamed. */
+static void peer_path(int fd, char *out, size_t len)
+{
+	struct sockaddr_un sa;
+	socklen_t sl = sizeof sa;
+	size_t n;
+
+	out[0] = '\0';
+	if (sys(SYS_getpeername, fd, (long)&sa, (long)&sl, 0, 0) != 0 || sa.sun_family != AF_UNIX ||
+	    sl <= offsetof(struct sockaddr_un, sun_path))
+		return;
+	n = sl - offsetof(struct sockaddr_un, sun_path);
+	if (sa.sun_path[0] == '\0') {
+		snprintf(out, len, "@%.*s", (int)(n - 1), sa.sun_path + 1);
+		return;
+	}
+	snprintf(out, len, "%.*s", (int)strnlen(sa.sun_path, n), sa.sun_path);
+}
+
 /* Point 1: the netlink socket, made while the program waits (control.c). */
 void ag_msgs_preopen(void)
 {
@@ -1026,9 +1051,15 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 			if (c->proto == TRACE_PROTO_PIPE) {
 				fc.kind = AG_FLOW_PIPE;
 			} else if (c->proto == TRACE_PROTO_UNIX_STREAM) {
-				/* the receiving end: the peer's inode, if known */
+				/* the receiving end: the peer's inode; a connection not
+				 * accepted yet has none: the listener's path then */
 				fc.kind = AG_FLOW_UNIX;
-				fc.inode = tc.flags & TRACE_CHAN_PEER_INODE ? tc.peer_inode : 0;
+				fc.inode = tc.flags & TRACE_CHAN_PEER_INODE ? tc.peer_inode
+					   : unix_peer(c->inode);
+				if (!fc.inode) {
+					fc.src_inode = c->inode;
+					peer_path(fd, fc.path, sizeof fc.path);
+				}
 			} else if (c->proto == TRACE_PROTO_UDP) {
 				fc.kind = AG_FLOW_UDP;
 				fc.offset = AG_FLOW_HASH0;

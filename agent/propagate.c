@@ -42,7 +42,10 @@
  *  5. A daemon that injects the agent gives it the receive to start at, in
  *     the sender's terms: `expect=tcp SRC SPORT DST DPORT OFFSET`, `udp SRC
  *     SPORT DST DPORT HASH` (OFFSET, HASH "-": unknown), `pipe INODE` or
- *     `unix INODE`.  A pipe's or UNIX socket's expectation takes the bytes
+ *     `unix INODE` -- or, for a UNIX connection not accepted yet (its
+ *     receiving socket has no inode yet), `unixfrom INODE`: the first read of
+ *     the accepted socket whose peer is the sender's INODE (sock_diag).  A
+ *     pipe's or UNIX socket's expectation takes the bytes
  *     queued in it now (FIONREAD) as written before the traced write: the
  *     sender waits, so nothing of the request is queued yet.  A daemon whose
  *     process has the agent of the session already writes the same line, as
@@ -351,7 +354,7 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	int rc, saved = errno;
 
 	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc) ||
-	    (fc->kind == AG_FLOW_UNIX && !fc->inode))
+	    (fc->kind == AG_FLOW_UNIX && !fc->inode && (!fc->src_inode || !fc->path[0])))
 		return 0;
 	q.channel = &ch;
 	q.session = session;
@@ -364,7 +367,12 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
 		ch.inode = fc->inode;
-		snprintf(what, sizeof what, "%s %lu", kinds[fc->kind], (unsigned long)fc->inode);
+		if (!fc->inode) {                 /* not accepted yet */
+			ch.path = (char *)fc->path;
+			ch.src_inode = fc->src_inode;
+		}
+		snprintf(what, sizeof what, fc->inode ? "%s %lu" : "%s %lu -> %s", kinds[fc->kind],
+			 (unsigned long)(fc->inode ? fc->inode : fc->src_inode), fc->path);
 		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
 	} else {
 		memcpy(local, fc->local, 16);
@@ -480,8 +488,11 @@ int ag_expect_add(const char *line)
 	int fa, fb;
 	expect e = { 0 };
 
-	if ((sscanf(line, "pipe %llu", &inode) == 1 || sscanf(line, "unix %llu", &inode) == 1) &&
-	    inode) {
+	if (sscanf(line, "unixfrom %llu", &inode) == 1 && inode) {
+		e.kind = AG_FLOW_UNIXFROM;      /* not accepted yet: by the peer */
+		e.inode = inode;
+	} else if ((sscanf(line, "pipe %llu", &inode) == 1 ||
+		    sscanf(line, "unix %llu", &inode) == 1) && inode) {
 		e.kind = line[0] == 'p' ? AG_FLOW_PIPE : AG_FLOW_UNIX;
 		e.inode = inode;
 		e.backlog = backlog_of(inode);
@@ -511,7 +522,10 @@ int ag_expect_add(const char *line)
 			expects[i] = e;
 			__atomic_store_n(&expects[i].state, 2, __ATOMIC_RELEASE);
 			__atomic_add_fetch(&nexpect, 1, __ATOMIC_RELEASE);
-			if (e.kind == AG_FLOW_PIPE || e.kind == AG_FLOW_UNIX)
+			if (e.kind == AG_FLOW_UNIXFROM)
+				ag_log("expecting the first read of the connection from UNIX socket "
+				       "%llu, once accepted", inode);
+			else if (e.kind == AG_FLOW_PIPE || e.kind == AG_FLOW_UNIX)
 				ag_log("expecting the read of %s %llu past its %lu bytes queued now",
 				       e.kind == AG_FLOW_PIPE ? "pipe" : "unix socket", inode,
 				       (unsigned long)e.backlog);
@@ -659,6 +673,8 @@ static bool is_any(const uint8_t a[16])
  * one e awaits?  *end is the TCP stream's end, read once (-2: not yet). */
 static bool matches(expect *e, const seen *w, int fd, long rc, const void *data, int64_t *end)
 {
+	if (e->kind == AG_FLOW_UNIXFROM)          /* an accepted socket whose peer sent it */
+		return w->kind == AG_FLOW_UNIX && ag_unix_peer(w->inode) == e->inode;
 	if (e->kind != w->kind)
 		return false;
 	switch (e->kind) {

@@ -336,6 +336,36 @@ static int diag_channel(const spd_channel *ch, uint64_t *inodes, size_t max, siz
 	return 0;
 }
 
+/* Rule 3, a UNIX connection not accepted yet: the listening socket bound
+ * to `path` ('@': abstract), from /proc/net/unix of this namespace. */
+static int unix_listener(const char *path, uint64_t *inodes, size_t max, size_t *n, sp_err *err)
+{
+	char line[512], name[300];
+	unsigned long long inode;
+	unsigned flags, type, state;
+	int fd = sp_open_regular("/proc/net/unix", 0);
+	FILE *f;
+
+	if (fd < 0 || !(f = fdopen(fd, "r"))) {
+		if (fd >= 0)
+			close(fd);
+		return sp_fail(err, "/proc/net/unix: %s", sp_open_why(errno));
+	}
+	while (fgets(line, sizeof line, f)) {
+		name[0] = '\0';
+		/* Num RefCount Protocol Flags Type St Inode Path */
+		if (sscanf(line, "%*s %*s %*s %x %x %x %llu %299s", &flags, &type, &state, &inode,
+			   name) < 4 || !(flags & 0x10000) || strcmp(name, path) != 0)
+			continue;            /* 0x10000: __SO_ACCEPTCON, a listener */
+		if (add_inode(inode, inodes, max, n)) {
+			fclose(f);
+			return sp_fail(err, "more than %zu sockets listen at %s", max, path);
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
 int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size_t *n,
 		       bool *listener, sp_err *err)
 {
@@ -346,6 +376,11 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
 	*n = 0;
 	if (listener)
 		*listener = false;
+	if (ch->kind == SPD_CH_UNIX && !ch->inode && ch->path[0]) {
+		if (listener)
+			*listener = true;
+		return unix_listener(ch->path, inodes, max, n, err);
+	}
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
 		if (!ch->inode)
 			return sp_fail(err, "a pipe or UNIX socket channel without an inode");

@@ -100,8 +100,15 @@ static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, 
 	memset(ch, 0, sizeof *ch);
 	ch->kind = (spd_channel_kind)q->channel->kind;
 	ch->inode = q->channel->inode;
+	if (ch->kind == SPD_CH_UNIX && !ch->inode && q->channel->path && q->channel->path[0] &&
+	    q->channel->src_inode && strlen(q->channel->path) < sizeof ch->path) {
+		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path);
+		ch->src_inode = q->channel->src_inode;
+		return 0;
+	}
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX)
-		return ch->inode ? 0 : sp_fail(err, "a pipe or UNIX channel without its inode");
+		return ch->inode ? 0 : sp_fail(err, "a pipe or UNIX channel without its inode (or, "
+					       "not accepted yet, its listener's path)");
 	if (ch->kind != SPD_CH_TCP && ch->kind != SPD_CH_UDP)
 		return sp_fail(err, "a channel of unknown kind %d", (int)q->channel->kind);
 	const Sptrace__Spd__Endpoint *e[2] = { q->channel->src, q->channel->dst };
@@ -206,13 +213,18 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
 /* The receive a follow request's agents start at, in the agent's words
  * (agent/propagate.c, point 5): "tcp SRC SPORT DST DPORT OFFSET|-", "udp
  * SRC SPORT DST DPORT HASH|-" (the datagram's content hash, hexadecimal),
- * "pipe INODE", "unix INODE" (the receiving socket's). */
+ * "pipe INODE", "unix INODE" (the receiving socket's), "unixfrom INODE" (a
+ * connection not accepted yet: the socket whose peer is INODE). */
 static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, char *out,
 			size_t len)
 {
 	char s[INET6_ADDRSTRLEN], t[INET6_ADDRSTRLEN], off[24] = "-";
 
 	out[0] = '\0';
+	if (ch->kind == SPD_CH_UNIX && !ch->inode) {
+		snprintf(out, len, "unixfrom %llu", (unsigned long long)ch->src_inode);
+		return;
+	}
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
 		snprintf(out, len, "%s %llu", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
 			 (unsigned long long)ch->inode);
@@ -570,6 +582,17 @@ static bool kept_take(const char *host, spd_conn *out)
 	}
 	pthread_mutex_unlock(&kept_lock);
 	return found;
+}
+
+void spd_inject_close_kept(void)
+{
+	pthread_mutex_lock(&kept_lock);
+	for (unsigned i = 0; i < SPD_KEPT_MAX; i++)
+		if (kept[i].host[0]) {
+			spd_conn_close(&kept[i].c);
+			kept[i].host[0] = '\0';
+		}
+	pthread_mutex_unlock(&kept_lock);
 }
 
 static void kept_put(const char *host, spd_conn *c)

@@ -368,16 +368,46 @@ bound:
 /* ---- connections -------------------------------------------------------- */
 
 static int nconns;
+/* The connections being served, so that a stop can end them (another
+ * host's daemon keeps its connection open between requests: inject.c). */
+static spd_conn *open_conns[SPD_MAX_CONNS];
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void conn_track(spd_conn *c, bool on)
+{
+	pthread_mutex_lock(&conns_lock);
+	for (int i = 0; i < SPD_MAX_CONNS; i++)
+		if (on ? !open_conns[i] : open_conns[i] == c) {
+			open_conns[i] = on ? c : NULL;
+			break;
+		}
+	pthread_mutex_unlock(&conns_lock);
+}
 
 static void *conn_main(void *arg)
 {
 	spd_conn *c = arg;
 
 	spd_serve(&D, c);
+	conn_track(c, false);
 	spd_conn_close(c);
 	free(c);
 	__atomic_sub_fetch(&nconns, 1, __ATOMIC_RELAXED);
 	return NULL;
+}
+
+/* At the stop: every connection ends (its thread sees the end and frees
+ * it), the kept ones to other hosts are closed; waits for them, a while. */
+static void end_connections(void)
+{
+	spd_inject_close_kept();
+	pthread_mutex_lock(&conns_lock);
+	for (int i = 0; i < SPD_MAX_CONNS; i++)
+		if (open_conns[i])
+			shutdown(open_conns[i]->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&conns_lock);
+	for (int i = 0; i < 300 && __atomic_load_n(&nconns, __ATOMIC_RELAXED) > 0; i++)
+		usleep(10000);
 }
 
 static void describe_peer(spd_conn *c, int remote, struct sockaddr_storage *sa)
@@ -434,10 +464,12 @@ static void accept_one(int lfd, int remote)
 	*c = (spd_conn){ .fd = fd, .uid = (uid_t)-1, .pid = -1 };
 	describe_peer(c, remote, &sa);
 	c->remote = remote;
+	conn_track(c, true);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&th, &attr, conn_main, c) != 0) {
 		spd_log("%s: no thread to serve it: %s", c->peer, strerror(errno));
+		conn_track(c, false);
 		close(fd);
 		free(c);
 		__atomic_sub_fetch(&nconns, 1, __ATOMIC_RELAXED);
@@ -526,6 +558,7 @@ int main(int argc, char **argv)
 		spd_log("not root: only processes of uid %u can be traced from here",
 			(unsigned)geteuid());
 	loop(sigfd);
+	end_connections();
 	unlinkat(D.state_fd, "spdaemon.pid", 0);
 	spd_log("stopped after %llu requests", (unsigned long long)D.requests);
 	return 0;

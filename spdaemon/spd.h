@@ -59,6 +59,8 @@ typedef struct spd_channel {
 	spd_channel_kind kind;
 	spd_endpoint src, dst;
 	uint64_t inode;
+	char path[108];              /* UNIX, not accepted yet: the listener's (proto) */
+	uint64_t src_inode;          /*   and the sender's socket */
 } spd_channel;
 
 /* The socket (or pipe) inodes on this host that receive what `ch` carries

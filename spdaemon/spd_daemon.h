@@ -54,6 +54,8 @@ void spd_serve(spd_daemon *d, spd_conn *c);
 
 /* inject.c: the inject request (answered on c, logged). */
 void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err);
+/* inject.c: the connections kept to other hosts' daemons, closed (a stop). */
+void spd_inject_close_kept(void);
 
 /* session.c: a session's directory, STATE/sessions/SESSION (see there). */
 #define SPD_PEERS_MAX 16384              /* bytes of a session's peers file */

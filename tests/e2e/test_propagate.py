@@ -27,7 +27,9 @@ users).
   killed  the traced backend killed with SIGKILL mid-request: its daemon
           completes the trace's meta, every call up to the kill is kept,
           also in what `sptrace collect` gathers after that daemon restarted
-  unix    a UNIX stream socket: a python3 client -> a user's python3 server,
+  unix    a UNIX stream socket: a python3 client -> a user's python3 server
+          that accepts the connection only after the request was sent (its
+          receiving socket has no inode yet: found by the listener's path),
           traced from the request's receive; the client's standard output,
           a pipe this test reads, is not followed
   attach  `sptrace attach --on accept` to a running frontend: it follows an
@@ -515,7 +517,7 @@ def case_killed(sptrace, spdaemon, tier, tmp):
 
 
 UNIX_SERVER = """
-import os, socket, sys
+import os, socket, sys, time
 s = socket.socket(socket.AF_UNIX)
 s.bind(sys.argv[1])
 os.chmod(sys.argv[1], 0o777)
@@ -523,6 +525,7 @@ s.listen()
 print("ready", flush=True)
 early, _ = s.accept()
 early.sendall(b"early")
+time.sleep(1)        # the request is sent before it is accepted
 c, _ = s.accept()
 got = c.recv(100)
 c.sendall(b"echo:" + got)

@@ -410,7 +410,7 @@ int cmd_export(int argc, char **argv)
 	};
 	an_open_opts oo = { 0 };
 	const char *format = NULL, *output = NULL, *dir;
-	unsigned long long max_mb = DEFAULT_MAX_MB;
+	double max_mb = DEFAULT_MAX_MB;
 	ex_walk x = { .next_free = FIRST_FREE_ID };
 	FILE *out;
 	sp_err err;
@@ -427,9 +427,8 @@ int cmd_export(int argc, char **argv)
 		case 'q': x.quiet = 1; break;
 		case 'm':
 			errno = 0;
-			max_mb = strtoull(optarg, &end, 10);
-			if (errno || end == optarg || *end || optarg[0] == '-' ||
-			    max_mb > UINT64_MAX / 1000000)
+			max_mb = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(max_mb >= 0) || max_mb > 1e12)
 				return cli_error("export: --max-size %s: give megabytes (a number; 0: "
 						 "no limit)", optarg), 2;
 			break;
@@ -476,11 +475,11 @@ int cmd_export(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &x.t0);
 	x.last = x.t0;
 	errno = 0;
-	if (!(x.w = x.fmt->open(out, earliest(x.s), max_mb * 1000000))) {
+	if (!(x.w = x.fmt->open(out, earliest(x.s), (uint64_t)(max_mb * 1e6)))) {
 		rc = cli_error("export: %s: %s", output, strerror(errno ? errno : ENOMEM));
 	} else if ((rc = walk(&x, &err)) == -2) {
 		x.fmt->close(x.w);
-		rc = cli_error("export: %s would be over %llu MB, more than a trace viewer opens: "
+		rc = cli_error("export: %s would be over %g MB, more than a trace viewer opens: "
 			       "not written; export a smaller part of the trace, or give "
 			       "--max-size MB (0: no limit) to write it all the same", output,
 			       max_mb);

@@ -47,6 +47,7 @@ static const char help[] =
 	"options:\n"
 	"  -f, --format F     perfetto or chrome\n"
 	"  -o, --output FILE  the file to write (\"-\": standard output)\n"
+	"  --flow ID          only flow ID's records (an id of 'sptrace flows DIR')\n"
 	"  --max-size MB      refuse to write more (default 500; 0: no limit)\n"
 	"  --repo DIR         code-analysis repository, for function names\n"
 	"                     (default: $SPTRACE_REPO, else /var/lib/sptrace/repo as\n"
@@ -89,8 +90,12 @@ typedef struct ex_walk {
 	ex_track *procs, *threads;
 	size_t nprocs, capprocs, nthreads, capthreads;
 	uint64_t next_uuid;
+	an_flows *flows;
+	const an_flow *flow;     /* --flow: only its records, else NULL */
 	struct ep *eps;          /* message ends, sorted (ep_cmp) */
 	size_t neps;
+	uint64_t *fl;            /* flows_at's */
+	size_t capfl;
 	/* progress */
 	int quiet;
 	uint64_t total, done;
@@ -190,36 +195,67 @@ static int ep_cmp(const void *a, const void *b)
 	return x->flow < y->flow ? -1 : x->flow > y->flow;
 }
 
-static int message_ends(ex_walk *x, sp_err *err)
+/* Whether --flow's flow has the record of image/tid at ns (always without
+ * --flow). */
+static int in_flow(const ex_walk *x, size_t image, uint32_t tid, int64_t ns)
 {
-	an_flows *fl;
+	if (!x->flow)
+		return 1;
+	for (size_t i = 0; i < x->flow->nparts; i++) {
+		const an_flow_part *p = &x->flow->parts[i];
+
+		if (p->image == image && p->tid == tid && p->start_ns <= ns && ns <= p->end_ns)
+			return 1;
+	}
+	return 0;
+}
+
+static int end_in_flow(ex_walk *x, size_t image, uint32_t tid, uint64_t tsc)
+{
+	an_trace *t = an_session_trace(x->s, image);
+
+	return t && in_flow(x, image, tid, an_realtime_ns(t, tsc));
+}
+
+/* The flows of the session and its message arrows: an arrow only when both
+ * its ends are exported (--flow), so that each starts and ends once. */
+static int message_ends(ex_walk *x, const char *flow, sp_err *err)
+{
 	size_t n;
 
-	if (an_flows_build(x->s, &fl, err) < 0)
+	if (an_flows_build(x->s, &x->flows, err) < 0)
 		return -1;
-	n = an_flows_nmatches(fl);
-	if (!(x->eps = malloc((2 * n + 1) * sizeof *x->eps))) {
-		an_flows_free(fl);
+	for (size_t i = 0; flow && i < an_flows_count(x->flows) && !x->flow; i++)
+		if (strcmp(an_flows_get(x->flows, i)->id, flow) == 0)
+			x->flow = an_flows_get(x->flows, i);
+	if (flow && !x->flow)
+		return sp_fail(err, "--flow %s: no such flow (this trace has %zu: f1..f%zu; see "
+			       "'sptrace flows DIR')", flow, an_flows_count(x->flows),
+			       an_flows_count(x->flows));
+	n = an_flows_nmatches(x->flows);
+	if (!(x->eps = malloc((2 * n + 1) * sizeof *x->eps)))
 		return sp_fail(err, "out of memory");
-	}
 	for (size_t i = 0; i < n; i++) {
-		const an_msg_match *m = an_flows_match(fl, i);
+		const an_msg_match *m = an_flows_match(x->flows, i);
 
+		if (!end_in_flow(x, m->send_image, m->send_tid, m->send_tsc) ||
+		    !end_in_flow(x, m->recv_image, m->recv_tid, m->recv_tsc))
+			continue;
 		x->eps[x->neps++] = (struct ep){ m->send_image, m->send_tid, m->send_tsc, 0, i + 1 };
 		x->eps[x->neps++] = (struct ep){ m->recv_image, m->recv_tid, m->recv_tsc, 1, i + 1 };
 	}
-	an_flows_free(fl);
 	qsort(x->eps, x->neps, sizeof *x->eps, ep_cmp);
 	return 0;
 }
 
-/* The flows a message starts (recv 0) or ends (recv 1), at most `max`. */
-static size_t flows_at(const ex_walk *x, size_t image, uint32_t tid, uint64_t tsc, int recv,
-		       uint64_t *out, size_t max)
+/* The flows a message starts (recv 0) or ends (recv 1), into x->fl. */
+static int flows_at(ex_walk *x, size_t image, uint32_t tid, uint64_t tsc, int recv,
+		    size_t *n)
 {
-	size_t lo = 0, hi = x->neps, n = 0;
+	size_t lo = 0, hi = x->neps;
 	struct ep key = { image, tid, tsc, recv, 0 };
 
+	*n = 0;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -228,14 +264,16 @@ static size_t flows_at(const ex_walk *x, size_t image, uint32_t tid, uint64_t ts
 		else
 			hi = mid;
 	}
-	for (; lo < x->neps && n < max; lo++) {
+	for (; lo < x->neps; lo++) {
 		const struct ep *e = &x->eps[lo];
 
 		if (e->image != image || e->tid != tid || e->tsc != tsc || e->recv != recv)
 			break;
-		out[n++] = e->flow;
+		if (sp_grow((void **)&x->fl, &x->capfl, *n + 1, sizeof *x->fl))
+			return -1;
+		x->fl[(*n)++] = e->flow;
 	}
-	return n;
+	return 0;
 }
 
 /* ---- the walk ---- */
@@ -249,7 +287,7 @@ static void progress(ex_walk *x, int last)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	el = (double)(now.tv_sec - x->last.tv_sec) + (double)(now.tv_nsec - x->last.tv_nsec) / 1e9;
-	if (el < 1 && !last)
+	if ((el < 1 && !last) || (!x->done && !last))
 		return;
 	if (last && now.tv_sec - x->t0.tv_sec < 1)
 		return;          /* small traces: silent */
@@ -269,8 +307,6 @@ static const char *item_name(an_trace *t, const an_call *c, char *buf, size_t le
 	return an_event_name(c->id, buf, len);
 }
 
-#define MAX_FLOWS_AT 64
-
 /* One thread's call tree as begins, ends and instants (export.h's order). */
 static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *th, sp_err *err)
 {
@@ -280,6 +316,15 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 	ex_track *tr;
 	int rc = -1;
 
+	if (x->flow) {
+		size_t p;
+
+		for (p = 0; p < x->flow->nparts; p++)
+			if (x->flow->parts[p].image == image && x->flow->parts[p].tid == th->tid)
+				break;
+		if (p == x->flow->nparts)
+			return 0;
+	}
 	if (an_thread_calls(t, th, &calls, &n, NULL, err) < 0)
 		return -1;
 	if (!n) {
@@ -306,7 +351,7 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 		}
 		if (!c)
 			break;
-		if (c->kind == AN_EXIT_ONLY)
+		if (c->kind == AN_EXIT_ONLY || !in_flow(x, image, th->tid, an_realtime_ns(t, c->t0)))
 			continue;
 		/* times never go back on a track, and a call ends within its
 		 * caller: clamped, against clocks read on different CPUs */
@@ -327,16 +372,16 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 			stack[depth] = i;
 			ends[depth++] = t1;
 		} else {
-			uint64_t out[MAX_FLOWS_AT], in[MAX_FLOWS_AT];
-			size_t nout = 0, nin = 0;
 			const an_msg *m = trace_event_is_msg(c->id) ? an_trace_msg(t, c->end) : NULL;
+			size_t nf = 0;
 
-			if (m && m->recv)
-				nin = flows_at(x, image, th->tid, c->t0, 1, in, MAX_FLOWS_AT);
-			else if (m)
-				nout = flows_at(x, image, th->tid, c->t0, 0, out, MAX_FLOWS_AT);
-			if (x->fmt->instant(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0, out,
-					    nout, in, nin) < 0)
+			if (m && flows_at(x, image, th->tid, c->t0, m->recv, &nf) < 0) {
+				sp_fail(err, "out of memory");
+				goto done;
+			}
+			if (x->fmt->instant(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0,
+					    m && !m->recv ? x->fl : NULL, m && !m->recv ? nf : 0,
+					    m && m->recv ? x->fl : NULL, m && m->recv ? nf : 0) < 0)
 				goto io;
 		}
 		if (c->kind == AN_CALL)
@@ -405,11 +450,11 @@ int cmd_export(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "format", required_argument, 0, 'f' }, { "output", required_argument, 0, 'o' },
 		{ "max-size", required_argument, 0, 'm' }, { "repo", required_argument, 0, 'r' },
-		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' },
+		{ "flow", required_argument, 0, 'F' }, { "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
-	const char *format = NULL, *output = NULL, *dir;
+	const char *format = NULL, *output = NULL, *flow = NULL, *dir;
 	double max_mb = DEFAULT_MAX_MB;
 	ex_walk x = { .next_free = FIRST_FREE_ID };
 	FILE *out;
@@ -425,6 +470,7 @@ int cmd_export(int argc, char **argv)
 		case 'o': output = optarg; break;
 		case 'r': oo.repo = optarg; break;
 		case 'q': x.quiet = 1; break;
+		case 'F': flow = optarg; break;
 		case 'm':
 			errno = 0;
 			max_mb = strtod(optarg, &end);
@@ -463,9 +509,10 @@ int cmd_export(int argc, char **argv)
 		return cli_error("export: %s", err.msg);
 	for (size_t i = 0; i < an_session_nwarnings(x.s); i++)
 		fprintf(stderr, "sptrace: export: warning: %s\n", an_session_warning(x.s, i));
-	if (message_ends(&x, &err) < 0) {
-		an_session_close(x.s);
-		return cli_error("export: %s: %s", dir, err.msg);
+	if (message_ends(&x, flow, &err) < 0) {
+		rc = cli_error("export: %s: %s", dir, err.msg);
+		out = NULL;
+		goto done;
 	}
 	out = strcmp(output, "-") == 0 ? stdout : fopen(output, "wb");
 	if (!out) {
@@ -475,13 +522,14 @@ int cmd_export(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &x.t0);
 	x.last = x.t0;
 	errno = 0;
-	if (!(x.w = x.fmt->open(out, earliest(x.s), (uint64_t)(max_mb * 1e6)))) {
+	if (!(x.w = x.fmt->open(out, x.flow ? x.flow->start_ns : earliest(x.s),
+				(uint64_t)(max_mb * 1e6)))) {
 		rc = cli_error("export: %s: %s", output, strerror(errno ? errno : ENOMEM));
 	} else if ((rc = walk(&x, &err)) == -2) {
 		x.fmt->close(x.w);
 		rc = cli_error("export: %s would be over %g MB, more than a trace viewer opens: "
-			       "not written; export a smaller part of the trace, or give "
-			       "--max-size MB (0: no limit) to write it all the same", output,
+			       "not written; export one flow (--flow ID; 'sptrace flows DIR' lists "
+			       "them), or give --max-size MB (0: no limit) to write it all", output,
 			       max_mb);
 	} else if (rc < 0) {
 		x.fmt->close(x.w);
@@ -495,6 +543,8 @@ int cmd_export(int argc, char **argv)
 		unlink(output);
 done:
 	free(x.eps);
+	free(x.fl);
+	an_flows_free(x.flows);
 	free(x.ids);
 	free(x.procs);
 	free(x.threads);

@@ -17,11 +17,12 @@ duration >= 0 and nested per thread; process names with their host.
 Cases:
   server  tests/progs/tier.c's backend under `sptrace run --on accept`
           serving 6 requests of an untraced client: backend_line is 6
-          slices in both files; the same trace copied under two host names
+          slices in both files, 1 with --flow f3 (one request); the same trace copied under two host names
           as a collected tree (OUT/alpha/PID, OUT/beta/PID): one pid each,
           different in the file, both hosts named; --help, a missing
           format, an unknown format, a missing directory; a file over
-          --max-size 0.001 (MB) refused and none left, 1 MB written.
+          --max-size 0.001 (MB) refused and none left, 1 MB written; the
+          Perfetto checker rejects a hand-made file with a slice never ended.
   msgs    tests/progs/msgs.c (TCP between two threads, a pipe, UDP, a UNIX
           socketpair, all in one traced process): flow arrows for its
           matched messages, each from a send to the receive that read it.
@@ -267,6 +268,31 @@ def check_chrome(path, hosts=()):
 
 # ---- cases ----
 
+BAD_TRACE = '''
+packet { trusted_packet_sequence_id: 1 sequence_flags: 1
+  track_descriptor { uuid: 1 process { pid: 5 process_name: "p (host h, pid 5)" } } }
+packet { trusted_packet_sequence_id: 1
+  track_descriptor { uuid: 2 parent_uuid: 1 thread { pid: 5 tid: 5 } } }
+packet { trusted_packet_sequence_id: 1 sequence_flags: 2 timestamp: 10
+  interned_data { event_names { iid: 1 name: "f" } }
+  track_event { type: TYPE_SLICE_BEGIN name_iid: 1 track_uuid: 2 flow_ids: 7 } }
+'''
+
+
+def checker_rejects(tmp):
+    """The Perfetto checker fails on a slice never ended and a flow never
+    ended: it is not vacuous."""
+    path = os.path.join(tmp, "bad.pftrace")
+    with open(path, "wb") as f:
+        r = subprocess.run(["protoc", "--encode=perfetto.protos.Trace", "--proto_path=" +
+                            PROTO_DIR, "perfetto_trace.proto"], input=BAD_TRACE.encode(),
+                           stdout=f, stderr=subprocess.PIPE, timeout=60)
+    check(r.returncode == 0, "protoc --encode: %r" % r.stderr)
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "check-perfetto", path],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "slices open" in r.stderr,
+          "the checker accepted a slice never ended: %r %r" % (r.stdout, r.stderr))
+
 def case_server(sptrace, tier, tmp):
     env = private_repo_env(tmp)
     out = os.path.join(tmp, "trace")
@@ -306,6 +332,18 @@ def case_server(sptrace, tier, tmp):
           got["X"].get("backend_line"))
     check(got["X"].get("work", 0) >= 6, "chrome work: %s" % got["X"].get("work"))
 
+    # one flow: the third request (tests/e2e/test_flows.py's f3)
+    export(sptrace, out, "perfetto", pf, env, ["--flow", "f3"])
+    got = check_perfetto(pf, [host])
+    check(got["slices"].get("backend_line") == 1, "--flow f3: backend_line %s, expected 1" %
+          got["slices"].get("backend_line"))
+    export(sptrace, out, "chrome", js, env, ["--flow", "f3"])
+    got = check_chrome(js, [host])
+    check(got["X"].get("backend_line") == 1, "chrome --flow f3: backend_line %s" %
+          got["X"].get("backend_line"))
+    r = run([sptrace, "export", out, "--format", "chrome", "-o", js, "--flow", "f99"], env=env)
+    check(r.returncode == 1 and "no such flow" in r.stderr, "--flow f99: %r" % r.stderr)
+
     # the same pid on two hosts: a collected tree of two copies
     tree = os.path.join(tmp, "two-hosts")
     for h in ("alpha", "beta"):
@@ -343,6 +381,7 @@ def case_server(sptrace, tier, tmp):
             env=env)
     check(r.returncode == 0, "--max-size 1: %r" % r.stderr)
     os.unlink(big)
+    checker_rejects(tmp)
 
 
 def case_msgs(sptrace, msgs, tmp):
@@ -432,6 +471,10 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
 def main():
     if len(sys.argv) < 3:
         fail(__doc__)
+    if sys.argv[1] == "check-perfetto":      # checker_rejects's
+        check_perfetto(sys.argv[2])
+        print("ok")
+        return
     case, sptrace = sys.argv[1], os.path.abspath(sys.argv[2])
     if not shutil.which("protoc"):
         fail("protoc is missing: install protobuf-compiler (scripts/install-deps.sh)")

@@ -197,9 +197,10 @@ def check_perfetto(path, hosts=()):
     # the send, may return and record before the sender does (by the
     # sender's way back from the kernel, longer when it is preempted).  The
     # times are kept as recorded, so an arrow may point back by that much;
-    # never by more than 5 ms here (all hosts are namespaces of one clock).
+    # never by more than 50 ms here (all hosts are namespaces of one clock,
+    # but the machine may be busy).
     for fid in flow_start:
-        check(flow_end[fid][1] >= flow_start[fid][1] - 5000000,
+        check(flow_end[fid][1] >= flow_start[fid][1] - 50000000,
               "flow %s ends %d ns before it starts" %
               (fid, flow_start[fid][1] - flow_end[fid][1]))
     # one pid per process, each (host, real pid) once, the host named

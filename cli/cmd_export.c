@@ -421,18 +421,31 @@ static int64_t earliest(an_session *s)
 	return ns;
 }
 
-/* -1 with err; -2: over the size limit. */
-static int walk(ex_walk *x, sp_err *err)
+/* Records the walk will meet: every thread's (or --flow's). */
+static uint64_t count_records(ex_walk *x)
 {
+	uint64_t n = 0;
+
+	if (x->flow)
+		return x->flow->events;
 	for (size_t i = 0; i < an_session_nimages(x->s); i++) {
 		an_trace *t = an_session_trace(x->s, i);
 
 		for (size_t k = 0; t && k < an_trace_nthreads(t); k++) {
 			const an_thread *th = an_trace_thread(t, k);
 
-			x->total += (th->count < th->capacity ? th->count : th->capacity) + th->drained;
+			n += (th->count < th->capacity ? th->count : th->capacity) + th->drained;
 		}
 	}
+	return n;
+}
+
+/* -1 with err; -2: over the size limit. */
+static int walk(ex_walk *x, uint64_t max_bytes, sp_err *err)
+{
+	x->total = count_records(x);
+	if (max_bytes && x->total > max_bytes / x->fmt->min_bytes)
+		return -2;
 	for (size_t i = 0; i < an_session_nimages(x->s); i++) {
 		an_trace *t = an_session_trace(x->s, i);
 		int rc;
@@ -525,7 +538,7 @@ int cmd_export(int argc, char **argv)
 	if (!(x.w = x.fmt->open(out, x.flow ? x.flow->start_ns : earliest(x.s),
 				(uint64_t)(max_mb * 1e6)))) {
 		rc = cli_error("export: %s: %s", output, strerror(errno ? errno : ENOMEM));
-	} else if ((rc = walk(&x, &err)) == -2) {
+	} else if ((rc = walk(&x, (uint64_t)(max_mb * 1e6), &err)) == -2) {
 		x.fmt->close(x.w);
 		rc = cli_error("export: %s would be over %g MB, more than a trace viewer opens: "
 			       "not written; export one flow (--flow ID; 'sptrace flows DIR' lists "

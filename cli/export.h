@@ -21,6 +21,10 @@ typedef struct ex_writer ex_writer;
 
 typedef struct ex_format {
 	const char *name;        /* as --format says it */
+	/* bytes a ring record costs at least in the file (about a third of the
+	 * smallest event: a message fills a head and data records): a trace
+	 * certain to pass the size limit is refused before any work */
+	unsigned min_bytes;
 	/* `base`: the earliest record of the session (Chrome's 0 µs) */
 	ex_writer *(*open)(FILE *out, int64_t base_ns, uint64_t max_bytes);
 	int (*process)(ex_writer *w, uint64_t uuid, int32_t pid, const char *name);

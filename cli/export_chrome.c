@@ -176,6 +176,6 @@ static int ch_close(ex_writer *w)
 static uint64_t ch_bytes(const ex_writer *w) { return w->bytes; }
 
 const ex_format ex_chrome = {
-	"chrome", ch_open, ch_process, ch_thread, ch_begin, ch_end, ch_instant, ch_close,
+	"chrome", 12, ch_open, ch_process, ch_thread, ch_begin, ch_end, ch_instant, ch_close,
 	ch_bytes,
 };

@@ -250,6 +250,6 @@ static int pf_close(ex_writer *w)
 static uint64_t pf_bytes(const ex_writer *w) { return w->bytes; }
 
 const ex_format ex_perfetto = {
-	"perfetto", pf_open, pf_process, pf_thread, pf_begin, pf_end, pf_instant, pf_close,
+	"perfetto", 6, pf_open, pf_process, pf_thread, pf_begin, pf_end, pf_instant, pf_close,
 	pf_bytes,
 };

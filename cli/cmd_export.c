@@ -241,8 +241,10 @@ static int message_ends(ex_walk *x, const char *flow, sp_err *err)
 		if (!end_in_flow(x, m->send_image, m->send_tid, m->send_tsc) ||
 		    !end_in_flow(x, m->recv_image, m->recv_tid, m->recv_tsc))
 			continue;
-		x->eps[x->neps++] = (struct ep){ m->send_image, m->send_tid, m->send_tsc, 0, i + 1 };
-		x->eps[x->neps++] = (struct ep){ m->recv_image, m->recv_tid, m->recv_tsc, 1, i + 1 };
+		x->eps[x->neps++] = (struct ep){ m->send_image, m->send_tid, m->send_tsc, 0,
+						 i + 1 };
+		x->eps[x->neps++] = (struct ep){ m->recv_image, m->recv_tid, m->recv_tsc, 1,
+						 i + 1 };
 	}
 	qsort(x->eps, x->neps, sizeof *x->eps, ep_cmp);
 	return 0;
@@ -351,11 +353,13 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 		}
 		if (!c)
 			break;
-		if (c->kind == AN_EXIT_ONLY || !in_flow(x, image, th->tid, an_realtime_ns(t, c->t0)))
+		if (c->kind == AN_EXIT_ONLY)
+			continue;
+		t0 = an_realtime_ns(t, c->t0);
+		if (!in_flow(x, image, th->tid, t0))
 			continue;
 		/* times never go back on a track, and a call ends within its
 		 * caller: clamped, against clocks read on different CPUs */
-		t0 = an_realtime_ns(t, c->t0);
 		if (t0 < tr->cursor)
 			t0 = tr->cursor;
 		if (depth && t0 > ends[depth - 1])
@@ -367,12 +371,14 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 				t1 = t0;
 			if (depth && t1 > ends[depth - 1])
 				t1 = ends[depth - 1];
-			if (x->fmt->begin(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0, t1) < 0)
+			if (x->fmt->begin(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0,
+					  t1) < 0)
 				goto io;
 			stack[depth] = i;
 			ends[depth++] = t1;
 		} else {
-			const an_msg *m = trace_event_is_msg(c->id) ? an_trace_msg(t, c->end) : NULL;
+			const an_msg *m = trace_event_is_msg(c->id) ? an_trace_msg(t, c->end)
+								      : NULL;
 			size_t nf = 0;
 
 			if (m && flows_at(x, image, th->tid, c->t0, m->recv, &nf) < 0) {
@@ -463,7 +469,8 @@ int cmd_export(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "format", required_argument, 0, 'f' }, { "output", required_argument, 0, 'o' },
 		{ "max-size", required_argument, 0, 'm' }, { "repo", required_argument, 0, 'r' },
-		{ "flow", required_argument, 0, 'F' }, { "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' },
+		{ "flow", required_argument, 0, 'F' }, { "quiet", no_argument, 0, 'q' },
+		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
@@ -488,8 +495,8 @@ int cmd_export(int argc, char **argv)
 			errno = 0;
 			max_mb = strtod(optarg, &end);
 			if (errno || end == optarg || *end || !(max_mb >= 0) || max_mb > 1e12)
-				return cli_error("export: --max-size %s: give megabytes (a number; 0: "
-						 "no limit)", optarg), 2;
+				return cli_error("export: --max-size %s: give megabytes (a "
+						 "number; 0: no limit)", optarg), 2;
 			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':

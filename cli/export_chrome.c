@@ -116,7 +116,8 @@ static int remember(ex_writer *w, uint64_t uuid, int32_t pid, int32_t tid)
 
 static int ch_process(ex_writer *w, uint64_t uuid, int32_t pid, const char *name)
 {
-	if (remember(w, uuid, pid, pid) < 0 || head(w, "process_name", "M", w->base, pid, pid) < 0 ||
+	if (remember(w, uuid, pid, pid) < 0 ||
+	    head(w, "process_name", "M", w->base, pid, pid) < 0 ||
 	    put(w, ",\"args\":{\"name\":") < 0 || put_str(w, name) < 0)
 		return -1;
 	return put(w, "}}");
@@ -135,8 +136,8 @@ static int ch_begin(ex_writer *w, uint64_t uuid, const char *name, int64_t t0, i
 {
 	const track *t = &w->tracks[uuid];
 
-	if (head(w, name, "X", t0, t->pid, t->tid) < 0 || put(w, ",\"cat\":\"call\",\"dur\":") < 0 ||
-	    put_us(w, t1 - t0) < 0)
+	if (head(w, name, "X", t0, t->pid, t->tid) < 0 ||
+	    put(w, ",\"cat\":\"call\",\"dur\":") < 0 || put_us(w, t1 - t0) < 0)
 		return -1;
 	return put(w, "}");
 }
@@ -151,7 +152,8 @@ static int ch_instant(ex_writer *w, uint64_t uuid, const char *name, int64_t ts,
 {
 	const track *t = &w->tracks[uuid];
 
-	if (head(w, name, "i", ts, t->pid, t->tid) < 0 || put(w, ",\"cat\":\"event\",\"s\":\"t\"}") < 0)
+	if (head(w, name, "i", ts, t->pid, t->tid) < 0 ||
+	    put(w, ",\"cat\":\"event\",\"s\":\"t\"}") < 0)
 		return -1;
 	for (size_t i = 0; i < nout; i++)
 		if (head(w, "message", "s", ts, t->pid, t->tid) < 0 ||

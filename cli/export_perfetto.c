@@ -26,6 +26,8 @@
 #include "perfetto_trace.pb-c.h"
 
 #define SEQ_ID 1
+#define CLEARED PERFETTO__PROTOS__TRACE_PACKET__SEQUENCE_FLAGS__SEQ_INCREMENTAL_STATE_CLEARED
+#define NEEDS_STATE PERFETTO__PROTOS__TRACE_PACKET__SEQUENCE_FLAGS__SEQ_NEEDS_INCREMENTAL_STATE
 
 typedef struct name_ent {
 	char *name;
@@ -101,8 +103,7 @@ static int emit(ex_writer *w, Perfetto__Protos__TracePacket *p, int needs_state)
 	p->has_trusted_packet_sequence_id = 1;
 	p->trusted_packet_sequence_id = SEQ_ID;
 	p->has_sequence_flags = 1;
-	p->sequence_flags = (w->first ? PERFETTO__PROTOS__TRACE_PACKET__SEQUENCE_FLAGS__SEQ_INCREMENTAL_STATE_CLEARED : 0) |
-			    (needs_state ? PERFETTO__PROTOS__TRACE_PACKET__SEQUENCE_FLAGS__SEQ_NEEDS_INCREMENTAL_STATE : 0);
+	p->sequence_flags = (w->first ? CLEARED : 0) | (needs_state ? NEEDS_STATE : 0);
 	w->first = 0;
 	len = perfetto__protos__trace_packet__get_packed_size(p);
 	if (len > w->capbuf) {

@@ -359,7 +359,8 @@ static void test_flows(void)
 
 		CHECK(m->send_image == 0 && m->send_tid == 1234 && m->send_tsc == T + 20 &&
 		      m->recv_image == 1 && m->recv_tid == 1234 && m->recv_tsc == T + 110 + 10 * i,
-		      "match %zu: image %zu tid %u TSC %" PRIu64 " -> image %zu tid %u TSC %" PRIu64,
+		      "match %zu: image %zu tid %u TSC %" PRIu64 " -> image %zu tid %u "
+		      "TSC %" PRIu64,
 		      i, m->send_image, m->send_tid, m->send_tsc, m->recv_image, m->recv_tid,
 		      m->recv_tsc);
 	}

@@ -17,12 +17,13 @@ duration >= 0 and nested per thread; process names with their host.
 Cases:
   server  tests/progs/tier.c's backend under `sptrace run --on accept`
           serving 6 requests of an untraced client: backend_line is 6
-          slices in both files, 1 with --flow f3 (one request); the same trace copied under two host names
-          as a collected tree (OUT/alpha/PID, OUT/beta/PID): one pid each,
-          different in the file, both hosts named; --help, a missing
-          format, an unknown format, a missing directory; a file over
-          --max-size 0.001 (MB) refused and none left, 1 MB written; the
-          Perfetto checker rejects a hand-made file with a slice never ended.
+          slices in both files, 1 with --flow f3 (one request); the same
+          trace copied under two host names as a collected tree
+          (OUT/alpha/PID, OUT/beta/PID): one pid each, different in the
+          file, both hosts named; --help, a missing format, an unknown
+          format, a missing directory; a file over --max-size 0.001 (MB)
+          refused and none left, 1 MB written; the Perfetto checker
+          rejects a hand-made file with a slice never ended.
   msgs    tests/progs/msgs.c (TCP between two threads, a pipe, UDP, a UNIX
           socketpair, all in one traced process): flow arrows for its
           matched messages, each from a send to the receive that read it.
@@ -157,8 +158,9 @@ def check_perfetto(path, hosts=()):
         ev = one(p, "track_event")
         if not ev:
             continue
-        check(flags & 2, "packet %d: an event without SEQ_NEEDS_INCREMENTAL_STATE" % i
-              ) if "name_iid" in ev else None
+        if "name_iid" in ev:
+            check(flags & 2, "packet %d: an interned name without SEQ_NEEDS_INCREMENTAL_STATE"
+                  % i)
         track = one(ev, "track_uuid")
         check(track in threads, "packet %d: an event on track %s, not described before" %
               (i, track))
@@ -192,7 +194,8 @@ def check_perfetto(path, hosts=()):
         check(not st, "track %s ends with %d slices open: %s" % (track, len(st), st[-3:]))
     check(set(flow_start) == set(flow_end),
           "flows started but not ended: %s; ended but not started: %s" %
-          (sorted(set(flow_start) - set(flow_end))[:5], sorted(set(flow_end) - set(flow_start))[:5]))
+          (sorted(set(flow_start) - set(flow_end))[:5],
+           sorted(set(flow_end) - set(flow_start))[:5]))
     # A message is recorded when its call returns: the receiver, woken by
     # the send, may return and record before the sender does (by the
     # sender's way back from the kernel, longer when it is preempted).  The

@@ -450,9 +450,27 @@ typedef struct an_flow {
 
 typedef struct an_flows an_flows;
 
+/*
+ * A receive joined to the send whose bytes it read (rule 5 of flows.c): the
+ * edges of the session's graph, for exports' arrows.  Each end is a message
+ * record (an_record.tsc) of a thread of an image; a send read in several
+ * receives has a match per receive, a receive of several sends one match,
+ * with the first of them.
+ */
+typedef struct an_msg_match {
+	size_t send_image;
+	uint32_t send_tid;
+	uint64_t send_tsc;
+	size_t recv_image;
+	uint32_t recv_tid;
+	uint64_t recv_tsc;
+} an_msg_match;
+
 int an_flows_build(an_session *s, an_flows **out, sp_err *err);
 size_t an_flows_count(const an_flows *f);
 const an_flow *an_flows_get(const an_flows *f, size_t i);
+size_t an_flows_nmatches(const an_flows *f);
+const an_msg_match *an_flows_match(const an_flows *f, size_t i);
 void an_flows_free(an_flows *f);
 
 

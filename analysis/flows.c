@@ -78,6 +78,9 @@ typedef struct send_ent {
 	int dgram;
 	int64_t ns;
 	long seg;                /* the segment it was sent in */
+	size_t image;            /* where it was sent, for an_flows_match */
+	uint32_t tid;
+	uint64_t tsc;
 } send_ent;
 
 /* A datagram received, for its number (rule 5). */
@@ -106,6 +109,8 @@ typedef struct join {
 struct an_flows {
 	an_flow *f;
 	size_t n;
+	an_msg_match *m;         /* matched messages, by receive in pass 2's order */
+	size_t nm, capm;
 	char **hosts;            /* host names, interned */
 	size_t nhosts, caphosts;
 };
@@ -289,6 +294,18 @@ static int add_join(build *b, size_t seg, size_t send)
 	return 0;
 }
 
+/* A receive matched to a send, for an_flows_match. */
+static int add_match(build *b, size_t send, size_t image, uint32_t tid, uint64_t tsc)
+{
+	an_flows *f = b->out;
+	const send_ent *s = &b->sends[send];
+
+	if (sp_grow((void **)&f->m, &f->capm, f->nm + 1, sizeof *f->m))
+		return -1;
+	f->m[f->nm++] = (an_msg_match){ s->image, s->tid, s->tsc, image, tid, tsc };
+	return 0;
+}
+
 /* The cause of the activation at `tsc`: the first word after the TSC of the
  * "activated" line of image's meta nearest at or after it (the agent writes
  * the line after the event), within 10 ms; else "thread" (rule 1). */
@@ -378,6 +395,9 @@ static int collect_sends(build *b, sp_err *err)
 				s->dgram = !!(r.msg.flags & TRACE_MSG_DGRAM);
 				s->ns = an_realtime_ns(t, r.tsc);
 				s->seg = -1;
+				s->image = i;
+				s->tid = an_trace_thread(t, k)->tid;
+				s->tsc = r.tsc;
 				b->nsends++;
 			}
 			an_iter_close(it);
@@ -471,7 +491,8 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 				} else {
 					b->segs[cur].event = NULL;
 				}
-				if (add_join(b, (size_t)cur, (size_t)send))
+				if (add_join(b, (size_t)cur, (size_t)send) ||
+				    add_match(b, (size_t)send, image, th->tid, r.tsc))
 					goto nomem;
 				cur_activation = 0;
 			} else if (cur < 0 || (has_msg && last_recv_chan != r.msg.chan)) {
@@ -774,10 +795,18 @@ const an_flow *an_flows_get(const an_flows *f, size_t i)
 	return i < f->n ? &f->f[i] : NULL;
 }
 
+size_t an_flows_nmatches(const an_flows *f) { return f->nm; }
+
+const an_msg_match *an_flows_match(const an_flows *f, size_t i)
+{
+	return i < f->nm ? &f->m[i] : NULL;
+}
+
 void an_flows_free(an_flows *f)
 {
 	if (!f)
 		return;
+	free(f->m);
 	for (size_t i = 0; i < f->n; i++) {
 		free(f->f[i].procs);
 		free(f->f[i].parts);

@@ -25,6 +25,8 @@ packages=(
 	gdb postgresql-15 postgresql-client-15
 	# the security tests watch the DWARF reader's sandbox being entered
 	strace
+	# sptrace export's test decodes the Perfetto file with protoc --decode
+	protobuf-compiler
 	# spdaemon's tests: openssl checks the keys and plays TLS peers; hosts
 	# are network namespaces (ip, unshare); its systemd unit is verified
 	openssl iproute2 util-linux systemd

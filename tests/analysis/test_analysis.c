@@ -13,7 +13,8 @@
  *      lead back up, ignored); a tree made by `sptrace collect`, hosts by
  *      name and processes by pid; records of all merged in time order;
  *   4. flows: two hosts, a request sent by one and received by the other
- *      is one flow crossing both processes; a receive no traced send
+ *      (in two reads: two matches, an_flows_match) is one flow crossing
+ *      both processes; a receive no traced send
  *      matches starts a flow of its own; an activation named by meta; an
  *      image the process exec'd goes on with the flow it was in.
  *
@@ -351,6 +352,19 @@ static void test_flows(void)
 		      "flow 2: %s at %s, %zu processes, %" PRIu64 " events, %" PRId64 " ns", f2->event,
 		      f2->host, f2->nprocs, f2->events, f2->end_ns - f2->start_ns);
 	}
+	/* the edges: a's one send, read by b in two receives */
+	CHECK(an_flows_nmatches(f) == 2, "%zu matched receives, expected 2", an_flows_nmatches(f));
+	for (size_t i = 0; i < an_flows_nmatches(f) && i < 2; i++) {
+		const an_msg_match *m = an_flows_match(f, i);
+
+		CHECK(m->send_image == 0 && m->send_tid == 1234 && m->send_tsc == T + 20 &&
+		      m->recv_image == 1 && m->recv_tid == 1234 && m->recv_tsc == T + 110 + 10 * i,
+		      "match %zu: image %zu tid %u TSC %" PRIu64 " -> image %zu tid %u "
+		      "TSC %" PRIu64,
+		      i, m->send_image, m->send_tid, m->send_tsc, m->recv_image, m->recv_tid,
+		      m->recv_tsc);
+	}
+	CHECK(an_flows_match(f, 2) == NULL, "a third match");
 done:
 	an_flows_free(f);
 	an_session_close(s);

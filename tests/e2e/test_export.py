@@ -409,44 +409,18 @@ def case_msgs(sptrace, msgs, tmp):
 
 
 def case_tiers(sptrace, spdaemon, tier, tmp):
-    from nslib import Hosts
-    from test_daemon import Daemon
     import test_propagate as tp
 
-    os.chmod(tmp, 0o755)
-    prog = os.path.join(tmp, "tier")
-    shutil.copy(tier, prog)
-    os.chmod(prog, 0o755)
-    kd = os.path.join(tmp, "keys")
-    hosts = Hosts(3)
-    daemons = []
-    procs = {}
+    ts = tp.TiersSession(sptrace, spdaemon, tier, tmp)
     try:
-        run([sptrace, "keys", "init", kd])
-        for a in hosts.addrs:
-            run([sptrace, "keys", "issue", kd, a])
-        for i in range(3):
-            daemons.append(Daemon(spdaemon, kd, os.path.join(tmp, "state%d" % i),
-                                  name=hosts.addrs[i], wrap=hosts.cmd(i, [])))
-        procs = tp.servers(hosts, prog, tmp)
-        trace = os.path.join(tmp, "client.trace")
-        r = hosts.run(0, [sptrace, "run", "--on", "start", "-o", trace, "--", prog, "client",
-                          hosts.addrs[1], "7000", "3", "5", "8"], timeout=300)
-        check(r.returncode == 0, "the traced client: %r" % r.stderr[-2000:])
-        pids = {name: p.pid for name, p in procs.items()}
-        tp.stop_all(procs)
-        procs = {}
-        out = os.path.join(tmp, "collected")
-        r = hosts.run(0, [sptrace, "collect", "-o", out, trace], timeout=300)
-        check(r.returncode == 0, "sptrace collect: %r %r" % (r.stdout, r.stderr))
-        names = sorted(h for h in os.listdir(out) if os.path.isdir(os.path.join(out, h)))
+        names = sorted(h for h in os.listdir(ts.out) if os.path.isdir(os.path.join(ts.out, h)))
         check(len(names) == 3, "OUT has hosts %s" % names)
-        _, a1, a2 = hosts.addrs
+        _, a1, a2 = ts.addrs
         pf = os.path.join(tmp, "tiers.pftrace")
-        export(sptrace, out, "perfetto", pf)
+        export(sptrace, ts.out, "perfetto", pf)
         got = check_perfetto(pf, names)
-        for host, pid in ((a1, pids["frontend"]), (a2, pids["backend"]),
-                          (a2, pids["monitor"])):
+        for host, pid in ((a1, ts.pids["frontend"]), (a2, ts.pids["backend"]),
+                          (a2, ts.pids["monitor"])):
             check((host, pid) in got["real"], "no process %s:%d in %s" % (host, pid, got["real"]))
         proc_host = {u: re.search(r"\(host (.+), pid", n).group(1)
                      for u, (_, n) in got["procs"].items()}
@@ -458,18 +432,12 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
               "backend_line %s, serve_line %s: expected 3 each" %
               (got["slices"].get("backend_line"), got["slices"].get("serve_line")))
         js = os.path.join(tmp, "tiers.json")
-        export(sptrace, out, "chrome", js)
+        export(sptrace, ts.out, "chrome", js)
         got = check_chrome(js, names)
         check(got["X"].get("backend_line") == 3, "chrome backend_line: %s" %
               got["X"].get("backend_line"))
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for d in daemons:
-            d.stop()
-        hosts.close()
+        ts.close()
 
 
 def main():

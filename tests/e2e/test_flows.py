@@ -157,46 +157,18 @@ def case_exec(sptrace, tmp):
 
 
 def case_tiers(sptrace, spdaemon, tier, tmp):
-    from nslib import Hosts
-    from test_daemon import Daemon
     import test_propagate as tp
 
-    os.chmod(tmp, 0o755)
-    prog = os.path.join(tmp, "tier")
-    shutil.copy(tier, prog)
-    os.chmod(prog, 0o755)
-    kd = os.path.join(tmp, "keys")
-    hosts = Hosts(3)
-    daemons = []
-    procs = {}
+    ts = tp.TiersSession(sptrace, spdaemon, tier, tmp)
     try:
-        run([sptrace, "keys", "init", kd])
-        for a in hosts.addrs:
-            run([sptrace, "keys", "issue", kd, a])
-        for i in range(3):
-            daemons.append(Daemon(spdaemon, kd, os.path.join(tmp, "state%d" % i),
-                                  name=hosts.addrs[i], wrap=hosts.cmd(i, [])))
-        procs = tp.servers(hosts, prog, tmp)
-        trace = os.path.join(tmp, "client.trace")
-        r = hosts.run(0, [sptrace, "run", "--on", "start", "-o", trace, "--", prog, "client",
-                          hosts.addrs[1], "7000", "3", "5", "8"], timeout=300)
-        check(r.returncode == 0, "the traced client: %r" % r.stderr[-2000:])
-        pids = {name: p.pid for name, p in procs.items()}
-        helper = tp.children(pids["frontend"])
-        check(len(helper) == 1, "the frontend's helper: %s" % helper)
-        tp.stop_all(procs)
-        procs = {}
-        out = os.path.join(tmp, "collected")
-        r = hosts.run(0, [sptrace, "collect", "-o", out, trace], timeout=300)
-        check(r.returncode == 0, "sptrace collect: %r %r" % (r.stdout, r.stderr))
-        client = int(meta_value(trace, "pid"))
-        _, a1, a2 = hosts.addrs
-        client_host = [h for h in os.listdir(out)
-                       if os.path.isdir(os.path.join(out, h, str(client)))]
+        client = int(meta_value(ts.trace, "pid"))
+        _, a1, a2 = ts.addrs
+        client_host = [h for h in os.listdir(ts.out)
+                       if os.path.isdir(os.path.join(ts.out, h, str(client)))]
         check(len(client_host) == 1, "OUT has the client %d under %s" % (client, client_host))
-        want = {(client_host[0], client), (a1, pids["frontend"]), (a1, helper[0]),
-                (a2, pids["backend"]), (a2, pids["monitor"])}
-        flows = flows_json(sptrace, out)
+        want = {(client_host[0], client), (a1, ts.pids["frontend"]), (a1, ts.helper),
+                (a2, ts.pids["backend"]), (a2, ts.pids["monitor"])}
+        flows = flows_json(sptrace, ts.out)
         got = [{(p["host"], p["pid"]) for p in f["processes"]} for f in flows]
         check(len(flows) == 1, "%d flows, expected the client's one: %s" % (len(flows),
                                                                           json.dumps(flows)))
@@ -205,15 +177,15 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
                              "event": "start"}, "the flow starts at %r" % f["start"])
         check(got[0] == want and len(f["processes"]) == len(want),
               "the flow crosses %s, expected %s" % (sorted(got[0]), sorted(want)))
-        check((a2, pids["decoy"]) not in got[0], "the flow crosses the decoy")
+        check((a2, ts.pids["decoy"]) not in got[0], "the flow crosses the decoy")
         # its records: each process's work, under its host
-        r = run([sptrace, "flows", "--flow", "f1", out], timeout=300)
+        r = run([sptrace, "flows", "--flow", "f1", ts.out], timeout=300)
         check(r.returncode == 0, "flows --flow f1: %r" % r.stderr[-1000:])
         for host, pid, func in ((client_host[0], client, "main"),
-                                (a1, pids["frontend"], "serve_line"),
-                                (a1, helper[0], "helper"),
-                                (a2, pids["backend"], "backend_line"),
-                                (a2, pids["monitor"], "monitor_main")):
+                                (a1, ts.pids["frontend"], "serve_line"),
+                                (a1, ts.helper, "helper"),
+                                (a2, ts.pids["backend"], "backend_line"),
+                                (a2, ts.pids["monitor"], "monitor_main")):
             check(re.search(r"^ +[0-9.-]+  %s:%d/\d+ +%s\(\) \{" % (re.escape(host), pid,
                                                                   re.escape(func)),
                             r.stdout, re.M) or
@@ -221,13 +193,7 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
                                                               re.escape(func)), r.stdout, re.M),
                   "flows --flow f1 lacks %s in %s:%d:\n%s" % (func, host, pid, r.stdout[-3000:]))
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for d in daemons:
-            d.stop()
-        hosts.close()
+        ts.close()
 
 
 def main():

@@ -11,6 +11,7 @@ shows a clear reason in the test log.
 
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -42,6 +43,26 @@ def need_program(path, package):
         fail("'%s' is not installed; install the Debian package '%s' "
              "(scripts/install-deps.sh does)" % (path, package))
     return found
+
+
+def reachable_sptrace(sptrace, tmp):
+    """A copy of sptrace and of its agent that another user can run, under
+    tmp (made 0755), laid out as the build is (cli/, agent/): the build
+    itself may be in a directory only root can enter (a fresh clone in a
+    mktemp directory).  Its path."""
+    os.chmod(tmp, 0o755)
+    top = os.path.join(tmp, "sptrace-tools")
+    agent = os.path.join(os.path.dirname(os.path.realpath(sptrace)), "..", "agent",
+                         "libsptrace-agent.so")
+    for sub, src in (("cli", sptrace), ("agent", agent)):
+        d = os.path.join(top, sub)
+        os.makedirs(d, exist_ok=True)
+        os.chmod(top, 0o755)
+        os.chmod(d, 0o755)
+        dst = os.path.join(d, os.path.basename(src))
+        shutil.copyfile(src, dst)
+        os.chmod(dst, 0o755)
+    return os.path.join(top, "cli", os.path.basename(sptrace))
 
 
 def free_port():

@@ -46,7 +46,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import check, fail, run  # noqa: E402
+from e2elib import check, fail, reachable_sptrace, run  # noqa: E402
 from nslib import Hosts, in_own_netns  # noqa: E402
 from test_daemon import Daemon, ask, end_target, start_target  # noqa: E402
 
@@ -77,6 +77,8 @@ class World:
         self.sptrace, self.spdaemon, self.spd_inject, target, conf = tools
         self.tmp = tmp
         os.chmod(tmp, 0o755)
+        # run as another user too: a copy it can reach
+        self.sptrace = reachable_sptrace(self.sptrace, tmp)
         self.prog = os.path.join(tmp, "attach_target")
         self.conf = os.path.join(tmp, "trace_conf")
         self.tool = os.path.join(tmp, "spd_inject")

@@ -52,7 +52,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import check, fail, run  # noqa: E402
+from e2elib import check, fail, reachable_sptrace, run  # noqa: E402
 from nslib import Hosts, in_own_netns  # noqa: E402
 from test_daemon import Daemon  # noqa: E402
 
@@ -443,7 +443,8 @@ def case_policy(sptrace, spdaemon, tier, tmp):
         os.mkdir(mine)
         os.chown(mine, 61001, 61001)
         out = os.path.join(mine, "client.trace")
-        r = cl.hosts.run(0, USER + ["env", "HOME=" + mine, sptrace, "run", "-o", out, "--", prog,
+        r = cl.hosts.run(0, USER + ["env", "HOME=" + mine, reachable_sptrace(sptrace, tmp), "run",
+                                    "-o", out, "--", prog,
                                     "client", addr, "7002", "4"], timeout=300)
         check(r.returncode == 0 and r.stdout.startswith("backend 4 -> "),
               "the user's client: %d %r %r" % (r.returncode, r.stdout, r.stderr))

@@ -753,6 +753,9 @@ bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 				if (!event)
 					walk(uc);
 				else if ((rc > 0 || (rc == 0 && strcmp(event, "accept") == 0)) &&
+					 /* a read is a receive on a socket only (msgs.c) */
+					 (ag_expect_mode() || (nr != SYS_read && nr != SYS_readv) ||
+					  ag_fd_is_socket(fd)) &&
 					 ag_event_fires(event, fd, rc, NULL)) {
 					ag_activate_on_event(event, strcmp(event, "accept") == 0
 							     ? (int)rc : fd, uc);

@@ -461,7 +461,7 @@ typedef struct ag_flow_chan {
 	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
 	                                * first byte; UDP: the datagram's content hash */
 } ag_flow_chan;
-uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h);   /* FNV-1a, from h */
+uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h);   /* FNV-1a, from h (propagate.c) */
 void ag_propagate_init(const char *session, const char *wait_ms);
 const char *ag_propagate_session(void);   /* NULL: no session */
 const char *ag_propagate_wait(void);      /* milliseconds, as text */
@@ -474,7 +474,11 @@ bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive?
 void ag_came_from_fd(int fd);             /* tracing began at a receive on fd */
 bool ag_event_fires(const char *what, int fd, long rc, const void *data);   /* events.c */
 void ag_msgs_received(int fd, long nr, long rc);   /* msgs.c: a receive no interposer saw */
+bool ag_fd_is_socket(int fd);             /* msgs.c: one fstat, errno kept */
 uint64_t ag_unix_peer(uint64_t inode);    /* msgs.c: a UNIX socket's peer's inode, 0 unknown */
+/* msgs.c: where a TCP socket's received stream stands now (the next byte
+ * the program reads, as an absolute offset); 0, or -1 when unknown. */
+int ag_tcp_received(int fd, uint64_t *end);
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */

@@ -351,13 +351,6 @@ typedef struct chan_key {
 	uint8_t peer[16];
 } chan_key;
 
-static uint64_t fnv(const char *s, size_t n, uint64_t h)
-{
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
-	return h;
-}
-
 /* The path of a UNIX address: "" unnamed, "@name" abstract. */
 static void unix_path(const struct sockaddr *sa, socklen_t len, char out[32])
 {
@@ -406,8 +399,9 @@ static void addr_of(const struct sockaddr *sa, socklen_t len, uint8_t addr[16], 
 		unix_path(sa, len, p);
 		if (path)
 			memcpy(path, p, 32);
-		h[0] = fnv(((const struct sockaddr_un *)sa)->sun_path, n, 0xcbf29ce484222325ull);
-		h[1] = fnv(((const struct sockaddr_un *)sa)->sun_path, n, 0x84222325cbf29ce4ull);
+		h[0] = ag_flow_hash(((const struct sockaddr_un *)sa)->sun_path, n, AG_FLOW_HASH0);
+		h[1] = ag_flow_hash(((const struct sockaddr_un *)sa)->sun_path, n,
+				    0x84222325cbf29ce4ull);
 		memcpy(addr, h, 16);
 	}
 }
@@ -527,17 +521,15 @@ enum { S_SYN_SENT = 2, S_SYN_RECV, S_FIN_WAIT1, S_FIN_WAIT2, S_TIME_WAIT, S_CLOS
 
 static uint8_t opened_by_lookup(int fd);
 
-static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
+/* Points 1, 2, 3 and 5: where the stream stands now in each direction (the
+ * sent offset counts the SYN of an end that connected: point 4 is the
+ * caller's).  0, or -1 when the kernel does not say. */
+static int tcp_positions(int fd, uint64_t pos[2])
 {
 	struct tcp_info ti;
 	socklen_t tl;
 	int in0, out0, in1, out1;
-	uint64_t pos[2];
-	uint8_t how = (unsigned)fd < FD_MAX ? __atomic_load_n(&opened[fd], __ATOMIC_RELAXED) : 0;
 	int tries;
-
-	if (!how)
-		how = opened_by_lookup(fd);                            /* 4 */
 
 	for (tries = 0; tries < 3; tries++) {                          /* 1 */
 		tl = sizeof ti;
@@ -547,18 +539,16 @@ static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
 		    sys(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, (long)&ti, (long)&tl) != 0 ||
 		    sys(SYS_ioctl, fd, SIOCINQ, (long)&in1, 0, 0) != 0 ||
 		    sys(SYS_ioctl, fd, SIOCOUTQ, (long)&out1, 0, 0) != 0)
-			return;
+			return -1;
 		if (in0 == in1 && out0 == out1)
 			break;
 	}
 	if (tries == 3 || tl < offsetof(struct tcp_info, tcpi_bytes_received) + 8 ||
 	    ti.tcpi_state == S_CLOSE || ti.tcpi_state == S_LISTEN ||
 	    ti.tcpi_state == S_SYN_SENT || ti.tcpi_state == S_SYN_RECV)
-		return;
+		return -1;
 	pos[DIR_RECV] = ti.tcpi_bytes_received - (uint64_t)in0;       /* 2 */
 	pos[DIR_SEND] = ti.tcpi_bytes_acked + (uint64_t)out0;          /* 3 */
-	if (how == OPENED_ACTIVE)                                      /* 4 */
-		pos[DIR_SEND] -= 1;
 	switch (ti.tcpi_state) {                                       /* 5 */
 	case S_FIN_WAIT1: case S_FIN_WAIT2:
 		pos[DIR_SEND] -= 1;
@@ -573,6 +563,30 @@ static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
 	default:
 		break;
 	}
+	return 0;
+}
+
+int ag_tcp_received(int fd, uint64_t *end)
+{
+	uint64_t pos[2];
+
+	if (tcp_positions(fd, pos) != 0)
+		return -1;
+	*end = pos[DIR_RECV];
+	return 0;
+}
+
+static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
+{
+	uint64_t pos[2];
+	uint8_t how = (unsigned)fd < FD_MAX ? __atomic_load_n(&opened[fd], __ATOMIC_RELAXED) : 0;
+
+	if (tcp_positions(fd, pos) != 0)
+		return;
+	if (!how)
+		how = opened_by_lookup(fd);                            /* 4 */
+	if (how == OPENED_ACTIVE)
+		pos[DIR_SEND] -= 1;
 	pos[dir] -= len;                                               /* 6 */
 	tc->base[DIR_RECV] = pos[DIR_RECV];
 	tc->flags |= TRACE_CHAN_ABS_RECV;
@@ -606,6 +620,34 @@ static volatile int diag_fd = -1;      /* the netlink socket; -1: none */
 static pid_t diag_pid;                  /* the process that made it */
 static volatile int diag_lock;
 
+typedef union diag_answer {
+	struct nlmsghdr nh;
+	char buf[1024];
+} diag_answer;
+
+/* Points 1 and 2 for any sock_diag request q: the kernel's first answer
+ * message, checked by NLMSG_OK; 0 when there is none. */
+static int diag_ask(const void *q, size_t len, diag_answer *a)
+{
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	struct timespec nap = { 0, 10000 };
+	int fd = diag_fd, ok = 0;
+	long n;
+
+	if (fd < 0 || diag_pid != getpid())
+		return 0;
+	while (__atomic_exchange_n(&diag_lock, 1, __ATOMIC_ACQUIRE))
+		nanosleep(&nap, NULL);
+	/* an answer left over from an earlier question that timed out */
+	while (sys(SYS_recvfrom, fd, (long)a, sizeof *a, MSG_DONTWAIT, 0) > 0)
+		;
+	ok = syscall(SYS_sendto, fd, q, len, 0, &kernel, sizeof kernel) == (long)len &&
+	     (n = sys(SYS_recvfrom, fd, (long)a, sizeof *a, MSG_DONTWAIT, 0)) > 0 &&
+	     NLMSG_OK(&a->nh, (unsigned long)n);
+	__atomic_store_n(&diag_lock, 0, __ATOMIC_RELEASE);
+	return ok;
+}
+
 static uint64_t unix_peer(uint64_t inode)
 {
 	struct {
@@ -616,27 +658,13 @@ static uint64_t unix_peer(uint64_t inode)
 		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u,
 			 .udiag_ino = (uint32_t)inode, .udiag_show = UDIAG_SHOW_PEER,
 			 .udiag_cookie = { ~0u, ~0u } } };
-	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-	union {
-		struct nlmsghdr nh;
-		char buf[1024];
-	} a;
-	struct timespec nap = { 0, 10000 };
-	int fd = diag_fd;
-	long n;
+	diag_answer a;
 	uint64_t peer = 0;
 
-	if (inode > UINT32_MAX || fd < 0 || diag_pid != getpid())
+	if (inode > UINT32_MAX)
 		return 0;                                               /* 1 */
-	while (__atomic_exchange_n(&diag_lock, 1, __ATOMIC_ACQUIRE))
-		nanosleep(&nap, NULL);
-	/* an answer left over from an earlier question that timed out */
-	while (sys(SYS_recvfrom, fd, (long)&a, sizeof a, MSG_DONTWAIT, 0) > 0)
-		;
-	if (syscall(SYS_sendto, fd, &q, sizeof q, 0, &kernel, sizeof kernel) ==
-	    (long)sizeof q &&                                          /* 2 */
-	    (n = sys(SYS_recvfrom, fd, (long)&a, sizeof a, MSG_DONTWAIT, 0)) > 0 &&
-	    NLMSG_OK(&a.nh, (unsigned long)n) && a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+	if (diag_ask(&q, sizeof q, &a) &&                               /* 2 */
+	    a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
 	    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct unix_diag_msg))) {
 		struct unix_diag_msg *m = NLMSG_DATA(&a.nh);
 		struct rtattr *at = (struct rtattr *)((char *)m + NLMSG_ALIGN(sizeof *m));
@@ -646,7 +674,6 @@ static uint64_t unix_peer(uint64_t inode)
 			if (at->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(at) >= 4)
 				peer = *(uint32_t *)RTA_DATA(at);
 	}
-	__atomic_store_n(&diag_lock, 0, __ATOMIC_RELEASE);
 	return peer;                                                    /* 3 */
 }
 
@@ -669,20 +696,11 @@ static uint8_t opened_by_lookup(int fd)
 			.nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 2 },
 		.req = { .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
 			 .id = { .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } } };
-	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
 	struct sockaddr_storage la;
 	socklen_t ll = sizeof la;
-	union {
-		struct nlmsghdr nh;
-		char buf[1024];
-	} a;
-	struct timespec nap = { 0, 10000 };
-	int dfd = diag_fd;
-	uint8_t how = 0;
-	long n;
+	diag_answer a;
 
-	if (dfd < 0 || diag_pid != getpid() ||
-	    sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0)
+	if (sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0)
 		return 0;
 	q.req.sdiag_family = (uint8_t)la.ss_family;
 	if (la.ss_family == AF_INET) {
@@ -694,23 +712,16 @@ static uint8_t opened_by_lookup(int fd)
 	} else {
 		return 0;
 	}
-	while (__atomic_exchange_n(&diag_lock, 1, __ATOMIC_ACQUIRE))
-		nanosleep(&nap, NULL);
-	while (sys(SYS_recvfrom, dfd, (long)&a, sizeof a, MSG_DONTWAIT, 0) > 0)
-		;
-	if (syscall(SYS_sendto, dfd, &q, sizeof q, 0, &kernel, sizeof kernel) == (long)sizeof q &&
-	    (n = sys(SYS_recvfrom, dfd, (long)&a, sizeof a, MSG_DONTWAIT, 0)) > 0 &&
-	    NLMSG_OK(&a.nh, (unsigned long)n)) {
-		if (a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
-		    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
-			how = ((struct inet_diag_msg *)NLMSG_DATA(&a.nh))->idiag_state == S_LISTEN
-			      ? OPENED_PASSIVE : 0;
-		else if (a.nh.nlmsg_type == NLMSG_ERROR &&
-			 ((struct nlmsgerr *)NLMSG_DATA(&a.nh))->error == -ENOENT)
-			how = OPENED_ACTIVE;
-	}
-	__atomic_store_n(&diag_lock, 0, __ATOMIC_RELEASE);
-	return how;
+	if (!diag_ask(&q, sizeof q, &a))
+		return 0;
+	if (a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+	    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+		return ((struct inet_diag_msg *)NLMSG_DATA(&a.nh))->idiag_state == S_LISTEN
+		       ? OPENED_PASSIVE : 0;
+	if (a.nh.nlmsg_type == NLMSG_ERROR &&
+	    ((struct nlmsgerr *)NLMSG_DATA(&a.nh))->error == -ENOENT)
+		return OPENED_ACTIVE;
+	return 0;
 }
 
 uint64_t ag_unix_peer(uint64_t inode)
@@ -994,16 +1005,19 @@ static void event(const char *what, long rc, int fd, const void *data)
  * agent waits for that event. */
 static void read_event(int fd, long rc, const void *data)
 {
-	struct stat st;
-	int e;
-
-	if (rc <= 0 || !ag_event_wanted("recv"))
-		return;
-	e = errno;
-	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 &&
-	    (S_ISSOCK(st.st_mode) || (S_ISFIFO(st.st_mode) && ag_expecting())))
+	/* awaited receives are matched by what fd is (propagate.c) */
+	if (rc > 0 && ag_event_wanted("recv") && (ag_expecting() || ag_fd_is_socket(fd)))
 		event("recv", rc, fd, data);
+}
+
+bool ag_fd_is_socket(int fd)
+{
+	struct stat st;
+	int e = errno;
+	bool yes = sys(SYS_fstat, fd, (long)&st, 0, 0, 0) == 0 && S_ISSOCK(st.st_mode);
+
 	errno = e;
+	return yes;
 }
 
 /*

@@ -585,27 +585,6 @@ static void addr_bytes(const struct sockaddr_storage *ss, int *family, uint8_t o
 	}
 }
 
-/* The receive that returned on fd: the end of its bytes in the stream
- * (point 6); -1 when the kernel does not say. */
-static int64_t received_end(int fd)
-{
-	struct tcp_info ti;
-	socklen_t tl = sizeof ti;
-	int inq;
-
-	memset(&ti, 0, sizeof ti);
-	if (sys(SYS_ioctl, fd, SIOCINQ, (long)&inq, 0, 0) != 0 ||
-	    sys(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, (long)&ti, (long)&tl) != 0 ||
-	    tl < offsetof(struct tcp_info, tcpi_bytes_received) + 8)
-		return -1;
-	uint64_t end = ti.tcpi_bytes_received - (uint64_t)inq;
-
-	/* CLOSE_WAIT, LAST_ACK, CLOSING, TIME_WAIT: the peer's FIN is counted */
-	if (ti.tcpi_state == 8 || ti.tcpi_state == 9 || ti.tcpi_state == 11 || ti.tcpi_state == 6)
-		end -= 1;
-	return (int64_t)end;
-}
-
 uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h)
 {
 	const uint8_t *p = data;
@@ -696,8 +675,11 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 			return false;
 		if (!e->at_offset)
 			return true;
-		if (*end == -2)
-			*end = received_end(fd);
+		if (*end == -2) {
+			uint64_t e2;
+
+			*end = ag_tcp_received(fd, &e2) == 0 ? (int64_t)e2 : -1;
+		}
 		/* bytes sent before the traced send start nothing */
 		return *end < 0 || (uint64_t)*end > e->offset;
 	default:

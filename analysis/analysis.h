@@ -278,6 +278,8 @@ char *an_demangle(const char *sym, int style);
  * ids "TID[,TID...]".  -1 with err for a malformed list or a tid the trace
  * does not have. */
 int an_select_threads(const an_trace *t, const char *list, unsigned char *sel, sp_err *err);
+/* A string's 64-bit hash (FNV-1a, map.c), for tables of names. */
+uint64_t an_hash_str(const char *s);
 /* A duration as uftrace prints it, 11 characters wide: "   0.512 us",
  * " 120.000 ms", "   2.500  s".  Returns buf. */
 char *an_fmt_duration(uint64_t ns, char buf[24]);

@@ -85,18 +85,9 @@ struct an_anomalies {
 	size_t nsus;
 };
 
-static uint64_t fnv(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	return h;
-}
-
 static uint32_t name_id(an_anomalies *a, const char *name)
 {
-	map_slot *s = an_map_get(&a->name_ids, fnv(name), 0);
+	map_slot *s = an_map_get(&a->name_ids, an_hash_str(name), 0);
 
 	if (!s)
 		return AN_NONE;

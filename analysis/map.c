@@ -78,6 +78,15 @@ map_slot *an_map_get(map *m, uint64_t a, uint64_t b)
 	return &m->slot[i];
 }
 
+uint64_t an_hash_str(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;          /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
 void an_map_free(map *m)
 {
 	free(m->slot);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis.h"
 #include "perfetto_trace.pb-c.h"
 
 #define SEQ_ID 1
@@ -44,15 +45,6 @@ struct ex_writer {
 	size_t capbuf;
 };
 
-static uint64_t hash_str(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
-
 static int names_grow(ex_writer *w)
 {
 	size_t cap = w->capnames ? w->capnames * 2 : 1024;
@@ -65,7 +57,7 @@ static int names_grow(ex_writer *w)
 
 		if (!w->names[i].name)
 			continue;
-		for (j = hash_str(w->names[i].name) & (cap - 1); n[j].name; j = (j + 1) & (cap - 1))
+		for (j = an_hash_str(w->names[i].name) & (cap - 1); n[j].name; j = (j + 1) & (cap - 1))
 			;
 		n[j] = w->names[i];
 	}
@@ -83,7 +75,7 @@ static uint64_t intern(ex_writer *w, const char *name, int *fresh)
 	*fresh = 0;
 	if (2 * (w->nnames + 1) > w->capnames && names_grow(w) < 0)
 		return 0;
-	for (j = hash_str(name) & (w->capnames - 1); w->names[j].name;
+	for (j = an_hash_str(name) & (w->capnames - 1); w->names[j].name;
 	     j = (j + 1) & (w->capnames - 1))
 		if (strcmp(w->names[j].name, name) == 0)
 			return w->names[j].iid;

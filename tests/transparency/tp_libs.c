@@ -111,20 +111,6 @@ static TP_NOINLINE int with_libelf(void)
 	return 0;
 }
 
-/* A library no repository holds: the agent meets it only now. */
-static void *open_library(void)
-{
-	char path[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", path, sizeof path - 64);
-	char *slash;
-
-	if (n <= 0)
-		return NULL;
-	path[n] = '\0';
-	slash = strrchr(path, '/');
-	strcpy(slash ? slash + 1 : path, "libtp_sigwait_dl.so");
-	return dlopen(path, RTLD_NOW | RTLD_LOCAL);
-}
 
 int tp_after_go(const char *scratch)
 {
@@ -139,7 +125,7 @@ int tp_after_go(const char *scratch)
 		return 1;
 	}
 	cs_open(3, 0, &handle);          /* the program's own call: one */
-	lib = open_library();
+	lib = tp_open_library();
 	work = lib ? (unsigned (*)(unsigned))dlsym(lib, "tpdl_work") : NULL;
 	if (!work) {
 		printf("dlopen: %s\n", dlerror());

@@ -91,20 +91,6 @@ int tp_setup(const char *scratch)
 	return pthread_create(&waiter, NULL, wait_signals, NULL);   /* inherits the mask */
 }
 
-/* The library beside the program. */
-static void *open_library(void)
-{
-	char path[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", path, sizeof path - 64);
-	char *slash;
-
-	if (n <= 0)
-		return NULL;
-	path[n] = '\0';
-	slash = strrchr(path, '/');
-	strcpy(slash ? slash + 1 : path, "libtp_sigwait_dl.so");
-	return dlopen(path, RTLD_NOW | RTLD_LOCAL);
-}
 
 int tp_after_go(const char *scratch)
 {
@@ -113,7 +99,7 @@ int tp_after_go(const char *scratch)
 	void *lib;
 
 	(void)scratch;
-	lib = open_library();
+	lib = tp_open_library();
 	if (!lib) {
 		printf("dlopen: %s\n", dlerror());
 		return 1;

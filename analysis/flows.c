@@ -99,6 +99,11 @@ typedef struct segment {
 	uint64_t events;
 	int has_t;
 	int first;               /* its thread's first segment */
+	int64_t first_msg;       /* its first message's time, */
+	int first_is_recv;       /* whether it was a receive, */
+	int64_t last_msg;        /* its last message's time, */
+	int last_is_send;        /* and whether it was a send */
+	int has_msg;
 } segment;
 
 typedef struct join {
@@ -516,6 +521,17 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 			pending = 0;
 		}
 		seg_count(&b->segs[cur], ns, ns, 1);
+		if (r.kind == TRACE_EVENT && trace_event_is_msg(r.id) && r.msg.len) {
+			segment *sg = &b->segs[cur];
+
+			if (!sg->has_msg) {
+				sg->first_msg = ns;
+				sg->first_is_recv = r.id == TRACE_EV_MSG_RECV;
+				sg->has_msg = 1;
+			}
+			sg->last_msg = ns;
+			sg->last_is_send = r.id == TRACE_EV_MSG_SEND;
+		}
 	}
 	an_iter_close(it);
 	if (pending) {
@@ -720,8 +736,10 @@ static int make_flows(build *b, sp_err *err)
 			size_t p;
 
 			if (sg->events)
-				fl->parts[fl->nparts++] = (an_flow_part){ sg->image, sg->pid, sg->tid,
-									  sg->t0, sg->t1, sg->events };
+				fl->parts[fl->nparts++] = (an_flow_part){
+					sg->image, sg->pid, sg->tid, sg->t0, sg->t1, sg->events,
+					sg->first_is_recv ? sg->first_msg : sg->t0,
+					sg->last_is_send ? sg->last_msg : sg->t1 };
 			for (p = 0; p < fl->nprocs; p++)
 				if (fl->procs[p].pid == sg->pid && strcmp(fl->procs[p].host, h) == 0)
 					break;

@@ -14,25 +14,172 @@ under `sptrace run`; worker 5 goes wrong.
 Each checks the JSON of the Contract: anomalies ranked from 1, kind
 "process", the culprit's function the last of its path.
 
-usage: test_analyze.py SPTRACE WORKERS CASE
+By flow, with tests/progs/reqserver.c under `sptrace run --on accept`
+serving 24 requests of this script's, one connection each, in turn (so flow
+f<N> is the N-th request, after the accept loop's own flow in thread mode):
+
+  flow-thread  a thread per connection, request 11 "slow": its flow ranked
+               first (kind "flow"), the culprit path through slow_path
+  flow-poll    the same on one thread in a poll() loop, whose calls span the
+               requests: time split between the flows at the switches
+  coverage     poll, request 9 "cover" (a few microseconds through
+               fallback_lookup, visible only in the call paths taken), by
+               --profile coverage: its flow among the 3 most suspect, the
+               path through fallback_lookup among its 3 first causes
+  normal       a reference run where 3 requests of 24 are "rare"
+               (rare_report: half again the work), then a run with one rare
+               request and one slow one: with --normal REF the slow flow
+               ranks first and is flagged, the rare one is not flagged;
+               without REF the rare one is among the 3 most suspect (so
+               REF is what spares it)
+
+usage: test_analyze.py SPTRACE WORKERS|REQSERVER CASE
 """
 
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import check, fail, run  # noqa: E402
+from e2elib import check, fail, free_port, run  # noqa: E402
+
+REQUESTS = 24
+
+
+def serve(sptrace, reqserver, mode, out, kinds):
+    """reqserver under `sptrace run --on accept -o out`, one request per
+    connection, in turn: request i is "i kinds[i]"."""
+    port = free_port()
+    p = subprocess.Popen([sptrace, "run", "--on", "accept", "-o", out, "--", reqserver, mode,
+                          str(port), str(len(kinds))], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline().strip() == "ready", "reqserver did not start: %r" %
+              (p.stderr.read() if p.poll() is not None else ""))
+        # The client runs at the lowest priority: woken by an answer, it
+        # must not take the CPU from the server still in send() (on a busy
+        # machine the wall time of that send would be the client's turn).
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.nice(19)
+                for i, k in enumerate(kinds):
+                    with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+                        c.sendall(b"%d %s\n" % (i, k.encode()))
+                        answer = b""
+                        while not answer.endswith(b"\n"):
+                            d = c.recv(100)
+                            if not d:
+                                break
+                            answer += d
+                        if answer != b"ok %d\n" % i:
+                            sys.stderr.write("FAIL: request %d answered %r\n" % (i, answer))
+                            os._exit(1)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        check(status == 0, "the client's requests failed (status %#x)" % status)
+        _, err = p.communicate(timeout=120)
+        check(p.returncode == 0, "reqserver under sptrace run: %d %r" % (p.returncode, err))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def analyze(sptrace, out, *opts):
+    a = run([sptrace, "analyze", "--json"] + list(opts) + [out], timeout=300)
+    check(a.returncode == 0, "sptrace analyze --json %s: %d %r" % (" ".join(opts), a.returncode,
+                                                                  a.stderr))
+    doc = json.loads(a.stdout)
+    for i, x in enumerate(doc["anomalies"]):
+        check(x["rank"] == i + 1 and x["kind"] == "flow" and isinstance(x["flow"], str) and
+              isinstance(x["pid"], int) and isinstance(x["causes"], list),
+              "anomaly %d is not a flow of the Contract's shape: %r" % (i + 1, x))
+    return doc["anomalies"]
+
+
+def flow_of(sptrace, out, request):
+    """The id of the flow of request `request` (flows are numbered by start;
+    the requests came in turn, after the accept loop's flow if it has one)."""
+    f = run([sptrace, "flows", "--json", out])
+    check(f.returncode == 0, "sptrace flows --json: %r" % f.stderr)
+    flows = json.loads(f.stdout)["flows"]
+    extra = len(flows) - REQUESTS
+    check(extra in (0, 1), "%d flows for %d requests: %r" % (len(flows), REQUESTS, flows))
+    return "f%d" % (request + 1 + extra)
+
+
+def show(sptrace, out, *opts):
+    return run([sptrace, "analyze", "--top", "5"] + list(opts) + [out]).stdout[:4000]
+
+
+def case_flows(sptrace, reqserver, case, tmp):
+    out = os.path.join(tmp, "trace")
+    if case in ("flow-thread", "flow-poll"):
+        kinds = ["slow" if i == 11 else "normal" for i in range(REQUESTS)]
+        serve(sptrace, reqserver, case[5:], out, kinds)
+        top = analyze(sptrace, out)
+        bad = flow_of(sptrace, out, 11)
+        check(top[0]["flow"] == bad, "the slow request's flow %s is not ranked first:\n%s" %
+              (bad, show(sptrace, out)))
+        check(top[0]["method"] == "knn-manhattan" and "slow_path" in top[0]["culprit"]["path"],
+              "the slow flow's culprit: %r" % top[0])
+    elif case == "coverage":
+        kinds = ["cover" if i == 9 else "normal" for i in range(REQUESTS)]
+        serve(sptrace, reqserver, "poll", out, kinds)
+        top = analyze(sptrace, out, "--profile", "coverage")
+        bad = flow_of(sptrace, out, 9)
+        mine = [x for x in top[:3] if x["flow"] == bad]
+        check(mine, "the request that took fallback_lookup (%s) is not among the 3 most suspect "
+              "flows:\n%s" % (bad, show(sptrace, out, "--profile", "coverage")))
+        paths = [c["path"] for c in mine[0]["causes"][:3]]
+        check(any(p and p[-1] == "fallback_lookup" for p in paths),
+              "fallback_lookup is not among the first 3 causes of %s: %r" % (bad, paths))
+        kind = [c["kind"] for c in mine[0]["causes"][:3] if c["path"][-1] == "fallback_lookup"]
+        check("coverage" in kind, "fallback_lookup's causes are not coverage ones: %r" % kind)
+    elif case == "normal":
+        ref = os.path.join(tmp, "ref")
+        serve(sptrace, reqserver, "poll", ref,
+              ["rare" if i in (4, 12, 20) else "normal" for i in range(REQUESTS)])
+        kinds = ["rare" if i == 8 else "slow" if i == 16 else "normal" for i in range(REQUESTS)]
+        serve(sptrace, reqserver, "poll", out, kinds)
+        rare, slow = flow_of(sptrace, out, 8), flow_of(sptrace, out, 16)
+        alone = analyze(sptrace, out)
+        check(alone[0]["flow"] == slow and rare in [x["flow"] for x in alone[1:3]],
+              "without a reference, the slow request (%s) is not the most suspect, or the rare "
+              "one (%s) not among the next two:\n%s" % (slow, rare, show(sptrace, out)))
+        top = analyze(sptrace, out, "--normal", ref)
+        by = {x["flow"]: x for x in top}
+        check(top[0]["flow"] == slow and top[0]["flagged"] is True and
+              top[0]["method"] == "nearest-normal",
+              "with --normal, the slow request (%s) is not first and flagged:\n%s" %
+              (slow, show(sptrace, out, "--normal", ref)))
+        check(by[rare]["flagged"] is False and by[rare]["score"] <= by[rare]["threshold"],
+              "with --normal, the rare but normal request (%s) is flagged: %r\n%s" %
+              (rare, by[rare], show(sptrace, out, "--normal", ref)))
+    print("ok")
 
 
 def main():
     if len(sys.argv) != 4:
         fail(__doc__)
     sptrace, workers, case = sys.argv[1:]
+    if case in ("flow-thread", "flow-poll", "coverage", "normal"):
+        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
+        try:
+            case_flows(sptrace, workers, case, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
     try:
         out = os.path.join(tmp, "trace")

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #define KEEP __attribute__((noinline, noipa))
-#define WORK 10000000L
+#define WORK 40000000L
 
 static volatile long sink;
 

@@ -67,7 +67,8 @@
  *     time, against every other unit of the role -- or of REF -- for
  *     coverage):
  *       - time: the components of the difference between the time
- *         profiles, largest first;
+ *         profiles, largest first (after the largest, only those of half a
+ *         percent or more);
  *       - coverage: the paths the unit entered that at most a tenth of the
  *         others did (taken unlike the others), and those at least nine
  *         tenths of the others entered and it did not (not taken).  Two
@@ -95,6 +96,7 @@
 
 #define FAILSTOP_MIN_NS 10000000ll   /* point 3 */
 #define TIME_CLEAR 0.10              /* point 6 */
+#define TIME_MIN 0.005               /* point 6: a time cause moves a share by this at least */
 #define COVER_RARE 0.10              /* point 6: taken by at most this share */
 #define COVER_USUAL 0.90             /* point 6: not taken, by at least this share */
 #define MAX_DIST 3.0                 /* point 5: the composite distance's bound */
@@ -629,6 +631,9 @@ static void time_cands(const unit *u, const unit *v, cand *out, size_t *n)
 		if (d > 0)
 			keep_best(out, n, (cand){ .node = u->e[i].node, .key = d }, time_better);
 	}
+	/* after the largest (the culprit's fallback), only those that tell */
+	while (*n > 1 && out[*n - 1].key < TIME_MIN)
+		(*n)--;
 }
 
 /* The time u spent under call path nd (nd and the paths below it). */
@@ -754,6 +759,8 @@ static int causes(const an_anomalies *a, const unit *u, const unit *v, const map
 	time_cands(u, v, tc, &nt);
 	if (cover_cands(a, u, count, self_counted, npeers, cc, &nc) != 0)
 		return -1;
+	if (nc && nt == 1 && tc[0].key < TIME_MIN)
+		nt = 0;              /* a time difference that tells nothing */
 	cover_first = nc && cc[0].taken && (!nt || tc[0].key < TIME_CLEAR);
 	unit_name(u, un, sizeof un);
 	if (v)

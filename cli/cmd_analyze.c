@@ -54,6 +54,10 @@ static const char help[] =
 	"                \"causes\":[{\"rank\":N,\"kind\":\"time\"|\"coverage\",\n"
 	"                \"path\":[S,...],\"why\":S}]}]}\n"
 	"  --top N       the N most suspect only (default: all)\n"
+	"  --html FILE   also write the analysis as one self-contained page: the\n"
+	"                ranked table, the culprits and causes, a timeline of the\n"
+	"                flows by host, process and thread with the messages between\n"
+	"                them; click a row, bar or cause to highlight its unit\n"
 	"  --repo DIR    code-analysis repository for the function names (default:\n"
 	"                $SPTRACE_REPO, else /var/lib/sptrace/repo as root,\n"
 	"                ~/.cache/sptrace/repo)\n"
@@ -169,23 +173,25 @@ int cmd_analyze(int argc, char **argv)
 		{ "json", no_argument, 0, 'j' },        { "normal", required_argument, 0, 'n' },
 		{ "top", required_argument, 0, 't' },   { "repo", required_argument, 0, 'r' },
 		{ "by", required_argument, 0, 'b' },    { "profile", required_argument, 0, 'p' },
-		{ "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 },
+		{ "html", required_argument, 0, 'H' },  { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
-	const char *normal = NULL;
+	const char *normal = NULL, *html = NULL;
 	an_session *s = NULL, *ref = NULL;
 	an_anomalies *a;
 	size_t top = (size_t)-1;
 	sp_err err;
 	char *end;
 	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE };
-	int c, json = 0;
+	int c, json = 0, rc = 0;
 
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'j': json = 1; break;
+		case 'H': html = optarg; break;
 		case 'b':
 			if (strcmp(optarg, "flow") == 0)
 				ao.units = AN_UNITS_FLOW;
@@ -245,8 +251,12 @@ int cmd_analyze(int argc, char **argv)
 		print_json(a, top);
 	else
 		print_table(argv[optind], a, top);
+	if (html && cli_analyze_html(html, argv[optind], s, a, top) == 0)
+		fprintf(stderr, "sptrace: analyze: the report is in %s\n", html);
+	else if (html)
+		rc = 1;
 	an_anomalies_free(a);
 	an_session_close(s);
 	an_session_close(ref);
-	return 0;
+	return rc;
 }

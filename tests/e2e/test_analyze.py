@@ -33,7 +33,18 @@ f<N> is the N-th request, after the accept loop's own flow in thread mode):
                without REF the rare one is among the 3 most suspect (so
                REF is what spares it)
 
-usage: test_analyze.py SPTRACE WORKERS|REQSERVER CASE
+And the page (`--html FILE`), rendered by Debian's headless Chromium:
+
+  html         the flow-poll trace's page: the ranked table (24 rows, the
+               slow flow first, its culprit through slow_path), its causes,
+               a timeline bar per flow; opened as FILE#u=FLOW, that flow's
+               row and bars highlighted by the page's script; a screenshot
+               left in meson-logs/ (its path printed).  Then msgs.c's trace
+               (threads talking over TCP, a pipe, UDP, a socketpair): arrows
+               for its messages.  A page that cannot be written is an error
+               naming it, and leaves no file.
+
+usage: test_analyze.py SPTRACE WORKERS|REQSERVER CASE [MSGS]
 """
 
 import json
@@ -169,7 +180,87 @@ def case_flows(sptrace, reqserver, case, tmp):
     print("ok")
 
 
+def chromium(args, tmp):
+    """Debian's Chromium, headless, on a profile of the test's own."""
+    exe = shutil.which("chromium")
+    check(exe, "chromium is not installed (scripts/install-deps.sh installs it)")
+    r = run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--user-data-dir=" + os.path.join(tmp, "chromium-profile"),
+             "--virtual-time-budget=3000"] + args, timeout=120)
+    check(r.returncode == 0, "chromium %s: %d %r" % (" ".join(args), r.returncode,
+                                                      r.stderr[-1500:]))
+    return r.stdout
+
+
+def case_html(sptrace, reqserver, msgs, tmp):
+    out = os.path.join(tmp, "trace")
+    serve(sptrace, reqserver, "poll", out, ["slow" if i == 11 else "normal"
+                                            for i in range(REQUESTS)])
+    page = os.path.join(tmp, "report.html")
+    a = run([sptrace, "analyze", "--html", page, out])
+    check(a.returncode == 0 and os.path.exists(page), "analyze --html: %d %r" %
+          (a.returncode, a.stderr))
+    check(not [f for f in os.listdir(tmp) if f.startswith("report.html.")],
+          "a temporary file was left beside the page: %r" % os.listdir(tmp))
+    text = open(page, encoding="utf-8").read()
+    check("http://" not in text.replace("http://www.w3.org/2000/svg", "") and
+          "https://" not in text and "<link" not in text and " src=" not in text,
+          "the page fetches something: it must be self-contained")
+    slow = flow_of(sptrace, out, 11)
+    dom = chromium(["--dump-dom", "file://%s#u=%s" % (page, slow)], tmp)
+    rows = re.findall(r'<tr class="u( hl)?" data-u="([^"]*)"', dom)
+    check(len(rows) == REQUESTS, "the rendered table has %d rows, not %d:\n%s" %
+          (len(rows), REQUESTS, dom[:3000]))
+    check(rows[0][1] == slow, "the first row is %s, not the slow request's flow %s" %
+          (rows[0][1], slow))
+    check([r[1] for r in rows if r[0]] == [slow], "opened as #u=%s, the highlighted rows are "
+          "%r" % (slow, [r[1] for r in rows if r[0]]))
+    first = dom[dom.index('data-u="%s"' % slow):]
+    first = first[:first.index("</tr>")]
+    check("slow_path" in first, "the first row's culprit does not name slow_path: %r" % first)
+    bars = re.findall(r'<rect class="part( hl)?" data-u="([^"]*)"', dom)
+    check(len(bars) >= REQUESTS and {b[1] for b in bars if b[0]} == {slow},
+          "timeline bars: %d, highlighted %r" % (len(bars), {b[1] for b in bars if b[0]}))
+    check('id="selected">%s<' % slow in dom, "the page does not say %s is selected" % slow)
+    # the screenshot, for whoever reads the test log
+    logs = os.path.join(os.getcwd(), "meson-logs")
+    shot = os.path.join(logs if os.path.isdir(logs) else tmp, "analyze-html.png")
+    chromium(["--window-size=1400,1800", "--screenshot=" + shot, "file://%s#u=%s" %
+              (page, slow)], tmp)
+    with open(shot, "rb") as f:
+        png = f.read()
+    check(png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000,
+          "the screenshot %s is not a picture of the page (%d bytes)" % (shot, len(png)))
+    print("screenshot: %s" % shot)
+
+    # messages: arrows between the threads of msgs.c
+    mt = os.path.join(tmp, "msgs")
+    r = run([sptrace, "run", "-o", mt, "--", msgs])
+    check(r.returncode == 0, "sptrace run msgs: %r" % r.stderr[-1000:])
+    mpage = os.path.join(tmp, "msgs.html")
+    a = run([sptrace, "analyze", "--html", mpage, mt])
+    check(a.returncode == 0, "analyze --html of msgs: %r" % a.stderr)
+    dom = chromium(["--dump-dom", "file://" + mpage], tmp)
+    arrows = re.findall(r'<line class="arrow"', dom)
+    check(len(arrows) >= 6, "%d message arrows in the timeline, expected 6 or more (TCP both "
+          "ways, the pipe, UDP both ways, the socketpair)" % len(arrows))
+
+    # a page that cannot be written
+    bad = os.path.join(tmp, "no-such-dir", "r.html")
+    a = run([sptrace, "analyze", "--html", bad, out])
+    check(a.returncode != 0 and bad in a.stderr, "--html to a missing directory: %d %r" %
+          (a.returncode, a.stderr))
+    print("ok")
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[3] == "html":
+        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
+        try:
+            case_html(sys.argv[1], sys.argv[2], sys.argv[4], tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     if len(sys.argv) != 4:
         fail(__doc__)
     sptrace, workers, case = sys.argv[1:]

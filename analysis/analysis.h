@@ -474,7 +474,22 @@ typedef struct an_msg_match {
 	uint64_t recv_tsc;
 } an_msg_match;
 
+/*
+ * A host whose clock was aligned to another's from the messages between
+ * them (rule 7 of flows.c): an_flows_build moves the session's clocks (every
+ * an_realtime_ns after it) by these offsets.
+ */
+typedef struct an_clock {
+	const char *host;
+	int64_t offset_ns;       /* added to its CLOCK_REALTIME */
+	const char *to;          /* the host it was aligned to */
+	size_t messages;         /* the messages between the two */
+	int both_ways;           /* messages went both ways (else: one bound only) */
+} an_clock;
+
 int an_flows_build(an_session *s, an_flows **out, sp_err *err);
+size_t an_flows_nclocks(const an_flows *f);
+const an_clock *an_flows_clock(const an_flows *f, size_t i);
 size_t an_flows_count(const an_flows *f);
 const an_flow *an_flows_get(const an_flows *f, size_t i);
 size_t an_flows_nmatches(const an_flows *f);

@@ -62,6 +62,18 @@
  *      Only a segment that began as a continuation (event "start" or
  *      "thread") joins: one that began at an accept or a receive is a
  *      request of its own (a pre-forked worker's).
+ *   7. Clocks: hosts' clocks are only as close as they are synchronised, and
+ *      a receive never precedes its send.  Each matched message between two
+ *      hosts bounds the difference of their clocks: from A to B, B's clock
+ *      is at least (send - receive) ahead of A's; from B to A, at most
+ *      (receive - send).  A pair with bounds both ways is set to the middle
+ *      of them (as NTP assumes the two ways take as long); a pair with one
+ *      bound is moved only as far as that bound needs (a clock that already
+ *      agrees stays).  Hosts are aligned along a spanning tree of the pairs
+ *      that exchanged messages, from the host of the session's first image;
+ *      a host with no message to the others keeps its clock.  The offsets
+ *      are applied to the session's traces (an_realtime_ns) before the
+ *      flows' times are taken, so exports and comparisons see them.
  */
 
 typedef struct chan_key {
@@ -118,6 +130,8 @@ struct an_flows {
 	size_t nm, capm;
 	char **hosts;            /* host names, interned */
 	size_t nhosts, caphosts;
+	an_clock *clocks;        /* rule 7: the hosts whose clocks were aligned */
+	size_t nclocks;
 };
 
 typedef struct build {
@@ -760,6 +774,111 @@ nomem:
 	return sp_fail(err, "out of memory");
 }
 
+/* Rule 7: the bounds on host j's clock minus host i's (i < j). */
+typedef struct bound {
+	int64_t lo, hi;
+	size_t n;                /* messages that gave them */
+	int ways;                /* bit 0: from i to j, bit 1: from j to i */
+} bound;
+
+static int64_t pick(const bound *p)
+{
+	if ((p->ways & 3) == 3)
+		return p->lo / 2 + p->hi / 2;
+	if (p->ways & 1)
+		return p->lo > 0 ? p->lo : 0;
+	return p->hi < 0 ? p->hi : 0;
+}
+
+static int align_clocks(build *b, sp_err *err)
+{
+	an_flows *f = b->out;
+	size_t nh = f->nhosts, *queue = NULL, nq = 0;
+	uint32_t *himg = NULL, first = 0;
+	bound *p = NULL;
+	int64_t *off = NULL;
+	char *done = NULL;
+	int rc = -1;
+
+	if (nh < 2 || !f->nm)
+		return 0;
+	if (!(p = calloc(nh * nh, sizeof *p)) || !(off = calloc(nh, sizeof *off)) ||
+	    !(done = calloc(nh, 1)) || !(queue = calloc(nh, sizeof *queue)) ||
+	    !(himg = calloc(an_session_nimages(b->s), sizeof *himg)) ||
+	    !(f->clocks = calloc(nh, sizeof *f->clocks)))
+		goto nomem;
+	for (size_t i = 0; i < an_session_nimages(b->s); i++)
+		if (host_index(f, an_session_image(b->s, i)->host, &himg[i]))
+			goto nomem;
+	for (size_t i = 0; i < f->nm; i++) {
+		const an_msg_match *m = &f->m[i];
+		uint32_t hs = himg[m->send_image], hr = himg[m->recv_image];
+		an_trace *ts = an_session_trace(b->s, m->send_image);
+		an_trace *tr = an_session_trace(b->s, m->recv_image);
+
+		if (hs == hr || !ts || !tr)
+			continue;
+		int64_t d = an_realtime_ns(ts, m->send_tsc) - an_realtime_ns(tr, m->recv_tsc);
+		bound *q = &p[(hs < hr ? hs : hr) * nh + (hs < hr ? hr : hs)];
+
+		if (hs < hr) {       /* off[hr] - off[hs] >= d */
+			q->lo = (q->ways & 1) && q->lo > d ? q->lo : d;
+			q->ways |= 1;
+		} else {             /* off[hs] - off[hr] <= -d */
+			q->hi = (q->ways & 2) && q->hi < -d ? q->hi : -d;
+			q->ways |= 2;
+		}
+		q->n++;
+	}
+	if (an_session_nimages(b->s))
+		first = himg[0];
+	done[first] = 1;
+	queue[nq++] = first;
+	for (size_t at = 0; at < nq; at++) {
+		size_t i = queue[at];
+
+		for (size_t j = 0; j < nh; j++) {
+			const bound *q = &p[(i < j ? i : j) * nh + (i < j ? j : i)];
+
+			if (done[j] || !q->ways)
+				continue;
+			off[j] = off[i] + (i < j ? pick(q) : -pick(q));
+			done[j] = 1;
+			queue[nq++] = j;
+			f->clocks[f->nclocks++] = (an_clock){ f->hosts[j], off[j], f->hosts[i], q->n,
+							      (q->ways & 3) == 3 };
+		}
+	}
+	for (size_t i = 0; i < an_session_nimages(b->s); i++) {
+		an_trace *t = an_session_trace(b->s, i);
+
+		if (t)
+			t->align_ns += off[himg[i]];
+	}
+	for (size_t i = 0; i < b->nsegs; i++) {
+		segment *sg = &b->segs[i];
+		int64_t o = off[himg[sg->image]];
+
+		sg->t0 += o;
+		sg->t1 += o;
+		sg->first_msg += o;
+		sg->last_msg += o;
+	}
+	for (size_t i = 0; i < b->nsends; i++)
+		b->sends[i].ns += off[himg[b->sends[i].image]];
+	rc = 0;
+	goto out;
+nomem:
+	rc = sp_fail(err, "out of memory");
+out:
+	free(p);
+	free(off);
+	free(done);
+	free(queue);
+	free(himg);
+	return rc;
+}
+
 int an_flows_build(an_session *s, an_flows **out, sp_err *err)
 {
 	build b = { .s = s, .meta_image = AN_NONE };
@@ -789,7 +908,7 @@ int an_flows_build(an_session *s, an_flows **out, sp_err *err)
 					goto done;
 		}
 	}
-	if (make_flows(&b, err) < 0)
+	if (align_clocks(&b, err) < 0 || make_flows(&b, err) < 0)
 		goto done;
 	*out = b.out;
 	b.out = NULL;
@@ -815,6 +934,13 @@ const an_flow *an_flows_get(const an_flows *f, size_t i)
 
 size_t an_flows_nmatches(const an_flows *f) { return f->nm; }
 
+size_t an_flows_nclocks(const an_flows *f) { return f->nclocks; }
+
+const an_clock *an_flows_clock(const an_flows *f, size_t i)
+{
+	return i < f->nclocks ? &f->clocks[i] : NULL;
+}
+
 const an_msg_match *an_flows_match(const an_flows *f, size_t i)
 {
 	return i < f->nm ? &f->m[i] : NULL;
@@ -824,6 +950,7 @@ void an_flows_free(an_flows *f)
 {
 	if (!f)
 		return;
+	free(f->clocks);
 	free(f->m);
 	for (size_t i = 0; i < f->n; i++) {
 		free(f->f[i].procs);

@@ -146,6 +146,13 @@ struct an_anomalies;
 int cli_analyze_html(const char *path, const char *dir, struct an_session *s,
 		     const struct an_anomalies *a, size_t top);
 
+/* replay_diff.c: `sptrace replay --diff DIR2 DIR`: DIR's threads' calls
+ * aligned with DIR2's; min_change: the percent a duration must change by to
+ * be shown.  0, or 1 after an error on stderr. */
+struct an_open_opts;
+int cli_replay_diff(const char *dir, const char *dir2, const struct an_open_opts *oo,
+		    double min_change);
+
 /* main.c: s as a JSON string, quoted and escaped, on stdout. */
 void cli_json_str(const char *s);
 

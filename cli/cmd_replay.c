@@ -55,6 +55,13 @@ static const char help[] =
 	"                      30us, 100ns; or @SECONDS, an absolute CLOCK_REALTIME\n"
 	"                      time (seconds since the epoch, as 'date +%s.%N')\n"
 	"  --srcline           add the callee's file:line to each call\n"
+	"  --diff DIR2         compare with the trace DIR2 (another run): each\n"
+	"                      thread's calls aligned with its partner's (threads in\n"
+	"                      tid order); shows the calls of one run only ('-' DIR,\n"
+	"                      '+' DIR2) and those whose duration changed, with both\n"
+	"                      durations and the calls around them\n"
+	"  --min-change PCT    with --diff: the change a duration must show (default\n"
+	"                      20, and 1 us at least)\n"
 	"  --demangle TYPE     how C++ names are shown (as uftrace's --demangle):\n"
 	"                      simple  the name only: ns::Box::get (the default)\n"
 	"                      full    all of it, parameters too (so no '()' is\n"
@@ -433,9 +440,12 @@ int cmd_replay(int argc, char **argv)
 		{ "tid", required_argument, 0, 't' },   { "depth", required_argument, 0, 'D' },
 		{ "since", required_argument, 0, 'S' }, { "until", required_argument, 0, 'U' },
 		{ "srcline", no_argument, 0, 'l' },     { "repo", required_argument, 0, 'r' },
-		{ "demangle", required_argument, 0, 'M' },
+		{ "demangle", required_argument, 0, 'M' }, { "diff", required_argument, 0, 'd' },
+		{ "min-change", required_argument, 0, 'm' },
 		{ "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 },
 	};
+	const char *diff = NULL;
+	double min_change = 20;
 	replay_opts o;
 	char *end;
 	int c;
@@ -462,6 +472,13 @@ int cmd_replay(int argc, char **argv)
 						 c == 'S' ? "since" : "until", optarg), 2;
 			break;
 		case 'l': o.srcline = 1; break;
+		case 'd': diff = optarg; break;
+		case 'm':
+			min_change = strtod(optarg, &end);
+			if (end == optarg || *end || !(min_change >= 0))
+				return cli_error("replay: --min-change '%s': give a percentage, 0 "
+						 "or more", optarg), 2;
+			break;
 		case 'r': o.open.repo = optarg; break;
 		case 'M':
 			if ((o.open.demangle = an_demangle_style(optarg)) < 0)
@@ -484,6 +501,16 @@ int cmd_replay(int argc, char **argv)
 	if (o.since.set && o.until.set && o.since.absolute == o.until.absolute &&
 	    o.since.ns > o.until.ns)
 		return cli_error("replay: --since is after --until: nothing to show"), 2;
+	if (diff) {
+		if (o.tids || o.max_depth || o.since.set || o.until.set || o.srcline)
+			return cli_error("replay: --diff compares whole threads: --tid, --depth, "
+					 "--since, --until and --srcline do not apply"), 2;
+		if (cli_collected_tree(argv[optind]) || cli_collected_tree(diff))
+			return cli_error("replay: --diff compares two traces, not trees made by "
+					 "'sptrace collect': give one process's directory of each "
+					 "(OUT/HOST/PID)"), 2;
+		return cli_replay_diff(argv[optind], diff, &o.open, min_change);
+	}
 	/* A tree made by `sptrace collect`: every process of every host. */
 	if (cli_collected_tree(argv[optind]))
 		return cli_collected_each(argv[optind], replay_collected, &o);

@@ -33,6 +33,11 @@ static const char help[] =
 	"\n"
 	"options:\n"
 	"  --sort KEY          total (default), self or calls\n"
+	"  --diff DIR2         compare with the trace DIR2 (another run of the same\n"
+	"                      program): per function, DIR's and DIR2's total time,\n"
+	"                      self time and calls and what changed (DIR2 - DIR),\n"
+	"                      largest change of the --sort key first; functions\n"
+	"                      called in one run only are marked\n"
 	"  --tid TID[,TID...]  only these threads\n"
 	"  --demangle TYPE     how C++ names are shown (as uftrace's --demangle):\n"
 	"                      simple  the name only: ns::Box::get (the default)\n"
@@ -269,40 +274,172 @@ typedef struct report_args {
 	const char *tids;
 } report_args;
 
-/* The report of the trace in dir. */
-static int report_dir(const char *dir, void *arg)
+/* Read the trace in dir into r (its threads, or those --tid names). */
+static int load(const char *dir, const report_args *a, report *r)
 {
-	report_args *a = arg;
-	report r = { 0 };
 	unsigned char *sel;
 	sp_err err;
 	int rc = 0;
 
-	if (an_trace_open_opts(dir, &a->oo, &r.t, &err) < 0)
+	memset(r, 0, sizeof *r);
+	if (an_trace_open_opts(dir, &a->oo, &r->t, &err) < 0)
 		return cli_error("report: %s", err.msg);
-	sel = malloc(an_trace_nthreads(r.t) + 1);
-	if (!sel) {
-		an_trace_close(r.t);
+	sel = malloc(an_trace_nthreads(r->t) + 1);
+	if (!sel)
 		return cli_error("report: out of memory");
-	}
-	memset(sel, 1, an_trace_nthreads(r.t) + 1);
-	if (a->tids && an_select_threads(r.t, a->tids, sel, &err) < 0) {
+	memset(sel, 1, an_trace_nthreads(r->t) + 1);
+	if (a->tids && an_select_threads(r->t, a->tids, sel, &err) < 0) {
 		free(sel);
-		an_trace_close(r.t);
 		return cli_error("report: --tid: %s", err.msg);
 	}
-	for (size_t i = 0; i < an_trace_nwarnings(r.t); i++)
-		fprintf(stderr, "sptrace: report: warning: %s\n", an_trace_warning(r.t, i));
-	/* Everything is read before anything is printed: no half table. */
-	for (size_t i = 0; i < an_trace_nthreads(r.t) && !rc; i++)
+	for (size_t i = 0; i < an_trace_nwarnings(r->t); i++)
+		fprintf(stderr, "sptrace: report: warning: %s\n", an_trace_warning(r->t, i));
+	for (size_t i = 0; i < an_trace_nthreads(r->t) && !rc; i++)
 		if (sel[i])
-			rc = add_thread(&r, an_trace_thread(r.t, i));
+			rc = add_thread(r, an_trace_thread(r->t, i));
+	free(sel);
+	return rc;
+}
+
+static void unload(report *r)
+{
+	free(r->fs);
+	free(r->cs);
+	an_trace_close(r->t);
+}
+
+/* The report of the trace in dir. */
+static int report_dir(const char *dir, void *arg)
+{
+	report r;
+	/* Everything is read before anything is printed: no half table. */
+	int rc = load(dir, arg, &r);
+
 	if (!rc)
 		print_report(&r);
-	free(sel);
-	free(r.fs);
-	free(r.cs);
-	an_trace_close(r.t);
+	unload(&r);
+	return rc;
+}
+
+/* --diff: one function's figures in both runs, joined by name. */
+typedef struct diff_row {
+	const char *name;
+	int64_t total[2], self[2];   /* ns */
+	uint64_t calls[2];
+	int in[2];
+} diff_row;
+
+static int64_t change(const diff_row *d)
+{
+	switch (sort_by) {
+	case SORT_SELF: return d->self[1] - d->self[0];
+	case SORT_CALLS: return (int64_t)d->calls[1] - (int64_t)d->calls[0];
+	default: return d->total[1] - d->total[0];
+	}
+}
+
+static int diff_cmp(const void *pa, const void *pb)
+{
+	const diff_row *a = pa, *b = pb;
+	int64_t x = change(a), y = change(b);
+	uint64_t ax = x < 0 ? (uint64_t)-x : (uint64_t)x, ay = y < 0 ? (uint64_t)-y : (uint64_t)y;
+
+	return ax != ay ? (ax > ay ? -1 : 1) : strcmp(a->name, b->name);
+}
+
+static void fmt_change(int64_t a, int64_t b, char buf[24])
+{
+	char d[24];
+
+	if (a == b) {
+		snprintf(buf, 24, "%11s", "=");
+		return;
+	}
+	an_fmt_duration((uint64_t)(b > a ? b - a : a - b), d);
+	/* "   1.200 ms" -> "  +1.200 ms" */
+	size_t i = 0;
+
+	while (d[i] == ' ' && d[i + 1] == ' ')
+		i++;
+	d[i] = b > a ? '+' : '-';
+	snprintf(buf, 24, "%s", d);
+}
+
+static int report_diff(const char *dir, const char *dir2, const report_args *a)
+{
+	report r[2];
+	diff_row *rows = NULL;
+	size_t nrows = 0, cap = 0;
+	int rc;
+
+	if ((rc = load(dir, a, &r[0])) == 0)
+		rc = load(dir2, a, &r[1]);
+	else
+		memset(&r[1], 0, sizeof r[1]);
+	for (int k = 0; k < 2 && !rc; k++)
+		for (size_t i = 0; i < r[k].nfs; i++) {
+			const func_stat *s = &r[k].fs[i];
+			const char *name = an_func_get(r[k].t, s->func)->name;
+			size_t j;
+
+			if (!s->calls)
+				continue;
+			for (j = 0; j < nrows; j++)   /* by name: the same function in both */
+				if (strcmp(rows[j].name, name) == 0)
+					break;
+			if (j == nrows) {
+				if (nrows == cap) {
+					size_t nc = cap ? 2 * cap : 256;
+					diff_row *q = realloc(rows, nc * sizeof *q);
+
+					if (!q) {
+						rc = cli_error("report: out of memory");
+						break;
+					}
+					rows = q;
+					cap = nc;
+				}
+				memset(&rows[nrows], 0, sizeof *rows);
+				rows[nrows++].name = name;
+			}
+			rows[j].in[k] = 1;
+			rows[j].total[k] += (int64_t)an_tsc_ns(r[k].t, 0, s->total);
+			rows[j].self[k] += (int64_t)an_tsc_ns(r[k].t, 0, s->self);
+			rows[j].calls[k] += s->calls;
+		}
+	if (!rc) {
+		char t0[24], t1[24], td[24], s0[24], s1[24], sd[24];
+
+		if (nrows)
+			qsort(rows, nrows, sizeof *rows, diff_cmp);
+		printf("# %s (A) and %s (B): per function, B - A, largest change of %s first\n",
+		       dir, dir2, sort_by == SORT_SELF ? "self time" : sort_by == SORT_CALLS ?
+		       "calls" : "total time");
+		printf("   Total A     Total B        Diff      Self A      Self B        Diff"
+		       "     Calls A     Calls B  Function\n");
+		printf("  ==========  ==========  ==========  ==========  ==========  =========="
+		       "  ==========  ==========  ====================\n");
+		for (size_t i = 0; i < nrows; i++) {
+			const diff_row *d = &rows[i];
+
+			fmt_change(d->total[0], d->total[1], td);
+			fmt_change(d->self[0], d->self[1], sd);
+			printf(" %s %s %s %s %s %s %11" PRIu64 " %11" PRIu64 "  %s%s\n",
+			       an_fmt_duration((uint64_t)d->total[0], t0),
+			       an_fmt_duration((uint64_t)d->total[1], t1), td,
+			       an_fmt_duration((uint64_t)d->self[0], s0),
+			       an_fmt_duration((uint64_t)d->self[1], s1), sd, d->calls[0], d->calls[1],
+			       d->name, !d->in[0] ? "  [B only]" : !d->in[1] ? "  [A only]" : "");
+		}
+		for (int k = 0; k < 2; k++)
+			if (r[k].lost)
+				printf("# %s: %" PRIu64 " records lost in %zu thread%s: its figures "
+				       "miss them\n", k ? dir2 : dir, r[k].lost, r[k].lost_threads,
+				       r[k].lost_threads == 1 ? "" : "s");
+	}
+	free(rows);
+	unload(&r[0]);
+	unload(&r[1]);
 	return rc;
 }
 
@@ -311,10 +448,11 @@ int cmd_report(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "sort", required_argument, 0, 's' }, { "tid", required_argument, 0, 't' },
 		{ "repo", required_argument, 0, 'r' }, { "demangle", required_argument, 0, 'M' },
-		{ "help", no_argument, 0, 'h' },       { 0, 0, 0, 0 },
+		{ "diff", required_argument, 0, 'd' }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	report_args a = { 0 };
-	const char *tids = NULL;
+	const char *tids = NULL, *diff = NULL;
 	int c;
 
 	sort_by = SORT_TOTAL;
@@ -334,6 +472,7 @@ int cmd_report(int argc, char **argv)
 						 optarg), 2;
 			break;
 		case 't': tids = optarg; break;
+		case 'd': diff = optarg; break;
 		case 'r': a.oo.repo = optarg; break;
 		case 'M':
 			if ((a.oo.demangle = an_demangle_style(optarg)) < 0)
@@ -354,6 +493,13 @@ int cmd_report(int argc, char **argv)
 				 optind >= argc ? "no trace directory given"
 				 : "give one trace directory"), 2;
 	a.tids = tids;
+	if (diff) {
+		if (cli_collected_tree(argv[optind]) || cli_collected_tree(diff))
+			return cli_error("report: --diff compares two traces, not trees made by "
+					 "'sptrace collect': give one process's directory of each "
+					 "(OUT/HOST/PID)"), 2;
+		return report_diff(argv[optind], diff, &a) ? 1 : 0;
+	}
 	/* A tree made by `sptrace collect`: every process of every host. */
 	if (cli_collected_tree(argv[optind]))
 		return cli_collected_each(argv[optind], report_dir, &a);

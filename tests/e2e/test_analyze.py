@@ -44,6 +44,16 @@ And the page (`--html FILE`), rendered by Debian's headless Chromium:
                for its messages.  A page that cannot be written is an error
                naming it, and leaves no file.
 
+And `sptrace report --diff` and `replay --diff`:
+
+  diff         two runs of the poll server, 10 normal requests, then the
+               same with request 3 slow and request 5 cover: report marks
+               slow_path and fallback_lookup as the second run's only,
+               compute called once more, the table sorted by the change;
+               replay shows '+' slow_path() under handle() and '+'
+               fallback_lookup() under lookup(), handle() about +100% where
+               it went slow; a run against itself: no '+' or '-' line
+
 usage: test_analyze.py SPTRACE WORKERS|REQSERVER CASE [MSGS]
 """
 
@@ -157,6 +167,49 @@ def case_flows(sptrace, reqserver, case, tmp):
               "fallback_lookup is not among the first 3 causes of %s: %r" % (bad, paths))
         kind = [c["kind"] for c in mine[0]["causes"][:3] if c["path"][-1] == "fallback_lookup"]
         check("coverage" in kind, "fallback_lookup's causes are not coverage ones: %r" % kind)
+    elif case == "diff":
+        a, b = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+        serve(sptrace, reqserver, "poll", a, ["normal"] * 10)
+        serve(sptrace, reqserver, "poll", b, ["slow" if i == 3 else "cover" if i == 5 else
+                                              "normal" for i in range(10)])
+        r = run([sptrace, "report", "--diff", b, a])
+        check(r.returncode == 0, "report --diff: %d %r" % (r.returncode, r.stderr))
+        rows = {}
+        for line in r.stdout.splitlines():
+            m = re.match(r"^ +([0-9.]+ +[mun]?s) +([0-9.]+ +[mun]?s) +(=|[-+][0-9.]+ +[mun]?s) "
+                         r".* +(\d+) +(\d+)  (\S+)(  \[(A|B) only\])?$", line)
+            if m:
+                rows[m.group(6)] = (int(m.group(4)), int(m.group(5)), m.group(8))
+        check(rows.get("slow_path") == (0, 1, "B") and rows.get("fallback_lookup") == (0, 1, "B"),
+              "slow_path and fallback_lookup are not the second run's only:\n%s" % r.stdout)
+        check(rows.get("compute") == (10, 11, None) and rows.get("handle") == (10, 10, None),
+              "compute and handle calls: %r %r\n%s" % (rows.get("compute"), rows.get("handle"),
+                                                       r.stdout))
+        names = list(rows)
+        check(set(names[:4]) >= {"compute", "handle"},
+              "the largest changes of total time are not first:\n%s" % r.stdout)
+        r = run([sptrace, "report", "--diff", b, "--sort", "calls", a])
+        check(r.returncode == 0 and " 0           4  compare_entry  [B only]" in
+              r.stdout.splitlines()[3], "report --diff --sort calls: compare_entry (4 calls "
+              "more) is not first: %r" % r.stdout[:1500])
+        r = run([sptrace, "replay", "--diff", b, a])
+        check(r.returncode == 0, "replay --diff: %d %r" % (r.returncode, r.stderr))
+        lines = r.stdout.splitlines()
+        plus = [i for i, x in enumerate(lines) if x.startswith("+")]
+        check(not [x for x in lines if x.startswith("-")],
+              "replay --diff: calls of the first run only:\n%s" % r.stdout)
+        names = [lines[i].split("| ", 1)[1] for i in plus]
+        check("    slow_path()" in names and "      fallback_lookup()" in names,
+              "replay --diff: the '+' calls are %r, not slow_path() under handle() and "
+              "fallback_lookup() under lookup():\n%s" % (names, r.stdout))
+        slow = [i for i in plus if lines[i].endswith("slow_path()")][0]
+        above = [x for x in lines[:slow] if x.endswith("|   handle()")][-1]
+        m = re.search(r" ([-+]\d+)% \|   handle\(\)$", above)
+        check(m and int(m.group(1)) >= 40, "replay --diff: the handle() that went slow (twice "
+              "the work) is not shown at least 40%% longer above slow_path(): %r" % above)
+        r = run([sptrace, "replay", "--diff", a, a])
+        check(r.returncode == 0 and not [x for x in r.stdout.splitlines() if x[:1] in "+-"],
+              "replay --diff of a run with itself: %r" % r.stdout[:1500])
     elif case == "normal":
         ref = os.path.join(tmp, "ref")
         serve(sptrace, reqserver, "poll", ref,
@@ -264,7 +317,7 @@ def main():
     if len(sys.argv) != 4:
         fail(__doc__)
     sptrace, workers, case = sys.argv[1:]
-    if case in ("flow-thread", "flow-poll", "coverage", "normal"):
+    if case in ("flow-thread", "flow-poll", "coverage", "normal", "diff"):
         tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
         try:
             case_flows(sptrace, workers, case, tmp)

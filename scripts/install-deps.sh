@@ -40,15 +40,30 @@ for p in "${packages[@]}"; do
 		missing+=("$p")
 	fi
 done
-if [ ${#missing[@]} -eq 0 ]; then
-	exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "install-deps: missing packages: ${missing[*]}" >&2
+		echo "install-deps: run as root, or: sudo apt-get install ${missing[*]}" >&2
+		exit 1
+	fi
+	echo "install-deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if [ "$(id -u)" -ne 0 ]; then
-	echo "install-deps: missing packages: ${missing[*]}" >&2
-	echo "install-deps: run as root, or: sudo apt-get install ${missing[*]}" >&2
-	exit 1
+
+# Test tooling from npm (tests/tools/package-lock.json): speedscope, which
+# test_export.py loads sptrace's Chrome JSON into.  npm comes with Node.js;
+# Debian's own package if there is none.
+tools="$(dirname "$0")/../tests/tools"
+if [ ! -f "$tools/node_modules/speedscope/dist/release/index.html" ]; then
+	if ! command -v npm >/dev/null; then
+		if [ "$(id -u)" -ne 0 ]; then
+			echo "install-deps: npm is missing: sudo apt-get install npm" >&2
+			exit 1
+		fi
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+	fi
+	echo "install-deps: npm ci in tests/tools (speedscope)"
+	(cd "$tools" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

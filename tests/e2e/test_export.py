@@ -31,8 +31,12 @@ Cases:
           gathered by `sptrace collect` (3 hosts): the three hosts' names
           in process names, the processes the request crossed, arrows
           between processes of different hosts.
+  speedscope  msgs.c's Chrome file opened in speedscope (the npm package,
+          tests/tools) by Debian's headless Chromium, both served over
+          loopback by this script: the profile view with one profile per
+          thread of the trace ("(1/2)"), the file's name as its title.
 
-usage: test_export.py CASE SPTRACE [SPDAEMON] [TIER|MSGS]
+usage: test_export.py CASE SPTRACE [SPDAEMON] [TIER|MSGS] [TOOLS]
 """
 import json
 import os
@@ -408,6 +412,54 @@ def case_msgs(sptrace, msgs, tmp):
           (got2["flows"], len(got["flows"])))
 
 
+def case_speedscope(sptrace, msgs, tools, tmp):
+    import http.server
+    import threading
+    import urllib.parse
+
+    app = os.path.join(tools, "node_modules", "speedscope", "dist", "release")
+    check(os.path.isfile(os.path.join(app, "index.html")),
+          "speedscope is not installed in %s (scripts/install-deps.sh runs npm ci there)" % tools)
+    exe = shutil.which("chromium")
+    check(exe, "chromium is not installed (scripts/install-deps.sh installs it)")
+    out = os.path.join(tmp, "trace")
+    r = run([sptrace, "run", "-o", out, "--", msgs], env=private_repo_env(tmp))
+    check(r.returncode == 0, "sptrace run msgs: %r" % r.stderr[-1000:])
+    threads = len([f for f in os.listdir(out) if f.startswith("ring.")])
+    site = os.path.join(tmp, "site")
+    shutil.copytree(app, site)
+    export(sptrace, out, "chrome", os.path.join(site, "msgs.json"))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=site, **kw)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    port = httpd.server_address[1]
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = "http://127.0.0.1:%d/index.html#profileURL=%s&title=msgs" % (
+            port, urllib.parse.quote("http://127.0.0.1:%d/msgs.json" % port, safe=""))
+        # speedscope alert()s on a file it cannot read, which blocks a
+        # headless page: the timeout is that failure
+        r = run([exe, "--headless", "--no-sandbox", "--disable-gpu",
+                 "--user-data-dir=" + os.path.join(tmp, "chromium-profile"),
+                 "--virtual-time-budget=5000", "--dump-dom", url], timeout=90)
+    finally:
+        httpd.shutdown()
+    check(r.returncode == 0, "chromium on speedscope: %d %r" % (r.returncode, r.stderr[-1500:]))
+    dom = r.stdout
+    check("Time Order" in dom and "<title>msgs - speedscope</title>" in dom,
+          "speedscope did not open the profile view:\n%s" % dom[:3000])
+    m = re.search(r"msgs <span[^>]*>\(1/(\d+)\)</span>", dom)
+    check(m and int(m.group(1)) == threads, "speedscope shows %s profiles, the trace has %d "
+          "threads:\n%s" % (m.group(1) if m else "no count of", threads, dom[:3000]))
+
+
 def case_tiers(sptrace, spdaemon, tier, tmp):
     import test_propagate as tp
 
@@ -459,6 +511,9 @@ def main():
             case_server(sptrace, os.path.abspath(sys.argv[3]), tmp)
         elif case == "msgs":
             case_msgs(sptrace, os.path.abspath(sys.argv[3]), tmp)
+        elif case == "speedscope":
+            case_speedscope(sptrace, os.path.abspath(sys.argv[3]), os.path.abspath(sys.argv[4]),
+                            tmp)
         elif case == "tiers":
             case_tiers(sptrace, os.path.abspath(sys.argv[3]), os.path.abspath(sys.argv[4]), tmp)
         else:

@@ -127,7 +127,28 @@ typedef struct unit {
 	uint32_t role;                   /* point 4: a root node, AN_NONE if none */
 	uint64_t last_open_t0;           /* the innermost open call's entry, or 0 */
 	uint64_t last_t1;
+	uint32_t dense, row;             /* its row in the dense profiles of its role */
 } unit;
+
+/*
+ * The profiles of a role's units as dense rows, for the distances (point
+ * 2): a column per call path any unit of the role entered, the time shares
+ * in fixed point (SHARE_ONE = all of a unit's time) and the coverage as a
+ * bit set.  A role's distances then cost a pass over two rows each, not a
+ * hash lookup per path.
+ */
+#define SHARE_ONE (1u << 24)
+
+typedef struct dense {
+	uint32_t role;
+	map col;                         /* node -> 1 + column */
+	size_t ncols, words, nrows;
+	uint32_t *share;                 /* nrows x ncols */
+	uint64_t *bits;                  /* nrows x words */
+	uint32_t *pop;                   /* nrows: paths entered */
+	double threshold;                /* point 5, computed once */
+	int has_threshold;
+} dense;
 
 /* The part of a thread's time that belongs to a unit (point 2). */
 typedef struct window {
@@ -146,6 +167,8 @@ struct an_anomalies {
 	map node_ids;                    /* (parent + 1, name) -> 1 + node index */
 	unit *units;
 	size_t nunits;
+	dense *dn;
+	size_t ndn;
 	an_suspect *sus;
 	size_t nsus;
 };
@@ -194,7 +217,7 @@ static int add_time(unit *u, uint32_t nd, double ns)
 		return -1;
 	if (!s->val) {
 		if (u->ne == u->cap) {
-			size_t cap = u->cap ? 2 * u->cap : 64;
+			size_t cap = u->cap ? 2 * u->cap : 16;
 			entry *e = realloc(u->e, cap * sizeof *e);
 
 			if (!e)
@@ -532,26 +555,126 @@ static int role_of(const an_anomalies *a, unit *u)
 	return 0;
 }
 
-/* Point 2: the distance between two units (as a->profile says). */
+/* Point 2: the dense rows of every role (units without time get none). */
+static int make_dense(an_anomalies *a)
+{
+	for (size_t i = 0; i < a->nunits; i++) {
+		unit *u = &a->units[i];
+		size_t k;
+
+		if (u->total <= 0)
+			continue;
+		for (k = 0; k < a->ndn && a->dn[k].role != u->role; k++)
+			;
+		if (k == a->ndn) {
+			dense *d = realloc(a->dn, (a->ndn + 1) * sizeof *d);
+
+			if (!d)
+				return -1;
+			a->dn = d;
+			memset(&d[a->ndn], 0, sizeof *d);
+			d[a->ndn++].role = u->role;
+		}
+		dense *d = &a->dn[k];
+
+		u->dense = (uint32_t)k;
+		u->row = (uint32_t)d->nrows++;
+		for (size_t e = 0; e < u->ne; e++) {
+			map_slot *sl = an_map_get(&d->col, u->e[e].node, 0);
+
+			if (!sl)
+				return -1;
+			if (!sl->val)
+				sl->val = (uint32_t)++d->ncols;
+		}
+	}
+	for (size_t k = 0; k < a->ndn; k++) {
+		dense *d = &a->dn[k];
+
+		d->words = (d->ncols + 63) / 64;
+		if (!(d->share = calloc(d->nrows * d->ncols + 1, sizeof *d->share)) ||
+		    !(d->bits = calloc(d->nrows * d->words + 1, sizeof *d->bits)) ||
+		    !(d->pop = calloc(d->nrows + 1, sizeof *d->pop)))
+			return -1;
+	}
+	for (size_t i = 0; i < a->nunits; i++) {
+		const unit *u = &a->units[i];
+
+		if (u->total <= 0)
+			continue;
+		dense *d = &a->dn[u->dense];
+		uint32_t *sh = d->share + (size_t)u->row * d->ncols;
+		uint64_t *b = d->bits + (size_t)u->row * d->words;
+
+		for (size_t e = 0; e < u->ne; e++) {
+			size_t c = an_map_find(&d->col, u->e[e].node, 0)->val - 1;
+
+			sh[c] = (uint32_t)(u->e[e].ns / u->total * SHARE_ONE + 0.5);
+			b[c / 64] |= 1ull << (c % 64);
+		}
+		d->pop[u->row] = (uint32_t)u->ne;
+	}
+	return 0;
+}
+
+/* Point 2: the distance between two units of the same role (as a->profile
+ * says). */
 static double distance(const an_anomalies *a, const unit *x, const unit *y)
 {
-	double d = 0, tx = x->total > 0 ? x->total : 1, ty = y->total > 0 ? y->total : 1;
+	const dense *d = &a->dn[x->dense];
+	const uint32_t *sx = d->share + (size_t)x->row * d->ncols;
+	const uint32_t *sy = d->share + (size_t)y->row * d->ncols;
+	const uint64_t *bx = d->bits + (size_t)x->row * d->words;
+	const uint64_t *by = d->bits + (size_t)y->row * d->words;
+	uint64_t sum = 0;
 	size_t common = 0, either;
 
-	for (size_t i = 0; i < x->ne; i++) {
-		const map_slot *s = an_map_find(&y->idx, x->e[i].node, 0);
-		double v = x->e[i].ns / tx - (s ? y->e[s->val - 1].ns / ty : 0);
+	if (a->profile != AN_PROFILE_COVERAGE)
+		for (size_t c = 0; c < d->ncols; c++)
+			sum += sx[c] > sy[c] ? sx[c] - sy[c] : sy[c] - sx[c];
+	for (size_t w = 0; w < d->words; w++)
+		common += (size_t)__builtin_popcountll(bx[w] & by[w]);
+	either = d->pop[x->row] + d->pop[y->row] - common;
 
-		d += v < 0 ? -v : v;
-		common += s != NULL;
-	}
-	for (size_t i = 0; i < y->ne; i++)
-		if (!covers(x, y->e[i].node))
-			d += y->e[i].ns / ty;
-	either = x->ne + y->ne - common;
+	double t = (double)sum / SHARE_ONE;
 	double cov = either ? (double)(either - common) / (double)either : 0;
 
-	return a->profile == AN_PROFILE_TIME ? d : a->profile == AN_PROFILE_COVERAGE ? cov : d + cov;
+	return a->profile == AN_PROFILE_TIME ? t : a->profile == AN_PROFILE_COVERAGE ? cov : t + cov;
+}
+
+/* The k-th smallest of v[0..n) (k from 0), v reordered. */
+static double kth(double *v, size_t n, size_t k)
+{
+	size_t lo = 0, hi = n - 1;
+
+	while (lo < hi) {
+		double p = v[lo + (hi - lo) / 2];
+		size_t i = lo, j = hi;
+
+		while (i <= j) {
+			while (v[i] < p)
+				i++;
+			while (v[j] > p)
+				j--;
+			if (i <= j) {
+				double t = v[i];
+
+				v[i] = v[j];
+				v[j] = t;
+				i++;
+				if (j == 0)
+					break;
+				j--;
+			}
+		}
+		if (k <= j)
+			hi = j;
+		else if (k >= i)
+			lo = i;
+		else
+			return v[k];
+	}
+	return v[k];
 }
 
 static int path_of(const an_anomalies *a, uint32_t nd, const char ***out, size_t *n)
@@ -952,10 +1075,17 @@ static void free_roles(role_count *rc, size_t n)
 
 /* Point 5: the threshold of a role, from the reference; -1 if the
  * reference has fewer than 2 units of it.  tmp has room for every unit. */
-static double ref_threshold(const an_anomalies *a, uint32_t role, double *tmp)
+static double ref_threshold(an_anomalies *a, const unit *u, double *tmp)
 {
+	dense *dn = &a->dn[u->dense];
+	uint32_t role = u->role;
 	size_t n = 0;
 	double q1, q3, fence, worst = -1;
+
+	if (dn->has_threshold)
+		return dn->threshold;
+	dn->has_threshold = 1;
+	dn->threshold = -1;
 
 	for (size_t i = 0; i < a->nunits; i++) {
 		const unit *x = &a->units[i];
@@ -986,7 +1116,8 @@ static double ref_threshold(const an_anomalies *a, uint32_t role, double *tmp)
 		if (tmp[i] <= fence)
 			worst = tmp[i];
 	worst = worst > fence ? worst : fence;
-	return worst > FLAG_FLOOR ? worst : FLAG_FLOOR;
+	dn->threshold = worst > FLAG_FLOOR ? worst : FLAG_FLOOR;
+	return dn->threshold;
 }
 
 static const char *kind_plural(int kind)
@@ -1017,7 +1148,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 	}
 	if (!(a->sus = calloc(nsus ? nsus : 1, sizeof *a->sus)) ||
 	    !(d = calloc(a->nunits ? 2 * a->nunits : 1, sizeof *d)) ||
-	    count_roles(a, &roles, &nroles) != 0)
+	    count_roles(a, &roles, &nroles) != 0 || make_dense(a) != 0)
 		goto oom;
 	failstop = normal ? AN_NONE : failstop_unit(a, nsus, d, &gap);
 	for (size_t i = 0; i < a->nunits; i++) {
@@ -1049,7 +1180,6 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 			}
 			d[nd++] = x;
 		}
-		qsort(d, nd, sizeof *d, cmp_double);
 		if (i == failstop) {
 			sp->failstop = sp->flagged = 1;
 			sp->method = "earliest-last-timestamp";
@@ -1079,8 +1209,8 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 				 a->kind == AN_UNITS_HOST ? "host" : "process") : kind_plural(a->kind));
 		} else if (normal) {
 			sp->method = "nearest-normal";
-			sp->threshold = ref_threshold(a, u->role, d + a->nunits);
-			sp->score = nd ? d[0] : MAX_DIST;
+			sp->threshold = ref_threshold(a, u, d + a->nunits);
+			sp->score = nd ? best : MAX_DIST;
 			sp->flagged = !nd || sp->score > sp->threshold;
 			if (causes(a, u, near, rc ? &rc->count : &(map){ 0 }, 0, rc ? rc->units : 0,
 				   "units of the reference", sp) != 0)
@@ -1091,7 +1221,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 
 			snprintf(others, sizeof others, "%s of its role", kind_plural(a->kind));
 			sp->method = "knn-manhattan";
-			sp->score = d[(k <= nd ? k : nd) - 1];
+			sp->score = kth(d, nd, (k <= nd ? k : nd) - 1);
 			if (causes(a, u, near, &rc->count, 1, rc->units - 1, others, sp) != 0)
 				goto oom;
 		}
@@ -1143,6 +1273,13 @@ void an_anomalies_free(an_anomalies *a)
 		an_map_free(&a->units[i].idx);
 	}
 	free(a->units);
+	for (size_t k = 0; k < a->ndn; k++) {
+		an_map_free(&a->dn[k].col);
+		free(a->dn[k].share);
+		free(a->dn[k].bits);
+		free(a->dn[k].pop);
+	}
+	free(a->dn);
 	for (size_t i = 0; i < a->nnames; i++)
 		free(a->names[i]);
 	free(a->names);

@@ -53,7 +53,7 @@ map_slot *an_map_get(map *m, uint64_t a, uint64_t b)
 	if (s)
 		return s;
 	if ((m->n + 1) * 2 > m->cap) {
-		size_t ncap = m->cap ? m->cap * 2 : 64;
+		size_t ncap = m->cap ? m->cap * 2 : 16;
 		map_slot *ns = calloc(ncap, sizeof *ns);
 
 		if (!ns)

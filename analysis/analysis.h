@@ -445,8 +445,9 @@ typedef struct an_flow {
 	const char *host;        /* its host, */
 	uint32_t pid, tid;       /* the process and thread, */
 	const char *event;       /* and the event: "start", "call", "timer", "signal",
-				    "accept", "recv", "activate", "attach", or
-				    "thread" (a thread that began tracing on its own) */
+				    "accept", "recv", "activate", "attach",
+				    "thread" (a thread that began tracing on its own)
+				    or "func" (a call of a start function) */
 	int64_t start_ns, end_ns; /* CLOCK_REALTIME of its first and last records */
 	uint64_t events;         /* its records (an_record: calls' entries and exits,
 				    events, messages) */
@@ -487,7 +488,16 @@ typedef struct an_clock {
 	int both_ways;           /* messages went both ways (else: one bound only) */
 } an_clock;
 
+/* Start functions (`--start FUNC`): each outermost call of one of these
+ * functions (by name, as replay prints it) starts a flow of its own, event
+ * "func", which ends at its return (rule 1 of flows.c). */
+typedef struct an_flows_opts {
+	const char *const *start;
+	size_t nstart;
+} an_flows_opts;
+
 int an_flows_build(an_session *s, an_flows **out, sp_err *err);
+int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, sp_err *err);
 size_t an_flows_nclocks(const an_flows *f);
 const an_clock *an_flows_clock(const an_flows *f, size_t i);
 size_t an_flows_count(const an_flows *f);
@@ -557,6 +567,8 @@ enum an_profile {
 typedef struct an_anomaly_opts {
 	int units;               /* enum an_unit_kind */
 	int profile;             /* enum an_profile */
+	an_flows_opts flows;     /* start functions: each call a flow, and the
+				    root of the call paths under it */
 } an_anomaly_opts;
 
 /* The session's units, most suspect first; `normal`: known-normal traces

@@ -7,7 +7,10 @@
  *  1. Units: the session's flows (flows.c: one per request or job), its
  *     processes (host and pid; a forked child that did not exec is a unit of
  *     its own, by its threads' pid) or its hosts.  AN_UNITS_AUTO takes flows
- *     when there are 3 or more, else processes.
+ *     when there are 3 or more, else processes.  With start functions
+ *     (an_anomaly_opts.flows), each call of one is a flow, and the root of
+ *     the call paths under it: the jobs compare with each other, not with
+ *     what called them.
  *  2. A unit's profiles, from each thread's call tree swept in time: at
  *     every moment the innermost open call spends the time, under its call
  *     path (the functions from the thread's outermost traced call down, by
@@ -159,6 +162,7 @@ typedef struct window {
 struct an_anomalies {
 	int kind;
 	int profile;                     /* enum an_profile */
+	an_flows_opts flow_opts;         /* start functions */
 	char **names;
 	size_t nnames;
 	map name_ids;                    /* (hash, 0) -> 1 + name index */
@@ -316,6 +320,14 @@ static uint32_t unit_at(const sweep *sw, int64_t at)
 	return AN_NONE;
 }
 
+static bool start_func(const an_anomalies *a, const char *name)
+{
+	for (size_t k = 0; name && k < a->flow_opts.nstart; k++)
+		if (strcmp(name, a->flow_opts.start[k]) == 0)
+			return true;
+	return false;
+}
+
 /* Point 3's bookkeeping for a process unit: the innermost call open at the
  * end, else the last one. */
 static void note_last(unit *u, const an_call *c, uint32_t nd)
@@ -383,8 +395,10 @@ static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, con
 
 		const char *name = an_func_get(t, an_site(t, c[j].id)->callee)->name;
 		uint32_t nm = name_id(a, name ? name : "?");
+		/* a start function's call is the root of the paths under it */
 		uint32_t nd = nm == AN_NONE ? AN_NONE
-			      : node_id(a, depth ? st[depth - 1].node : AN_NONE, nm);
+			      : node_id(a, depth && !start_func(a, name) ? st[depth - 1].node
+					: AN_NONE, nm);
 		uint32_t ui = unit_at(&sw, start);
 
 		if (nd == AN_NONE)
@@ -511,7 +525,7 @@ static int session_units(an_anomalies *a, an_session *s, int normal, sp_err *err
 
 	if (a->kind != AN_UNITS_FLOW && a->kind != AN_UNITS_AUTO)
 		return whole_units(a, s, a->kind, normal, err);
-	if (an_flows_build(s, &f, err) != 0)
+	if (an_flows_build_opts(s, &a->flow_opts, &f, err) != 0)
 		return -1;
 	if (a->kind == AN_UNITS_AUTO)
 		a->kind = an_flows_count(f) >= 3 ? AN_UNITS_FLOW : AN_UNITS_PROCESS;
@@ -1139,6 +1153,8 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 		return sp_fail(err, "out of memory");
 	a->kind = o ? o->units : AN_UNITS_AUTO;
 	a->profile = o ? o->profile : AN_PROFILE_COMPOSITE;
+	if (o)
+		a->flow_opts = o->flows;
 	if (session_units(a, s, 0, err) != 0 || (normal && session_units(a, normal, 1, err) != 0))
 		goto fail;
 	for (size_t i = 0; i < a->nunits; i++) {

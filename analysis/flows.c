@@ -24,6 +24,10 @@
  *      event.  Records before a thread's first
  *      start event (the stack walk of an activation is written before the
  *      event) belong to the segment that follows.
+ *      With start functions (`--start FUNC`), each outermost call of one
+ *      begins a new flow too (event "func"), as an activation would; the
+ *      segment's work ends at that call's return (what the thread does
+ *      until the next call is between jobs).
  *   2. A segment goes on with its thread's records until the thread's next
  *      cut.
  *   3. Message switch: a receive whose bytes a traced send of this session
@@ -116,6 +120,8 @@ typedef struct segment {
 	int64_t last_msg;        /* its last message's time, */
 	int last_is_send;        /* and whether it was a send */
 	int has_msg;
+	int64_t func_end;        /* a start function's call: its return */
+	int has_func_end;
 } segment;
 
 typedef struct join {
@@ -149,6 +155,9 @@ typedef struct build {
 	uint64_t *drecv_no;      /* by seq: the number of that datagram */
 	an_meta *meta;           /* activation_name's: of image meta_image */
 	size_t meta_image;
+	const an_flows_opts *opts;
+	unsigned char *is_start; /* rule 1: per site id of the image being read */
+	size_t nis_start;
 } build;
 
 static int host_index(an_flows *f, const char *host, uint32_t *out)
@@ -450,6 +459,33 @@ static int collect_sends(build *b, sp_err *err)
 	return 0;
 }
 
+/* Rule 1: which site ids of trace t enter a start function. */
+static int start_sites(build *b, an_trace *t)
+{
+	free(b->is_start);
+	b->is_start = NULL;
+	b->nis_start = 0;
+	if (!b->opts || !b->opts->nstart)
+		return 0;
+	if (!(b->is_start = calloc(an_nsites(t) + 1, 1)))
+		return -1;
+	b->nis_start = an_nsites(t);
+	for (size_t id = 1; id < b->nis_start; id++) {
+		const an_func *f = an_func_get(t, an_site(t, (uint32_t)id)->callee);
+
+		for (size_t k = 0; f && f->name && k < b->opts->nstart; k++)
+			if (strcmp(f->name, b->opts->start[k]) == 0)
+				b->is_start[id] = 1;
+	}
+	return 0;
+}
+
+static int is_start(const build *b, const an_record *r)
+{
+	return (r->kind == TRACE_ENTRY || r->kind == TRACE_EXIT) && r->id < b->nis_start &&
+	       b->is_start[r->id];
+}
+
 /* Pass 2: one thread's records cut into segments (rules 1 to 4).  Its sends
  * come in the order pass 1 met them: *next_send walks them. */
 static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
@@ -458,7 +494,7 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 	an_iter *it;
 	an_record r;
 	long cur = -1;
-	int has_msg = 0, cur_activation = 0, cur_activate = 0;
+	int has_msg = 0, cur_activation = 0, cur_activate = 0, in_start = 0;
 	uint32_t last_recv_chan = AN_NONE;
 	uint64_t pending = 0;
 	int64_t pend_t0 = 0, pend_t1 = 0;
@@ -471,7 +507,15 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 		long send = -1;
 		chan_key k;
 
-		if (r.kind == TRACE_EVENT && (r.id == TRACE_EV_ACCEPT || r.id == TRACE_EV_RECV) &&
+		if (r.kind == TRACE_ENTRY && is_start(b, &r) && !in_start++) {
+			/* rule 1: a start function's call */
+			if ((cur = seg_new(b, image, th, "func")) < 0)
+				goto nomem;
+			has_msg = 0;
+			cur_activation = 1;
+			cur_activate = 0;
+			last_recv_chan = AN_NONE;
+		} else if (r.kind == TRACE_EVENT && (r.id == TRACE_EV_ACCEPT || r.id == TRACE_EV_RECV) &&
 		    cur >= 0 && cur_activate && !has_msg) {
 			/* rule 1: the event of the activation just walked */
 			b->segs[cur].event = r.id == TRACE_EV_ACCEPT ? "accept" : "recv";
@@ -535,6 +579,10 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 			pending = 0;
 		}
 		seg_count(&b->segs[cur], ns, ns, 1);
+		if (r.kind == TRACE_EXIT && in_start && is_start(b, &r) && !--in_start) {
+			b->segs[cur].func_end = ns;
+			b->segs[cur].has_func_end = 1;
+		}
 		if (r.kind == TRACE_EVENT && trace_event_is_msg(r.id) && r.msg.len) {
 			segment *sg = &b->segs[cur];
 
@@ -753,7 +801,8 @@ static int make_flows(build *b, sp_err *err)
 				fl->parts[fl->nparts++] = (an_flow_part){
 					sg->image, sg->pid, sg->tid, sg->t0, sg->t1, sg->events,
 					sg->first_is_recv ? sg->first_msg : sg->t0,
-					sg->last_is_send ? sg->last_msg : sg->t1 };
+					sg->has_func_end ? sg->func_end
+					: sg->last_is_send ? sg->last_msg : sg->t1 };
 			for (p = 0; p < fl->nprocs; p++)
 				if (fl->procs[p].pid == sg->pid && strcmp(fl->procs[p].host, h) == 0)
 					break;
@@ -863,6 +912,7 @@ static int align_clocks(build *b, sp_err *err)
 		sg->t1 += o;
 		sg->first_msg += o;
 		sg->last_msg += o;
+		sg->func_end += o;
 	}
 	for (size_t i = 0; i < b->nsends; i++)
 		b->sends[i].ns += off[himg[b->sends[i].image]];
@@ -881,7 +931,12 @@ out:
 
 int an_flows_build(an_session *s, an_flows **out, sp_err *err)
 {
-	build b = { .s = s, .meta_image = AN_NONE };
+	return an_flows_build_opts(s, NULL, out, err);
+}
+
+int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, sp_err *err)
+{
+	build b = { .s = s, .meta_image = AN_NONE, .opts = o };
 	int rc = -1;
 
 	*out = NULL;
@@ -898,7 +953,8 @@ int an_flows_build(an_session *s, an_flows **out, sp_err *err)
 
 			if (!t)
 				continue;
-			if (host_index(b.out, an_session_image(s, i)->host, &host)) {
+			if (host_index(b.out, an_session_image(s, i)->host, &host) ||
+			    start_sites(&b, t) != 0) {
 				sp_fail(err, "out of memory");
 				goto done;
 			}
@@ -921,6 +977,7 @@ done:
 	free(b.joins);
 	free(b.drecv);
 	free(b.drecv_no);
+	free(b.is_start);
 	an_meta_free(b.meta);
 	return rc;
 }

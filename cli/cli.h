@@ -143,8 +143,9 @@ void cli_progress_end(void);
  * whole or not at all.  0, or -1 after an error on stderr. */
 struct an_session;
 struct an_anomalies;
+struct an_flows_opts;
 int cli_analyze_html(const char *path, const char *dir, struct an_session *s,
-		     const struct an_anomalies *a, size_t top);
+		     const struct an_anomalies *a, const struct an_flows_opts *fo, size_t top);
 
 /* replay_diff.c: `sptrace replay --diff DIR2 DIR`: DIR's threads' calls
  * aligned with DIR2's; min_change: the percent a duration must change by to

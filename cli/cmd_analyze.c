@@ -41,6 +41,9 @@ static const char help[] =
 	"  --profile composite|time|coverage\n"
 	"                what the distance compares: the share of time in each call\n"
 	"                path, which call paths were taken, or both (default)\n"
+	"  --start FUNC  each call of FUNC (a job, a request handler; as replay names\n"
+	"                it) is a flow of its own, compared with the other calls of\n"
+	"                FUNC by the call paths under it (repeatable)\n"
 	"  --normal REF  REF is a trace (or collected tree) of known-normal runs: each\n"
 	"                unit of DIR is scored by its distance to the nearest unit of\n"
 	"                REF (nearest-normal) and flagged when that is farther than\n"
@@ -173,7 +176,8 @@ int cmd_analyze(int argc, char **argv)
 		{ "json", no_argument, 0, 'j' },        { "normal", required_argument, 0, 'n' },
 		{ "top", required_argument, 0, 't' },   { "repo", required_argument, 0, 'r' },
 		{ "by", required_argument, 0, 'b' },    { "profile", required_argument, 0, 'p' },
-		{ "html", required_argument, 0, 'H' },  { "help", no_argument, 0, 'h' },
+		{ "html", required_argument, 0, 'H' },  { "start", required_argument, 0, 's' },
+		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
@@ -183,7 +187,8 @@ int cmd_analyze(int argc, char **argv)
 	size_t top = (size_t)-1;
 	sp_err err;
 	char *end;
-	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE };
+	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE, { NULL, 0 } };
+	const char *starts[16];
 	int c, json = 0, rc = 0;
 
 	optind = 1;
@@ -192,6 +197,13 @@ int cmd_analyze(int argc, char **argv)
 		switch (c) {
 		case 'j': json = 1; break;
 		case 'H': html = optarg; break;
+		case 's':
+			if (ao.flows.nstart == sizeof starts / sizeof *starts)
+				return cli_error("analyze: more than %zu --start functions",
+						 sizeof starts / sizeof *starts), 2;
+			starts[ao.flows.nstart++] = optarg;
+			ao.flows.start = starts;
+			break;
 		case 'b':
 			if (strcmp(optarg, "flow") == 0)
 				ao.units = AN_UNITS_FLOW;
@@ -251,7 +263,7 @@ int cmd_analyze(int argc, char **argv)
 		print_json(a, top);
 	else
 		print_table(argv[optind], a, top);
-	if (html && cli_analyze_html(html, argv[optind], s, a, top) == 0)
+	if (html && cli_analyze_html(html, argv[optind], s, a, &ao.flows, top) == 0)
 		fprintf(stderr, "sptrace: analyze: the report is in %s\n", html);
 	else if (html)
 		rc = 1;

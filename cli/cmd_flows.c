@@ -38,6 +38,10 @@ static const char help[] =
 	"\n"
 	"options:\n"
 	"  --flow ID   show flow ID's records (an id of the table: f1, f2, ...)\n"
+	"  --start FUNC\n"
+	"              each outermost call of FUNC (as replay names it) starts a\n"
+	"              flow of its own, event \"func\", ending at its return: jobs\n"
+	"              a worker takes in a loop, without messages (repeatable)\n"
 	"  --json      one JSON object instead of the table:\n"
 	"              {\"flows\":[{\"id\":S,\"start\":{\"host\":S,\"pid\":N,\"tid\":N,\n"
 	"              \"event\":S},\"processes\":[{\"host\":S,\"pid\":N}],\n"
@@ -216,11 +220,12 @@ int cmd_flows(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "json", no_argument, 0, 'j' }, { "flow", required_argument, 0, 'f' },
-		{ "repo", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+		{ "repo", required_argument, 0, 'r' }, { "start", required_argument, 0, 's' },
+		{ "help", no_argument, 0, 'h' },       { 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { .no_modules = 1 };    /* the table needs no function names */
-	const char *flow = NULL;
+	const char *flow = NULL, *starts[16];
+	an_flows_opts fo = { starts, 0 };
 	an_session *s;
 	an_flows *fl;
 	sp_err err;
@@ -233,6 +238,12 @@ int cmd_flows(int argc, char **argv)
 		case 'j': json = 1; break;
 		case 'f': flow = optarg; break;
 		case 'r': oo.repo = optarg; break;
+		case 's':
+			if (fo.nstart == sizeof starts / sizeof *starts)
+				return cli_error("flows: more than %zu --start functions",
+						 sizeof starts / sizeof *starts), 2;
+			starts[fo.nstart++] = optarg;
+			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
 			return cli_error("flows: option '%s' needs a value; see 'sptrace flows "
@@ -249,10 +260,10 @@ int cmd_flows(int argc, char **argv)
 	if (flow && json)
 		return cli_error("flows: --flow and --json: give one; see 'sptrace flows "
 				 "--help'"), 2;
-	oo.no_modules = !flow;
+	oo.no_modules = !flow && !fo.nstart;     /* --start names functions */
 	if (an_session_open(argv[optind], &oo, &s, &err) < 0)
 		return cli_error("flows: %s", err.msg);
-	if (an_flows_build(s, &fl, &err) < 0) {
+	if (an_flows_build_opts(s, &fo, &fl, &err) < 0) {
 		an_session_close(s);
 		return cli_error("flows: %s", err.msg);
 	}

@@ -350,7 +350,7 @@ static void page(FILE *f, const char *dir, an_session *s, const an_anomalies *a,
 }
 
 int cli_analyze_html(const char *path, const char *dir, an_session *s, const an_anomalies *a,
-		     size_t top)
+		     const an_flows_opts *fo, size_t top)
 {
 	an_flows *fl = NULL;
 	sp_err err;
@@ -373,7 +373,7 @@ int cli_analyze_html(const char *path, const char *dir, an_session *s, const an_
 		close(fd);
 		goto fail;
 	}
-	if (an_flows_build(s, &fl, &err) != 0) {
+	if (an_flows_build_opts(s, fo, &fl, &err) != 0) {
 		fprintf(stderr, "sptrace: analyze: warning: no timeline in %s: %s\n", path, err.msg);
 		fl = NULL;
 	}

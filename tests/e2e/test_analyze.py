@@ -54,7 +54,15 @@ And `sptrace report --diff` and `replay --diff`:
                fallback_lookup() under lookup(), handle() about +100% where
                it went slow; a run against itself: no '+' or '-' line
 
-usage: test_analyze.py SPTRACE WORKERS|REQSERVER CASE [MSGS]
+And `--start FUNC` (tests/progs/jobs.c: one thread runs 20 jobs in a loop,
+no messages; job 13 also takes retry_slow()):
+
+  start        without --start one flow; `flows --start process_job`: 21
+               flows, the setup's and 20 of event "func"; `analyze --start
+               process_job`: job 13's flow first, its culprit path from
+               process_job through retry_slow
+
+usage: test_analyze.py SPTRACE WORKERS|REQSERVER|JOBS CASE [MSGS]
 """
 
 import json
@@ -313,7 +321,41 @@ def case_html(sptrace, reqserver, msgs, tmp):
     print("ok")
 
 
+def case_start(sptrace, jobs, tmp):
+    out = os.path.join(tmp, "trace")
+    r = run([sptrace, "run", "-o", out, "--", jobs, "20", "13"], timeout=300)
+    check(r.returncode == 0 and r.stdout == "done\n", "jobs under sptrace run: %d %r" %
+          (r.returncode, r.stderr))
+    f = run([sptrace, "flows", "--json", out])
+    check(f.returncode == 0 and len(json.loads(f.stdout)["flows"]) == 1,
+          "without --start, flows: %r" % f.stdout[:500])
+    f = run([sptrace, "flows", "--json", "--start", "process_job", out])
+    check(f.returncode == 0, "flows --start: %r" % f.stderr)
+    flows = json.loads(f.stdout)["flows"]
+    check(len(flows) == 21 and [x["start"]["event"] for x in flows[1:]] == ["func"] * 20,
+          "flows --start process_job: %d flows, events %r" %
+          (len(flows), [x["start"]["event"] for x in flows]))
+    a = run([sptrace, "analyze", "--json", "--start", "process_job", out], timeout=300)
+    check(a.returncode == 0, "analyze --start: %r" % a.stderr)
+    top = json.loads(a.stdout)["anomalies"]
+    bad = flows[1 + 13]["id"]
+    check(top[0]["kind"] == "flow" and top[0]["flow"] == bad,
+          "job 13's flow (%s) is not the most suspect:\n%s" %
+          (bad, run([sptrace, "analyze", "--top", "3", "--start", "process_job", out]).stdout))
+    path = top[0]["culprit"]["path"]
+    check(path[0] == "process_job" and "retry_slow" in path,
+          "the culprit path does not run from process_job through retry_slow: %r" % path)
+    print("ok")
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[3] == "start":
+        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
+        try:
+            case_start(sys.argv[1], sys.argv[2], tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     if len(sys.argv) == 5 and sys.argv[3] == "html":
         tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
         try:

@@ -39,8 +39,16 @@
  *   4. Artificial send: a receive no traced send matches began outside the
  *      session (an untraced client): it starts a new flow, a new request --
  *      unless the segment has had no message yet (the activation's flow is
- *      that request) or the segment's last message was a receive on the same
- *      channel (one request read in several calls).
+ *      that request), or it goes on an exchange still open on its channel
+ *      (per thread and channel):
+ *        - a channel whose first message here was a receive is served by
+ *          this end: its request is open until this end sends on it (the
+ *          reply), so more bytes of it -- read in several calls, or after
+ *          the thread served other connections meanwhile (a poll() loop) --
+ *          go on in the flow that read its first bytes;
+ *        - a channel whose first message here was a send is one this end
+ *          asked on: what comes back is the answer, and goes on in the flow
+ *          of the last send.
  *   5. Matching (trace_format.h, "Message events"): streams by their
  *      direction and overlapping byte ranges -- TCP by the 4-tuple, pipes by
  *      inode and UNIX stream sockets by their pair of inodes on the same
@@ -459,6 +467,17 @@ static int collect_sends(build *b, sp_err *err)
 	return 0;
 }
 
+static size_t find(segment *s, size_t i);
+static void unite(segment *s, size_t a, size_t b);
+
+/* Rule 4: where each channel's exchange stands on the thread being read. */
+enum { CH_NONE, CH_REQUEST, CH_REPLIED, CH_ASKED };
+
+typedef struct chan_state {
+	long seg;                /* the segment of the open exchange */
+	uint8_t state;
+} chan_state;
+
 /* Rule 1: which site ids of trace t enter a start function. */
 static int start_sites(build *b, an_trace *t)
 {
@@ -495,13 +514,24 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 	an_record r;
 	long cur = -1;
 	int has_msg = 0, cur_activation = 0, cur_activate = 0, in_start = 0;
-	uint32_t last_recv_chan = AN_NONE;
 	uint64_t pending = 0;
 	int64_t pend_t0 = 0, pend_t1 = 0;
 	size_t first_seg = b->nsegs;
 
-	if (an_iter_open(t, th, &it, err) < 0)
+	size_t nch = an_nchannels(t), nopen = 0;
+	chan_state *ch = calloc(nch + 1, sizeof *ch);
+	uint32_t *open_req = calloc(nch + 1, sizeof *open_req);   /* channels in CH_REQUEST */
+
+	if (!ch || !open_req) {
+		free(ch);
+		free(open_req);
+		return sp_fail(err, "out of memory");
+	}
+	if (an_iter_open(t, th, &it, err) < 0) {
+		free(ch);
+		free(open_req);
 		return -1;
+	}
 	while (an_iter_next(it, &r)) {
 		int64_t ns = an_realtime_ns(t, r.tsc);
 		long send = -1;
@@ -514,7 +544,6 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 			has_msg = 0;
 			cur_activation = 1;
 			cur_activate = 0;
-			last_recv_chan = AN_NONE;
 		} else if (r.kind == TRACE_EVENT && (r.id == TRACE_EV_ACCEPT || r.id == TRACE_EV_RECV) &&
 		    cur >= 0 && cur_activate && !has_msg) {
 			/* rule 1: the event of the activation just walked */
@@ -530,14 +559,32 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 			has_msg = 0;
 			cur_activation = 1;
 			cur_activate = r.id == TRACE_EV_ACTIVATE;
-			last_recv_chan = AN_NONE;
 		} else if (r.kind == TRACE_EVENT && r.id == TRACE_EV_MSG_SEND && matchable(t, &r.msg)) {
 			if (cur < 0 && (cur = seg_new(b, image, th, "thread")) < 0)
 				goto nomem;
 			if (msg_key(t, host, &r.msg, &k) == 0 && *next_send < b->nsends)
 				b->sends[(*next_send)++].seg = cur;
 			has_msg = 1;
-			last_recv_chan = AN_NONE;
+			if (r.msg.len) {
+				/* rule 4: the requests of this flow are answered (a
+				 * reply may go out on another channel: stdin, stdout) */
+				size_t root = find(b->segs, (size_t)cur), keep = 0;
+
+				for (size_t i = 0; i < nopen; i++) {
+					chan_state *c = &ch[open_req[i]];
+
+					if (c->state == CH_REQUEST &&
+					    find(b->segs, (size_t)c->seg) == root)
+						c->state = CH_REPLIED;
+					if (c->state == CH_REQUEST)
+						open_req[keep++] = open_req[i];
+				}
+				nopen = keep;
+				if (r.msg.chan < nch && ch[r.msg.chan].state != CH_REPLIED) {
+					ch[r.msg.chan].state = CH_ASKED;
+					ch[r.msg.chan].seg = cur;
+				}
+			}
 		} else if (r.kind == TRACE_EVENT && r.id == TRACE_EV_MSG_RECV && r.msg.len) {
 			if (matchable(t, &r.msg) && msg_key(t, host, &r.msg, &k) == 0) {
 				an_msg m = r.msg;
@@ -558,14 +605,31 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 				    add_match(b, (size_t)send, image, th->tid, r.tsc))
 					goto nomem;
 				cur_activation = 0;
-			} else if (cur < 0 || (has_msg && last_recv_chan != r.msg.chan)) {
+			} else {
 				/* rule 4 */
-				if ((cur = seg_new(b, image, th, "recv")) < 0)
-					goto nomem;
-				cur_activation = 0;
+				chan_state *c = r.msg.chan < nch ? &ch[r.msg.chan] : NULL;
+				int open = c && (c->state == CH_REQUEST || c->state == CH_ASKED);
+
+				if (open && cur >= 0 && find(b->segs, (size_t)cur) ==
+							find(b->segs, (size_t)c->seg)) {
+					/* the exchange goes on where it is */
+				} else if (open) {
+					if ((cur = seg_new(b, image, th, NULL)) < 0)
+						goto nomem;
+					unite(b->segs, (size_t)cur, (size_t)c->seg);
+					cur_activation = 0;
+				} else if (cur < 0 || has_msg) {
+					if ((cur = seg_new(b, image, th, "recv")) < 0)
+						goto nomem;
+					cur_activation = 0;
+				}
+				if (c && !open) {
+					c->state = CH_REQUEST;
+					c->seg = cur;
+					open_req[nopen++] = r.msg.chan;
+				}
 			}
 			has_msg = 1;
-			last_recv_chan = r.msg.chan;
 		}
 		if (cur < 0) {
 			if (!pending)
@@ -596,6 +660,8 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 		}
 	}
 	an_iter_close(it);
+	free(ch);
+	free(open_req);
 	if (pending) {
 		/* a thread with records and no start event of its own */
 		if ((cur = seg_new(b, image, th, "thread")) < 0)
@@ -607,6 +673,8 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 	return 0;
 nomem:
 	an_iter_close(it);
+	free(ch);
+	free(open_req);
 	return sp_fail(err, "out of memory");
 }
 

@@ -7,7 +7,8 @@
  * Listens on 127.0.0.1:PORT, prints "ready" and serves N connections, one
  * request each: a line "ID KIND\n", answered "ok ID\n".  `thread` serves
  * each connection on a thread of its own; `poll` serves them all on one
- * thread in a poll() loop.  Every request runs handle() -> parse_request(),
+ * thread in a poll() loop, gathering each request's bytes as they come (a
+ * request sent in pieces is served between others').  Every request runs handle() -> parse_request(),
  * lookup(), render(); its KIND adds:
  *   normal  nothing
  *   slow    slow_path(): twice the request's work
@@ -161,10 +162,14 @@ static void serve_threads(int ls, int n)
 }
 
 /* The poll() loop: the listener and every open connection, one request
- * each (read whole, then answered and closed). */
+ * each.  A connection's bytes are gathered as they come, one recv() per
+ * wakeup, so requests sent in pieces interleave: the loop serves others
+ * between a request's pieces.  Answered and closed at its newline. */
 static void serve_poll(int ls, int n)
 {
 	struct pollfd *p = calloc((size_t)n + 1, sizeof *p);
+	char (*buf)[128] = calloc((size_t)n + 1, sizeof *buf);
+	size_t *len = calloc((size_t)n + 1, sizeof *len);
 	int served = 0, accepted = 0, np = 1;
 
 	p[0] = (struct pollfd){ .fd = ls, .events = POLLIN };
@@ -184,12 +189,19 @@ static void serve_poll(int ls, int n)
 			}
 		}
 		for (int i = 1; i < np; i++) {
-			char in[128], out[64];
+			char out[64];
+			ssize_t r;
 
 			if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP)))
 				continue;
-			if (read_line(p[i].fd, in, sizeof in) > 0) {
-				int k = handle(in, out, sizeof out);
+			r = recv(p[i].fd, buf[i] + len[i], sizeof buf[i] - 1 - len[i], 0);
+			if (r > 0)
+				len[i] += (size_t)r;
+			buf[i][len[i]] = 0;
+			if (r > 0 && !memchr(buf[i], '\n', len[i]) && len[i] + 1 < sizeof buf[i])
+				continue;                   /* more of it to come */
+			if (r > 0) {
+				int k = handle(buf[i], out, sizeof out);
 
 				if (send(p[i].fd, out, (size_t)k, MSG_NOSIGNAL) < 0)
 					perror("reqserver: send");
@@ -199,6 +211,8 @@ static void serve_poll(int ls, int n)
 			served++;
 		}
 	}
+	free(len);
+	free(buf);
 	free(p);
 }
 

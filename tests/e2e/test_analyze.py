@@ -64,6 +64,17 @@ And the flows of a poll() loop serving requests whose pieces interleave:
                answer (every message of a flow names one client port, every
                client port is in one flow)
 
+And across hosts (propagation, then collect):
+
+  hosts        4 namespace hosts with 4 thread servers each (16 identical
+               workers, another user's), a spdaemon on every host, a client
+               on a fifth under `sptrace run` asking each server in turn for
+               6 rounds; in round 2 one server gets a "loop" request and
+               spins in spin_forever() for good (a poll loop: the server
+               stops).  The agent follows the requests into the 16 servers;
+               the session is collected; by process, that server is ranked
+               first by the earliest last timestamp, spin_forever named
+
 And `--start FUNC` (tests/progs/jobs.c: one thread runs 20 jobs in a loop,
 no messages; job 13 also takes retry_slow()):
 
@@ -72,7 +83,7 @@ no messages; job 13 also takes retry_slow()):
                process_job`: job 13's flow first, its culprit path from
                process_job through retry_slow
 
-usage: test_analyze.py SPTRACE WORKERS|REQSERVER|JOBS CASE [MSGS]
+usage: test_analyze.py SPTRACE WORKERS|REQSERVER|JOBS CASE [MSGS|SPDAEMON]
 """
 
 import json
@@ -402,6 +413,66 @@ def case_interleave(sptrace, reqserver, tmp):
     print("ok")
 
 
+def case_hosts(sptrace, spdaemon, reqserver, tmp):
+    import test_propagate as tp
+
+    prog = os.path.join(tmp, "reqserver")
+    os.chmod(tmp, 0o755)
+    shutil.copy(reqserver, prog)
+    os.chmod(prog, 0o755)
+    cl = tp.Cluster(sptrace, spdaemon, tmp, 5)
+    servers = []
+    try:
+        addrs = cl.hosts.addrs
+        targets = []
+        for h in range(1, 5):
+            for port in range(7000, 7004):
+                p = cl.hosts.popen(h, tp.USER + [prog, "poll", "%s:%d" % (addrs[h], port), "6"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                check(p.stdout.readline().strip() == "ready", "a server on %s:%d did not start"
+                      % (addrs[h], port))
+                servers.append(p)
+                targets.append("%s:%d:%s" % (addrs[h], port, "loop@2" if (h, port) == (3, 7002)
+                                             else "normal"))
+        bad = servers[(3 - 1) * 4 + 2]
+        trace = os.path.join(tmp, "client.trace")
+        r = cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", trace, "--", prog, "client",
+                             "6"] + targets, timeout=600)
+        check(r.returncode == 0 and r.stdout == "answered 92 of 93\n",
+              "the traced client: %d %r %r" % (r.returncode, r.stdout, r.stderr[-2000:]))
+        for p in servers:
+            if p is not bad:
+                p.communicate(timeout=60)
+                check(p.returncode == 0, "a server ended with %d" % p.returncode)
+        bad.kill()
+        bad.wait()
+        out = os.path.join(tmp, "collected")
+        time.sleep(1)                    # the daemon's reaper completes the killed one's meta
+        r = cl.hosts.run(0, [sptrace, "collect", "-o", out, trace], timeout=300)
+        check(r.returncode == 0, "sptrace collect: %r %r" % (r.stdout, r.stderr))
+        got = [(h, d) for h in os.listdir(out) if os.path.isdir(os.path.join(out, h))
+               for d in os.listdir(os.path.join(out, h)) if d.isdigit()]
+        check(len(got) == 17, "the collected tree has %d processes, not the client and the 16 "
+              "servers: %r\n%s" % (len(got), got, cl.logs()))
+        a = run([sptrace, "analyze", "--by", "process", "--json", out], timeout=300)
+        check(a.returncode == 0, "analyze: %r" % a.stderr)
+        top = json.loads(a.stdout)["anomalies"]
+        text = run([sptrace, "analyze", "--by", "process", "--top", "3", out]).stdout
+        check(top[0]["kind"] == "process" and top[0]["host"] == addrs[3] and
+              top[0]["pid"] == bad.pid, "the server that looped (%s pid %d) is not ranked "
+              "first:\n%s" % (addrs[3], bad.pid, text))
+        check(top[0]["method"] == "earliest-last-timestamp" and
+              top[0]["culprit"]["function"] == "spin_forever",
+              "found by %s, culprit %r:\n%s" % (top[0]["method"], top[0]["culprit"], text))
+    finally:
+        for p in servers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        cl.close()
+    print("ok")
+
+
 def case_start(sptrace, jobs, tmp):
     out = os.path.join(tmp, "trace")
     r = run([sptrace, "run", "-o", out, "--", jobs, "20", "13"], timeout=300)
@@ -430,6 +501,15 @@ def case_start(sptrace, jobs, tmp):
 
 
 def main():
+    if len(sys.argv) == 5 and sys.argv[3] == "hosts":
+        from nslib import in_own_netns
+        in_own_netns()           # re-runs this script: before the scratch directory
+        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
+        try:
+            case_hosts(sys.argv[1], sys.argv[4], sys.argv[2], tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     if len(sys.argv) == 4 and sys.argv[3] == "interleave":
         tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
         try:

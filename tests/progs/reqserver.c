@@ -2,9 +2,10 @@
  * reqserver.c — a TCP server whose requests say how they behave: the ground
  * truth of `sptrace analyze` by flow (tests/e2e/test_analyze.py).
  *
- *   reqserver thread|poll PORT N
+ *   reqserver thread|poll [ADDR:]PORT N
+ *   reqserver client ROUNDS ADDR:PORT:KIND...
  *
- * Listens on 127.0.0.1:PORT, prints "ready" and serves N connections, one
+ * Listens on 127.0.0.1:PORT (or ADDR:PORT), prints "ready" and serves N connections, one
  * request each: a line "ID KIND\n", answered "ok ID\n".  `thread` serves
  * each connection on a thread of its own; `poll` serves them all on one
  * thread in a poll() loop, gathering each request's bytes as they come (a
@@ -16,6 +17,13 @@
  *           legacy_scan() -> compare_entry(): a few microseconds, visible in
  *           the coverage of call paths and hardly in their times
  *   rare    rare_report(): twice the work too, a normal but rare request
+ *   loop    spin_forever(): a loop that calls nothing, never answered
+ *
+ * `client` sends ROUNDS rounds of one request to each server in turn, one
+ * connection each ("ID KIND\n"), waiting at most 2 s for each answer; a
+ * server that did not answer is not asked again.  KIND is the server's
+ * requests' kind, or KIND@R: that kind in round R, normal in the others.
+ * Prints "answered N of M".
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define KEEP __attribute__((noinline, noipa))
@@ -83,6 +92,12 @@ static KEEP void slow_path(void)
 	sink += compute(WORK);
 }
 
+static KEEP void spin_forever(void)
+{
+	for (;;)
+		sink++;
+}
+
 static KEEP void rare_report(void)
 {
 	sink += compute(WORK);
@@ -106,6 +121,8 @@ static KEEP int handle(const char *in, char *out, size_t len)
 		slow_path();
 	if (strcmp(kind, "rare") == 0)
 		rare_report();
+	if (strcmp(kind, "loop") == 0)
+		spin_forever();
 	return render(out, len, id);
 }
 
@@ -216,18 +233,87 @@ static void serve_poll(int ls, int n)
 	free(p);
 }
 
+/* One request to ADDR:PORT; 1 when answered. */
+static KEEP int ask(const char *addr, int port, long id, const char *kind)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct timeval tv = { 2, 0 };
+	char line[64], in[64];
+	int fd = socket(AF_INET, SOCK_STREAM, 0), n, ok = 0;
+
+	if (fd < 0 || inet_pton(AF_INET, addr, &a.sin_addr) != 1 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+	    connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+		perror("reqserver client: connect");
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	n = snprintf(line, sizeof line, "%ld %s\n", id, kind);
+	if (send(fd, line, (size_t)n, MSG_NOSIGNAL) == n && read_line(fd, in, sizeof in) > 0)
+		ok = strncmp(in, "ok ", 3) == 0;
+	close(fd);
+	return ok;
+}
+
+static int client(int rounds, int n, char **servers)
+{
+	int answered = 0, asked = 0;
+	char *dead = calloc((size_t)n, 1);
+	long id = 0;
+
+	for (int r = 0; r < rounds; r++)
+		for (int i = 0; i < n; i++) {
+			char addr[64], kind[16], *at;
+			int port;
+
+			if (sscanf(servers[i], "%63[^:]:%d:%15s", addr, &port, kind) != 3) {
+				fprintf(stderr, "reqserver client: '%s': give ADDR:PORT:KIND\n",
+					servers[i]);
+				return 2;
+			}
+			if ((at = strchr(kind, '@'))) {
+				*at = 0;
+				if (atoi(at + 1) != r)
+					strcpy(kind, "normal");
+			}
+			if (dead[i])
+				continue;
+			if (ask(addr, port, id++, kind))
+				answered++;
+			else
+				dead[i] = 1;
+			asked++;
+		}
+	free(dead);
+	printf("answered %d of %d\n", answered, asked);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	int ls, n, one = 1;
 
+	if (argc >= 4 && strcmp(argv[1], "client") == 0 && atoi(argv[2]) > 0)
+		return client(atoi(argv[2]), argc - 3, argv + 3);
 	if (argc != 4 || (strcmp(argv[1], "thread") && strcmp(argv[1], "poll")) ||
 	    (n = atoi(argv[3])) < 1) {
-		fprintf(stderr, "usage: reqserver thread|poll PORT N\n");
+		fprintf(stderr, "usage: reqserver thread|poll PORT N\n"
+			"       reqserver client ROUNDS ADDR:PORT:KIND...\n");
 		return 2;
 	}
-	a.sin_port = htons((uint16_t)atoi(argv[2]));
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	/* PORT on loopback, or ADDR:PORT */
+	const char *colon = strchr(argv[2], ':');
+	char addr[64] = "127.0.0.1";
+
+	if (colon)
+		snprintf(addr, sizeof addr, "%.*s", (int)(colon - argv[2]), argv[2]);
+	a.sin_port = htons((uint16_t)atoi(colon ? colon + 1 : argv[2]));
+	if (inet_pton(AF_INET, addr, &a.sin_addr) != 1) {
+		fprintf(stderr, "reqserver: '%s': give PORT or ADDR:PORT\n", argv[2]);
+		return 2;
+	}
 	ls = socket(AF_INET, SOCK_STREAM, 0);
 	if (ls < 0 || setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
 	    bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 64) != 0) {

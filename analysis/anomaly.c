@@ -34,11 +34,12 @@
  *     their time profiles (0..2) plus the Jaccard distance of their
  *     coverage (0..1: the paths only one has, over the paths either has);
  *     AN_PROFILE_TIME and AN_PROFILE_COVERAGE take one of the two alone.
- *  3. Fail-stop first (processes only: a flow or a host does not stop while
- *     its peers go on): a unit that stopped in the middle of something -- a
+ *  3. Fail-stop first (processes and flows; a host does not stop while its
+ *     peers go on): a unit that stopped in the middle of something -- a
  *     call still open at its last record that is not the process's exit
- *     (_exit, exit: it ended as it should) -- while the other units of its
- *     role (point 4) went on: its last record is earlier than their median
+ *     (_exit, exit: it ended as it should); for a flow, a call it entered
+ *     that never returned (a request stuck on its thread) -- while the
+ *     other units of its role (point 4) went on: its last record is earlier than their median
  *     last record by more than FAILSTOP_MIN_NS and a tenth of the session's
  *     span (well above clock precision).  It crashed, hung in a loop that
  *     calls nothing, or blocked for good.  The one with the largest gap
@@ -312,11 +313,13 @@ static int credit(sweep *sw, uint32_t nd, int64_t from, int64_t to)
 
 /* The unit whose window holds time `at` (records before a window belong to
  * the one that follows), AN_NONE past the last. */
-static uint32_t unit_at(const sweep *sw, int64_t at)
+static uint32_t unit_at(const sweep *sw, int64_t at, bool *inside)
 {
 	for (size_t k = sw->at; k < sw->nw; k++)
-		if (sw->w[k].t1 >= at)
+		if (sw->w[k].t1 >= at) {
+			*inside = sw->w[k].t0 <= at;
 			return sw->w[k].unit;
+		}
 	return AN_NONE;
 }
 
@@ -399,7 +402,8 @@ static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, con
 		uint32_t nd = nm == AN_NONE ? AN_NONE
 			      : node_id(a, depth && !start_func(a, name) ? st[depth - 1].node
 					: AN_NONE, nm);
-		uint32_t ui = unit_at(&sw, start);
+		bool inside = false;
+		uint32_t ui = unit_at(&sw, start, &inside);
 
 		if (nd == AN_NONE)
 			goto oom;
@@ -414,7 +418,10 @@ static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, con
 			u->first_ns = start;
 		if (end > u->last_ns)
 			u->last_ns = end;
-		if (whole)
+		/* point 3: a process's last call; a flow's calls entered inside its
+		 * window and never ended (a call around the flows, a poll() loop's,
+		 * is not the flow's) */
+		if (whole || (inside && c[j].end == AN_END_TRACE))
 			note_last(u, &c[j], nd);
 	}
 	rc = 0;
@@ -1006,7 +1013,7 @@ static size_t failstop_unit(const an_anomalies *a, size_t nsus, double *tmp, int
 	size_t which = AN_NONE;
 
 	*gap = 0;
-	if (a->kind != AN_UNITS_PROCESS || nsus < 3)
+	if (a->kind == AN_UNITS_HOST || nsus < 3)
 		return AN_NONE;
 	for (size_t i = 0; i < a->nunits; i++) {
 		const unit *u = &a->units[i];
@@ -1209,8 +1216,8 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 			if (path_of(a, u->last_node, &c->path, &c->npath) != 0)
 				goto oom;
 			say(c->why, sizeof c->why, "its last record, %.1f ms before the other "
-				 "processes of its role went on to (their median): it stopped here "
-				 "(crashed, hung or blocked)", (double)gap / 1e6);
+				 "%s of its role went on to (their median): it stopped here "
+				 "(crashed, hung or blocked)", (double)gap / 1e6, kind_plural(a->kind));
 		} else if (!normal && nd < 2) {
 			sp->method = "knn-manhattan";
 			sp->score = 0;

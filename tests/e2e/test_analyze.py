@@ -26,6 +26,12 @@ f<N> is the N-th request, after the accept loop's own flow in thread mode):
                fallback_lookup, visible only in the call paths taken), by
                --profile coverage: its flow among the 3 most suspect, the
                path through fallback_lookup among its 3 first causes
+  flow-hang    the threaded server, 12 requests, request 1 "loop": its thread
+               spins in spin_forever() for good while the others are
+               served (the process goes on); the test kills the server.
+               That request's flow ranked first by the earliest last
+               timestamp (a call it entered never returned), spin_forever
+               named
   normal       a reference run where 3 requests of 24 are "rare"
                (rare_report: twice the work), then a run with one rare
                request and one slow one: with --normal REF the slow flow
@@ -90,6 +96,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -196,6 +203,33 @@ def case_flows(sptrace, reqserver, case, tmp):
               "fallback_lookup is not among the first 3 causes of %s: %r" % (bad, paths))
         kind = [c["kind"] for c in mine[0]["causes"][:3] if c["path"][-1] == "fallback_lookup"]
         check("coverage" in kind, "fallback_lookup's causes are not coverage ones: %r" % kind)
+    elif case == "flow-hang":
+        port = free_port()
+        p = subprocess.Popen([sptrace, "run", "--on", "accept", "-o", out, "--", reqserver,
+                              "thread", str(port), "12"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            check(p.stdout.readline().strip() == "ready", "reqserver did not start")
+            for i in range(12):
+                with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+                    c.sendall(b"%d %s\n" % (i, b"loop" if i == 1 else b"normal"))
+                    if i == 1:
+                        time.sleep(0.2)          # it never answers
+                        continue
+                    check(c.recv(100) == b"ok %d\n" % i, "request %d not answered" % i)
+            time.sleep(0.2)
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)       # sptrace run and the server
+            p.communicate()
+        hang = "f%d" % (1 + 2)                    # after the accept loop's flow and request 0's
+        f = run([sptrace, "flows", "--json", out])
+        check(f.returncode == 0 and len(json.loads(f.stdout)["flows"]) == 13,
+              "flows of the stuck server: %r %r" % (f.stdout[:1500], f.stderr))
+        top = analyze(sptrace, out)
+        check(top[0]["flow"] == hang and top[0]["method"] == "earliest-last-timestamp" and
+              top[0]["culprit"]["function"] == "spin_forever",
+              "the stuck request's flow (%s) is not first by the earliest last timestamp with "
+              "spin_forever named:\n%s" % (hang, show(sptrace, out)))
     elif case == "diff":
         a, b = os.path.join(tmp, "a"), os.path.join(tmp, "b")
         serve(sptrace, reqserver, "poll", a, ["normal"] * 10)
@@ -534,7 +568,7 @@ def main():
     if len(sys.argv) != 4:
         fail(__doc__)
     sptrace, workers, case = sys.argv[1:]
-    if case in ("flow-thread", "flow-poll", "coverage", "normal", "diff"):
+    if case in ("flow-thread", "flow-poll", "coverage", "normal", "diff", "flow-hang"):
         tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
         try:
             case_flows(sptrace, workers, case, tmp)

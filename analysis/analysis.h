@@ -451,6 +451,11 @@ typedef struct an_flow {
 	int64_t start_ns, end_ns; /* CLOCK_REALTIME of its first and last records */
 	uint64_t events;         /* its records (an_record: calls' entries and exits,
 				    events, messages) */
+	uint32_t starts;         /* the request starts it holds (an accept, a receive
+				    from outside, a start function's call, an
+				    activation but the program's start, which a
+				    child's continuation shares): more than 1 breaks
+				    rule 8 */
 	an_flow_proc *procs;     /* the processes it crossed, its start's first */
 	size_t nprocs;
 	an_flow_part *parts;     /* its runs of records, by start */
@@ -499,6 +504,8 @@ typedef struct an_flows_opts {
 int an_flows_build(an_session *s, an_flows **out, sp_err *err);
 int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, sp_err *err);
 size_t an_flows_nclocks(const an_flows *f);
+/* Rule 8: matched receives that precede their sends, after rule 7. */
+size_t an_flows_nbackwards(const an_flows *f);
 const an_clock *an_flows_clock(const an_flows *f, size_t i);
 size_t an_flows_count(const an_flows *f);
 const an_flow *an_flows_get(const an_flows *f, size_t i);

@@ -74,6 +74,12 @@
  *      Only a segment that began as a continuation (event "start" or
  *      "thread") joins: one that began at an accept or a receive is a
  *      request of its own (a pre-forked worker's).
+ *   8. Properties the result should have, counted where it does not: a
+ *      flow holds one request (at most one start that is not a
+ *      continuation: an accept, a receive from outside, a start function's
+ *      call, an activation), and a receive never precedes the send it
+ *      matched (after rule 7).  `sptrace flows` says which flows and how
+ *      many messages break them.
  *   7. Clocks: hosts' clocks are only as close as they are synchronised, and
  *      a receive never precedes its send.  Each matched message between two
  *      hosts bounds the difference of their clocks: from A to B, B's clock
@@ -146,6 +152,7 @@ struct an_flows {
 	size_t nhosts, caphosts;
 	an_clock *clocks;        /* rule 7: the hosts whose clocks were aligned */
 	size_t nclocks;
+	size_t nbackwards;       /* rule 8: receives before their sends */
 };
 
 typedef struct build {
@@ -693,6 +700,7 @@ typedef struct group {
 	size_t start;            /* the segment the flow starts at */
 	int64_t t0, t1;
 	uint64_t events;
+	uint32_t starts;         /* its segments that began at a request's start */
 } group;
 
 static int group_cmp(const void *x, const void *y)
@@ -810,6 +818,9 @@ static int make_flows(build *b, sp_err *err)
 				gr->t1 = sg->t1;
 		}
 		gr->events += sg->events;
+		/* rule 8: a start that is not a continuation (a child's, a thread's) */
+		if (sg->event && strcmp(sg->event, "thread") != 0 && strcmp(sg->event, "start") != 0)
+			gr->starts++;
 		/* the start: its earliest segment that began at a start event */
 		if (sg->event && (!b->segs[gr->start].event || sg->t0 < b->segs[gr->start].t0))
 			gr->start = i;
@@ -855,6 +866,7 @@ static int make_flows(build *b, sp_err *err)
 		fl->start_ns = g[k].t0;
 		fl->end_ns = g[k].t1;
 		fl->events = g[k].events;
+		fl->starts = g[k].starts;
 		/* the start's process first, then by first appearance */
 		if (!(fl->procs = calloc(no + 1, sizeof *fl->procs)) ||
 		    !(fl->parts = calloc(no + 1, sizeof *fl->parts)))
@@ -1034,6 +1046,14 @@ int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, s
 	}
 	if (align_clocks(&b, err) < 0 || make_flows(&b, err) < 0)
 		goto done;
+	for (size_t i = 0; i < b.out->nm; i++) {
+		/* rule 8: receives before their sends */
+		const an_msg_match *m = &b.out->m[i];
+		an_trace *ts = an_session_trace(s, m->send_image), *tr = an_session_trace(s, m->recv_image);
+
+		if (ts && tr && an_realtime_ns(tr, m->recv_tsc) < an_realtime_ns(ts, m->send_tsc))
+			b.out->nbackwards++;
+	}
 	*out = b.out;
 	b.out = NULL;
 	rc = 0;
@@ -1060,6 +1080,8 @@ const an_flow *an_flows_get(const an_flows *f, size_t i)
 size_t an_flows_nmatches(const an_flows *f) { return f->nm; }
 
 size_t an_flows_nclocks(const an_flows *f) { return f->nclocks; }
+
+size_t an_flows_nbackwards(const an_flows *f) { return f->nbackwards; }
 
 const an_clock *an_flows_clock(const an_flows *f, size_t i)
 {

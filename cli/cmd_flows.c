@@ -86,6 +86,19 @@ static void print_table(const char *dir, const an_flows *fl)
 
 	printf("# %zu flow%s in %s\n", an_flows_count(fl), an_flows_count(fl) == 1 ? "" : "s",
 	       dir);
+	for (size_t i = 0, said = 0; i < an_flows_count(fl); i++) {
+		const an_flow *f = an_flows_get(fl, i);
+
+		if (f->starts > 1 && said++ < 20)
+			printf("# property: flow %s holds %" PRIu32 " requests' starts (a receive or a "
+			       "child joined them): separate them with --start, or a directive\n",
+			       f->id, f->starts);
+	}
+	if (an_flows_nbackwards(fl))
+		printf("# property: %zu receive%s before the send%s they matched, even with the "
+		       "clocks aligned (clocks drifting apart, or bytes matched to the wrong send)\n",
+		       an_flows_nbackwards(fl), an_flows_nbackwards(fl) == 1 ? " comes" : "s come",
+		       an_flows_nbackwards(fl) == 1 ? "" : "s");
 	for (size_t i = 0; i < an_flows_nclocks(fl); i++) {
 		const an_clock *c = an_flows_clock(fl, i);
 

@@ -410,6 +410,85 @@ done:
 	free(out);
 }
 
+/*
+ * Rules 7 and 8 of flows.c: hosts a and b talk both ways with clocks that
+ * cannot be made to agree (a's receive of b's answer, on a's clock, comes
+ * before b sent it by any offset that keeps b's receive after a's send):
+ * b's clock is set to the middle of its bounds, one aligned clock reported
+ * with both ways, and both receives counted as before their sends.
+ */
+static void test_clocks(void)
+{
+	const uint64_t T = TG_TSC0 + 100000;
+	char *out = tg_dir(root, "clocks"), *a, *b;
+	trace_channel ch[2];
+	an_session *s = NULL;
+	an_flows *f = NULL;
+	sp_err err;
+	tg_ring r;
+
+	free(tg_dir(out, "a"));
+	free(tg_dir(out, "b"));
+	a = tg_dir(out, "a/1234");
+	b = tg_dir(out, "b/1234");
+	memset(ch, 0, sizeof ch);
+	ch[0].proto = 2;
+	ch[0].pid = sizeof(trace_channel);
+	/* a: sends 10 bytes at T, reads b's 20 at T + 5 */
+	tg_meta(a, prog, "");
+	tg_write_sites(a, sites, S_COUNT);
+	tcp_chan(&ch[1], "10.0.0.1", 40000, "10.0.0.2", 7000);
+	tg_write(a, "channels", ch, sizeof ch);
+	tg_ring_init(&r, 1234, 64, TG_TSC0);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T - 10);
+	tg_put(&r, TRACE_ENTRY, S_MAIN, T - 5);
+	put_msg(&r, TRACE_EV_MSG_SEND, T, 1, TRACE_CALL_SEND, 0, 0, 10);
+	put_msg(&r, TRACE_EV_MSG_RECV, T + 5, 1, TRACE_CALL_RECV, 0, 0, 20);
+	tg_put(&r, TRACE_EXIT, S_MAIN, T + 50);
+	tg_ring_write(&r, a, NULL, -1);
+	tg_ring_free(&r);
+	/* b: reads a's 10 at T + 10, answers 20 at T + 20 */
+	tg_meta(b, prog, "");
+	tg_write_sites(b, sites, S_COUNT);
+	tcp_chan(&ch[1], "10.0.0.2", 7000, "10.0.0.1", 40000);
+	tg_write(b, "channels", ch, sizeof ch);
+	tg_ring_init(&r, 1234, 64, TG_TSC0);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T + 8);
+	tg_put(&r, TRACE_ENTRY, S_MAIN, T + 9);
+	put_msg(&r, TRACE_EV_MSG_RECV, T + 10, 1, TRACE_CALL_RECV, 0, 0, 10);
+	put_msg(&r, TRACE_EV_MSG_SEND, T + 20, 1, TRACE_CALL_SEND, 0, 0, 20);
+	tg_put(&r, TRACE_EXIT, S_MAIN, T + 30);
+	tg_ring_write(&r, b, NULL, -1);
+	tg_ring_free(&r);
+
+	if (an_session_open(out, NULL, &s, &err) < 0 || an_flows_build(s, &f, &err) < 0) {
+		CHECK(0, "flows of %s: %s", out, err.msg);
+		goto done;
+	}
+	/* bounds on b - a: >= 0 - 10 = -10 (a to b), <= 5 - 20 = -15 (b to a) */
+	CHECK(an_flows_nclocks(f) == 1, "%zu clocks aligned, expected b's", an_flows_nclocks(f));
+	if (an_flows_nclocks(f) == 1) {
+		const an_clock *c = an_flows_clock(f, 0);
+
+		CHECK(strcmp(c->host, "b") == 0 && strcmp(c->to, "a") == 0 && c->messages == 2 &&
+		      c->both_ways && c->offset_ns == -12,
+		      "clock of %s to %s: %" PRId64 " ns from %zu messages (both ways %d), expected "
+		      "b to a, -12 ns (the middle of -10 and -15), 2, both", c->host, c->to,
+		      c->offset_ns, c->messages, c->both_ways);
+	}
+	CHECK(an_flows_nbackwards(f) == 2, "%zu receives before their sends, expected 2",
+	      an_flows_nbackwards(f));
+	CHECK(an_flows_count(f) == 1 && an_flows_get(f, 0)->starts <= 1,
+	      "%zu flows, the first with %u starts: expected one flow, one start at most",
+	      an_flows_count(f), an_flows_count(f) ? an_flows_get(f, 0)->starts : 0);
+done:
+	an_flows_free(f);
+	an_session_close(s);
+	free(out);
+	free(a);
+	free(b);
+}
+
 int main(int argc, char **argv)
 {
 	char repo[sizeof root + 8];
@@ -429,6 +508,7 @@ int main(int argc, char **argv)
 	test_stream();
 	test_session();
 	test_flows();
+	test_clocks();
 
 	tg_rmtree(root);
 	ca_module_free((ca_module *)tg_prog());

@@ -74,12 +74,6 @@
  *      Only a segment that began as a continuation (event "start" or
  *      "thread") joins: one that began at an accept or a receive is a
  *      request of its own (a pre-forked worker's).
- *   8. Properties the result should have, counted where it does not: a
- *      flow holds one request (at most one start that is not a
- *      continuation: an accept, a receive from outside, a start function's
- *      call, an activation), and a receive never precedes the send it
- *      matched (after rule 7).  `sptrace flows` says which flows and how
- *      many messages break them.
  *   7. Clocks: hosts' clocks are only as close as they are synchronised, and
  *      a receive never precedes its send.  Each matched message between two
  *      hosts bounds the difference of their clocks: from A to B, B's clock
@@ -92,6 +86,12 @@
  *      a host with no message to the others keeps its clock.  The offsets
  *      are applied to the session's traces (an_realtime_ns) before the
  *      flows' times are taken, so exports and comparisons see them.
+ *   8. Properties the result should have, counted where it does not: a
+ *      flow holds one request (at most one start that is not a
+ *      continuation: an accept, a receive from outside, a start function's
+ *      call, an activation), and a receive never precedes the send it
+ *      matched (after rule 7).  `sptrace flows` says which flows and how
+ *      many messages break them.
  */
 
 typedef struct chan_key {

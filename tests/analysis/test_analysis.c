@@ -278,6 +278,20 @@ static void tcp_chan(trace_channel *c, const char *la, uint16_t lp, const char *
 	inet_pton(AF_INET, pa, c->peer_addr);
 }
 
+/* A host's process 1234 under out/HOST: meta (with `extra`), sites, the
+ * channels ch[0..n) (ch[0] the header); its directory, malloc'ed. */
+static char *host_trace(const char *out, const char *host, const char *extra,
+			const trace_channel *ch, size_t n)
+{
+	char *top = tg_dir(out, host), *dir = tg_dir(top, "1234");
+
+	tg_meta(dir, prog, extra);
+	tg_write_sites(dir, sites, S_COUNT);
+	tg_write(dir, "channels", ch, n * sizeof *ch);
+	free(top);
+	return dir;
+}
+
 static void test_flows(void)
 {
 	const uint64_t T = TG_TSC0 + 100000;
@@ -427,18 +441,12 @@ static void test_clocks(void)
 	sp_err err;
 	tg_ring r;
 
-	free(tg_dir(out, "a"));
-	free(tg_dir(out, "b"));
-	a = tg_dir(out, "a/1234");
-	b = tg_dir(out, "b/1234");
 	memset(ch, 0, sizeof ch);
 	ch[0].proto = 2;
 	ch[0].pid = sizeof(trace_channel);
 	/* a: sends 10 bytes at T, reads b's 20 at T + 5 */
-	tg_meta(a, prog, "");
-	tg_write_sites(a, sites, S_COUNT);
 	tcp_chan(&ch[1], "10.0.0.1", 40000, "10.0.0.2", 7000);
-	tg_write(a, "channels", ch, sizeof ch);
+	a = host_trace(out, "a", "", ch, 2);
 	tg_ring_init(&r, 1234, 64, TG_TSC0);
 	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T - 10);
 	tg_put(&r, TRACE_ENTRY, S_MAIN, T - 5);
@@ -448,10 +456,8 @@ static void test_clocks(void)
 	tg_ring_write(&r, a, NULL, -1);
 	tg_ring_free(&r);
 	/* b: reads a's 10 at T + 10, answers 20 at T + 20 */
-	tg_meta(b, prog, "");
-	tg_write_sites(b, sites, S_COUNT);
 	tcp_chan(&ch[1], "10.0.0.2", 7000, "10.0.0.1", 40000);
-	tg_write(b, "channels", ch, sizeof ch);
+	b = host_trace(out, "b", "", ch, 2);
 	tg_ring_init(&r, 1234, 64, TG_TSC0);
 	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T + 8);
 	tg_put(&r, TRACE_ENTRY, S_MAIN, T + 9);

@@ -535,90 +535,72 @@ def case_start(sptrace, jobs, tmp):
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[3] == "hosts":
+    if len(sys.argv) not in (4, 5):
+        fail(__doc__)
+    sptrace, prog, case = sys.argv[1:4]
+    extra = sys.argv[4:]
+    cases = {"hosts": lambda tmp: case_hosts(sptrace, extra[0], prog, tmp),
+             "interleave": lambda tmp: case_interleave(sptrace, prog, tmp),
+             "start": lambda tmp: case_start(sptrace, prog, tmp),
+             "html": lambda tmp: case_html(sptrace, prog, extra[0], tmp)}
+    for c in ("flow-thread", "flow-poll", "coverage", "normal", "diff", "flow-hang"):
+        cases[c] = lambda tmp, c=c: case_flows(sptrace, prog, c, tmp)
+    for c in ("loop", "crash", "slow"):
+        cases[c] = lambda tmp, c=c: case_workers(sptrace, prog, c, tmp)
+    if case not in cases or len(extra) != (1 if case in ("hosts", "html") else 0):
+        fail(__doc__)
+    if case == "hosts":
         from nslib import in_own_netns
         in_own_netns()           # re-runs this script: before the scratch directory
-        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
-        try:
-            case_hosts(sys.argv[1], sys.argv[4], sys.argv[2], tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return
-    if len(sys.argv) == 4 and sys.argv[3] == "interleave":
-        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
-        try:
-            case_interleave(sys.argv[1], sys.argv[2], tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return
-    if len(sys.argv) == 4 and sys.argv[3] == "start":
-        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
-        try:
-            case_start(sys.argv[1], sys.argv[2], tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return
-    if len(sys.argv) == 5 and sys.argv[3] == "html":
-        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
-        try:
-            case_html(sys.argv[1], sys.argv[2], sys.argv[4], tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return
-    if len(sys.argv) != 4:
-        fail(__doc__)
-    sptrace, workers, case = sys.argv[1:]
-    if case in ("flow-thread", "flow-poll", "coverage", "normal", "diff", "flow-hang"):
-        tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
-        try:
-            case_flows(sptrace, workers, case, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return
     tmp = tempfile.mkdtemp(prefix="sptrace-analyze-")
     try:
-        out = os.path.join(tmp, "trace")
-        r = run([sptrace, "run", "-o", out, "--", workers, "16", "5", case], timeout=300)
-        check(r.returncode == 0, "workers under sptrace run: %d %r" % (r.returncode, r.stderr))
-        m = re.search(r"^worker 5 pid (\d+)$", r.stdout, re.M)
-        check(m, "workers did not name worker 5: %r" % r.stdout)
-        bad = int(m.group(1))
-        a = run([sptrace, "analyze", "--json", out], timeout=300)
-        check(a.returncode == 0, "sptrace analyze --json: %d %r" % (a.returncode, a.stderr))
-        doc = json.loads(a.stdout)
-        top = doc["anomalies"]
-        check(len(top) >= 16, "analyze ranked %d processes, not the 16 workers and the parent" %
-              len(top))
-        for i, x in enumerate(top):
-            check(x["rank"] == i + 1 and x["kind"] == "process" and x["flow"] is None and
-                  isinstance(x["host"], str) and isinstance(x["pid"], int) and
-                  isinstance(x["score"], (int, float)) and isinstance(x["method"], str) and
-                  isinstance(x["causes"], list), "anomaly %d does not have the Contract's "
-                  "shape: %r" % (i + 1, x))
-            if x["culprit"] is not None:
-                check(x["culprit"]["path"] and x["culprit"]["function"] ==
-                      x["culprit"]["path"][-1], "a culprit's function is not its path's last: %r"
-                      % x["culprit"])
-            for k, c in enumerate(x["causes"]):
-                check(c["rank"] == k + 1 and isinstance(c["path"], list) and c["why"],
-                      "a cause without rank, path or why: %r" % c)
-        first = top[0]
-        want = {"loop": ("earliest-last-timestamp", "spin_forever"),
-                "crash": ("earliest-last-timestamp", "crash_here"),
-                "slow": ("knn-manhattan", "slow_path")}[case]
-        check(first["pid"] == bad, "the worker that went wrong (pid %d) is not ranked first:\n%s"
-              % (bad, run([sptrace, "analyze", out]).stdout[:3000]))
-        check(first["method"] == want[0], "found by %s, not %s" % (first["method"], want[0]))
-        check(want[1] in first["culprit"]["path"], "the culprit path %r does not go through %s" %
-              (first["culprit"]["path"], want[1]))
-        if case != "slow":
-            check(first["culprit"]["function"] == want[1], "the culprit is %s, not %s" %
-                  (first["culprit"]["function"], want[1]))
-        text = run([sptrace, "analyze", "--top", "2", out]).stdout
-        check(" 1. " in text and "pid %d" % bad in text and " 3. " not in text,
-              "the table (--top 2): %r" % text)
+        cases[case](tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def case_workers(sptrace, workers, case, tmp):
+    """16 forked workers, worker 5 goes wrong (workers.c)."""
+    out = os.path.join(tmp, "trace")
+    r = run([sptrace, "run", "-o", out, "--", workers, "16", "5", case], timeout=300)
+    check(r.returncode == 0, "workers under sptrace run: %d %r" % (r.returncode, r.stderr))
+    m = re.search(r"^worker 5 pid (\d+)$", r.stdout, re.M)
+    check(m, "workers did not name worker 5: %r" % r.stdout)
+    bad = int(m.group(1))
+    a = run([sptrace, "analyze", "--json", out], timeout=300)
+    check(a.returncode == 0, "sptrace analyze --json: %d %r" % (a.returncode, a.stderr))
+    doc = json.loads(a.stdout)
+    top = doc["anomalies"]
+    check(len(top) >= 16, "analyze ranked %d processes, not the 16 workers and the parent" %
+          len(top))
+    for i, x in enumerate(top):
+        check(x["rank"] == i + 1 and x["kind"] == "process" and x["flow"] is None and
+              isinstance(x["host"], str) and isinstance(x["pid"], int) and
+              isinstance(x["score"], (int, float)) and isinstance(x["method"], str) and
+              isinstance(x["causes"], list), "anomaly %d does not have the Contract's "
+              "shape: %r" % (i + 1, x))
+        if x["culprit"] is not None:
+            check(x["culprit"]["path"] and x["culprit"]["function"] ==
+                  x["culprit"]["path"][-1], "a culprit's function is not its path's last: %r"
+                  % x["culprit"])
+        for k, c in enumerate(x["causes"]):
+            check(c["rank"] == k + 1 and isinstance(c["path"], list) and c["why"],
+                  "a cause without rank, path or why: %r" % c)
+    first = top[0]
+    want = {"loop": ("earliest-last-timestamp", "spin_forever"),
+            "crash": ("earliest-last-timestamp", "crash_here"),
+            "slow": ("knn-manhattan", "slow_path")}[case]
+    check(first["pid"] == bad, "the worker that went wrong (pid %d) is not ranked first:\n%s"
+          % (bad, run([sptrace, "analyze", out]).stdout[:3000]))
+    check(first["method"] == want[0], "found by %s, not %s" % (first["method"], want[0]))
+    check(want[1] in first["culprit"]["path"], "the culprit path %r does not go through %s" %
+          (first["culprit"]["path"], want[1]))
+    if case != "slow":
+        check(first["culprit"]["function"] == want[1], "the culprit is %s, not %s" %
+              (first["culprit"]["function"], want[1]))
+    text = run([sptrace, "analyze", "--top", "2", out]).stdout
+    check(" 1. " in text and "pid %d" % bad in text and " 3. " not in text,
+          "the table (--top 2): %r" % text)
     print("ok")
 
 

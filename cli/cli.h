@@ -147,6 +147,27 @@ struct an_flows_opts;
 int cli_analyze_html(const char *path, const char *dir, struct an_session *s,
 		     const struct an_anomalies *a, const struct an_flows_opts *fo, size_t top);
 
+/* cmd_control.c: what `sptrace activate PID` (activate 1) or `sptrace stop
+ * PID` (0) does, its answer on stderr.  0, or 1 after an error on stderr. */
+int cli_control_pid(int activate, pid_t pid, double timeout);
+
+/* hotkey.c: `--on key CHORD` (the rules are above its code).  check: 0, or
+ * 2 after an error naming the chord.  open: the chord grabbed, or NULL
+ * after an error saying which backends were looked for.  fd: to poll;
+ * pressed: how many presses arrived; wait: pressed, after at most
+ * timeout_ms for one. */
+typedef struct cli_hotkey cli_hotkey;
+int cli_hotkey_check(const char *cmd, const char *chord);
+cli_hotkey *cli_hotkey_open(const char *cmd, const char *chord);
+const char *cli_hotkey_backend(const cli_hotkey *h);
+int cli_hotkey_fd(const cli_hotkey *h);
+int cli_hotkey_pressed(cli_hotkey *h);
+int cli_hotkey_wait(cli_hotkey *h, int timeout_ms);
+void cli_hotkey_close(cli_hotkey *h);
+/* The key chord of an --on value ("key CHORD"), or of "key" followed by
+ * argv[*optind] (which it then takes); NULL if the event is not a key. */
+const char *cli_key_chord(const char *on, int argc, char **argv, int *optind);
+
 /* replay_diff.c: `sptrace replay --diff DIR2 DIR`: DIR's threads' calls
  * aligned with DIR2's; min_change: the percent a duration must change by to
  * be shown.  0, or 1 after an error on stderr. */

@@ -18,6 +18,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,10 @@ static const char help[] =
 	"                        call FUNC     when FUNC (a name or 0xADDR) is next reached\n"
 	"                        timer SECONDS after that long\n"
 	"                        signal        at 'sptrace activate PID'\n"
+	"                        key CHORD     when the key chord is pressed (Ctrl-Alt-T;\n"
+	"                                      X11 when $DISPLAY is set); again, tracing\n"
+	"                                      stops, and so on: attach waits for the\n"
+	"                                      chord until the process ends\n"
 	"                        accept        when a thread's accept returns a connection\n"
 	"                        recv          when a thread receives data on a socket\n"
 	"                                      (recv, recvfrom, recvmsg, or read of a socket)\n"
@@ -95,6 +100,22 @@ static void agent_reason(const char *dir, char *why, size_t len)
 		snprintf(why, len, "see %.500s/agent.log", dir);
 }
 
+/* --on key: toggle tracing at each press of the chord until pid ends. */
+static int await_chord(cli_hotkey *hk, const char *chord, pid_t pid)
+{
+	int presses = 0, rc = 0;
+
+	while (kill(pid, 0) == 0 || errno != ESRCH) {
+		for (int n = cli_hotkey_wait(hk, 200); n > 0; n--) {
+			fprintf(stderr, "sptrace: %s pressed\n", chord);
+			rc |= cli_control_pid(presses++ % 2 == 0, pid, 5);
+		}
+	}
+	cli_hotkey_close(hk);
+	printf("sptrace: pid %d has ended\n", (int)pid);
+	return rc;
+}
+
 int cmd_attach(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -104,7 +125,8 @@ int cmd_attach(int argc, char **argv)
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
 		{ "no-propagate", no_argument, 0, 'N' },    { 0, 0, 0, 0 },
 	};
-	const char *dir = NULL, *on = "now", *threads = "";
+	const char *dir = NULL, *on = "now", *threads = "", *chord = NULL;
+	cli_hotkey *hk = NULL;
 	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], why[600];
 	char ring[32] = "", *end;
 	double timeout = 120;
@@ -124,7 +146,10 @@ int cmd_attach(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":o:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'e': on = optarg; break;
+		case 'e':
+			on = optarg;
+			chord = cli_key_chord(on, argc, argv, &optind);
+			break;
 		case 'o': dir = optarg; break;
 		case 'r':
 			if (cli_ring_size("attach", optarg, ring, sizeof ring))
@@ -165,10 +190,17 @@ int cmd_attach(int argc, char **argv)
 	if (*end || pidl <= 0 || pidl > INT32_MAX)
 		return cli_error("attach: '%s' is not a process id", argv[optind]), 2;
 	pid = (pid_t)pidl;
+	if (chord) {
+		if (cli_hotkey_check("attach", chord))
+			return 2;
+		on = "signal";           /* dormant; the chord is ours */
+	}
 	if (cli_check_event("attach", on, "now"))
 		return 2;
 	if (strcmp(on, "now") == 0)
 		on = "timer 0";
+	if (chord && !(hk = cli_hotkey_open("attach", chord)))
+		return 2;
 	if (inj_check(pid, &err))
 		return cli_error("attach: %s", err.msg);
 	if (inj_has_mapping(pid, "sptrace-agent") == 1)
@@ -237,6 +269,15 @@ int cmd_attach(int argc, char **argv)
 		       "tracing %.1f ms later; trace in %s\n", (int)pid, r.total_ms, (int)r.tid,
 		       r.pause_ms, ms, absdir);
 		return 0;
+	}
+	if (hk) {
+		printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
+		       "tracing starts when %s is pressed (%s), and stops when it is pressed "
+		       "again; waiting for it until pid %d ends (^C leaves the agent dormant); "
+		       "trace in %s\n", (int)pid, r.total_ms, (int)r.tid, r.pause_ms, chord,
+		       cli_hotkey_backend(hk), (int)pid, absdir);
+		fflush(stdout);
+		return await_chord(hk, chord, pid);
 	}
 	printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); %s; trace "
 	       "in %s\n", (int)pid, r.total_ms, (int)r.tid, r.pause_ms,

@@ -296,6 +296,10 @@ static int not_to_send(const command *cmd, const char *pid, const char *dir, con
 	return 0;
 }
 
+/* Where the answer is said: stdout for `sptrace activate|stop`, stderr when
+ * run or attach toggles tracing at a key chord (cli_control_pid). */
+static FILE *said;
+
 /* The agent's answer: one more meta line of the command's kind than
  * `before`. */
 static int await_answer(const command *cmd, const char *pid, const char *dir, int before,
@@ -307,11 +311,12 @@ static int await_answer(const command *cmd, const char *pid, const char *dir, in
 	switch (cli_meta_wait(dir, cmd->confirm, before, timeout, &ms, why, sizeof why)) {
 	case 1:
 		if (cmd == &activate_cmd)
-			printf("sptrace: pid %s: tracing; trace in %s\n", pid, dir);
+			fprintf(said ? said : stdout, "sptrace: pid %s: tracing; trace in %s\n", pid,
+				dir);
 		else
-			printf("sptrace: pid %s: tracing stopped, code restored; the agent "
-			       "is dormant ('sptrace activate %s' starts again); trace in %s\n",
-			       pid, pid, dir);
+			fprintf(said ? said : stdout, "sptrace: pid %s: tracing stopped, code "
+				"restored; the agent is dormant ('sptrace activate %s' starts again); "
+				"trace in %s\n", pid, pid, dir);
 		return 0;
 	case -1:
 		return cli_error("%s: pid %s: the trace ended (%s) before the agent "
@@ -532,4 +537,16 @@ int cmd_activate(int argc, char **argv)
 	for (int i = optind; i < argc; i++)
 		failed |= control_one(&activate_cmd, argv[i], timeout);
 	return failed;
+}
+
+int cli_control_pid(int activate, pid_t pid, double timeout)
+{
+	char arg[24];
+	int rc;
+
+	snprintf(arg, sizeof arg, "%d", (int)pid);
+	said = stderr;
+	rc = control_one(activate ? &activate_cmd : &stop_cmd, arg, timeout);
+	said = NULL;
+	return rc;
 }

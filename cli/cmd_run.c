@@ -48,6 +48,9 @@ static const char help[] =
 	"                                      stands (its functions already running are\n"
 	"                                      found by a stack walk)\n"
 	"                        signal        at 'sptrace activate PID', likewise\n"
+	"                        key CHORD     when the key chord is pressed (Ctrl-Alt-T;\n"
+	"                                      X11 when $DISPLAY is set), likewise; again,\n"
+	"                                      tracing stops, and so on\n"
 	"                        accept        when a thread's accept returns a connection\n"
 	"                        recv          when a thread receives data on a socket\n"
 	"                                      (recv, recvfrom, recvmsg, or read of a socket)\n"
@@ -281,7 +284,9 @@ int cmd_run(int argc, char **argv)
 	cli_drain *drain = NULL;
 	int flight = 0;
 	const char *threads = NULL;
-	const char *dir = "sptrace.data", *on = "start";
+	const char *dir = "sptrace.data", *on = "start", *chord = NULL;
+	cli_hotkey *hk = NULL;
+	int presses = 0;
 	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
 	char meta[PATH_MAX + 8];
 	const char *old_preload = getenv("LD_PRELOAD");
@@ -293,7 +298,10 @@ int cmd_run(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+:o:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'e': on = optarg; break;
+		case 'e':
+			on = optarg;
+			chord = cli_key_chord(on, argc, argv, &optind);
+			break;
 		case 'o': dir = optarg; break;
 		case 'r':
 			if (cli_ring_size("run", optarg, ring, sizeof ring))
@@ -325,6 +333,12 @@ int cmd_run(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return cli_error("run: no program given; see 'sptrace run --help'"), 2;
+	if (chord) {
+		/* the agent waits dormant, as for 'sptrace activate'; the chord is ours */
+		if (cli_hotkey_check("run", chord))
+			return 2;
+		on = "signal";
+	}
 	if (cli_check_event("run", on, "start"))
 		return 2;
 	if ((c = cannot_start(argv[optind])))
@@ -351,6 +365,10 @@ int cmd_run(int argc, char **argv)
 			cli_analyze_missing("run", NULL, mods, n, 0);
 			cli_free_list(mods, n);
 		}
+	}
+	if (chord && !(hk = cli_hotkey_open("run", chord))) {
+		cli_remove_trace_dir(absdir, owner.uid);
+		return 2;
 	}
 	/* The child reports a failed exec through a close-on-exec pipe: an
 	 * empty read means the program is running. */
@@ -403,19 +421,33 @@ int cmd_run(int argc, char **argv)
 	if (!flight && !(drain = cli_drain_start(absdir)))
 		cli_error("run: out of memory for the drain: the rings keep only their newest "
 			  "records");
+	if (hk)
+		fprintf(stderr, "sptrace: pid %d waits for %s (%s): tracing starts when it is "
+			"pressed; pressed again, it stops, and so on\n", (int)pid, chord,
+			cli_hotkey_backend(hk));
 	for (;;) {
-		pid_t w = waitpid(pid, &status, drain ? WNOHANG : 0);
+		pid_t w = waitpid(pid, &status, drain || hk ? WNOHANG : 0);
+		int busy = 0;
 
 		if (w == pid)
 			break;
 		if (w < 0 && errno != EINTR) {
 			cli_drain_end(drain);
+			cli_hotkey_close(hk);
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
 		}
-		if (drain && !cli_drain_poll(drain))
+		if (drain)
+			busy = cli_drain_poll(drain);
+		/* the chord: activate, stop, activate... (as 'sptrace activate|stop') */
+		for (int n = hk ? cli_hotkey_wait(hk, busy ? 0 : 1) : 0; n > 0; n--) {
+			fprintf(stderr, "sptrace: %s pressed\n", chord);
+			cli_control_pid(presses++ % 2 == 0, pid, 5);
+		}
+		if (!hk && drain && !busy)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
 	cli_drain_end(drain);
+	cli_hotkey_close(hk);
 	snprintf(meta, sizeof meta, "%s/meta", absdir);
 	if (access(meta, F_OK) != 0) {
 		char why[PATH_MAX + 128];

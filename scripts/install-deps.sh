@@ -29,6 +29,8 @@ packages=(
 	protobuf-compiler
 	# sptrace analyze --html's page is rendered by headless Chromium
 	chromium fonts-dejavu-core
+	# --on key CHORD's X11 backend (libX11), tested under Xvfb with xdotool
+	libx11-dev xvfb xdotool
 	# spdaemon's tests: openssl checks the keys and plays TLS peers; hosts
 	# are network namespaces (ip, unshare); its systemd unit is verified
 	openssl iproute2 util-linux systemd

@@ -506,6 +506,23 @@ int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, s
 size_t an_flows_nclocks(const an_flows *f);
 /* Rule 8: matched receives that precede their sends, after rule 7. */
 size_t an_flows_nbackwards(const an_flows *f);
+
+/*
+ * The critical path of flow i (flows.c, "Critical path"): where its time
+ * went from its start to the last record of the thread it started on,
+ * across threads, processes and hosts, as runs of one thread each,
+ * earliest first; the runs cover that span once (but for what no thread of
+ * the flow did: messages in flight).  *out is malloc'ed.
+ */
+typedef struct an_crit_step {
+	size_t image;
+	uint32_t pid, tid;
+	int64_t from_ns, to_ns;  /* CLOCK_REALTIME, aligned (rule 7) */
+	int via;                 /* it ends where a message left for the next step */
+} an_crit_step;
+
+int an_flows_critical_path(an_session *s, const an_flows *f, size_t i, an_crit_step **out,
+			   size_t *n, sp_err *err);
 const an_clock *an_flows_clock(const an_flows *f, size_t i);
 size_t an_flows_count(const an_flows *f);
 const an_flow *an_flows_get(const an_flows *f, size_t i);

@@ -1109,3 +1109,112 @@ void an_flows_free(an_flows *f)
 	free(f->hosts);
 	free(f);
 }
+
+/*
+ * Critical path: from the flow's last record back to its start.
+ *
+ *  1. Start where the flow began -- the thread of its start event, which
+ *     answers or ends the request -- at that thread's last record in the
+ *     flow (other threads may go on after: a monitor, a helper).
+ *  2. On that thread, the latest receive of a matched message at or before
+ *     the time, inside one of the flow's parts on it: the thread waited for
+ *     that message, so the time before went to its sender.  The run from
+ *     the receive to the time is a step; go on at the sender's thread, at
+ *     the send.
+ *  3. No such receive: the run from the start of the flow's part that holds
+ *     the time (its earliest on that thread) to the time is the last step.
+ *  Times only go back (a receive whose send is not before the time, rule
+ *  8's breach, is passed over), and at most one step per matched message,
+ *  so the walk ends.
+ */
+static const an_flow_part *part_at(const an_flow *fl, size_t image, uint32_t tid, int64_t ns)
+{
+	for (size_t k = 0; k < fl->nparts; k++)
+		if (fl->parts[k].image == image && fl->parts[k].tid == tid &&
+		    fl->parts[k].start_ns <= ns && ns <= fl->parts[k].end_ns)
+			return &fl->parts[k];
+	return NULL;
+}
+
+int an_flows_critical_path(an_session *s, const an_flows *f, size_t i, an_crit_step **out,
+			   size_t *n, sp_err *err)
+{
+	const an_flow *fl = an_flows_get(f, i);
+	const an_flow_part *last = NULL;
+	an_crit_step *st;
+	size_t ns = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!fl)
+		return sp_fail(err, "no flow %zu", i);
+	for (size_t k = 0; k < fl->nparts; k++)
+		if (fl->parts[k].image == fl->image && fl->parts[k].tid == fl->tid &&
+		    (!last || fl->parts[k].end_ns > last->end_ns))
+			last = &fl->parts[k];
+	if (!last)
+		return 0;
+	if (!(st = calloc(f->nm + 2, sizeof *st)))
+		return sp_fail(err, "out of memory");
+	size_t image = last->image;
+	uint32_t tid = last->tid, pid = last->pid;
+	int64_t t = last->end_ns;
+
+	for (;;) {
+		/* point 2 */
+		const an_msg_match *best = NULL;
+		int64_t best_recv = 0, best_send = 0;
+
+		for (size_t k = 0; k < f->nm; k++) {
+			const an_msg_match *m = &f->m[k];
+			an_trace *tr, *ts;
+
+			if (m->recv_image != image || m->recv_tid != tid ||
+			    !(tr = an_session_trace(s, m->recv_image)) ||
+			    !(ts = an_session_trace(s, m->send_image)))
+				continue;
+			int64_t r = an_realtime_ns(tr, m->recv_tsc), snd = an_realtime_ns(ts, m->send_tsc);
+
+			/* a send not before the time (rule 8's breach: matched
+			 * wrong) cannot have been waited on; one a little after its
+			 * receive can (clocks aligned only so far) */
+			if (r > t || snd >= t || (best && r <= best_recv) ||
+			    !part_at(fl, image, tid, r))
+				continue;
+			best = m;
+			best_recv = r;
+			best_send = snd;
+		}
+		if (!best || ns == f->nm) {
+			/* point 3 */
+			const an_flow_part *p = part_at(fl, image, tid, t);
+			int64_t from = p ? p->start_ns : t;
+
+			for (size_t k = 0; k < fl->nparts; k++)
+				if (fl->parts[k].image == image && fl->parts[k].tid == tid &&
+				    fl->parts[k].start_ns < from && fl->parts[k].end_ns >= from)
+					from = fl->parts[k].start_ns;
+			st[ns++] = (an_crit_step){ image, pid, tid, from, t, 0 };
+			break;
+		}
+		st[ns++] = (an_crit_step){ image, pid, tid, best_recv, t, 0 };
+		const an_flow_part *sp = part_at(fl, best->send_image, best->send_tid, best_send);
+
+		image = best->send_image;
+		tid = best->send_tid;
+		pid = sp ? sp->pid : tid;
+		t = best_send;
+	}
+	/* earliest first; each step but the last ends where a message left */
+	for (size_t a = 0, b = ns - 1; a < b; a++, b--) {
+		an_crit_step x = st[a];
+
+		st[a] = st[b];
+		st[b] = x;
+	}
+	for (size_t k = 0; k + 1 < ns; k++)
+		st[k].via = 1;
+	*out = st;
+	*n = ns;
+	return 0;
+}

@@ -159,6 +159,39 @@ static depth *depth_of(depth **d, size_t *n, size_t image, uint32_t tid)
 }
 
 /* Flow `id`'s records, merged in time order. */
+/* Where the flow's time went, across its threads (an_flows_critical_path). */
+static void print_critical(an_session *s, const an_flows *fl, const an_flow *f)
+{
+	an_crit_step *st;
+	size_t n, idx = 0;
+	sp_err err;
+	int64_t on = 0;
+
+	while (an_flows_get(fl, idx) != f)
+		idx++;
+	if (an_flows_critical_path(s, fl, idx, &st, &n, &err) < 0) {
+		fprintf(stderr, "sptrace: flows: the critical path of %s: %s\n", f->id, err.msg);
+		return;
+	}
+	for (size_t k = 0; k < n; k++)
+		on += st[k].to_ns - st[k].from_ns;
+	printf("# critical path of %s, from its start to its start thread's end: %zu step%s, "
+	       "%.3f ms on them (the rest: messages in flight)\n", f->id, n, n == 1 ? "" : "s",
+	       (double)on / 1e6);
+	printf("#   FROM (ms)      TO (ms)    DURATION  HOST:PID/TID\n");
+	for (size_t k = 0; k < n; k++) {
+		const an_image *im = an_session_image(s, st[k].image);
+		char dur[24];
+
+		printf("# %11.3f  %11.3f  %s  %s:%" PRIu32 "/%" PRIu32 "%s\n",
+		       (double)(st[k].from_ns - f->start_ns) / 1e6,
+		       (double)(st[k].to_ns - f->start_ns) / 1e6,
+		       an_fmt_duration((uint64_t)(st[k].to_ns - st[k].from_ns), dur), im->host,
+		       st[k].pid, st[k].tid, st[k].via ? "  -> a message" : "");
+	}
+	free(st);
+}
+
 static int show_flow(an_session *s, const an_flows *fl, const char *id)
 {
 	const an_flow *f = NULL;
@@ -188,6 +221,7 @@ static int show_flow(an_session *s, const an_flows *fl, const char *id)
 		int indent;
 
 		if (!part_of(f, ev.image, ev.thread->tid, ev.ns) ||
+		    (ev.rec.kind == TRACE_EVENT && trace_event_is_agent(ev.rec.id)) ||
 		    !(dp = depth_of(&d, &nd, ev.image, ev.thread->tid)))
 			continue;
 		snprintf(where, sizeof where, "%s:%" PRIu32 "/%" PRIu32, im->host,
@@ -226,6 +260,7 @@ static int show_flow(an_session *s, const an_flows *fl, const char *id)
 	}
 	free(d);
 	an_merge_close(m);
+	print_critical(s, fl, f);
 	return 0;
 }
 

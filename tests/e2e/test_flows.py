@@ -192,6 +192,16 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
                   re.search(r"^ +[0-9.-]+  %s:%d/\d+ +.*%s" % (re.escape(host), pid,
                                                               re.escape(func)), r.stdout, re.M),
                   "flows --flow f1 lacks %s in %s:%d:\n%s" % (func, host, pid, r.stdout[-3000:]))
+        if os.environ.get("SPTRACE_KEEP_TREE"):
+            shutil.copytree(ts.out, os.environ["SPTRACE_KEEP_TREE"], symlinks=True)
+        # where the request's time went: client, frontend, backend, back
+        crit = [l for l in r.stdout.splitlines() if re.match(r"^# +[0-9.-]+ +[0-9.-]+ ", l)]
+        hosts = [re.search(r"  (\S+):(\d+)/\d+(  -> a message)?$", l).group(1) for l in crit]
+        print("critical path: %s" % " ".join(hosts))
+        check(crit and hosts[0] == client_host[0] and hosts[-1] == client_host[0] and
+              a1 in hosts and a2 in hosts and hosts.index(a1) < hosts.index(a2),
+              "the critical path of f1 does not go client -> frontend -> backend -> ... -> "
+              "client:\n%s" % "\n".join(crit))
         skewed_clock(sptrace, ts.out, a2, f["duration_ns"], tmp)
     finally:
         ts.close()

@@ -5,7 +5,8 @@
  *
  *   - the ranked table of the units (flows, processes or hosts), each with
  *     its score, method, verdict and culprit;
- *   - the culprit paths and the causes of the most suspect units;
+ *   - the culprit paths and the causes of the most suspect units, and for
+ *     a flow its critical path (where its time went, thread by thread);
  *   - a timeline of the session's flows, one lane per thread grouped by
  *     host and process, a bar per part of a flow and an arrow per matched
  *     message (send -> receive);
@@ -92,7 +93,8 @@ static const char style[] =
 	".hl{background:#ffec99 !important}rect.hl{stroke:#000;stroke-width:2px}"
 	"line.hl{stroke:#d00;stroke-width:2.5px}svg text{font:11px sans-serif}"
 	"rect.part{cursor:pointer}line.arrow{stroke:#333;stroke-width:1px}"
-	".note{color:#777;font-size:12px}";
+	".note{color:#777;font-size:12px}table.crit{margin:4px 0 12px 24px;font-size:12px}"
+	"table.crit caption{text-align:left;color:#555}";
 
 /* Click: every element of the unit's key gets class hl, the others lose it. */
 static const char script[] =
@@ -273,6 +275,36 @@ static int timeline(FILE *f, an_session *s, const an_flows *fl)
 	return 0;
 }
 
+/* A flow's critical path (an_flows_critical_path) as a small table. */
+static void critical(FILE *f, an_session *s, const an_flows *fl, const char *id)
+{
+	an_crit_step *st;
+	size_t n, i;
+	sp_err err;
+
+	for (i = 0; i < an_flows_count(fl) && strcmp(an_flows_get(fl, i)->id, id) != 0; i++)
+		;
+	if (i == an_flows_count(fl) || an_flows_critical_path(s, fl, i, &st, &n, &err) < 0 || !n)
+		return;
+	const an_flow *fw = an_flows_get(fl, i);
+
+	fprintf(f, "<table class=crit data-u='%s'><caption>critical path of %s: where its time "
+		"went</caption><tr><th>from (ms)</th><th>to (ms)</th><th>on</th></tr>\n", id, id);
+	for (size_t k = 0; k < n; k++) {
+		const an_image *im = an_session_image(s, st[k].image);
+
+		fprintf(f, "<tr><td>%.3f</td><td>%.3f</td><td>", (double)(st[k].from_ns -
+			fw->start_ns) / 1e6, (double)(st[k].to_ns - fw->start_ns) / 1e6);
+		esc(f, im->host);
+		fprintf(f, "%s%" PRIu32 "/%" PRIu32 " ", im->host[0] ? ":" : "", st[k].pid,
+			st[k].tid);
+		esc(f, im->program);
+		fputs(st[k].via ? " &rarr;</td></tr>\n" : "</td></tr>\n", f);
+	}
+	fputs("</table>", f);
+	free(st);
+}
+
 /* ---- the page ---- */
 
 static void page(FILE *f, const char *dir, an_session *s, const an_anomalies *a,
@@ -341,7 +373,10 @@ static void page(FILE *f, const char *dir, an_session *s, const an_anomalies *a,
 			esc(f, c->why);
 			fputs("</div></li>\n", f);
 		}
-		fputs("</ol></div>\n", f);
+		fputs("</ol>", f);
+		if (u->flow && fl)
+			critical(f, s, fl, u->flow);
+		fputs("</div>\n", f);
 	}
 	fputs("<h2>Timeline</h2>\n", f);
 	if (fl)

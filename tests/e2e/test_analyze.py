@@ -42,7 +42,8 @@ f<N> is the N-th request, after the accept loop's own flow in thread mode):
 And the page (`--html FILE`), rendered by Debian's headless Chromium:
 
   html         the flow-poll trace's page: the ranked table (24 rows, the
-               slow flow first, its culprit through slow_path), its causes,
+               slow flow first, its culprit through slow_path), its causes
+               and critical path,
                a timeline bar per flow; opened as FILE#u=FLOW, that flow's
                row and bars highlighted by the page's script; a screenshot
                left in meson-logs/ (its path printed).  Then msgs.c's trace
@@ -352,6 +353,8 @@ def case_html(sptrace, reqserver, msgs, tmp):
     check(len(bars) >= REQUESTS and {b[1] for b in bars if b[0]} == {slow},
           "timeline bars: %d, highlighted %r" % (len(bars), {b[1] for b in bars if b[0]}))
     check('id="selected">%s<' % slow in dom, "the page does not say %s is selected" % slow)
+    check(re.search(r'<table class="crit( hl)?" data-u="%s"><caption>critical path of %s' %
+                    (slow, slow), dom), "no critical path for %s on the page" % slow)
     # the screenshot, for whoever reads the test log
     logs = os.path.join(os.getcwd(), "meson-logs")
     shot = os.path.join(logs if os.path.isdir(logs) else tmp, "analyze-html.png")

@@ -39,6 +39,10 @@
  *      scanning to that part's first SYNC, usually its first record.
  *   3. A message head needs its TRACE_MSG_NDATA data records: reading them
  *      may move the window past the head, which has been taken already.
+ *   4. The thread's kernel records (kernel.<tid>, `sptrace run --kernel`)
+ *      are few next to its own: read whole at open, and merged with the
+ *      ring's records by timestamp, so they come out nested under the
+ *      system call that ran them.
  */
 #define WINDOW 4096
 
@@ -70,6 +74,10 @@ struct an_iter {
 	const an_site_info *sites;
 	size_t nsites;
 	an_iter_stats st;
+	trace_kernel_rec *krecs; /* step 4 */
+	size_t nkrecs, kpos;
+	an_record user;          /* the next of the thread's own records ... */
+	int have_user, user_done; /* ... when taken already */
 };
 
 /* Read the window starting at position i.  -1 (errno) on a read error. */
@@ -214,6 +222,25 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 			goto nomem;
 	}
 	free(sd.chunks);
+	/* Step 4. */
+	{
+		char kpath[PATH_MAX], *buf;
+		const char *base = strrchr(th->path, '/');
+		size_t len;
+
+		base = base ? base + 1 : th->path;
+		snprintf(kpath, sizeof kpath, "%.*skernel.%s", (int)(base - th->path), th->path,
+			 base + 5);
+		if (an_slurp(kpath, TRACE_KERNEL_MAX_BYTES, &buf, &len) == 0) {
+			it->krecs = (trace_kernel_rec *)buf;
+			it->nkrecs = len / sizeof(trace_kernel_rec);
+		} else if (errno != ENOENT) {
+			int e = errno;
+
+			an_iter_close(it);
+			return sp_fail(err, "%s: cannot read: %s", kpath, an_errno_text(e));
+		}
+	}
 	*out = it;
 	return 0;
 nomem:
@@ -222,7 +249,50 @@ nomem:
 	return sp_fail(err, "%s: out of memory", th->path);
 }
 
+static int user_next(an_iter *it, an_record *r);
+
+/* The next kernel record (step 4) into *r: 0 when there is none. */
+static int kernel_next(an_iter *it, an_record *r)
+{
+	while (it->kpos < it->nkrecs) {
+		const trace_kernel_rec *k = &it->krecs[it->kpos++];
+
+		if (k->kind != TRACE_ENTRY && k->kind != TRACE_EXIT) {
+			it->st.nbad_sites++;
+			continue;
+		}
+		memset(r, 0, sizeof *r);
+		r->kind = k->kind;
+		r->id = k->site;
+		r->tsc = k->tsc;
+		if (r->id >= it->nsites || !it->sites[r->id].valid)
+			it->st.nbad_sites++;
+		it->st.nrecords++;
+		return 1;
+	}
+	return 0;
+}
+
 int an_iter_next(an_iter *it, an_record *r)
+{
+	if (!it->have_user && !it->user_done) {
+		if (user_next(it, &it->user))
+			it->have_user = 1;
+		else
+			it->user_done = 1;
+	}
+	if (it->kpos < it->nkrecs &&
+	    (!it->have_user || it->krecs[it->kpos].tsc < it->user.tsc) && kernel_next(it, r))
+		return 1;
+	if (it->have_user) {
+		*r = it->user;
+		it->have_user = 0;
+		return 1;
+	}
+	return 0;
+}
+
+static int user_next(an_iter *it, an_record *r)
 {
 	while (it->pos < it->n) {
 		size_t i = it->pos++;
@@ -305,6 +375,7 @@ void an_iter_close(an_iter *it)
 		close(it->ring_fd);
 	free(it->pieces);
 	free(it->resets);
+	free(it->krecs);
 	free(it);
 }
 

@@ -70,6 +70,12 @@ static const char help[] =
 	"                      kept: 'sptrace run' copies the rings into DIR/seg.<tid>\n"
 	"                      before they come round (and counts any it was too slow\n"
 	"                      for)\n"
+	"  --kernel            also record the kernel functions the program's system\n"
+	"                      calls run, nested under the calls (needs root and\n"
+	"                      sptrace's kernel module: /dev/sptrace, see kagent/)\n"
+	"  --kernel-calls LIST the system calls followed into the kernel, by name,\n"
+	"                      comma-separated (default: read, write, openat, close,\n"
+	"                      getppid and 20 more common ones); implies --kernel\n"
 	"  -h, --help          this text\n"
 	"\n"
 	"Then: 'sptrace replay DIR' prints the call trees, 'sptrace report DIR' the\n"
@@ -274,10 +280,13 @@ int cmd_run(int argc, char **argv)
 		{ "ring-size", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
 		{ "threads", required_argument, 0, 'T' },   { "flight-recorder", no_argument, 0, 'F' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
-		{ "no-propagate", no_argument, 0, 'N' },    { 0, 0, 0, 0 },
+		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
+		{ "kernel-calls", required_argument, 0, 'C' }, { 0, 0, 0, 0 },
 	};
 	char session[128] = "", daemon[256] = "", wait[16] = "3000";
-	int propagate = 1;
+	int propagate = 1, kernel = 0, go[2] = { -1, -1 };
+	const char *kernel_calls = NULL;
+	cli_kernel *kern = NULL;
 	cli_drain *drain = NULL;
 	int flight = 0;
 	const char *threads = NULL;
@@ -306,6 +315,8 @@ int cmd_run(int argc, char **argv)
 			break;
 		case 'F': flight = 1; break;
 		case 'N': propagate = 0; break;
+		case 'K': kernel = 1; break;
+		case 'C': kernel = 1; kernel_calls = optarg; break;
 		case 'W':
 			if (cli_propagate_wait("run", optarg, wait, sizeof wait))
 				return 2;
@@ -352,6 +363,18 @@ int cmd_run(int argc, char **argv)
 			cli_free_list(mods, n);
 		}
 	}
+	/* The kernel's functions are probed before the program starts, and
+	 * the child waits on `go` until its pid is in the module's scope. */
+	if (kernel) {
+		if (!(kern = cli_kernel_start("run", kernel_calls))) {
+			cli_remove_trace_dir(absdir, owner.uid);
+			return 1;
+		}
+		if (pipe2(go, O_CLOEXEC) != 0) {
+			cli_kernel_abandon(kern);
+			return cli_error("run: cannot create a pipe: %s", strerror(errno));
+		}
+	}
 	/* The child reports a failed exec through a close-on-exec pipe: an
 	 * empty read means the program is running. */
 	if (pipe2(errpipe, O_CLOEXEC) != 0)
@@ -362,6 +385,13 @@ int cmd_run(int argc, char **argv)
 		return cli_error("run: cannot fork: %s", strerror(errno));
 	if (pid == 0) {
 		close(errpipe[0]);
+		if (go[0] >= 0) {
+			char b;
+
+			close(go[1]);
+			if (read(go[0], &b, 1) != 1)
+				_exit(126);     /* sptrace could not put it in scope */
+		}
 		const char *bind = getenv("LD_BIND_NOW");
 
 		setenv("SPTRACE_LD_BIND_NOW", bind ? bind : "-", 1);
@@ -388,9 +418,23 @@ int cmd_run(int argc, char **argv)
 		_exit(exec_errno == ENOENT ? 127 : 126);
 	}
 	close(errpipe[1]);
+	if (kern) {
+		close(go[0]);
+		if (cli_kernel_trace(kern, pid) != 0) {
+			close(go[1]);           /* the child ends without starting */
+			close(errpipe[0]);
+			waitpid(pid, &status, 0);
+			cli_kernel_abandon(kern);
+			cli_remove_trace_dir(absdir, owner.uid);
+			return 1;
+		}
+		if (write(go[1], "g", 1) != 1) { /* the child is gone: waitpid says */ }
+		close(go[1]);
+	}
 	if (read(errpipe[0], &exec_errno, sizeof exec_errno) == (ssize_t)sizeof exec_errno) {
 		close(errpipe[0]);
 		waitpid(pid, &status, 0);
+		cli_kernel_abandon(kern);
 		cli_remove_trace_dir(absdir, owner.uid);
 		cli_error("run: cannot execute %s: %s", argv[optind], strerror(exec_errno));
 		return exec_errno == ENOENT ? 127 : 126;
@@ -404,7 +448,8 @@ int cmd_run(int argc, char **argv)
 		cli_error("run: out of memory for the drain: the rings keep only their newest "
 			  "records");
 	for (;;) {
-		pid_t w = waitpid(pid, &status, drain ? WNOHANG : 0);
+		pid_t w = waitpid(pid, &status, drain || kern ? WNOHANG : 0);
+		int busy = 0;
 
 		if (w == pid)
 			break;
@@ -412,7 +457,11 @@ int cmd_run(int argc, char **argv)
 			cli_drain_end(drain);
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
 		}
-		if (drain && !cli_drain_poll(drain))
+		if (drain && cli_drain_poll(drain))
+			busy = 1;
+		if (kern && cli_kernel_poll(kern))
+			busy = 1;
+		if (!busy)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
 	cli_drain_end(drain);
@@ -422,10 +471,13 @@ int cmd_run(int argc, char **argv)
 
 		why_not_traced(argv[optind], why, sizeof why);
 		fprintf(stderr, "sptrace: nothing was traced in pid %d: %s\n", (int)pid, why);
+		cli_kernel_abandon(kern);
 		cli_remove_trace_dir(absdir, owner.uid);
 		return end_like(status);
 	}
 	end_traces(absdir, status);
+	if (kern)
+		cli_kernel_finish(kern, absdir);
 	cli_analyze_traced_modules("run", NULL, absdir);
 	cli_print_left_alone(stderr, absdir);
 	cli_print_untraced(stderr, absdir);

@@ -511,8 +511,12 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 		*(uint64_t *)(uintptr_t)slot_addr = stub + 1;
 		stubs++;
 	}
+	/* The walk's entries and the instrumenting above are at time t; what
+	 * happened since is the agent's own time (trace_format.h). */
+	ag_ring_put_at(ring, TRACE_EVENT, TRACE_EV_AGENT_BEGIN, t);
 	ag_log("activation: thread %ld walked %d frames, %d traced functions entered, %d return "
 	       "stubs", (long)syscall(SYS_gettid), n, entered, stubs);
+	ag_ring_put(ring, TRACE_EVENT, TRACE_EV_AGENT_END);
 	ag_leave(ring);
 }
 

@@ -522,12 +522,15 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc)
 	if (ring)
 		ag_ring_put(ring, TRACE_EVENT, strcmp(what, "accept") == 0 ? TRACE_EV_ACCEPT
 					       : TRACE_EV_RECV);
+	/* the rest of the activation is the agent's own time (trace_format.h) */
+	ag_ring_put(ring, TRACE_EVENT, TRACE_EV_AGENT_BEGIN);
 	if (!threads_event_only)
 		ag_activate_running(false);
 	ag_came_from_fd(fd);
 	ag_log("activated by %s (fd %d) in thread %ld", what, fd, (long)syscall(SYS_gettid));
 	meta_append("%s %lu %s fd %d tid %ld\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), what,
 		    fd, (long)syscall(SYS_gettid));
+	ag_ring_put(ring, TRACE_EVENT, TRACE_EV_AGENT_END);
 	__atomic_store_n(&event_lock, 0, __ATOMIC_RELEASE);
 }
 
@@ -612,6 +615,10 @@ uint64_t ag_slow(uint64_t req)
 	     (op == AG_SLOW_INSTRUMENT && !ag_tls_ring)) && trap_blocked())
 		return op == AG_SLOW_INSTRUMENT;   /* instrument: go on (untraced) */
 	ring = ag_enter();
+	/* the agent's own time (trace_format.h): instrumenting, and an indirect
+	 * call's new target */
+	if (op == AG_SLOW_INSTRUMENT || op == AG_SLOW_INDIRECT)
+		ag_ring_put(ring, TRACE_EVENT, TRACE_EV_AGENT_BEGIN);
 	switch (op) {
 	case AG_SLOW_RING:
 		if (!ring && ag_may_trace())
@@ -641,6 +648,8 @@ uint64_t ag_slow(uint64_t req)
 	default:
 		break;
 	}
+	if (op == AG_SLOW_INSTRUMENT || op == AG_SLOW_INDIRECT)
+		ag_ring_put(ring, TRACE_EVENT, TRACE_EV_AGENT_END);
 	ag_leave(ring);
 	return answer;
 }

@@ -67,6 +67,7 @@ struct an_trace {
 	an_meta *meta;           /* the meta file; module paths point into it */
 	uint64_t tsc_hz, tsc0;
 	int64_t mono0, real0;
+	int64_t align_ns;        /* added to CLOCK_REALTIME: flows.c rule 7 */
 	module *mods;            /* sorted by index */
 	size_t nmods, capmods;
 	trace_site *raw_sites;

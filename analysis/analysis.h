@@ -431,6 +431,12 @@ typedef struct an_flow_part {
 	uint32_t pid, tid;
 	int64_t start_ns, end_ns; /* CLOCK_REALTIME of its first and last records */
 	uint64_t events;
+	int64_t work_start_ns;   /* the time of its first message when that was a
+				    receive (a request arrived: what the thread did
+				    before was waiting for it), else start_ns */
+	int64_t work_end_ns;     /* the time of its last message when that was a send
+				    (a request answered: what the thread does after,
+				    until its next flow, is waiting), else end_ns */
 } an_flow_part;
 
 typedef struct an_flow {
@@ -468,7 +474,22 @@ typedef struct an_msg_match {
 	uint64_t recv_tsc;
 } an_msg_match;
 
+/*
+ * A host whose clock was aligned to another's from the messages between
+ * them (rule 7 of flows.c): an_flows_build moves the session's clocks (every
+ * an_realtime_ns after it) by these offsets.
+ */
+typedef struct an_clock {
+	const char *host;
+	int64_t offset_ns;       /* added to its CLOCK_REALTIME */
+	const char *to;          /* the host it was aligned to */
+	size_t messages;         /* the messages between the two */
+	int both_ways;           /* messages went both ways (else: one bound only) */
+} an_clock;
+
 int an_flows_build(an_session *s, an_flows **out, sp_err *err);
+size_t an_flows_nclocks(const an_flows *f);
+const an_clock *an_flows_clock(const an_flows *f, size_t i);
 size_t an_flows_count(const an_flows *f);
 const an_flow *an_flows_get(const an_flows *f, size_t i);
 size_t an_flows_nmatches(const an_flows *f);
@@ -479,37 +500,71 @@ void an_flows_free(an_flows *f);
 /* ---- anomalies (anomaly.c) ---- */
 
 /*
- * Which process of a session behaved differently, and the call path most
- * likely the cause: a fail-stop (the earliest last record), else suspect
- * scores over call-path time profiles (k-th nearest neighbour, Manhattan
- * distance; with `normal`, the distance to the nearest known-normal
- * process).  The rules are above their code in anomaly.c.  Paths run from
+ * Which request, process or host of a session behaved differently, and the
+ * call path most likely the cause: a fail-stop (the earliest last record),
+ * else suspect scores over call-path time and coverage profiles (k-th
+ * nearest neighbour, Manhattan distance; with `normal`, the distance to the
+ * nearest known-normal unit, against a threshold learnt from `normal`
+ * itself).  The rules are above their code in anomaly.c.  Paths run from
  * the outermost function to the culprit, by name; the strings live as long
  * as the result.
  */
+enum an_unit_kind {
+	AN_UNITS_AUTO = 0,       /* flows when the session has 3 or more, else processes */
+	AN_UNITS_PROCESS,
+	AN_UNITS_FLOW,
+	AN_UNITS_HOST,
+};
+
 typedef struct an_cause {
 	const char **path;
 	size_t npath;
+	const char *kind;        /* "time" (a share of time) or "coverage" (a path
+				    taken, or not taken, unlike the others) */
 	char why[256];
 } an_cause;
 
+#define AN_MAX_CAUSES 5
+
 typedef struct an_suspect {
+	int kind;                /* enum an_unit_kind: process, flow or host */
+	const char *flow;        /* a flow: its id (an_flow.id); else NULL */
 	const char *host;
-	uint32_t pid;
+	uint32_t pid;            /* a flow: the process it started in; a host: 0 */
 	double score;            /* seconds (earliest-last-timestamp), else a distance */
 	const char *method;      /* "earliest-last-timestamp", "knn-manhattan",
 				    "nearest-normal" */
 	int failstop;
+	int flagged;             /* nearest-normal: score above the threshold; a
+				    fail-stop: 1; knn-manhattan: -1 (no reference) */
+	double threshold;        /* nearest-normal: the farthest a unit of the
+				    reference is from its nearest other one */
 	const char **path;       /* the culprit's call path (npath 0: none) */
 	size_t npath;
-	an_cause causes[3];      /* the largest differences, largest first */
+	an_cause causes[AN_MAX_CAUSES]; /* the evidence, the culprit's first */
 	size_t ncauses;
 } an_suspect;
 
 typedef struct an_anomalies an_anomalies;
 
-/* The session's processes, most suspect first. */
-int an_anomalies_find(an_session *s, an_session *normal, an_anomalies **out, sp_err *err);
+/* Which profiles the distance compares (anomaly.c, point 2). */
+enum an_profile {
+	AN_PROFILE_COMPOSITE = 0,  /* time and coverage */
+	AN_PROFILE_TIME,
+	AN_PROFILE_COVERAGE,
+};
+
+typedef struct an_anomaly_opts {
+	int units;               /* enum an_unit_kind */
+	int profile;             /* enum an_profile */
+} an_anomaly_opts;
+
+/* The session's units, most suspect first; `normal`: known-normal traces
+ * or NULL; `o` NULL: the defaults (all zero). */
+int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *o,
+		      an_anomalies **out, sp_err *err);
+/* The kind of unit chosen (AN_UNITS_AUTO resolved). */
+int an_anomalies_kind(const an_anomalies *a);
 size_t an_anomalies_count(const an_anomalies *a);
 const an_suspect *an_anomalies_get(const an_anomalies *a, size_t i);
 void an_anomalies_free(an_anomalies *a);

@@ -1,17 +1,38 @@
 /*
- * anomaly.c — which process behaved differently, and which call path is the
- * likely cause (chapter 5 of the self-propelled instrumentation thesis,
- * summarised in ../shared/DESIGN.md), over the processes of a session.
+ * anomaly.c — which request, process or host behaved differently, and which
+ * call path is the likely cause (chapter 5 of the self-propelled
+ * instrumentation thesis, summarised in ../shared/DESIGN.md), over the units
+ * of a session.
  *
- *  1. Units: every process of the session (host and pid; a forked child
- *     that did not exec is a unit of its own, by its threads' pid).
- *  2. A unit's profile: the time spent in each call path (the functions
- *     from the thread's outermost traced call down, by name, so that units
- *     of different processes and hosts compare), exclusive of the calls
- *     nested in it, summed over the unit's threads, as a fraction of the
- *     unit's traced time.  A call still open at the end counts up to the
- *     thread's last record.
- *  3. Fail-stop first: a unit that stopped in the middle of something -- a
+ *  1. Units: the session's flows (flows.c: one per request or job), its
+ *     processes (host and pid; a forked child that did not exec is a unit of
+ *     its own, by its threads' pid) or its hosts.  AN_UNITS_AUTO takes flows
+ *     when there are 3 or more, else processes.
+ *  2. A unit's profiles, from each thread's call tree swept in time: at
+ *     every moment the innermost open call spends the time, under its call
+ *     path (the functions from the thread's outermost traced call down, by
+ *     name, so that units of different processes and hosts compare).
+ *       - time: the time spent in each call path, exclusive of the calls
+ *         nested in it, as a fraction of the unit's traced time.  A flow
+ *         owns a thread's time between its part's first and last records
+ *         (an_flow_part), so a call that spans several flows -- a poll()
+ *         loop serving one request after another -- is split between them
+ *         at the switches.  A part whose first message is a receive (a
+ *         request arrived) begins there, and one whose last message is a
+ *         send (a request answered) ends there: what its thread does before
+ *         and after is waiting for a request.  A call still open at the end counts up to the
+ *         thread's last record.  The agent's own time (instrumenting a
+ *         function reached for the first time: AGENT_BEGIN to AGENT_END,
+ *         trace_format.h) is nobody's: the first requests would otherwise
+ *         all look slow.
+ *       - coverage: the set of call paths entered (in a flow: entered
+ *         inside one of its parts).
+ *     The composite distance between two units is the Manhattan distance of
+ *     their time profiles (0..2) plus the Jaccard distance of their
+ *     coverage (0..1: the paths only one has, over the paths either has);
+ *     AN_PROFILE_TIME and AN_PROFILE_COVERAGE take one of the two alone.
+ *  3. Fail-stop first (processes only: a flow or a host does not stop while
+ *     its peers go on): a unit that stopped in the middle of something -- a
  *     call still open at its last record that is not the process's exit
  *     (_exit, exit: it ended as it should) -- while the other units of its
  *     role (point 4) went on: its last record is earlier than their median
@@ -22,30 +43,65 @@
  *     seconds), and its culprit is the innermost call open at its last
  *     record.
  *  4. The others (all, without a fail-stop): the suspect score is the
- *     Manhattan distance between profiles to the unit's k-th nearest
- *     neighbour, k = |U|/4 (at least 1): a unit unlike most others scores
- *     high even when a few others are like it.  Units are compared with
- *     those of their role only -- the outermost function they spend most
- *     time in (a server's master and its workers, a parent and the children
- *     it forked, are not alike by design); a role of fewer than 3 units is
- *     not scored (0, said in its cause).  With known-normal traces
- *     (`--normal REF`: the one-class variant), the distance to the nearest
- *     unit of REF instead.
- *  5. The cause: the components of the difference between the unit's
- *     profile and its nearest neighbour's (or nearest normal unit's),
- *     largest first; the culprit is the largest, and the next ones are the
- *     further causes.
+ *     composite distance to the unit's k-th nearest neighbour, k = |U|/4 (at
+ *     least 1): a unit unlike most others scores high even when a few others
+ *     are like it.  Units are compared with those of their role only -- the
+ *     outermost function they spend most time in (a server's master and its
+ *     workers, a parent and the children it forked, are not alike by
+ *     design); a role of fewer than 3 units is not scored (0, said in its
+ *     cause).
+ *  5. With known-normal traces (`--normal REF`: the one-class variant), the
+ *     score is the distance to the nearest unit of REF of the same role, and
+ *     REF sets the bar: the threshold is the largest distance from a unit of
+ *     REF to its nearest other unit of REF (how far normal units can be from
+ *     each other), leaving out REF's own far outliers (beyond the third
+ *     quartile of those distances by three interquartile ranges: a
+ *     reference run has its noise too), and never below that fence nor
+ *     FLAG_FLOOR: 0.2, time shares moved by 10% (TIME_CLEAR, the culprit's
+ *     bar) -- two runs of the same requests differ more than one run's
+ *     requests among themselves, and a busy machine's preemptions move a
+ *     request's shares by several percent.  A unit farther than that is flagged; a normal but rare
+ *     behaviour that REF also shows is near a unit of REF, and is not.  A
+ *     unit whose role REF lacks is flagged with the largest distance, 3.
+ *  6. The causes (against the nearest neighbour or nearest normal unit for
+ *     time, against every other unit of the role -- or of REF -- for
+ *     coverage):
+ *       - time: the components of the difference between the time
+ *         profiles, largest first (after the largest, only those of half a
+ *         percent or more);
+ *       - coverage: the paths the unit entered that at most a tenth of the
+ *         others did (taken unlike the others), and those at least nine
+ *         tenths of the others entered and it did not (not taken).  Two
+ *         reductions: a path whose parent path is itself such a difference
+ *         is dropped (the parent explains it: keep the shortest prefix), and
+ *         paths ending in the same function are merged into the first.  They
+ *         rank by how exclusive they are (for a taken path, the share of
+ *         others without it; for a path not taken, the share with it), then
+ *         taken before not taken, then by the time the unit spent under
+ *         them.
+ *     The culprit: the largest time difference when it is at least
+ *     TIME_CLEAR of the unit's time, else the first path taken unlike the
+ *     others if there is one, else the largest time difference.  The causes
+ *     list the culprit's first, then the best of the other kind, then the
+ *     rest alternating, so each kind of evidence is in the first three.
  */
 #include "an_internal.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define FAILSTOP_MIN_NS 10000000ll   /* point 3 */
-#define MAX_CAUSES 3
+#define TIME_CLEAR 0.10              /* point 6 */
+#define TIME_MIN 0.005               /* point 6: a time cause moves a share by this at least */
+#define COVER_RARE 0.10              /* point 6: taken by at most this share */
+#define COVER_USUAL 0.90             /* point 6: not taken, by at least this share */
+#define MAX_DIST 3.0                 /* point 5: the composite distance's bound */
+#define FLAG_FLOOR (2 * TIME_CLEAR)  /* point 5: the least threshold */
+#define MAX_EACH 4                   /* candidates of each kind kept for the causes */
 
 typedef struct node {
 	uint32_t parent;                 /* AN_NONE: a root */
@@ -60,8 +116,9 @@ typedef struct entry {
 typedef struct unit {
 	char *host;
 	uint32_t pid;
+	char *flow;                      /* a flow's id, NULL otherwise */
 	int normal;                      /* from --normal REF */
-	map idx;                         /* node -> 1 + index in e */
+	map idx;                         /* node -> 1 + index in e: its coverage */
 	entry *e;
 	size_t ne, cap;
 	double total;
@@ -72,7 +129,15 @@ typedef struct unit {
 	uint64_t last_t1;
 } unit;
 
+/* The part of a thread's time that belongs to a unit (point 2). */
+typedef struct window {
+	int64_t t0, t1;
+	uint32_t unit;
+} window;
+
 struct an_anomalies {
+	int kind;
+	int profile;                     /* enum an_profile */
 	char **names;
 	size_t nnames;
 	map name_ids;                    /* (hash, 0) -> 1 + name index */
@@ -120,6 +185,7 @@ static uint32_t node_id(an_anomalies *a, uint32_t parent, uint32_t name)
 	return s->val - 1;
 }
 
+/* ns more in call path nd (0: only entered, for the coverage). */
 static int add_time(unit *u, uint32_t nd, double ns)
 {
 	map_slot *s = an_map_get(&u->idx, nd, 0);
@@ -151,41 +217,109 @@ static double time_of(const unit *u, uint32_t nd)
 	return s ? u->e[s->val - 1].ns : 0;
 }
 
-static unit *unit_of(an_anomalies *a, const char *host, uint32_t pid, int normal)
+static bool covers(const unit *u, uint32_t nd)
 {
-	for (size_t i = 0; i < a->nunits; i++)
-		if (a->units[i].pid == pid && a->units[i].normal == normal &&
-		    strcmp(a->units[i].host, host) == 0)
-			return &a->units[i];
+	return an_map_find(&u->idx, nd, 0) != NULL;
+}
+
+/* A new unit; its index, AN_NONE when out of memory. */
+static uint32_t new_unit(an_anomalies *a, const char *host, uint32_t pid, const char *flow,
+			 int normal)
+{
 	unit *u = realloc(a->units, (a->nunits + 1) * sizeof *u);
 
 	if (!u)
-		return NULL;
+		return AN_NONE;
 	a->units = u;
 	u = &a->units[a->nunits];
 	memset(u, 0, sizeof *u);
-	if (!(u->host = strdup(host)))
-		return NULL;
+	u->host = strdup(host);
+	u->flow = flow ? strdup(flow) : NULL;
+	if (!u->host || (flow && !u->flow)) {
+		free(u->host);
+		free(u->flow);
+		return AN_NONE;
+	}
 	u->pid = pid;
 	u->normal = normal;
 	u->first_ns = INT64_MAX;
 	u->last_ns = INT64_MIN;
 	u->last_node = AN_NONE;
-	a->nunits++;
-	return u;
+	return (uint32_t)a->nunits++;
 }
 
-/* Point 2 for one thread: its calls' exclusive times by call path. */
-static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, unit *u,
-			  sp_err *err)
+/* The unit of this host and pid (a process, or a host with pid 0). */
+static uint32_t unit_of(an_anomalies *a, const char *host, uint32_t pid, int normal)
+{
+	for (size_t i = 0; i < a->nunits; i++)
+		if (a->units[i].pid == pid && a->units[i].normal == normal &&
+		    !a->units[i].flow && strcmp(a->units[i].host, host) == 0)
+			return (uint32_t)i;
+	return new_unit(a, host, pid, NULL, normal);
+}
+
+/* A thread's sweep (point 2): the windows of its time, by start, and where
+ * the sweep stands in them. */
+typedef struct sweep {
+	an_anomalies *a;
+	const window *w;
+	size_t nw, at;
+} sweep;
+
+/* Time [from, to) of the thread was spent in call path nd. */
+static int credit(sweep *sw, uint32_t nd, int64_t from, int64_t to)
+{
+	if (to <= from)
+		return 0;
+	while (sw->at < sw->nw && sw->w[sw->at].t1 < from)
+		sw->at++;
+	for (size_t k = sw->at; k < sw->nw && sw->w[k].t0 < to; k++) {
+		int64_t lo = from > sw->w[k].t0 ? from : sw->w[k].t0;
+		int64_t hi = to < sw->w[k].t1 ? to : sw->w[k].t1;
+
+		if (hi > lo && add_time(&sw->a->units[sw->w[k].unit], nd, (double)(hi - lo)) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The unit whose window holds time `at` (records before a window belong to
+ * the one that follows), AN_NONE past the last. */
+static uint32_t unit_at(const sweep *sw, int64_t at)
+{
+	for (size_t k = sw->at; k < sw->nw; k++)
+		if (sw->w[k].t1 >= at)
+			return sw->w[k].unit;
+	return AN_NONE;
+}
+
+/* Point 3's bookkeeping for a process unit: the innermost call open at the
+ * end, else the last one. */
+static void note_last(unit *u, const an_call *c, uint32_t nd)
+{
+	if (c->end == AN_END_TRACE ? c->t0 >= u->last_open_t0
+	    : !u->last_open_t0 && c->t1 >= u->last_t1) {
+		if (c->end == AN_END_TRACE)
+			u->last_open_t0 = c->t0;
+		u->last_t1 = c->t1;
+		u->last_node = nd;
+	}
+}
+
+/* Point 2 for one thread, its time split between the windows w (by start);
+ * `whole`: the windows are one unit's, for point 3. */
+static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, const window *w,
+			  size_t nw, int whole, sp_err *err)
 {
 	an_call *c = NULL;
 	size_t n = 0, depth = 0;
 	struct open {
 		size_t item;
 		uint32_t node;
-		double incl, inner;
 	} *st = NULL;
+	sweep sw = { a, w, nw, 0 };
+	int64_t cur = INT64_MIN;
+	bool paused = false;             /* between AGENT_BEGIN and AGENT_END */
 	int rc = -1;
 
 	if (an_thread_calls(t, th, &c, &n, NULL, err) != 0)
@@ -197,37 +331,54 @@ static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, uni
 	for (size_t j = 0; j <= n; j++) {
 		/* close the open calls item j is not nested in */
 		while (depth && (j == n || c[st[depth - 1].item].last <= j)) {
-			struct open *o = &st[--depth];
+			const struct open *o = &st[--depth];
+			int64_t end = an_realtime_ns(t, c[o->item].t1);
 
-			if (add_time(u, o->node, o->incl > o->inner ? o->incl - o->inner : 0) != 0)
+			if (!paused && credit(&sw, o->node, cur, end) != 0)
 				goto oom;
-			if (depth)
-				st[depth - 1].inner += o->incl;
+			cur = end > cur ? end : cur;
+		}
+		if (j < n && c[j].kind == AN_EVENT && trace_event_is_agent(c[j].id)) {
+			/* the agent's own time is nobody's (trace_format.h) */
+			int64_t at = an_realtime_ns(t, c[j].t0);
+
+			if (c[j].id == TRACE_EV_AGENT_BEGIN && depth && !paused &&
+			    credit(&sw, st[depth - 1].node, cur, at) != 0)
+				goto oom;
+			paused = c[j].id == TRACE_EV_AGENT_BEGIN;
+			cur = at > cur ? at : cur;
+			continue;
 		}
 		if (j == n || c[j].kind != AN_CALL)
 			continue;
+		paused = false;
+		int64_t start = an_realtime_ns(t, c[j].t0), end = an_realtime_ns(t, c[j].t1);
+
+		if (depth && credit(&sw, st[depth - 1].node, cur, start) != 0)
+			goto oom;
+		cur = start > cur ? start : cur;
+
 		const char *name = an_func_get(t, an_site(t, c[j].id)->callee)->name;
 		uint32_t nm = name_id(a, name ? name : "?");
 		uint32_t nd = nm == AN_NONE ? AN_NONE
 			      : node_id(a, depth ? st[depth - 1].node : AN_NONE, nm);
+		uint32_t ui = unit_at(&sw, start);
 
 		if (nd == AN_NONE)
 			goto oom;
-		st[depth++] = (struct open){ j, nd, (double)an_tsc_ns(t, c[j].t0, c[j].t1), 0 };
-		int64_t t0 = an_realtime_ns(t, c[j].t0), t1 = an_realtime_ns(t, c[j].t1);
+		st[depth++] = (struct open){ j, nd };
+		if (ui == AN_NONE)
+			continue;
+		unit *u = &a->units[ui];
 
-		if (t0 < u->first_ns)
-			u->first_ns = t0;
-		if (t1 > u->last_ns)
-			u->last_ns = t1;
-		/* point 3: the innermost call open at the end, else the last one */
-		if (c[j].end == AN_END_TRACE ? c[j].t0 >= u->last_open_t0
-		    : !u->last_open_t0 && c[j].t1 >= u->last_t1) {
-			if (c[j].end == AN_END_TRACE)
-				u->last_open_t0 = c[j].t0;
-			u->last_t1 = c[j].t1;
-			u->last_node = nd;
-		}
+		if (add_time(u, nd, 0) != 0)
+			goto oom;
+		if (start < u->first_ns)
+			u->first_ns = start;
+		if (end > u->last_ns)
+			u->last_ns = end;
+		if (whole)
+			note_last(u, &c[j], nd);
 	}
 	rc = 0;
 	goto out;
@@ -239,7 +390,8 @@ out:
 	return rc;
 }
 
-static int session_units(an_anomalies *a, an_session *s, int normal, sp_err *err)
+/* Point 1 for processes and hosts: every thread whole to its unit. */
+static int whole_units(an_anomalies *a, an_session *s, int kind, int normal, sp_err *err)
 {
 	for (size_t i = 0; i < an_session_nimages(s); i++) {
 		const an_image *im = an_session_image(s, i);
@@ -247,16 +399,103 @@ static int session_units(an_anomalies *a, an_session *s, int normal, sp_err *err
 
 		for (size_t k = 0; t && k < an_trace_nthreads(t); k++) {
 			const an_thread *th = an_trace_thread(t, k);
-			unit *u = unit_of(a, im->host ? im->host : "", th->pid ? th->pid : im->pid,
-					  normal);
+			uint32_t pid = kind == AN_UNITS_HOST ? 0 : th->pid ? th->pid : im->pid;
+			window w = { INT64_MIN, INT64_MAX, unit_of(a, im->host ? im->host : "", pid,
+								    normal) };
 
-			if (!u)
+			if (w.unit == AN_NONE)
 				return sp_fail(err, "out of memory for the processes");
-			if (thread_profile(a, t, th, u, err) != 0)
+			if (thread_profile(a, t, th, &w, 1, kind == AN_UNITS_PROCESS, err) != 0)
 				return -1;
 		}
 	}
 	return 0;
+}
+
+typedef struct part_ref {
+	size_t image;
+	uint32_t tid;
+	window w;
+} part_ref;
+
+static int by_thread_then_start(const void *x, const void *y)
+{
+	const part_ref *a = x, *b = y;
+
+	if (a->image != b->image)
+		return a->image < b->image ? -1 : 1;
+	if (a->tid != b->tid)
+		return a->tid < b->tid ? -1 : 1;
+	return a->w.t0 < b->w.t0 ? -1 : a->w.t0 > b->w.t0;
+}
+
+/* Point 1 for flows: each thread's time split between the flows' parts. */
+static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int normal,
+		      sp_err *err)
+{
+	part_ref *p = NULL;
+	window *w = NULL;
+	size_t np = 0, cap = 0;
+	int rc = -1;
+
+	for (size_t i = 0; i < an_flows_count(f); i++) {
+		const an_flow *fl = an_flows_get(f, i);
+		uint32_t ui = new_unit(a, fl->host ? fl->host : "", fl->pid, fl->id, normal);
+
+		if (ui == AN_NONE)
+			goto oom;
+		for (size_t k = 0; k < fl->nparts; k++) {
+			if (np == cap) {
+				size_t nc = cap ? 2 * cap : 256;
+				part_ref *q = realloc(p, nc * sizeof *q);
+
+				if (!q)
+					goto oom;
+				p = q;
+				cap = nc;
+			}
+			p[np++] = (part_ref){ fl->parts[k].image, fl->parts[k].tid,
+					      { fl->parts[k].work_start_ns, fl->parts[k].work_end_ns,
+						ui } };
+		}
+	}
+	qsort(p, np, sizeof *p, by_thread_then_start);
+	if (np && !(w = calloc(np, sizeof *w)))
+		goto oom;
+	for (size_t i = 0, j; i < np; i = j) {
+		an_trace *t = an_session_trace(s, p[i].image);
+		const an_thread *th = t ? an_trace_thread_by_tid(t, p[i].tid) : NULL;
+
+		for (j = i; j < np && p[j].image == p[i].image && p[j].tid == p[i].tid; j++)
+			w[j - i] = p[j].w;
+		if (th && thread_profile(a, t, th, w, j - i, 0, err) != 0)
+			goto out;
+	}
+	rc = 0;
+	goto out;
+oom:
+	sp_fail(err, "out of memory for the flows' profiles");
+out:
+	free(w);
+	free(p);
+	return rc;
+}
+
+static int session_units(an_anomalies *a, an_session *s, int normal, sp_err *err)
+{
+	an_flows *f = NULL;
+	int rc;
+
+	if (a->kind != AN_UNITS_FLOW && a->kind != AN_UNITS_AUTO)
+		return whole_units(a, s, a->kind, normal, err);
+	if (an_flows_build(s, &f, err) != 0)
+		return -1;
+	if (a->kind == AN_UNITS_AUTO)
+		a->kind = an_flows_count(f) >= 3 ? AN_UNITS_FLOW : AN_UNITS_PROCESS;
+	rc = a->kind == AN_UNITS_FLOW ? flow_units(a, s, f, normal, err)
+	     : whole_units(a, s, a->kind, normal, err);
+	an_flows_free(f);
+	return rc;
 }
 
 /* Point 4: the root whose subtree took most of u's time. */
@@ -293,20 +532,26 @@ static int role_of(const an_anomalies *a, unit *u)
 	return 0;
 }
 
-/* Manhattan distance between two units' profiles (fractions of their time). */
-static double distance(const unit *x, const unit *y)
+/* Point 2: the distance between two units (as a->profile says). */
+static double distance(const an_anomalies *a, const unit *x, const unit *y)
 {
 	double d = 0, tx = x->total > 0 ? x->total : 1, ty = y->total > 0 ? y->total : 1;
+	size_t common = 0, either;
 
 	for (size_t i = 0; i < x->ne; i++) {
-		double v = x->e[i].ns / tx - time_of(y, x->e[i].node) / ty;
+		const map_slot *s = an_map_find(&y->idx, x->e[i].node, 0);
+		double v = x->e[i].ns / tx - (s ? y->e[s->val - 1].ns / ty : 0);
 
 		d += v < 0 ? -v : v;
+		common += s != NULL;
 	}
 	for (size_t i = 0; i < y->ne; i++)
-		if (!an_map_find(&x->idx, y->e[i].node, 0))
+		if (!covers(x, y->e[i].node))
 			d += y->e[i].ns / ty;
-	return d;
+	either = x->ne + y->ne - common;
+	double cov = either ? (double)(either - common) / (double)either : 0;
+
+	return a->profile == AN_PROFILE_TIME ? d : a->profile == AN_PROFILE_COVERAGE ? cov : d + cov;
 }
 
 static int path_of(const an_anomalies *a, uint32_t nd, const char ***out, size_t *n)
@@ -324,61 +569,262 @@ static int path_of(const an_anomalies *a, uint32_t nd, const char ***out, size_t
 	return 0;
 }
 
-/* Point 5: the largest components of (u - v), into s. */
-static int causes(const an_anomalies *a, const unit *u, const unit *v, an_suspect *s)
+static const char *unit_name(const unit *u, char *buf, size_t len)
+{
+	if (u->flow)
+		snprintf(buf, len, "flow %s", u->flow);
+	else if (u->pid)
+		snprintf(buf, len, "pid %" PRIu32, u->pid);
+	else
+		snprintf(buf, len, "host %s", u->host);
+	return buf;
+}
+
+/* A candidate cause of point 6. */
+typedef struct cand {
+	uint32_t node;
+	double key;                      /* time: the difference; coverage: exclusiveness */
+	double ns;                       /* coverage: the unit's time under the path */
+	int taken;                       /* coverage: 1 taken unlike the others, 0 not taken */
+	size_t count;                    /* coverage: how many of the others took it */
+	size_t merged;                   /* coverage: further paths ending in its function */
+} cand;
+
+/* Keep the MAX_EACH best of a list ordered by `better`. */
+static void keep_best(cand *list, size_t *n, cand c, int (*better)(const cand *, const cand *))
+{
+	size_t k;
+
+	for (k = *n; k > 0 && better(&c, &list[k - 1]); k--)
+		if (k < MAX_EACH)
+			list[k] = list[k - 1];
+	if (k < MAX_EACH) {
+		list[k] = c;
+		if (*n < MAX_EACH)
+			(*n)++;
+	}
+}
+
+static int time_better(const cand *x, const cand *y)
+{
+	return x->key > y->key;
+}
+
+static int cover_better(const cand *x, const cand *y)
+{
+	if (x->key != y->key)
+		return x->key > y->key;
+	if (x->taken != y->taken)
+		return x->taken > y->taken;
+	return x->ns > y->ns;
+}
+
+/* Point 6, time: the largest components of (u - v). */
+static void time_cands(const unit *u, const unit *v, cand *out, size_t *n)
 {
 	double tu = u->total > 0 ? u->total : 1, tv = v && v->total > 0 ? v->total : 1;
-	size_t best[MAX_CAUSES];
-	double val[MAX_CAUSES];
-	size_t nb = 0;
 
+	*n = 0;
 	for (size_t i = 0; i < u->ne; i++) {
 		double d = u->e[i].ns / tu - (v ? time_of(v, u->e[i].node) / tv : 0);
-		size_t k;
 
-		if (d <= 0)
-			continue;
-		for (k = nb; k > 0 && val[k - 1] < d; k--)
-			if (k < MAX_CAUSES) {
-				best[k] = best[k - 1];
-				val[k] = val[k - 1];
+		if (d > 0)
+			keep_best(out, n, (cand){ .node = u->e[i].node, .key = d }, time_better);
+	}
+	/* after the largest (the culprit's fallback), only those that tell */
+	while (*n > 1 && out[*n - 1].key < TIME_MIN)
+		(*n)--;
+}
+
+/* The time u spent under call path nd (nd and the paths below it). */
+static double time_under(const an_anomalies *a, const unit *u, uint32_t nd)
+{
+	double ns = 0;
+
+	for (size_t i = 0; i < u->ne; i++)
+		for (uint32_t k = u->e[i].node; k != AN_NONE; k = a->nodes[k].parent)
+			if (k == nd) {
+				ns += u->e[i].ns;
+				break;
 			}
-		if (k < MAX_CAUSES) {
-			best[k] = i;
-			val[k] = d;
-			if (nb < MAX_CAUSES)
-				nb++;
+	return ns;
+}
+
+/*
+ * Point 6, coverage: u against the units `others` (npeers of them); count
+ * says, per node, how many of them entered it (a map node -> count, u's own
+ * included when self_counted).
+ */
+static int cover_cands(const an_anomalies *a, const unit *u, const map *count, int self_counted,
+		       size_t npeers, cand *out, size_t *n)
+{
+	cand all[64];
+	size_t nall = 0;
+
+	*n = 0;
+	if (!npeers)
+		return 0;
+	for (size_t pass = 0; pass < 2; pass++) {
+		/* pass 0: u's paths taken unlike the others; pass 1: the others'
+		 * usual paths u did not take */
+		for (size_t i = 0; i < count->cap; i++) {
+			const map_slot *s = &count->slot[i];
+
+			if (!s->used)
+				continue;
+			uint32_t nd = (uint32_t)s->a;
+			bool mine = covers(u, nd);
+			size_t c = s->val - (self_counted && mine);
+			double share = (double)c / (double)npeers;
+			uint32_t up = a->nodes[nd].parent;
+
+			if (pass == 0 && (!mine || share > COVER_RARE))
+				continue;
+			if (pass == 1 && (mine || share < COVER_USUAL))
+				continue;
+			/* reduction 1: the parent path differs the same way */
+			if (up != AN_NONE) {
+				const map_slot *ps = an_map_find(count, up, 0);
+				size_t pc = ps ? ps->val - (self_counted && covers(u, up)) : 0;
+				double psh = (double)pc / (double)npeers;
+
+				if (pass == 0 ? psh <= COVER_RARE : !covers(u, up))
+					continue;
+			}
+			cand cd = { .node = nd, .key = pass == 0 ? 1 - share : share,
+				    .ns = pass == 0 ? time_under(a, u, nd) : 0, .taken = pass == 0,
+				    .count = c };
+
+			/* reduction 2: one per function */
+			size_t k;
+
+			for (k = 0; k < nall; k++)
+				if (all[k].taken == cd.taken &&
+				    a->nodes[all[k].node].name == a->nodes[nd].name)
+					break;
+			if (k < nall) {
+				all[k].merged++;
+				if (cover_better(&cd, &all[k])) {
+					cd.merged = all[k].merged;
+					all[k] = cd;
+				}
+			} else if (nall < sizeof all / sizeof *all) {
+				all[nall++] = cd;
+			}
 		}
 	}
-	for (size_t k = 0; k < nb; k++) {
-		an_cause *c = &s->causes[s->ncauses];
-		const entry *e = &u->e[best[k]];
+	for (size_t k = 0; k < nall; k++)
+		keep_best(out, n, all[k], cover_better);
+	return 0;
+}
 
-		if (path_of(a, e->node, &c->path, &c->npath) != 0)
-			return -1;
-		if (v)
-			snprintf(c->why, sizeof c->why, "%.1f%% of pid %u's traced time against %.1f%% "
-				 "of pid %u's, its nearest %s", 100 * e->ns / tu, u->pid,
-				 100 * time_of(v, e->node) / tv, v->pid,
-				 v->normal ? "normal process" : "neighbour");
-		else
-			snprintf(c->why, sizeof c->why, "%.1f%% of pid %u's traced time",
-				 100 * e->ns / tu, u->pid);
-		s->ncauses++;
-	}
-	if (nb && path_of(a, u->e[best[0]].node, &s->path, &s->npath) != 0)
+/* A cause's text (cut at the end when it does not fit). */
+static void say(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void say(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+static int add_cause(const an_anomalies *a, an_suspect *s, const cand *c, const char *kind,
+		     const char why[sizeof s->causes[0].why])
+{
+	an_cause *k = &s->causes[s->ncauses];
+
+	if (s->ncauses == AN_MAX_CAUSES)
+		return 0;
+	if (path_of(a, c->node, &k->path, &k->npath) != 0)
 		return -1;
+	k->kind = kind;
+	memcpy(k->why, why, sizeof k->why);
+	s->ncauses++;
+	return 0;
+}
+
+/* Point 6: the culprit and the causes of u, against v (time) and the
+ * others (coverage). */
+static int causes(const an_anomalies *a, const unit *u, const unit *v, const map *count,
+		  int self_counted, size_t npeers, const char *others, an_suspect *s)
+{
+	cand tc[MAX_EACH], cc[MAX_EACH];
+	size_t nt, nc, it = 0, ic = 0;
+	double tu = u->total > 0 ? u->total : 1, tv = v && v->total > 0 ? v->total : 1;
+	char un[96], vn[96], why[sizeof s->causes[0].why];
+	int cover_first;
+
+	time_cands(u, v, tc, &nt);
+	if (cover_cands(a, u, count, self_counted, npeers, cc, &nc) != 0)
+		return -1;
+	if (nc && nt == 1 && tc[0].key < TIME_MIN)
+		nt = 0;              /* a time difference that tells nothing */
+	cover_first = nc && cc[0].taken && (!nt || tc[0].key < TIME_CLEAR);
+	unit_name(u, un, sizeof un);
+	if (v)
+		unit_name(v, vn, sizeof vn);
+	for (size_t r = 0; it < nt || ic < nc; r++) {
+		/* the culprit's kind first, then the other's best, then alternating */
+		int cover = r == 0 ? cover_first || !nt
+			    : r == 1 ? !cover_first : (r % 2 == 0) == cover_first;
+
+		if (cover ? ic == nc : it == nt)
+			cover = !cover;
+		if (!cover) {
+			const cand *c = &tc[it++];
+
+			if (v)
+				say(why, sizeof why, "%.1f%% of %s's traced time against %.1f%% of "
+					 "%s's, its nearest %s", 100 * time_of(u, c->node) / tu, un,
+					 100 * time_of(v, c->node) / tv, vn,
+					 v->normal ? "normal unit" : "neighbour");
+			else
+				say(why, sizeof why, "%.1f%% of %s's traced time", 100 *
+					 time_of(u, c->node) / tu, un);
+			if (add_cause(a, s, c, "time", why) != 0)
+				return -1;
+			if (r == 0 && path_of(a, c->node, &s->path, &s->npath) != 0)
+				return -1;
+		} else {
+			const cand *c = &cc[ic++];
+			char more[64] = "";
+
+			if (c->merged)
+				say(more, sizeof more, " (and %zu more path%s ending in it)",
+					 c->merged, c->merged == 1 ? "" : "s");
+			if (c->taken)
+				say(why, sizeof why, "taken by %s and by %zu of the %zu other %s%s",
+					 un, c->count, npeers, others, more);
+			else
+				say(why, sizeof why, "not taken by %s, taken by %zu of the %zu other "
+					 "%s%s", un, c->count, npeers, others, more);
+			if (add_cause(a, s, c, "coverage", why) != 0)
+				return -1;
+			if (r == 0 && path_of(a, c->node, &s->path, &s->npath) != 0)
+				return -1;
+		}
+	}
 	return 0;
 }
 
 static int by_score(const void *x, const void *y)
 {
 	const an_suspect *a = x, *b = y;
+	int c;
 
 	if (a->failstop != b->failstop)
 		return b->failstop - a->failstop;
-	return a->score < b->score ? 1 : a->score > b->score ? -1 :
-	       a->pid < b->pid ? -1 : a->pid > b->pid;
+	if (a->score != b->score)
+		return a->score < b->score ? 1 : -1;
+	if ((c = strcmp(a->host, b->host)) != 0)
+		return c;
+	if (a->pid != b->pid)
+		return a->pid < b->pid ? -1 : 1;
+	return a->flow && b->flow ? strlen(a->flow) != strlen(b->flow)
+				    ? (strlen(a->flow) < strlen(b->flow) ? -1 : 1)
+				    : strcmp(a->flow, b->flow) : 0;
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -416,15 +862,152 @@ static int64_t median_last(const an_anomalies *a, const unit *u, double *tmp)
 	return (int64_t)tmp[n / 2];
 }
 
-int an_anomalies_find(an_session *s, an_session *normal, an_anomalies **out, sp_err *err)
+/* Point 3: the unit that stopped first, AN_NONE if none; its gap in *gap. */
+static size_t failstop_unit(const an_anomalies *a, size_t nsus, double *tmp, int64_t *gap)
+{
+	int64_t first = INT64_MAX, last = INT64_MIN;
+	size_t which = AN_NONE;
+
+	*gap = 0;
+	if (a->kind != AN_UNITS_PROCESS || nsus < 3)
+		return AN_NONE;
+	for (size_t i = 0; i < a->nunits; i++) {
+		const unit *u = &a->units[i];
+
+		if (u->total <= 0)
+			continue;
+		first = u->first_ns < first ? u->first_ns : first;
+		last = u->last_ns > last ? u->last_ns : last;
+	}
+	for (size_t i = 0; i < a->nunits; i++) {
+		const unit *u = &a->units[i];
+		int64_t g;
+
+		if (u->total <= 0 || u->normal || !u->last_open_t0 || u->last_node == AN_NONE ||
+		    is_exit(a->names[a->nodes[u->last_node].name]))
+			continue;
+		g = median_last(a, u, tmp) - u->last_ns;
+		if (g > FAILSTOP_MIN_NS && g > (last - first) / 10 && g > *gap) {
+			*gap = g;
+			which = i;
+		}
+	}
+	return which;
+}
+
+/* Per role, how many units (of the session, or of REF) entered each path:
+ * counts[r] for the r-th role of roles[]. */
+typedef struct role_count {
+	uint32_t role;
+	int normal;
+	size_t units;
+	map count;
+} role_count;
+
+static role_count *count_of(role_count *rc, size_t n, uint32_t role, int normal)
+{
+	for (size_t i = 0; i < n; i++)
+		if (rc[i].role == role && rc[i].normal == normal)
+			return &rc[i];
+	return NULL;
+}
+
+static int count_roles(const an_anomalies *a, role_count **out, size_t *n)
+{
+	role_count *rc = calloc(a->nunits ? a->nunits : 1, sizeof *rc);
+
+	*out = rc;
+	*n = 0;
+	if (!rc)
+		return -1;
+	for (size_t i = 0; i < a->nunits; i++) {
+		const unit *u = &a->units[i];
+		role_count *r;
+
+		if (u->total <= 0)
+			continue;
+		if (!(r = count_of(rc, *n, u->role, u->normal))) {
+			r = &rc[(*n)++];
+			r->role = u->role;
+			r->normal = u->normal;
+		}
+		r->units++;
+		for (size_t k = 0; k < u->ne; k++) {
+			map_slot *s = an_map_get(&r->count, u->e[k].node, 0);
+
+			if (!s)
+				return -1;
+			s->val++;
+		}
+	}
+	return 0;
+}
+
+static void free_roles(role_count *rc, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		an_map_free(&rc[i].count);
+	free(rc);
+}
+
+/* Point 5: the threshold of a role, from the reference; -1 if the
+ * reference has fewer than 2 units of it.  tmp has room for every unit. */
+static double ref_threshold(const an_anomalies *a, uint32_t role, double *tmp)
+{
+	size_t n = 0;
+	double q1, q3, fence, worst = -1;
+
+	for (size_t i = 0; i < a->nunits; i++) {
+		const unit *x = &a->units[i];
+		double best = -1;
+
+		if (!x->normal || x->total <= 0 || x->role != role)
+			continue;
+		for (size_t j = 0; j < a->nunits; j++) {
+			const unit *y = &a->units[j];
+
+			if (j == i || !y->normal || y->total <= 0 || y->role != role)
+				continue;
+			double d = distance(a, x, y);
+
+			if (best < 0 || d < best)
+				best = d;
+		}
+		if (best >= 0)
+			tmp[n++] = best;
+	}
+	if (!n)
+		return -1;
+	qsort(tmp, n, sizeof *tmp, cmp_double);
+	q1 = tmp[n / 4];
+	q3 = tmp[3 * n / 4];
+	fence = q3 + 3 * (q3 - q1);
+	for (size_t i = 0; i < n; i++)
+		if (tmp[i] <= fence)
+			worst = tmp[i];
+	worst = worst > fence ? worst : fence;
+	return worst > FLAG_FLOOR ? worst : FLAG_FLOOR;
+}
+
+static const char *kind_plural(int kind)
+{
+	return kind == AN_UNITS_FLOW ? "flows" : kind == AN_UNITS_HOST ? "hosts" : "processes";
+}
+
+int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *o,
+		      an_anomalies **out, sp_err *err)
 {
 	an_anomalies *a = calloc(1, sizeof *a);
-	size_t nsus = 0, failstop = AN_NONE;
+	size_t nsus = 0, failstop, nroles = 0;
+	role_count *roles = NULL;
 	double *d = NULL;
+	int64_t gap = 0;
 
 	*out = NULL;
 	if (!a)
 		return sp_fail(err, "out of memory");
+	a->kind = o ? o->units : AN_UNITS_AUTO;
+	a->profile = o ? o->profile : AN_PROFILE_COMPOSITE;
 	if (session_units(a, s, 0, err) != 0 || (normal && session_units(a, normal, 1, err) != 0))
 		goto fail;
 	for (size_t i = 0; i < a->nunits; i++) {
@@ -433,56 +1016,32 @@ int an_anomalies_find(an_session *s, an_session *normal, an_anomalies **out, sp_
 			goto oom;
 	}
 	if (!(a->sus = calloc(nsus ? nsus : 1, sizeof *a->sus)) ||
-	    !(d = calloc(a->nunits ? a->nunits : 1, sizeof *d))) {
-		sp_fail(err, "out of memory");
-		goto fail;
-	}
-	/* Point 3, without known-normal traces. */
-	int64_t gap = 0;
-
-	if (!normal && nsus >= 3) {
-		int64_t first = INT64_MAX, last = INT64_MIN;
-
-		for (size_t i = 0; i < a->nunits; i++) {
-			const unit *u = &a->units[i];
-
-			if (u->total <= 0)
-				continue;
-			first = u->first_ns < first ? u->first_ns : first;
-			last = u->last_ns > last ? u->last_ns : last;
-		}
-		for (size_t i = 0; i < a->nunits; i++) {
-			const unit *u = &a->units[i];
-			int64_t g;
-
-			if (u->total <= 0 || u->normal || !u->last_open_t0 || u->last_node == AN_NONE ||
-			    is_exit(a->names[a->nodes[u->last_node].name]))
-				continue;
-			g = median_last(a, u, d) - u->last_ns;
-			if (g > FAILSTOP_MIN_NS && g > (last - first) / 10 && g > gap) {
-				gap = g;
-				failstop = i;
-			}
-		}
-	}
+	    !(d = calloc(a->nunits ? 2 * a->nunits : 1, sizeof *d)) ||
+	    count_roles(a, &roles, &nroles) != 0)
+		goto oom;
+	failstop = normal ? AN_NONE : failstop_unit(a, nsus, d, &gap);
 	for (size_t i = 0; i < a->nunits; i++) {
 		unit *u = &a->units[i];
 		an_suspect *sp = &a->sus[a->nsus];
 		const unit *near = NULL;
+		const role_count *rc = count_of(roles, nroles, u->role, normal != NULL);
 		size_t nd = 0;
 		double best = 0;
 
 		if (u->normal || u->total <= 0)
 			continue;
+		sp->kind = a->kind;
+		sp->flow = u->flow;
 		sp->host = u->host;
 		sp->pid = u->pid;
+		sp->flagged = -1;
 		for (size_t j = 0; j < a->nunits; j++) {
 			const unit *v = &a->units[j];
 
 			if (j == i || v->total <= 0 || v->normal != (normal != NULL) ||
 			    v->role != u->role)
 				continue;
-			double x = distance(u, v);
+			double x = distance(a, u, v);
 
 			if (!near || x < best) {
 				near = v;
@@ -492,7 +1051,7 @@ int an_anomalies_find(an_session *s, an_session *normal, an_anomalies **out, sp_
 		}
 		qsort(d, nd, sizeof *d, cmp_double);
 		if (i == failstop) {
-			sp->failstop = 1;
+			sp->failstop = sp->flagged = 1;
 			sp->method = "earliest-last-timestamp";
 			sp->score = (double)gap / 1e9;
 			if (u->last_node != AN_NONE &&
@@ -500,9 +1059,10 @@ int an_anomalies_find(an_session *s, an_session *normal, an_anomalies **out, sp_
 				goto oom;
 			an_cause *c = &sp->causes[sp->ncauses++];
 
+			c->kind = "time";
 			if (path_of(a, u->last_node, &c->path, &c->npath) != 0)
 				goto oom;
-			snprintf(c->why, sizeof c->why, "its last record, %.1f ms before the other "
+			say(c->why, sizeof c->why, "its last record, %.1f ms before the other "
 				 "processes of its role went on to (their median): it stopped here "
 				 "(crashed, hung or blocked)", (double)gap / 1e6);
 		} else if (!normal && nd < 2) {
@@ -510,31 +1070,50 @@ int an_anomalies_find(an_session *s, an_session *normal, an_anomalies **out, sp_
 			sp->score = 0;
 			an_cause *c = &sp->causes[sp->ncauses++];
 
+			c->kind = "time";
 			if (path_of(a, u->role, &c->path, &c->npath) != 0)
 				goto oom;
-			snprintf(c->why, sizeof c->why, "%s: %zu other process%s of this role (the "
+			say(c->why, sizeof c->why, "%s: %zu other %s of this role (the "
 				 "outermost function it spends most time in): not compared",
-				 nd ? "only" : "no", nd, nd == 1 ? "" : "es");
+				 nd ? "only" : "no", nd, nd == 1 ? (a->kind == AN_UNITS_FLOW ? "flow" :
+				 a->kind == AN_UNITS_HOST ? "host" : "process") : kind_plural(a->kind));
+		} else if (normal) {
+			sp->method = "nearest-normal";
+			sp->threshold = ref_threshold(a, u->role, d + a->nunits);
+			sp->score = nd ? d[0] : MAX_DIST;
+			sp->flagged = !nd || sp->score > sp->threshold;
+			if (causes(a, u, near, rc ? &rc->count : &(map){ 0 }, 0, rc ? rc->units : 0,
+				   "units of the reference", sp) != 0)
+				goto oom;
 		} else {
-			size_t k = normal ? 1 : ((nd + 1) / 4 ? (nd + 1) / 4 : 1);
+			size_t k = (nd + 1) / 4 ? (nd + 1) / 4 : 1;
+			char others[64];
 
-			sp->method = normal ? "nearest-normal" : "knn-manhattan";
-			sp->score = nd ? d[(k <= nd ? k : nd) - 1] : 0;
-			if (causes(a, u, near, sp) != 0)
+			snprintf(others, sizeof others, "%s of its role", kind_plural(a->kind));
+			sp->method = "knn-manhattan";
+			sp->score = d[(k <= nd ? k : nd) - 1];
+			if (causes(a, u, near, &rc->count, 1, rc->units - 1, others, sp) != 0)
 				goto oom;
 		}
 		a->nsus++;
 	}
 	qsort(a->sus, a->nsus, sizeof *a->sus, by_score);
+	free_roles(roles, nroles);
 	free(d);
 	*out = a;
 	return 0;
 oom:
 	sp_fail(err, "out of memory");
 fail:
+	free_roles(roles, nroles);
 	free(d);
 	an_anomalies_free(a);
 	return -1;
+}
+
+int an_anomalies_kind(const an_anomalies *a)
+{
+	return a->kind;
 }
 
 size_t an_anomalies_count(const an_anomalies *a)
@@ -559,6 +1138,7 @@ void an_anomalies_free(an_anomalies *a)
 	free(a->sus);
 	for (size_t i = 0; i < a->nunits; i++) {
 		free(a->units[i].host);
+		free(a->units[i].flow);
 		free(a->units[i].e);
 		an_map_free(&a->units[i].idx);
 	}

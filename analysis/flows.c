@@ -62,6 +62,18 @@
  *      Only a segment that began as a continuation (event "start" or
  *      "thread") joins: one that began at an accept or a receive is a
  *      request of its own (a pre-forked worker's).
+ *   7. Clocks: hosts' clocks are only as close as they are synchronised, and
+ *      a receive never precedes its send.  Each matched message between two
+ *      hosts bounds the difference of their clocks: from A to B, B's clock
+ *      is at least (send - receive) ahead of A's; from B to A, at most
+ *      (receive - send).  A pair with bounds both ways is set to the middle
+ *      of them (as NTP assumes the two ways take as long); a pair with one
+ *      bound is moved only as far as that bound needs (a clock that already
+ *      agrees stays).  Hosts are aligned along a spanning tree of the pairs
+ *      that exchanged messages, from the host of the session's first image;
+ *      a host with no message to the others keeps its clock.  The offsets
+ *      are applied to the session's traces (an_realtime_ns) before the
+ *      flows' times are taken, so exports and comparisons see them.
  */
 
 typedef struct chan_key {
@@ -99,6 +111,11 @@ typedef struct segment {
 	uint64_t events;
 	int has_t;
 	int first;               /* its thread's first segment */
+	int64_t first_msg;       /* its first message's time, */
+	int first_is_recv;       /* whether it was a receive, */
+	int64_t last_msg;        /* its last message's time, */
+	int last_is_send;        /* and whether it was a send */
+	int has_msg;
 } segment;
 
 typedef struct join {
@@ -113,6 +130,8 @@ struct an_flows {
 	size_t nm, capm;
 	char **hosts;            /* host names, interned */
 	size_t nhosts, caphosts;
+	an_clock *clocks;        /* rule 7: the hosts whose clocks were aligned */
+	size_t nclocks;
 };
 
 typedef struct build {
@@ -516,6 +535,17 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 			pending = 0;
 		}
 		seg_count(&b->segs[cur], ns, ns, 1);
+		if (r.kind == TRACE_EVENT && trace_event_is_msg(r.id) && r.msg.len) {
+			segment *sg = &b->segs[cur];
+
+			if (!sg->has_msg) {
+				sg->first_msg = ns;
+				sg->first_is_recv = r.id == TRACE_EV_MSG_RECV;
+				sg->has_msg = 1;
+			}
+			sg->last_msg = ns;
+			sg->last_is_send = r.id == TRACE_EV_MSG_SEND;
+		}
 	}
 	an_iter_close(it);
 	if (pending) {
@@ -720,8 +750,10 @@ static int make_flows(build *b, sp_err *err)
 			size_t p;
 
 			if (sg->events)
-				fl->parts[fl->nparts++] = (an_flow_part){ sg->image, sg->pid, sg->tid,
-									  sg->t0, sg->t1, sg->events };
+				fl->parts[fl->nparts++] = (an_flow_part){
+					sg->image, sg->pid, sg->tid, sg->t0, sg->t1, sg->events,
+					sg->first_is_recv ? sg->first_msg : sg->t0,
+					sg->last_is_send ? sg->last_msg : sg->t1 };
 			for (p = 0; p < fl->nprocs; p++)
 				if (fl->procs[p].pid == sg->pid && strcmp(fl->procs[p].host, h) == 0)
 					break;
@@ -740,6 +772,111 @@ nomem:
 	free(g);
 	free(order);
 	return sp_fail(err, "out of memory");
+}
+
+/* Rule 7: the bounds on host j's clock minus host i's (i < j). */
+typedef struct bound {
+	int64_t lo, hi;
+	size_t n;                /* messages that gave them */
+	int ways;                /* bit 0: from i to j, bit 1: from j to i */
+} bound;
+
+static int64_t pick(const bound *p)
+{
+	if ((p->ways & 3) == 3)
+		return p->lo / 2 + p->hi / 2;
+	if (p->ways & 1)
+		return p->lo > 0 ? p->lo : 0;
+	return p->hi < 0 ? p->hi : 0;
+}
+
+static int align_clocks(build *b, sp_err *err)
+{
+	an_flows *f = b->out;
+	size_t nh = f->nhosts, *queue = NULL, nq = 0;
+	uint32_t *himg = NULL, first = 0;
+	bound *p = NULL;
+	int64_t *off = NULL;
+	char *done = NULL;
+	int rc = -1;
+
+	if (nh < 2 || !f->nm)
+		return 0;
+	if (!(p = calloc(nh * nh, sizeof *p)) || !(off = calloc(nh, sizeof *off)) ||
+	    !(done = calloc(nh, 1)) || !(queue = calloc(nh, sizeof *queue)) ||
+	    !(himg = calloc(an_session_nimages(b->s), sizeof *himg)) ||
+	    !(f->clocks = calloc(nh, sizeof *f->clocks)))
+		goto nomem;
+	for (size_t i = 0; i < an_session_nimages(b->s); i++)
+		if (host_index(f, an_session_image(b->s, i)->host, &himg[i]))
+			goto nomem;
+	for (size_t i = 0; i < f->nm; i++) {
+		const an_msg_match *m = &f->m[i];
+		uint32_t hs = himg[m->send_image], hr = himg[m->recv_image];
+		an_trace *ts = an_session_trace(b->s, m->send_image);
+		an_trace *tr = an_session_trace(b->s, m->recv_image);
+
+		if (hs == hr || !ts || !tr)
+			continue;
+		int64_t d = an_realtime_ns(ts, m->send_tsc) - an_realtime_ns(tr, m->recv_tsc);
+		bound *q = &p[(hs < hr ? hs : hr) * nh + (hs < hr ? hr : hs)];
+
+		if (hs < hr) {       /* off[hr] - off[hs] >= d */
+			q->lo = (q->ways & 1) && q->lo > d ? q->lo : d;
+			q->ways |= 1;
+		} else {             /* off[hs] - off[hr] <= -d */
+			q->hi = (q->ways & 2) && q->hi < -d ? q->hi : -d;
+			q->ways |= 2;
+		}
+		q->n++;
+	}
+	if (an_session_nimages(b->s))
+		first = himg[0];
+	done[first] = 1;
+	queue[nq++] = first;
+	for (size_t at = 0; at < nq; at++) {
+		size_t i = queue[at];
+
+		for (size_t j = 0; j < nh; j++) {
+			const bound *q = &p[(i < j ? i : j) * nh + (i < j ? j : i)];
+
+			if (done[j] || !q->ways)
+				continue;
+			off[j] = off[i] + (i < j ? pick(q) : -pick(q));
+			done[j] = 1;
+			queue[nq++] = j;
+			f->clocks[f->nclocks++] = (an_clock){ f->hosts[j], off[j], f->hosts[i], q->n,
+							      (q->ways & 3) == 3 };
+		}
+	}
+	for (size_t i = 0; i < an_session_nimages(b->s); i++) {
+		an_trace *t = an_session_trace(b->s, i);
+
+		if (t)
+			t->align_ns += off[himg[i]];
+	}
+	for (size_t i = 0; i < b->nsegs; i++) {
+		segment *sg = &b->segs[i];
+		int64_t o = off[himg[sg->image]];
+
+		sg->t0 += o;
+		sg->t1 += o;
+		sg->first_msg += o;
+		sg->last_msg += o;
+	}
+	for (size_t i = 0; i < b->nsends; i++)
+		b->sends[i].ns += off[himg[b->sends[i].image]];
+	rc = 0;
+	goto out;
+nomem:
+	rc = sp_fail(err, "out of memory");
+out:
+	free(p);
+	free(off);
+	free(done);
+	free(queue);
+	free(himg);
+	return rc;
 }
 
 int an_flows_build(an_session *s, an_flows **out, sp_err *err)
@@ -771,7 +908,7 @@ int an_flows_build(an_session *s, an_flows **out, sp_err *err)
 					goto done;
 		}
 	}
-	if (make_flows(&b, err) < 0)
+	if (align_clocks(&b, err) < 0 || make_flows(&b, err) < 0)
 		goto done;
 	*out = b.out;
 	b.out = NULL;
@@ -797,6 +934,13 @@ const an_flow *an_flows_get(const an_flows *f, size_t i)
 
 size_t an_flows_nmatches(const an_flows *f) { return f->nm; }
 
+size_t an_flows_nclocks(const an_flows *f) { return f->nclocks; }
+
+const an_clock *an_flows_clock(const an_flows *f, size_t i)
+{
+	return i < f->nclocks ? &f->clocks[i] : NULL;
+}
+
 const an_msg_match *an_flows_match(const an_flows *f, size_t i)
 {
 	return i < f->nm ? &f->m[i] : NULL;
@@ -806,6 +950,7 @@ void an_flows_free(an_flows *f)
 {
 	if (!f)
 		return;
+	free(f->clocks);
 	free(f->m);
 	for (size_t i = 0; i < f->n; i++) {
 		free(f->f[i].procs);

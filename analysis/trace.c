@@ -238,7 +238,7 @@ uint64_t an_tsc_ns(const an_trace *t, uint64_t a, uint64_t b)
 
 int64_t an_realtime_ns(const an_trace *t, uint64_t tsc)
 {
-	return clamp64(t->real0 + ticks_ns(t, (__int128)tsc - (__int128)t->tsc0));
+	return clamp64(t->real0 + t->align_ns + ticks_ns(t, (__int128)tsc - (__int128)t->tsc0));
 }
 
 int64_t an_monotonic_ns(const an_trace *t, uint64_t tsc)

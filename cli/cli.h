@@ -152,6 +152,14 @@ int cli_collected_each(const char *dir, cli_collected_fn fn, void *arg);
 void cli_progress(const char *what, size_t done, size_t total);
 void cli_progress_end(void);
 
+/* report_html.c: `sptrace analyze --html PATH`: the page for the anomalies
+ * of session s (trace directory dir), its `top` first units; PATH written
+ * whole or not at all.  0, or -1 after an error on stderr. */
+struct an_session;
+struct an_anomalies;
+int cli_analyze_html(const char *path, const char *dir, struct an_session *s,
+		     const struct an_anomalies *a, size_t top);
+
 /* main.c: s as a JSON string, quoted and escaped, on stdout. */
 void cli_json_str(const char *s);
 

@@ -1,8 +1,8 @@
 /*
- * cmd_analyze.c — `sptrace analyze`: the processes of a trace (or of a
- * collected session) ranked by how differently they behaved, each with the
- * call path most likely the cause (analysis.h, an_anomalies_find; the
- * rules are in analysis/anomaly.c).
+ * cmd_analyze.c — `sptrace analyze`: the flows, processes or hosts of a
+ * trace (or of a collected session) ranked by how differently they behaved,
+ * each with the call path most likely the cause (analysis.h,
+ * an_anomalies_find; the rules are in analysis/anomaly.c).
  */
 #include "cli.h"
 
@@ -17,35 +17,56 @@
 static const char help[] =
 	"usage: sptrace analyze [OPTIONS] DIR\n"
 	"\n"
-	"Rank the processes of the trace DIR -- with the images it exec'd and the\n"
-	"children it forked, or every process of every host of a tree made by\n"
-	"'sptrace collect' -- by how differently each behaved, and name for each\n"
-	"the call path most likely the cause, with the evidence:\n"
+	"Rank the requests (flows), processes or hosts of the trace DIR -- with the\n"
+	"images it exec'd and the children it forked, or every process of every\n"
+	"host of a tree made by 'sptrace collect' -- by how differently each\n"
+	"behaved, and name for each the call path most likely the cause, with the\n"
+	"evidence:\n"
 	"\n"
-	"  - a process whose last record is earlier than every other's by more\n"
-	"    than 10 ms and a tenth of the trace's span stopped (it crashed, hung\n"
-	"    in a loop that calls nothing, or blocked): it ranks first, and its\n"
-	"    culprit is the call open at its last record (earliest-last-timestamp);\n"
+	"  - a process whose last record is earlier than the others' by more than\n"
+	"    10 ms and a tenth of the trace's span stopped (it crashed, hung in a\n"
+	"    loop that calls nothing, or blocked): it ranks first, and its culprit\n"
+	"    is the call open at its last record (earliest-last-timestamp);\n"
 	"  - the others by a suspect score: the distance between their profiles\n"
-	"    (the share of time spent in each call path) to their k-th nearest\n"
-	"    neighbour, k = a quarter of the processes (knn-manhattan); the culprit\n"
-	"    is the call path whose share differs most from the nearest one's.\n"
+	"    (the share of time spent in each call path, and which call paths were\n"
+	"    taken) to their k-th nearest neighbour of the same role, k = a quarter\n"
+	"    of them (knn-manhattan); the culprit is the call path whose share\n"
+	"    differs most from the nearest one's, or a path taken unlike the\n"
+	"    others when no share differs by 10%.\n"
 	"\n"
 	"options:\n"
+	"  --by flow|process|host\n"
+	"                what to compare (default: the flows when there are 3 or more,\n"
+	"                as 'sptrace flows' lists them, else the processes)\n"
+	"  --profile composite|time|coverage\n"
+	"                what the distance compares: the share of time in each call\n"
+	"                path, which call paths were taken, or both (default)\n"
 	"  --normal REF  REF is a trace (or collected tree) of known-normal runs: each\n"
-	"                process of DIR is scored by its distance to the nearest\n"
-	"                process of REF (nearest-normal), so a normal but rare\n"
+	"                unit of DIR is scored by its distance to the nearest unit of\n"
+	"                REF (nearest-normal) and flagged when that is farther than\n"
+	"                REF's own units are from each other, so a normal but rare\n"
 	"                behaviour seen in REF is not flagged\n"
 	"  --json        one JSON object instead of the table:\n"
-	"                {\"anomalies\":[{\"rank\":1,\"kind\":\"process\",\"flow\":null,\n"
-	"                \"host\":S,\"pid\":N,\"score\":X,\"method\":S,\"culprit\":{\n"
-	"                \"function\":S,\"path\":[S,...]},\"causes\":[{\"rank\":N,\n"
+	"                {\"anomalies\":[{\"rank\":1,\"kind\":\"flow\"|\"process\"|\"host\",\n"
+	"                \"flow\":S|null,\"host\":S,\"pid\":N,\"score\":X,\"method\":S,\n"
+	"                \"flagged\":true|false|null,\"threshold\":X|null,\n"
+	"                \"culprit\":{\"function\":S,\"path\":[S,...]},\n"
+	"                \"causes\":[{\"rank\":N,\"kind\":\"time\"|\"coverage\",\n"
 	"                \"path\":[S,...],\"why\":S}]}]}\n"
-	"  --top N       the N most suspect processes only (default: all)\n"
+	"  --top N       the N most suspect only (default: all)\n"
+	"  --html FILE   also write the analysis as one self-contained page: the\n"
+	"                ranked table, the culprits and causes, a timeline of the\n"
+	"                flows by host, process and thread with the messages between\n"
+	"                them; click a row, bar or cause to highlight its unit\n"
 	"  --repo DIR    code-analysis repository for the function names (default:\n"
 	"                $SPTRACE_REPO, else /var/lib/sptrace/repo as root,\n"
 	"                ~/.cache/sptrace/repo)\n"
 	"  -h, --help    this text\n";
+
+static const char *kind_name(int kind)
+{
+	return kind == AN_UNITS_FLOW ? "flow" : kind == AN_UNITS_HOST ? "host" : "process";
+}
 
 static void json_path(const char *const *path, size_t n)
 {
@@ -64,11 +85,22 @@ static void print_json(const an_anomalies *a, size_t top)
 	for (size_t i = 0; i < an_anomalies_count(a) && i < top; i++) {
 		const an_suspect *s = an_anomalies_get(a, i);
 
-		printf("%s{\"rank\":%zu,\"kind\":\"process\",\"flow\":null,\"host\":", i ? "," : "",
-		       i + 1);
+		printf("%s{\"rank\":%zu,\"kind\":\"%s\",\"flow\":", i ? "," : "", i + 1,
+		       kind_name(s->kind));
+		if (s->flow)
+			cli_json_str(s->flow);
+		else
+			printf("null");
+		printf(",\"host\":");
 		cli_json_str(s->host);
 		printf(",\"pid\":%" PRIu32 ",\"score\":%.6g,\"method\":", s->pid, s->score);
 		cli_json_str(s->method);
+		printf(",\"flagged\":%s,\"threshold\":", s->flagged < 0 ? "null" :
+		       s->flagged ? "true" : "false");
+		if (strcmp(s->method, "nearest-normal") == 0 && s->threshold >= 0)
+			printf("%.6g", s->threshold);
+		else
+			printf("null");
 		printf(",\"culprit\":");
 		if (s->npath) {
 			printf("{\"function\":");
@@ -81,7 +113,8 @@ static void print_json(const an_anomalies *a, size_t top)
 		}
 		printf(",\"causes\":[");
 		for (size_t k = 0; k < s->ncauses; k++) {
-			printf("%s{\"rank\":%zu,\"path\":", k ? "," : "", k + 1);
+			printf("%s{\"rank\":%zu,\"kind\":\"%s\",\"path\":", k ? "," : "", k + 1,
+			       s->causes[k].kind);
 			json_path(s->causes[k].path, s->causes[k].npath);
 			printf(",\"why\":");
 			cli_json_str(s->causes[k].why);
@@ -100,20 +133,34 @@ static void print_path(const char *const *path, size_t n)
 
 static void print_table(const char *dir, const an_anomalies *a, size_t top)
 {
-	printf("# %zu process%s of %s, most suspect first\n", an_anomalies_count(a),
-	       an_anomalies_count(a) == 1 ? "" : "es", dir);
-	for (size_t i = 0; i < an_anomalies_count(a) && i < top; i++) {
+	int kind = an_anomalies_kind(a);
+	size_t n = an_anomalies_count(a);
+
+	printf("# %zu %s%s of %s, most suspect first\n", n, kind_name(kind),
+	       n == 1 ? "" : kind == AN_UNITS_PROCESS ? "es" : "s", dir);
+	for (size_t i = 0; i < n && i < top; i++) {
 		const an_suspect *s = an_anomalies_get(a, i);
 
-		printf("%2zu. %s%spid %" PRIu32 "  score %.4g (%s)\n", i + 1, s->host,
-		       s->host[0] ? ":" : "", s->pid, s->score, s->method);
+		printf("%2zu. ", i + 1);
+		if (s->flow)
+			printf("flow %s (%s%spid %" PRIu32 ")", s->flow, s->host, s->host[0] ? ":" : "",
+			       s->pid);
+		else if (kind == AN_UNITS_HOST)
+			printf("host %s", s->host[0] ? s->host : "(this host)");
+		else
+			printf("%s%spid %" PRIu32, s->host, s->host[0] ? ":" : "", s->pid);
+		printf("  score %.4g (%s", s->score, s->method);
+		if (s->flagged >= 0 && !s->failstop)
+			printf(s->threshold >= 0 ? ", %s: threshold %.4g" : ", %s", s->flagged ?
+			       "flagged" : "not flagged", s->threshold);
+		printf(")\n");
 		if (s->npath) {
 			printf("    culprit: %s  (", s->path[s->npath - 1]);
 			print_path(s->path, s->npath);
 			printf(")\n");
 		}
 		for (size_t k = 0; k < s->ncauses; k++) {
-			printf("    %zu) ", k + 1);
+			printf("    %zu) [%s] ", k + 1, s->causes[k].kind);
 			print_path(s->causes[k].path, s->causes[k].npath);
 			printf(": %s\n", s->causes[k].why);
 		}
@@ -125,29 +172,54 @@ int cmd_analyze(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "json", no_argument, 0, 'j' },        { "normal", required_argument, 0, 'n' },
 		{ "top", required_argument, 0, 't' },   { "repo", required_argument, 0, 'r' },
-		{ "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 },
+		{ "by", required_argument, 0, 'b' },    { "profile", required_argument, 0, 'p' },
+		{ "html", required_argument, 0, 'H' },  { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
-	const char *normal = NULL;
+	const char *normal = NULL, *html = NULL;
 	an_session *s = NULL, *ref = NULL;
 	an_anomalies *a;
 	size_t top = (size_t)-1;
 	sp_err err;
 	char *end;
-	int c, json = 0;
+	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE };
+	int c, json = 0, rc = 0;
 
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'j': json = 1; break;
+		case 'H': html = optarg; break;
+		case 'b':
+			if (strcmp(optarg, "flow") == 0)
+				ao.units = AN_UNITS_FLOW;
+			else if (strcmp(optarg, "process") == 0)
+				ao.units = AN_UNITS_PROCESS;
+			else if (strcmp(optarg, "host") == 0)
+				ao.units = AN_UNITS_HOST;
+			else
+				return cli_error("analyze: --by '%s': give flow, process or host",
+						 optarg), 2;
+			break;
+		case 'p':
+			if (strcmp(optarg, "composite") == 0)
+				ao.profile = AN_PROFILE_COMPOSITE;
+			else if (strcmp(optarg, "time") == 0)
+				ao.profile = AN_PROFILE_TIME;
+			else if (strcmp(optarg, "coverage") == 0)
+				ao.profile = AN_PROFILE_COVERAGE;
+			else
+				return cli_error("analyze: --profile '%s': give composite, time or "
+						 "coverage", optarg), 2;
+			break;
 		case 'n': normal = optarg; break;
 		case 'r': oo.repo = optarg; break;
 		case 't':
 			top = strtoul(optarg, &end, 10);
 			if (*end || !*optarg || top == 0)
-				return cli_error("analyze: --top '%s': give a number of processes, 1 "
-						 "or more", optarg), 2;
+				return cli_error("analyze: --top '%s': give a number, 1 or more", optarg), 2;
 			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':
@@ -170,7 +242,7 @@ int cmd_analyze(int argc, char **argv)
 	}
 	for (size_t i = 0; i < an_session_nwarnings(s); i++)
 		fprintf(stderr, "sptrace: analyze: warning: %s\n", an_session_warning(s, i));
-	if (an_anomalies_find(s, ref, &a, &err) < 0) {
+	if (an_anomalies_find(s, ref, &ao, &a, &err) < 0) {
 		an_session_close(s);
 		an_session_close(ref);
 		return cli_error("analyze: %s", err.msg);
@@ -179,8 +251,12 @@ int cmd_analyze(int argc, char **argv)
 		print_json(a, top);
 	else
 		print_table(argv[optind], a, top);
+	if (html && cli_analyze_html(html, argv[optind], s, a, top) == 0)
+		fprintf(stderr, "sptrace: analyze: the report is in %s\n", html);
+	else if (html)
+		rc = 1;
 	an_anomalies_free(a);
 	an_session_close(s);
 	an_session_close(ref);
-	return 0;
+	return rc;
 }

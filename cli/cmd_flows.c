@@ -82,6 +82,14 @@ static void print_table(const char *dir, const an_flows *fl)
 
 	printf("# %zu flow%s in %s\n", an_flows_count(fl), an_flows_count(fl) == 1 ? "" : "s",
 	       dir);
+	for (size_t i = 0; i < an_flows_nclocks(fl); i++) {
+		const an_clock *c = an_flows_clock(fl, i);
+
+		printf("# clock of host %s: %+.6f s to host %s's, from %zu message%s (%s)\n", c->host,
+		       (double)c->offset_ns / 1e9, c->to, c->messages, c->messages == 1 ? "" : "s",
+		       c->both_ways ? "both ways: the middle of the bounds"
+				    : "one way: as little as a receive after its send needs");
+	}
 	printf("# FLOW  START   HOST:PID/TID            DURATION      EVENTS  PROCESSES\n");
 	for (size_t i = 0; i < an_flows_count(fl); i++) {
 		const an_flow *f = an_flows_get(fl, i);

@@ -258,6 +258,8 @@ static void print_calls(printer *p)
 				i = c->last - 1;
 			continue;
 		}
+		if (c->kind == AN_EVENT && trace_event_is_agent(c->id))
+			continue;        /* the tracer's own time (trace_format.h) */
 		open_pending(p);
 		if (c->kind == AN_CALL) {
 			p->opened[p->nopen] = 0;

@@ -108,7 +108,18 @@ enum trace_event {
 	TRACE_EV_MSG_SEND = 10,  /* message events: see below */
 	TRACE_EV_MSG_RECV = 11,
 	TRACE_EV_MSG_DATA = 12,
+	TRACE_EV_AGENT_BEGIN = 13, /* the agent's own work on this thread: see below */
+	TRACE_EV_AGENT_END = 14,
 };
+
+/*
+ * The agent's own time: a thread that reaches a function not instrumented
+ * yet instruments it (and waits for another thread doing so) between an
+ * AGENT_BEGIN and an AGENT_END, inside whatever call it was making.  That
+ * time is the tracer's, not the program's: readers that profile leave it
+ * out (analysis/anomaly.c), replay does not show the pair.  No calls are
+ * recorded between the two.
+ */
 
 /*
  * Context events: a thread switching stacks (getcontext, setcontext,
@@ -134,6 +145,11 @@ static inline int trace_event_has_key(uint32_t ev)
 static inline int trace_event_is_msg(uint32_t ev)
 {
 	return ev == TRACE_EV_MSG_SEND || ev == TRACE_EV_MSG_RECV;
+}
+
+static inline int trace_event_is_agent(uint32_t ev)
+{
+	return ev == TRACE_EV_AGENT_BEGIN || ev == TRACE_EV_AGENT_END;
 }
 
 static inline uint64_t trace_ctx_key(const void *ucp)

@@ -27,6 +27,8 @@ packages=(
 	strace
 	# sptrace export's test decodes the Perfetto file with protoc --decode
 	protobuf-compiler
+	# sptrace analyze --html's page is rendered by headless Chromium
+	chromium fonts-dejavu-core
 	# spdaemon's tests: openssl checks the keys and plays TLS peers; hosts
 	# are network namespaces (ip, unshare); its systemd unit is verified
 	openssl iproute2 util-linux systemd

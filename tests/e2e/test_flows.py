@@ -192,8 +192,44 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
                   re.search(r"^ +[0-9.-]+  %s:%d/\d+ +.*%s" % (re.escape(host), pid,
                                                               re.escape(func)), r.stdout, re.M),
                   "flows --flow f1 lacks %s in %s:%d:\n%s" % (func, host, pid, r.stdout[-3000:]))
+        skewed_clock(sptrace, ts.out, a2, f["duration_ns"], tmp)
     finally:
         ts.close()
+
+
+def skewed_clock(sptrace, out, host, duration, tmp):
+    """The same tree with host's clock 7 s ahead (its traces' meta say
+    CLOCK_REALTIME was 7 s later at the same TSC: what a host whose clock
+    is off writes).  The messages between the hosts bound the difference:
+    flows aligns it back (a line says by how much), so the flow lasts as
+    long as before, not 7 s more."""
+    skewed = os.path.join(tmp, "skewed")
+    shutil.copytree(out, skewed, symlinks=True)
+    shifted = 0
+    for root, _, files in os.walk(os.path.join(skewed, host)):
+        if "meta" not in files:
+            continue
+        path = os.path.join(root, "meta")
+        lines = open(path).read().split("\n")
+        for i, line in enumerate(lines):
+            if line.startswith("real0_ns "):
+                lines[i] = "real0_ns %d" % (int(line.split()[1]) + 7 * 10**9)
+                shifted += 1
+        with open(path, "w") as fh:
+            fh.write("\n".join(lines))
+    check(shifted >= 2, "no meta of host %s to shift (%d)" % (host, shifted))
+    r = run([sptrace, "flows", skewed], timeout=300)
+    check(r.returncode == 0, "flows of the skewed tree: %r" % r.stderr[-1000:])
+    m = re.search(r"^# clock of host %s: ([-+][0-9.]+) s to host " % re.escape(host), r.stdout,
+                  re.M)
+    check(m and -7.1 < float(m.group(1)) < -6.9, "host %s's clock, 7 s ahead, was not aligned "
+          "back:\n%s" % (host, r.stdout[:2000]))
+    print(m.group(0))
+    got = flows_json(sptrace, skewed)
+    check(len(got) == 1, "%d flows in the skewed tree" % len(got))
+    check(abs(got[0]["duration_ns"] - duration) < max(duration // 5, 50 * 10**6),
+          "the flow lasts %d ns with %s's clock 7 s ahead, %d ns as it was" %
+          (got[0]["duration_ns"], host, duration))
 
 
 def main():

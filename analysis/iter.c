@@ -42,7 +42,10 @@
  *   4. The thread's kernel records (kernel.<tid>, `sptrace run --kernel`)
  *      are few next to its own: read whole at open, and merged with the
  *      ring's records by timestamp, so they come out nested under the
- *      system call that ran them.
+ *      system call that ran them.  Left out: those between an AGENT_BEGIN
+ *      and its AGENT_END (the agent's own system calls), and those while
+ *      no traced call is open (before the first, after the root's return:
+ *      the loader's, the agent's start and end, exit handlers untraced).
  */
 #define WINDOW 4096
 
@@ -78,6 +81,8 @@ struct an_iter {
 	size_t nkrecs, kpos;
 	an_record user;          /* the next of the thread's own records ... */
 	int have_user, user_done; /* ... when taken already */
+	int in_agent;            /* between AGENT_BEGIN and AGENT_END */
+	uint64_t open_calls;     /* the thread's calls entered, not yet left */
 };
 
 /* Read the window starting at position i.  -1 (errno) on a read error. */
@@ -251,6 +256,18 @@ nomem:
 
 static int user_next(an_iter *it, an_record *r);
 
+/* A call through this site has no EXIT of its own (trace_format.h). */
+static int entry_only(const an_iter *it, uint32_t id)
+{
+	const an_site_info *s;
+
+	if (id >= it->nsites || !it->sites[id].valid)
+		return 1;
+	s = &it->sites[id];
+	return s->kind == CA_SITE_TAIL_DIRECT || s->kind == CA_SITE_TAIL_INDIRECT ||
+	       (s->flags & TRACE_SITE_NO_EXIT);
+}
+
 /* The next kernel record (step 4) into *r: 0 when there is none. */
 static int kernel_next(an_iter *it, an_record *r)
 {
@@ -281,12 +298,22 @@ int an_iter_next(an_iter *it, an_record *r)
 		else
 			it->user_done = 1;
 	}
-	if (it->kpos < it->nkrecs &&
-	    (!it->have_user || it->krecs[it->kpos].tsc < it->user.tsc) && kernel_next(it, r))
-		return 1;
+	while (it->kpos < it->nkrecs && (!it->have_user || it->krecs[it->kpos].tsc < it->user.tsc)) {
+		if (!it->in_agent && it->open_calls)
+			return kernel_next(it, r) ? 1 : an_iter_next(it, r);
+		it->kpos++;
+	}
 	if (it->have_user) {
 		*r = it->user;
 		it->have_user = 0;
+		if (r->kind == TRACE_EVENT && r->id == TRACE_EV_AGENT_BEGIN)
+			it->in_agent = 1;
+		else if (r->kind == TRACE_EVENT && r->id == TRACE_EV_AGENT_END)
+			it->in_agent = 0;
+		else if (r->kind == TRACE_ENTRY && !entry_only(it, r->id))
+			it->open_calls++;
+		else if (r->kind == TRACE_EXIT && it->open_calls)
+			it->open_calls--;
 		return 1;
 	}
 	return 0;

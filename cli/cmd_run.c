@@ -340,9 +340,14 @@ int cmd_run(int argc, char **argv)
 		return 2;
 	if ((c = cannot_start(argv[optind])))
 		return c;
-	if (cli_find_agent("run", agent, sizeof agent) ||
-	    cli_prepare_trace_dir("run", dir, &owner, absdir))
+	/* The module first: without it the previous trace keeps its place. */
+	if (kernel && !(kern = cli_kernel_start("run", kernel_calls)))
 		return 1;
+	if (cli_find_agent("run", agent, sizeof agent) ||
+	    cli_prepare_trace_dir("run", dir, &owner, absdir)) {
+		cli_kernel_abandon(kern);
+		return 1;
+	}
 	warn_unregistered();
 	if (propagate && cli_start_session(session, sizeof session, daemon, sizeof daemon) == 0)
 		fprintf(stderr, "sptrace: spdaemon %s serves this host: the program's requests are "
@@ -366,10 +371,6 @@ int cmd_run(int argc, char **argv)
 	/* The kernel's functions are probed before the program starts, and
 	 * the child waits on `go` until its pid is in the module's scope. */
 	if (kernel) {
-		if (!(kern = cli_kernel_start("run", kernel_calls))) {
-			cli_remove_trace_dir(absdir, owner.uid);
-			return 1;
-		}
 		if (pipe2(go, O_CLOEXEC) != 0) {
 			cli_kernel_abandon(kern);
 			return cli_error("run: cannot create a pipe: %s", strerror(errno));

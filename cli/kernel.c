@@ -18,8 +18,12 @@
  *     module (sites file, a module line in meta, names in kernel.syms), so
  *     that readers merge them with the thread's own records by TSC and a
  *     system call's kernel functions nest under the call that made it.
- *     Records from before the trace's activation, and of threads the trace
- *     has no ring for, are counted and said, not written.
+ *     Kept are the records of a system call's entry function and of what
+ *     runs nested in it; the probed functions also run when the thread
+ *     enters the kernel otherwise (a page fault, a signal's delivery, an
+ *     interrupt's softirq work): those, records from before the trace's
+ *     activation, and those of threads the trace has no ring for are
+ *     counted and said, not written.
  */
 #include "cli.h"
 
@@ -71,6 +75,7 @@ struct cli_kernel {
 	size_t nrecs, caprecs;
 	uint64_t *func_addr;    /* function index -> address */
 	char **func_name;
+	uint8_t *func_root;     /* a system call's entry function */
 	uint32_t nfuncs;
 	size_t ncalls;          /* system calls prepared */
 };
@@ -354,7 +359,8 @@ static int prepare(cli_kernel *k, const char *calls)
 		g.n = SPK_MAX_PROBES;
 	k->func_addr = calloc(g.n, sizeof *k->func_addr);
 	k->func_name = calloc(g.n, sizeof *k->func_name);
-	if (!k->func_addr || !k->func_name)
+	k->func_root = calloc(g.n, 1);
+	if (!k->func_addr || !k->func_name || !k->func_root)
 		goto nomem;
 	{
 		uint64_t *addrs = calloc(g.n, sizeof *addrs);
@@ -383,6 +389,7 @@ static int prepare(cli_kernel *k, const char *calls)
 				continue;
 			}
 			k->func_addr[res[i]] = addrs[i];
+			k->func_root[res[i]] = g.depth[i] == 0;
 			if (!k->func_name[res[i]] && !(k->func_name[res[i]] = strdup(g.funcs[i]->name))) {
 				free(addrs);
 				free(res);
@@ -587,6 +594,7 @@ void cli_kernel_abandon(cli_kernel *k)
 		free(k->func_name[i]);
 	free(k->func_name);
 	free(k->func_addr);
+	free(k->func_root);
 	free(k->recs);
 	free(k->rings);
 	free(k->pos);
@@ -594,6 +602,8 @@ void cli_kernel_abandon(cli_kernel *k)
 }
 
 /* ---- writing into the trace (step 4) ---- */
+
+#define DROPPED UINT32_MAX      /* a record not written */
 
 static int rec_cmp(const void *a, const void *b)
 {
@@ -739,7 +749,9 @@ static int write_names(cli_kernel *k, const char *dir, uint32_t module, const ui
 
 int cli_kernel_finish(cli_kernel *k, const char *dir)
 {
-	uint64_t act = activation_tsc(dir), early = 0, stray = 0, kept = 0, lost;
+	uint64_t act = activation_tsc(dir), early = 0, stray = 0, outside = 0, kept = 0, lost;
+	uint32_t tid = 0, in_call = 0;
+	int has_ring = 0;
 	uint32_t module = next_module_index(dir), *site;
 	size_t nthreads = 0;
 	struct spk_info info = { 0 };
@@ -760,12 +772,30 @@ int cli_kernel_finish(cli_kernel *k, const char *dir)
 		krec *r = &k->recs[i];
 		uint32_t f = r->func & ~SPK_EXIT;
 
-		if (f >= k->nfuncs || r->tsc < act || !ring_exists(dir, r->tid)) {
+		if (r->tid != tid) {
+			tid = r->tid;
+			in_call = 0;
+			has_ring = ring_exists(dir, tid);
+		}
+		if (f < k->nfuncs && k->func_root[f]) {
+			if (!(r->func & SPK_EXIT))
+				in_call++;
+			else if (in_call)
+				in_call--;
+			else
+				goto outside;   /* its entry was lost */
+		} else if (!in_call) {
+outside:
+			outside++;
+			r->func = DROPPED;
+			continue;
+		}
+		if (f >= k->nfuncs || r->tsc < act || !has_ring) {
 			if (f < k->nfuncs && r->tsc < act)
 				early++;
 			else
 				stray++;
-			r->tid = 0;
+			r->func = DROPPED;
 			continue;
 		}
 		site[f] = 1;
@@ -773,13 +803,15 @@ int cli_kernel_finish(cli_kernel *k, const char *dir)
 	if (write_sites(k, dir, module, site) || write_names(k, dir, module, site))
 		rc = 1;
 	for (size_t i = 0; !rc && i < k->nrecs;) {
-		size_t j = i;
+		size_t j = i, n;
 		char name[32];
 		int fd;
 
 		while (j < k->nrecs && k->recs[j].tid == k->recs[i].tid)
 			j++;
-		if (k->recs[i].tid == 0) {
+		for (n = i; n < j && k->recs[n].func == DROPPED; n++)
+			;
+		if (n == j) {
 			i = j;
 			continue;
 		}
@@ -793,7 +825,9 @@ int cli_kernel_finish(cli_kernel *k, const char *dir)
 		{
 			FILE *f = fdopen(fd, "w");
 
-			for (size_t n = i; f && n < j; n++) {
+			for (n = i; f && n < j; n++) {
+				if (k->recs[n].func == DROPPED)
+					continue;
 				trace_kernel_rec kr = {
 					k->recs[n].tsc, site[k->recs[n].func & ~SPK_EXIT],
 					(k->recs[n].func & SPK_EXIT) ? TRACE_EXIT : TRACE_ENTRY,
@@ -811,6 +845,8 @@ int cli_kernel_finish(cli_kernel *k, const char *dir)
 		kept, nthreads, nthreads == 1 ? "" : "s");
 	if (early)
 		fprintf(stderr, "; %" PRIu64 " from before the activation left out", early);
+	if (outside)
+		fprintf(stderr, "; %" PRIu64 " outside system calls left out", outside);
 	if (stray)
 		fprintf(stderr, "; %" PRIu64 " of threads the trace has no ring for left out", stray);
 	if (lost)

@@ -750,7 +750,8 @@ static int write_names(cli_kernel *k, const char *dir, uint32_t module, const ui
 int cli_kernel_finish(cli_kernel *k, const char *dir)
 {
 	uint64_t act = activation_tsc(dir), early = 0, stray = 0, outside = 0, kept = 0, lost;
-	uint32_t tid = 0, in_call = 0;
+	uint32_t tid = 0, in_call = 0, stray_tids[8];
+	size_t nstray_tids = 0;
 	int has_ring = 0;
 	uint32_t module = next_module_index(dir), *site;
 	size_t nthreads = 0;
@@ -777,7 +778,16 @@ int cli_kernel_finish(cli_kernel *k, const char *dir)
 			in_call = 0;
 			has_ring = ring_exists(dir, tid);
 		}
-		if (f < k->nfuncs && k->func_root[f]) {
+		if (f >= k->nfuncs || !has_ring) {
+			/* A thread of the scope the trace has no ring for (the
+			 * agent's own, one that never reached traced code) */
+			if (nstray_tids < 8 && (!nstray_tids || stray_tids[nstray_tids - 1] != r->tid))
+				stray_tids[nstray_tids++] = r->tid;
+			stray++;
+			r->func = DROPPED;
+			continue;
+		}
+		if (k->func_root[f]) {
 			if (!(r->func & SPK_EXIT))
 				in_call++;
 			else if (in_call)
@@ -790,11 +800,8 @@ outside:
 			r->func = DROPPED;
 			continue;
 		}
-		if (f >= k->nfuncs || r->tsc < act || !has_ring) {
-			if (f < k->nfuncs && r->tsc < act)
-				early++;
-			else
-				stray++;
+		if (r->tsc < act) {
+			early++;
 			r->func = DROPPED;
 			continue;
 		}
@@ -847,8 +854,13 @@ outside:
 		fprintf(stderr, "; %" PRIu64 " from before the activation left out", early);
 	if (outside)
 		fprintf(stderr, "; %" PRIu64 " outside system calls left out", outside);
-	if (stray)
-		fprintf(stderr, "; %" PRIu64 " of threads the trace has no ring for left out", stray);
+	if (stray) {
+		fprintf(stderr, "; %" PRIu64 " of threads the trace has no ring for left out (tid",
+			stray);
+		for (size_t i = 0; i < nstray_tids; i++)
+			fprintf(stderr, " %u", stray_tids[i]);
+		fprintf(stderr, "%s)", nstray_tids == 8 ? " ..." : "");
+	}
 	if (lost)
 		fprintf(stderr, "; %" PRIu64 " lost (a ring came round before it was read)", lost);
 	if (info.missed)

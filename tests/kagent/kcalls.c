@@ -1,9 +1,12 @@
 /*
  * kcalls.c — a program whose system calls tests/kagent/ checks in the
  * kernel part of its trace: a write to a pipe, a read from it, getppid.
- * `kcalls loop N` calls getppid N times instead and prints the ns per call
- * (bench/kagent_bench.sh).
+ * Other modes (tests/kagent/test_kagent.py, bench/kagent_bench.sh):
+ *   kcalls loop N         getppid N times; prints the ns per call
+ *   kcalls spin FILE      getppid until FILE exists; prints how many
+ *   kcalls cat FILE       FILE to stdout (read and write)
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,28 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++)
 			getppid();
 		printf("%.1f ns per getppid\n", (double)(now_ns() - t0) / (double)n);
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[1], "spin") == 0) {
+		long n = 0;
+
+		do {
+			for (int i = 0; i < 1000; i++, n++)
+				getppid();
+		} while (access(argv[2], F_OK) != 0);
+		printf("%ld getppid calls\n", n);
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[1], "cat") == 0) {
+		int fd = open(argv[2], O_RDONLY);
+		char b[4096];
+		ssize_t got;
+
+		if (fd < 0)
+			return 1;
+		while ((got = read(fd, b, sizeof b)) > 0)
+			if (write(1, b, (size_t)got) != got)
+				return 1;
 		return 0;
 	}
 	if (pipe(p) != 0)

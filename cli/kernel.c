@@ -863,8 +863,10 @@ outside:
 	}
 	if (lost)
 		fprintf(stderr, "; %" PRIu64 " lost (a ring came round before it was read)", lost);
-	if (info.missed)
-		fprintf(stderr, "; %llu calls missed by kretprobes", (unsigned long long)info.missed);
+	if (info.missed_instance)
+		fprintf(stderr, "; %llu calls of probed functions (by anyone) found no free "
+			"kretprobe instance and went unrecorded",
+			(unsigned long long)info.missed_instance);
 	fputc('\n', stderr);
 	free(site);
 	cli_kernel_abandon(k);

@@ -30,7 +30,7 @@ u32 spk_scope_count(void);
 int spk_probes_add(const u64 *addrs, s32 *result, u32 n);
 void spk_probes_clear(void);           /* unregister every one (may sleep) */
 u32 spk_probes_count(void);
-u64 spk_probes_missed(void);
+void spk_probes_missed(u64 *instance, u64 *nested);
 
 /* ---- ring.c ---- */
 int spk_rings_init(void);

@@ -96,7 +96,7 @@ static long spk_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		info.nprobes = spk_probes_count();
 		info.nscope = spk_scope_count();
 		info.hits = spk_rings_hits();
-		info.missed = spk_probes_missed();
+		spk_probes_missed(&info.missed_instance, &info.missed_nested);
 		info.patched = spk_probes_count();
 		return copy_to_user(u, &info, sizeof info) ? -EFAULT : 0;
 	case SPK_IOC_PROBE:

@@ -145,13 +145,13 @@ u32 spk_probes_count(void)
 	return READ_ONCE(nprobes);
 }
 
-u64 spk_probes_missed(void)
+void spk_probes_missed(u64 *instance, u64 *nested)
 {
-	u64 n = 0;
-
+	*instance = *nested = 0;
 	mutex_lock(&probes_lock);
-	for (u32 i = 0; i < nprobes; i++)
-		n += probes[i].rp.nmissed + probes[i].rp.kp.nmissed;
+	for (u32 i = 0; i < nprobes; i++) {
+		*instance += probes[i].rp.nmissed;
+		*nested += probes[i].rp.kp.nmissed;
+	}
 	mutex_unlock(&probes_lock);
-	return n;
 }

@@ -64,7 +64,10 @@ struct spk_info {
 	__u32 nscope;           /* thread groups in the scope */
 	__u32 reserved;
 	__u64 hits;             /* entries recorded */
-	__u64 missed;           /* entries the kretprobes missed (no free instance) */
+	__u64 missed_instance;  /* calls of probed functions that found no free
+				 * kretprobe instance (neither entry nor exit recorded) */
+	__u64 missed_nested;    /* probe hits while another probe's handler ran on
+				 * that CPU: an interrupt's, never a traced thread's */
 	__u64 patched;          /* probes registered now, all openers (0 after close) */
 };
 

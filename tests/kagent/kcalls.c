@@ -5,6 +5,8 @@
  *   kcalls loop N         getppid N times; prints the ns per call
  *   kcalls spin FILE      getppid until FILE exists; prints how many
  *   kcalls cat FILE       FILE to stdout (read and write)
+ *   kcalls idle FILE      makes FILE.ready, then sleeps until FILE exists
+ *                         (a traced process that costs the CPU nothing)
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -48,6 +50,15 @@ int main(int argc, char **argv)
 				getppid();
 		} while (access(argv[2], F_OK) != 0);
 		printf("%ld getppid calls\n", n);
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[1], "idle") == 0) {
+		char ready[4096];
+
+		snprintf(ready, sizeof ready, "%s.ready", argv[2]);
+		close(open(ready, O_WRONLY | O_CREAT, 0600));
+		while (access(argv[2], F_OK) != 0)
+			usleep(10000);
 		return 0;
 	}
 	if (argc == 3 && strcmp(argv[1], "cat") == 0) {

@@ -312,6 +312,9 @@ int an_iter_next(an_iter *it, an_record *r)
 			it->in_agent = 0;
 		else if (r->kind == TRACE_ENTRY && !entry_only(it, r->id))
 			it->open_calls++;
+		else if (r->kind == TRACE_EXIT && r->id < it->nsites && it->sites[r->id].valid &&
+			 (it->sites[r->id].flags & TRACE_SITE_ROOT))
+			it->open_calls = 0;     /* the root's return closes every call */
 		else if (r->kind == TRACE_EXIT && it->open_calls)
 			it->open_calls--;
 		return 1;

@@ -5,6 +5,7 @@
  *   kcalls loop N         getppid N times; prints the ns per call
  *   kcalls spin FILE      getppid until FILE exists; prints how many
  *   kcalls cat FILE       FILE to stdout (read and write)
+ *   kcalls fork           a child asks getppid (ask_parent) and ends
  *   kcalls idle FILE      makes FILE.ready, then sleeps until FILE exists
  *                         (a traced process that costs the CPU nothing)
  */
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static __attribute__((noinline)) void ask_parent(void)
@@ -51,6 +53,17 @@ int main(int argc, char **argv)
 		} while (access(argv[2], F_OK) != 0);
 		printf("%ld getppid calls\n", n);
 		return 0;
+	}
+	if (argc == 2 && strcmp(argv[1], "fork") == 0) {
+		int status;
+		pid_t child = fork();
+
+		if (child == 0) {
+			ask_parent();
+			fflush(stdout);
+			_exit(0);
+		}
+		return child > 0 && waitpid(child, &status, 0) == child && status == 0 ? 0 : 1;
 	}
 	if (argc == 3 && strcmp(argv[1], "idle") == 0) {
 		char ready[4096];

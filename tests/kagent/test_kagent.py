@@ -8,6 +8,8 @@ one boot for every check (a boot under TCG costs seconds):
              likewise read, getppid { __x64_sys_getppid }); every system
              call's entry sits under a call of the program, never at the
              top or under another kernel function
+  fork       the program's forked child is in the scope too: its getppid
+             shows __x64_sys_getppid under it, in the child's own thread
   untraced   a process spinning on getppid meanwhile, not traced, leaves no
              record (the module's scope): its pid is not among the threads
              whose records sptrace found and left out
@@ -35,6 +37,9 @@ echo "@@run-status $?"
 touch stop; wait $U
 sed 's/^/@@run-err /' run.err
 sed 's/^/@@spin /' spin.out
+sptrace run --kernel -o fork.data -- ./kcalls fork > fork.out 2>&1
+echo "@@fork-status $?"
+sptrace replay fork.data | sed 's/^/@@fork-replay /'
 sptrace replay sptrace.data > replay.txt 2> replay.err
 echo "@@replay-status $?"
 sed 's/^/@@replay /' replay.txt
@@ -126,6 +131,15 @@ def main():
     bad = [path for path in entries if len(path) < 2 or path[-2] in ksyms]
     check(not bad, 'every system call sits under a call of the program' +
           (f' (not: {bad[:3]})' if bad else ''))
+
+    # fork
+    check(one(out, 'fork-status') == '0', 'sptrace run --kernel -- kcalls fork')
+    fork_calls = calls(values(out, 'fork-replay'))
+    tids = {tid for tid, path in fork_calls if path[-3:] == ['ask_parent', 'getppid', '__x64_sys_getppid']}
+    main_tids = {tid for tid, path in fork_calls if path == ['main']}
+    check(len(tids) == 1 and not tids & main_tids,
+          f'the child\'s getppid {{ __x64_sys_getppid }} in its own thread (child {tids}, '
+          f'parent {main_tids})')
 
     # untraced
     u = one(out, 'untraced')

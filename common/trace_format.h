@@ -118,7 +118,12 @@ enum trace_event {
  * AGENT_BEGIN and an AGENT_END, inside whatever call it was making.  That
  * time is the tracer's, not the program's: readers that profile leave it
  * out (analysis/anomaly.c), replay does not show the pair.  No calls are
- * recorded between the two.
+ * recorded between the two.  The same pair brackets the agent's other work
+ * on a program's thread that makes system calls: the rest of a start
+ * activation after the root's ENTRY, classifying a descriptor the first
+ * time a message moves on it, and fork's handlers in the parent.  Kernel
+ * records (kernel.<tid>) that fall between the two are the agent's and
+ * are not read.
  */
 
 /*

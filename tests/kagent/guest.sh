@@ -194,7 +194,7 @@ qpid=
 
 cat "$run/out"
 cat "$run/err" >&2
-status=$(grep -ao '@@SPTRACE-GUEST-EXIT [0-9]*@@' "$run/console" | head -1 | tr -dc 0-9)
+status=$(grep -ao "@@SPTRACE-GUEST-EXIT [0-9]*@@" "$run/console" | head -1 | tr -dc 0-9 || true)
 if [ -n "$status" ]; then
 	exit "$status"
 fi

@@ -398,8 +398,9 @@ static int prepare(cli_kernel *k, const char *calls)
 			if ((uint32_t)res[i] + 1 > k->nfuncs)
 				k->nfuncs = (uint32_t)res[i] + 1;
 		}
-		fprintf(stderr, "sptrace: kernel: %u functions probed below %zu system calls "
-			"(depth %d)%s", k->nfuncs, k->ncalls, DEPTH, refused ? "" : "\n");
+		fprintf(stderr, "sptrace: kernel: %u functions probed below %zu system call%s "
+			"(depth %d)%s", k->nfuncs, k->ncalls, k->ncalls == 1 ? "" : "s", DEPTH,
+			refused ? "" : "\n");
 		if (refused)
 			fprintf(stderr, "; %zu refused by kprobes\n", refused);
 		free(addrs);
@@ -853,7 +854,7 @@ outside:
 	if (early)
 		fprintf(stderr, "; %" PRIu64 " from before the activation left out", early);
 	if (outside)
-		fprintf(stderr, "; %" PRIu64 " outside system calls left out", outside);
+		fprintf(stderr, "; %" PRIu64 " outside the followed system calls left out", outside);
 	if (stray) {
 		fprintf(stderr, "; %" PRIu64 " of threads the trace has no ring for left out (tid",
 			stray);

@@ -383,7 +383,10 @@ static void on_activate(struct ucontext_t *ucp)
 		ring = ag_ring_create();
 	if (ring) {
 		ag_ring_put(ring, TRACE_EVENT, TRACE_EV_ACTIVATE);
+		/* the rest is the agent's own time (trace_format.h): after the
+		 * root's entry, instrumenting it and saying so in meta */
 		if (rf->flags & CA_FUNC_RUNTIME) {
+			ag_ring_put(ring, TRACE_EVENT, TRACE_EV_AGENT_BEGIN);
 			/* Go's main: the runtime's own code, whose frames it
 			 * walks -- no entry, no return hook, nothing patched. */
 			active = 1;
@@ -393,6 +396,7 @@ static void on_activate(struct ucontext_t *ucp)
 		} else {
 			root_site = ag_site_root(root_module, root_func);
 			ag_ring_put(ring, TRACE_ENTRY, root_site);
+			ag_ring_put(ring, TRACE_EVENT, TRACE_EV_AGENT_BEGIN);
 			active = 1;
 			ag_instrument(root_module, root_func);
 			/* See the root function return: its return address goes through us. */
@@ -403,6 +407,7 @@ static void on_activate(struct ucontext_t *ucp)
 		}
 		runtime_entries();
 		meta_append("%s %lu %s\n", TRACE_META_ACTIVATED, (unsigned long)ag_rdtsc(), on_event);
+		ag_ring_put(ring, TRACE_EVENT, TRACE_EV_AGENT_END);
 	}
 	ag_leave(ring);
 }

@@ -874,12 +874,21 @@ static inline bool tracing(void)
 }
 
 /* The word of fd, classified now if unknown (on a tracing thread), for a
- * call that moved len bytes in direction dir (classify). */
-static uint64_t word_of(int fd, unsigned dir, uint64_t len)
+ * call that moved len bytes in direction dir (classify).  Classifying is
+ * the agent's own time, system calls included (trace_format.h): in the
+ * thread's ring r, if it has one, between AGENT_BEGIN and AGENT_END. */
+static uint64_t word_of(trace_ring_header *r, int fd, unsigned dir, uint64_t len)
 {
 	uint64_t w = fd_word(fd);
 
-	return w ? w : classify(fd, dir, len);
+	if (w)
+		return w;
+	if (r)
+		ag_ring_put(r, TRACE_EVENT, TRACE_EV_AGENT_BEGIN);
+	w = classify(fd, dir, len);
+	if (r)
+		ag_ring_put(r, TRACE_EVENT, TRACE_EV_AGENT_END);
+	return w;
 }
 
 /* The message itself: no system call, no lock, no library call. */
@@ -900,7 +909,7 @@ static void put(trace_ring_header *r, int fd, unsigned dir, unsigned call, uint6
 {
 	uint64_t w;
 
-	if (ag_fd_is_ours(fd) || !(w = word_of(fd, dir, len)))
+	if (ag_fd_is_ours(fd) || !(w = word_of(r, fd, dir, len)))
 		return;
 	switch ((w >> 32) & 0xff) {
 	case ST_CHAN:
@@ -960,7 +969,7 @@ static bool wants_peer(int fd)
 		return ((w >> 32) & 0xff) == ST_UNCONN;
 	saved = errno;
 	r = ag_enter();
-	w = r && !ag_fd_is_ours(fd) ? word_of(fd, DIR_RECV, 0) : 0;
+	w = r && !ag_fd_is_ours(fd) ? word_of(r, fd, DIR_RECV, 0) : 0;
 	ag_leave(r);
 	errno = saved;
 	return ((w >> 32) & 0xff) == ST_UNCONN;
@@ -1045,7 +1054,7 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 		return;
 	saved = errno;
 	r = ag_enter();
-	if (r && !ag_fd_is_ours(fd) && (w = word_of(fd, DIR_SEND, 0)) != 0 &&
+	if (r && !ag_fd_is_ours(fd) && (w = word_of(r, fd, DIR_SEND, 0)) != 0 &&
 	    (((w >> 32) & 0xff) == ST_CHAN || ((w >> 32) & 0xff) == ST_UNCONN)) {
 		chan *c = &chans[(uint32_t)w];
 

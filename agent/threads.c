@@ -240,25 +240,35 @@ uint64_t ag_context_note(unsigned which, const void *a, const void *b)
  * lock is held from `prepare` to the end so that no area or patch is made
  * meanwhile -- and its own /proc/self/mem (see pool.c, patch.c).  Nor does
  * the control thread walk the loader's module list across a fork (it would
- * leave the child the loader's lock held: modules.c).
+ * leave the child the loader's lock held: modules.c).  The handlers' work
+ * in the parent is the agent's own time (AGENT_BEGIN/END, trace_format.h):
+ * the pools' copies are system calls a kernel trace would show.
  */
 static __thread trace_ring_header *ring_before_fork __attribute__((tls_model("initial-exec")));
 
 static void prepare_fork(void)
 {
 	ring_before_fork = ag_enter();
+	if (ring_before_fork)
+		ag_ring_put(ring_before_fork, TRACE_EVENT, TRACE_EV_AGENT_BEGIN);
 	ag_modules_fork_lock();
 	ag_instrument_lock();
 	ag_pools_snapshot();
 	ag_fds_fork_lock();
+	if (ring_before_fork)
+		ag_ring_put(ring_before_fork, TRACE_EVENT, TRACE_EV_AGENT_END);
 }
 
 static void parent_after_fork(void)
 {
+	if (ring_before_fork)
+		ag_ring_put(ring_before_fork, TRACE_EVENT, TRACE_EV_AGENT_BEGIN);
 	ag_fds_fork_unlock();
 	ag_pools_snapshot_done();
 	ag_instrument_unlock();
 	ag_modules_fork_unlock();
+	if (ring_before_fork)
+		ag_ring_put(ring_before_fork, TRACE_EVENT, TRACE_EV_AGENT_END);
 	ag_leave(ring_before_fork);
 }
 

@@ -52,7 +52,12 @@ typedef struct module {
 	an_module pub;
 	ca_module *ca;
 	size_t line;             /* of its line in meta */
+	/* The kernel's module line (TRACE_KERNEL_MODULE_PATH): its functions'
+	 * names from kernel.syms, sorted by address (modules.c). */
+	struct an_kname { uint64_t addr; char *name; } *knames;
+	size_t nknames;
 } module;
+typedef struct an_kname an_kname;
 
 /* Distinct bad site ids given their own "?site N" entry; more share one. */
 #define MAX_BAD_SITES 4096
@@ -133,6 +138,8 @@ module *an_module_by_index(an_trace *t, uint32_t index);
 
 /* ---- modules.c, demangle.c, names.c, msgs.c ---- */
 void an_load_module(an_trace *t, module *m, const char *repo);
+const char *an_kernel_name(const module *m, uint64_t addr);  /* NULL: not known */
+void an_module_free(module *m);
 const char *an_symbol_name(an_trace *t, const module *m, uint32_t fi);
 int an_read_sites(an_trace *t, sp_err *err);
 int an_name_sites(an_trace *t, sp_err *err);

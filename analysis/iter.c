@@ -39,6 +39,13 @@
  *      scanning to that part's first SYNC, usually its first record.
  *   3. A message head needs its TRACE_MSG_NDATA data records: reading them
  *      may move the window past the head, which has been taken already.
+ *   4. The thread's kernel records (kernel.<tid>, `sptrace run --kernel`)
+ *      are few next to its own: read whole at open, and merged with the
+ *      ring's records by timestamp, so they come out nested under the
+ *      system call that ran them.  Left out: those between an AGENT_BEGIN
+ *      and its AGENT_END (the agent's own system calls), and those while
+ *      no traced call is open (before the first, after the root's return:
+ *      the loader's, the agent's start and end, exit handlers untraced).
  */
 #define WINDOW 4096
 
@@ -70,6 +77,12 @@ struct an_iter {
 	const an_site_info *sites;
 	size_t nsites;
 	an_iter_stats st;
+	trace_kernel_rec *krecs; /* step 4 */
+	size_t nkrecs, kpos;
+	an_record user;          /* the next of the thread's own records ... */
+	int have_user, user_done; /* ... when taken already */
+	int in_agent;            /* between AGENT_BEGIN and AGENT_END */
+	uint64_t open_calls;     /* the thread's calls entered, not yet left */
 };
 
 /* Read the window starting at position i.  -1 (errno) on a read error. */
@@ -214,6 +227,25 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 			goto nomem;
 	}
 	free(sd.chunks);
+	/* Step 4. */
+	{
+		char kpath[PATH_MAX], *buf;
+		const char *base = strrchr(th->path, '/');
+		size_t len;
+
+		base = base ? base + 1 : th->path;
+		snprintf(kpath, sizeof kpath, "%.*skernel.%s", (int)(base - th->path), th->path,
+			 base + 5);
+		if (an_slurp(kpath, TRACE_KERNEL_MAX_BYTES, &buf, &len) == 0) {
+			it->krecs = (trace_kernel_rec *)buf;
+			it->nkrecs = len / sizeof(trace_kernel_rec);
+		} else if (errno != ENOENT) {
+			int e = errno;
+
+			an_iter_close(it);
+			return sp_fail(err, "%s: cannot read: %s", kpath, an_errno_text(e));
+		}
+	}
 	*out = it;
 	return 0;
 nomem:
@@ -222,7 +254,75 @@ nomem:
 	return sp_fail(err, "%s: out of memory", th->path);
 }
 
+static int user_next(an_iter *it, an_record *r);
+
+/* A call through this site has no EXIT of its own (trace_format.h). */
+static int entry_only(const an_iter *it, uint32_t id)
+{
+	const an_site_info *s;
+
+	if (id >= it->nsites || !it->sites[id].valid)
+		return 1;
+	s = &it->sites[id];
+	return s->kind == CA_SITE_TAIL_DIRECT || s->kind == CA_SITE_TAIL_INDIRECT ||
+	       (s->flags & TRACE_SITE_NO_EXIT);
+}
+
+/* The next kernel record (step 4) into *r: 0 when there is none. */
+static int kernel_next(an_iter *it, an_record *r)
+{
+	while (it->kpos < it->nkrecs) {
+		const trace_kernel_rec *k = &it->krecs[it->kpos++];
+
+		if (k->kind != TRACE_ENTRY && k->kind != TRACE_EXIT) {
+			it->st.nbad_sites++;
+			continue;
+		}
+		memset(r, 0, sizeof *r);
+		r->kind = k->kind;
+		r->id = k->site;
+		r->tsc = k->tsc;
+		if (r->id >= it->nsites || !it->sites[r->id].valid)
+			it->st.nbad_sites++;
+		it->st.nrecords++;
+		return 1;
+	}
+	return 0;
+}
+
 int an_iter_next(an_iter *it, an_record *r)
+{
+	if (!it->have_user && !it->user_done) {
+		if (user_next(it, &it->user))
+			it->have_user = 1;
+		else
+			it->user_done = 1;
+	}
+	while (it->kpos < it->nkrecs && (!it->have_user || it->krecs[it->kpos].tsc < it->user.tsc)) {
+		if (!it->in_agent && it->open_calls)
+			return kernel_next(it, r) ? 1 : an_iter_next(it, r);
+		it->kpos++;
+	}
+	if (it->have_user) {
+		*r = it->user;
+		it->have_user = 0;
+		if (r->kind == TRACE_EVENT && r->id == TRACE_EV_AGENT_BEGIN)
+			it->in_agent = 1;
+		else if (r->kind == TRACE_EVENT && r->id == TRACE_EV_AGENT_END)
+			it->in_agent = 0;
+		else if (r->kind == TRACE_ENTRY && !entry_only(it, r->id))
+			it->open_calls++;
+		else if (r->kind == TRACE_EXIT && r->id < it->nsites && it->sites[r->id].valid &&
+			 (it->sites[r->id].flags & TRACE_SITE_ROOT))
+			it->open_calls = 0;     /* the root's return closes every call */
+		else if (r->kind == TRACE_EXIT && it->open_calls)
+			it->open_calls--;
+		return 1;
+	}
+	return 0;
+}
+
+static int user_next(an_iter *it, an_record *r)
 {
 	while (it->pos < it->n) {
 		size_t i = it->pos++;
@@ -305,6 +405,7 @@ void an_iter_close(an_iter *it)
 		close(it->ring_fd);
 	free(it->pieces);
 	free(it->resets);
+	free(it->krecs);
 	free(it);
 }
 

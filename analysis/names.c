@@ -84,6 +84,8 @@ static uint32_t func_at(an_trace *t, uint32_t index, uint64_t addr)
 		return slot->val - 1;
 	if (!m) {
 		n = asprintf(&name, "?module%u+0x%" PRIx64, index, addr);
+	} else if ((sym = an_kernel_name(m, addr))) {
+		n = (name = strdup(sym)) ? 0 : -1;
 	} else if (!m->ca) {
 		n = asprintf(&name, "%s+0x%" PRIx64, base_name(m->pub.path), addr);
 	} else {

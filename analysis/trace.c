@@ -180,7 +180,7 @@ void an_trace_close(an_trace *t)
 		return;
 	an_meta_free(t->meta);
 	for (size_t i = 0; i < t->nmods; i++)
-		ca_module_free(t->mods[i].ca);
+		an_module_free(&t->mods[i]);
 	free(t->mods);
 	for (size_t i = 1; i < t->nsites; i++)
 		free((char *)t->sites[i].src);

@@ -77,6 +77,20 @@ cli_drain *cli_drain_start(const char *dir);   /* NULL: out of memory */
 int cli_drain_poll(cli_drain *d);
 void cli_drain_end(cli_drain *d);
 
+/* kernel.c: `run --kernel`, through the kernel module's /dev/sptrace (the
+ * steps are in kernel.c).  start: open the device and probe the kernel
+ * functions below the system calls `calls` (comma-separated names; NULL:
+ * a default set); NULL after the message.  trace: a pid joins the scope
+ * (0, or 1 after the message).  poll: copy the rings (1: found records).
+ * finish: close the device (the probes go) and write the records into the
+ * trace DIR, then free; abandon: free without writing. */
+typedef struct cli_kernel cli_kernel;
+cli_kernel *cli_kernel_start(const char *cmd, const char *calls);
+int cli_kernel_trace(cli_kernel *k, pid_t pid);
+int cli_kernel_poll(cli_kernel *k);
+int cli_kernel_finish(cli_kernel *k, const char *dir);
+void cli_kernel_abandon(cli_kernel *k);
+
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -73,6 +73,12 @@ static const char help[] =
 	"                      kept: 'sptrace run' copies the rings into DIR/seg.<tid>\n"
 	"                      before they come round (and counts any it was too slow\n"
 	"                      for)\n"
+	"  --kernel            also record the kernel functions the program's system\n"
+	"                      calls run, nested under the calls (needs root and\n"
+	"                      sptrace's kernel module: /dev/sptrace, see kagent/)\n"
+	"  --kernel-calls LIST the system calls followed into the kernel, by name,\n"
+	"                      comma-separated (default: read, write, openat, close,\n"
+	"                      getppid and 20 more common ones); implies --kernel\n"
 	"  -h, --help          this text\n"
 	"\n"
 	"Then: 'sptrace replay DIR' prints the call trees, 'sptrace report DIR' the\n"
@@ -277,10 +283,13 @@ int cmd_run(int argc, char **argv)
 		{ "ring-size", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' },
 		{ "threads", required_argument, 0, 'T' },   { "flight-recorder", no_argument, 0, 'F' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
-		{ "no-propagate", no_argument, 0, 'N' },    { 0, 0, 0, 0 },
+		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
+		{ "kernel-calls", required_argument, 0, 'C' }, { 0, 0, 0, 0 },
 	};
 	char session[128] = "", daemon[256] = "", wait[16] = "3000";
-	int propagate = 1;
+	int propagate = 1, kernel = 0, go[2] = { -1, -1 };
+	const char *kernel_calls = NULL;
+	cli_kernel *kern = NULL;
 	cli_drain *drain = NULL;
 	int flight = 0;
 	const char *threads = NULL;
@@ -314,6 +323,8 @@ int cmd_run(int argc, char **argv)
 			break;
 		case 'F': flight = 1; break;
 		case 'N': propagate = 0; break;
+		case 'K': kernel = 1; break;
+		case 'C': kernel = 1; kernel_calls = optarg; break;
 		case 'W':
 			if (cli_propagate_wait("run", optarg, wait, sizeof wait))
 				return 2;
@@ -343,9 +354,14 @@ int cmd_run(int argc, char **argv)
 		return 2;
 	if ((c = cannot_start(argv[optind])))
 		return c;
-	if (cli_find_agent("run", agent, sizeof agent) ||
-	    cli_prepare_trace_dir("run", dir, &owner, absdir))
+	/* The module first: without it the previous trace keeps its place. */
+	if (kernel && !(kern = cli_kernel_start("run", kernel_calls)))
 		return 1;
+	if (cli_find_agent("run", agent, sizeof agent) ||
+	    cli_prepare_trace_dir("run", dir, &owner, absdir)) {
+		cli_kernel_abandon(kern);
+		return 1;
+	}
 	warn_unregistered();
 	if (propagate && cli_start_session(session, sizeof session, daemon, sizeof daemon) == 0)
 		fprintf(stderr, "sptrace: spdaemon %s serves this host: the program's requests are "
@@ -367,8 +383,17 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	if (chord && !(hk = cli_hotkey_open("run", chord))) {
+		cli_kernel_abandon(kern);
 		cli_remove_trace_dir(absdir, owner.uid);
 		return 2;
+	}
+	/* The kernel's functions are probed before the program starts, and
+	 * the child waits on `go` until its pid is in the module's scope. */
+	if (kernel) {
+		if (pipe2(go, O_CLOEXEC) != 0) {
+			cli_kernel_abandon(kern);
+			return cli_error("run: cannot create a pipe: %s", strerror(errno));
+		}
 	}
 	/* The child reports a failed exec through a close-on-exec pipe: an
 	 * empty read means the program is running. */
@@ -380,6 +405,13 @@ int cmd_run(int argc, char **argv)
 		return cli_error("run: cannot fork: %s", strerror(errno));
 	if (pid == 0) {
 		close(errpipe[0]);
+		if (go[0] >= 0) {
+			char b;
+
+			close(go[1]);
+			if (read(go[0], &b, 1) != 1)
+				_exit(126);     /* sptrace could not put it in scope */
+		}
 		const char *bind = getenv("LD_BIND_NOW");
 
 		setenv("SPTRACE_LD_BIND_NOW", bind ? bind : "-", 1);
@@ -406,9 +438,23 @@ int cmd_run(int argc, char **argv)
 		_exit(exec_errno == ENOENT ? 127 : 126);
 	}
 	close(errpipe[1]);
+	if (kern) {
+		close(go[0]);
+		if (cli_kernel_trace(kern, pid) != 0) {
+			close(go[1]);           /* the child ends without starting */
+			close(errpipe[0]);
+			waitpid(pid, &status, 0);
+			cli_kernel_abandon(kern);
+			cli_remove_trace_dir(absdir, owner.uid);
+			return 1;
+		}
+		if (write(go[1], "g", 1) != 1) { /* the child is gone: waitpid says */ }
+		close(go[1]);
+	}
 	if (read(errpipe[0], &exec_errno, sizeof exec_errno) == (ssize_t)sizeof exec_errno) {
 		close(errpipe[0]);
 		waitpid(pid, &status, 0);
+		cli_kernel_abandon(kern);
 		cli_remove_trace_dir(absdir, owner.uid);
 		cli_error("run: cannot execute %s: %s", argv[optind], strerror(exec_errno));
 		return exec_errno == ENOENT ? 127 : 126;
@@ -426,7 +472,7 @@ int cmd_run(int argc, char **argv)
 			"pressed; pressed again, it stops, and so on\n", (int)pid, chord,
 			cli_hotkey_backend(hk));
 	for (;;) {
-		pid_t w = waitpid(pid, &status, drain || hk ? WNOHANG : 0);
+		pid_t w = waitpid(pid, &status, drain || kern || hk ? WNOHANG : 0);
 		int busy = 0;
 
 		if (w == pid)
@@ -436,14 +482,16 @@ int cmd_run(int argc, char **argv)
 			cli_hotkey_close(hk);
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
 		}
-		if (drain)
-			busy = cli_drain_poll(drain);
+		if (drain && cli_drain_poll(drain))
+			busy = 1;
+		if (kern && cli_kernel_poll(kern))
+			busy = 1;
 		/* the chord: activate, stop, activate... (as 'sptrace activate|stop') */
 		for (int n = hk ? cli_hotkey_wait(hk, busy ? 0 : 1) : 0; n > 0; n--) {
 			fprintf(stderr, "sptrace: %s pressed\n", chord);
 			cli_control_pid(presses++ % 2 == 0, pid, 5);
 		}
-		if (!hk && drain && !busy)
+		if (!hk && !busy)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
 	cli_drain_end(drain);
@@ -454,10 +502,13 @@ int cmd_run(int argc, char **argv)
 
 		why_not_traced(argv[optind], why, sizeof why);
 		fprintf(stderr, "sptrace: nothing was traced in pid %d: %s\n", (int)pid, why);
+		cli_kernel_abandon(kern);
 		cli_remove_trace_dir(absdir, owner.uid);
 		return end_like(status);
 	}
 	end_traces(absdir, status);
+	if (kern)
+		cli_kernel_finish(kern, absdir);
 	cli_analyze_traced_modules("run", NULL, absdir);
 	cli_print_left_alone(stderr, absdir);
 	cli_print_untraced(stderr, absdir);

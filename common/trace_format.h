@@ -25,6 +25,18 @@
  *                   mode): chunks of a trace_seg_chunk and its records.  The
  *                   thread's records are the chunks', then the ring's from
  *                   where the last chunk ends.
+ *   kernel.<tid>    `sptrace run --kernel`: the kernel functions thread tid
+ *                   ran, recorded by the kernel module (kagent/): an array
+ *                   of trace_kernel_rec in time order, written by sptrace
+ *                   after the program ended.  Their sites are those of the
+ *                   module line whose path is TRACE_KERNEL_MODULE_PATH
+ *                   (added to meta then), named by kernel.syms.  Readers
+ *                   merge them with the thread's records by TSC (the
+ *                   kernel and the agent read the same TSC), so a system
+ *                   call's kernel functions nest under the call.
+ *   kernel.syms     text, one "ADDR-HEX NAME" per line: the kernel
+ *                   functions of those sites, by their run-time address
+ *                   (the module line's bias is 0).
  *
  * Records are written without locks or system calls.  A full ring overwrites
  * its oldest records; the header's write count says how many were ever
@@ -106,7 +118,12 @@ enum trace_event {
  * AGENT_BEGIN and an AGENT_END, inside whatever call it was making.  That
  * time is the tracer's, not the program's: readers that profile leave it
  * out (analysis/anomaly.c), replay does not show the pair.  No calls are
- * recorded between the two.
+ * recorded between the two.  The same pair brackets the agent's other work
+ * on a program's thread that makes system calls: the rest of a start
+ * activation after the root's ENTRY, classifying a descriptor the first
+ * time a message moves on it, and fork's handlers in the parent.  Kernel
+ * records (kernel.<tid>) that fall between the two are the agent's and
+ * are not read.
  */
 
 /*
@@ -347,6 +364,19 @@ enum {
 	TRACE_CHAN_ABS_RECV = 4, /* base[1] and the received offsets are absolute */
 	TRACE_CHAN_PEER_INODE = 8, /* peer_inode is known */
 };
+
+/* A record of kernel.<tid>: a call (TRACE_ENTRY) or return (TRACE_EXIT)
+ * of the kernel function of `site`, at `tsc` (all 64 bits). */
+typedef struct trace_kernel_rec {
+	uint64_t tsc;
+	uint32_t site;
+	uint32_t kind;           /* TRACE_ENTRY or TRACE_EXIT */
+} trace_kernel_rec;
+_Static_assert(sizeof(trace_kernel_rec) == 16, "kernel record size");
+
+#define TRACE_KERNEL_MODULE_PATH "[kernel]"   /* the module line of kernel sites */
+#define TRACE_KERNEL_MODULE_KEY "kallsyms"    /* ... its key: names from kernel.syms */
+#define TRACE_KERNEL_MAX_BYTES (1ull << 32)   /* a larger kernel.<tid> is corrupt */
 
 /* A meta file larger than this is corrupt rather than large: readers
  * refuse it (a sparse file of 1 TB would take them minutes). */

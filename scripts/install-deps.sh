@@ -34,6 +34,10 @@ packages=(
 	# spdaemon's tests: openssl checks the keys and plays TLS peers; hosts
 	# are network namespaces (ip, unshare); its systemd unit is verified
 	openssl iproute2 util-linux systemd
+	# the kernel module (kagent/) and its guest (tests/kagent/guest.sh): the
+	# headers and the image of Debian's kernel, qemu to boot it, busybox and
+	# cpio for the initramfs
+	linux-headers-amd64 linux-image-amd64 qemu-system-x86 busybox-static cpio make
 )
 
 missing=()

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * kagent.h — what the files of sptrace's kernel module share.
+ *
+ *   main.c    /dev/sptrace: open, ioctls, mmap of the rings; load, unload
+ *   scope.c   the traced thread groups, kept current on fork and exit
+ *   probes.c  the kretprobes on the kernel functions user space prepared
+ *   ring.c    the per-CPU rings records go into
+ */
+#ifndef KAGENT_H
+#define KAGENT_H
+
+#include <linux/sched.h>
+#include <linux/types.h>
+
+#include "sptrace_kagent.h"
+
+/* ---- scope.c ---- */
+int spk_scope_init(void);              /* fork and exit tracepoints */
+void spk_scope_exit(void);
+bool spk_scope_has_current(void);      /* the hot path: see scope.c */
+int spk_scope_add(pid_t tgid);         /* a thread group, by its global tgid */
+void spk_scope_del(pid_t tgid);
+void spk_scope_clear(void);
+u32 spk_scope_count(void);
+
+/* ---- probes.c ---- */
+/* Register kretprobes on n entry addresses (process context, may sleep);
+ * result[i] as SPK_IOC_PROBE says. */
+int spk_probes_add(const u64 *addrs, s32 *result, u32 n);
+void spk_probes_clear(void);           /* unregister every one (may sleep) */
+u32 spk_probes_count(void);
+void spk_probes_missed(u64 *instance, u64 *nested);
+
+/* ---- ring.c ---- */
+int spk_rings_init(void);
+void spk_rings_exit(void);
+void spk_rings_reset(void);            /* no writer may run (no probes) */
+void spk_ring_put(u32 func);           /* on the current CPU, task context */
+void *spk_ring_of(unsigned int cpu);
+u64 spk_rings_hits(void);
+
+#endif

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * sptrace_kagent.h — the interface between the kernel module (kagent/) and
+ * user space (cli/kernel.c): the ioctls of /dev/sptrace and the layout of
+ * the per-CPU rings it maps.  One source of truth: both sides include this
+ * file; it uses only <linux/types.h> and <linux/ioctl.h>.
+ *
+ * /dev/sptrace is opened by one process at a time (EBUSY otherwise).  The
+ * opener, in this order:
+ *   1. SPK_IOC_INFO: the version, the number of rings (one per possible
+ *      CPU) and their size;
+ *   2. SPK_IOC_PROBE: the kernel functions to record (entry addresses as
+ *      /proc/kallsyms shows them); each gets a function index, the
+ *      position of its address in the module's table, used by records;
+ *   3. SPK_IOC_SCOPE_ADD: a process (thread group) to trace; the processes
+ *      it forks join the scope, and each leaves it when it exits;
+ *   4. mmap of the rings, read-only: ring c at offset c * SPK_RING_BYTES;
+ *   5. close: the scope is emptied and every probe unregistered (the
+ *      kernel's text is as it was before step 2).  Unloading the module
+ *      does the same.
+ */
+#ifndef SPTRACE_KAGENT_H
+#define SPTRACE_KAGENT_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define SPK_DEVICE "/dev/sptrace"
+#define SPK_VERSION 1
+#define SPK_RING_MAGIC 0x31474e49524b5053ull  /* "SPKRING1" little-endian */
+#define SPK_RING_HEADER 4096
+#define SPK_RING_RECS (1u << 18)               /* 4 MiB of records per CPU */
+#define SPK_RING_BYTES (SPK_RING_HEADER + SPK_RING_RECS * 16u) /* header included */
+#define SPK_MAX_PROBES 4096                    /* functions per opener */
+#define SPK_SCOPE_MAX 64                       /* traced thread groups at once */
+
+/* A ring: this header, then SPK_RING_RECS records (a power of two).  The
+ * writer is the CPU's own kernel code, one at a time (task context,
+ * preemption off); it fills slot count % SPK_RING_RECS, then publishes
+ * count + 1 (release).  A full ring overwrites its oldest records: a
+ * reader that finds count - its position > SPK_RING_RECS lost the
+ * difference. */
+struct spk_ring_header {
+	__u64 magic;            /* SPK_RING_MAGIC */
+	__u32 version;          /* SPK_VERSION */
+	__u32 cpu;
+	__u64 capacity;         /* SPK_RING_RECS */
+	__u64 count;            /* records ever written (volatile: read it once) */
+};
+
+/* One record: a traced thread entered (or left, SPK_EXIT) function `func`. */
+struct spk_rec {
+	__u64 tsc;              /* rdtsc: the clock the user-space agent uses */
+	__u32 tid;              /* the thread (its pid in the initial namespace) */
+	__u32 func;             /* function index | SPK_EXIT */
+};
+#define SPK_EXIT 0x80000000u
+
+struct spk_info {
+	__u32 version;          /* SPK_VERSION */
+	__u32 nrings;           /* nr_cpu_ids */
+	__u32 ring_bytes;       /* SPK_RING_BYTES */
+	__u32 nprobes;          /* functions registered by this opener */
+	__u32 nscope;           /* thread groups in the scope */
+	__u32 reserved;
+	__u64 hits;             /* entries recorded */
+	__u64 missed_instance;  /* calls of probed functions that found no free
+				 * kretprobe instance (neither entry nor exit recorded) */
+	__u64 missed_nested;    /* probe hits while another probe's handler ran on
+				 * that CPU: an interrupt's, never a traced thread's */
+	__u64 patched;          /* probes registered now, all openers (0 after close) */
+};
+
+/* SPK_IOC_PROBE: register a kretprobe on each of n entry addresses.
+ * result[i]: the function index (>= 0) or a negative errno (the kernel
+ * refused that one: not a function entry, blacklisted by kprobes, ...). */
+struct spk_probe_req {
+	__u64 addrs;            /* user pointer to n __u64 */
+	__u64 result;           /* user pointer to n __s32 */
+	__u32 n;
+	__u32 reserved;
+};
+
+#define SPK_IOC_INFO _IOR('S', 1, struct spk_info)
+#define SPK_IOC_PROBE _IOW('S', 2, struct spk_probe_req)
+#define SPK_IOC_SCOPE_ADD _IOW('S', 3, __s32)
+#define SPK_IOC_SCOPE_DEL _IOW('S', 4, __s32)
+
+#endif

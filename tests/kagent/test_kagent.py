@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""The kernel module in Debian's kernel under qemu (tests/kagent/guest.sh),
+one boot for every check (a boot under TCG costs seconds):
+
+  chains     a program traced with `sptrace run --kernel`: its write(),
+             read() and getppid() show the kernel's functions nested under
+             them (write { __x64_sys_write { ksys_write { vfs_write } } },
+             likewise read, getppid { __x64_sys_getppid }); every system
+             call's entry sits under a call of the program, never at the
+             top or under another kernel function
+  fork       the program's forked child is in the scope too: its getppid
+             shows __x64_sys_getppid under it, in the child's own thread
+  untraced   a process spinning on getppid meanwhile, not traced, leaves no
+             record (the module's scope): its pid is not among the threads
+             whose records sptrace found and left out
+  probes     the probes are in while a traced program runs (it reads
+             /sys/kernel/debug/kprobes/list itself), none is left once
+             sptrace is done, nor after rmmod (kprobes list, ftrace's
+             enabled_functions)
+  no-module  without the module --kernel fails, says how to load it, and
+             the previous trace keeps its place
+
+usage: test_kagent.py GUEST_SH KCALLS
+"""
+import re
+import subprocess
+import sys
+
+GUEST = r'''
+set -u
+touch marker.none
+./kcalls spin stop > spin.out &
+U=$!
+echo "@@untraced $U"
+sptrace run --kernel -- ./kcalls > traced.out 2> run.err
+echo "@@run-status $?"
+touch stop; wait $U
+sed 's/^/@@run-err /' run.err
+sed 's/^/@@spin /' spin.out
+sptrace run --kernel -o fork.data -- ./kcalls fork > fork.out 2>&1
+echo "@@fork-status $?"
+sptrace replay fork.data | sed 's/^/@@fork-replay /'
+sptrace replay sptrace.data > replay.txt 2> replay.err
+echo "@@replay-status $?"
+sed 's/^/@@replay /' replay.txt
+sed 's/^/@@syms /' sptrace.data/kernel.syms
+echo "@@kprobes-after-close $(grep -c . /sys/kernel/debug/kprobes/list)"
+echo "@@ftrace-after-close $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
+sptrace run --kernel -o during.data -- ./kcalls cat /sys/kernel/debug/kprobes/list > during.out 2>/dev/null
+echo "@@during-status $? $(grep -c . during.out)"
+echo "@@kprobes-after-second $(grep -c . /sys/kernel/debug/kprobes/list)"
+rmmod sptrace_kagent; echo "@@rmmod $?"
+echo "@@kprobes-after-rmmod $(grep -c . /sys/kernel/debug/kprobes/list)"
+echo "@@ftrace-after-rmmod $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
+sptrace run --kernel -- ./kcalls > nomod.out 2> nomod.err
+echo "@@nomod-status $?"
+sed 's/^/@@nomod-err /' nomod.err
+echo "@@old-trace-kept $(test -f sptrace.data/kernel.syms && echo yes || echo no)"
+'''
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def values(out, key):
+    return [l[len(key) + 3:] for l in out.splitlines() if l.startswith('@@' + key + ' ')]
+
+
+def one(out, key):
+    v = values(out, key)
+    return v[0] if v else None
+
+
+def calls(replay_lines):
+    """Each call in the replay with the names of its ancestors, outermost
+    first: [(tid, [ancestor..., name])]."""
+    out = []
+    stacks = {}
+    pat = re.compile(r'^\s*(?:[\d.]+ \w+)?\s*\[\s*(\d+)\] \|( *)(.*)$')
+    for line in replay_lines:
+        m = pat.match(line)
+        if not m:
+            continue
+        tid, indent, text = m.group(1), len(m.group(2)) - 1, m.group(3)
+        depth = indent // 2
+        st = stacks.setdefault(tid, [])
+        call = re.match(r'^([^\s(]+)\(\)( \{|;)$', text)
+        if call:
+            del st[depth:]
+            out.append((tid, st + [call.group(1)]))
+            if call.group(2) == ' {':
+                st.append(call.group(1))
+        elif text.startswith('} /*'):
+            del st[depth:]
+    return out
+
+
+def has_chain(all_calls, chain):
+    n = len(chain)
+    return any(path[-n:] == chain for _, path in all_calls)
+
+
+def main():
+    guest, kcalls = sys.argv[1], sys.argv[2]
+    p = subprocess.run([guest, '--add', kcalls, GUEST], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, errors='replace')
+    out = p.stdout
+    if p.returncode != 0 or '@@run-status' not in out:
+        print(out[-4000:])
+        print(p.stderr[-4000:], file=sys.stderr)
+        print(f'FAIL guest.sh exited {p.returncode}')
+        return 1
+
+    # chains
+    check(one(out, 'run-status') == '0', 'sptrace run --kernel succeeded: ' +
+          ' / '.join(values(out, 'run-err')))
+    check(one(out, 'replay-status') == '0', 'sptrace replay succeeded')
+    all_calls = calls(values(out, 'replay'))
+    ksyms = {l.split(' ', 1)[1] for l in values(out, 'syms') if ' ' in l}
+    for chain in (['main', 'write', '__x64_sys_write', 'ksys_write', 'vfs_write'],
+                  ['main', 'read', '__x64_sys_read', 'ksys_read', 'vfs_read'],
+                  ['ask_parent', 'getppid', '__x64_sys_getppid']):
+        check(has_chain(all_calls, chain), 'the chain ' + ' { '.join(chain) + ' }')
+    entries = [path for _, path in all_calls if path[-1].startswith('__x64_sys_')]
+    check(len(entries) >= 3, f'{len(entries)} system calls seen in the kernel')
+    bad = [path for path in entries if len(path) < 2 or path[-2] in ksyms]
+    check(not bad, 'every system call sits under a call of the program' +
+          (f' (not: {bad[:3]})' if bad else ''))
+
+    # fork
+    check(one(out, 'fork-status') == '0', 'sptrace run --kernel -- kcalls fork')
+    fork_calls = calls(values(out, 'fork-replay'))
+    tids = {tid for tid, path in fork_calls if path[-3:] == ['ask_parent', 'getppid', '__x64_sys_getppid']}
+    main_tids = {tid for tid, path in fork_calls if path == ['main']}
+    check(len(tids) == 1 and not tids & main_tids,
+          f'the child\'s getppid {{ __x64_sys_getppid }} in its own thread (child {tids}, '
+          f'parent {main_tids})')
+
+    # untraced
+    u = one(out, 'untraced')
+    spun = one(out, 'spin') or ''
+    check(spun.endswith('getppid calls') and int(spun.split()[0]) > 0,
+          'the untraced process called getppid meanwhile: ' + spun)
+    left = ' '.join(values(out, 'run-err'))
+    m = re.search(r'no ring for left out \(tid([\d .]*)\)', left)
+    tids = m.group(1).split() if m else []
+    check(u is not None and u not in tids and '...' not in tids,
+          f'no kernel record of the untraced pid {u} (threads left out: {tids or "none"})')
+
+    # probes
+    during = (one(out, 'during-status') or '').split()
+    check(len(during) == 2 and during[0] == '0' and int(during[1]) > 0,
+          f'probes in place while a traced program runs: {during[1:] or "?"} in the kprobes list')
+    for key in ('kprobes-after-close', 'ftrace-after-close', 'kprobes-after-second'):
+        check(one(out, key) == '0', f'{key}: {one(out, key)} left')
+    check(one(out, 'rmmod') == '0', 'rmmod sptrace_kagent')
+    for key in ('kprobes-after-rmmod', 'ftrace-after-rmmod'):
+        check(one(out, key) == '0', f'{key}: {one(out, key)} left')
+
+    # no-module
+    err = ' '.join(values(out, 'nomod-err'))
+    check(one(out, 'nomod-status') == '1', f'--kernel without the module fails (status '
+          f'{one(out, "nomod-status")})')
+    check('/dev/sptrace' in err and 'not loaded' in err and 'insmod' in err,
+          'the error says the module is not loaded and how to load it: ' + err)
+    check(one(out, 'old-trace-kept') == 'yes', 'the previous trace kept its place')
+
+    print(f'{len(failures)} failed')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -244,6 +244,12 @@ int cmd_flows(int argc, char **argv)
 	oo.no_modules = !flow;
 	if (an_session_open(argv[optind], &oo, &s, &err) < 0)
 		return cli_error("flows: %s", err.msg);
+	{
+		an_lost l;
+
+		an_session_lost(s, &l);
+		cli_say_lost("flows", &l, json ? NULL : stdout);
+	}
 	if (an_flows_build(s, &fl, &err) < 0) {
 		an_session_close(s);
 		return cli_error("flows: %s", err.msg);

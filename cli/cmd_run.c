@@ -57,7 +57,8 @@ static const char help[] =
 	"                      is kept as DIR.old)\n"
 	"  --group GROUP       let GROUP (a name or a gid) read the trace: directories\n"
 	"                      2750, files 0640; by default only you can (0700, 0600)\n"
-	"  --ring-size MB      size of each thread's ring (default 16)\n"
+	"  --ring-size MB      size of each thread's ring (default 16); with every\n"
+	"                      record kept, of the window the agent writes through\n"
 	"  --propagate-wait MS when a spdaemon serves this host, a traced send to a\n"
 	"                      process not traced yet waits up to MS milliseconds\n"
 	"                      (default 3000) while the daemon of the receiver's host\n"
@@ -67,9 +68,9 @@ static const char help[] =
 	"  --flight-recorder   keep only the newest records: each thread's last\n"
 	"                      --ring-size MB (a full ring overwrites its oldest\n"
 	"                      records and counts them).  Without it every record is\n"
-	"                      kept: 'sptrace run' copies the rings into DIR/seg.<tid>\n"
-	"                      before they come round (and counts any it was too slow\n"
-	"                      for)\n"
+	"                      kept: each thread's file DIR/ring.<tid> grows as the\n"
+	"                      thread writes (8 bytes per record; a full disk ends\n"
+	"                      what is kept, and every reader says so first)\n"
 	"  -h, --help          this text\n"
 	"\n"
 	"Then: 'sptrace replay DIR' prints the call trees, 'sptrace report DIR' the\n"
@@ -278,7 +279,6 @@ int cmd_run(int argc, char **argv)
 	};
 	char session[128] = "", daemon[256] = "", wait[16] = "3000";
 	int propagate = 1;
-	cli_drain *drain = NULL;
 	int flight = 0;
 	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start";
@@ -372,6 +372,10 @@ int cmd_run(int argc, char **argv)
 		setenv("SPTRACE_ON", on, 1);
 		if (*ring)
 			setenv("SPTRACE_RING_BYTES", ring, 1);
+		if (flight)
+			unsetenv("SPTRACE_RECORDS");
+		else
+			setenv("SPTRACE_RECORDS", "all", 1);
 		if (threads)
 			setenv("SPTRACE_THREADS", threads, 1);
 		if (session[0]) {
@@ -396,26 +400,18 @@ int cmd_run(int argc, char **argv)
 		return exec_errno == ENOENT ? 127 : 126;
 	}
 	close(errpipe[0]);
-	/* Like a shell: the terminal's ^C goes to the program; we wait,
-	 * draining its rings (every millisecond, or at once while they fill). */
+	/* Like a shell: the terminal's ^C goes to the program; we wait.  (The
+	 * agent keeps the records itself: nothing to do meanwhile.) */
 	signal(SIGINT, SIG_IGN);
 	signal(SIGQUIT, SIG_IGN);
-	if (!flight && !(drain = cli_drain_start(absdir)))
-		cli_error("run: out of memory for the drain: the rings keep only their newest "
-			  "records");
 	for (;;) {
-		pid_t w = waitpid(pid, &status, drain ? WNOHANG : 0);
+		pid_t w = waitpid(pid, &status, 0);
 
 		if (w == pid)
 			break;
-		if (w < 0 && errno != EINTR) {
-			cli_drain_end(drain);
+		if (w < 0 && errno != EINTR)
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
-		}
-		if (drain && !cli_drain_poll(drain))
-			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
-	cli_drain_end(drain);
 	snprintf(meta, sizeof meta, "%s/meta", absdir);
 	if (access(meta, F_OK) != 0) {
 		char why[PATH_MAX + 128];
@@ -431,6 +427,7 @@ int cmd_run(int argc, char **argv)
 	cli_print_untraced(stderr, absdir);
 	if (session[0])
 		print_propagation(absdir, session);
+	cli_say_lost_dir("run", absdir, NULL);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);
 }

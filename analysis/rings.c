@@ -176,7 +176,7 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 	}
 	/* A file that keeps every record starts with two chunks; its records
 	 * past its end (a cut copy) are counted lost, not refused. */
-	need = h->header_size + h->capacity * 8;
+	need = h->header_size + (h->chunk ? 0 : h->capacity * 8);
 	if ((uint64_t)st.st_size < need) {
 		close(fd);
 		return sp_fail(err, "%s: truncated: %lld bytes, but its header says %" PRIu64
@@ -333,6 +333,10 @@ int an_read_rings(an_trace *t, sp_err *err)
 			break;
 		}
 		close(fd);
+		if (h.chunk && !h.kept_errno && h.count > h.kept_end)
+			an_warn(t, "%s: its header counts %" PRIu64 " records written, but the file "
+				"holds %" PRIu64 ": a file cut short, or a corrupt header; the rest "
+				"is counted lost", path, h.count, h.kept_end);
 		if (said != h.count)
 			an_warn(t, "%s: corrupt header: it counts %" PRIu64 " records written, but "
 			     "only the first %" PRIu64 " slots of the ring were ever written: read "

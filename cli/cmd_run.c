@@ -253,6 +253,49 @@ static int cannot_start(const char *prog)
 	return 0;
 }
 
+/*
+ * The files of every record (trace_format.h) end with the chunk the agent
+ * mapped ahead: up to two chunks of zeros per thread, allocated.  Once the
+ * program's process is gone, no thread of it can write any more: each of
+ * its ring files (its pid in the header, in DIR and its exec'd images'
+ * subdirectories) is cut to the records it holds.  Other processes' files
+ * (a forked child that lives on) are left alone.
+ */
+static void trim_rings(const char *dir, pid_t pid, int depth)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		trace_ring_header h;
+		struct stat st;
+		int fd;
+
+		if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
+			continue;
+		if (depth < 16 && strncmp(de->d_name, "exec.", 5) == 0) {
+			trim_rings(path, pid, depth + 1);
+			continue;
+		}
+		if (strncmp(de->d_name, "ring.", 5) != 0 ||
+		    (fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && h.magic == TRACE_RING_MAGIC &&
+		    h.version >= 2 && h.chunk && h.pid == (uint32_t)pid &&
+		    h.header_size == TRACE_RING_HEADER_SIZE && h.count < ((uint64_t)1 << 56) &&
+		    (uint64_t)st.st_size > h.header_size + h.count * 8 &&
+		    ftruncate(fd, (off_t)(h.header_size + h.count * 8)) < 0)
+			cli_error("run: %s: cannot cut the file to its records: %s", path,
+				  strerror(errno));
+		close(fd);
+	}
+	closedir(d);
+}
+
 /* End like the program did: same status, or the same signal (no core of
  * our own: the program already dumped one if it was going to). */
 static int end_like(int status)
@@ -421,6 +464,7 @@ int cmd_run(int argc, char **argv)
 		cli_remove_trace_dir(absdir, owner.uid);
 		return end_like(status);
 	}
+	trim_rings(absdir, pid, 0);
 	end_traces(absdir, status);
 	cli_analyze_traced_modules("run", NULL, absdir);
 	cli_print_left_alone(stderr, absdir);

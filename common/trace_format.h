@@ -245,7 +245,10 @@ static inline void trace_msg_unpack(const uint64_t data[TRACE_MSG_NDATA], uint32
  *     a chunk.  The page cache writes the records to the file; nothing is
  *     copied and nothing overwritten.  If the file cannot grow (a full
  *     disk), the agent maps memory instead and sets kept_end: records from
- *     kept_end on are lost, and said so by every reader.
+ *     kept_end on are lost, and said so by every reader.  When the process
+ *     is gone, `sptrace run` cuts the file to its count (the chunk mapped
+ *     ahead is zeros); a file shorter than its count (a cut copy) has lost
+ *     the records past its end.
  *
  * A slot taken but not written (a crash right between, or a record a
  * nested signal handler skipped while the window moved) stays zero: the

@@ -38,6 +38,13 @@ HEADER = struct.Struct("<QIIQQQQIIQQ16sQQQi")   # trace_ring_header
 NO_END = (1 << 64) - 1
 
 
+def ring_chunk(path):
+    """The header's chunk: 0 for a ring (trace_format.h)."""
+    with open(path, "rb") as f:
+        v = HEADER.unpack(f.read(HEADER.size))
+    return v[13] if v[1] >= 2 else 0
+
+
 def ring_stats(tdir):
     """(written, kept, allocated bytes) over every ring.<tid> (and seg.<tid>
     of an old trace) below tdir."""

@@ -79,10 +79,21 @@ def ring_stats(tdir):
 
 
 def timed(cmd, env, cwd):
+    """(wall s, CompletedProcess with .user and .sys: CPU s of the command's
+    process tree, from wait4)."""
     t0 = time.monotonic()
-    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       stdin=subprocess.DEVNULL)
-    return time.monotonic() - t0, p
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=err,
+                             stdin=subprocess.DEVNULL)
+        _, status, ru = os.wait4(p.pid, 0)
+        secs = time.monotonic() - t0
+        out.seek(0)
+        err.seek(0)
+        r = subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), out.read(),
+                                        err.read())
+    p.returncode = r.returncode       # reaped above
+    r.user, r.sys = ru.ru_utime, ru.ru_stime
+    return secs, r
 
 
 def main():
@@ -124,7 +135,7 @@ def main():
                     sys.exit("%s: exit %d: %s" % (" ".join(cmd), p.returncode,
                                                   p.stderr.decode()[-2000:]))
                 w, k, size = ring_stats(tdir) if pre else (0, 0, 0)
-                res.setdefault((name, mode), []).append((secs, w, k, size))
+                res.setdefault((name, mode), []).append((secs, w, k, size, p.user, p.sys))
                 shutil.rmtree(tdir, ignore_errors=True)
     # The fast path alone: calls flat, this sptrace and OLD, flight-recorder.
     fast = {}
@@ -156,17 +167,19 @@ def main():
       "each thread's newest 16 MB), **keep** (`sptrace run`: every record, the agent "
       "growing each thread's file itself)%s.\n\n" %
       (", **old** (`sptrace run` of the older sptrace: its copying drain)" if a.old else ""))
-    w("| workload | mode | wall s median (min) | ÷ native | ÷ flight | records written | "
-      "kept | lost | bytes per call on disk |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+    w("| workload | mode | wall s median (min) | ÷ native | ÷ flight | user s | system s | "
+      "records written | kept | lost | bytes per call on disk |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for name, _, calls in loads:
         nat = statistics.median(x[0] for x in res[(name, "native")])
         fl = statistics.median(x[0] for x in res[(name, "flight")])
         for mode, pre in modes:
             xs = res[(name, mode)]
             t = statistics.median(x[0] for x in xs)
-            line = "| %s | %s | %.2f (%.2f) | %.2f | %s |" % (
+            line = "| %s | %s | %.2f (%.2f) | %.2f | %s | %.2f | %.2f |" % (
                 name, mode, t, min(x[0] for x in xs), t / nat,
-                "%.2f" % (t / fl) if pre else "")
+                "%.2f" % (t / fl) if pre else "", statistics.median(x[4] for x in xs),
+                statistics.median(x[5] for x in xs))
             if pre:
                 wr = int(statistics.median(x[1] for x in xs))
                 kp = int(statistics.median(x[2] for x in xs))
@@ -177,6 +190,10 @@ def main():
             else:
                 line += " | | | |"
             w(line + "\n")
+    w("\nUser and system s: CPU time of the command's whole process tree (medians).  "
+      "The system time of **keep** over **flight** is the kernel's work for the pages "
+      "of the growing files (allocating page-cache pages, faulting them in, writing "
+      "them back); it grows with the bytes written, 16 per call in this format.\n")
     w("\nPer round (wall s):\n\n")
     for name, _, _ in loads:
         w("- %s: %s\n" % (name, "; ".join(

@@ -106,10 +106,13 @@ static long sys6(long nr, long a, long b, long c, long d, long e, long f)
 	return rc;
 }
 
-/* Make [off, off + len) of the file real blocks: a full disk says so now.
- * A file system without fallocate gets the size alone.  Never past the
- * program's RLIMIT_FSIZE: the kernel would send it SIGXFSZ. */
-static long grow(int fd, uint64_t off, uint64_t len)
+/* Make the file reach off + len.  With `reserve`, [off, off + len) becomes
+ * real blocks (a file of every record fills them anyway): a full disk says
+ * so now, not with a SIGBUS at a store; a file system without fallocate
+ * gets the size alone.  A ring stays sparse, as it always was (a thousand
+ * threads must not reserve 16 GB).  Never past the program's RLIMIT_FSIZE:
+ * the kernel would send it SIGXFSZ. */
+static long grow(int fd, uint64_t off, uint64_t len, bool reserve)
 {
 	struct { uint64_t cur, max; } lim;
 	long rc;
@@ -117,8 +120,7 @@ static long grow(int fd, uint64_t off, uint64_t len)
 	if (sys6(SYS_prlimit64, 0, RLIMIT_FSIZE, 0, (long)&lim, 0, 0) == 0 &&
 	    lim.cur != RLIM_INFINITY && off + len > lim.cur)
 		return -EFBIG;
-	rc = sys6(SYS_fallocate, fd, 0, (long)off, (long)len, 0, 0);
-
+	rc = reserve ? sys6(SYS_fallocate, fd, 0, (long)off, (long)len, 0, 0) : -EOPNOTSUPP;
 	if (rc == -EOPNOTSUPP)
 		rc = sys6(SYS_ftruncate, fd, (long)(off + len), 0, 0, 0, 0);
 	return rc;
@@ -142,7 +144,7 @@ static void move_once(trace_ring_header *r)
 
 	if (r->kept_end == ~0ull && own_path) {
 		fd = sys6(SYS_open, (long)own_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, 0, 0, 0);
-		rc = fd < 0 ? fd : grow((int)fd, off, h * 8);
+		rc = fd < 0 ? fd : grow((int)fd, off, h * 8, true);
 		if (rc == 0)
 			rc = sys6(SYS_mmap, (long)half, (long)(h * 8), PROT_READ | PROT_WRITE,
 				  MAP_SHARED | MAP_FIXED, fd, (long)off);
@@ -240,7 +242,7 @@ trace_ring_header *ag_ring_create(void)
 	fd = ag_trace_open(path, O_RDWR | O_TRUNC);
 	if (fd < 0)
 		return ring_fails("create", path);
-	if ((rc = grow(fd, 0, size)) < 0) {
+	if ((rc = grow(fd, 0, size, keep_all)) < 0) {
 		close(fd);
 		errno = (int)-rc;
 		return ring_fails("size", path);

@@ -190,6 +190,13 @@ void ag_patch_after_fork(void);
 /* Ring size in bytes (SPTRACE_RING_BYTES); outside 8 KiB..64 GiB: logged,
  * the default kept. */
 void ag_ring_set_size(uint64_t bytes);
+/* SPTRACE_RECORDS=all: every record kept, the window moving over a growing
+ * file (trace_format.h, "Rings and chunks"); else rings. */
+void ag_ring_keep_all(bool on);
+bool ag_ring_keeps_all(void);
+/* Record index c reached r's limit: move the window (the owner thread;
+ * raw system calls only).  Whether c's slot is mapped to its place. */
+bool ag_ring_rotate(trace_ring_header *r, uint64_t c);
 
 /* ---- pool.c ---- */
 typedef struct ag_pool ag_pool;
@@ -408,7 +415,10 @@ enum { AG_CTX_GET = 0, AG_CTX_SET = 1, AG_CTX_SWAP = 2 };
 /* threads.c: record the switch; returns the C library's function to go on to */
 uint64_t ag_context_note(unsigned which, const void *a, const void *b) AG_HIDDEN;
 
-enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIRECT = 4 };
+/* AG_SLOW_ROTATE carries the record's index in the request's low 56 bits;
+ * its answer: store the record (1) or not (0). */
+enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIRECT = 4,
+       AG_SLOW_ROTATE = 5 };
 uint64_t ag_slow(uint64_t request) AG_HIDDEN;   /* the answer goes back in r11 */
 uint64_t ag_root_return(void) AG_HIDDEN;
 

@@ -162,6 +162,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    put(b, "SPTRACE_ON", ag_active() ? "start" : ag_on_event()) ||
 	    put(b, "SPTRACE_EXEC_OF", ag_dir) ||
 	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)) ||
+	    (ag_ring_keeps_all() && put(b, "SPTRACE_RECORDS", "all")) ||
 	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||
 					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()))))
 		return NULL;

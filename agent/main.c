@@ -10,6 +10,8 @@
  *                          "timer SECONDS" (after that long, every thread from
  *                          where it stands) or "signal" (at `sptrace activate`)
  *   SPTRACE_RING_BYTES     size of each thread's ring
+ *   SPTRACE_RECORDS        "all": keep every record (each thread's file grows,
+ *                          ring.c); otherwise flight-recorder rings
  *   SPTRACE_LD_PRELOAD     the program's own LD_PRELOAD, restored at start so
  *                          the program sees its environment unchanged ("-"
  *                          when it had none)
@@ -630,6 +632,9 @@ uint64_t ag_slow(uint64_t req)
 			ring = ag_ring_create();
 		answer = ring != NULL;
 		break;
+	case AG_SLOW_ROTATE:
+		answer = ring && ag_ring_rotate(ring, req & ((1ull << 56) - 1));
+		break;
 	case AG_SLOW_SYNC:
 		if (ring) {
 			ag_ring_sync(ring, ag_rdtsc());
@@ -722,6 +727,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_DIR");
 	unsetenv("SPTRACE_ON");
 	unsetenv("SPTRACE_RING_BYTES");
+	unsetenv("SPTRACE_RECORDS");
 	unsetenv("SPTRACE_EXEC_OF");
 	unsetenv("SPTRACE_THREADS");
 	unsetenv("SPTRACE_SESSION");
@@ -990,6 +996,7 @@ __attribute__((constructor)) static void agent_init(void)
 	/* Read before agent_start takes them out of the environment */
 	snprintf(env_session, sizeof env_session, "%s", getenv("SPTRACE_SESSION") ?: "");
 	snprintf(env_wait, sizeof env_wait, "%s", getenv("SPTRACE_PROPAGATE_WAIT") ?: "");
+	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }

@@ -5,7 +5,36 @@
  *
  * The generated code writes records itself (see x86_64/emit.c); this file
  * creates a thread's ring on its first record, writes the rare records (SYNC,
- * events) from C, and closes rings at the end.
+ * events) from C, moves the window of a file that keeps every record
+ * (trace_format.h, "Rings and chunks"), and closes rings at the end.
+ *
+ * Moving the window (ag_ring_rotate), when record index c reaches limit:
+ *
+ *   1. The window holds chunk K-1 (finished: c >= limit = K * chunk) and
+ *      chunk K (the one c is in, mapped ahead by the last move).  So the
+ *      slot of c is already the right place in the file: the record is
+ *      stored whatever the move below does.
+ *   2. Grow the file by one chunk (fallocate, so that a full disk is an
+ *      error here and never a SIGBUS at the program's next store), and map
+ *      chunk K+1 over chunk K-1's half of the window (mmap MAP_FIXED
+ *      replaces the old mapping in one step; its dirty pages stay in the
+ *      page cache, which writes them to the file).
+ *   3. limit += chunk.  Records of indices below the new limit plus one
+ *      chunk now have their place mapped.
+ *   If step 2 fails, that half is mapped to anonymous memory instead and
+ *   kept_end says where the file's records end; at the next move the other
+ *   half follows and limit goes to ~0: the thread's records go on into
+ *   memory, lost but counted, and never over the records kept.
+ *
+ * The moves use raw system calls only: no errno changes, no C library code
+ * (which could hold one of the agent's int3s while this thread blocks
+ * SIGTRAP), and the file's descriptor lives for three system calls.  Only
+ * the owner thread moves its window; a signal handler that records while
+ * the thread moves it finds the thread busy (ag_enter) and records nothing,
+ * and one that interrupts the two instructions between taking an index and
+ * comparing it with limit moves the window itself (the interrupted record's
+ * slot is then still mapped: step 1).  A record written into another
+ * thread's ring (ag_rings_event_all) is stored only if its slot is mapped.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +42,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -25,6 +55,13 @@ __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")
 static trace_ring_header **rings;
 static volatile uint32_t nrings;
 static uint64_t ring_records = 1u << 21;   /* 16 MiB of records per thread */
+static bool keep_all;                      /* SPTRACE_RECORDS=all: chunked files */
+
+/* The calling thread's own file, for moving its window: the ring it made
+ * and the file's path. */
+static __thread trace_ring_header *own_ring __attribute__((tls_model("initial-exec")));
+static __thread char *own_path __attribute__((tls_model("initial-exec")));
+static __thread uint8_t moving __attribute__((tls_model("initial-exec")));
 
 /* The sizes sptrace run --ring-size allows (cli/trace_dir.c): 8 KiB of
  * records at least, 64 GiB at most.  Beyond that the doubling below would
@@ -47,6 +84,101 @@ void ag_ring_set_size(uint64_t bytes)
 	ring_records = n;
 }
 
+void ag_ring_keep_all(bool on)
+{
+	keep_all = on;
+}
+
+bool ag_ring_keeps_all(void)
+{
+	return keep_all;
+}
+
+static long sys6(long nr, long a, long b, long c, long d, long e, long f)
+{
+	long rc;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+
+	__asm__ volatile("syscall" : "=a"(rc) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10),
+			 "r"(r8), "r"(r9) : "rcx", "r11", "memory");
+	return rc;
+}
+
+/* Make the file reach off + len.  With `reserve`, [off, off + len) becomes
+ * real blocks (a file of every record fills them anyway): a full disk says
+ * so now, not with a SIGBUS at a store; a file system without fallocate
+ * gets the size alone.  A ring stays sparse, as it always was (a thousand
+ * threads must not reserve 16 GB).  Never past the program's RLIMIT_FSIZE:
+ * the kernel would send it SIGXFSZ. */
+static long grow(int fd, uint64_t off, uint64_t len, bool reserve)
+{
+	struct { uint64_t cur, max; } lim;
+	long rc;
+
+	if (sys6(SYS_prlimit64, 0, RLIMIT_FSIZE, 0, (long)&lim, 0, 0) == 0 &&
+	    lim.cur != RLIM_INFINITY && off + len > lim.cur)
+		return -EFBIG;
+	rc = reserve ? sys6(SYS_fallocate, fd, 0, (long)off, (long)len, 0, 0) : -EOPNOTSUPP;
+	if (rc == -EOPNOTSUPP)
+		rc = sys6(SYS_ftruncate, fd, (long)(off + len), 0, 0, 0, 0);
+	return rc;
+}
+
+/* Is slot c mapped to its own place (a ring: always)? */
+static bool slot_mapped(const trace_ring_header *r, uint64_t c)
+{
+	uint64_t lim = __atomic_load_n(&r->limit, __ATOMIC_ACQUIRE);
+
+	return !r->chunk || lim == ~0ull || (c + r->chunk >= lim && c < lim + r->chunk);
+}
+
+/* Steps 2 and 3 of the move (the comment at the top), once. */
+static void move_once(trace_ring_header *r)
+{
+	uint64_t h = r->chunk, k = r->limit / h;       /* entering chunk k */
+	char *half = (char *)r + TRACE_RING_HEADER_SIZE + ((k + 1) & 1) * h * 8;
+	uint64_t off = TRACE_RING_HEADER_SIZE + (k + 1) * h * 8;
+	long fd = -1, rc = -EIO;
+
+	if (r->kept_end == ~0ull && own_path) {
+		fd = sys6(SYS_open, (long)own_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, 0, 0, 0);
+		rc = fd < 0 ? fd : grow((int)fd, off, h * 8, true);
+		if (rc == 0)
+			rc = sys6(SYS_mmap, (long)half, (long)(h * 8), PROT_READ | PROT_WRITE,
+				  MAP_SHARED | MAP_FIXED, fd, (long)off);
+		if (fd >= 0)
+			sys6(SYS_close, fd, 0, 0, 0, 0, 0);
+		if (rc == (long)half) {
+			__atomic_store_n(&r->limit, r->limit + h, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+	/* The file could not grow (or already could not): memory instead. */
+	if (r->kept_end == ~0ull) {
+		r->kept_errno = (int32_t)-rc;
+		__atomic_store_n(&r->kept_end, (k + 1) * h, __ATOMIC_RELEASE);
+	}
+	sys6(SYS_mmap, (long)half, (long)(h * 8), PROT_READ | PROT_WRITE,
+	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	/* Both halves are memory once the second move after the failure is
+	 * done: from then on the window is a ring of memory. */
+	__atomic_store_n(&r->limit, (k + 1) * h > r->kept_end ? ~0ull : r->limit + h,
+			 __ATOMIC_RELEASE);
+}
+
+bool ag_ring_rotate(trace_ring_header *r, uint64_t c)
+{
+	if (r == own_ring && !moving) {
+		moving = 1;
+		while (__atomic_load_n(&r->limit, __ATOMIC_ACQUIRE) <= c)
+			move_once(r);
+		moving = 0;
+	}
+	return slot_mapped(r, c);
+}
+
 /* Take a slot and fill it; taking it is one instruction, so a signal
  * handler recording on this thread meanwhile gets other slots. */
 static void put(trace_ring_header *r, uint64_t rec)
@@ -54,6 +186,8 @@ static void put(trace_ring_header *r, uint64_t rec)
 	uint64_t *recs = (uint64_t *)((char *)r + TRACE_RING_HEADER_SIZE);
 	uint64_t c = __atomic_fetch_add(&r->count, 1, __ATOMIC_RELAXED);
 
+	if (c >= r->limit && !ag_ring_rotate(r, c))
+		return;
 	recs[c & r->mask] = rec;
 }
 
@@ -85,7 +219,9 @@ static trace_ring_header *ring_fails(const char *what, const char *path)
 	return NULL;
 }
 
-/* A ring for the calling thread; the caller installs it (ag_leave). */
+/* A ring for the calling thread; the caller installs it (ag_leave).  With
+ * every record kept, the same file starts as two chunks of half the ring
+ * size, and the window moves on from there (the comment at the top). */
 trace_ring_header *ag_ring_create(void)
 {
 	char path[4200];
@@ -93,6 +229,8 @@ trace_ring_header *ag_ring_create(void)
 	size_t size = TRACE_RING_HEADER_SIZE + ring_records * 8;
 	trace_ring_header *r;
 	uint32_t slot;
+	size_t plen;
+	long rc;
 	int fd;
 
 	/* Not for a thread that cannot read the TSC (tsc.c): every record
@@ -100,15 +238,13 @@ trace_ring_header *ag_ring_create(void)
 	 * seccomp mode may make no system call. */
 	if (ring_failed || ag_tls_quiet || !ag_tsc_usable((int)tid))
 		return NULL;
-	snprintf(path, sizeof path, "%s/ring.%d", ag_dir, (int)tid);
+	plen = (size_t)snprintf(path, sizeof path, "%s/ring.%d", ag_dir, (int)tid);
 	fd = ag_trace_open(path, O_RDWR | O_TRUNC);
 	if (fd < 0)
 		return ring_fails("create", path);
-	if (ftruncate(fd, (off_t)size) < 0) {
-		int saved = errno;
-
+	if ((rc = grow(fd, 0, size, keep_all)) < 0) {
 		close(fd);
-		errno = saved;
+		errno = (int)-rc;
 		return ring_fails("size", path);
 	}
 	r = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -120,10 +256,19 @@ trace_ring_header *ag_ring_create(void)
 	r->header_size = TRACE_RING_HEADER_SIZE;
 	r->capacity = ring_records;
 	r->mask = ring_records - 1;
+	r->kept_end = ~0ull;
+	r->chunk = keep_all ? ring_records / 2 : 0;
+	r->limit = keep_all ? ring_records / 2 : ~0ull;
 	r->pid = (uint32_t)getpid();
 	r->tid = (uint32_t)tid;
 	r->start_tsc = ag_rdtsc();
 	syscall(SYS_prctl, PR_GET_NAME, r->thread_name, 0, 0, 0);
+	/* The path, for the moves (no formatting there); a thread's earlier
+	 * one (a forked child's parent's thread) is left: paths are small. */
+	own_path = keep_all ? ag_alloc(plen + 1) : NULL;
+	if (own_path)
+		memcpy(own_path, path, plen + 1);
+	own_ring = r;
 	ag_ring_sync(r, r->start_tsc);
 	slot = __atomic_fetch_add(&nrings, 1, __ATOMIC_ACQ_REL);
 	if (rings && slot < MAX_RINGS)
@@ -163,6 +308,11 @@ void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[T
 	if ((tsc >> TRACE_TSC_LOW_BITS) != r->epoch)
 		ag_ring_sync(r, tsc);
 	c = __atomic_fetch_add(&r->count, 1 + TRACE_MSG_NDATA, __ATOMIC_RELAXED);
+	/* Moved when the first index reaches limit, as for one record: then
+	 * all five are in the chunk the move keeps.  Before that, all five are
+	 * mapped already (they end below limit plus a chunk). */
+	if (c >= r->limit && !(ag_ring_rotate(r, c) && slot_mapped(r, c + TRACE_MSG_NDATA)))
+		return;
 	recs[c & r->mask] = trace_rec(TRACE_EVENT, event, tsc);
 	for (unsigned i = 0; i < TRACE_MSG_NDATA; i++)
 		recs[(c + 1 + i) & r->mask] = trace_rec(TRACE_EVENT, TRACE_EV_MSG_DATA, data[i]);
@@ -198,4 +348,5 @@ void ag_rings_event_all(uint32_t event)
 void ag_forked_child(void)
 {
 	nrings = 0;
+	own_ring = NULL;
 }

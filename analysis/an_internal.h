@@ -152,5 +152,6 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 int an_is_sync(uint64_t r);
 int an_add_reset(struct reset **r, size_t *n, size_t pos, uint64_t epoch);
 int an_seg_read(const char *ring_path, seg_data *sd, int want_chunks, sp_err *err);
+void an_dir_lost_add(const char *dir, an_lost *l);
 
 #endif

@@ -120,14 +120,45 @@ typedef struct an_thread {
 	uint32_t tid, pid;
 	char name[17];           /* thread name from the ring header, "" if none */
 	const char *path;        /* the ring file */
-	uint64_t capacity;       /* records the ring holds */
+	uint64_t capacity;       /* records the ring holds (chunk: the agent's window) */
 	uint64_t count;          /* records ever written */
-	uint64_t lost;           /* records overwritten before anyone kept them */
-	uint64_t drained;        /* records kept in seg.<tid> (sptrace run's drain) */
+	uint64_t chunk;          /* 0: a ring; else a file of every record (trace_format.h) */
+	uint64_t lost;           /* records written but not in the trace */
+	int lost_why;            /* enum an_lost_why, when lost */
+	int lost_errno;          /* AN_LOST_GROW: why the file could not grow */
+	uint64_t drained;        /* version 1: records kept in seg.<tid> (sptrace run's
+				    copying drain) */
 	uint64_t flags;          /* TRACE_RING_* */
 	uint64_t start_tsc;      /* TSC when the ring was created */
 	uint64_t epoch;          /* TSC bits 38..63 of the last SYNC written */
 } an_thread;
+
+/* Why a thread lost records. */
+enum an_lost_why {
+	AN_LOST_RING = 1,        /* a full ring overwrote its oldest (flight-recorder mode) */
+	AN_LOST_DRAIN,           /* version 1: sptrace run's copying drain fell behind */
+	AN_LOST_GROW,            /* the file could not grow (lost_errno: a full disk) */
+	AN_LOST_CUT,             /* the file ends before its records do (cut or damaged) */
+	AN_LOST_NWHY
+};
+
+/*
+ * Records lost, summed over threads (an_trace_lost) or over every image of
+ * a session (an_session_lost, from the ring headers alone: cheap).  Every
+ * command that reads a trace says it first, before its output
+ * (an_lost_text).
+ */
+typedef struct an_lost {
+	uint64_t written;        /* records written */
+	uint64_t lost;           /* of which not in the trace */
+	size_t threads, threads_lost;
+	uint64_t by_why[AN_LOST_NWHY];
+	int grow_errno;          /* an AN_LOST_GROW thread's reason */
+} an_lost;
+
+void an_trace_lost(const an_trace *t, an_lost *l);
+/* One sentence, no newline: "N of M records lost in T of U threads: why". */
+void an_lost_text(const an_lost *l, char *buf, size_t len);
 
 size_t an_trace_nthreads(const an_trace *t);
 const an_thread *an_trace_thread(const an_trace *t, size_t i);
@@ -166,6 +197,7 @@ typedef struct an_iter_stats {
 	size_t nbad_msgs;        /* message heads without all their data (dropped) */
 	size_t nstray_data;      /* message data without their head (skipped) */
 	size_t nunread;          /* records a failed read left unread (the end) */
+	size_t nholes;           /* zero slots: taken but never written (skipped) */
 	uint64_t last_tsc;       /* TSC of the newest record returned */
 } an_iter_stats;
 
@@ -389,6 +421,8 @@ const an_image *an_session_image(const an_session *s, size_t i);
  * when it cannot be opened (a warning says why).  Closed with the session. */
 an_trace *an_session_trace(an_session *s, size_t i);
 size_t an_session_nwarnings(const an_session *s);
+/* The records lost in all the session's images (their ring headers only). */
+void an_session_lost(an_session *s, an_lost *l);
 const char *an_session_warning(const an_session *s, size_t i);
 
 /* The records of every thread of every image, merged in time order: by

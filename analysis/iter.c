@@ -46,6 +46,8 @@
  *      and its AGENT_END (the agent's own system calls), and those while
  *      no traced call is open (before the first, after the root's return:
  *      the loader's, the agent's start and end, exit handlers untraced).
+ * A file that keeps every record (trace_format.h) is one piece: its
+ * records in order, up to kept_end.
  */
 #define WINDOW 4096
 
@@ -171,7 +173,9 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 	int fd;
 
 	*out = NULL;
-	if (an_seg_read(th->path, &sd, 1, err) < 0)
+	memset(&sd, 0, sizeof sd);
+	sd.fd = -1;
+	if (!th->chunk && an_seg_read(th->path, &sd, 1, err) < 0)
 		return -1;
 	fd = an_ring_open(th->path, &h, &said, err);
 	if (fd < 0) {
@@ -190,6 +194,18 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 	it->path = th->path;
 	it->seg_fd = sd.fd;
 	it->ring_fd = fd;
+	if (h.chunk) {
+		/* Every record in order, up to what the file keeps: one piece. */
+		it->n = (size_t)(h.count < h.kept_end ? h.count : h.kept_end);
+		it->sites = t->sites;
+		it->nsites = t->nsites;
+		it->first_sync = it->guess_from = it->n;
+		it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
+		if (it->n && add_piece(it, 0, it->n, fd, (off_t)h.header_size, 0))
+			goto nomem;
+		*out = it;
+		return 0;
+	}
 	/* Step 1: counts from this read, not from an_trace_open. */
 	cap_n = h.count < h.capacity ? h.count : h.capacity;
 	ring_from = h.count - cap_n;
@@ -333,6 +349,10 @@ static int user_next(an_iter *it, an_record *r)
 			it->st.nunread = it->n - i;        /* a read failed: the rest is lost */
 			it->pos = it->n;
 			return 0;
+		}
+		if (raw == 0) {
+			it->st.nholes++;           /* a slot taken, never written */
+			continue;
 		}
 		kind = trace_rec_kind(raw);
 		while (it->nextreset < it->nresets && it->resets[it->nextreset].pos <= i)

@@ -241,9 +241,13 @@ int an_read_meta(an_trace *t, sp_err *err)
 	if (!an_trace_meta(t, TRACE_META_VERSION))
 		return sp_fail(err, "%s: no 'version' line: not an sptrace trace, or an "
 			       "incomplete one", path);
-	if (an_parse_u64(an_trace_meta(t, TRACE_META_VERSION), 10, &v) || v != TRACE_FORMAT_VERSION)
-		return sp_fail(err, "%s: trace format version '%s'; this sptrace reads version %d",
-			       path, an_trace_meta(t, TRACE_META_VERSION), TRACE_FORMAT_VERSION);
+	if (an_parse_u64(an_trace_meta(t, TRACE_META_VERSION), 10, &v) ||
+	    v < TRACE_FORMAT_VERSION_MIN || v > TRACE_FORMAT_VERSION)
+		return sp_fail(err, "%s: trace format version '%s'; this sptrace reads versions "
+			       "%d to %d%s", path, an_trace_meta(t, TRACE_META_VERSION),
+			       TRACE_FORMAT_VERSION_MIN, TRACE_FORMAT_VERSION,
+			       v > TRACE_FORMAT_VERSION ? ": read it with the sptrace that wrote it, "
+			       "or a newer one" : "");
 	if (meta_number(t, path, TRACE_META_TSC_HZ, "the TSC frequency", &t->tsc_hz, err) ||
 	    meta_number(t, path, TRACE_META_TSC0, "the TSC at the clock reading", &t->tsc0, err) ||
 	    meta_number(t, path, TRACE_META_MONO0, "CLOCK_MONOTONIC at tsc0", &v, err))

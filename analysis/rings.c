@@ -52,6 +52,15 @@ static int slot_zero(int fd, const trace_ring_header *h, uint64_t i)
 	return an_read_full(fd, &r, 8, (off_t)(h->header_size + i * 8)) == 0 && r == 0;
 }
 
+/* Slots of the file a reader may look at: the ring's, or in the layout
+ * that keeps every record, as many as the file holds (trace_format.h). */
+static uint64_t file_slots(const trace_ring_header *h, uint64_t size)
+{
+	if (!h->chunk)
+		return h->capacity;
+	return size > h->header_size ? (size - h->header_size) / 8 : 0;
+}
+
 /*
  * The count the ring's records bear out.  The agent takes slots in order, so
  * the newest records are written: a count whose newest slot and the one
@@ -63,12 +72,13 @@ static int slot_zero(int fd, const trace_ring_header *h, uint64_t i)
  * the count is one past the last slot written.  Reads only two slots unless
  * the count is wrong.
  */
-static uint64_t ring_written(int fd, const trace_ring_header *h)
+static uint64_t ring_written(int fd, const trace_ring_header *h, uint64_t slots)
 {
-	uint64_t top = h->count > h->capacity ? h->capacity : h->count, buf[1024];
+	uint64_t top = h->count > slots ? slots : h->count, buf[1024];
 
 	if (top == 0 || !slot_zero(fd, h, top - 1) || (top > 1 && !slot_zero(fd, h, top - 2)))
-		return h->count;
+		return h->count;        /* (a file of every record cut short keeps its last
+					 * slots written: its count stands, the rest is lost) */
 	while (top > 0) {
 		uint64_t n = top < 1024 ? top : 1024;
 
@@ -124,10 +134,19 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 		return sp_fail(err, "%s: not an sptrace ring (magic %#" PRIx64 ", expected %#llx)",
 			       path, h->magic, TRACE_RING_MAGIC);
 	}
-	if (h->version != TRACE_FORMAT_VERSION) {
+	if (h->version < TRACE_FORMAT_VERSION_MIN || h->version > TRACE_FORMAT_VERSION) {
 		close(fd);
-		return sp_fail(err, "%s: ring format version %u; this sptrace reads version %d",
-			       path, h->version, TRACE_FORMAT_VERSION);
+		return sp_fail(err, "%s: ring format version %u; this sptrace reads versions %d to "
+			       "%d%s", path, h->version, TRACE_FORMAT_VERSION_MIN,
+			       TRACE_FORMAT_VERSION, h->version > TRACE_FORMAT_VERSION ?
+			       ": read it with the sptrace that wrote it, or a newer one" : "");
+	}
+	if (h->version == 1) {
+		/* Before the fields of version 2 (zero there): a ring. */
+		h->limit = ~0ull;
+		h->chunk = 0;
+		h->kept_end = ~0ull;
+		h->kept_errno = 0;
 	}
 	if (h->header_size < RING_FIXED_HEADER || h->header_size % 8 ||
 	    h->header_size > RING_MAX_HEADER) {
@@ -150,7 +169,14 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 		return sp_fail(err, "%s: corrupt header: write count %" PRIu64 " is implausible "
 			       "(over 2^56 records)", path, h->count);
 	}
-	need = h->header_size + h->capacity * 8;
+	if (h->chunk && h->capacity != 2 * h->chunk) {
+		close(fd);
+		return sp_fail(err, "%s: corrupt header: chunks of %" PRIu64 " records, but a window "
+			       "of %" PRIu64 " (two chunks expected)", path, h->chunk, h->capacity);
+	}
+	/* A file that keeps every record starts with two chunks; its records
+	 * past its end (a cut copy) are counted lost, not refused. */
+	need = h->header_size + (h->chunk ? 0 : h->capacity * 8);
 	if ((uint64_t)st.st_size < need) {
 		close(fd);
 		return sp_fail(err, "%s: truncated: %lld bytes, but its header says %" PRIu64
@@ -158,7 +184,9 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 			       (long long)st.st_size, h->capacity, need);
 	}
 	*said = h->count;
-	h->count = ring_written(fd, h);
+	h->count = ring_written(fd, h, file_slots(h, (uint64_t)st.st_size));
+	if (h->chunk && h->kept_end > file_slots(h, (uint64_t)st.st_size))
+		h->kept_end = file_slots(h, (uint64_t)st.st_size);  /* the file's end */
 	return fd;
 }
 
@@ -248,9 +276,12 @@ int an_seg_read(const char *ring_path, seg_data *sd, int want_chunks, sp_err *er
 	return 0;
 }
 
-/* Records the thread lost: count minus what the chunks and the ring keep. */
+/* Records the thread lost: count minus what the chunks and the ring keep
+ * (a file of every record: what it holds, up to kept_end). */
 static uint64_t thread_lost(const trace_ring_header *h, const seg_data *sd)
 {
+	if (h->chunk)
+		return h->count > h->kept_end ? h->count - h->kept_end : 0;
 	uint64_t ring_from = h->count > h->capacity ? h->count - h->capacity : 0;
 
 	if (sd->end > ring_from)
@@ -302,6 +333,10 @@ int an_read_rings(an_trace *t, sp_err *err)
 			break;
 		}
 		close(fd);
+		if (h.chunk && !h.kept_errno && h.count > h.kept_end)
+			an_warn(t, "%s: its header counts %" PRIu64 " records written, but the file "
+				"holds %" PRIu64 ": a file cut short, or a corrupt header; the rest "
+				"is counted lost", path, h.count, h.kept_end);
 		if (said != h.count)
 			an_warn(t, "%s: corrupt header: it counts %" PRIu64 " records written, but "
 			     "only the first %" PRIu64 " slots of the ring were ever written: read "
@@ -327,15 +362,22 @@ int an_read_rings(an_trace *t, sp_err *err)
 			th->name[i] = isprint((unsigned char)h.thread_name[i]) ? h.thread_name[i] : '?';
 		th->capacity = h.capacity;
 		th->count = h.count;
+		th->chunk = h.chunk;
 		{
-			seg_data sd;
+			seg_data sd = { .fd = -1 };
 
-			if (an_seg_read(path, &sd, 0, err) < 0) {
+			/* seg.<tid>: version 1 only (a file of every record
+			 * has none to add). */
+			if (!h.chunk && an_seg_read(path, &sd, 0, err) < 0) {
 				rc = -1;
 				break;
 			}
 			th->lost = thread_lost(&h, &sd);
 			th->drained = sd.n;
+			if (th->lost)
+				th->lost_why = h.chunk ? (h.kept_errno ? AN_LOST_GROW : AN_LOST_CUT)
+					   : sd.n || sd.end ? AN_LOST_DRAIN : AN_LOST_RING;
+			th->lost_errno = h.kept_errno;
 		}
 		th->flags = h.flags;
 		th->start_tsc = h.start_tsc;
@@ -360,3 +402,77 @@ int an_read_rings(an_trace *t, sp_err *err)
 	return 0;
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Records lost                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void lost_add(an_lost *l, const an_thread *th)
+{
+	l->threads++;
+	l->written += th->count;
+	if (!th->lost)
+		return;
+	l->threads_lost++;
+	l->lost += th->lost;
+	if (th->lost_why > 0 && th->lost_why < AN_LOST_NWHY)
+		l->by_why[th->lost_why] += th->lost;
+	if (th->lost_why == AN_LOST_GROW && !l->grow_errno)
+		l->grow_errno = th->lost_errno;
+}
+
+void an_trace_lost(const an_trace *t, an_lost *l)
+{
+	memset(l, 0, sizeof *l);
+	for (size_t i = 0; i < t->nthreads; i++)
+		lost_add(l, &t->threads[i]);
+}
+
+/* The rings of the trace in dir, headers only: no records, no modules. */
+void an_dir_lost_add(const char *dir, an_lost *l)
+{
+	an_trace t;
+	sp_err e;
+
+	memset(&t, 0, sizeof t);
+	t.dir = (char *)dir;
+	if (an_read_rings(&t, &e) == 0)
+		for (size_t i = 0; i < t.nthreads; i++)
+			lost_add(l, &t.threads[i]);
+	for (size_t i = 0; i < t.nthreads; i++)
+		free((char *)t.threads[i].path);
+	free(t.threads);
+	for (size_t i = 0; i < t.nwarn; i++)
+		free(t.warn[i]);
+	free(t.warn);
+}
+
+void an_lost_text(const an_lost *l, char *buf, size_t len)
+{
+	static const char *const why[AN_LOST_NWHY] = {
+		[AN_LOST_RING] = "overwritten in a full ring (flight-recorder mode keeps each "
+				 "thread's newest --ring-size MB)",
+		[AN_LOST_DRAIN] = "not copied before the ring came round (the copying drain "
+				  "of sptrace run before format version 2 fell behind)",
+		[AN_LOST_GROW] = "the trace file could not grow",
+		[AN_LOST_CUT] = "the trace file ends before its records do (cut or damaged)",
+	};
+	size_t n;
+	int first = 1;
+
+	n = (size_t)snprintf(buf, len, "%" PRIu64 " of %" PRIu64 " records lost (%.1f%%) in %zu "
+			     "of %zu threads: ", l->lost, l->written,
+			     l->written ? 100.0 * (double)l->lost / (double)l->written : 0.0,
+			     l->threads_lost, l->threads);
+	for (int w = 1; w < AN_LOST_NWHY && n < len; w++) {
+		if (!l->by_why[w])
+			continue;
+		n += (size_t)snprintf(buf + n, len - n, "%s%" PRIu64 " %s%s%s%s", first ? "" : "; ",
+				      l->by_why[w], why[w], w == AN_LOST_GROW ? " (" : "",
+				      w == AN_LOST_GROW ? strerror(l->grow_errno) : "",
+				      w == AN_LOST_GROW ? ")" : "");
+		first = 0;
+	}
+	if (n < len)
+		snprintf(buf + n, len - n, "; the trace is incomplete");
+}

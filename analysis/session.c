@@ -269,6 +269,13 @@ const char *an_session_warning(const an_session *s, size_t i)
 	return i < s->nwarn ? s->warn[i] : NULL;
 }
 
+void an_session_lost(an_session *s, an_lost *l)
+{
+	memset(l, 0, sizeof *l);
+	for (size_t i = 0; i < s->nimgs; i++)
+		an_dir_lost_add(s->imgs[i].pub.dir, l);
+}
+
 an_trace *an_session_trace(an_session *s, size_t i)
 {
 	image *im;

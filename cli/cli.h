@@ -29,6 +29,14 @@ int cmd_keys(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_collect(int argc, char **argv);
 
+/* lost.c: say the records the trace lost, first: a warning on stderr and,
+ * with `out`, a "# WARNING: ..." line there.  1 when some were lost.  The
+ * _dir form reads the ring headers of DIR's every image (or collected
+ * tree). */
+struct an_lost;
+int cli_say_lost(const char *cmd, const struct an_lost *l, FILE *out);
+int cli_say_lost_dir(const char *cmd, const char *dir, FILE *out);
+
 /* cmd_status.c: this host's spdaemon answered, its name in `name`: 0;
  * -1 when none serves this host (network namespace). */
 int cli_local_daemon(char *name, size_t len);
@@ -68,14 +76,6 @@ int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len);
 int cli_check_threads(const char *cmd, const char *arg);
 int cli_check_event(const char *cmd, const char *on, const char *first);
 
-/* drain.c: `sptrace run` copies the rings of DIR (and its exec'd images)
- * into seg.<tid> files before they come round (see the protocol there).
- * Poll often while the program runs (1: it found records, poll again at
- * once); end drains once more and closes. */
-typedef struct cli_drain cli_drain;
-cli_drain *cli_drain_start(const char *dir);   /* NULL: out of memory */
-int cli_drain_poll(cli_drain *d);
-void cli_drain_end(cli_drain *d);
 
 /* kernel.c: `run --kernel`, through the kernel module's /dev/sptrace (the
  * steps are in kernel.c).  start: open the device and probe the kernel

@@ -248,6 +248,12 @@ int cmd_analyze(int argc, char **argv)
 				 : "give one trace directory"), 2;
 	if (an_session_open(argv[optind], &oo, &s, &err) < 0)
 		return cli_error("analyze: %s", err.msg);
+	{
+		an_lost l;
+
+		an_session_lost(s, &l);
+		cli_say_lost("analyze", &l, json ? NULL : stdout);
+	}
 	if (normal && an_session_open(normal, &oo, &ref, &err) < 0) {
 		an_session_close(s);
 		return cli_error("analyze: --normal: %s", err.msg);

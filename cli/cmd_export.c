@@ -527,6 +527,12 @@ int cmd_export(int argc, char **argv)
 				 "output)"), 2;
 	if (an_session_open(dir, &oo, &x.s, &err) < 0)
 		return cli_error("export: %s", err.msg);
+	{
+		an_lost l;
+
+		an_session_lost(x.s, &l);
+		cli_say_lost("export", &l, NULL);
+	}
 	for (size_t i = 0; i < an_session_nwarnings(x.s); i++)
 		fprintf(stderr, "sptrace: export: warning: %s\n", an_session_warning(x.s, i));
 	if (message_ends(&x, flow, &err) < 0) {

@@ -311,6 +311,12 @@ int cmd_flows(int argc, char **argv)
 	oo.no_modules = !flow && !fo.nstart;     /* --start names functions */
 	if (an_session_open(argv[optind], &oo, &s, &err) < 0)
 		return cli_error("flows: %s", err.msg);
+	{
+		an_lost l;
+
+		an_session_lost(s, &l);
+		cli_say_lost("flows", &l, json ? NULL : stdout);
+	}
 	if (an_flows_build_opts(s, &fo, &fl, &err) < 0) {
 		an_session_close(s);
 		return cli_error("flows: %s", err.msg);

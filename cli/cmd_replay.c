@@ -41,6 +41,9 @@ static const char help[] =
 	"  (exit without a recorded entry)  the call began before the records do\n"
 	"  /* activate */, /* signal */ ...  events of the thread\n"
 	"  /* N records lost ... */       the ring was full and overwrote its oldest\n"
+	"                                 (or at a thread's end: its file could not\n"
+	"                                 grow); the first line of the output says\n"
+	"                                 how many records the whole trace lost\n"
 	"A function reached by a tail jump returns with its caller: its duration\n"
 	"runs to the caller's return.\n"
 	"\n"
@@ -313,10 +316,17 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 		free(calls);
 		return cli_error("replay: %s: out of memory", th->path);
 	}
-	if (th->lost)
-		line(&p, "", 0, "/* %" PRIu64 " records lost: the ring was full and overwrote "
-		     "its oldest */", th->lost);
+	if (th->lost && (th->lost_why == AN_LOST_RING || th->lost_why == AN_LOST_DRAIN))
+		line(&p, "", 0, "/* %" PRIu64 " records lost: %s */", th->lost,
+		     th->lost_why == AN_LOST_RING ? "the ring was full and overwrote its oldest"
+		     : "the ring came round before they were copied");
 	print_calls(&p);
+	if (th->lost && th->lost_why == AN_LOST_GROW)
+		line(&p, "", 0, "/* %" PRIu64 " records lost from here on: the trace file could "
+		     "not grow (%s) */", th->lost, strerror(th->lost_errno));
+	else if (th->lost && th->lost_why == AN_LOST_CUT)
+		line(&p, "", 0, "/* %" PRIu64 " records lost from here on: the trace file ends "
+		     "before them */", th->lost);
 	fflush(stdout);
 	if (st.nbad_sites)
 		fprintf(stderr, "sptrace: replay: warning: %s: %zu records name site ids the "
@@ -501,6 +511,8 @@ int cmd_replay(int argc, char **argv)
 	if (o.since.set && o.until.set && o.since.absolute == o.until.absolute &&
 	    o.since.ns > o.until.ns)
 		return cli_error("replay: --since is after --until: nothing to show"), 2;
+	/* Records lost: said before anything else. */
+	cli_say_lost_dir("replay", argv[optind], stdout);
 	if (diff) {
 		if (o.tids || o.max_depth || o.since.set || o.until.set || o.srcline)
 			return cli_error("replay: --diff compares whole threads: --tid, --depth, "

@@ -67,8 +67,7 @@ typedef struct report {
 	size_t nfs;
 	chan_stat *cs;           /* [2 * channel id + received] */
 	size_t ncs;
-	uint64_t no_exit, exit_only, lost;
-	size_t lost_threads;
+	uint64_t no_exit, exit_only;
 } report;
 
 /* An open call while walking a thread's tree. */
@@ -165,10 +164,6 @@ static int add_thread(report *r, const an_thread *th)
 		free(c);
 		return cli_error("report: %s: out of memory", th->path);
 	}
-	if (th->lost) {
-		r->lost += th->lost;
-		r->lost_threads++;
-	}
 	for (size_t i = 0; i < n; i++) {
 		func_stat *s;
 		frame *f;
@@ -261,10 +256,6 @@ static void print_report(report *r)
 	if (r->exit_only)
 		printf("%s# %" PRIu64 " exits without a recorded entry are not counted\n",
 		       r->no_exit ? "" : "\n", r->exit_only);
-	if (r->lost)
-		printf("%s# %" PRIu64 " records lost in %zu thread%s: the ring was full and "
-		       "overwrote its oldest\n", r->no_exit || r->exit_only ? "" : "\n",
-		       r->lost, r->lost_threads, r->lost_threads == 1 ? "" : "s");
 	print_msgs(r);
 }
 
@@ -493,6 +484,8 @@ int cmd_report(int argc, char **argv)
 				 optind >= argc ? "no trace directory given"
 				 : "give one trace directory"), 2;
 	a.tids = tids;
+	/* Records lost: said before anything else. */
+	cli_say_lost_dir("report", argv[optind], stdout);
 	if (diff) {
 		if (cli_collected_tree(argv[optind]) || cli_collected_tree(diff))
 			return cli_error("report: --diff compares two traces, not trees made by "

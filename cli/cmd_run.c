@@ -60,7 +60,8 @@ static const char help[] =
 	"                      is kept as DIR.old)\n"
 	"  --group GROUP       let GROUP (a name or a gid) read the trace: directories\n"
 	"                      2750, files 0640; by default only you can (0700, 0600)\n"
-	"  --ring-size MB      size of each thread's ring (default 16)\n"
+	"  --ring-size MB      size of each thread's ring (default 16); with every\n"
+	"                      record kept, of the window the agent writes through\n"
 	"  --propagate-wait MS when a spdaemon serves this host, a traced send to a\n"
 	"                      process not traced yet waits up to MS milliseconds\n"
 	"                      (default 3000) while the daemon of the receiver's host\n"
@@ -70,9 +71,9 @@ static const char help[] =
 	"  --flight-recorder   keep only the newest records: each thread's last\n"
 	"                      --ring-size MB (a full ring overwrites its oldest\n"
 	"                      records and counts them).  Without it every record is\n"
-	"                      kept: 'sptrace run' copies the rings into DIR/seg.<tid>\n"
-	"                      before they come round (and counts any it was too slow\n"
-	"                      for)\n"
+	"                      kept: each thread's file DIR/ring.<tid> grows as the\n"
+	"                      thread writes (8 bytes per record; a full disk ends\n"
+	"                      what is kept, and every reader says so first)\n"
 	"  --kernel            also record the kernel functions the program's system\n"
 	"                      calls run, nested under the calls (needs root and\n"
 	"                      sptrace's kernel module: /dev/sptrace, see kagent/)\n"
@@ -261,6 +262,49 @@ static int cannot_start(const char *prog)
 	return 0;
 }
 
+/*
+ * The files of every record (trace_format.h) end with the chunk the agent
+ * mapped ahead: up to two chunks of zeros per thread, allocated.  Once the
+ * program's process is gone, no thread of it can write any more: each of
+ * its ring files (its pid in the header, in DIR and its exec'd images'
+ * subdirectories) is cut to the records it holds.  Other processes' files
+ * (a forked child that lives on) are left alone.
+ */
+static void trim_rings(const char *dir, pid_t pid, int depth)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		trace_ring_header h;
+		struct stat st;
+		int fd;
+
+		if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
+			continue;
+		if (depth < 16 && strncmp(de->d_name, "exec.", 5) == 0) {
+			trim_rings(path, pid, depth + 1);
+			continue;
+		}
+		if (strncmp(de->d_name, "ring.", 5) != 0 ||
+		    (fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && h.magic == TRACE_RING_MAGIC &&
+		    h.version >= 2 && h.chunk && h.pid == (uint32_t)pid &&
+		    h.header_size == TRACE_RING_HEADER_SIZE && h.count < ((uint64_t)1 << 56) &&
+		    (uint64_t)st.st_size > h.header_size + h.count * 8 &&
+		    ftruncate(fd, (off_t)(h.header_size + h.count * 8)) < 0)
+			cli_error("run: %s: cannot cut the file to its records: %s", path,
+				  strerror(errno));
+		close(fd);
+	}
+	closedir(d);
+}
+
 /* End like the program did: same status, or the same signal (no core of
  * our own: the program already dumped one if it was going to). */
 static int end_like(int status)
@@ -290,7 +334,6 @@ int cmd_run(int argc, char **argv)
 	int propagate = 1, kernel = 0, go[2] = { -1, -1 };
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
-	cli_drain *drain = NULL;
 	int flight = 0;
 	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start", *chord = NULL;
@@ -422,6 +465,10 @@ int cmd_run(int argc, char **argv)
 		setenv("SPTRACE_ON", on, 1);
 		if (*ring)
 			setenv("SPTRACE_RING_BYTES", ring, 1);
+		if (flight)
+			unsetenv("SPTRACE_RECORDS");
+		else
+			setenv("SPTRACE_RECORDS", "all", 1);
 		if (threads)
 			setenv("SPTRACE_THREADS", threads, 1);
 		if (session[0]) {
@@ -460,30 +507,24 @@ int cmd_run(int argc, char **argv)
 		return exec_errno == ENOENT ? 127 : 126;
 	}
 	close(errpipe[0]);
-	/* Like a shell: the terminal's ^C goes to the program; we wait,
-	 * draining its rings (every millisecond, or at once while they fill). */
+	/* Like a shell: the terminal's ^C goes to the program; we wait.  (The
+	 * agent keeps the records itself: nothing to do meanwhile.) */
 	signal(SIGINT, SIG_IGN);
 	signal(SIGQUIT, SIG_IGN);
-	if (!flight && !(drain = cli_drain_start(absdir)))
-		cli_error("run: out of memory for the drain: the rings keep only their newest "
-			  "records");
 	if (hk)
 		fprintf(stderr, "sptrace: pid %d waits for %s (%s): tracing starts when it is "
 			"pressed; pressed again, it stops, and so on\n", (int)pid, chord,
 			cli_hotkey_backend(hk));
 	for (;;) {
-		pid_t w = waitpid(pid, &status, drain || kern || hk ? WNOHANG : 0);
+		pid_t w = waitpid(pid, &status, kern || hk ? WNOHANG : 0);
 		int busy = 0;
 
 		if (w == pid)
 			break;
 		if (w < 0 && errno != EINTR) {
-			cli_drain_end(drain);
 			cli_hotkey_close(hk);
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
 		}
-		if (drain && cli_drain_poll(drain))
-			busy = 1;
 		if (kern && cli_kernel_poll(kern))
 			busy = 1;
 		/* the chord: activate, stop, activate... (as 'sptrace activate|stop') */
@@ -491,10 +532,9 @@ int cmd_run(int argc, char **argv)
 			fprintf(stderr, "sptrace: %s pressed\n", chord);
 			cli_control_pid(presses++ % 2 == 0, pid, 5);
 		}
-		if (!hk && !busy)
+		if (kern && !hk && !busy)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
-	cli_drain_end(drain);
 	cli_hotkey_close(hk);
 	snprintf(meta, sizeof meta, "%s/meta", absdir);
 	if (access(meta, F_OK) != 0) {
@@ -506,6 +546,7 @@ int cmd_run(int argc, char **argv)
 		cli_remove_trace_dir(absdir, owner.uid);
 		return end_like(status);
 	}
+	trim_rings(absdir, pid, 0);
 	end_traces(absdir, status);
 	if (kern)
 		cli_kernel_finish(kern, absdir);
@@ -514,6 +555,7 @@ int cmd_run(int argc, char **argv)
 	cli_print_untraced(stderr, absdir);
 	if (session[0])
 		print_propagation(absdir, session);
+	cli_say_lost_dir("run", absdir, NULL);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);
 }

@@ -13,18 +13,22 @@
  *   sites           the site table: one fixed-size trace_site record per
  *                   site id the agent handed out, appended as sites are
  *                   instrumented (so it grows while the trace runs).
- *   ring.<tid>      one file per traced thread: a trace_ring_header, then a
- *                   power-of-two array of 8-byte records, mapped shared by
- *                   the agent so the records survive a crash of the process.
+ *   ring.<tid>      one file per traced thread: a trace_ring_header, then
+ *                   its 8-byte records, mapped shared by the agent so the
+ *                   records survive a crash of the process.  Two layouts
+ *                   (the header's `chunk`, see "Rings and chunks" below):
+ *                   a ring (flight-recorder mode) or every record in order
+ *                   (`sptrace run`, the default).
  *   channels        the channel table: one fixed-size trace_channel record
  *                   per channel id (a socket or pipe the program sent or
  *                   received on), appended like sites; absent in traces of
  *                   agents without message events.
- *   seg.<tid>       the records `sptrace run` drained from ring.<tid> before
- *                   the ring came round to them (none in flight-recorder
- *                   mode): chunks of a trace_seg_chunk and its records.  The
- *                   thread's records are the chunks', then the ring's from
- *                   where the last chunk ends.
+ *   seg.<tid>       traces of format version 1 only: the records `sptrace
+ *                   run` copied from ring.<tid> before the ring came round
+ *                   to them: chunks of a trace_seg_chunk and its records.
+ *                   The thread's records are the chunks', then the ring's
+ *                   from where the last chunk ends.  Version 2 writes none
+ *                   (the agent keeps every record in ring.<tid> itself).
  *   kernel.<tid>    `sptrace run --kernel`: the kernel functions thread tid
  *                   ran, recorded by the kernel module (kagent/): an array
  *                   of trace_kernel_rec in time order, written by sptrace
@@ -40,7 +44,9 @@
  *
  * Records are written without locks or system calls.  A full ring overwrites
  * its oldest records; the header's write count says how many were ever
- * written, so a reader knows how many were lost (count - capacity).
+ * written, so a reader knows how many were lost (count - capacity).  In the
+ * keep-every-record layout nothing is overwritten: the lost records, if
+ * any, are those from `kept_end` on (the file could not grow).
  *
  * Contracts between the agent and readers:
  *  - every ring starts with a SYNC record;
@@ -56,7 +62,10 @@
 #include <stdint.h>
 
 #define TRACE_RING_MAGIC 0x31474e4952505354ull /* "TSPRING1" little-endian */
-#define TRACE_FORMAT_VERSION 1
+#define TRACE_FORMAT_VERSION 2
+/* Readers take versions 1 (rings, and seg.<tid> drained by sptrace run)
+ * and 2 (the header's chunk, limit and kept_end: the layouts below). */
+#define TRACE_FORMAT_VERSION_MIN 1
 
 /*
  * One record, 8 bytes:
@@ -249,6 +258,37 @@ static inline void trace_msg_unpack(const uint64_t data[TRACE_MSG_NDATA], uint32
 	*len = data[3];
 }
 
+/*
+ * Rings and chunks.  The writer (agent/x86_64/emit.c, agent/ring.c) takes
+ * record index c = count++ and stores the record at slot c & mask of the
+ * `capacity` slots mapped after the header.  Two layouts share that:
+ *
+ *   a ring (chunk 0: flight-recorder mode, and every version 1 file):
+ *     the file holds the capacity slots; record c is at slot c % capacity,
+ *     so a full ring overwrites its oldest records.  limit is ~0.
+ *
+ *   every record kept (chunk != 0: `sptrace run` without
+ *     --flight-recorder): the file holds the records in order, record c at
+ *     byte header_size + 8c, and grows a chunk of `chunk` records at a
+ *     time.  The agent maps a window of two chunks (capacity = 2 chunk
+ *     slots): the chunk being written and the next one.  When a record's
+ *     index reaches `limit` (the first index of the next chunk), the writer
+ *     itself maps the chunk after it in place of the one it has just
+ *     finished (a slow path: the file grows, one mmap) and moves limit on by
+ *     a chunk.  The page cache writes the records to the file; nothing is
+ *     copied and nothing overwritten.  If the file cannot grow (a full
+ *     disk), the agent maps memory instead and sets kept_end: records from
+ *     kept_end on are lost, and said so by every reader.  When the process
+ *     is gone, `sptrace run` cuts the file to its count (the chunk mapped
+ *     ahead is zeros); a file shorter than its count (a cut copy) has lost
+ *     the records past its end.
+ *
+ * A slot taken but not written (a crash right between, or a record a
+ * nested signal handler skipped while the window moved) stays zero: the
+ * agent writes no zero record (kind ENTRY needs a site id, and 0 is none),
+ * so readers skip zero records.
+ */
+
 /* The header of a ring file.  The agent keeps `count` current after every
  * record, so a reader of a crashed process's ring knows where the newest
  * record is. */
@@ -256,7 +296,7 @@ typedef struct trace_ring_header {
 	uint64_t magic;          /* TRACE_RING_MAGIC */
 	uint32_t version;        /* TRACE_FORMAT_VERSION */
 	uint32_t header_size;    /* bytes before the first record: TRACE_RING_HEADER_SIZE */
-	uint64_t capacity;       /* records in the ring (a power of two) */
+	uint64_t capacity;       /* slots mapped after the header (a power of two) */
 	volatile uint64_t count; /* records ever written; newest at (count-1) % capacity */
 	uint64_t mask;           /* capacity - 1 (the writer's fast path uses it) */
 	uint64_t epoch;          /* TSC bits 38..63 of the last SYNC written */
@@ -264,7 +304,15 @@ typedef struct trace_ring_header {
 	uint64_t start_tsc;      /* TSC when the ring was created */
 	uint64_t flags;          /* TRACE_RING_* */
 	char thread_name[16];
-	uint8_t reserved[4096 - 88];
+	/* version 2: */
+	volatile uint64_t limit; /* the writer moves the window when count reaches
+				  * it; ~0 in a ring */
+	uint64_t chunk;          /* records per chunk; 0: a ring */
+	volatile uint64_t kept_end; /* chunks: records from this index on are lost
+				  * (the file could not grow); ~0: none */
+	int32_t kept_errno;      /* ... why (an errno value) */
+	uint32_t reserved0;
+	uint8_t reserved[4096 - 120];
 } trace_ring_header;
 
 #define TRACE_RING_HEADER_SIZE 4096
@@ -273,6 +321,9 @@ _Static_assert(sizeof(trace_ring_header) == TRACE_RING_HEADER_SIZE, "ring header
 #define TRACE_RING_OFF_COUNT 24
 #define TRACE_RING_OFF_MASK 32
 #define TRACE_RING_OFF_EPOCH 40
+#define TRACE_RING_OFF_LIMIT 88
+/* Bytes of a version 1 header that mean anything (the rest was zero). */
+#define TRACE_RING_V1_FIXED 88
 
 enum {
 	TRACE_RING_CLOSED = 1,   /* the thread ended or the trace was stopped cleanly */

@@ -27,21 +27,32 @@
  *          mov  %rax,%rdx; shr $38,%rdx; cmp EPOCH(%r11),%rdx; jne sync
  *          shl  $26,%rax; or $(id<<2|kind),%rax
  *          mov  $1,%edx; xadd %rdx,COUNT(%r11)   the slot, taken in one instruction
- *          and  MASK(%r11),%rdx; mov %rax,4096(%r11,%rdx,8)
+ *          cmp  LIMIT(%r11),%rdx; jae move       the window's end (~0 in a ring)
+ *   store: and  MASK(%r11),%rdx; mov %rax,4096(%r11,%rdx,8)
  *   done:  [exit: mov -48(%rsp),%ax; add $0x7f,%al; sahf]
  *          mov  -16(%rsp),%rax; mov -24(%rsp),%rdx; mov -32(%rsp),%r11
  *
  * no_ring and sync call the slow-path trampoline with r11 = the request,
  * 128 bytes below rsp so the spills survive; it answers in r11: non-zero to
  * retry the record, zero to skip it (the agent itself is running, or the
- * thread cannot get a ring).  The trampoline saves every register, the
+ * thread cannot get a ring).  move (a file that keeps every record reached
+ * the end of its window, trace_format.h) keeps the header at -56(%rsp) and
+ * asks with the record's index in the request; the trampoline keeps rax and
+ * rdx, so the answer says store (non-zero: the slot of that index is
+ * mapped) or skip.  The trampoline saves every register, the
  * flags and the whole XSAVE state, so slow paths change nothing the program
  * sees.  The exit record keeps the flags too: the area returns to the
  * caller with every register and flag as the callee left them.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "../agent.h"
+
+_Static_assert(offsetof(trace_ring_header, count) == TRACE_RING_OFF_COUNT, "header layout");
+_Static_assert(offsetof(trace_ring_header, mask) == TRACE_RING_OFF_MASK, "header layout");
+_Static_assert(offsetof(trace_ring_header, epoch) == TRACE_RING_OFF_EPOCH, "header layout");
+_Static_assert(offsetof(trace_ring_header, limit) == TRACE_RING_OFF_LIMIT, "header layout");
 
 typedef struct buf {
 	uint8_t *p;       /* where bytes are written (rw view) */
@@ -103,7 +114,7 @@ static const uint8_t unspill[] = { 0x48, 0x8b, 0x44, 0x24, 0xf0,   /* mov -16(%r
 
 /* Where a record's slow paths must jump back to. */
 typedef struct rec_fix {
-	size_t no_ring, sync;   /* rel32 fields to point at the slow paths */
+	size_t no_ring, sync, move; /* rel32 fields to point at the slow paths */
 	uint64_t retry;         /* past the spills, to try again */
 	uint64_t done;          /* the restores at the end, to skip the record */
 } rec_fix;
@@ -122,6 +133,18 @@ static const uint8_t load_flags[] = { 0x66, 0x8b, 0x44, 0x24, 0xd0,     /* mov -
  * word is loaded from there (an indirect site's cache) instead. */
 static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idword, rec_fix *f);
 
+/* and MASK(%r11),%rdx; mov %rax,4096(%r11,%rdx,8) */
+static void store(buf *b)
+{
+	static const uint8_t st[] = {
+		0x49, 0x23, 0x53, TRACE_RING_OFF_MASK,  /* and MASK(%r11),%rdx */
+		0x49, 0x89, 0x84, 0xd3, 0x00, 0x10, 0x00, 0x00, /* mov %rax,4096(%r11,%rdx,8) */
+	};
+
+	_Static_assert(TRACE_RING_HEADER_SIZE == 4096, "the store encodes 4096");
+	bn(b, st, sizeof st);
+}
+
 static void record(buf *b, const ag_area_spec *s, unsigned kind, rec_fix *f)
 {
 	record_id(b, s, kind, 0, f);
@@ -139,18 +162,16 @@ static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idw
 	};
 	/* The slot is taken with one instruction (xadd): a signal handler that
 	 * records on this thread in between gets the next slots, never ours. */
-	static const uint8_t store[] = {
+	static const uint8_t take[] = {
 		0xba, 0x01, 0x00, 0x00, 0x00,           /* mov $1,%edx */
 		0x49, 0x0f, 0xc1, 0x53, TRACE_RING_OFF_COUNT, /* xadd %rdx,COUNT(%r11) */
-		0x49, 0x23, 0x53, TRACE_RING_OFF_MASK,  /* and MASK(%r11),%rdx */
-		0x49, 0x89, 0x84, 0xd3, 0x00, 0x10, 0x00, 0x00, /* mov %rax,4096(%r11,%rdx,8) */
+		0x49, 0x3b, 0x53, TRACE_RING_OFF_LIMIT, /* cmp LIMIT(%r11),%rdx */
 	};
 	uint32_t imm = (uint32_t)(((uint64_t)(s->site_id & TRACE_ID_MAX) << 2) | kind);
 	/* After a call the flags are the callee's result, which code with a
 	 * private convention may use; before one they are undefined (ABI). */
 	bool keep = kind == TRACE_EXIT;
 
-	_Static_assert(TRACE_RING_HEADER_SIZE == 4096, "the store above encodes 4096");
 	bn(b, spill, sizeof spill);
 	if (keep)
 		bn(b, save_flags, sizeof save_flags);
@@ -167,7 +188,9 @@ static void record_id(buf *b, const ag_area_spec *s, unsigned kind, uint64_t idw
 	} else {
 		b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                    /* or $imm,%rax */
 	}
-	bn(b, store, sizeof store);
+	bn(b, take, sizeof take);
+	b1(b, 0x0f); b1(b, 0x83); f->move = b->n; b32(b, 0);             /* jae move */
+	store(b);
 	f->done = here(b);
 	if (keep)
 		bn(b, load_flags, sizeof load_flags);
@@ -187,10 +210,43 @@ static void record_slow_one(buf *b, const ag_area_spec *s, size_t field, unsigne
 	b1(b, 0xe9); brel32(b, f->done);                                  /* jmp done */
 }
 
+/*
+ * The move slow path: rax holds the record, rdx its index, r11 the header.
+ *
+ *   move:  mov %r11,-56(%rsp)
+ *          lea -128(%rsp),%rsp; movabs $(ROTATE << 56),%r11; or %rdx,%r11
+ *          call trampoline; lea 128(%rsp),%rsp
+ *          test %r11,%r11; mov -56(%rsp),%r11; je done
+ *          <store>; jmp done
+ */
+static void record_slow_move(buf *b, const ag_area_spec *s, const rec_fix *f)
+{
+	size_t je;
+
+	fix_rel32(b, f->move);
+	b1(b, 0x4c); b1(b, 0x89); b1(b, 0x5c); b1(b, 0x24); b1(b, 0xc8);  /* mov %r11,-56(%rsp) */
+	b1(b, 0x48); b1(b, 0x8d); b1(b, 0x64); b1(b, 0x24); b1(b, 0x80);  /* lea -128(%rsp),%rsp */
+	b1(b, 0x49); b1(b, 0xbb); b64(b, (uint64_t)AG_SLOW_ROTATE << 56); /* movabs $req,%r11 */
+	b1(b, 0x49); b1(b, 0x09); b1(b, 0xd3);                            /* or %rdx,%r11 */
+	b1(b, 0xe8); brel32(b, s->slow_instr);                            /* call trampoline */
+	b1(b, 0x48); b1(b, 0x8d); b1(b, 0xa4); b1(b, 0x24); b32(b, 128);  /* lea 128(%rsp),%rsp */
+	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
+	b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x5c); b1(b, 0x24); b1(b, 0xc8);  /* mov -56(%rsp),%r11 */
+	b1(b, 0x0f); b1(b, 0x84); je = b->n; b32(b, 0);                   /* je done */
+	store(b);
+	b1(b, 0xe9); brel32(b, f->done);                                  /* jmp done */
+	{
+		int32_t rel = (int32_t)(int64_t)(f->done - (b->rx + je + 4));
+
+		memcpy(b->p + je, &rel, 4);
+	}
+}
+
 static void record_slow(buf *b, const ag_area_spec *s, const rec_fix *f)
 {
 	record_slow_one(b, s, f->no_ring, AG_SLOW_RING, f);
 	record_slow_one(b, s, f->sync, AG_SLOW_SYNC, f);
+	record_slow_move(b, s, f);
 }
 
 /* cmpb $0,flag(%rip); je <returned field> */

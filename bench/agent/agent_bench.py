@@ -39,14 +39,14 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import records_bench  # noqa: E402  (bench/records_bench.py: the ring headers' counts)
 
 # trace_format.h, struct trace_ring_header: magic, version, header_size,
 # capacity, count.
-SEG_HEAD = struct.Struct("<QQQQ")       # trace_format.h: trace_seg_chunk
-SEG_MAGIC = 0x31474553505354
 RING_HEAD = struct.Struct("<QIIQQ")
 RING_MAGIC = 0x31474E4952505354
-RING_VERSION = 1
+RING_VERSION = 2
 
 CLOCKS = ("cpu", "wall")
 
@@ -161,8 +161,8 @@ class Bench:
 
     def sptrace(self, tdir, argv, on=None, keep_all=False):
         # The agent's own cost is measured in flight-recorder mode; the
-        # workloads also run with every record kept (sptrace run drains the
-        # rings into seg.<tid> files).
+        # workloads also run with every record kept (each thread's file
+        # grows: bench/records_bench.py measures that mode on its own).
         cmd = [self.a.sptrace, "run", "-o", tdir] + ([] if keep_all else ["--flight-recorder"])
         if on:
             cmd += ["--on", on]
@@ -176,13 +176,13 @@ class Bench:
 
     def traced(self, argv, on=None, env=None, stdin=None, name="tr", keep_all=False):
         """sptrace run; the Run also gets records, lost, sites, analysed
-        (and kept: the records the drain saved, with keep_all)."""
+        (with keep_all: lost = written - kept, from the ring headers)."""
         d = self.fresh(name)
         r = self.run(self.sptrace(d, argv, on=on, keep_all=keep_all), env=env, stdin=stdin)
         r.records, r.lost, r.nrings = self.rings(d)
-        r.kept = self.segs(d)
         if keep_all:
-            r.lost = r.records - r.kept - self.ring_tail(d)
+            r.kept = records_bench.ring_stats(d)[1]
+            r.lost = r.records - r.kept
         r.sites = self.agent_end(d)
         r.analysed = self.analysed(d)
         r.files = sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -193,45 +193,10 @@ class Bench:
     # ---- trace directories ----
 
     @staticmethod
-    def seg_chunks(path):
-        """(first, n) of each chunk of a seg.<tid> file (trace_format.h:
-        trace_seg_chunk)."""
-        if not os.path.exists(path):
-            return
-        with open(path, "rb") as fh:
-            while True:
-                h = fh.read(SEG_HEAD.size)
-                if len(h) < SEG_HEAD.size:
-                    return
-                magic, first, n, _ = SEG_HEAD.unpack(h)
-                if magic != SEG_MAGIC:
-                    return
-                yield first, n
-                fh.seek(n * 8, 1)
-
-    def segs(self, tdir):
-        """Records kept in seg.<tid> files."""
-        return sum(n for f in glob.glob(os.path.join(tdir, "seg.*"))
-                   for _, n in self.seg_chunks(f))
-
-    def ring_tail(self, tdir):
-        """Records each ring holds past the end of its seg file's last chunk."""
-        tail = 0
-        for f in glob.glob(os.path.join(tdir, "ring.*")):
-            with open(f, "rb") as fh:
-                h = fh.read(RING_HEAD.size)
-            if len(h) < RING_HEAD.size:
-                continue
-            _, _, _, cap, count = RING_HEAD.unpack(h)
-            end = 0
-            for first, n in self.seg_chunks(os.path.join(tdir, "seg." + os.path.basename(f)[5:])):
-                end = first + n
-            tail += count - max(end, count - cap if count > cap else 0)
-        return tail
-
-    @staticmethod
     def rings(tdir):
-        """(records ever written, records overwritten, ring files)."""
+        """(records ever written, records overwritten, ring files).  In a file
+        of every record (chunks) nothing is overwritten: records_bench says
+        what it kept."""
         total = lost = n = 0
         for f in glob.glob(os.path.join(tdir, "ring.*")):
             with open(f, "rb") as fh:
@@ -245,7 +210,7 @@ class Bench:
                      (f, RING_VERSION, magic, ver, hs))
             n += 1
             total += count
-            lost += max(0, count - cap)
+            lost += max(0, count - cap) if not records_bench.ring_chunk(f) else 0
         return total, lost, n
 
     @staticmethod
@@ -936,11 +901,11 @@ class Bench:
               "the default 16 MB, so a long run keeps only its newest records (\"overwritten\" "
               "counts the rest); \"sites instrumented\" is from the agent's log.")
             w("")
-            w("Every record kept (the default: `sptrace run` drains the rings into seg.<tid> "
-              "files while the program runs), same rounds:")
+            w("Every record kept (the default: `sptrace run`; each thread's file grows as it "
+              "writes, bench/RECORDS.md), same rounds:")
             w("")
-            w("| program | traced wall s | **ratio (wall)** | records written | kept | lost (the drain "
-              "fell behind) | output identical |")
+            w("| program | traced wall s | **ratio (wall)** | records written | kept | lost | "
+              "output identical |")
             w("|---|---:|---:|---:|---:|---:|---|")
             for name, argv, stdin in loads:
                 nat = [r for r in res.get((name, "native"), []) if r.good]

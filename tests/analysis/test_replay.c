@@ -300,6 +300,11 @@ static void test_basic(void)
 	free(dir);
 }
 
+#define LOST_TEXT "5 of 13 records lost (38.5%) in 1 of 1 threads: 5 overwritten in a full " \
+	"ring (flight-recorder mode keeps each thread's newest --ring-size MB); the trace is " \
+	"incomplete"
+#define LOST "# WARNING: " LOST_TEXT "\n"
+
 static void test_lost(void)
 {
 	static const rec r[] = {
@@ -309,9 +314,10 @@ static void test_lost(void)
 	};
 	char *dir = standard_dir("lost");
 
-	/* 13 records (the first SYNC too) in 8 slots: 5 lost. */
+	/* 13 records (the first SYNC too) in 8 slots: 5 lost.  Said first, on
+	 * stdout and stderr, by replay and report alike. */
 	write_ring(dir, 1234, 8, T0, r, N(r));
-	expect("lost", 0, S("%s"
+	expect("lost", 0, S("%s%s"
 		"            [ 1234] | /* 5 records lost: the ring was full and overwrote its "
 		"oldest */\n"
 		"            [ 1234] | } /* middle (exit without a recorded entry) */\n"
@@ -319,16 +325,15 @@ static void test_lost(void)
 		"            [ 1234] | middle() {\n"
 		"   0.100 us [ 1234] |   leaf();\n"
 		"   0.300 us [ 1234] | } /* middle */\n"
-		"            [ 1234] | } /* main (exit without a recorded entry) */\n", HDR),
-	       NULL, "replay", dir, NULL);
-	expect("report lost", 0, S("%s"
+		"            [ 1234] | } /* main (exit without a recorded entry) */\n", LOST, HDR),
+	       S("sptrace: replay: warning: %s\n", LOST_TEXT), "replay", dir, NULL);
+	expect("report lost", 0, S("%s%s"
 		"    0.300 us    0.200 us           1  middle\n"
 		"    0.100 us    0.100 us           1  fact\n"
 		"    0.100 us    0.100 us           1  leaf\n"
 		"\n"
-		"# 2 exits without a recorded entry are not counted\n"
-		"# 5 records lost in 1 thread: the ring was full and overwrote its oldest\n", RHDR),
-	       NULL, "report", dir, NULL);
+		"# 2 exits without a recorded entry are not counted\n", LOST, RHDR),
+	       S("sptrace: report: warning: %s\n", LOST_TEXT), "report", dir, NULL);
 	free(dir);
 }
 
@@ -669,7 +674,7 @@ static void empty_ring(const char *name, void (*edit)(trace_ring_header *), long
 
 static void zero_header(trace_ring_header *h) { memset(h, 0, sizeof *h); }
 static void bad_magic(trace_ring_header *h) { h->magic = 0x4141414141414141ull; }
-static void bad_version(trace_ring_header *h) { h->version = 2; }
+static void bad_version(trace_ring_header *h) { h->version = 3; }
 static void bad_capacity(trace_ring_header *h) { h->capacity = 6; h->mask = 5; }
 static void bad_mask(trace_ring_header *h) { h->mask = 3; }
 static void bad_count(trace_ring_header *h) { h->count = 1ull << 60; }
@@ -698,8 +703,8 @@ static void test_errors(void)
 
 	bad_ring("bad-magic", bad_magic, -1, "not an sptrace ring (magic 0x4141414141414141, "
 		 "expected 0x31474e4952505354)");
-	bad_ring("bad-version", bad_version, -1, "ring format version 2; this sptrace reads "
-		 "version 1");
+	bad_ring("bad-version", bad_version, -1, "ring format version 3; this sptrace reads "
+		 "versions 1 to 2: read it with the sptrace that wrote it, or a newer one");
 	bad_ring("bad-capacity", bad_capacity, -1, "corrupt header: capacity 6 is not a power "
 		 "of two up to 2^36");
 	bad_ring("bad-mask", bad_mask, -1, "corrupt header: mask 0x3 does not match capacity 8");
@@ -709,7 +714,7 @@ static void test_errors(void)
 	bad_ring("truncated", NULL, 4096 + 8 * 8 - 3, "truncated: 4157 bytes, but its header "
 		 "says 8 records (4160 bytes with the header)");
 	bad_ring("truncated-header", NULL, 50, "truncated: 50 bytes, shorter than a ring "
-		 "header (88)");
+		 "header (120)");
 	empty_ring("empty-ring", NULL, 0);
 	empty_ring("zero-header", zero_header, -1);
 
@@ -736,8 +741,9 @@ static void test_errors(void)
 	       "replay", S("%s/ring.1234", dir), NULL);
 	free(dir);
 
-	bad_meta("meta-version", "version 2\ntsc_hz 1\ntsc0 0\nmono0_ns 0\nreal0_ns 0\n",
-		 ": trace format version '2'; this sptrace reads version 1");
+	bad_meta("meta-version", "version 3\ntsc_hz 1\ntsc0 0\nmono0_ns 0\nreal0_ns 0\n",
+		 ": trace format version '3'; this sptrace reads versions 1 to 2: read it with "
+		 "the sptrace that wrote it, or a newer one");
 	bad_meta("meta-no-hz", "version 1\ntsc0 0\nmono0_ns 0\nreal0_ns 0\n",
 		 ": no 'tsc_hz' line (the TSC frequency); the agent writes it when the trace "
 		 "starts, so the file is incomplete");

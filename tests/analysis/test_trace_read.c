@@ -11,6 +11,8 @@
  *      and without one (the header's epoch);
  *   2b. segments: records drained into seg.<tid> followed by the ring's,
  *      a gap counted lost, a chunk cut short;
+ *   2c. chunked: a file of every record (format version 2): holes skipped,
+ *      records past kept_end or past a cut file's end counted lost;
  *   3. clocks: TSC to nanoseconds at a non-1 GHz rate;
  *   4. calls: nesting, unwinding on a mismatched exit, exits without entry,
  *      calls without exit, tail jumps (no exit of their own); holes in the
@@ -24,6 +26,7 @@
  * usage: test_trace_read TRACED-PROGRAM TRACED-CXX-PROGRAM.  Returns 0 when
  * all pass.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -320,6 +323,102 @@ static void test_segments(void)
 		CHECK(th->lost == 7 && th->drained == 38,
 		      "segments: %" PRIu64 " lost and %" PRIu64 " drained, expected 7 and 38",
 		      th->lost, th->drained);
+		an_trace_close(t);
+	}
+	free(dir);
+}
+
+/*
+ * 2c. A file of every record (format version 2, trace_format.h "Rings and
+ * chunks"): chunks of 8 records, a window of 16; 40 records written (a
+ * SYNC, then entries at T + index) in order after the header, the one at
+ * index 20 a zero slot (skipped: a hole), the file growing stopped at
+ * kept_end 32 (ENOSPC): the thread's records are 0-31 but 20, the 8 after
+ * are lost and said so.  Then the same file cut to 28 records with no
+ * kept_end: 12 lost, warned of as a cut file.
+ */
+static void write_chunked(const char *dir, const uint64_t *all, uint64_t count,
+			  uint64_t in_file, uint64_t kept_end, int err_no, uint64_t start)
+{
+	char path[4200];
+	trace_ring_header h;
+	FILE *f;
+
+	memset(&h, 0, sizeof h);
+	h.magic = TRACE_RING_MAGIC;
+	h.version = TRACE_FORMAT_VERSION;
+	h.header_size = TRACE_RING_HEADER_SIZE;
+	h.capacity = 16;
+	h.mask = 15;
+	h.chunk = 8;
+	h.limit = 40;
+	h.count = count;
+	h.kept_end = kept_end;
+	h.kept_errno = err_no;
+	h.pid = 1234;
+	h.tid = 1234;
+	h.start_tsc = start;
+	h.epoch = start >> TRACE_TSC_LOW_BITS;
+	snprintf(path, sizeof path, "%s/ring.1234", dir);
+	f = fopen(path, "w");
+	if (!f || fwrite(&h, sizeof h, 1, f) != 1 || fwrite(all, 8, in_file, f) != in_file)
+		tg_die("cannot write %s", path);
+	fclose(f);
+}
+
+static void test_chunked(void)
+{
+	char *dir = tg_dir(root, "chunked");
+	const uint64_t T = 3 * (1ull << 38) + 500;
+	uint64_t all[48] = { 0 };
+	an_record want[48];
+	size_t n = 0;
+	an_trace *t;
+	an_lost l;
+	char text[512];
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+	all[0] = TRACE_SYNC | (T >> TRACE_TSC_LOW_BITS) << 2;
+	for (uint64_t i = 1; i < 40; i++)
+		all[i] = i == 20 ? 0 : trace_rec(TRACE_ENTRY, S_FACT_REC, T + i);
+	/* The file grown to 48 slots (the chunk ahead), kept_end 32. */
+	write_chunked(dir, all, 40, 48, 32, ENOSPC, T);
+	for (uint64_t i = 1; i < 32; i++)
+		if (i != 20)
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+	check_records("chunked", dir, want, n, 0);
+	if ((t = open_ok(dir))) {
+		const an_thread *th = an_trace_thread(t, 0);
+
+		CHECK(th->chunk == 8 && th->lost == 8 && th->lost_why == AN_LOST_GROW &&
+		      th->lost_errno == ENOSPC,
+		      "chunked: chunk %" PRIu64 ", %" PRIu64 " lost (why %d, errno %d), expected "
+		      "8, 8 lost (the file could not grow, ENOSPC)", th->chunk, th->lost,
+		      th->lost_why, th->lost_errno);
+		an_trace_lost(t, &l);
+		an_lost_text(&l, text, sizeof text);
+		CHECK(l.written == 40 && l.lost == 8 &&
+		      strstr(text, "8 of 40 records lost") && strstr(text, "could not grow") &&
+		      strstr(text, strerror(ENOSPC)), "chunked: lost text '%s'", text);
+		an_trace_close(t);
+	}
+	/* Cut to 28 records: 12 lost, and a warning. */
+	write_chunked(dir, all, 40, 28, ~0ull, 0, T);
+	n = 0;
+	for (uint64_t i = 1; i < 28; i++)
+		if (i != 20)
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+	check_records("chunked, cut", dir, want, n, 0);
+	if ((t = open_ok(dir))) {
+		const an_thread *th = an_trace_thread(t, 0);
+		int warned = 0;
+
+		for (size_t i = 0; i < an_trace_nwarnings(t); i++)
+			warned |= strstr(an_trace_warning(t, i), "a file cut short") != NULL;
+		CHECK(th->lost == 12 && th->lost_why == AN_LOST_CUT && warned,
+		      "chunked, cut: %" PRIu64 " lost (why %d), warned %d; expected 12, cut, 1",
+		      th->lost, th->lost_why, warned);
 		an_trace_close(t);
 	}
 	free(dir);
@@ -907,6 +1006,7 @@ int main(int argc, char **argv)
 	test_names();
 	test_tsc();
 	test_segments();
+	test_chunked();
 	test_clocks();
 	test_calls();
 	test_tail_and_holes();

@@ -260,6 +260,8 @@ void tg_ring_header(const tg_ring *r, trace_ring_header *h)
 	h->tid = r->tid;
 	h->start_tsc = r->start_tsc;
 	h->flags = r->flags;
+	h->limit = ~0ull;        /* a ring (trace_format.h) */
+	h->kept_end = ~0ull;
 	snprintf(h->thread_name, sizeof h->thread_name, "t%u", r->tid);
 }
 

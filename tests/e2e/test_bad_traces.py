@@ -48,6 +48,8 @@ def meta_fifo(tdir):
 
 
 def seg_fifo(tdir):
+    """seg.<tid>: the copying drain's file of format version 1, still read
+    beside a ring (the flight-recorder trace made for this case)."""
     ring = ring_of(tdir)
     p = os.path.join(tdir, "seg." + os.path.basename(ring)[len("ring."):])
     os.mkfifo(p)
@@ -125,9 +127,9 @@ def timed(cmd, env):
     return p, time.monotonic() - t0
 
 
-def make_trace(exe, work, env, ring_bytes=None):
+def make_trace(exe, work, env, ring_bytes=None, flight=False):
     tdir = os.path.join(work, "trace")
-    cmd = [exe, "run", "-o", tdir]
+    cmd = [exe, "run", "-o", tdir] + (["--flight-recorder"] if flight else [])
     if ring_bytes is None:
         cmd += ["--ring-size", "1"]
     else:
@@ -156,7 +158,7 @@ def main():
                   "agent.log does not say the ring size was refused:\n" + log)
             print("ok")
             return
-        tdir = make_trace(exe, work, env)
+        tdir = make_trace(exe, work, env, flight=case == "seg-fifo")
         path = damage(tdir)
         errors = []
         for sub in ("replay", "report"):

@@ -521,6 +521,7 @@ int cmd_replay(int argc, char **argv)
 			return cli_error("replay: --diff compares two traces, not trees made by "
 					 "'sptrace collect': give one process's directory of each "
 					 "(OUT/HOST/PID)"), 2;
+		cli_say_lost_dir("replay", diff, stdout);
 		return cli_replay_diff(argv[optind], diff, &o.open, min_change);
 	}
 	/* A tree made by `sptrace collect`: every process of every host. */

@@ -422,11 +422,6 @@ static int report_diff(const char *dir, const char *dir2, const report_args *a)
 			       an_fmt_duration((uint64_t)d->self[1], s1), sd, d->calls[0], d->calls[1],
 			       d->name, !d->in[0] ? "  [B only]" : !d->in[1] ? "  [A only]" : "");
 		}
-		for (int k = 0; k < 2; k++)
-			if (r[k].lost)
-				printf("# %s: %" PRIu64 " records lost in %zu thread%s: its figures "
-				       "miss them\n", k ? dir2 : dir, r[k].lost, r[k].lost_threads,
-				       r[k].lost_threads == 1 ? "" : "s");
 	}
 	free(rows);
 	unload(&r[0]);
@@ -491,6 +486,7 @@ int cmd_report(int argc, char **argv)
 			return cli_error("report: --diff compares two traces, not trees made by "
 					 "'sptrace collect': give one process's directory of each "
 					 "(OUT/HOST/PID)"), 2;
+		cli_say_lost_dir("report", diff, stdout);
 		return report_diff(argv[optind], diff, &a) ? 1 : 0;
 	}
 	/* A tree made by `sptrace collect`: every process of every host. */

@@ -163,6 +163,27 @@ static int add_piece(an_iter *it, size_t pos, uint64_t n, int fd, off_t off, int
 	return 0;
 }
 
+/* Step 4: the thread's kernel.<tid>, if any; -1 (it closed) with err. */
+static int kernel_records(an_iter *it, const an_thread *th, sp_err *err)
+{
+	char kpath[PATH_MAX], *buf;
+	const char *base = strrchr(th->path, '/');
+	size_t len;
+
+	base = base ? base + 1 : th->path;
+	snprintf(kpath, sizeof kpath, "%.*skernel.%s", (int)(base - th->path), th->path, base + 5);
+	if (an_slurp(kpath, TRACE_KERNEL_MAX_BYTES, &buf, &len) == 0) {
+		it->krecs = (trace_kernel_rec *)buf;
+		it->nkrecs = len / sizeof(trace_kernel_rec);
+	} else if (errno != ENOENT) {
+		int e = errno;
+
+		an_iter_close(it);
+		return sp_fail(err, "%s: cannot read: %s", kpath, an_errno_text(e));
+	}
+	return 0;
+}
+
 int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 {
 	trace_ring_header h;
@@ -203,6 +224,8 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 		it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
 		if (it->n && add_piece(it, 0, it->n, fd, (off_t)h.header_size, 0))
 			goto nomem;
+		if (kernel_records(it, th, err) < 0)
+			return -1;
 		*out = it;
 		return 0;
 	}
@@ -243,25 +266,8 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 			goto nomem;
 	}
 	free(sd.chunks);
-	/* Step 4. */
-	{
-		char kpath[PATH_MAX], *buf;
-		const char *base = strrchr(th->path, '/');
-		size_t len;
-
-		base = base ? base + 1 : th->path;
-		snprintf(kpath, sizeof kpath, "%.*skernel.%s", (int)(base - th->path), th->path,
-			 base + 5);
-		if (an_slurp(kpath, TRACE_KERNEL_MAX_BYTES, &buf, &len) == 0) {
-			it->krecs = (trace_kernel_rec *)buf;
-			it->nkrecs = len / sizeof(trace_kernel_rec);
-		} else if (errno != ENOENT) {
-			int e = errno;
-
-			an_iter_close(it);
-			return sp_fail(err, "%s: cannot read: %s", kpath, an_errno_text(e));
-		}
-	}
+	if (kernel_records(it, th, err) < 0)
+		return -1;
 	*out = it;
 	return 0;
 nomem:

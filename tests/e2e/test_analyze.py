@@ -110,6 +110,17 @@ from e2elib import check, fail, free_port, run  # noqa: E402
 REQUESTS = 24
 
 
+def read_answer(c):
+    """A server's answer line (up to its newline, or the end)."""
+    answer = b""
+    while not answer.endswith(b"\n"):
+        d = c.recv(100)
+        if not d:
+            break
+        answer += d
+    return answer
+
+
 def serve(sptrace, reqserver, mode, out, kinds):
     """reqserver under `sptrace run --on accept -o out`, one request per
     connection, in turn: request i is "i kinds[i]"."""
@@ -131,12 +142,7 @@ def serve(sptrace, reqserver, mode, out, kinds):
                 for i, k in enumerate(kinds):
                     with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
                         c.sendall(b"%d %s\n" % (i, k.encode()))
-                        answer = b""
-                        while not answer.endswith(b"\n"):
-                            d = c.recv(100)
-                            if not d:
-                                break
-                            answer += d
+                        answer = read_answer(c)
                         if answer != b"ok %d\n" % i:
                             sys.stderr.write("FAIL: request %d answered %r\n" % (i, answer))
                             os._exit(1)
@@ -406,12 +412,7 @@ def case_interleave(sptrace, reqserver, tmp):
             time.sleep(0.04)
         ports = {}
         for i, c in enumerate(conns):
-            answer = b""
-            while not answer.endswith(b"\n"):
-                d = c.recv(100)
-                if not d:
-                    break
-                answer += d
+            answer = read_answer(c)
             check(answer == b"ok %d\n" % i, "request %d answered %r" % (i, answer))
             ports[c.getsockname()[1]] = i
         _, err = p.communicate(timeout=120)

@@ -13,10 +13,15 @@ monitor (guest.sh --sendkey).  tests/progs/ticker.c calls tick() every
   press     Ctrl-Alt-T starts tracing: meta's activated line, "Ctrl-Alt-T
             pressed" once; the program ends normally and replay shows its
             tick() calls
+  attach    `sptrace attach PID --on key Ctrl-Alt-T` on a running ticker
+            (the device free again after run's close): it waits through the
+            notifier, the chord starts tracing, attach ends with the process
+            and replay shows tick()
   unload    the notifier is gone with the device's close: rmmod succeeds
 
 usage: test_kagent_keys.py GUEST_SH TICKER
 """
+import os
 import re
 import subprocess
 import sys
@@ -52,6 +57,26 @@ sptrace replay key.data > replay.txt 2>&1
 echo "@@replay-status $?"
 echo "@@tick-calls $(grep -c 'tick();' replay.txt)"
 head -20 replay.txt | sed 's/^/@@replay /'
+mkfifo in2
+./ticker < in2 > ticker2.out &
+T=$!
+exec 4> in2
+wait_for ticker2.out ready 600
+sptrace attach $T --on key Ctrl-Alt-T -o att.data > att.out 2> att.err 4>&- &
+A=$!
+wait_for att.out 'tracing starts when' 1200
+sed 's/^/@@att-waiting /' att.out
+echo "@@press-attach"
+wait_for att.data/meta '^activated ' 900
+echo "@@att-activated $(grep -c '^activated ' att.data/meta 2>/dev/null)"
+sleep 2
+exec 4>&-
+wait $T
+wait $A
+echo "@@att-status $?"
+sed 's/^/@@att-out /' att.out
+sed 's/^/@@att-err /' att.err
+echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
 rmmod sptrace_kagent; echo "@@rmmod $?"
 '''
 
@@ -78,9 +103,13 @@ def main():
     p = subprocess.run([guest, '--add', ticker,
                         '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
                         '--sendkey', '@@wrong-fewer', 'ctrl-t',
-                        '--sendkey', '@@press', 'ctrl-alt-t', GUEST],
+                        '--sendkey', '@@press', 'ctrl-alt-t',
+                        '--sendkey', '@@press-attach', 'ctrl-alt-t', GUEST],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       errors='replace')
+                       errors='replace',
+                       # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
+                       env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
+                           'SPTRACE_GUEST_TIMEOUT', '240')))
     out = p.stdout
     if p.returncode != 0 or '@@run-status' not in out:
         print(out[-4000:])
@@ -107,6 +136,17 @@ def main():
     check(one(out, 'replay-status') == '0' and calls > 5 and ticks and calls < int(ticks.group(1)),
           f'replay shows tick() {calls} times, of {ticks.group(1) if ticks else "?"} ticks: only '
           'after the press\n' + '\n'.join(values(out, 'replay')))
+    # attach
+    att = ' / '.join(values(out, 'att-out') + values(out, 'att-err'))
+    check('tracing starts when Ctrl-Alt-T is pressed (the kernel module\'s keyboard notifier)'
+          in ' '.join(values(out, 'att-waiting')), 'attach waits for the chord through the '
+          'module: ' + att)
+    check(one(out, 'att-activated') == '1', f'the chord starts tracing the attached process '
+          f'({one(out, "att-activated")} activated lines)')
+    check(one(out, 'att-status') == '0' and 'has ended' in att, 'attach ends with the process: '
+          f'{one(out, "att-status")} {att}')
+    n = int(one(out, 'att-tick-calls') or 0)
+    check(n > 5, f'replay of the attached trace shows tick() {n} times')
     # unload
     check(one(out, 'rmmod') == '0', 'rmmod after the run: the notifier is gone')
 

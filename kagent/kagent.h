@@ -6,10 +6,13 @@
  *   scope.c   the traced thread groups, kept current on fork and exit
  *   probes.c  the kretprobes on the kernel functions user space prepared
  *   ring.c    the per-CPU rings records go into
+ *   keys.c    the keyboard notifier counting a chord's presses (--on key)
  */
 #ifndef KAGENT_H
 #define KAGENT_H
 
+#include <linux/fs.h>
+#include <linux/poll.h>
 #include <linux/sched.h>
 #include <linux/types.h>
 
@@ -39,5 +42,11 @@ void spk_rings_reset(void);            /* no writer may run (no probes) */
 void spk_ring_put(u32 func);           /* on the current CPU, task context */
 void *spk_ring_of(unsigned int cpu);
 u64 spk_rings_hits(void);
+
+/* ---- keys.c ---- */
+int spk_keys_set(u32 code, u32 mods);  /* SPK_IOC_KEY_CHORD (may sleep) */
+void spk_keys_clear(void);             /* unregister (may sleep) */
+__poll_t spk_keys_poll(struct file *f, poll_table *wait);
+ssize_t spk_keys_read(struct file *f, char __user *buf, size_t len);
 
 #endif

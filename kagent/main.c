@@ -2,7 +2,7 @@
 /*
  * main.c — sptrace's kernel module: /dev/sptrace (sptrace_kagent.h is its
  * interface), loading and unloading.  One opener at a time; its close
- * undoes everything it did (probes.c, step 5).
+ * undoes everything it did (probes.c, step 5; keys.c, step 5).
  */
 #include <linux/atomic.h>
 #include <linux/fs.h>
@@ -28,6 +28,7 @@ static int spk_open(struct inode *inode, struct file *f)
 
 static int spk_release(struct inode *inode, struct file *f)
 {
+	spk_keys_clear();
 	spk_scope_clear();
 	spk_probes_clear();
 	atomic_set(&opened, 0);
@@ -82,6 +83,7 @@ out:
 static long spk_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 {
 	void __user *u = (void __user *)arg;
+	struct spk_key_chord kc;
 	struct spk_info info;
 	pid_t tgid;
 	s32 pid;
@@ -113,6 +115,10 @@ static long spk_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 			return 0;
 		}
 		return spk_scope_add(tgid);
+	case SPK_IOC_KEY_CHORD:
+		if (copy_from_user(&kc, u, sizeof kc))
+			return -EFAULT;
+		return spk_keys_set(kc.code, kc.mods);
 	}
 	return -ENOTTY;
 }
@@ -133,12 +139,20 @@ static int spk_mmap(struct file *f, struct vm_area_struct *vma)
 	return remap_vmalloc_range(vma, ring, 0);
 }
 
+static ssize_t spk_read(struct file *f, char __user *buf, size_t len, loff_t *off)
+{
+	return spk_keys_read(f, buf, len);
+}
+
 static const struct file_operations spk_fops = {
 	.owner = THIS_MODULE,
 	.open = spk_open,
 	.release = spk_release,
 	.unlocked_ioctl = spk_ioctl,
 	.mmap = spk_mmap,
+	.read = spk_read,
+	.poll = spk_keys_poll,
+	.llseek = noop_llseek,
 };
 
 static struct miscdevice spk_dev = {
@@ -170,6 +184,7 @@ static int __init spk_init(void)
 static void __exit spk_exit(void)
 {
 	misc_deregister(&spk_dev);   /* no opener can remain: it holds a module ref */
+	spk_keys_clear();
 	spk_scope_clear();
 	spk_probes_clear();
 	spk_scope_exit();

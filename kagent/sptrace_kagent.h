@@ -18,6 +18,11 @@
  *   5. close: the scope is emptied and every probe unregistered (the
  *      kernel's text is as it was before step 2).  Unloading the module
  *      does the same.
+ * Independently of 2-4, the opener may wait for a key chord (`--on key`,
+ * kagent/keys.c has the protocol): SPK_IOC_KEY_CHORD names it; the device
+ * then polls readable once it was pressed, and read() of a __u64 returns
+ * the presses since the previous read (and zeroes them), blocking while
+ * there is none unless O_NONBLOCK (EAGAIN).  Close unregisters it.
  */
 #ifndef SPTRACE_KAGENT_H
 #define SPTRACE_KAGENT_H
@@ -81,9 +86,24 @@ struct spk_probe_req {
 	__u32 reserved;
 };
 
+/* SPK_IOC_KEY_CHORD: count key-downs of `code` (a Linux input key code,
+ * KEY_* of <linux/input-event-codes.h>) while exactly the modifiers of
+ * `mods` are held, left or right alike.  Again: replaces the chord and
+ * zeroes the count.  EINVAL: code 0 or above KEY_MAX (0x2ff), mods empty
+ * or with unknown bits. */
+#define SPK_MOD_CTRL  0x1u
+#define SPK_MOD_ALT   0x2u
+#define SPK_MOD_SHIFT 0x4u
+#define SPK_MOD_SUPER 0x8u      /* the Windows / Meta key */
+struct spk_key_chord {
+	__u32 code;
+	__u32 mods;             /* SPK_MOD_* */
+};
+
 #define SPK_IOC_INFO _IOR('S', 1, struct spk_info)
 #define SPK_IOC_PROBE _IOW('S', 2, struct spk_probe_req)
 #define SPK_IOC_SCOPE_ADD _IOW('S', 3, __s32)
 #define SPK_IOC_SCOPE_DEL _IOW('S', 4, __s32)
+#define SPK_IOC_KEY_CHORD _IOW('S', 5, struct spk_key_chord)
 
 #endif

@@ -1,11 +1,17 @@
 #!/bin/bash
-# tests/kagent/guest.sh [--add FILE]... 'SHELL COMMANDS'
+# tests/kagent/guest.sh [--add FILE]... [--sendkey MARKER KEYS]... 'SHELL COMMANDS'
 #
 # Run shell commands as root in a Debian bookworm kernel booted under
 # qemu (TCG), with sptrace's kernel module loaded and `sptrace` on PATH:
 # each --add FILE is copied into the guest's /tmp, the commands run there
 # (cwd /tmp), their stdout and stderr are printed here on ours, and this
 # script exits with their status.
+#
+# --sendkey MARKER KEYS: once a line of the commands' stdout is MARKER,
+# press KEYS on the guest's keyboard (qemu's PS/2 keyboard, through its
+# monitor: `sendkey KEYS`, qemu's names joined by '-': ctrl-alt-t).  Each
+# is sent once, in the order given: the second waits for its marker after
+# the first was sent.  Without it qemu has no monitor at all.
 #
 # What it builds, each only when its inputs changed (so a second call
 # boots at once), under $SPTRACE_GUEST_CACHE (default build-kagent/):
@@ -40,6 +46,7 @@ cpus=${SPTRACE_GUEST_CPUS:-1}
 build=${SPTRACE_BUILD_DIR:-$root/build}
 
 adds=()
+sendkeys=()    # MARKER KEYS MARKER KEYS ...
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--add)
@@ -49,9 +56,14 @@ while [ $# -gt 0 ]; do
 	--add=*)
 		f=${1#--add=}; [ -f "$f" ] || die "--add $f: no such file"
 		adds+=("$f"); shift ;;
+	--sendkey)
+		[ $# -ge 3 ] || die "--sendkey needs a MARKER and KEYS"
+		[ -n "$2" ] && [ -n "$3" ] || die "--sendkey: empty MARKER or KEYS"
+		case "$3" in *[!a-z0-9_-]*) die "--sendkey $2 $3: KEYS are qemu key names joined by '-' (ctrl-alt-t)" ;; esac
+		sendkeys+=("$2" "$3"); shift 3 ;;
 	--) shift; break ;;
 	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	-*) die "unknown option $1 (usage: guest.sh [--add FILE]... 'SHELL COMMANDS')" ;;
+	-*) die "unknown option $1 (usage: guest.sh [--add FILE]... [--sendkey MARKER KEYS]... 'SHELL COMMANDS')" ;;
 	*) break ;;
 	esac
 done
@@ -158,7 +170,12 @@ flock -u 9
 # ---- this call's archive: the commands and the files to add
 run=$(mktemp -d "${TMPDIR:-/tmp}/sptrace-guest.XXXXXX")
 qpid=
+kpid=
 cleanup() {
+	if [ -n "$kpid" ]; then
+		kill -TERM "$kpid" 2>/dev/null || true
+		wait "$kpid" 2>/dev/null || true
+	fi
 	if [ -n "$qpid" ]; then
 		kill -TERM "$qpid" 2>/dev/null || true
 		wait "$qpid" 2>/dev/null || true
@@ -178,19 +195,60 @@ cat "$base" "$run/extra.cpio" > "$run/initrd"
 
 # ---- boot
 : > "$run/console"; : > "$run/out"; : > "$run/err"
+monitor=(-monitor none)
+if [ ${#sendkeys[@]} -gt 0 ]; then
+	monitor=(-monitor "unix:$run/monitor,server=on,wait=off")
+fi
 setpriv --pdeathsig KILL -- timeout -s KILL "$limit" \
 	setpriv --pdeathsig KILL -- qemu-system-x86_64 -accel tcg -machine q35 -cpu max \
 	-m "$mem" -smp "$cpus" -nographic -no-reboot -nodefaults \
 	-kernel "$vmlinux" -initrd "$run/initrd" \
 	-append "console=ttyS0 quiet loglevel=3 panic=-1 oops=panic rdinit=/init" \
 	-serial "file:$run/console" -serial "file:$run/out" -serial "file:$run/err" \
-	-monitor none </dev/null >"$run/qemu.log" 2>&1 &
+	"${monitor[@]}" </dev/null >"$run/qemu.log" 2>&1 &
 qpid=$!
+
+# --sendkey: watch the commands' stdout for each marker in turn, then
+# type its keys through the monitor.  Ends with qemu (cleanup kills it).
+sendkey() {
+	python3 - "$run/monitor" "$1" <<'PY'
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+for _ in range(100):
+    try:
+        s.connect(sys.argv[1])
+        break
+    except OSError:
+        time.sleep(0.1)
+s.sendall(("sendkey %s\n" % sys.argv[2]).encode())
+time.sleep(0.5)       # qemu reads the line before we hang up
+s.close()
+PY
+}
+if [ ${#sendkeys[@]} -gt 0 ]; then
+	(
+		set +e
+		for ((i = 0; i < ${#sendkeys[@]}; i += 2)); do
+			until tr -d '\r' < "$run/out" | grep -qxF -- "${sendkeys[i]}"; do
+				kill -0 "$qpid" 2>/dev/null || exit 0
+				sleep 0.2
+			done
+			sendkey "${sendkeys[i + 1]}" ||
+				echo "guest.sh: --sendkey ${sendkeys[i]} ${sendkeys[i + 1]}: the monitor did not take it" >&2
+		done
+	) &
+	kpid=$!
+fi
 set +e
 wait "$qpid"
 qrc=$?
 set -e
 qpid=
+if [ -n "$kpid" ]; then
+	kill -TERM "$kpid" 2>/dev/null || true
+	wait "$kpid" 2>/dev/null || true
+	kpid=
+fi
 
 cat "$run/out"
 cat "$run/err" >&2

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""`--on key CHORD` through the kernel module's keyboard notifier, in
+Debian's kernel under qemu (tests/kagent/guest.sh), one boot: the guest has
+no $DISPLAY, so `sptrace run --on key Ctrl-Alt-T -- ticker` takes the
+module's backend; the chords are typed on qemu's PS/2 keyboard through its
+monitor (guest.sh --sendkey).  tests/progs/ticker.c calls tick() every
+10 ms until its standard input closes.
+
+  backend   run says it waits for Ctrl-Alt-T (the kernel module's keyboard
+            notifier)
+  exact     Ctrl-Alt-Shift-T and Ctrl-T (more and fewer modifiers) start
+            nothing: no activated line in meta, no "pressed"
+  press     Ctrl-Alt-T starts tracing: meta's activated line, "Ctrl-Alt-T
+            pressed" once; the program ends normally and replay shows its
+            tick() calls
+  attach    `sptrace attach PID --on key Ctrl-Alt-T` on a running ticker
+            (the device free again after run's close): it waits through the
+            notifier, the chord starts tracing, attach ends with the process
+            and replay shows tick()
+  unload    the notifier is gone with the device's close: rmmod succeeds
+
+usage: test_kagent_keys.py GUEST_SH TICKER
+"""
+import os
+import re
+import subprocess
+import sys
+
+GUEST = r'''
+set -u
+wait_for() {  # FILE PATTERN TENTHS
+	n=0
+	until grep -q "$2" "$1" 2>/dev/null || [ $n -ge $3 ]; do sleep 0.1; n=$((n + 1)); done
+}
+mkfifo in
+sptrace run --on key Ctrl-Alt-T -o key.data -- ./ticker < in > ticker.out 2> run.err &
+P=$!
+exec 3> in
+wait_for ticker.out ready 1200
+wait_for run.err 'waits for' 600
+sed 's/^/@@waiting /' run.err
+echo "@@wrong-more"
+sleep 3
+echo "@@wrong-fewer"
+sleep 3
+echo "@@activated-before $(grep -c '^activated ' key.data/meta 2>/dev/null)"
+echo "@@press"
+wait_for key.data/meta '^activated ' 900
+echo "@@activated-after $(grep -c '^activated ' key.data/meta 2>/dev/null)"
+sleep 2
+exec 3>&-
+wait $P
+echo "@@run-status $?"
+sed 's/^/@@run-err /' run.err
+sed 's/^/@@ticker /' ticker.out
+sptrace replay key.data > replay.txt 2>&1
+echo "@@replay-status $?"
+echo "@@tick-calls $(grep -c 'tick();' replay.txt)"
+head -20 replay.txt | sed 's/^/@@replay /'
+mkfifo in2
+./ticker < in2 > ticker2.out &
+T=$!
+exec 4> in2
+wait_for ticker2.out ready 600
+sptrace attach $T --on key Ctrl-Alt-T -o att.data > att.out 2> att.err 4>&- &
+A=$!
+wait_for att.out 'tracing starts when' 1200
+sed 's/^/@@att-waiting /' att.out
+echo "@@press-attach"
+wait_for att.data/meta '^activated ' 900
+echo "@@att-activated $(grep -c '^activated ' att.data/meta 2>/dev/null)"
+sleep 2
+exec 4>&-
+wait $T
+wait $A
+echo "@@att-status $?"
+sed 's/^/@@att-out /' att.out
+sed 's/^/@@att-err /' att.err
+echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
+rmmod sptrace_kagent; echo "@@rmmod $?"
+'''
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def values(out, key):
+    return [l[len(key) + 3:] for l in out.splitlines() if l.startswith('@@' + key + ' ')]
+
+
+def one(out, key):
+    v = values(out, key)
+    return v[0] if v else None
+
+
+def main():
+    guest, ticker = sys.argv[1], sys.argv[2]
+    p = subprocess.run([guest, '--add', ticker,
+                        '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
+                        '--sendkey', '@@wrong-fewer', 'ctrl-t',
+                        '--sendkey', '@@press', 'ctrl-alt-t',
+                        '--sendkey', '@@press-attach', 'ctrl-alt-t', GUEST],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       errors='replace',
+                       # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
+                       env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
+                           'SPTRACE_GUEST_TIMEOUT', '240')))
+    out = p.stdout
+    if p.returncode != 0 or '@@run-status' not in out:
+        print(out[-4000:])
+        print(p.stderr[-4000:], file=sys.stderr)
+        print(f'FAIL guest.sh exited {p.returncode}')
+        return 1
+    err = ' / '.join(values(out, 'run-err'))
+
+    # backend
+    waiting = ' '.join(values(out, 'waiting'))
+    check('waits for Ctrl-Alt-T (the kernel module\'s keyboard notifier)' in waiting,
+          'run waits for the chord through the module: ' + (waiting or err))
+    # exact
+    check(one(out, 'activated-before') == '0',
+          f'Ctrl-Alt-Shift-T and Ctrl-T start nothing ({one(out, "activated-before")} '
+          'activated lines before Ctrl-Alt-T)')
+    # press
+    check(one(out, 'activated-after') == '1',
+          f'Ctrl-Alt-T starts tracing ({one(out, "activated-after")} activated lines)')
+    check(err.count('Ctrl-Alt-T pressed') == 1, 'one press said: ' + err)
+    check(one(out, 'run-status') == '0', 'sptrace run --on key succeeded: ' + err)
+    ticks = re.search(r'ticks (\d+)', ' '.join(values(out, 'ticker')))
+    calls = int(one(out, 'tick-calls') or 0)
+    check(one(out, 'replay-status') == '0' and calls > 5 and ticks and calls < int(ticks.group(1)),
+          f'replay shows tick() {calls} times, of {ticks.group(1) if ticks else "?"} ticks: only '
+          'after the press\n' + '\n'.join(values(out, 'replay')))
+    # attach
+    att = ' / '.join(values(out, 'att-out') + values(out, 'att-err'))
+    check('tracing starts when Ctrl-Alt-T is pressed (the kernel module\'s keyboard notifier)'
+          in ' '.join(values(out, 'att-waiting')), 'attach waits for the chord through the '
+          'module: ' + att)
+    check(one(out, 'att-activated') == '1', f'the chord starts tracing the attached process '
+          f'({one(out, "att-activated")} activated lines)')
+    check(one(out, 'att-status') == '0' and 'has ended' in att, 'attach ends with the process: '
+          f'{one(out, "att-status")} {att}')
+    n = int(one(out, 'att-tick-calls') or 0)
+    check(n > 5, f'replay of the attached trace shows tick() {n} times')
+    # unload
+    check(one(out, 'rmmod') == '0', 'rmmod after the run: the notifier is gone')
+
+    print(f'{len(failures)} failed')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

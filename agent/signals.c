@@ -507,6 +507,10 @@ static void ag_sig_wrapper(int sig, siginfo_t *si, void *uc)
 {
 	struct sigaction sa = user[sig];
 	uint8_t view = *trap_view();
+	/* The interrupted code may be an indirect call's miss, between putting
+	 * its target in ag_tls_target and taking it back (x86_64/emit.c): the
+	 * handler's own misses must not leave theirs there. */
+	uint64_t target = ag_tls_target;
 
 	/* The program's SIGSEGV handler never sees a fault of the agent's. */
 	if (ag_tsc_fault(sig, si, uc))
@@ -518,6 +522,7 @@ static void ag_sig_wrapper(int sig, siginfo_t *si, void *uc)
 		trap_view_blocked = 1;
 	handle(sig, si, uc, &sa);
 	trap_view_blocked = view;
+	ag_tls_target = target;
 }
 
 static void handle(int sig, siginfo_t *si, void *uc, const struct sigaction *user_sa)

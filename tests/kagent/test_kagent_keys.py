@@ -26,6 +26,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_kagent import check, failures, one, values  # noqa: E402  (the guest's @@ lines)
+
 GUEST = r'''
 set -u
 wait_for() {  # FILE PATTERN TENTHS
@@ -80,22 +83,6 @@ echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
 rmmod sptrace_kagent; echo "@@rmmod $?"
 '''
 
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def values(out, key):
-    return [l[len(key) + 3:] for l in out.splitlines() if l.startswith('@@' + key + ' ')]
-
-
-def one(out, key):
-    v = values(out, key)
-    return v[0] if v else None
 
 
 def main():

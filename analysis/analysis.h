@@ -512,6 +512,8 @@ typedef struct an_msg_match {
 	size_t recv_image;
 	uint32_t recv_tid;
 	uint64_t recv_tsc;
+	int64_t send_ns, recv_ns; /* their CLOCK_REALTIME, clocks aligned (rule 7);
+				    INT64_MIN if an image cannot be read */
 } an_msg_match;
 
 /*
@@ -555,8 +557,8 @@ typedef struct an_crit_step {
 	int via;                 /* it ends where a message left for the next step */
 } an_crit_step;
 
-int an_flows_critical_path(an_session *s, const an_flows *f, size_t i, an_crit_step **out,
-			   size_t *n, sp_err *err);
+int an_flows_critical_path(const an_flows *f, size_t i, an_crit_step **out, size_t *n,
+			   sp_err *err);
 const an_clock *an_flows_clock(const an_flows *f, size_t i);
 size_t an_flows_count(const an_flows *f);
 const an_flow *an_flows_get(const an_flows *f, size_t i);

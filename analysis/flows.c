@@ -345,7 +345,8 @@ static int add_match(build *b, size_t send, size_t image, uint32_t tid, uint64_t
 
 	if (sp_grow((void **)&f->m, &f->capm, f->nm + 1, sizeof *f->m))
 		return -1;
-	f->m[f->nm++] = (an_msg_match){ s->image, s->tid, s->tsc, image, tid, tsc };
+	f->m[f->nm++] = (an_msg_match){ s->image, s->tid, s->tsc, image, tid, tsc,
+					 INT64_MIN, INT64_MIN };
 	return 0;
 }
 
@@ -1047,11 +1048,13 @@ int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, s
 	if (align_clocks(&b, err) < 0 || make_flows(&b, err) < 0)
 		goto done;
 	for (size_t i = 0; i < b.out->nm; i++) {
-		/* rule 8: receives before their sends */
-		const an_msg_match *m = &b.out->m[i];
+		/* the matches' times, aligned; rule 8: receives before their sends */
+		an_msg_match *m = &b.out->m[i];
 		an_trace *ts = an_session_trace(s, m->send_image), *tr = an_session_trace(s, m->recv_image);
 
-		if (ts && tr && an_realtime_ns(tr, m->recv_tsc) < an_realtime_ns(ts, m->send_tsc))
+		m->send_ns = ts && tr ? an_realtime_ns(ts, m->send_tsc) : INT64_MIN;
+		m->recv_ns = ts && tr ? an_realtime_ns(tr, m->recv_tsc) : INT64_MIN;
+		if (ts && tr && m->recv_ns < m->send_ns)
 			b.out->nbackwards++;
 	}
 	*out = b.out;
@@ -1136,8 +1139,8 @@ static const an_flow_part *part_at(const an_flow *fl, size_t image, uint32_t tid
 	return NULL;
 }
 
-int an_flows_critical_path(an_session *s, const an_flows *f, size_t i, an_crit_step **out,
-			   size_t *n, sp_err *err)
+int an_flows_critical_path(const an_flows *f, size_t i, an_crit_step **out, size_t *n,
+			   sp_err *err)
 {
 	const an_flow *fl = an_flows_get(f, i);
 	const an_flow_part *last = NULL;
@@ -1167,13 +1170,10 @@ int an_flows_critical_path(an_session *s, const an_flows *f, size_t i, an_crit_s
 
 		for (size_t k = 0; k < f->nm; k++) {
 			const an_msg_match *m = &f->m[k];
-			an_trace *tr, *ts;
+			int64_t r = m->recv_ns, snd = m->send_ns;
 
-			if (m->recv_image != image || m->recv_tid != tid ||
-			    !(tr = an_session_trace(s, m->recv_image)) ||
-			    !(ts = an_session_trace(s, m->send_image)))
+			if (m->recv_image != image || m->recv_tid != tid || r == INT64_MIN)
 				continue;
-			int64_t r = an_realtime_ns(tr, m->recv_tsc), snd = an_realtime_ns(ts, m->send_tsc);
 
 			/* a send not before the time (rule 8's breach: matched
 			 * wrong) cannot have been waited on; one a little after its

@@ -161,6 +161,12 @@ struct an_flows_opts;
 int cli_analyze_html(const char *path, const char *dir, struct an_session *s,
 		     const struct an_anomalies *a, const struct an_flows_opts *fo, size_t top);
 
+/* cmd_flows.c: one more --start FUNC of `cmd` into o, its names kept in
+ * room[0..CLI_MAX_START).  0, or 2 after an error (too many). */
+#define CLI_MAX_START 16
+int cli_add_start(const char *cmd, struct an_flows_opts *o, const char **room,
+		  const char *name);
+
 /* cmd_control.c: what `sptrace activate PID` (activate 1) or `sptrace stop
  * PID` (0) does, its answer on stderr.  0, or 1 after an error on stderr. */
 int cli_control_pid(int activate, pid_t pid, double timeout);

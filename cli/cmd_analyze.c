@@ -188,7 +188,7 @@ int cmd_analyze(int argc, char **argv)
 	sp_err err;
 	char *end;
 	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE, { NULL, 0 } };
-	const char *starts[16];
+	const char *starts[CLI_MAX_START];
 	int c, json = 0, rc = 0;
 
 	optind = 1;
@@ -198,11 +198,8 @@ int cmd_analyze(int argc, char **argv)
 		case 'j': json = 1; break;
 		case 'H': html = optarg; break;
 		case 's':
-			if (ao.flows.nstart == sizeof starts / sizeof *starts)
-				return cli_error("analyze: more than %zu --start functions",
-						 sizeof starts / sizeof *starts), 2;
-			starts[ao.flows.nstart++] = optarg;
-			ao.flows.start = starts;
+			if (cli_add_start("analyze", &ao.flows, starts, optarg))
+				return 2;
 			break;
 		case 'b':
 			if (strcmp(optarg, "flow") == 0)

@@ -169,7 +169,7 @@ static void print_critical(an_session *s, const an_flows *fl, const an_flow *f)
 
 	while (an_flows_get(fl, idx) != f)
 		idx++;
-	if (an_flows_critical_path(s, fl, idx, &st, &n, &err) < 0) {
+	if (an_flows_critical_path(fl, idx, &st, &n, &err) < 0) {
 		fprintf(stderr, "sptrace: flows: the critical path of %s: %s\n", f->id, err.msg);
 		return;
 	}
@@ -264,6 +264,15 @@ static int show_flow(an_session *s, const an_flows *fl, const char *id)
 	return 0;
 }
 
+int cli_add_start(const char *cmd, an_flows_opts *o, const char **room, const char *name)
+{
+	if (o->nstart == CLI_MAX_START)
+		return cli_error("%s: more than %d --start functions", cmd, CLI_MAX_START), 2;
+	room[o->nstart++] = name;
+	o->start = room;
+	return 0;
+}
+
 int cmd_flows(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -272,7 +281,7 @@ int cmd_flows(int argc, char **argv)
 		{ "help", no_argument, 0, 'h' },       { 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { .no_modules = 1 };    /* the table needs no function names */
-	const char *flow = NULL, *starts[16];
+	const char *flow = NULL, *starts[CLI_MAX_START];
 	an_flows_opts fo = { starts, 0 };
 	an_session *s;
 	an_flows *fl;
@@ -287,10 +296,8 @@ int cmd_flows(int argc, char **argv)
 		case 'f': flow = optarg; break;
 		case 'r': oo.repo = optarg; break;
 		case 's':
-			if (fo.nstart == sizeof starts / sizeof *starts)
-				return cli_error("flows: more than %zu --start functions",
-						 sizeof starts / sizeof *starts), 2;
-			starts[fo.nstart++] = optarg;
+			if (cli_add_start("flows", &fo, starts, optarg))
+				return 2;
 			break;
 		case 'h': fputs(help, stdout); return 0;
 		case ':':

@@ -254,13 +254,12 @@ static int timeline(FILE *f, an_session *s, const an_flows *fl)
 	}
 	for (size_t i = 0; i < an_flows_nmatches(fl) && i < MAX_ARROWS; i++) {
 		const an_msg_match *m = an_flows_match(fl, i);
-		an_trace *ts = an_session_trace(s, m->send_image), *tr = an_session_trace(s, m->recv_image);
 		long ls = lane_of(l, nl, m->send_image, m->send_tid);
 		long lr = lane_of(l, nl, m->recv_image, m->recv_tid);
+		int64_t a = m->send_ns, b = m->recv_ns;
 
-		if (!ts || !tr || ls < 0 || lr < 0)
+		if (a == INT64_MIN || ls < 0 || lr < 0)
 			continue;
-		int64_t a = an_realtime_ns(ts, m->send_tsc), b = an_realtime_ns(tr, m->recv_tsc);
 		const an_flow *fw = flow_at(fl, m->send_image, m->send_tid, a);
 
 		fprintf(f, "<line class=arrow data-u='%s' x1=%.1f y1=%ld x2=%.1f y2=%ld "
@@ -284,7 +283,7 @@ static void critical(FILE *f, an_session *s, const an_flows *fl, const char *id)
 
 	for (i = 0; i < an_flows_count(fl) && strcmp(an_flows_get(fl, i)->id, id) != 0; i++)
 		;
-	if (i == an_flows_count(fl) || an_flows_critical_path(s, fl, i, &st, &n, &err) < 0 || !n)
+	if (i == an_flows_count(fl) || an_flows_critical_path(fl, i, &st, &n, &err) < 0 || !n)
 		return;
 	const an_flow *fw = an_flows_get(fl, i);
 

@@ -202,14 +202,13 @@ static cli_hotkey *open_kernel(const char *cmd, const char *chord, unsigned mods
 }
 
 /* X11: a passive grab of the chord on the root window of `display`. */
-static cli_hotkey *open_x11(const char *cmd, const char *chord, const char *display)
+static cli_hotkey *open_x11(const char *cmd, const char *chord, unsigned mods, KeySym sym,
+			    const char *display)
 {
 	static const unsigned locks[] = { 0, LockMask, Mod2Mask, Mod5Mask, LockMask | Mod2Mask,
 					  LockMask | Mod5Mask, Mod2Mask | Mod5Mask,
 					  LockMask | Mod2Mask | Mod5Mask };
 	cli_hotkey *h;
-	KeySym sym;
-	char why[256];
 
 	if (!(h = calloc(1, sizeof *h))) {
 		cli_error("%s: out of memory", cmd);
@@ -223,7 +222,7 @@ static cli_hotkey *open_x11(const char *cmd, const char *chord, const char *disp
 		free(h);
 		return NULL;
 	}
-	parse_chord(chord, &h->mods, &sym, why, sizeof why);
+	h->mods = mods;
 	h->root = DefaultRootWindow(h->dpy);
 	/* the connection is ours: not the traced program's */
 	fcntl(ConnectionNumber(h->dpy), F_SETFD, FD_CLOEXEC);
@@ -267,7 +266,7 @@ cli_hotkey *cli_hotkey_open(const char *cmd, const char *chord)
 		return NULL;
 	}
 	if (display && *display)
-		return open_x11(cmd, chord, display);
+		return open_x11(cmd, chord, mods, sym, display);
 	if (access(SPK_DEVICE, F_OK) == 0)
 		return open_kernel(cmd, chord, mods, sym);
 	cli_error("%s: --on key %s: no keyboard to listen to: $DISPLAY is not set (the X11 "

@@ -10,7 +10,9 @@
 #   user       under `sptrace run` (the agent records the getppid call)
 #   kernel     under `sptrace run --kernel` (and the kernel's functions below it)
 #   bystander  not traced, while another process is traced with --kernel
-#              (it sleeps: the cost is the probes' scope test alone)
+#              (it sleeps: the cost is ftrace's call into the module's
+#              callback on __x64_sys_getppid and its callees, and the
+#              scope test that turns it away)
 # Under TCG every figure is an emulated machine's: ratios between them
 # mean more than the nanoseconds.
 set -eu
@@ -30,7 +32,7 @@ for r in \$(seq $ROUNDS); do
 	rm -f stop stop.ready
 	sptrace run --kernel -o i.\$r -- ./kcalls idle stop 2>/dev/null &
 	while [ ! -e stop.ready ]; do sleep 0.1; done
-	echo \"@@probes \$(grep -c . /sys/kernel/debug/kprobes/list)\"
+	echo \"@@probes \$(grep -c '^[^[:space:]]' /sys/kernel/debug/tracing/enabled_functions)\"
 	echo \"@@bystander \$(./kcalls loop $N)\"
 	touch stop; wait
 	rm -rf u.\$r k.\$r i.\$r
@@ -62,5 +64,6 @@ print(f'- Kernel functions recorded per traced getppid: {kcalls:.1f} '
 print(f'- Per traced kernel call (--kernel minus user space only, ÷ the above): '
       f'{(med(k) - med(us)) / kcalls:.0f} ns.')
 print(f'- Overhead on the untraced bystander: {100 * (med(b) / med(u) - 1):+.1f}% '
-      f'(the kprobe hit on __x64_sys_getppid and its callees, and the scope test).')
+      f'(ftrace\'s call into the callback on __x64_sys_getppid and its callees, and the '
+      f'scope test).')
 PY

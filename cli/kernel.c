@@ -7,7 +7,7 @@
  *     and code (/proc/kcore), follow the direct calls and tail jumps from
  *     the entry functions of the system calls asked for (__x64_sys_NAME)
  *     to a bounded depth with capstone, and hand the functions reached to
- *     the module, which puts a kretprobe on each.
+ *     the module, which hooks each through ftrace.
  *  2. Scope: the program's pid joins the module's scope before it execs
  *     (the child waits for it); its forks join by themselves.
  *  3. While it runs, the per-CPU rings (mapped read-only) are copied out
@@ -161,7 +161,7 @@ static const ksym *sym_named(const ksym *s, size_t n, const char *name)
 /* Not followed: thunks and the instrumentation's own hooks, which are not
  * calls of the kernel's flow, and the locking and scheduling primitives
  * every path of the kernel takes (a probe there would cost every process
- * on the machine, and kprobes refuse most of them anyway). */
+ * on the machine, and their returns are what the module itself runs on). */
 static int left_out(const char *name)
 {
 	static const char *const prefix[] = {
@@ -402,7 +402,7 @@ static int prepare(cli_kernel *k, const char *calls)
 			"(depth %d)%s", k->nfuncs, k->ncalls, k->ncalls == 1 ? "" : "s", DEPTH,
 			refused ? "" : "\n");
 		if (refused)
-			fprintf(stderr, "; %zu refused by kprobes\n", refused);
+			fprintf(stderr, "; %zu refused by ftrace (no __fentry__ call)\n", refused);
 		free(addrs);
 		free(res);
 	}
@@ -864,10 +864,9 @@ outside:
 	}
 	if (lost)
 		fprintf(stderr, "; %" PRIu64 " lost (a ring came round before it was read)", lost);
-	if (info.missed_instance)
-		fprintf(stderr, "; %llu calls of probed functions (by anyone) found no free "
-			"kretprobe instance and went unrecorded",
-			(unsigned long long)info.missed_instance);
+	if (info.missed_depth)
+		fprintf(stderr, "; %llu traced calls went unrecorded (a thread's shadow stack "
+			"in the module was full)", (unsigned long long)info.missed_depth);
 	fputc('\n', stderr);
 	free(site);
 	cli_kernel_abandon(k);

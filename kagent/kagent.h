@@ -4,7 +4,9 @@
  *
  *   main.c    /dev/sptrace: open, ioctls, mmap of the rings; load, unload
  *   scope.c   the traced thread groups, kept current on fork and exit
- *   probes.c  the kretprobes on the kernel functions user space prepared
+ *   probes.c  the ftrace hook on the kernel functions user space prepared
+ *   shadow.c  the traced threads' shadow stacks: their calls' returns
+ *   return.S  the trampoline a hooked function returns into
  *   ring.c    the per-CPU rings records go into
  *   keys.c    the keyboard notifier counting a chord's presses (--on key)
  */
@@ -28,12 +30,20 @@ void spk_scope_clear(void);
 u32 spk_scope_count(void);
 
 /* ---- probes.c ---- */
-/* Register kretprobes on n entry addresses (process context, may sleep);
- * result[i] as SPK_IOC_PROBE says. */
+/* Hook n entry addresses (process context, may sleep); result[i] as
+ * SPK_IOC_PROBE says. */
 int spk_probes_add(const u64 *addrs, s32 *result, u32 n);
-void spk_probes_clear(void);           /* unregister every one (may sleep) */
+void spk_probes_clear(void);           /* unhook every one (may sleep) */
 u32 spk_probes_count(void);
-void spk_probes_missed(u64 *instance, u64 *nested);
+void spk_probes_missed(u64 *depth, u64 *nested);
+
+/* ---- shadow.c (and return.S) ---- */
+int spk_shadow_init(void);
+void spk_shadow_exit(void);            /* no frame may be pending */
+void spk_shadow_enter(unsigned long *retp, u32 func);  /* entry record, return hooked */
+void spk_shadow_task_exit(struct task_struct *t);      /* t == current, exiting */
+void spk_shadow_new_session(void);     /* pending returns record nothing */
+u64 spk_shadow_missed(void);
 
 /* ---- ring.c ---- */
 int spk_rings_init(void);

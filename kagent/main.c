@@ -98,7 +98,7 @@ static long spk_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		info.nprobes = spk_probes_count();
 		info.nscope = spk_scope_count();
 		info.hits = spk_rings_hits();
-		spk_probes_missed(&info.missed_instance, &info.missed_nested);
+		spk_probes_missed(&info.missed_depth, &info.missed_nested);
 		info.patched = spk_probes_count();
 		return copy_to_user(u, &info, sizeof info) ? -EFAULT : 0;
 	case SPK_IOC_PROBE:
@@ -168,16 +168,20 @@ static int __init spk_init(void)
 
 	if (rc)
 		return rc;
+	rc = spk_shadow_init();
+	if (rc)
+		goto out_rings;
 	rc = spk_scope_init();
-	if (rc) {
-		spk_rings_exit();
-		return rc;
-	}
+	if (rc)
+		goto out_shadow;
 	rc = misc_register(&spk_dev);
-	if (rc) {
-		spk_scope_exit();
-		spk_rings_exit();
-	}
+	if (rc == 0)
+		return 0;
+	spk_scope_exit();
+out_shadow:
+	spk_shadow_exit();
+out_rings:
+	spk_rings_exit();
 	return rc;
 }
 
@@ -188,6 +192,7 @@ static void __exit spk_exit(void)
 	spk_scope_clear();
 	spk_probes_clear();
 	spk_scope_exit();
+	spk_shadow_exit();
 	spk_rings_exit();
 }
 

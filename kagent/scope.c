@@ -4,11 +4,13 @@
  *
  * Every probed kernel function asks, on every call by anyone, "is the
  * current thread traced?"; untraced processes must pay next to nothing for
- * it.  So the answer is one load when nothing is traced (the count is 0)
- * and otherwise a scan of a small array of tgids -- a few cache lines, no
- * lock, no pointer to chase.  Writers (ioctls, fork and exit) hold a
- * spinlock; a reader racing a removal may miss a thread group being
- * removed, never see one that was not added.
+ * it.  So the first answer is one bit: spk_scope_bits, indexed by tgid
+ * (PID_MAX_LIMIT bits, 512 KiB), tested by return.S's spk_direct with a
+ * single bt.  A set bit is confirmed (spk_scope_has_current) against the
+ * array of tgids -- a few cache lines, no lock, no pointer to chase -- and
+ * task context.  Writers (ioctls, fork and exit) hold a spinlock and
+ * update the array, then the bit; a reader racing a removal may miss a
+ * thread group being removed, never see one that was not added.
  *
  * The scope follows the process tree: a traced process's fork (a new
  * thread group; its threads share the tgid anyway) joins it, from the
@@ -21,10 +23,12 @@
 #include <linux/sched/signal.h>
 #include <linux/spinlock.h>
 #include <linux/string.h>
+#include <linux/threads.h>
 #include <linux/tracepoint.h>
 
 #include "kagent.h"
 
+unsigned long spk_scope_bits[BITS_TO_LONGS(PID_MAX_LIMIT)];  /* return.S reads it */
 static pid_t tgids[SPK_SCOPE_MAX];
 static u32 ntgids;
 static DEFINE_SPINLOCK(scope_lock);
@@ -60,6 +64,8 @@ int spk_scope_add(pid_t tgid)
 	else {
 		WRITE_ONCE(tgids[ntgids], tgid);
 		smp_store_release(&ntgids, ntgids + 1);
+		if (tgid >= 0 && tgid < PID_MAX_LIMIT)
+			set_bit(tgid, spk_scope_bits);
 	}
 	spin_unlock(&scope_lock);
 	return rc;
@@ -72,6 +78,8 @@ void spk_scope_del(pid_t tgid)
 		if (tgids[i] == tgid) {
 			WRITE_ONCE(tgids[i], tgids[ntgids - 1]);
 			WRITE_ONCE(ntgids, ntgids - 1);
+			if (tgid >= 0 && tgid < PID_MAX_LIMIT)
+				clear_bit(tgid, spk_scope_bits);
 			break;
 		}
 	spin_unlock(&scope_lock);
@@ -80,6 +88,9 @@ void spk_scope_del(pid_t tgid)
 void spk_scope_clear(void)
 {
 	spin_lock(&scope_lock);
+	for (u32 i = 0; i < ntgids; i++)
+		if (tgids[i] >= 0 && tgids[i] < PID_MAX_LIMIT)
+			clear_bit(tgids[i], spk_scope_bits);
 	WRITE_ONCE(ntgids, 0);
 	spin_unlock(&scope_lock);
 }
@@ -100,6 +111,7 @@ static void on_fork(void *data, struct task_struct *parent, struct task_struct *
 
 static void on_exit(void *data, struct task_struct *p)
 {
+	spk_shadow_task_exit(p);        /* any thread that has a shadow stack */
 	if (likely(!READ_ONCE(ntgids)) || !holds(p->tgid))
 		return;
 	if (atomic_read(&p->signal->live) == 0)

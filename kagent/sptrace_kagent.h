@@ -15,8 +15,8 @@
  *   3. SPK_IOC_SCOPE_ADD: a process (thread group) to trace; the processes
  *      it forks join the scope, and each leaves it when it exits;
  *   4. mmap of the rings, read-only: ring c at offset c * SPK_RING_BYTES;
- *   5. close: the scope is emptied and every probe unregistered (the
- *      kernel's text is as it was before step 2).  Unloading the module
+ *   5. close: the scope is emptied and every hook removed (the kernel's
+ *      text is as it was before step 2).  Unloading the module
  *      does the same.
  * Independently of 2-4, the opener may wait for a key chord (`--on key`,
  * kagent/keys.c has the protocol): SPK_IOC_KEY_CHORD names it; the device
@@ -31,7 +31,7 @@
 #include <linux/types.h>
 
 #define SPK_DEVICE "/dev/sptrace"
-#define SPK_VERSION 1
+#define SPK_VERSION 2
 #define SPK_RING_MAGIC 0x31474e49524b5053ull  /* "SPKRING1" little-endian */
 #define SPK_RING_HEADER 4096
 #define SPK_RING_RECS (1u << 18)               /* 4 MiB of records per CPU */
@@ -69,16 +69,18 @@ struct spk_info {
 	__u32 nscope;           /* thread groups in the scope */
 	__u32 reserved;
 	__u64 hits;             /* entries recorded */
-	__u64 missed_instance;  /* calls of probed functions that found no free
-				 * kretprobe instance (neither entry nor exit recorded) */
-	__u64 missed_nested;    /* probe hits while another probe's handler ran on
-				 * that CPU: an interrupt's, never a traced thread's */
-	__u64 patched;          /* probes registered now, all openers (0 after close) */
+	__u64 missed_depth;     /* traced calls not recorded: the thread's shadow
+				 * stack (or the table of them) was full */
+	__u64 missed_nested;    /* traced calls made while the module's own code
+				 * ran on that thread (not recorded) */
+	__u64 patched;          /* functions hooked now, all openers (0 after close) */
 };
 
-/* SPK_IOC_PROBE: register a kretprobe on each of n entry addresses.
- * result[i]: the function index (>= 0) or a negative errno (the kernel
- * refused that one: not a function entry, blacklisted by kprobes, ...). */
+/* SPK_IOC_PROBE: hook each of n entry addresses (through ftrace: see
+ * kagent/probes.c); again while threads are traced adds more.
+ * result[i]: the function index (>= 0; the same for an address hooked
+ * before) or a negative errno (ENOENT: ftrace cannot hook it -- no
+ * __fentry__ call there; ENOSPC: SPK_MAX_PROBES reached). */
 struct spk_probe_req {
 	__u64 addrs;            /* user pointer to n __u64 */
 	__u64 result;           /* user pointer to n __s32 */

@@ -13,10 +13,10 @@ one boot for every check (a boot under TCG costs seconds):
   untraced   a process spinning on getppid meanwhile, not traced, leaves no
              record (the module's scope): its pid is not among the threads
              whose records sptrace found and left out
-  probes     the probes are in while a traced program runs (it reads
-             /sys/kernel/debug/kprobes/list itself), none is left once
-             sptrace is done, nor after rmmod (kprobes list, ftrace's
-             enabled_functions)
+  probes     the hooks are in while a traced program runs (it reads
+             ftrace's enabled_functions itself), none is left once
+             sptrace is done, nor after rmmod (enabled_functions, and the
+             kprobes list)
   no-module  without the module --kernel fails, says how to load it, and
              the previous trace keeps its place
 
@@ -46,9 +46,9 @@ sed 's/^/@@replay /' replay.txt
 sed 's/^/@@syms /' sptrace.data/kernel.syms
 echo "@@kprobes-after-close $(grep -c . /sys/kernel/debug/kprobes/list)"
 echo "@@ftrace-after-close $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
-sptrace run --kernel -o during.data -- ./kcalls cat /sys/kernel/debug/kprobes/list > during.out 2>/dev/null
+sptrace run --kernel -o during.data -- ./kcalls cat /sys/kernel/debug/tracing/enabled_functions > during.out 2>/dev/null
 echo "@@during-status $? $(grep -c . during.out)"
-echo "@@kprobes-after-second $(grep -c . /sys/kernel/debug/kprobes/list)"
+echo "@@ftrace-after-second $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
 rmmod sptrace_kagent; echo "@@rmmod $?"
 echo "@@kprobes-after-rmmod $(grep -c . /sys/kernel/debug/kprobes/list)"
 echo "@@ftrace-after-rmmod $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
@@ -155,8 +155,8 @@ def main():
     # probes
     during = (one(out, 'during-status') or '').split()
     check(len(during) == 2 and during[0] == '0' and int(during[1]) > 0,
-          f'probes in place while a traced program runs: {during[1:] or "?"} in the kprobes list')
-    for key in ('kprobes-after-close', 'ftrace-after-close', 'kprobes-after-second'):
+          f'hooks in place while a traced program runs: {during[1:] or "?"} in enabled_functions')
+    for key in ('kprobes-after-close', 'ftrace-after-close', 'ftrace-after-second'):
         check(one(out, key) == '0', f'{key}: {one(out, key)} left')
     check(one(out, 'rmmod') == '0', 'rmmod sptrace_kagent')
     for key in ('kprobes-after-rmmod', 'ftrace-after-rmmod'):

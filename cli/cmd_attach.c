@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -24,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "codeanalysis.h"
@@ -70,6 +73,15 @@ static const char help[] =
 	"                      puts the agent there; the receiver starts tracing at\n"
 	"                      the receive of that send\n"
 	"  --no-propagate      trace this process only, even with a spdaemon\n"
+	"  --kernel            also record the kernel functions the process's system\n"
+	"                      calls run, nested under them (root; needs sptrace's\n"
+	"                      kernel module: /dev/sptrace, see kagent/); attach then\n"
+	"                      stays until the process ends, copying the module's\n"
+	"                      records, and writes them into the trace (^C: at once,\n"
+	"                      the agent tracing on)\n"
+	"  --kernel-calls LIST the system calls followed into the kernel, by name,\n"
+	"                      comma-separated (default: read, write, openat,\n"
+	"                      getppid and 21 more common ones); implies --kernel\n"
 	"  --timeout SECONDS   how long to wait for the agent to be ready (default 120)\n"
 	"  -h, --help          this text\n"
 	"\n"
@@ -101,6 +113,46 @@ static void agent_reason(const char *dir, char *why, size_t len)
 		snprintf(why, len, "see %.500s/agent.log", dir);
 }
 
+static volatile sig_atomic_t stop_following;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	stop_following = 1;
+}
+
+/* --kernel: copy the module's rings while pid lives (^C or SIGTERM end it
+ * sooner), then write the kernel's records into the trace. */
+static int follow_kernel(cli_kernel *k, pid_t pid, const char *absdir, const char *dir)
+{
+	struct sigaction sa = { .sa_handler = on_stop_signal };
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0), busy = 0, rc;
+
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	printf("sptrace: recording pid %d's kernel calls until it ends (^C: now)\n", (int)pid);
+	fflush(stdout);
+	while (!stop_following) {
+		if (pfd >= 0) {
+			struct pollfd p = { pfd, POLLIN, 0 };
+
+			if (poll(&p, 1, busy ? 0 : 1) > 0)
+				break;          /* it has ended */
+		} else if (kill(pid, 0) != 0 && errno == ESRCH) {
+			break;
+		} else if (!busy) {
+			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+		}
+		busy = cli_kernel_poll(k);
+	}
+	if (pfd >= 0)
+		close(pfd);
+	rc = cli_kernel_finish(k, absdir);
+	printf("sptrace: %s; trace in %s\n", stop_following ? "stopped recording the kernel's "
+	       "part (the agent traces on)" : "the process has ended", dir);
+	return rc;
+}
+
 /* --on key: toggle tracing at each press of the chord until pid ends. */
 static int await_chord(cli_hotkey *hk, const char *chord, pid_t pid)
 {
@@ -124,7 +176,8 @@ int cmd_attach(int argc, char **argv)
 		{ "ring-size", required_argument, 0, 'r' }, { "timeout", required_argument, 0, 't' },
 		{ "threads", required_argument, 0, 'T' },   { "help", no_argument, 0, 'h' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
-		{ "no-propagate", no_argument, 0, 'N' },    { 0, 0, 0, 0 },
+		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
+		{ "kernel-calls", required_argument, 0, 'C' }, { 0, 0, 0, 0 },
 	};
 	const char *dir = NULL, *on = "now", *threads = "", *chord = NULL;
 	cli_hotkey *hk = NULL;
@@ -138,7 +191,9 @@ int cmd_attach(int argc, char **argv)
 	char proc[64];
 	bool same_user;
 	char session[128] = "", daemon[256] = "", wait[16] = "3000";
-	int propagate = 1;
+	int propagate = 1, kernel = 0;
+	const char *kernel_calls = NULL;
+	cli_kernel *kern = NULL;
 	long pidl;
 	pid_t pid;
 	int c;
@@ -171,6 +226,8 @@ int cmd_attach(int argc, char **argv)
 				return 2;
 			break;
 		case 'N': propagate = 0; break;
+		case 'K': kernel = 1; break;
+		case 'C': kernel = 1; kernel_calls = optarg; break;
 		case 'W':
 			if (cli_propagate_wait("attach", optarg, wait, sizeof wait))
 				return 2;
@@ -191,6 +248,10 @@ int cmd_attach(int argc, char **argv)
 	if (*end || pidl <= 0 || pidl > INT32_MAX)
 		return cli_error("attach: '%s' is not a process id", argv[optind]), 2;
 	pid = (pid_t)pidl;
+	if (chord && kernel)
+		return cli_error("attach: --on key and --kernel together are not supported yet: "
+				 "attach waits for the chord and for the kernel's records in turn; "
+				 "use 'sptrace run --kernel --on key' or one of the two"), 2;
 	if (chord) {
 		if (cli_hotkey_check("attach", chord))
 			return 2;
@@ -217,13 +278,30 @@ int cmd_attach(int argc, char **argv)
 	if (stat(proc, &st) != 0)
 		return cli_error("attach: pid %d: %s", (int)pid, strerror(errno));
 	same_user = st.st_uid == geteuid();
+	if (kernel && !same_user)
+		return cli_error("attach: --kernel: pid %d is another user's (uid %u): its trace is "
+				 "that user's, and root does not write the kernel's part into a "
+				 "directory another user controls; use 'sptrace run --kernel' as root, "
+				 "or attach without --kernel", (int)pid, (unsigned)st.st_uid);
 	if (geteuid() == 0 && st.st_uid != 0) {
 		owner.uid = st.st_uid;
 		owner.gid = st.st_gid;
 	}
-	if (cli_find_agent("attach", agent, sizeof agent) ||
-	    cli_prepare_trace_dir("attach", dir, &owner, absdir))
+	/* The module first: without it the previous trace keeps its place. */
+	if (kernel && !(kern = cli_kernel_start("attach", kernel_calls)))
 		return 1;
+	if (cli_find_agent("attach", agent, sizeof agent) ||
+	    cli_prepare_trace_dir("attach", dir, &owner, absdir)) {
+		cli_kernel_abandon(kern);
+		return 1;
+	}
+	/* In scope before the agent is in: the kernel's part has the
+	 * activation's first call whole (what comes before is left out). */
+	if (kern && cli_kernel_trace(kern, pid) != 0) {
+		cli_kernel_abandon(kern);
+		cli_remove_trace_dir(absdir, owner.uid);
+		return 1;
+	}
 	if (same_user)
 		prepare_analyses(argv[optind]);
 	if (propagate && cli_start_session(session, sizeof session, daemon, sizeof daemon) == 0)
@@ -245,6 +323,7 @@ int cmd_attach(int argc, char **argv)
 			cli_error("attach: %s", err.msg);
 			cli_remove_trace_dir(absdir, owner.uid);
 		}
+		cli_kernel_abandon(kern);
 		return 1;
 	}
 	if (strcmp(on, "timer 0") == 0) {
@@ -263,13 +342,14 @@ int cmd_attach(int argc, char **argv)
 			printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
 			       "not tracing yet after %.0f s (see %s/agent.log); trace in %s\n",
 			       (int)pid, r.total_ms, (int)r.tid, r.pause_ms, timeout, absdir, absdir);
+			cli_kernel_abandon(kern);
 			return 1;
 		}
 		cli_print_left_alone(stdout, absdir);
 		printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
 		       "tracing %.1f ms later; trace in %s\n", (int)pid, r.total_ms, (int)r.tid,
 		       r.pause_ms, ms, absdir);
-		return 0;
+		return kern ? follow_kernel(kern, pid, absdir, dir) : 0;
 	}
 	if (hk) {
 		printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
@@ -284,5 +364,5 @@ int cmd_attach(int argc, char **argv)
 	       "in %s\n", (int)pid, r.total_ms, (int)r.tid, r.pause_ms,
 	       strcmp(on, "signal") == 0 ? "dormant until 'sptrace activate'"
 	       : "dormant until the event", absdir);
-	return 0;
+	return kern ? follow_kernel(kern, pid, absdir, dir) : 0;
 }

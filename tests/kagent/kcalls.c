@@ -8,6 +8,8 @@
  *   kcalls fork           a child asks getppid (ask_parent) and ends
  *   kcalls idle FILE      makes FILE.ready, then sleeps until FILE exists
  *                         (a traced process that costs the CPU nothing)
+ *   kcalls wait FILE      likewise, then the write, read and getppid
+ *                         (sptrace attach --kernel)
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -65,14 +67,15 @@ int main(int argc, char **argv)
 		}
 		return child > 0 && waitpid(child, &status, 0) == child && status == 0 ? 0 : 1;
 	}
-	if (argc == 3 && strcmp(argv[1], "idle") == 0) {
+	if (argc == 3 && (strcmp(argv[1], "idle") == 0 || strcmp(argv[1], "wait") == 0)) {
 		char ready[4096];
 
 		snprintf(ready, sizeof ready, "%s.ready", argv[2]);
 		close(open(ready, O_WRONLY | O_CREAT, 0600));
 		while (access(argv[2], F_OK) != 0)
 			usleep(10000);
-		return 0;
+		if (strcmp(argv[1], "idle") == 0)
+			return 0;
 	}
 	if (argc == 3 && strcmp(argv[1], "cat") == 0) {
 		int fd = open(argv[2], O_RDONLY);

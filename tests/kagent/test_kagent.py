@@ -17,8 +17,12 @@ one boot for every check (a boot under TCG costs seconds):
              ftrace's enabled_functions itself), none is left once
              sptrace is done, nor after rmmod (enabled_functions, and the
              kprobes list)
+  attach     `sptrace attach --kernel` on a running program: its write,
+             read and getppid after the attach show the same chains, and
+             attach ends with the program
   no-module  without the module --kernel fails, says how to load it, and
-             the previous trace keeps its place
+             the previous trace keeps its place; attach --kernel likewise,
+             before touching the process (no agent in it)
 
 usage: test_kagent.py GUEST_SH KCALLS
 """
@@ -44,6 +48,18 @@ sptrace replay sptrace.data > replay.txt 2> replay.err
 echo "@@replay-status $?"
 sed 's/^/@@replay /' replay.txt
 sed 's/^/@@syms /' sptrace.data/kernel.syms
+./kcalls wait go > att.out 2>&1 &
+A=$!
+while [ ! -e go.ready ]; do sleep 0.1; done
+sptrace attach --kernel -o att.data $A > attach.out 2> attach.err &
+S=$!
+i=0; while ! grep -q 'recording pid' attach.out && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+touch go
+wait $S; echo "@@attach-status $?"
+wait $A; echo "@@attached-status $?"
+sed 's/^/@@attach-out /' attach.out
+sed 's/^/@@attach-err /' attach.err
+sptrace replay att.data | sed 's/^/@@attach-replay /'
 echo "@@kprobes-after-close $(grep -c . /sys/kernel/debug/kprobes/list)"
 echo "@@ftrace-after-close $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
 sptrace run --kernel -o during.data -- ./kcalls cat /sys/kernel/debug/tracing/enabled_functions > during.out 2>/dev/null
@@ -56,6 +72,15 @@ sptrace run --kernel -- ./kcalls > nomod.out 2> nomod.err
 echo "@@nomod-status $?"
 sed 's/^/@@nomod-err /' nomod.err
 echo "@@old-trace-kept $(test -f sptrace.data/kernel.syms && echo yes || echo no)"
+./kcalls idle stop2 &
+P=$!
+while [ ! -e stop2.ready ]; do sleep 0.1; done
+sptrace attach --kernel -o natt.data $P > natt.out 2> natt.err
+echo "@@nomod-attach-status $?"
+sed 's/^/@@nomod-attach-err /' natt.err
+echo "@@nomod-attach-agent $(grep -c sptrace-agent /proc/$P/maps)"
+echo "@@nomod-attach-dir $(test -e natt.data && echo yes || echo no)"
+touch stop2; wait $P
 '''
 
 failures = []
@@ -152,6 +177,22 @@ def main():
     check(u is not None and u not in tids and '...' not in tids,
           f'no kernel record of the untraced pid {u} (threads left out: {tids or "none"})')
 
+    # attach
+    check(one(out, 'attach-status') == '0' and one(out, 'attached-status') == '0',
+          f'sptrace attach --kernel (status {one(out, "attach-status")}, the program\'s '
+          f'{one(out, "attached-status")}): ' + ' / '.join(values(out, 'attach-err')))
+    att_calls = calls(values(out, 'attach-replay'))
+    for chain in (['write', '__x64_sys_write', 'ksys_write', 'vfs_write'],
+                  ['read', '__x64_sys_read', 'ksys_read', 'vfs_read']):
+        check(has_chain(att_calls, chain), 'attach: the chain ' + ' { '.join(chain) + ' }')
+    # Attached, libc's getppid is reached through a PLT slot bound lazily,
+    # which the agent may not show as a call of its own.
+    check(has_chain(att_calls, ['ask_parent', 'getppid', '__x64_sys_getppid']) or
+          has_chain(att_calls, ['ask_parent', '__x64_sys_getppid']),
+          'attach: the chain ask_parent { [getppid {] __x64_sys_getppid }')
+    check(any('the process has ended' in l for l in values(out, 'attach-out')),
+          'attach --kernel ended with the program: ' + ' / '.join(values(out, 'attach-out')))
+
     # probes
     during = (one(out, 'during-status') or '').split()
     check(len(during) == 2 and during[0] == '0' and int(during[1]) > 0,
@@ -169,6 +210,12 @@ def main():
     check('/dev/sptrace' in err and 'not loaded' in err and 'insmod' in err,
           'the error says the module is not loaded and how to load it: ' + err)
     check(one(out, 'old-trace-kept') == 'yes', 'the previous trace kept its place')
+    err = ' '.join(values(out, 'nomod-attach-err'))
+    check(one(out, 'nomod-attach-status') == '1' and 'not loaded' in err and 'insmod' in err,
+          f'attach --kernel without the module fails the same way (status '
+          f'{one(out, "nomod-attach-status")}): ' + err)
+    check(one(out, 'nomod-attach-agent') == '0' and one(out, 'nomod-attach-dir') == 'no',
+          'attach --kernel without the module leaves the process and the directory alone')
 
     print(f'{len(failures)} failed')
     return 1 if failures else 0

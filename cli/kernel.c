@@ -64,6 +64,18 @@ typedef struct krec {
 	uint32_t tid, func;
 } krec;
 
+typedef struct kcore {
+	int fd;
+	Elf64_Phdr *ph;
+	size_t nph;
+} kcore;
+
+typedef struct graph {
+	const ksym **funcs;     /* reached, in order: the first ncalls are entries */
+	int *depth;
+	size_t n, cap;
+} graph;
+
 struct cli_kernel {
 	int fd;
 	const char *cmd;
@@ -78,6 +90,17 @@ struct cli_kernel {
 	uint8_t *func_root;     /* a system call's entry function */
 	uint32_t nfuncs;
 	size_t ncalls;          /* system calls prepared */
+	/* The live kernel, kept for the functions found while it runs. */
+	ksym *syms;
+	size_t nsyms;
+	kcore kc;
+	csh cs;
+	int has_kc, has_cs;
+	graph g;                /* every function handed to the module */
+	size_t sent;            /* g's functions handed so far */
+	struct spk_site *sites; /* indirect calls found */
+	size_t nsites, capsites, sites_sent, watched;
+	size_t found;           /* functions found through indirect calls */
 };
 
 /* ---- /proc/kallsyms ---- */
@@ -182,12 +205,6 @@ static int left_out(const char *name)
 
 /* ---- /proc/kcore ---- */
 
-typedef struct kcore {
-	int fd;
-	Elf64_Phdr *ph;
-	size_t nph;
-} kcore;
-
 static int kcore_open(const char *cmd, kcore *kc)
 {
 	Elf64_Ehdr eh;
@@ -236,12 +253,7 @@ static void kcore_close(kcore *kc)
 
 /* ---- the call graph (step 1) ---- */
 
-typedef struct graph {
-	const ksym **funcs;     /* reached, in order: the first ncalls are entries */
-	int *depth;
-	size_t n, cap;
-} graph;
-
+/* 1 if f joined, 0 if it was there, -1 out of memory. */
 static int graph_add(graph *g, const ksym *f, int depth)
 {
 	for (size_t i = 0; i < g->n; i++)
@@ -262,12 +274,58 @@ static int graph_add(graph *g, const ksym *f, int depth)
 	}
 	g->funcs[g->n] = f;
 	g->depth[g->n++] = depth;
+	return 1;
+}
+
+/* The register an indirect call or jump takes its target from
+ * (SPK_REG_*), or -1: `call *%reg`, or a call of the retpoline thunk
+ * __x86_indirect_thunk_REG (the form the kernel keeps when retpolines are
+ * on; alternatives turn it into `call *%reg` otherwise). */
+static int indirect_reg(const cli_kernel *k, const cs_x86 *x, const ksym *t)
+{
+	static const char *const names[SPK_NREGS] = {
+		"rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
+		"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+	};
+	static const x86_reg regs[SPK_NREGS] = {
+		X86_REG_RAX, X86_REG_RCX, X86_REG_RDX, X86_REG_RBX, X86_REG_RSP, X86_REG_RBP,
+		X86_REG_RSI, X86_REG_RDI, X86_REG_R8, X86_REG_R9, X86_REG_R10, X86_REG_R11,
+		X86_REG_R12, X86_REG_R13, X86_REG_R14, X86_REG_R15,
+	};
+	static const char prefix[] = "__x86_indirect_thunk_";
+
+	if (x->op_count != 1)
+		return -1;
+	for (int r = 0; r < SPK_NREGS; r++)
+		if (x->operands[0].type == X86_OP_REG && x->operands[0].reg == regs[r])
+			return r;
+	/* Symbols at the thunk's address: __x86_indirect_thunk_array too. */
+	for (; t && t < k->syms + k->nsyms && t->addr == (uint64_t)x->operands[0].imm; t++)
+		for (int r = 0; r < SPK_NREGS; r++)
+			if (strncmp(t->name, prefix, sizeof prefix - 1) == 0 &&
+			    strcmp(t->name + sizeof prefix - 1, names[r]) == 0)
+				return r;
+	return -1;
+}
+
+static int site_add(cli_kernel *k, uint64_t addr, int reg)
+{
+	if (k->nsites == k->capsites) {
+		size_t cap = k->capsites ? 2 * k->capsites : 256;
+		struct spk_site *ns = realloc(k->sites, cap * sizeof *ns);
+
+		if (!ns)
+			return -1;
+		k->sites = ns;
+		k->capsites = cap;
+	}
+	k->sites[k->nsites++] = (struct spk_site){ addr, (uint32_t)reg, 0 };
 	return 0;
 }
 
-/* The direct callees of f (calls and jumps to another function's entry). */
-static int follow(csh cs, const kcore *kc, const ksym *syms, size_t nsyms, const ksym *f,
-		  int depth, graph *g)
+/* The direct callees of f (calls and jumps to another function's entry)
+ * join the graph; its indirect calls and jumps join k->sites. */
+static int follow(cli_kernel *k, const ksym *f, int depth)
 {
 	size_t len = f->end > f->addr ? f->end - f->addr : 0;
 	uint8_t *buf;
@@ -280,24 +338,29 @@ static int follow(csh cs, const kcore *kc, const ksym *syms, size_t nsyms, const
 		len = MAX_FUNC_BYTES;
 	if (!len || !(buf = malloc(len)))
 		return 0;
-	got = kcore_read(kc, f->addr, buf, len);
-	if (got <= 0 || !(in = cs_malloc(cs))) {
+	got = kcore_read(&k->kc, f->addr, buf, len);
+	if (got <= 0 || !(in = cs_malloc(k->cs))) {
 		free(buf);
 		return 0;
 	}
 	code = buf;
 	len = (size_t)got;
 	pc = f->addr;
-	while (cs_disasm_iter(cs, &code, &len, &pc, in)) {
+	while (cs_disasm_iter(k->cs, &code, &len, &pc, in)) {
 		const cs_x86 *x = &in->detail->x86;
-		const ksym *t;
+		const ksym *t = NULL;
+		int reg;
 
-		if (!cs_insn_group(cs, in, CS_GRP_CALL) && !cs_insn_group(cs, in, CS_GRP_JUMP))
+		if (!cs_insn_group(k->cs, in, CS_GRP_CALL) && !cs_insn_group(k->cs, in, CS_GRP_JUMP))
 			continue;
-		if (x->op_count != 1 || x->operands[0].type != X86_OP_IMM)
+		if (x->op_count == 1 && x->operands[0].type == X86_OP_IMM)
+			t = sym_at(k->syms, k->nsyms, (uint64_t)x->operands[0].imm);
+		if ((reg = indirect_reg(k, x, t)) >= 0 && reg != SPK_REG_RSP) {
+			if (site_add(k, in->address, reg) < 0)
+				break;
 			continue;
-		t = sym_at(syms, nsyms, (uint64_t)x->operands[0].imm);
-		if (t && t != f && !left_out(t->name) && graph_add(g, t, depth + 1) < 0)
+		}
+		if (t && t != f && !left_out(t->name) && graph_add(&k->g, t, depth + 1) < 0)
 			break;
 	}
 	cs_free(in, 1);
@@ -305,42 +368,159 @@ static int follow(csh cs, const kcore *kc, const ksym *syms, size_t nsyms, const
 	return 0;
 }
 
+/* Follow what joined the graph from `from` on, breadth first (g grows
+ * while it is walked), to DEPTH below the system calls. */
+static void expand(cli_kernel *k, size_t from)
+{
+	for (size_t i = from; i < k->g.n && k->g.n < SPK_MAX_PROBES; i++)
+		if (k->g.depth[i] < DEPTH)
+			follow(k, k->g.funcs[i], k->g.depth[i]);
+	if (k->g.n > SPK_MAX_PROBES)
+		k->g.n = SPK_MAX_PROBES;
+}
+
+/* Hand the module what joined the graph since the last call (functions to
+ * hook) and the indirect calls found since (sites to watch).  0, or 1
+ * after saying why. */
+static int hook_new(cli_kernel *k, size_t *refused)
+{
+	size_t from = k->sent, n = k->g.n - from;
+	uint64_t *addrs;
+	int32_t *res;
+	struct spk_probe_req req;
+
+	*refused = 0;
+	if (n) {
+		uint64_t *fa = realloc(k->func_addr, k->g.n * sizeof *fa);
+		char **fn;
+		uint8_t *fr;
+
+		if (fa)
+			k->func_addr = fa;
+		fn = fa ? realloc(k->func_name, k->g.n * sizeof *fn) : NULL;
+		if (fn)
+			k->func_name = fn;
+		fr = fn ? realloc(k->func_root, k->g.n) : NULL;
+		if (!fr)
+			return cli_error("%s: out of memory preparing the kernel's functions", k->cmd);
+		k->func_root = fr;
+		for (size_t i = k->nfuncs; i < k->g.n; i++) {
+			k->func_addr[i] = 0;
+			k->func_name[i] = NULL;
+			k->func_root[i] = 0;
+		}
+		addrs = calloc(n, sizeof *addrs);
+		res = calloc(n, sizeof *res);
+		if (!addrs || !res) {
+			free(addrs);
+			free(res);
+			return cli_error("%s: out of memory preparing the kernel's functions", k->cmd);
+		}
+		for (size_t i = 0; i < n; i++)
+			addrs[i] = k->g.funcs[from + i]->addr;
+		req = (struct spk_probe_req){ (uintptr_t)addrs, (uintptr_t)res, (uint32_t)n, 0 };
+		if (ioctl(k->fd, SPK_IOC_PROBE, &req) != 0) {
+			cli_error("%s: --kernel: %s: the module refused the %zu functions: %s",
+				  k->cmd, SPK_DEVICE, n, strerror(errno));
+			free(addrs);
+			free(res);
+			return 1;
+		}
+		for (size_t i = 0; i < n; i++) {
+			if (res[i] < 0 || (size_t)res[i] >= k->g.n) {
+				(*refused)++;
+				continue;
+			}
+			k->func_addr[res[i]] = addrs[i];
+			k->func_root[res[i]] = k->g.depth[from + i] == 0;
+			if (!k->func_name[res[i]] &&
+			    !(k->func_name[res[i]] = strdup(k->g.funcs[from + i]->name))) {
+				free(addrs);
+				free(res);
+				return cli_error("%s: out of memory", k->cmd);
+			}
+			if ((uint32_t)res[i] + 1 > k->nfuncs)
+				k->nfuncs = (uint32_t)res[i] + 1;
+		}
+		free(addrs);
+		free(res);
+		k->sent = k->g.n;
+	}
+	if (k->nsites > k->sites_sent) {
+		size_t m = k->nsites - k->sites_sent;
+		struct spk_sites_req sr;
+
+		if (m > SPK_MAX_SITES)
+			m = SPK_MAX_SITES;
+		sr = (struct spk_sites_req){ (uintptr_t)&k->sites[k->sites_sent], (uint32_t)m, 0 };
+		if (ioctl(k->fd, SPK_IOC_SITES, &sr) == 0)
+			for (size_t i = 0; i < m; i++)
+				k->watched += k->sites[k->sites_sent + i].result == 0;
+		k->sites_sent = k->nsites;
+	}
+	return 0;
+}
+
+/* Step 3's other half: the targets of indirect calls the module saw a
+ * traced thread take towards functions not hooked yet are looked up and
+ * hooked, with what they call (kagent/indirect.c). */
+static void discover(cli_kernel *k)
+{
+	uint64_t t[32];
+	struct spk_targets_req req = { (uintptr_t)t, 32, 0 };
+	size_t from = k->g.n, refused;
+
+	if (!k->watched || ioctl(k->fd, SPK_IOC_TARGETS, &req) != 0)
+		return;
+	for (uint32_t i = 0; i < req.n; i++) {
+		const ksym *s = sym_at(k->syms, k->nsyms, t[i]);
+
+		/* Below an indirect call: its callees two calls deep. */
+		if (s && !left_out(s->name) && graph_add(&k->g, s, DEPTH - 2) == 1)
+			k->found++;
+	}
+	if (k->g.n == from)
+		return;
+	expand(k, from);
+	hook_new(k, &refused);
+}
+
 static int prepare(cli_kernel *k, const char *calls)
 {
-	ksym *syms = NULL;
-	size_t nsyms = 0, missing = 0;
-	graph g = { 0 };
-	kcore kc = { -1, NULL, 0 };
-	csh cs = 0;
+	size_t missing = 0, refused;
 	char *list = strdup(calls), *save = NULL, miss[256] = "";
 	int rc = 1;
 
 	if (!list)
 		return cli_error("%s: out of memory", k->cmd);
-	if (read_kallsyms(k->cmd, &syms, &nsyms)) {
+	if (read_kallsyms(k->cmd, &k->syms, &k->nsyms)) {
 		free(list);
 		return 1;
 	}
-	if (kcore_open(k->cmd, &kc))
-		goto out_syms;
-	if (cs_open(CS_ARCH_X86, CS_MODE_64, &cs) != CS_ERR_OK) {
+	if (kcore_open(k->cmd, &k->kc))
+		goto out;
+	k->has_kc = 1;
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, &k->cs) != CS_ERR_OK) {
 		cli_error("%s: --kernel: capstone cannot decode x86-64", k->cmd);
-		goto out_kcore;
+		goto out;
 	}
-	cs_option(cs, CS_OPT_DETAIL, CS_OPT_ON);
+	k->has_cs = 1;
+	cs_option(k->cs, CS_OPT_DETAIL, CS_OPT_ON);
 	for (char *c = strtok_r(list, ",", &save); c; c = strtok_r(NULL, ",", &save)) {
 		char name[300];
 		const ksym *s;
 
 		snprintf(name, sizeof name, "__x64_sys_%s", c);
-		if (!(s = sym_named(syms, nsyms, name))) {
+		if (!(s = sym_named(k->syms, k->nsyms, name))) {
 			if (missing++ < 4 && strlen(miss) + strlen(c) + 3 < sizeof miss)
 				snprintf(miss + strlen(miss), sizeof miss - strlen(miss), "%s%s",
 					 miss[0] ? ", " : "", c);
 			continue;
 		}
-		if (graph_add(&g, s, 0) < 0)
-			goto nomem;
+		if (graph_add(&k->g, s, 0) < 0) {
+			cli_error("%s: out of memory preparing the kernel's functions", k->cmd);
+			goto out;
+		}
 		k->ncalls++;
 	}
 	if (missing)
@@ -349,77 +529,18 @@ static int prepare(cli_kernel *k, const char *calls)
 	if (!k->ncalls) {
 		cli_error("%s: --kernel: none of the system calls '%s' is in this kernel", k->cmd,
 			  calls);
-		goto out_cs;
+		goto out;
 	}
-	/* Breadth first: g grows while it is walked. */
-	for (size_t i = 0; i < g.n && g.n < SPK_MAX_PROBES; i++)
-		if (g.depth[i] < DEPTH)
-			follow(cs, &kc, syms, nsyms, g.funcs[i], g.depth[i], &g);
-	if (g.n > SPK_MAX_PROBES)
-		g.n = SPK_MAX_PROBES;
-	k->func_addr = calloc(g.n, sizeof *k->func_addr);
-	k->func_name = calloc(g.n, sizeof *k->func_name);
-	k->func_root = calloc(g.n, 1);
-	if (!k->func_addr || !k->func_name || !k->func_root)
-		goto nomem;
-	{
-		uint64_t *addrs = calloc(g.n, sizeof *addrs);
-		int32_t *res = calloc(g.n, sizeof *res);
-		struct spk_probe_req req;
-		size_t refused = 0;
-
-		if (!addrs || !res) {
-			free(addrs);
-			free(res);
-			goto nomem;
-		}
-		for (size_t i = 0; i < g.n; i++)
-			addrs[i] = g.funcs[i]->addr;
-		req = (struct spk_probe_req){ (uintptr_t)addrs, (uintptr_t)res, (uint32_t)g.n, 0 };
-		if (ioctl(k->fd, SPK_IOC_PROBE, &req) != 0) {
-			cli_error("%s: --kernel: %s: the module refused the %zu functions: %s",
-				  k->cmd, SPK_DEVICE, g.n, strerror(errno));
-			free(addrs);
-			free(res);
-			goto out_cs;
-		}
-		for (size_t i = 0; i < g.n; i++) {
-			if (res[i] < 0 || (size_t)res[i] >= g.n) {
-				refused++;
-				continue;
-			}
-			k->func_addr[res[i]] = addrs[i];
-			k->func_root[res[i]] = g.depth[i] == 0;
-			if (!k->func_name[res[i]] && !(k->func_name[res[i]] = strdup(g.funcs[i]->name))) {
-				free(addrs);
-				free(res);
-				goto nomem;
-			}
-			if ((uint32_t)res[i] + 1 > k->nfuncs)
-				k->nfuncs = (uint32_t)res[i] + 1;
-		}
-		fprintf(stderr, "sptrace: kernel: %u functions probed below %zu system call%s "
-			"(depth %d)%s", k->nfuncs, k->ncalls, k->ncalls == 1 ? "" : "s", DEPTH,
-			refused ? "" : "\n");
-		if (refused)
-			fprintf(stderr, "; %zu refused by ftrace (no __fentry__ call)\n", refused);
-		free(addrs);
-		free(res);
-	}
+	expand(k, 0);
+	if (hook_new(k, &refused))
+		goto out;
+	fprintf(stderr, "sptrace: kernel: %u functions probed below %zu system call%s "
+		"(depth %d)", k->nfuncs, k->ncalls, k->ncalls == 1 ? "" : "s", DEPTH);
+	if (refused)
+		fprintf(stderr, "; %zu refused by ftrace (no __fentry__ call)", refused);
+	fprintf(stderr, "; %zu indirect calls watched\n", k->watched);
 	rc = 0;
-	goto out_cs;
-nomem:
-	cli_error("%s: out of memory preparing the kernel's functions", k->cmd);
-out_cs:
-	cs_close(&cs);
-out_kcore:
-	kcore_close(&kc);
-out_syms:
-	for (size_t i = 0; i < nsyms; i++)
-		free(syms[i].name);
-	free(syms);
-	free(g.funcs);
-	free(g.depth);
+out:
 	free(list);
 	return rc;
 }
@@ -526,6 +647,9 @@ int cli_kernel_poll(cli_kernel *k)
 {
 	int found = 0;
 
+	if (k)
+		discover(k);
+
 	for (uint32_t c = 0; k && c < k->nrings; c++) {
 		const struct spk_ring_header *h = k->rings[c];
 		const struct spk_rec *r = (const void *)((const char *)h + SPK_RING_HEADER);
@@ -591,6 +715,16 @@ void cli_kernel_abandon(cli_kernel *k)
 	if (!k)
 		return;
 	device_close(k);
+	for (size_t i = 0; i < k->nsyms; i++)
+		free(k->syms[i].name);
+	free(k->syms);
+	if (k->has_kc)
+		kcore_close(&k->kc);
+	if (k->has_cs)
+		cs_close(&k->cs);
+	free(k->g.funcs);
+	free(k->g.depth);
+	free(k->sites);
 	for (uint32_t i = 0; i < k->nfuncs; i++)
 		free(k->func_name[i]);
 	free(k->func_name);
@@ -862,6 +996,9 @@ outside:
 			fprintf(stderr, " %u", stray_tids[i]);
 		fprintf(stderr, "%s)", nstray_tids == 8 ? " ..." : "");
 	}
+	if (k->found)
+		fprintf(stderr, "; %zu functions found through indirect calls while it ran and "
+			"hooked from their next call on", k->found);
 	if (lost)
 		fprintf(stderr, "; %" PRIu64 " lost (a ring came round before it was read)", lost);
 	if (info.missed_depth)

@@ -16,7 +16,7 @@ if [ -z "$kdir" ]; then
 	exit 1
 fi
 mkdir -p "$out"
-for f in Kbuild kagent.h sptrace_kagent.h main.c scope.c probes.c shadow.c return.S ring.c keys.c; do
+for f in Kbuild kagent.h sptrace_kagent.h main.c scope.c probes.c shadow.c return.S indirect.c ring.c keys.c; do
 	cmp -s "$src/$f" "$out/$f" || cp "$src/$f" "$out/$f"
 done
 make -s -C "$kdir" M="$(cd "$out" && pwd)" modules >&2

@@ -6,7 +6,9 @@
  *   scope.c   the traced thread groups, kept current on fork and exit
  *   probes.c  the ftrace hook on the kernel functions user space prepared
  *   shadow.c  the traced threads' shadow stacks: their calls' returns
- *   return.S  the trampoline a hooked function returns into
+ *   return.S  spk_direct (every hooked function's entry) and the
+ *             trampoline a traced call returns into
+ *   indirect.c the kprobes on indirect calls that find their targets
  *   ring.c    the per-CPU rings records go into
  *   keys.c    the keyboard notifier counting a chord's presses (--on key)
  */
@@ -24,6 +26,7 @@
 int spk_scope_init(void);              /* fork and exit tracepoints */
 void spk_scope_exit(void);
 bool spk_scope_has_current(void);      /* the hot path: see scope.c */
+bool spk_scope_holds_current(void);    /* the same in any context */
 int spk_scope_add(pid_t tgid);         /* a thread group, by its global tgid */
 void spk_scope_del(pid_t tgid);
 void spk_scope_clear(void);
@@ -35,6 +38,7 @@ u32 spk_scope_count(void);
 int spk_probes_add(const u64 *addrs, s32 *result, u32 n);
 void spk_probes_clear(void);           /* unhook every one (may sleep) */
 u32 spk_probes_count(void);
+bool spk_probes_known(unsigned long addr);  /* hooked (any context) */
 void spk_probes_missed(u64 *depth, u64 *nested);
 
 /* ---- shadow.c (and return.S) ---- */
@@ -44,6 +48,11 @@ void spk_shadow_enter(unsigned long *retp, u32 func);  /* entry record, return h
 void spk_shadow_task_exit(struct task_struct *t);      /* t == current, exiting */
 void spk_shadow_new_session(void);     /* pending returns record nothing */
 u64 spk_shadow_missed(void);
+
+/* ---- indirect.c ---- */
+int spk_sites_add(struct spk_site *sites, u32 n);  /* SPK_IOC_SITES (may sleep) */
+u32 spk_targets_take(u64 *out, u32 cap);           /* SPK_IOC_TARGETS */
+void spk_sites_clear(void);            /* unregister every one (may sleep) */
 
 /* ---- ring.c ---- */
 int spk_rings_init(void);

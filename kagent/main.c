@@ -30,6 +30,7 @@ static int spk_release(struct inode *inode, struct file *f)
 {
 	spk_keys_clear();
 	spk_scope_clear();
+	spk_sites_clear();      /* its handlers read probes.c's table */
 	spk_probes_clear();
 	atomic_set(&opened, 0);
 	return 0;
@@ -80,6 +81,43 @@ out:
 	return rc;
 }
 
+static long ioc_sites(void __user *arg)
+{
+	struct spk_sites_req req;
+	struct spk_site *sites;
+	long rc;
+
+	if (copy_from_user(&req, arg, sizeof req))
+		return -EFAULT;
+	if (req.n == 0 || req.n > SPK_MAX_SITES)
+		return -EINVAL;
+	sites = kvmalloc_array(req.n, sizeof *sites, GFP_KERNEL);
+	if (!sites)
+		return -ENOMEM;
+	rc = -EFAULT;
+	if (copy_from_user(sites, u64_to_user_ptr(req.sites), req.n * sizeof *sites))
+		goto out;
+	rc = spk_sites_add(sites, req.n);
+	if (rc == 0 && copy_to_user(u64_to_user_ptr(req.sites), sites, req.n * sizeof *sites))
+		rc = -EFAULT;
+out:
+	kvfree(sites);
+	return rc;
+}
+
+static long ioc_targets(void __user *arg)
+{
+	struct spk_targets_req req;
+	u64 t[32];              /* a few at a time: the rest wait for the next call */
+
+	if (copy_from_user(&req, arg, sizeof req))
+		return -EFAULT;
+	req.n = spk_targets_take(t, min_t(u32, req.cap, ARRAY_SIZE(t)));
+	if (req.n && copy_to_user(u64_to_user_ptr(req.addrs), t, req.n * sizeof *t))
+		return -EFAULT;
+	return copy_to_user(arg, &req, sizeof req) ? -EFAULT : 0;
+}
+
 static long spk_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 {
 	void __user *u = (void __user *)arg;
@@ -103,6 +141,10 @@ static long spk_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		return copy_to_user(u, &info, sizeof info) ? -EFAULT : 0;
 	case SPK_IOC_PROBE:
 		return ioc_probe(u);
+	case SPK_IOC_SITES:
+		return ioc_sites(u);
+	case SPK_IOC_TARGETS:
+		return ioc_targets(u);
 	case SPK_IOC_SCOPE_ADD:
 	case SPK_IOC_SCOPE_DEL:
 		if (copy_from_user(&pid, u, sizeof pid))
@@ -190,6 +232,7 @@ static void __exit spk_exit(void)
 	misc_deregister(&spk_dev);   /* no opener can remain: it holds a module ref */
 	spk_keys_clear();
 	spk_scope_clear();
+	spk_sites_clear();
 	spk_probes_clear();
 	spk_scope_exit();
 	spk_shadow_exit();

@@ -257,6 +257,11 @@ void spk_probes_clear(void)
 	mutex_unlock(&probes_lock);
 }
 
+bool notrace spk_probes_known(unsigned long addr)
+{
+	return READ_ONCE(fhash) && lookup(addr) >= 0;
+}
+
 u32 spk_probes_count(void)
 {
 	return READ_ONCE(nfuncs);

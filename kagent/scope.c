@@ -52,6 +52,11 @@ bool spk_scope_has_current(void)
 	return holds(current->tgid);
 }
 
+bool spk_scope_holds_current(void)
+{
+	return READ_ONCE(ntgids) && holds(current->tgid);
+}
+
 int spk_scope_add(pid_t tgid)
 {
 	int rc = 0;

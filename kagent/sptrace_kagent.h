@@ -18,6 +18,12 @@
  *   5. close: the scope is emptied and every hook removed (the kernel's
  *      text is as it was before step 2).  Unloading the module
  *      does the same.
+ * Calls through function pointers (kagent/indirect.c has the protocol):
+ * SPK_IOC_SITES names indirect call instructions and the register that
+ * holds their target; when a traced thread passes one towards a function
+ * not hooked yet, the target is kept, and SPK_IOC_TARGETS hands the kept
+ * ones over, so that the opener hooks them (SPK_IOC_PROBE, while the
+ * program runs): later calls of theirs are recorded.
  * Independently of 2-4, the opener may wait for a key chord (`--on key`,
  * kagent/keys.c has the protocol): SPK_IOC_KEY_CHORD names it; the device
  * then polls readable once it was pressed, and read() of a __u64 returns
@@ -38,6 +44,8 @@
 #define SPK_RING_BYTES (SPK_RING_HEADER + SPK_RING_RECS * 16u) /* header included */
 #define SPK_MAX_PROBES 4096                    /* functions per opener */
 #define SPK_SCOPE_MAX 64                       /* traced thread groups at once */
+#define SPK_MAX_SITES 4096                     /* indirect calls watched per opener */
+#define SPK_MAX_TARGETS 256                    /* targets kept for SPK_IOC_TARGETS */
 
 /* A ring: this header, then SPK_RING_RECS records (a power of two).  The
  * writer is the CPU's own kernel code, one at a time (task context,
@@ -102,10 +110,40 @@ struct spk_key_chord {
 	__u32 mods;             /* SPK_MOD_* */
 };
 
+/* SPK_IOC_SITES: watch n indirect calls.  reg: the register holding the
+ * target at the instruction (SPK_REG_*, the x86 encoding's order); result:
+ * 0, or a negative errno (the kernel refused a kprobe there). */
+enum {
+	SPK_REG_RAX, SPK_REG_RCX, SPK_REG_RDX, SPK_REG_RBX, SPK_REG_RSP, SPK_REG_RBP,
+	SPK_REG_RSI, SPK_REG_RDI, SPK_REG_R8, SPK_REG_R9, SPK_REG_R10, SPK_REG_R11,
+	SPK_REG_R12, SPK_REG_R13, SPK_REG_R14, SPK_REG_R15, SPK_NREGS
+};
+struct spk_site {
+	__u64 addr;             /* the call (or jump) instruction */
+	__u32 reg;
+	__s32 result;           /* out */
+};
+struct spk_sites_req {
+	__u64 sites;            /* user pointer to n struct spk_site */
+	__u32 n;
+	__u32 reserved;
+};
+
+/* SPK_IOC_TARGETS: up to cap targets kept since the previous call (each
+ * once; at most 32 a call), n of them written; the rest stay for the next
+ * call. */
+struct spk_targets_req {
+	__u64 addrs;            /* user pointer to cap __u64 */
+	__u32 cap;
+	__u32 n;                /* out */
+};
+
 #define SPK_IOC_INFO _IOR('S', 1, struct spk_info)
 #define SPK_IOC_PROBE _IOW('S', 2, struct spk_probe_req)
 #define SPK_IOC_SCOPE_ADD _IOW('S', 3, __s32)
 #define SPK_IOC_SCOPE_DEL _IOW('S', 4, __s32)
 #define SPK_IOC_KEY_CHORD _IOW('S', 5, struct spk_key_chord)
+#define SPK_IOC_SITES _IOWR('S', 6, struct spk_sites_req)
+#define SPK_IOC_TARGETS _IOWR('S', 7, struct spk_targets_req)
 
 #endif

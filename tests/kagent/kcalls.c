@@ -10,6 +10,8 @@
  *                         (a traced process that costs the CPU nothing)
  *   kcalls wait FILE      likewise, then the write, read and getppid
  *                         (sptrace attach --kernel)
+ *   kcalls pipes N        N writes and reads through a pipe, 20 ms apart
+ *                         (calls through f_op pointers, found as they run)
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -44,6 +46,19 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++)
 			getppid();
 		printf("%.1f ns per getppid\n", (double)(now_ns() - t0) / (double)n);
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[1], "pipes") == 0) {
+		long n = atol(argv[2]);
+
+		if (pipe(p) != 0)
+			return 1;
+		for (long i = 0; i < n; i++) {
+			if (write(p[1], "ping", 4) != 4 || read(p[0], buf, sizeof buf) != 4)
+				return 1;
+			usleep(20000);
+		}
+		printf("%ld reads from a pipe\n", n);
 		return 0;
 	}
 	if (argc == 3 && strcmp(argv[1], "spin") == 0) {

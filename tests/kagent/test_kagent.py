@@ -17,6 +17,10 @@ one boot for every check (a boot under TCG costs seconds):
              ftrace's enabled_functions itself), none is left once
              sptrace is done, nor after rmmod (enabled_functions, and the
              kprobes list)
+  indirect   calls through function pointers, found while the program
+             runs: after its first reads from a pipe, read { ... vfs_read {
+             ... pipe_read } } (f_op->read_iter), likewise vfs_write {
+             pipe_write }
   attach     `sptrace attach --kernel` on a running program: its write,
              read and getppid after the attach show the same chains, and
              attach ends with the program
@@ -48,6 +52,10 @@ sptrace replay sptrace.data > replay.txt 2> replay.err
 echo "@@replay-status $?"
 sed 's/^/@@replay /' replay.txt
 sed 's/^/@@syms /' sptrace.data/kernel.syms
+sptrace run --kernel -o ind.data -- ./kcalls pipes 20 > ind.out 2> ind.err
+echo "@@ind-status $?"
+sed 's/^/@@ind-err /' ind.err
+sptrace replay ind.data | sed 's/^/@@ind-replay /'
 ./kcalls wait go > att.out 2>&1 &
 A=$!
 while [ ! -e go.ready ]; do sleep 0.1; done
@@ -176,6 +184,19 @@ def main():
     tids = m.group(1).split() if m else []
     check(u is not None and u not in tids and '...' not in tids,
           f'no kernel record of the untraced pid {u} (threads left out: {tids or "none"})')
+
+    # indirect
+    check(one(out, 'ind-status') == '0', 'sptrace run --kernel -- kcalls pipes 20: ' +
+          ' / '.join(values(out, 'ind-err')))
+    ind_calls = calls(values(out, 'ind-replay'))
+    for outer, inner, syscall in (('vfs_read', 'pipe_read', 'read'),
+                                  ('vfs_write', 'pipe_write', 'write')):
+        n = sum(1 for _, path in ind_calls if path[-1] == inner and outer in path and
+                syscall in path and path.index(syscall) < path.index(outer))
+        check(n > 0, f'{syscall} {{ ... {outer} {{ ... {inner} }} }}: {n} times '
+              f'(of 20 calls; the first ones reveal the target)')
+    check('found through indirect calls' in ' '.join(values(out, 'ind-err')),
+          'the summary counts the functions found through indirect calls')
 
     # attach
     check(one(out, 'attach-status') == '0' and one(out, 'attached-status') == '0',

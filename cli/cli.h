@@ -85,7 +85,7 @@ int cli_check_event(const char *cmd, const char *on, const char *first);
  * finish: close the device (the probes go) and write the records into the
  * trace DIR, then free; abandon: free without writing. */
 typedef struct cli_kernel cli_kernel;
-cli_kernel *cli_kernel_start(const char *cmd, const char *calls);
+cli_kernel *cli_kernel_start(const char *cmd, const char *calls, int indirect);
 int cli_kernel_trace(cli_kernel *k, pid_t pid);
 int cli_kernel_poll(cli_kernel *k);
 int cli_kernel_finish(cli_kernel *k, const char *dir);

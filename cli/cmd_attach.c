@@ -82,6 +82,13 @@ static const char help[] =
 	"  --kernel-calls LIST the system calls followed into the kernel, by name,\n"
 	"                      comma-separated (default: read, write, openat,\n"
 	"                      getppid and 21 more common ones); implies --kernel\n"
+	"  --kernel-indirect   with --kernel, also follow the kernel's calls through\n"
+	"                      function pointers (vfs_read's f_op->read_iter, ...):\n"
+	"                      kprobes on the indirect calls of the functions probed\n"
+	"                      find their targets as the program runs, hooked from\n"
+	"                      their next call on.  Every process passing one of\n"
+	"                      those calls pays a kprobe hit meanwhile (bench/KAGENT.md);\n"
+	"                      implies --kernel\n"
 	"  --timeout SECONDS   how long to wait for the agent to be ready (default 120)\n"
 	"  -h, --help          this text\n"
 	"\n"
@@ -177,7 +184,8 @@ int cmd_attach(int argc, char **argv)
 		{ "threads", required_argument, 0, 'T' },   { "help", no_argument, 0, 'h' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
 		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
-		{ "kernel-calls", required_argument, 0, 'C' }, { 0, 0, 0, 0 },
+		{ "kernel-calls", required_argument, 0, 'C' }, { "kernel-indirect", no_argument, 0, 'I' },
+		{ 0, 0, 0, 0 },
 	};
 	const char *dir = NULL, *on = "now", *threads = "", *chord = NULL;
 	cli_hotkey *hk = NULL;
@@ -191,7 +199,7 @@ int cmd_attach(int argc, char **argv)
 	char proc[64];
 	bool same_user;
 	char session[128] = "", daemon[256] = "", wait[16] = "3000";
-	int propagate = 1, kernel = 0;
+	int propagate = 1, kernel = 0, indirect = 0;
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
 	long pidl;
@@ -228,6 +236,7 @@ int cmd_attach(int argc, char **argv)
 		case 'N': propagate = 0; break;
 		case 'K': kernel = 1; break;
 		case 'C': kernel = 1; kernel_calls = optarg; break;
+		case 'I': kernel = 1; indirect = 1; break;
 		case 'W':
 			if (cli_propagate_wait("attach", optarg, wait, sizeof wait))
 				return 2;
@@ -288,7 +297,7 @@ int cmd_attach(int argc, char **argv)
 		owner.gid = st.st_gid;
 	}
 	/* The module first: without it the previous trace keeps its place. */
-	if (kernel && !(kern = cli_kernel_start("attach", kernel_calls)))
+	if (kernel && !(kern = cli_kernel_start("attach", kernel_calls, indirect)))
 		return 1;
 	if (cli_find_agent("attach", agent, sizeof agent) ||
 	    cli_prepare_trace_dir("attach", dir, &owner, absdir)) {

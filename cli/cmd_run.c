@@ -81,6 +81,13 @@ static const char help[] =
 	"  --kernel-calls LIST the system calls followed into the kernel, by name,\n"
 	"                      comma-separated (default: read, write, openat, close,\n"
 	"                      getppid and 20 more common ones); implies --kernel\n"
+	"  --kernel-indirect   with --kernel, also follow the kernel's calls through\n"
+	"                      function pointers (vfs_read's f_op->read_iter, ...):\n"
+	"                      kprobes on the indirect calls of the functions probed\n"
+	"                      find their targets as the program runs, hooked from\n"
+	"                      their next call on.  Every process passing one of\n"
+	"                      those calls pays a kprobe hit meanwhile (bench/KAGENT.md);\n"
+	"                      implies --kernel\n"
 	"  -h, --help          this text\n"
 	"\n"
 	"Then: 'sptrace replay DIR' prints the call trees, 'sptrace report DIR' the\n"
@@ -329,10 +336,11 @@ int cmd_run(int argc, char **argv)
 		{ "threads", required_argument, 0, 'T' },   { "flight-recorder", no_argument, 0, 'F' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
 		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
-		{ "kernel-calls", required_argument, 0, 'C' }, { 0, 0, 0, 0 },
+		{ "kernel-calls", required_argument, 0, 'C' }, { "kernel-indirect", no_argument, 0, 'I' },
+		{ 0, 0, 0, 0 },
 	};
 	char session[128] = "", daemon[256] = "", wait[16] = "3000";
-	int propagate = 1, kernel = 0, go[2] = { -1, -1 };
+	int propagate = 1, kernel = 0, indirect = 0, go[2] = { -1, -1 };
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
 	int flight = 0;
@@ -369,6 +377,7 @@ int cmd_run(int argc, char **argv)
 		case 'N': propagate = 0; break;
 		case 'K': kernel = 1; break;
 		case 'C': kernel = 1; kernel_calls = optarg; break;
+		case 'I': kernel = 1; indirect = 1; break;
 		case 'W':
 			if (cli_propagate_wait("run", optarg, wait, sizeof wait))
 				return 2;
@@ -399,7 +408,7 @@ int cmd_run(int argc, char **argv)
 	if ((c = cannot_start(argv[optind])))
 		return c;
 	/* The module first: without it the previous trace keeps its place. */
-	if (kernel && !(kern = cli_kernel_start("run", kernel_calls)))
+	if (kernel && !(kern = cli_kernel_start("run", kernel_calls, indirect)))
 		return 1;
 	if (cli_find_agent("run", agent, sizeof agent) ||
 	    cli_prepare_trace_dir("run", dir, &owner, absdir)) {

@@ -101,6 +101,7 @@ struct cli_kernel {
 	struct spk_site *sites; /* indirect calls found */
 	size_t nsites, capsites, sites_sent, watched;
 	size_t found;           /* functions found through indirect calls */
+	int indirect;           /* --kernel-indirect: watch the indirect calls */
 };
 
 /* ---- /proc/kallsyms ---- */
@@ -356,7 +357,7 @@ static int follow(cli_kernel *k, const ksym *f, int depth)
 		if (x->op_count == 1 && x->operands[0].type == X86_OP_IMM)
 			t = sym_at(k->syms, k->nsyms, (uint64_t)x->operands[0].imm);
 		if ((reg = indirect_reg(k, x, t)) >= 0 && reg != SPK_REG_RSP) {
-			if (site_add(k, in->address, reg) < 0)
+			if (k->indirect && site_add(k, in->address, reg) < 0)
 				break;
 			continue;
 		}
@@ -538,7 +539,9 @@ static int prepare(cli_kernel *k, const char *calls)
 		"(depth %d)", k->nfuncs, k->ncalls, k->ncalls == 1 ? "" : "s", DEPTH);
 	if (refused)
 		fprintf(stderr, "; %zu refused by ftrace (no __fentry__ call)", refused);
-	fprintf(stderr, "; %zu indirect calls watched\n", k->watched);
+	if (k->indirect)
+		fprintf(stderr, "; %zu indirect calls watched", k->watched);
+	fputc('\n', stderr);
 	rc = 0;
 out:
 	free(list);
@@ -610,7 +613,7 @@ static int open_device(cli_kernel *k)
 	return 0;
 }
 
-cli_kernel *cli_kernel_start(const char *cmd, const char *calls)
+cli_kernel *cli_kernel_start(const char *cmd, const char *calls, int indirect)
 {
 	cli_kernel *k = calloc(1, sizeof *k);
 
@@ -619,6 +622,7 @@ cli_kernel *cli_kernel_start(const char *cmd, const char *calls)
 		return NULL;
 	}
 	k->cmd = cmd;
+	k->indirect = indirect;
 	if (open_device(k)) {
 		free(k);
 		return NULL;

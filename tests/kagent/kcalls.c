@@ -12,6 +12,8 @@
  *                         (sptrace attach --kernel)
  *   kcalls pipes N        N writes and reads through a pipe, 20 ms apart
  *                         (calls through f_op pointers, found as they run)
+ *   kcalls ploop N        N writes and reads through a pipe; prints the ns
+ *                         per pair
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -46,6 +48,19 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++)
 			getppid();
 		printf("%.1f ns per getppid\n", (double)(now_ns() - t0) / (double)n);
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[1], "ploop") == 0) {
+		long n = atol(argv[2]);
+		long long t0;
+
+		if (pipe(p) != 0)
+			return 1;
+		t0 = now_ns();
+		for (long i = 0; i < n; i++)
+			if (write(p[1], "ping", 4) != 4 || read(p[0], buf, sizeof buf) != 4)
+				return 1;
+		printf("%.1f ns per write and read\n", (double)(now_ns() - t0) / (double)n);
 		return 0;
 	}
 	if (argc == 3 && strcmp(argv[1], "pipes") == 0) {

@@ -17,8 +17,8 @@ one boot for every check (a boot under TCG costs seconds):
              ftrace's enabled_functions itself), none is left once
              sptrace is done, nor after rmmod (enabled_functions, and the
              kprobes list)
-  indirect   calls through function pointers, found while the program
-             runs: after its first reads from a pipe, read { ... vfs_read {
+  indirect   with --kernel-indirect, calls through function pointers, found
+             while the program runs: after its first reads from a pipe, read { ... vfs_read {
              ... pipe_read } } (f_op->read_iter), likewise vfs_write {
              pipe_write }
   attach     `sptrace attach --kernel` on a running program: its write,
@@ -52,7 +52,7 @@ sptrace replay sptrace.data > replay.txt 2> replay.err
 echo "@@replay-status $?"
 sed 's/^/@@replay /' replay.txt
 sed 's/^/@@syms /' sptrace.data/kernel.syms
-sptrace run --kernel -o ind.data -- ./kcalls pipes 20 > ind.out 2> ind.err
+sptrace run --kernel-indirect -o ind.data -- ./kcalls pipes 20 > ind.out 2> ind.err
 echo "@@ind-status $?"
 sed 's/^/@@ind-err /' ind.err
 sptrace replay ind.data | sed 's/^/@@ind-replay /'
@@ -73,6 +73,8 @@ echo "@@ftrace-after-close $(grep -c . /sys/kernel/debug/tracing/enabled_functio
 sptrace run --kernel -o during.data -- ./kcalls cat /sys/kernel/debug/tracing/enabled_functions > during.out 2>/dev/null
 echo "@@during-status $? $(grep -c . during.out)"
 echo "@@ftrace-after-second $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
+sptrace run --kernel -o during2.data -- ./kcalls cat /sys/kernel/debug/kprobes/list > during2.out 2>/dev/null
+echo "@@kprobes-during-plain $? $(grep -c . during2.out)"
 rmmod sptrace_kagent; echo "@@rmmod $?"
 echo "@@kprobes-after-rmmod $(grep -c . /sys/kernel/debug/kprobes/list)"
 echo "@@ftrace-after-rmmod $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
@@ -186,7 +188,7 @@ def main():
           f'no kernel record of the untraced pid {u} (threads left out: {tids or "none"})')
 
     # indirect
-    check(one(out, 'ind-status') == '0', 'sptrace run --kernel -- kcalls pipes 20: ' +
+    check(one(out, 'ind-status') == '0', 'sptrace run --kernel-indirect -- kcalls pipes 20: ' +
           ' / '.join(values(out, 'ind-err')))
     ind_calls = calls(values(out, 'ind-replay'))
     for outer, inner, syscall in (('vfs_read', 'pipe_read', 'read'),
@@ -218,6 +220,8 @@ def main():
     during = (one(out, 'during-status') or '').split()
     check(len(during) == 2 and during[0] == '0' and int(during[1]) > 0,
           f'hooks in place while a traced program runs: {during[1:] or "?"} in enabled_functions')
+    check(one(out, 'kprobes-during-plain') == '0 0',
+          f'--kernel alone puts no kprobe in (status, kprobes: {one(out, "kprobes-during-plain")})')
     for key in ('kprobes-after-close', 'ftrace-after-close', 'ftrace-after-second'):
         check(one(out, key) == '0', f'{key}: {one(out, key)} left')
     check(one(out, 'rmmod') == '0', 'rmmod sptrace_kagent')

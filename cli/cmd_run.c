@@ -51,7 +51,11 @@ static const char help[] =
 	"                        key CHORD     when the key chord is pressed (Ctrl-Alt-T;\n"
 	"                                      X11 when $DISPLAY is set, else the kernel\n"
 	"                                      module's keyboard notifier, /dev/sptrace),\n"
-	"                                      likewise; again, tracing stops, and so on\n"
+	"                                      likewise; again, tracing stops, and so on.\n"
+	"                                      With --flight-recorder: traced from the\n"
+	"                                      start, and the chord freezes the rings\n"
+	"                                      (what the last seconds before it left in\n"
+	"                                      them is kept); again, tracing resumes\n"
 	"                        accept        when a thread's accept returns a connection\n"
 	"                        recv          when a thread receives data on a socket\n"
 	"                                      (recv, recvfrom, recvmsg, or read of a socket)\n"
@@ -398,10 +402,13 @@ int cmd_run(int argc, char **argv)
 	if (optind >= argc)
 		return cli_error("run: no program given; see 'sptrace run --help'"), 2;
 	if (chord) {
-		/* the agent waits dormant, as for 'sptrace activate'; the chord is ours */
+		/* the agent waits dormant, as for 'sptrace activate'; the chord is
+		 * ours.  A flight recorder records from the start instead, and the
+		 * chord freezes it ('sptrace stop': its rings keep what the last
+		 * seconds left in them). */
 		if (cli_hotkey_check("run", chord))
 			return 2;
-		on = "signal";
+		on = flight ? "start" : "signal";
 	}
 	if (cli_check_event("run", on, "start"))
 		return 2;
@@ -521,7 +528,11 @@ int cmd_run(int argc, char **argv)
 	 * agent keeps the records itself: nothing to do meanwhile.) */
 	signal(SIGINT, SIG_IGN);
 	signal(SIGQUIT, SIG_IGN);
-	if (hk)
+	if (hk && flight)
+		fprintf(stderr, "sptrace: pid %d is traced into its flight recorder; %s (%s) "
+			"freezes it, keeping the records before the press; pressed again, tracing "
+			"resumes, and so on\n", (int)pid, chord, cli_hotkey_backend(hk));
+	else if (hk)
 		fprintf(stderr, "sptrace: pid %d waits for %s (%s): tracing starts when it is "
 			"pressed; pressed again, it stops, and so on\n", (int)pid, chord,
 			cli_hotkey_backend(hk));
@@ -539,8 +550,11 @@ int cmd_run(int argc, char **argv)
 			busy = 1;
 		/* the chord: activate, stop, activate... (as 'sptrace activate|stop') */
 		for (int n = hk ? cli_hotkey_wait(hk, busy ? 0 : 1) : 0; n > 0; n--) {
-			fprintf(stderr, "sptrace: %s pressed\n", chord);
-			cli_control_pid(presses++ % 2 == 0, pid, 5);
+			int activate = (presses++ % 2 == 0) != flight;
+
+			fprintf(stderr, "sptrace: %s pressed%s\n", chord, !flight ? "" : activate ?
+				": tracing resumes" : ": the flight recorder is frozen");
+			cli_control_pid(activate, pid, 5);
 		}
 		if (kern && !hk && !busy)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);

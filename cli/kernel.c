@@ -753,25 +753,70 @@ static int rec_cmp(const void *a, const void *b)
 	return x->tsc < y->tsc ? -1 : x->tsc > y->tsc;
 }
 
-/* The TSC of the trace's first activation: records before it are not the
- * traced program's flow (the loader, the agent's start). */
-static uint64_t activation_tsc(const char *dir)
+/* When the trace was active: meta's activated and stopped lines (TSC
+ * first), as spans [from, to).  Records outside them are not the traced
+ * program's flow as the trace shows it: the loader and the agent's start
+ * before the first activation, or time while `sptrace stop` (or a chord
+ * freezing a flight recorder) held it.  No activated line: one span, all. */
+typedef struct span {
+	uint64_t from, to;
+} span;
+
+static int ev_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+static size_t active_spans(const char *dir, span **out)
 {
 	an_meta *m = NULL;
 	sp_err e;
-	uint64_t first = UINT64_MAX;
+	uint64_t (*ev)[2] = NULL;
+	size_t nev = 0, n = 0;
+	span *sp;
 
+	*out = NULL;
 	if (an_meta_read(dir, &m, &e) < 0)
 		return 0;
-	for (size_t l = 0; l < an_meta_nlines(m); l++) {
+	ev = calloc(an_meta_nlines(m) + 1, sizeof *ev);
+	for (size_t l = 0; ev && l < an_meta_nlines(m); l++) {
 		unsigned long long t;
+		int act = strcmp(an_meta_key(m, l), TRACE_META_ACTIVATED) == 0;
 
-		if (strcmp(an_meta_key(m, l), TRACE_META_ACTIVATED) == 0 &&
-		    sscanf(an_meta_val(m, l), "%llu", &t) == 1 && t < first)
-			first = t;
+		if ((act || strcmp(an_meta_key(m, l), TRACE_META_STOPPED) == 0) &&
+		    sscanf(an_meta_val(m, l), "%llu", &t) == 1) {
+			ev[nev][0] = t;
+			ev[nev++][1] = (uint64_t)act;
+		}
 	}
 	an_meta_free(m);
-	return first == UINT64_MAX ? 0 : first;
+	sp = ev ? calloc(nev + 1, sizeof *sp) : NULL;
+	if (!sp) {
+		free(ev);
+		return 0;
+	}
+	qsort(ev, nev, sizeof *ev, ev_cmp);
+	for (size_t i = 0; i < nev; i++) {
+		if (ev[i][1] && (n == 0 || sp[n - 1].to != UINT64_MAX))
+			sp[n++] = (span){ ev[i][0], UINT64_MAX };
+		else if (!ev[i][1] && n && sp[n - 1].to == UINT64_MAX)
+			sp[n - 1].to = ev[i][0];
+	}
+	free(ev);
+	if (!n)
+		sp[n++] = (span){ 0, UINT64_MAX };
+	*out = sp;
+	return n;
+}
+
+static int in_spans(const span *sp, size_t n, uint64_t tsc)
+{
+	for (size_t i = 0; i < n; i++)
+		if (tsc >= sp[i].from && tsc < sp[i].to)
+			return 1;
+	return 0;
 }
 
 /* The index the kernel's module line takes: one past the meta's largest. */
@@ -888,7 +933,9 @@ static int write_names(cli_kernel *k, const char *dir, uint32_t module, const ui
 
 int cli_kernel_finish(cli_kernel *k, const char *dir)
 {
-	uint64_t act = activation_tsc(dir), early = 0, stray = 0, outside = 0, kept = 0, lost;
+	span *spans = NULL;
+	size_t nspans = active_spans(dir, &spans);
+	uint64_t early = 0, paused = 0, stray = 0, outside = 0, kept = 0, lost;
 	uint32_t tid = 0, in_call = 0, stray_tids[8];
 	size_t nstray_tids = 0;
 	int has_ring = 0;
@@ -939,8 +986,11 @@ outside:
 			r->func = DROPPED;
 			continue;
 		}
-		if (r->tsc < act) {
-			early++;
+		if (!in_spans(spans, nspans, r->tsc)) {
+			if (!nspans || r->tsc < spans[0].from)
+				early++;
+			else
+				paused++;
 			r->func = DROPPED;
 			continue;
 		}
@@ -991,6 +1041,8 @@ outside:
 		kept, nthreads, nthreads == 1 ? "" : "s");
 	if (early)
 		fprintf(stderr, "; %" PRIu64 " from before the activation left out", early);
+	if (paused)
+		fprintf(stderr, "; %" PRIu64 " from while tracing was stopped left out", paused);
 	if (outside)
 		fprintf(stderr, "; %" PRIu64 " outside the followed system calls left out", outside);
 	if (stray) {
@@ -1010,6 +1062,7 @@ outside:
 			"in the module was full)", (unsigned long long)info.missed_depth);
 	fputc('\n', stderr);
 	free(site);
+	free(spans);
 	cli_kernel_abandon(k);
 	return rc;
 }

@@ -32,7 +32,10 @@
 # being killed outright.
 #
 # Guest: $SPTRACE_GUEST_MEM MiB of memory (default 1024), $SPTRACE_GUEST_CPUS
-# CPUs (default 1).  Needs scripts/install-deps.sh's qemu-system-x86,
+# CPUs (default 1).  $SPTRACE_GUEST_ICOUNT=SHIFT runs qemu with -icount
+# shift=SHIFT: the guest's clocks count instructions (2^SHIFT ns each), not
+# the host's time, so timings inside do not depend on the host's load
+# (bench/kagent_bench.sh).  Needs scripts/install-deps.sh's qemu-system-x86,
 # linux-image-amd64, linux-headers-amd64, busybox-static and cpio.
 set -euo pipefail
 
@@ -195,6 +198,11 @@ cat "$base" "$run/extra.cpio" > "$run/initrd"
 
 # ---- boot
 : > "$run/console"; : > "$run/out"; : > "$run/err"
+icount=()
+if [ -n "${SPTRACE_GUEST_ICOUNT:-}" ]; then
+	case "$SPTRACE_GUEST_ICOUNT" in *[!0-9]*) die "SPTRACE_GUEST_ICOUNT=$SPTRACE_GUEST_ICOUNT: a shift (0..10)" ;; esac
+	icount=(-icount "shift=$SPTRACE_GUEST_ICOUNT")
+fi
 monitor=(-monitor none)
 if [ ${#sendkeys[@]} -gt 0 ]; then
 	monitor=(-monitor "unix:$run/monitor,server=on,wait=off")
@@ -205,7 +213,7 @@ setpriv --pdeathsig KILL -- timeout -s KILL "$limit" \
 	-kernel "$vmlinux" -initrd "$run/initrd" \
 	-append "console=ttyS0 quiet loglevel=3 panic=-1 oops=panic rdinit=/init" \
 	-serial "file:$run/console" -serial "file:$run/out" -serial "file:$run/err" \
-	"${monitor[@]}" </dev/null >"$run/qemu.log" 2>&1 &
+	"${icount[@]}" "${monitor[@]}" </dev/null >"$run/qemu.log" 2>&1 &
 qpid=$!
 
 # --sendkey: watch the commands' stdout for each marker in turn, then

@@ -17,6 +17,10 @@ monitor (guest.sh --sendkey).  tests/progs/ticker.c calls tick() every
             (the device free again after run's close): it waits through the
             notifier, the chord starts tracing, attach ends with the process
             and replay shows tick()
+  freeze    `run --flight-recorder --on key Ctrl-Alt-T`: traced from the
+            start (activated before any press); the chord freezes the
+            flight recorder (meta's stopped line, "frozen" said): replay
+            shows the ticks before the press and not the 3 s after it
   unload    the notifier is gone with the device's close: rmmod succeeds
 
 usage: test_kagent_keys.py GUEST_SH TICKER
@@ -80,6 +84,24 @@ echo "@@att-status $?"
 sed 's/^/@@att-out /' att.out
 sed 's/^/@@att-err /' att.err
 echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
+mkfifo in3
+sptrace run --flight-recorder --on key Ctrl-Alt-T -o fr.data -- ./ticker < in3 > ticker3.out 2> fr.err &
+F=$!
+exec 5> in3
+wait_for ticker3.out ready 1200
+wait_for fr.err 'flight recorder' 600
+sleep 2
+echo "@@fr-activated-before $(grep -c '^activated ' fr.data/meta 2>/dev/null)"
+echo "@@press-freeze"
+wait_for fr.data/meta '^stopped ' 900
+echo "@@fr-stopped $(grep -c '^stopped ' fr.data/meta 2>/dev/null)"
+sleep 3
+exec 5>&-
+wait $F
+echo "@@fr-status $?"
+sed 's/^/@@fr-err /' fr.err
+sed 's/^/@@fr-ticker /' ticker3.out
+echo "@@fr-tick-calls $(sptrace replay fr.data 2>&1 | grep -c 'tick();')"
 rmmod sptrace_kagent; echo "@@rmmod $?"
 '''
 
@@ -91,7 +113,8 @@ def main():
                         '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
                         '--sendkey', '@@wrong-fewer', 'ctrl-t',
                         '--sendkey', '@@press', 'ctrl-alt-t',
-                        '--sendkey', '@@press-attach', 'ctrl-alt-t', GUEST],
+                        '--sendkey', '@@press-attach', 'ctrl-alt-t',
+                        '--sendkey', '@@press-freeze', 'ctrl-alt-t', GUEST],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        errors='replace',
                        # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
@@ -134,6 +157,18 @@ def main():
           f'{one(out, "att-status")} {att}')
     n = int(one(out, 'att-tick-calls') or 0)
     check(n > 5, f'replay of the attached trace shows tick() {n} times')
+    # freeze
+    fr = ' / '.join(values(out, 'fr-err'))
+    check(one(out, 'fr-activated-before') == '1', f'--flight-recorder --on key traces from the '
+          f'start ({one(out, "fr-activated-before")} activated lines before the press): ' + fr)
+    check(one(out, 'fr-stopped') == '1' and 'the flight recorder is frozen' in fr,
+          f'the chord froze it ({one(out, "fr-stopped")} stopped lines): ' + fr)
+    ticks = re.search(r'ticks (\d+)', ' '.join(values(out, 'fr-ticker')))
+    n = int(one(out, 'fr-tick-calls') or 0)
+    check(one(out, 'fr-status') == '0' and ticks and 50 < n < int(ticks.group(1)) - 100,
+          f'replay shows tick() {n} times of {ticks.group(1) if ticks else "?"}: the ticks '
+          'before the press, not the 3 s after')
+
     # unload
     check(one(out, 'rmmod') == '0', 'rmmod after the run: the notifier is gone')
 

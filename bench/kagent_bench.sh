@@ -4,6 +4,10 @@
 # configurations interleaved over ROUNDS rounds; prints the Markdown of
 # bench/KAGENT.md.  Usage, from the source tree:
 #   bench/kagent_bench.sh > bench/KAGENT.md      (N=100000 ROUNDS=7 by default)
+#   SPTRACE_GUEST_ICOUNT=0 ROUNDS=3 bench/kagent_bench.sh
+#       the same with qemu's -icount shift=0: the guest's clock counts
+#       instructions (1 ns each), so the figures are instruction counts,
+#       the same from run to run whatever the host's load
 #
 # Each configuration times N getppid calls in one process (kcalls loop N):
 #   untraced   the module loaded, no probe in the kernel
@@ -58,9 +62,10 @@ for r in \$(seq $ROUNDS); do
 	rm -rf u.\$r k.\$r i.\$r j.\$r
 done
 " > "$tmp/out"
-python3 - "$tmp/out" "$N" "$ROUNDS" "$P" <<'PY'
+python3 - "$tmp/out" "$N" "$ROUNDS" "$P" "${SPTRACE_GUEST_ICOUNT:-}" <<'PY'
 import statistics, sys, datetime
 out, n, rounds, p = open(sys.argv[1]).read().splitlines(), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+icount = sys.argv[5]
 med = statistics.median
 rs = []                                   # per round: {key: [values]}
 for l in out:
@@ -85,8 +90,12 @@ base = [statistics.mean(r['untraced']) for r in rs]
 pbase = [statistics.mean(r['puntraced']) for r in rs]
 kcalls = med(col('krecords')) / 2 / n          # kernel functions recorded per getppid
 print('# sptrace --kernel: cost (bench/kagent_bench.sh)\n')
+clock = (f'with -icount shift={icount}: the guest\'s clock counts instructions, '
+         f'{2 ** int(icount)} ns each, so every figure is an instruction count, the same '
+         f'whatever the host\'s load' if icount else
+         'emulated: compare ratios, not nanoseconds')
 print(f'Measured {datetime.date.today()} in Debian\'s 6.1 kernel under qemu TCG '
-      f'(one vCPU, emulated: compare ratios, not nanoseconds), {len(rs)} rounds, '
+      f'(one vCPU; {clock}), {len(rs)} rounds, '
       f'N = {n} getppid calls and {p} pipe write+read pairs each.  Each round '
       f'measures the untraced loops at its start and its end; every other figure '
       f'is divided by their mean.  Medians over the rounds (each round in brackets).\n')

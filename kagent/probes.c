@@ -33,7 +33,7 @@
  *     target).
  *  3. On every call of a probed function by any thread, spk_direct tests
  *     the current thread's tgid in the scope's bitmap (scope.c) and an
- *     untraced thread returns at once: a call, four instructions and a
+ *     untraced thread returns at once: a call, five instructions and a
  *     return are all it pays.  A set bit goes on to spk_on_direct, which
  *     confirms the scope (the tgid array, and task context: an interrupt
  *     on a traced thread's CPU is not recorded).
@@ -45,11 +45,12 @@
  *     leaves its records in two rings, which user space merges per thread
  *     by timestamp.
  *  5. Closing /dev/sptrace (or unloading the module) empties the scope,
- *     starts a new session for the shadow stacks (a return still pending
- *     records nothing), then unregister_ftrace_direct_multi removes every
- *     batch's calls and waits until no thread is inside spk_direct: after it the kernel's text is what
- *     it was, and the rings have no writer but the returns still pending,
- *     which write nothing.
+ *     removes indirect.c's kprobes, starts a new session for the shadow
+ *     stacks (a return still pending records nothing), then
+ *     unregister_ftrace_direct_multi removes every batch's calls and waits
+ *     until no thread is inside spk_direct: after it the kernel's text is
+ *     what it was, and the rings have no writer (the returns still pending
+ *     write nothing).
  */
 #include <linux/ftrace.h>
 #include <linux/hash.h>

@@ -15,8 +15,8 @@
  *   3. SPK_IOC_SCOPE_ADD: a process (thread group) to trace; the processes
  *      it forks join the scope, and each leaves it when it exits;
  *   4. mmap of the rings, read-only: ring c at offset c * SPK_RING_BYTES;
- *   5. close: the scope is emptied and every hook removed (the kernel's
- *      text is as it was before step 2).  Unloading the module
+ *   5. close: the scope is emptied and every hook and kprobe removed (the
+ *      kernel's text is as it was before step 2).  Unloading the module
  *      does the same.
  * Calls through function pointers (kagent/indirect.c has the protocol):
  * SPK_IOC_SITES names indirect call instructions and the register that

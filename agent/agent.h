@@ -317,6 +317,7 @@ extern __thread uint8_t ag_tls_quiet __attribute__((tls_model("initial-exec")));
 uint64_t ag_rdtsc(void);               /* the TSC; another clock for a quiet thread */
 uint64_t ag_tsc_fallback(void);
 void ag_tsc_calibrated(uint64_t hz, uint64_t tsc0, uint64_t mono0); /* main.c */
+uint64_t ag_tsc_hz(void);       /* as calibrated, 0 before */
 bool ag_tsc_usable(int tid);           /* before a ring: may go quiet (a system call) */
 bool ag_quiet_tid(int tid);            /* a thread known quiet (the activation skips it) */
 /* Fatal-signal handlers first: a SIGSEGV of an agent's rdtsc, handled. */

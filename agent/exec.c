@@ -124,7 +124,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 				  const char *kind)
 {
 	const char *preload = NULL, *bind = NULL;
-	char dir[4300];
+	char dir[4300], hz[24] = "";
 
 	if (!agent_path[0] || !ag_dir[0])
 		return NULL;
@@ -144,6 +144,8 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	snprintf(b->sub, sizeof b->sub, "%s.%d.%u", kind, (int)getpid(),
 		 __atomic_add_fetch(&exec_seq, 1, __ATOMIC_RELAXED));
 	snprintf(dir, sizeof dir, "%s/%s", ag_dir, b->sub);
+	if (ag_tsc_hz())
+		snprintf(hz, sizeof hz, "%llu", (unsigned long long)ag_tsc_hz());
 	if (put(b, "LD_PRELOAD", agent_path))
 		return NULL;
 	if (preload && *preload) {
@@ -161,6 +163,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    put(b, "LD_BIND_NOW", "1") || put(b, "SPTRACE_DIR", dir) ||
 	    put(b, "SPTRACE_ON", ag_active() ? "start" : ag_on_event()) ||
 	    put(b, "SPTRACE_EXEC_OF", ag_dir) ||
+	    (hz[0] && put(b, "SPTRACE_TSC_HZ", hz)) ||
 	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)) ||
 	    (ag_ring_keeps_all() && put(b, "SPTRACE_RECORDS", "all")) ||
 	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||

@@ -21,6 +21,9 @@
  *                          (that thread and those it creates trace) or "all"
  *   SPTRACE_EXEC_OF        set by the agent of an image that exec'd this one
  *                          (exec.c): SPTRACE_DIR is a new subdirectory of it
+ *   SPTRACE_TSC_HZ         the time-stamp counter's rate as sptrace (or the
+ *                          agent of the image that exec'd this one) measured
+ *                          it: this agent need not spend 2 ms measuring it
  */
 #include <cpuid.h>
 #include <errno.h>
@@ -263,7 +266,19 @@ static void meta_append_any(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* TSC rate from two clock readings `ms` apart. */
+/* The TSC's rate handed to the agent (SPTRACE_TSC_HZ, attach's tsc_hz=),
+ * 0 if none; one between 100 MHz and 100 GHz is taken. */
+static uint64_t given_hz;
+
+static void take_hz(const char *s)
+{
+	uint64_t hz = s ? strtoull(s, NULL, 10) : 0;
+
+	given_hz = hz >= 100000000ull && hz <= 100000000000ull ? hz : 0;
+}
+
+/* The TSC's rate, and a reading of it with the clocks' (tsc0, mono0,
+ * real0).  Measured over 2 ms of spinning unless it was handed over. */
 static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 {
 	uint64_t t0, m0, t1, m1;
@@ -271,12 +286,14 @@ static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 	*real0 = ns(CLOCK_REALTIME);
 	m0 = ns(CLOCK_MONOTONIC);
 	t0 = ag_rdtsc();
+	*tsc0 = t0;
+	*mono0 = m0;
+	if (given_hz)
+		return given_hz;
 	do {
 		m1 = ns(CLOCK_MONOTONIC);
 	} while (m1 - m0 < 2000000);
 	t1 = ag_rdtsc();
-	*tsc0 = t0;
-	*mono0 = m0;
 	return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
 }
 
@@ -732,6 +749,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_THREADS");
 	unsetenv("SPTRACE_SESSION");
 	unsetenv("SPTRACE_PROPAGATE_WAIT");
+	unsetenv("SPTRACE_TSC_HZ");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -997,6 +1015,7 @@ __attribute__((constructor)) static void agent_init(void)
 	snprintf(env_session, sizeof env_session, "%s", getenv("SPTRACE_SESSION") ?: "");
 	snprintf(env_wait, sizeof env_wait, "%s", getenv("SPTRACE_PROPAGATE_WAIT") ?: "");
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
+	take_hz(getenv("SPTRACE_TSC_HZ"));
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }
@@ -1044,7 +1063,12 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 			snprintf(attach_session, sizeof attach_session, "%.*s", (int)(len - 8), p + 8);
 		else if (len > 5 && strncmp(p, "wait=", 5) == 0)
 			snprintf(attach_wait, sizeof attach_wait, "%.*s", (int)(len - 5), p + 5);
-		else if (len > 7 && strncmp(p, "expect=", 7) == 0 && attach_nexpect < 4)
+		else if (len > 7 && strncmp(p, "tsc_hz=", 7) == 0 && len < 40) {
+			char hz[40];
+
+			snprintf(hz, sizeof hz, "%.*s", (int)(len - 7), p + 7);
+			take_hz(hz);
+		} else if (len > 7 && strncmp(p, "expect=", 7) == 0 && attach_nexpect < 4)
 			snprintf(attach_expect[attach_nexpect++], sizeof attach_expect[0], "%.*s",
 				 (int)(len - 7), p + 7);
 		p = nl ? nl + 1 : p + len;

@@ -66,6 +66,11 @@ void ag_tsc_calibrated(uint64_t hz, uint64_t tsc0, uint64_t mono0)
 	cal_mono0 = mono0;
 }
 
+uint64_t ag_tsc_hz(void)
+{
+	return cal_hz;
+}
+
 uint64_t ag_rdtsc(void)
 {
 	uint32_t lo, hi;

@@ -340,7 +340,7 @@ int cmd_run(int argc, char **argv)
 	const char *dir = "sptrace.data", *on = "start", *chord = NULL;
 	cli_hotkey *hk = NULL;
 	int presses = 0;
-	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
+	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "", tsc_hz[24];
 	char meta[PATH_MAX + 8];
 	const char *old_preload = getenv("LD_PRELOAD");
 	int c, status, errpipe[2], exec_errno = 0;
@@ -443,6 +443,7 @@ int cmd_run(int argc, char **argv)
 	 * empty read means the program is running. */
 	if (pipe2(errpipe, O_CLOEXEC) != 0)
 		return cli_error("run: cannot create a pipe: %s", strerror(errno));
+	snprintf(tsc_hz, sizeof tsc_hz, "%llu", (unsigned long long)sp_tsc_hz());
 	fflush(NULL);
 	pid = fork();
 	if (pid < 0)
@@ -464,6 +465,7 @@ int cmd_run(int argc, char **argv)
 		setenv("LD_PRELOAD", preload, 1);
 		setenv("SPTRACE_DIR", absdir, 1);
 		setenv("SPTRACE_ON", on, 1);
+		setenv("SPTRACE_TSC_HZ", tsc_hz, 1);
 		if (*ring)
 			setenv("SPTRACE_RING_BYTES", ring, 1);
 		if (flight)

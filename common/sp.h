@@ -29,6 +29,17 @@ int sp_failctx(sp_err *err, const char *fmt, ...) __attribute__((format(printf, 
 /* Nanoseconds of CLOCK_MONOTONIC. */
 uint64_t sp_now_ns(void);
 
+/*
+ * The time-stamp counter's rate, in ticks per second, measured once per
+ * process: between sp_tsc_hz_start's reading (the first call of either
+ * does it) and the first sp_tsc_hz, at least 2 ms apart -- sp_tsc_hz waits
+ * for what is missing.  sptrace hands it to every agent it starts, which
+ * then need not spend 2 ms measuring it (the counter ticks at one rate in
+ * every process of a machine: constant_tsc).  0 if the clock failed.
+ */
+void sp_tsc_hz_start(void);
+uint64_t sp_tsc_hz(void);
+
 /* Growable array helper: ensure room for `need` elements of `elsize` bytes. */
 int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize);
 

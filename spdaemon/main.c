@@ -535,6 +535,7 @@ int main(int argc, char **argv)
 		return fail("--name: %s", err.msg);
 	if (!(D.tls = spd_tls_context(D.keys, D.name, 1, &err)))
 		return fail("%s", err.msg);
+	sp_tsc_hz();    /* measured once, before any inject waits for it (sp.h) */
 	if (find_agent() || open_state_dir() || listen_local() || listen_remote())
 		return 1;
 	if (!D.foreground && daemonize())

@@ -40,6 +40,18 @@ uint64_t sp_now_ns(void);
 void sp_tsc_hz_start(void);
 uint64_t sp_tsc_hz(void);
 
+/*
+ * Where the agent's descriptors go in a process whose soft RLIMIT_NOFILE is
+ * `nofile`: 7/8 of it, at most 896 -- above what a program opens first,
+ * below FD_SETSIZE, and without growing the kernel's descriptor table past
+ * 1024 entries (agent/fds.c; the injector grows the table there first:
+ * injector/inject.c).
+ */
+static inline int sp_agent_fd_base(unsigned long long nofile)
+{
+	return (int)((nofile < 1024 ? nofile : 1024) * 7 / 8);
+}
+
 /* Growable array helper: ensure room for `need` elements of `elsize` bytes. */
 int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize);
 

@@ -401,9 +401,10 @@ bool ag_unwind_init(void);
  * now, unwind information is being registered (the walk is skipped). */
 bool ag_unwind_walk_begin(void);
 void ag_unwind_walk_end(void);
-/* FDEs for `n` area slots of `stride` bytes from `first`; each slot's last
- * 8 bytes hold S + len - 1 for its call (written with the area). */
-int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);
+/* Unwind information for `n` area slots of AG_AREA_MAX bytes from `first`
+ * (aligned to AG_AREA_MAX); each slot's last 8 bytes hold S + len - 1 for
+ * its call (written with the area).  -1: none (out of memory, misaligned). */
+int ag_unwind_register_slots(uint64_t first, size_t n);
 
 /* ---- x86_64/tramp.S ---- */
 extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */

@@ -398,6 +398,14 @@ static int user_next(an_iter *it, an_record *r)
 					 &r->msg.off, &r->msg.len);
 			r->msg.recv = r->id == TRACE_EV_MSG_RECV;
 		}
+		if (kind == TRACE_EVENT && trace_event_is_value(r->id)) {
+			/* a join directive's value (trace_format.h, "Values") */
+			r->value = trace_value_unpack(r->id, trace_rec_tsc_low(raw), &r->value_arg);
+			r->id = TRACE_EV_VALUE;
+			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;
+			it->st.nrecords++;
+			return 1;
+		}
 		if (kind == TRACE_EVENT && trace_event_has_key(r->id)) {
 			r->key = trace_rec_tsc_low(raw);
 			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;

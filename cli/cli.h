@@ -74,6 +74,10 @@ int cli_trace_file(const char *dir, const char *name, int flags);
  * event (run: start; attach: now). */
 int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len);
 int cli_check_threads(const char *cmd, const char *arg);
+/* --join DIRECTIVE (trace_format.h, "Values"), checked and added to
+ * room[*n] (room holds CLI_JOIN_MAX). */
+#define CLI_JOIN_MAX 16
+int cli_add_join(const char *cmd, const char **room, size_t *n, const char *arg);
 int cli_check_event(const char *cmd, const char *on, const char *first);
 
 

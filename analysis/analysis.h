@@ -546,6 +546,12 @@ typedef struct an_clock {
 typedef struct an_flows_opts {
 	const char *const *start;
 	size_t nstart;
+	/* Join directives beside those of the traces' meta (rules 9 and 10 of
+	 * flows.c): FUNC:scope ones make scopes; value ones (FUNC:entry:argN,
+	 * FUNC:exit:ret) add nothing: their values are those the agent
+	 * recorded. */
+	const char *const *join;
+	size_t njoin;
 } an_flows_opts;
 
 int an_flows_build(an_session *s, an_flows **out, sp_err *err);
@@ -553,6 +559,10 @@ int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, s
 size_t an_flows_nclocks(const an_flows *f);
 /* Rule 8: matched receives that precede their sends, after rule 7. */
 size_t an_flows_nbackwards(const an_flows *f);
+/* Rule 9: join values taken (their taker joined the giver's flow), and
+ * values given that nothing took (rule 8's breach). */
+size_t an_flows_ntakes(const an_flows *f);
+size_t an_flows_nuntaken(const an_flows *f);
 
 /*
  * The critical path of flow i (flows.c, "Critical path"): where its time

@@ -168,6 +168,9 @@ int cli_analyze_html(const char *path, const char *dir, struct an_session *s,
 /* cmd_flows.c: one more --start FUNC of `cmd` into o, its names kept in
  * room[0..CLI_MAX_START).  0, or 2 after an error (too many). */
 #define CLI_MAX_START 16
+/* Whether the trace DIR's meta has FUNC:scope join lines (1 too when it
+ * has no meta: a collected tree), so its function names are needed. */
+int cli_has_scopes(const char *dir);
 int cli_add_start(const char *cmd, struct an_flows_opts *o, const char **room,
 		  const char *name);
 

@@ -44,6 +44,9 @@ static const char help[] =
 	"  --start FUNC  each call of FUNC (a job, a request handler; as replay names\n"
 	"                it) is a flow of its own, compared with the other calls of\n"
 	"                FUNC by the call paths under it (repeatable)\n"
+	"  --join DIRECTIVE\n"
+	"                a join directive beside those of the trace's meta, as\n"
+	"                'sptrace flows --join' (repeatable)\n"
 	"  --normal REF  REF is a trace (or collected tree) of known-normal runs: each\n"
 	"                unit of DIR is scored by its distance to the nearest unit of\n"
 	"                REF (nearest-normal) and flagged when that is farther than\n"
@@ -177,7 +180,7 @@ int cmd_analyze(int argc, char **argv)
 		{ "top", required_argument, 0, 't' },   { "repo", required_argument, 0, 'r' },
 		{ "by", required_argument, 0, 'b' },    { "profile", required_argument, 0, 'p' },
 		{ "html", required_argument, 0, 'H' },  { "start", required_argument, 0, 's' },
-		{ "help", no_argument, 0, 'h' },
+		{ "join", required_argument, 0, 'J' },  { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
@@ -187,8 +190,8 @@ int cmd_analyze(int argc, char **argv)
 	size_t top = (size_t)-1;
 	sp_err err;
 	char *end;
-	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE, { NULL, 0 } };
-	const char *starts[CLI_MAX_START];
+	const char *starts[CLI_MAX_START], *joins[CLI_JOIN_MAX];
+	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE, { NULL, 0, joins, 0 } };
 	int c, json = 0, rc = 0;
 
 	optind = 1;
@@ -199,6 +202,10 @@ int cmd_analyze(int argc, char **argv)
 		case 'H': html = optarg; break;
 		case 's':
 			if (cli_add_start("analyze", &ao.flows, starts, optarg))
+				return 2;
+			break;
+		case 'J':
+			if (cli_add_join("analyze", joins, &ao.flows.njoin, optarg))
 				return 2;
 			break;
 		case 'b':

@@ -138,8 +138,9 @@ enum trace_event {
  *
  * The value is bits 0..50, sign-extended from bit 50: pointers of user
  * space and integers in [-2^50, 2^50) come back exact; others lose their
- * bits 51..63 (equal values still compare equal).  Its time is the record
- * before's, as for context events.  Readers take a record whose id's low 8
+ * bits 51..63 (equal values still compare equal).  An argument's time is
+ * the record before's (its call's ENTRY), a return value's the EXIT's after
+ * it (a SYNC may come between).  Readers take a record whose id's low 8
  * bits are TRACE_EV_VALUE as a value (trace_value_unpack).
  */
 #define TRACE_VALUE_BITS 51

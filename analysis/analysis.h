@@ -632,6 +632,9 @@ typedef struct an_suspect {
 				    reference is from its nearest other one */
 	const char **path;       /* the culprit's call path (npath 0: none) */
 	size_t npath;
+	const char *nearest;     /* flows: the id of the flow it was compared with (its
+				    nearest neighbour, or with `normal` the nearest
+				    flow of the reference), else NULL */
 	an_cause causes[AN_MAX_CAUSES]; /* the evidence, the culprit's first */
 	size_t ncauses;
 } an_suspect;

@@ -14,6 +14,8 @@
 
 #include "analysis.h"
 
+#define ANALYZE_DIFF_CHANGE 20   /* percent: a duration shown in the timed diff */
+
 static const char help[] =
 	"usage: sptrace analyze [OPTIONS] DIR\n"
 	"\n"
@@ -173,6 +175,40 @@ static void print_table(const char *dir, const an_anomalies *a, size_t top)
 	}
 }
 
+/*
+ * The timed diff: the most suspect flow's calls against those of the flow
+ * it was compared with (its nearest neighbour, or the nearest flow of
+ * --normal REF), aligned call by call (replay_diff.c), with both durations.
+ */
+int cli_analyze_diff(FILE *out, an_session *s, an_session *ref, const an_anomalies *a,
+		     const an_flows_opts *fo)
+{
+	const an_suspect *top = an_anomalies_count(a) ? an_anomalies_get(a, 0) : NULL;
+	int normal = top && strcmp(top->method, "nearest-normal") == 0;
+	an_flows *fl = NULL, *fl2 = NULL;
+	sp_err err;
+	int rc;
+
+	if (!top || !top->flow || !top->nearest || (normal && !ref))
+		return 0;
+	if (an_flows_build_opts(s, fo, &fl, &err) < 0 ||
+	    (normal && an_flows_build_opts(ref, fo, &fl2, &err) < 0)) {
+		an_flows_free(fl);
+		return cli_error("analyze: %s", err.msg);
+	}
+	fprintf(out, "# timed diff of flow %s, the most suspect, against flow %s%s, the one it was "
+		"compared with: '+' calls of %s only, '-' of %s only; calls in both shown when "
+		"their duration changed by %d%% and 1 us or more, with the calls around them\n",
+		top->flow, top->nearest, normal ? " of the reference" : "", top->flow,
+		top->nearest, ANALYZE_DIFF_CHANGE);
+	fprintf(out, "#     %10.10s  %10.10s  CHANGE | FUNCTION\n", top->nearest, top->flow);
+	rc = cli_flow_diff(out, s, fl, top->flow, normal ? ref : s, normal ? fl2 : fl,
+			   top->nearest, ANALYZE_DIFF_CHANGE);
+	an_flows_free(fl);
+	an_flows_free(fl2);
+	return rc;
+}
+
 int cmd_analyze(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -269,11 +305,14 @@ int cmd_analyze(int argc, char **argv)
 		an_session_close(ref);
 		return cli_error("analyze: %s", err.msg);
 	}
-	if (json)
+	if (json) {
 		print_json(a, top);
-	else
+	} else {
 		print_table(argv[optind], a, top);
-	if (html && cli_analyze_html(html, argv[optind], s, a, &ao.flows, top) == 0)
+		if (cli_analyze_diff(stdout, s, ref, a, &ao.flows) < 0)
+			rc = 1;
+	}
+	if (html && cli_analyze_html(html, argv[optind], s, ref, a, &ao.flows, top) == 0)
 		fprintf(stderr, "sptrace: analyze: the report is in %s\n", html);
 	else if (html)
 		rc = 1;

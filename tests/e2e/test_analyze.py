@@ -50,7 +50,9 @@ A queue between threads, followed by join directives:
                N's: its parts on exactly the accepting thread and one
                worker, one enqueue and one handle in it, slow_path in
                request 11's only; analyze ranks that flow first with
-               slow_path in its culprit path.  Traced without directives:
+               slow_path in its culprit path, and its timed diff against
+               its nearest flow (text and --html page) shows slow_path as
+               a call of its own, with its time.  Traced without directives:
                the flows are wrong -- the workers' work is in no request's
                flow, and slow_path shares a flow with other requests'.
 
@@ -580,6 +582,16 @@ def case_queue(sptrace, reqserver, tmp):
     check(top[0]["flow"] == flows[11]["id"] and "slow_path" in top[0]["culprit"]["path"],
           "the slow request's flow %s is not first with slow_path named:\n%s" %
           (flows[11]["id"], show(sptrace, out)))
+    # the timed diff: slow_path a call of the slow flow only, with its time
+    text = run([sptrace, "analyze", "--html", os.path.join(tmp, "page.html"), out]).stdout
+    diff = text[text.find("# timed diff of flow %s," % flows[11]["id"]):]
+    check(diff and re.search(r"^\+\s+-\s+[0-9.]+\s+\S*s\s+\|\s+slow_path\(\)$", diff, re.M),
+          "no timed diff of %s showing slow_path as its own:\n%s" %
+          (flows[11]["id"], text[-3000:]))
+    with open(os.path.join(tmp, "page.html")) as page:
+        html = page.read()
+    check("<h2>Timed diff</h2>" in html and "slow_path()" in html[html.find("<pre id=diff>"):],
+          "the page has no timed diff with slow_path")
 
     # The same without directives: the workers' work is in no request's flow.
     out = os.path.join(tmp, "plain")

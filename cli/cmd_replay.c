@@ -201,7 +201,9 @@ static void value_text(int64_t v, char *buf, size_t len)
 		snprintf(buf, len, "%#" PRIx64, (uint64_t)v);
 }
 
-/* Call i's recorded values (items of its own, one level in): its
+/* Call i's recorded values (items of its own, one level in: the agent
+ * writes arguments right after the entry, the return value right before the
+ * exit, so only the first and the last nested items are looked at): its
  * arguments as "(arg1=0x2a)" in args (else parens), its return value as
  * " = 0x2a" in ret (else ""). */
 static void call_values(const printer *p, size_t i, char *args, size_t alen, char *ret,
@@ -218,8 +220,11 @@ static void call_values(const printer *p, size_t i, char *args, size_t alen, cha
 		int64_t val;
 
 		if (v->kind != AN_EVENT || v->id != TRACE_EV_VALUE || v->depth != c->depth + 1 ||
-		    an_trace_value(p->t, v->end, &val) < 0)
+		    an_trace_value(p->t, v->end, &val) < 0) {
+			if (k + 1 < c->last - 1)
+				k = c->last - 2;        /* on to the last nested item */
 			continue;
+		}
 		value_text(val, text, sizeof text);
 		if (AN_VALUE_ARG(v) == 0)
 			snprintf(ret, rlen, " = %s", text);

@@ -799,6 +799,14 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 			len = ag_emit_call_noexit(&spec, scratch, (uint64_t)(uintptr_t)rx, ret_word);
 		else
 			len = ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		if (len > AG_SLOT_CODE && spec.value_arg && spec.value_ret) {
+			/* both values do not fit: the argument only */
+			ag_log("join: the area of a call of %s has no room for its return value "
+			       "too: its argument only", ca_str(c.m->ca,
+			       ca_module_funcs(c.m->ca, NULL)[c.func].name));
+			spec.value_ret = false;
+			len = ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		}
 		if (len > AG_SLOT_CODE) {
 			ag_log("instrument: area of %zu bytes overflows its %d-byte slot", len,
 			       AG_AREA_MAX);

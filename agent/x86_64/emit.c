@@ -253,15 +253,18 @@ static void record_slow(buf *b, const ag_area_spec *s, const rec_fix *f)
  * A value record (trace_format.h, "Values"): argument `arg` (1..6) right
  * after a call's ENTRY, or the return value (arg 0) right before its EXIT,
  * the flags kept then as for the EXIT.  Like a record, with the value in
- * place of the TSC: no SYNC needed, so no sync slow path.
+ * place of the TSC: no SYNC needed, so no sync slow path; and no ring slow
+ * path either: the ENTRY just before made the thread's ring if it could,
+ * and without one it was skipped too (the agent runs on this thread), so
+ * the value is skipped with it.
  *
  *          <spills as a record>
- *   again: mov %fs:ag_tls_ring,%r11; test %r11,%r11; je no_ring
+ *          mov %fs:ag_tls_ring,%r11; test %r11,%r11; je done
  *          mov VALUE,%rax              the register, or its spill (rax, rdx)
  *          mov %rax,%rdx; shl $26,%rax
- *          shr $38,%rdx; and $0x1fff,%edx; shl $13,%rdx; or %rdx,%rax
+ *          shr $25,%rdx; and $(0x1fff << 13),%edx; or %rdx,%rax
  *          or $(trace_value_id(arg, 0) << 2 | TRACE_EVENT),%rax
- *          <take, store, restores as a record>
+ *          <take, store (move: as a record), restores as a record>
  */
 static void record_value(buf *b, const ag_area_spec *s, unsigned arg, rec_fix *f)
 {
@@ -277,9 +280,8 @@ static void record_value(buf *b, const ag_area_spec *s, unsigned arg, rec_fix *f
 	static const uint8_t pack[] = {
 		0x48, 0x89, 0xc2,                       /* mov %rax,%rdx */
 		0x48, 0xc1, 0xe0, TRACE_TSC_SHIFT,      /* shl $26,%rax */
-		0x48, 0xc1, 0xea, 0x26,                 /* shr $38,%rdx */
-		0x81, 0xe2, 0xff, 0x1f, 0x00, 0x00,     /* and $0x1fff,%edx */
-		0x48, 0xc1, 0xe2, 0x0d,                 /* shl $13,%rdx */
+		0x48, 0xc1, 0xea, 0x19,                 /* shr $25,%rdx */
+		0x81, 0xe2, 0x00, 0xe0, 0xff, 0x03,     /* and $0x3ffe000,%edx */
 		0x48, 0x09, 0xd0,                       /* or %rdx,%rax */
 	};
 	static const uint8_t take[] = {
@@ -291,14 +293,17 @@ static void record_value(buf *b, const ag_area_spec *s, unsigned arg, rec_fix *f
 	bool keep = arg == 0;
 
 	_Static_assert(TRACE_TSC_SHIFT == 26 && TRACE_TSC_LOW_BITS == 38, "the packing encodes them");
-	bn(b, spill, sizeof spill);
+	/* An argument comes right after the ENTRY record, whose spills below rsp
+	 * still hold rax, rdx and r11 as they are: not spilled again (room: an
+	 * area with both values fills most of its slot). */
+	if (keep)
+		bn(b, spill, sizeof spill);
 	if (keep)
 		bn(b, save_flags, sizeof save_flags);
-	f->retry = here(b);
 	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25); /* mov %fs:disp32,%r11 */
 	b32(b, (uint32_t)(int32_t)s->tls_offset);
 	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
-	b1(b, 0x0f); b1(b, 0x84); f->no_ring = b->n; b32(b, 0);           /* je no_ring */
+	b1(b, 0x0f); b1(b, 0x84); f->no_ring = b->n; b32(b, 0);           /* je done */
 	bn(b, from[arg], from[arg][2] == 0x44 ? 5 : 3);
 	bn(b, pack, sizeof pack);
 	b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                            /* or $imm,%rax */
@@ -306,15 +311,10 @@ static void record_value(buf *b, const ag_area_spec *s, unsigned arg, rec_fix *f
 	b1(b, 0x0f); b1(b, 0x83); f->move = b->n; b32(b, 0);             /* jae move */
 	store(b);
 	f->done = here(b);
+	fix_rel32(b, f->no_ring);
 	if (keep)
 		bn(b, load_flags, sizeof load_flags);
 	bn(b, unspill, sizeof unspill);
-}
-
-static void record_value_slow(buf *b, const ag_area_spec *s, const rec_fix *f)
-{
-	record_slow_one(b, s, f->no_ring, AG_SLOW_RING, f);
-	record_slow_move(b, s, f);
 }
 
 /* cmpb $0,flag(%rip); je <returned field> */
@@ -429,9 +429,9 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	record_slow(&b, s, &in);
 	record_slow(&b, s, &out);
 	if (s->value_arg)
-		record_value_slow(&b, s, &vin);
+		record_slow_move(&b, s, &vin);
 	if (s->value_ret)
-		record_value_slow(&b, s, &vout);
+		record_slow_move(&b, s, &vout);
 	return b.n;
 }
 

@@ -52,7 +52,11 @@ A queue between threads, followed by join directives:
                request 11's only; analyze ranks that flow first with
                slow_path in its culprit path, and its timed diff against
                its nearest flow (text and --html page) shows slow_path as
-               a call of its own, with its time.  Traced without directives:
+               a call of its own, with its time.  Then lookup:entry:arg1 with
+               lookup:exit:ret (the fullest area) and render:entry:arg3 (an
+               argument in rdx): replay shows each request's id, and
+               returns that differ from the ids by one constant.  Traced
+               without directives:
                the flows are wrong -- the workers' work is in no request's
                flow, and slow_path shares a flow with other requests'.
 
@@ -592,6 +596,22 @@ def case_queue(sptrace, reqserver, tmp):
         html = page.read()
     check("<h2>Timed diff</h2>" in html and "slow_path()" in html[html.find("<pre id=diff>"):],
           "the page has no timed diff with slow_path")
+
+    # Both values of one function (the fullest area), and an argument in rdx:
+    # lookup(id, miss) returns compute(WORK) + id, render(out, len, id).
+    out = os.path.join(tmp, "values")
+    serve(sptrace, reqserver, "queue", out, ["normal"] * 4,
+          ["--join", "lookup:entry:arg1", "--join", "lookup:exit:ret",
+           "--join", "render:entry:arg3"])
+    text = run([sptrace, "replay", out]).stdout
+    ids = [int(x, 16) for x in re.findall(r"lookup\(arg1=(0x[0-9a-f]+|0)\)", text)]
+    rets = [int(x, 16) for x in re.findall(r"\} = (0x[0-9a-f]+) /\* lookup \*/", text)]
+    rendered = [int(x, 16) for x in re.findall(r"render\(arg3=(0x[0-9a-f]+|0)\)", text)]
+    check(sorted(ids) == [0, 1, 2, 3] and sorted(rendered) == [0, 1, 2, 3] and len(rets) == 4 and
+          len(set(r - i for r, i in zip(rets, ids))) == 1,
+          "lookup's and render's values: args %r, returns %r, render %r" % (ids, rets, rendered))
+    with open(os.path.join(out, "agent.log")) as log:
+        check("no room" not in log.read(), "an area had no room for both of lookup's values")
 
     # The same without directives: the workers' work is in no request's flow.
     out = os.path.join(tmp, "plain")

@@ -60,6 +60,13 @@ A queue between threads, followed by join directives:
                the flows are wrong -- the workers' work is in no request's
                flow, and slow_path shares a flow with other requests'.
 
+  queue-attach the same server running, request 0 served (the workers made),
+               then `sptrace attach --join ...` and 4 more requests: meta
+               has the directives, replay the values of the calls made
+               since, and flows joins at least 2 takes to their gives (the
+               dequeue()s already waiting when tracing began record no
+               value: their gives are said never taken, as a property).
+
 And the page (`--html FILE`), rendered by Debian's headless Chromium:
 
   html         the flow-poll trace's page: the ranked table (24 rows, the
@@ -633,6 +640,48 @@ def case_queue(sptrace, reqserver, tmp):
     print("ok")
 
 
+def ask_one(port, i):
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+        c.sendall(b"%d normal\n" % i)
+        answer = read_answer(c)
+        check(answer == b"ok %d\n" % i, "request %d answered %r" % (i, answer))
+
+
+def case_queue_attach(sptrace, reqserver, tmp):
+    out = os.path.join(tmp, "attached")
+    port = free_port()
+    p = subprocess.Popen([reqserver, "queue", str(port), "5"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline().strip() == "ready", "reqserver did not start")
+        ask_one(port, 0)
+        a = run([sptrace, "attach", "--join", "enqueue:entry:arg1", "--join", "dequeue:exit:ret",
+                 "-o", out, str(p.pid)], timeout=180)
+        check(a.returncode == 0 and "tracing" in a.stdout, "sptrace attach --join: %d %r %r" %
+              (a.returncode, a.stdout, a.stderr))
+        for i in range(1, 5):
+            ask_one(port, i)
+        _, err = p.communicate(timeout=120)
+        check(p.returncode == 0, "reqserver: %d %r" % (p.returncode, err))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with open(os.path.join(out, "meta")) as m:
+        joins = [l.split(None, 1)[1].strip() for l in m if l.startswith("join ")]
+    check(joins == ["enqueue:entry:arg1", "dequeue:exit:ret"], "meta's join lines: %r" % joins)
+    text = run([sptrace, "replay", out]).stdout
+    given = re.findall(r"enqueue\(arg1=(0x[0-9a-f]+)\)", text)
+    taken = re.findall(r"\} = (0x[0-9a-f]+) /\* dequeue \*/", text)
+    check(len(given) == 4 and len(taken) >= 2 and set(taken) <= set(given),
+          "replay's values after the attach: given %r, taken %r" % (given, taken))
+    f = run([sptrace, "flows", out])
+    m = re.search(r"^# joins: (\d+) value", f.stdout, re.M)
+    check(f.returncode == 0 and m and int(m.group(1)) == len(taken),
+          "flows of the attached trace:\n%s" % f.stdout[:2000])
+    print("ok")
+
+
 def case_start(sptrace, jobs, tmp):
     out = os.path.join(tmp, "trace")
     r = run([sptrace, "run", "-o", out, "--", jobs, "20", "13"], timeout=300)
@@ -668,6 +717,7 @@ def main():
     cases = {"hosts": lambda tmp: case_hosts(sptrace, extra[0], prog, tmp),
              "interleave": lambda tmp: case_interleave(sptrace, prog, tmp),
              "queue": lambda tmp: case_queue(sptrace, prog, tmp),
+             "queue-attach": lambda tmp: case_queue_attach(sptrace, prog, tmp),
              "start": lambda tmp: case_start(sptrace, prog, tmp),
              "html": lambda tmp: case_html(sptrace, prog, extra[0], tmp)}
     for c in ("flow-thread", "flow-poll", "coverage", "normal", "diff", "flow-hang"):

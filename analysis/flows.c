@@ -115,8 +115,11 @@
  *      `--join`): each outermost call of FUNC is a segment of its own; a
  *      take inside it joins the whole call, from its entry, to the giver's
  *      flow (the item's work began when the call did), and at its return
- *      the thread goes back to the flow it was in before the call.  A
- *      scope in which nothing was taken stays in that flow.
+ *      the thread goes back to the flow it was in before the call (a
+ *      thread that was in none -- a worker whose whole life is scopes --
+ *      goes on in the scope's until its next cut: its loop between two
+ *      items, not a flow of its own).  A scope in which nothing was taken
+ *      stays in the flow before it.
  */
 
 typedef struct chan_key {
@@ -464,13 +467,18 @@ static int val_cmp(const void *x, const void *y)
 }
 
 /* Rule 9: gives and takes.  The occurrences of one value in one process,
- * in time order: each takes the earliest untaken give of another thread. */
+ * in time order: each takes the earliest untaken give of another thread.
+ * The untaken gives of the value at each point are few (a queue holds an
+ * item once): kept in a list of their own, in time order. */
 static int pair_values(build *b)
 {
-	size_t *o = malloc((b->nvals + 1) * sizeof *o);
+	size_t *o = malloc((b->nvals + 1) * sizeof *o), *open = malloc((b->nvals + 1) * sizeof *open);
 
-	if (!o)
+	if (!o || !open) {
+		free(o);
+		free(open);
 		return -1;
+	}
 	for (size_t i = 0; i < b->nvals; i++)
 		o[i] = i;
 	val_sort_base = b->vals;
@@ -487,37 +495,33 @@ static int pair_values(build *b)
 		}
 		if (f->value == 0)
 			continue;
+		size_t nopen = 0;
+
 		for (size_t k = from; k < to; k++) {
 			val_ent *v = &b->vals[o[k]];
-			long give = -1;
-			int mine = 0;
+			size_t j, give = nopen;
 
-			for (size_t j = from; j < k; j++) {
-				val_ent *g = &b->vals[o[j]];
-
-				if (g->role != VAL_GIVE || g->taken)
-					continue;
-				if (g->tid == v->tid)
-					mine = 1;
-				else if (give < 0)
-					give = (long)o[j];
-			}
-			if (mine) {
-				continue;
-			} else if (give >= 0) {
+			for (j = 0; j < nopen && b->vals[open[j]].tid != v->tid; j++)
+				if (give == nopen)
+					give = j;
+			if (j < nopen)
+				continue;            /* its own thread's give is untaken */
+			if (give < nopen) {
 				v->role = VAL_TAKE;
-				v->give = give;
-				b->vals[give].taken = 1;
+				v->give = (long)open[give];
+				b->vals[open[give]].taken = 1;
 				b->out->ntakes++;
+				memmove(open + give, open + give + 1, (nopen - give - 1) * sizeof *open);
+				nopen--;
 			} else {
 				v->role = VAL_GIVE;
+				open[nopen++] = o[k];
 			}
 		}
+		b->out->nuntaken += nopen;
 	}
-	for (size_t i = 0; i < b->nvals; i++)
-		if (b->vals[i].role == VAL_GIVE && !b->vals[i].taken)
-			b->out->nuntaken++;
 	free(o);
+	free(open);
 	return 0;
 }
 
@@ -785,6 +789,8 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 					b->segs[cur].has_msg = 1;
 					b->segs[cur].last_msg = ns;
 				}
+				if (in_scope && !scope_joined)
+					b->segs[cur].event = NULL;   /* the scope goes on a flow */
 				scope_joined = in_scope;
 				v->seg = cur;
 				if (add_vjoin(b, (size_t)cur, (size_t)v->give))

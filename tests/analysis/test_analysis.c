@@ -21,7 +21,8 @@
  *      exact (a 47-bit pointer, a negative number); a worker thread that
  *      takes two items given by the accepting thread joins their flows,
  *      whole at its start, inside a scope from the scope's entry and back
- *      to the flow before at its return; a value nobody took counted.
+ *      to the flow before at its return; a worker whose life is a scope,
+ *      begun before its item was given; a value nobody took counted.
  *
  * usage: test_analysis TRACED-PROGRAM.  Returns 0 when all pass.
  */
@@ -535,6 +536,10 @@ static void test_joins(void)
 	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T + 300);
 	put_value(&r, 2, -3);
 	tg_put(&r, TRACE_EXIT, S_MIDDLE, T + 310);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACCEPT, T + 380);
+	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T + 390);
+	put_value(&r, 1, 0x9000);
+	tg_put(&r, TRACE_EXIT, S_MIDDLE, T + 395);
 	tg_ring_write(&r, out, NULL, -1);
 	tg_ring_free(&r);
 	/* the worker: takes the first (leaf returns it) at its start, works;
@@ -553,6 +558,18 @@ static void test_joins(void)
 	tg_put(&r, TRACE_EXIT, S_FACT, T + 150);
 	tg_put(&r, TRACE_ENTRY, S_W_LEAF, T + 200);
 	tg_put(&r, TRACE_EXIT, S_W_LEAF, T + 210);
+	tg_ring_write(&r, out, NULL, -1);
+	tg_ring_free(&r);
+	/* a worker whose life is a scope, waiting in it before the third item
+	 * is given; its loop after it */
+	tg_ring_init(&r, 1236, 64, TG_TSC0);
+	tg_put(&r, TRACE_ENTRY, S_FACT, T + 370);
+	tg_put(&r, TRACE_ENTRY, S_LEAF, T + 371);
+	put_value(&r, 0, 0x9000);
+	tg_put(&r, TRACE_EXIT, S_LEAF, T + 405);
+	tg_put(&r, TRACE_EXIT, S_FACT, T + 420);
+	tg_put(&r, TRACE_ENTRY, S_W_LEAF, T + 430);
+	tg_put(&r, TRACE_EXIT, S_W_LEAF, T + 431);
 	tg_ring_write(&r, out, NULL, -1);
 	tg_ring_free(&r);
 
@@ -589,11 +606,19 @@ static void test_joins(void)
 			CHECK(0, "flows of %s: %s", out, err.msg);
 			break;
 		}
-		CHECK(an_flows_count(f) == 2 && an_flows_ntakes(f) == 2 && an_flows_nuntaken(f) == 1,
-		      "scope %d: %zu flows (2 expected), %zu takes (2), %zu untaken (1)", with_scope,
+		CHECK(an_flows_count(f) == 3 && an_flows_ntakes(f) == 3 && an_flows_nuntaken(f) == 1,
+		      "scope %d: %zu flows (3 expected), %zu takes (3), %zu untaken (1)", with_scope,
 		      an_flows_count(f), an_flows_ntakes(f), an_flows_nuntaken(f));
-		if (an_flows_count(f) == 2) {
+		if (an_flows_count(f) == 3) {
 			const an_flow *f1 = an_flows_get(f, 0), *f2 = an_flows_get(f, 1);
+			const an_flow *f3 = an_flows_get(f, 2);
+
+			/* the third: from the accept, though the worker's scope began
+			 * before it; the worker's loop after the scope in it too */
+			CHECK(f3->tid == 1234 && strcmp(f3->event, "accept") == 0 && f3->nparts == 2 &&
+			      f3->events == 11 && f3->starts == 1,
+			      "scope %d: f3 %s at tid %u, %zu parts, %" PRIu64 " events, %u starts",
+			      with_scope, f3->event, f3->tid, f3->nparts, f3->events, f3->starts);
 			int64_t w2 = INT64_MIN;
 
 			for (size_t k = 0; k < f2->nparts; k++)

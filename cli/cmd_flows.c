@@ -260,6 +260,13 @@ static int show_flow(an_session *s, const an_flows *fl, const char *id)
 				dp->n--;
 			snprintf(text, sizeof text, "} /* %s */",
 				 an_func_get(t, an_site(t, ev.rec.id)->callee)->name);
+		} else if (ev.rec.id == TRACE_EV_VALUE) {
+			if (ev.rec.value_arg)
+				snprintf(text, sizeof text, "/* value: arg%u=%#" PRIx64 " */",
+					 ev.rec.value_arg, (uint64_t)ev.rec.value);
+			else
+				snprintf(text, sizeof text, "/* value: returns %#" PRIx64 " */",
+					 (uint64_t)ev.rec.value);
 		} else if (trace_event_is_msg(ev.rec.id)) {
 			char msg[512];
 

@@ -303,6 +303,14 @@ void ag_instrument_unlock(void);
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
 			 uint64_t *skipped_unresolved, uint64_t *tail_internal);
 uint32_t ag_site_root(ag_module *m, uint32_t func); /* site id for a root entry */
+/* Join directives (trace_format.h, "Values"): the values of FUNC:entry:argN
+ * and FUNC:exit:ret are recorded at direct call sites of FUNC; FUNC:scope
+ * is only kept for meta.  -1 with err for a malformed one or too many. */
+#define AG_JOIN_MAX 16
+int ag_join_add(const char *directive, char *err, size_t errlen);
+size_t ag_join_count(void);
+const char *ag_join_get(size_t i);
+const char *ag_join_env(void);     /* all of them, one a line (exec.c: SPTRACE_JOIN) */
 uint32_t ag_instrument_runtime_entries(void); /* activation: what a runtime calls (cgo) */
 /* Sites left alone: they call runtime code; *indirect: indirect calls that
  * met a new such target (and went untraced). */
@@ -355,6 +363,9 @@ typedef struct ag_area_spec {
 	uint8_t prefix[16];      /* a relocated window: instructions run before the call */
 	uint8_t prefix_len;
 	int64_t tls_target_offset; /* %fs offset of ag_tls_target */
+	/* join directives (ag_emit_call only): record a value record */
+	uint8_t value_arg;       /* after the ENTRY: argument 1..6; 0 none */
+	bool value_ret;          /* before the EXIT: the return value (rax) */
 } ag_area_spec;
 
 size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);

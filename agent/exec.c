@@ -166,6 +166,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    (hz[0] && put(b, "SPTRACE_TSC_HZ", hz)) ||
 	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)) ||
 	    (ag_ring_keeps_all() && put(b, "SPTRACE_RECORDS", "all")) ||
+	    (ag_join_env()[0] && put(b, "SPTRACE_JOIN", ag_join_env())) ||
 	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||
 					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()))))
 		return NULL;

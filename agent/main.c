@@ -24,6 +24,8 @@
  *   SPTRACE_TSC_HZ         the time-stamp counter's rate as sptrace (or the
  *                          agent of the image that exec'd this one) measured
  *                          it: this agent need not spend 2 ms measuring it
+ *   SPTRACE_JOIN           join directives, one a line (trace_format.h,
+ *                          "Values"): the values to record, written to meta
  */
 #include <cpuid.h>
 #include <errno.h>
@@ -750,6 +752,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_SESSION");
 	unsetenv("SPTRACE_PROPAGATE_WAIT");
 	unsetenv("SPTRACE_TSC_HZ");
+	unsetenv("SPTRACE_JOIN");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -850,6 +853,22 @@ static char attach_session[80], attach_wait[16]; /* ... "session=", "wait=" */
 static char attach_expect[4][200];              /* ... "expect=" */
 static int attach_nexpect;
 static char env_session[80], env_wait[16];      /* SPTRACE_SESSION, ..._PROPAGATE_WAIT */
+static char join_list[AG_JOIN_MAX * 260];      /* SPTRACE_JOIN, or attach's "join=" lines */
+
+/* The join directives of join_list, one a line, for the areas. */
+static int joins_init(char *err, size_t errlen)
+{
+	for (char *p = join_list; *p;) {
+		char *nl = strchr(p, '\n');
+
+		if (nl)
+			*nl = '\0';
+		if (*p && ag_join_add(p, err, errlen))
+			return -1;
+		p = nl ? nl + 1 : p + strlen(p);
+	}
+	return 0;
+}
 
 bool ag_event_wanted(const char *what)
 {
@@ -968,8 +987,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	bool defer = attached && strncmp(on_event, "call ", 5) != 0;
 
 	ag_unwind_init();
-	if (ag_patch_init(err, sizeof err, attached) || ag_modules_init(err, sizeof err, defer) ||
-	    find_root(err, sizeof err)) {
+	if (joins_init(err, sizeof err) || ag_patch_init(err, sizeof err, attached) ||
+	    ag_modules_init(err, sizeof err, defer) || find_root(err, sizeof err)) {
 		fail(err);
 		return -1;
 	}
@@ -980,6 +999,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	write_meta();
 	if (parent[0])
 		meta_append("%s %s\n", TRACE_META_EXEC_OF, parent);
+	for (size_t i = 0; i < ag_join_count(); i++)
+		meta_append("%s %s\n", TRACE_META_JOIN, ag_join_get(i));
 	if (attached)
 		meta_append("%s %lu\n", TRACE_META_ATTACHED, (unsigned long)ag_rdtsc());
 	atexit(finish);
@@ -1014,6 +1035,7 @@ __attribute__((constructor)) static void agent_init(void)
 	/* Read before agent_start takes them out of the environment */
 	snprintf(env_session, sizeof env_session, "%s", getenv("SPTRACE_SESSION") ?: "");
 	snprintf(env_wait, sizeof env_wait, "%s", getenv("SPTRACE_PROPAGATE_WAIT") ?: "");
+	snprintf(join_list, sizeof join_list, "%s", getenv("SPTRACE_JOIN") ?: "");
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
 	take_hz(getenv("SPTRACE_TSC_HZ"));
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
@@ -1028,7 +1050,8 @@ __attribute__((constructor)) static void agent_init(void)
  * modules into, read when the agent's own lacks an entry: modules.c) and
  * "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector opened,
  * signals.c); from spdaemon "session=NAME\n", "wait=MS\n" and
- * "expect=tcp SRC SPORT DST DPORT OFFSET\n" (propagate.c).
+ * "expect=tcp SRC SPORT DST DPORT OFFSET\n" (propagate.c); "join=DIRECTIVE\n"
+ * for each join directive (trace_format.h, "Values").
  * Returns 0, or 1 when not tracing (the reason is in DIR/agent.log and
  * meta), 2 when the agent was started already.
  */
@@ -1068,6 +1091,11 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 
 			snprintf(hz, sizeof hz, "%.*s", (int)(len - 7), p + 7);
 			take_hz(hz);
+		} else if (len > 5 && strncmp(p, "join=", 5) == 0) {
+			size_t at = strlen(join_list);
+
+			snprintf(join_list + at, sizeof join_list - at, "%.*s\n", (int)(len - 5),
+				 p + 5);
 		} else if (len > 7 && strncmp(p, "expect=", 7) == 0 && attach_nexpect < 4)
 			snprintf(attach_expect[attach_nexpect++], sizeof attach_expect[0], "%.*s",
 				 (int)(len - 7), p + 7);

@@ -311,6 +311,19 @@ static int calls_record(calls_build *b, const an_record *r)
 			t->msgs[t->nmsgs] = r->msg;
 			c->end = (uint32_t)t->nmsgs++;
 			return 0;
+		} else if (r->id == TRACE_EV_VALUE && !b->stopped) {
+			an_trace *t = b->t;
+			an_call *c;
+
+			if (t->nvalues >= UINT32_MAX ||
+			    sp_grow((void **)&t->values, &t->capvalues, t->nvalues + 1,
+				    sizeof *t->values) ||
+			    !(c = call_add(b, AN_EVENT, r->id, r->tsc)))
+				return -1;
+			t->values[t->nvalues] = r->value;
+			c->end = (uint32_t)t->nvalues++;
+			c->flags = (uint16_t)(r->value_arg << 8);
+			return 0;
 		}
 		return call_add(b, AN_EVENT, r->id, r->tsc) ? 0 : -1;
 	}

@@ -55,6 +55,7 @@ static const char help[] =
 	"                                      (recv, recvfrom, recvmsg, or read of a socket)\n"
 	"  --threads WHICH     after an accept or recv: 'event' (the default) traces that\n"
 	"                      thread and the threads it creates; 'all' every thread\n"
+	"  --join DIRECTIVE    a join directive, as 'sptrace run --join' (repeat for more)\n"
 	"  -o, --output DIR    trace directory (default: sptrace.PID; an existing one is\n"
 	"                      kept as DIR.old).  Root attaching to another user's\n"
 	"                      process gives it to that user, whom the agent writes as\n"
@@ -124,8 +125,11 @@ int cmd_attach(int argc, char **argv)
 		{ "ring-size", required_argument, 0, 'r' }, { "timeout", required_argument, 0, 't' },
 		{ "threads", required_argument, 0, 'T' },   { "help", no_argument, 0, 'h' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
-		{ "no-propagate", no_argument, 0, 'N' },    { 0, 0, 0, 0 },
+		{ "no-propagate", no_argument, 0, 'N' },    { "join", required_argument, 0, 'J' },
+		{ 0, 0, 0, 0 },
 	};
+	const char *joins[CLI_JOIN_MAX];
+	size_t njoins = 0;
 	const char *dir = NULL, *on = "now", *threads = "", *chord = NULL;
 	cli_hotkey *hk = NULL;
 	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], why[600];
@@ -168,6 +172,10 @@ int cmd_attach(int argc, char **argv)
 			break;
 		case 'g':
 			if (cli_trace_group("attach", optarg, &owner.group))
+				return 2;
+			break;
+		case 'J':
+			if (cli_add_join("attach", joins, &njoins, optarg))
 				return 2;
 			break;
 		case 'N': propagate = 0; break;
@@ -232,7 +240,8 @@ int cmd_attach(int argc, char **argv)
 	inj_agent a = { .so_path = agent, .dir = absdir, .on = on, .ring = ring,
 			.repo = getenv("SPTRACE_REPO"), .threads = threads,
 			.prepared = same_user ? ca_repo_default_dir() : NULL, .timeout = timeout,
-			.session = session[0] ? session : NULL, .wait = session[0] ? wait : NULL };
+			.session = session[0] ? session : NULL, .wait = session[0] ? wait : NULL,
+			.join = joins, .njoin = njoins };
 
 	if (inj_attach_agent(pid, &a, &r, &err)) {
 		if (r.entry_running) {

@@ -192,6 +192,50 @@ static const char *parens(const an_func *f)
 	return f->signature ? "" : "()";
 }
 
+/* A join directive's value (trace_format.h, "Values"): hex, or negative. */
+static void value_text(int64_t v, char *buf, size_t len)
+{
+	if (v < 0)
+		snprintf(buf, len, "%" PRId64, v);
+	else
+		snprintf(buf, len, "%#" PRIx64, (uint64_t)v);
+}
+
+/* Call i's recorded values (items of its own, one level in: the agent
+ * writes arguments right after the entry, the return value right before the
+ * exit, so only the first and the last nested items are looked at): its
+ * arguments as "(arg1=0x2a)" in args (else parens), its return value as
+ * " = 0x2a" in ret (else ""). */
+static void call_values(const printer *p, size_t i, char *args, size_t alen, char *ret,
+			size_t rlen)
+{
+	const an_call *c = &p->c[i];
+	size_t at = 0;
+
+	snprintf(args, alen, "%s", parens(callee(p, c->id)));
+	ret[0] = '\0';
+	for (size_t k = i + 1; k < c->last && k < p->n; k++) {
+		const an_call *v = &p->c[k];
+		char text[32];
+		int64_t val;
+
+		if (v->kind != AN_EVENT || v->id != TRACE_EV_VALUE || v->depth != c->depth + 1 ||
+		    an_trace_value(p->t, v->end, &val) < 0) {
+			if (k + 1 < c->last - 1)
+				k = c->last - 2;        /* on to the last nested item */
+			continue;
+		}
+		value_text(val, text, sizeof text);
+		if (AN_VALUE_ARG(v) == 0)
+			snprintf(ret, rlen, " = %s", text);
+		else if (at + 1 < alen)
+			at += (size_t)snprintf(args + at, alen - at, "%sarg%u=%s",
+					       at ? ", " : "(", AN_VALUE_ARG(v), text);
+	}
+	if (at && at + 1 < alen)
+		snprintf(args + at, alen - at, ")");
+}
+
 static void srcline(const printer *p, const an_func *f, char *buf, size_t len)
 {
 	if (p->o->srcline && f->src[0])
@@ -203,7 +247,7 @@ static void srcline(const printer *p, const an_func *f, char *buf, size_t len)
 /* Print "f() {" for the begun calls that have not printed it yet. */
 static void open_pending(printer *p)
 {
-	char src[4300];
+	char src[4300], args[200], ret[40];
 
 	for (size_t i = 0; i < p->nopen; i++) {
 		const an_call *c = &p->c[p->open[i]];
@@ -213,7 +257,8 @@ static void open_pending(printer *p)
 			continue;
 		f = callee(p, c->id);
 		srcline(p, f, src, sizeof src);
-		line(p, "", c->depth, "%s%s {%s%s", f->name, parens(f), src,
+		call_values(p, p->open[i], args, sizeof args, ret, sizeof ret);
+		line(p, "", c->depth, "%s%s {%s%s", f->name, args, src,
 		     c->flags & AN_CONTINUED ? " /* continued */" : "");
 		p->opened[i] = 1;
 	}
@@ -229,24 +274,25 @@ static void close_call(printer *p)
 			  : c->end == AN_END_STOPPED ? "no exit: tracing stopped"
 			  : c->end == AN_END_SWITCHED ? "suspended: the thread switched stacks"
 			  : NULL;
-	char dur[24], src[4300];
+	char dur[24], src[4300], args[200], ret[40];
 
+	call_values(p, p->open[p->nopen], args, sizeof args, ret, sizeof ret);
 	if (!p->opened[p->nopen] && (c->flags & AN_CONTINUED))
 		why = why ? "continued; suspended again" : "continued";
 
 	an_fmt_duration(an_tsc_ns(p->t, c->t0, c->t1), dur);
 	if (p->opened[p->nopen]) {
 		if (why)
-			line(p, dur, c->depth, "} /* %s (%s) */", f->name, why);
+			line(p, dur, c->depth, "}%s /* %s (%s) */", ret, f->name, why);
 		else
-			line(p, dur, c->depth, "} /* %s */", f->name);
+			line(p, dur, c->depth, "}%s /* %s */", ret, f->name);
 		return;
 	}
 	srcline(p, f, src, sizeof src);
 	if (why)
-		line(p, dur, c->depth, "%s%s;%s /* %s */", f->name, parens(f), src, why);
+		line(p, dur, c->depth, "%s%s%s;%s /* %s */", f->name, args, ret, src, why);
 	else
-		line(p, dur, c->depth, "%s%s;%s", f->name, parens(f), src);
+		line(p, dur, c->depth, "%s%s%s;%s", f->name, args, ret, src);
 }
 
 /*
@@ -268,8 +314,9 @@ static void print_calls(printer *p)
 				i = c->last - 1;
 			continue;
 		}
-		if (c->kind == AN_EVENT && trace_event_is_agent(c->id))
-			continue;        /* the tracer's own time (trace_format.h) */
+		if (c->kind == AN_EVENT && (trace_event_is_agent(c->id) || c->id == TRACE_EV_VALUE))
+			continue;        /* the tracer's own time (trace_format.h); values
+					    show with their calls (call_values) */
 		open_pending(p);
 		if (c->kind == AN_CALL) {
 			p->opened[p->nopen] = 0;

@@ -57,6 +57,13 @@ static const char help[] =
 	"                                      (recv, recvfrom, recvmsg, or read of a socket)\n"
 	"  --threads WHICH     after an accept or recv: 'event' (the default) traces that\n"
 	"                      thread and the threads it creates; 'all' every thread\n"
+	"  --join DIRECTIVE    a join directive (repeat for more; up to 16), kept in the\n"
+	"                      trace's meta for 'sptrace flows' and 'analyze':\n"
+	"                        FUNC:entry:argN  record integer argument N (1..6) of\n"
+	"                                         each direct call of FUNC\n"
+	"                        FUNC:exit:ret    record its return value\n"
+	"                        FUNC:scope       a call of FUNC is a scope (flows)\n"
+	"                      calls whose values match join the same flow\n"
 	"  -o, --output DIR    trace directory (default: sptrace.data; an existing one\n"
 	"                      is kept as DIR.old)\n"
 	"  --group GROUP       let GROUP (a name or a gid) read the trace: directories\n"
@@ -329,8 +336,12 @@ int cmd_run(int argc, char **argv)
 		{ "threads", required_argument, 0, 'T' },   { "flight-recorder", no_argument, 0, 'F' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
 		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
-		{ "kernel-calls", required_argument, 0, 'C' }, { 0, 0, 0, 0 },
+		{ "kernel-calls", required_argument, 0, 'C' }, { "join", required_argument, 0, 'J' },
+		{ 0, 0, 0, 0 },
 	};
+	const char *joins[CLI_JOIN_MAX];
+	size_t njoins = 0;
+	char join_env[CLI_JOIN_MAX * 257] = "";
 	char session[128] = "", daemon[256] = "", wait[16] = "3000";
 	int propagate = 1, kernel = 0, go[2] = { -1, -1 };
 	const char *kernel_calls = NULL;
@@ -364,6 +375,12 @@ int cmd_run(int argc, char **argv)
 			if (cli_check_threads("run", optarg))
 				return 2;
 			threads = optarg;
+			break;
+		case 'J':
+			if (cli_add_join("run", joins, &njoins, optarg))
+				return 2;
+			snprintf(join_env + strlen(join_env), sizeof join_env - strlen(join_env),
+				 "%s%s", join_env[0] ? "\n" : "", optarg);
 			break;
 		case 'F': flight = 1; break;
 		case 'N': propagate = 0; break;
@@ -474,6 +491,10 @@ int cmd_run(int argc, char **argv)
 			setenv("SPTRACE_RECORDS", "all", 1);
 		if (threads)
 			setenv("SPTRACE_THREADS", threads, 1);
+		if (join_env[0])
+			setenv("SPTRACE_JOIN", join_env, 1);
+		else
+			unsetenv("SPTRACE_JOIN");       /* not an outer run's */
 		if (session[0]) {
 			setenv("SPTRACE_SESSION", session, 1);
 			setenv("SPTRACE_PROPAGATE_WAIT", wait, 1);

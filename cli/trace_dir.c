@@ -9,6 +9,7 @@
  * place (see the comments above remove_trace_at and open_parent).
  */
 #include "cli.h"
+#include "trace_format.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -473,6 +474,22 @@ int cli_check_threads(const char *cmd, const char *arg)
 {
 	if (strcmp(arg, "event") != 0 && strcmp(arg, "all") != 0)
 		return cli_error("%s: --threads '%s': use 'event' or 'all'", cmd, arg), 2;
+	return 0;
+}
+
+int cli_add_join(const char *cmd, const char **room, size_t *n, const char *arg)
+{
+	unsigned long len;
+	unsigned argno;
+
+	if (trace_join_parse(arg, &len, &argno) < 0 || !len || strlen(arg) > 255 ||
+	    strchr(arg, '\n'))
+		return cli_error("%s: --join '%s': give FUNC:entry:argN (N 1..6), FUNC:exit:ret "
+				 "or FUNC:scope", cmd, arg), 2;
+	if (*n == CLI_JOIN_MAX)
+		return cli_error("%s: --join '%s': at most %d directives", cmd, arg,
+				 CLI_JOIN_MAX), 2;
+	room[(*n)++] = arg;
 	return 0;
 }
 

@@ -10,7 +10,8 @@
  *   2. The agent's configuration -- one "key=value" line each: dir, on,
  *      ring, repo, threads, prepared, session, wait, expect, tsc_hz (this
  *      process's measure of the counter's rate, sp.h: the agent need not
- *      spend 2 ms measuring it), trapblocked -- is the argument of its
+ *      spend 2 ms measuring it), a join line per join directive,
+ *      trapblocked -- is the argument of its
  *      entry function sptrace_agent_attach (agent/main.c).
  *   3. inj_load loads it (inject.c).  If that fails and the agent is not
  *      still starting, no agent will place a breakpoint: the masks are put
@@ -45,7 +46,7 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 	memset(r, 0, sizeof *r);
 	if (strlen(a->dir) + (a->repo ? strlen(a->repo) : 0) +
 	    (a->prepared ? strlen(a->prepared) : 0) + (a->expect ? strlen(a->expect) : 0) +
-	    (a->session ? strlen(a->session) : 0) > 3000)
+	    (a->session ? strlen(a->session) : 0) > 3000 || a->njoin > 16)
 		return sp_fail(err, "pid %d: the agent's paths are too long", (int)pid);
 	if (!(config = malloc(len)))
 		return sp_fail(err, "out of memory");
@@ -64,6 +65,8 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 	at = put(config, len, at, "expect", a->expect);
 	snprintf(hz, sizeof hz, "%llu", (unsigned long long)sp_tsc_hz());
 	at = put(config, len, at, "tsc_hz", hz);
+	for (size_t i = 0; i < a->njoin; i++)
+		at = put(config, len, at, "join", a->join[i]);
 	if (ntraps)
 		at += (size_t)snprintf(config + at, len - at, "trapblocked=");
 	for (int i = 0; i < ntraps && at < len; i++)

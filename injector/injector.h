@@ -81,6 +81,8 @@ typedef struct inj_agent {
 	const char *wait;        /* ... milliseconds a traced send waits, or NULL */
 	const char *expect;      /* ... the receive to start at, or NULL
 	                          * (agent/propagate.c) */
+	const char *const *join; /* join directives (trace_format.h, "Values") */
+	size_t njoin;
 	double timeout;          /* seconds; 0: 120 */
 } inj_agent;
 

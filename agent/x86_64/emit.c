@@ -249,6 +249,74 @@ static void record_slow(buf *b, const ag_area_spec *s, const rec_fix *f)
 	record_slow_move(b, s, f);
 }
 
+/*
+ * A value record (trace_format.h, "Values"): argument `arg` (1..6) right
+ * after a call's ENTRY, or the return value (arg 0) right before its EXIT,
+ * the flags kept then as for the EXIT.  Like a record, with the value in
+ * place of the TSC: no SYNC needed, so no sync slow path; and no ring slow
+ * path either: the ENTRY just before made the thread's ring if it could,
+ * and without one it was skipped too (the agent runs on this thread), so
+ * the value is skipped with it.
+ *
+ *          <spills as a record>
+ *          mov %fs:ag_tls_ring,%r11; test %r11,%r11; je done
+ *          mov VALUE,%rax              the register, or its spill (rax, rdx)
+ *          mov %rax,%rdx; shl $26,%rax
+ *          shr $25,%rdx; and $(0x1fff << 13),%edx; or %rdx,%rax
+ *          or $(trace_value_id(arg, 0) << 2 | TRACE_EVENT),%rax
+ *          <take, store (move: as a record), restores as a record>
+ */
+static void record_value(buf *b, const ag_area_spec *s, unsigned arg, rec_fix *f)
+{
+	static const uint8_t from[7][5] = {
+		{ 0x48, 0x8b, 0x44, 0x24, 0xf0 },       /* ret: mov -16(%rsp),%rax */
+		{ 0x48, 0x89, 0xf8 },                   /* arg1: mov %rdi,%rax */
+		{ 0x48, 0x89, 0xf0 },                   /* arg2: mov %rsi,%rax */
+		{ 0x48, 0x8b, 0x44, 0x24, 0xe8 },       /* arg3: mov -24(%rsp),%rax */
+		{ 0x48, 0x89, 0xc8 },                   /* arg4: mov %rcx,%rax */
+		{ 0x4c, 0x89, 0xc0 },                   /* arg5: mov %r8,%rax */
+		{ 0x4c, 0x89, 0xc8 },                   /* arg6: mov %r9,%rax */
+	};
+	static const uint8_t pack[] = {
+		0x48, 0x89, 0xc2,                       /* mov %rax,%rdx */
+		0x48, 0xc1, 0xe0, TRACE_TSC_SHIFT,      /* shl $26,%rax */
+		0x48, 0xc1, 0xea, 0x19,                 /* shr $25,%rdx */
+		0x81, 0xe2, 0x00, 0xe0, 0xff, 0x03,     /* and $0x3ffe000,%edx */
+		0x48, 0x09, 0xd0,                       /* or %rdx,%rax */
+	};
+	static const uint8_t take[] = {
+		0xba, 0x01, 0x00, 0x00, 0x00,           /* mov $1,%edx */
+		0x49, 0x0f, 0xc1, 0x53, TRACE_RING_OFF_COUNT, /* xadd %rdx,COUNT(%r11) */
+		0x49, 0x3b, 0x53, TRACE_RING_OFF_LIMIT, /* cmp LIMIT(%r11),%rdx */
+	};
+	uint32_t imm = trace_value_id(arg, 0) << 2 | TRACE_EVENT;
+	bool keep = arg == 0;
+
+	_Static_assert(TRACE_TSC_SHIFT == 26 && TRACE_TSC_LOW_BITS == 38, "the packing encodes them");
+	/* An argument comes right after the ENTRY record, whose spills below rsp
+	 * still hold rax, rdx and r11 as they are: not spilled again (room: an
+	 * area with both values fills most of its slot). */
+	if (keep)
+		bn(b, spill, sizeof spill);
+	if (keep)
+		bn(b, save_flags, sizeof save_flags);
+	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25); /* mov %fs:disp32,%r11 */
+	b32(b, (uint32_t)(int32_t)s->tls_offset);
+	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
+	b1(b, 0x0f); b1(b, 0x84); f->no_ring = b->n; b32(b, 0);           /* je done */
+	bn(b, from[arg], from[arg][2] == 0x44 ? 5 : 3);
+	bn(b, pack, sizeof pack);
+	b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                            /* or $imm,%rax */
+	bn(b, take, sizeof take);
+	b1(b, 0x0f); b1(b, 0x83); f->move = b->n; b32(b, 0);             /* jae move */
+	store(b);
+	f->done = here(b);
+	fix_rel32(b, f->no_ring);
+	if (keep)
+		bn(b, load_flags, sizeof load_flags);
+	bn(b, unspill, sizeof unspill);
+}
+
 /* cmpb $0,flag(%rip); je <returned field> */
 static size_t flag_test(buf *b, const ag_area_spec *s)
 {
@@ -338,7 +406,7 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
-	rec_fix in, out;
+	rec_fix in, out, vin, vout;
 	size_t je;
 	uint64_t entry;
 
@@ -346,16 +414,24 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	je = flag_test(&b, s);
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY, &in);
+	if (s->value_arg)
+		record_value(&b, s, s->value_arg, &vin);
 	if (s->slot) {
 		b1(&b, 0xff); b1(&b, 0x15); brel32(&b, s->slot);           /* call *slot(%rip) */
 	} else {
 		b1(&b, 0xe8); brel32(&b, s->callee);                       /* call G */
 	}
+	if (s->value_ret)
+		record_value(&b, s, 0, &vout);
 	record(&b, s, TRACE_EXIT, &out);
 	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
 	instr_slow(&b, s, je, entry);
 	record_slow(&b, s, &in);
 	record_slow(&b, s, &out);
+	if (s->value_arg)
+		record_slow_move(&b, s, &vin);
+	if (s->value_ret)
+		record_slow_move(&b, s, &vout);
 	return b.n;
 }
 

@@ -556,13 +556,25 @@ static int watch_one(int tid, void *arg)
 	return 0;
 }
 
-void ag_watch_blocked_calls(const char *event)
+void ag_watch_blocked_calls(const char *event, int stopped)
 {
 	static const long accept_nrs[] = { SYS_accept, SYS_accept4 };
 	/* a read: a receive if on a socket (or an awaited pipe), ag_event_fires */
 	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg, SYS_read, SYS_readv };
 	bool acc = strcmp(event, "accept") == 0;
 	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4 };
+	struct timespec nap = { 0, 500000 };
+	uint64_t pc;
+	long nr;
+
+	/* The thread the injector stopped goes back into its system call when
+	 * let go -- on a busy machine, milliseconds later than the agent is
+	 * here: until then it is in none, and would not be watched (seen: a
+	 * receive the daemon waited for passed untraced).  At most 50 ms: its
+	 * call may also have ended meanwhile. */
+	for (int i = 0; stopped > 0 && i < 100 && !thread_syscall(stopped, &nr, &pc) &&
+	     ag_thread_where(stopped, &nr, &pc) >= 0; i++)
+		nanosleep(&nap, NULL);
 
 	ag_for_other_threads(watch_one, &w);
 	if (w.armed)

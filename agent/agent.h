@@ -259,7 +259,10 @@ void ag_activation_round(void);        /* a new activation */
 /* The calling thread walks now (an event); from the interrupted context of
  * a SIGTRAP handler if uc is not NULL. */
 void ag_walk_self(struct ucontext_t *uc);
-void ag_watch_blocked_calls(const char *event); /* attached: threads already in accept/recv */
+/* Attached: threads already in accept/recv get a breakpoint at its return;
+ * `stopped`, the thread the injector stopped (0: none), is waited for in
+ * its system call first. */
+void ag_watch_blocked_calls(const char *event, int stopped);
 void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
 bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */

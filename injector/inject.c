@@ -961,7 +961,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 	if (inj_check(pid, err) || find_libc(pid, &base, &lo, &hi, libc_file, sizeof libc_file) ||
 	    resolve_syms(pid, base, libc_file, &s, err))
 		return -1;
-	if (strlen(o->entry) >= 64 || strlen(o->arg) >= DATA_SIZE - D_ARG)
+	if (strlen(o->entry) >= 64 || strlen(o->arg) + 32 >= DATA_SIZE - D_ARG)
 		return sp_fail(err, "injector: entry name or argument too long");
 	snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
 	t.mem = open(path, O_RDWR | O_CLOEXEC);
@@ -1026,6 +1026,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		uint64_t a_code[6] = { 0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
 				       (uint64_t)-1, 0 };
 		static const char memfd_name[] = "sptrace-agent";
+		char stopped[32];
 		uint64_t stack = 0, argp;
 		uint8_t block[256];
 
@@ -1077,10 +1078,16 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		memcpy(block + 48, &fd, 8);
 		memcpy(block + D_DLCLOSE, &s.dlclose, 8);
 		memcpy(block + D_ARGP, &argp, 8);
+		/* The argument says which thread we stopped, in a system call it
+		 * goes back into after us (the agent waits for it there before
+		 * it looks for threads blocked in a receive: agent/activate.c). */
+		snprintf(stopped, sizeof stopped, "%sstopped=%d\n",
+			 o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "", (int)t.tid);
 		snprintf((char *)block + D_PATH, 64, "/proc/self/fd/%d", (int)fd);
 		snprintf((char *)block + D_ENTRY, 64, "%s", o->entry);
 		if (mem_write(&t, data, block, sizeof block) ||
-		    mem_write(&t, data + D_ARG, o->arg, strlen(o->arg) + 1)) {
+		    mem_write(&t, data + D_ARG, o->arg, strlen(o->arg)) ||
+		    mem_write(&t, data + D_ARG + strlen(o->arg), stopped, strlen(stopped) + 1)) {
 			sp_fail(err, "pid %d: cannot write into its memory: %s", (int)pid, strerror(errno));
 			goto release;
 		}

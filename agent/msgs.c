@@ -576,6 +576,18 @@ int ag_tcp_received(int fd, uint64_t *end)
 	return 0;
 }
 
+void ag_msgs_resync(int fd, uint64_t end, long rc)
+{
+	uint64_t w = fd_word(fd);
+	chan *c;
+
+	if (((w >> 32) & 0xff) != ST_CHAN || rc < 0 || end < (uint64_t)rc)
+		return;
+	c = &chans[(uint32_t)w];
+	if (c->proto == TRACE_PROTO_TCP && !(c->msg_flags[DIR_RECV] & TRACE_MSG_RELATIVE))
+		__atomic_store_n(&c->off[DIR_RECV], end - (uint64_t)rc, __ATOMIC_RELAXED);
+}
+
 static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
 {
 	uint64_t pos[2];
@@ -1095,7 +1107,9 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 				fc.at_offset = (tc.flags & TRACE_CHAN_ABS_SEND) != 0;
 				fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
 			}
-			ag_propagate_ask(&fc);
+			/* the mark's byte takes a sequence number, as the kernel counts */
+			if (ag_propagate_ask(&fc) == AG_MARK_OOB && ag_mark_send(fd) == 0)
+				__atomic_add_fetch(&c->off[DIR_SEND], 1, __ATOMIC_RELAXED);
 		}
 	}
 	ag_leave(r);
@@ -1132,12 +1146,24 @@ void ag_msgs_received(int fd, long nr, long rc)
 		msg(fd, DIR_RECV, call, (uint64_t)rc, NULL, 0);
 }
 
+/* Before a receive: the program's own MSG_OOB is noted (propagate.c,
+ * point 9); an awaited urgent byte is read first (point 11). */
+static inline void before_recv(int fd, int flags)
+{
+	if (__builtin_expect(flags & MSG_OOB, 0))
+		ag_mark_program_oob();
+	else if (ag_expecting())
+		ag_expect_before(fd);
+}
+
 /* ---- the interposers (hooks.c's table) ---- */
 
 AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
 	ssize_t rc;
 
+	if (flags & MSG_OOB)
+		ag_mark_program_oob();
 	propagate1(fd, NULL, 0, buf, n);
 	rc = real_send ? real_send(fd, buf, n, flags)
 	     : sys(SYS_sendto, fd, (long)buf, (long)n, flags, 0);
@@ -1151,6 +1177,8 @@ AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 {
 	ssize_t rc;
 
+	if (flags & MSG_OOB)
+		ag_mark_program_oob();
 	propagate1(fd, addr, len, buf, n);
 	rc = real_sendto ? real_sendto(fd, buf, n, flags, addr, len)
 	     : syscall(SYS_sendto, fd, buf, n, flags, addr, len);
@@ -1163,6 +1191,8 @@ AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
 	ssize_t rc;
 
+	if (flags & MSG_OOB)
+		ag_mark_program_oob();
 	if (m)                  /* else the C library says EFAULT */
 		propagate(fd, (const struct sockaddr *)m->msg_name, m->msg_namelen, m->msg_iov,
 			  m->msg_iovlen);
@@ -1221,6 +1251,7 @@ static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void 
 		addr = (struct sockaddr *)&own;
 		len = &ownlen;
 	}
+	before_recv(fd, flags);
 	if (chk)
 		rc = chk(fd, buf, n, buflen, flags, addr, len);
 	else if (real_recvfrom)
@@ -1257,6 +1288,7 @@ AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 
 	if (tracing() && wants_peer(fd))
 		return recvfrom_common(NULL, 0, fd, buf, n, flags, NULL, NULL, TRACE_CALL_RECV);
+	before_recv(fd, flags);
 	rc = real_recv ? real_recv(fd, buf, n, flags)
 	     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 	return recv_after(fd, rc, buf, n, flags);
@@ -1270,8 +1302,11 @@ AG_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockad
 
 AG_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
-	ssize_t rc = real_recv_chk ? real_recv_chk(fd, buf, n, buflen, flags)
-		     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+	ssize_t rc;
+
+	before_recv(fd, flags);
+	rc = real_recv_chk ? real_recv_chk(fd, buf, n, buflen, flags)
+	     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 
 	return recv_after(fd, rc, buf, n, flags);
 }
@@ -1285,8 +1320,10 @@ AG_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int
 
 AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 {
-	ssize_t rc = real_recvmsg ? real_recvmsg(fd, m, flags)
-		     : sys(SYS_recvmsg, fd, (long)m, flags, 0, 0);
+	ssize_t rc;
+
+	before_recv(fd, flags);
+	rc = real_recvmsg ? real_recvmsg(fd, m, flags) : sys(SYS_recvmsg, fd, (long)m, flags, 0, 0);
 
 	if (rc > 0) {
 		event("recv", rc, fd, first_iov(m->msg_iov, m->msg_iovlen, rc));
@@ -1301,8 +1338,11 @@ AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 
 AG_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *to)
 {
-	int rc = real_recvmmsg ? real_recvmmsg(fd, v, n, flags, to)
-		 : (int)sys(SYS_recvmmsg, fd, (long)v, n, flags, (long)to);
+	int rc;
+
+	before_recv(fd, flags);
+	rc = real_recvmmsg ? real_recvmmsg(fd, v, n, flags, to)
+	     : (int)sys(SYS_recvmmsg, fd, (long)v, n, flags, (long)to);
 
 	if (rc > 0) {
 		event("recv", (long)v[0].msg_len, fd,
@@ -1327,22 +1367,31 @@ static ssize_t read_after(int fd, ssize_t rc, const void *data, unsigned call, s
 
 AG_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
-	ssize_t rc = real_read ? real_read(fd, buf, n) : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
+	ssize_t rc;
+
+	before_recv(fd, 0);
+	rc = real_read ? real_read(fd, buf, n) : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
 	return read_after(fd, rc, buf, TRACE_CALL_READ, n);
 }
 
 AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
-	ssize_t rc = real_read_chk ? real_read_chk(fd, buf, n, buflen)
-		     : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
+	ssize_t rc;
+
+	before_recv(fd, 0);
+	rc = real_read_chk ? real_read_chk(fd, buf, n, buflen)
+	     : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
 	return read_after(fd, rc, buf, TRACE_CALL_READ, n);
 }
 
 AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
-	ssize_t rc = real_readv ? real_readv(fd, iov, n) : sys(SYS_readv, fd, (long)iov, n, 0, 0);
+	ssize_t rc;
+
+	before_recv(fd, 0);
+	rc = real_readv ? real_readv(fd, iov, n) : sys(SYS_readv, fd, (long)iov, n, 0, 0);
 
 	return read_after(fd, rc, n > 0 ? first_iov(iov, (size_t)n, rc) : NULL, TRACE_CALL_READV,
 			  rc == 0 && n > 0 ? iov_len(iov, (size_t)n) : 0);

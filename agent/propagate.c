@@ -71,13 +71,48 @@
  *     up, or the request went elsewhere) is given up, so a server injected
  *     in vain does not pay the look at every receive for ever.
  *
+ * The TCP mark (`mark=oob`, SPTRACE_MARK, `sptrace run --mark oob`; the
+ * default marks nothing on the wire: offsets, points 5 and 6):
+ *
+ *  9. The request asks for it (InjectRequest.mark) unless this program
+ *     itself used MSG_OOB (msgs.c tells, ag_mark_program_oob).  Each agent
+ *     at the other end takes it (`expect ... oob`) only if no socket of its
+ *     process on the channel's receiving address -- the connection, or the
+ *     listener it will be accepted from -- has SO_OOBINLINE (the byte would
+ *     be read in line) or a SIGURG owner (F_GETOWN: the signal would reach
+ *     the program), and its program never used MSG_OOB; else it says why in
+ *     agent.log and awaits by offset.  It writes `mark oob|offset LINE` into
+ *     its meta before `expect LINE`, and spdaemon answers with each
+ *     target's mark (InjectReply.Target.mark).
+ * 10. The sender sends the byte only if every process that follows took
+ *     it: one byte with MSG_OOB, corked (MSG_MORE) so that it leaves in the
+ *     segment of the send's first bytes (no segment of its own, no wait
+ *     for an ACK under Nagle).  It takes one sequence number: the channel's
+ *     sent offset grows by one, as the kernel's counters do (msgs.c).
+ * 11. Out of line, the kernel keeps the byte out of every ordinary read and
+ *     stops a read that has copied bytes at it: the receive that starts
+ *     after the hole is the send's.  While a mark is awaited, a receive on
+ *     the channel's connection first reads the byte if it is there (MSG_OOB,
+ *     not waiting: POLLPRI goes away, nothing is left for the program) and
+ *     whether the stream stands at the mark (SIOCATMARK; ag_expect_before,
+ *     this thread's `pre`): a receive that begins there and gets bytes is
+ *     the send's.  (The stream's offset cannot tell: while an urgent byte
+ *     is ahead, SIOCINQ counts only the bytes before it.)  A receive the
+ *     mark came during (a thread blocked in it) matches when it reaches
+ *     past where the stream stood at arming and no mark is ahead of it
+ *     (SIOCATMARK, an urgent byte still there).  The matched receive resyncs the channel's received offset
+ *     (the program never saw the mark's byte: ag_msgs_resync).
+ *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; UNIX datagram sockets are not followed; a pipe
- * or UNIX socket with several readers counts each reader's bytes alone.
+ * or UNIX socket with several readers counts each reader's bytes alone; a
+ * receiving program that sets SO_OOBINLINE or reads MSG_OOB after its agent
+ * took the mark would see it (checked at arming only).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +139,9 @@
 
 static char session[65];
 static uint32_t wait_ms = 3000;
+static bool mark_oob;                    /* point 9: this agent's TCP sends */
+static volatile int program_oob;         /* the program used MSG_OOB (msgs.c) */
+#define MARK_BYTE 0xa5
 static volatile uint64_t no_daemon_until;
 static volatile int no_daemon_said;
 static volatile uint64_t next_id = 1;
@@ -115,6 +153,9 @@ typedef struct expect {
 	uint8_t src[16], dst[16];        /* the sender's end, the receiver's end */
 	uint16_t sport, dport;
 	bool at_offset;                  /* offset (TCP) or hash (UDP) is known */
+	bool oob;                        /* TCP: awaits the urgent byte (point 11) */
+	bool armed_known;                /* oob: armed_pos is known */
+	uint64_t armed_pos;              /* oob: where the stream stood at arming */
 	uint64_t offset;                 /* TCP: stream offset; UDP: content hash */
 	uint64_t inode;                  /* pipes */
 	uint64_t backlog;                /* pipes: bytes queued when armed */
@@ -127,6 +168,7 @@ static volatile int expect_mode;         /* given an expectation once: point 8 *
 
 static expect expects[MAX_EXPECT];
 static volatile int nexpect;             /* waiting (2) */
+static volatile int noob;                /* waiting with oob (point 11) */
 static expect came_from[MAX_EXPECT];     /* matched ones (point 3), round robin */
 static volatile unsigned ncame;
 
@@ -150,12 +192,17 @@ static uint64_t now_ns(void)
 }
 
 /* Point 1. */
-void ag_propagate_init(const char *name, const char *wait)
+void ag_propagate_init(const char *name, const char *wait, const char *mark)
 {
 	size_t n = name ? strlen(name) : 0;
 
 	if (n == 0)
 		return;
+	if (mark && strcmp(mark, "oob") == 0)
+		mark_oob = true;
+	else if (mark && *mark && strcmp(mark, "offset") != 0)
+		ag_log("propagation: mark '%.40s' is not 'offset' or 'oob'; marking by offset",
+		       mark);
 	if (n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 	    != n || name[0] == '.') {
 		ag_log("propagation off: session name '%.80s' is not 1 to 64 letters, digits, '.', "
@@ -174,7 +221,8 @@ void ag_propagate_init(const char *name, const char *wait)
 			wait_ms = (uint32_t)ms;
 	}
 	ag_log("propagation: session %s; a traced send waits up to %u ms for the receiving "
-	       "agents", session, wait_ms);
+	       "agents; TCP sends marked by %s", session, wait_ms,
+	       mark_oob ? "an urgent byte (oob)" : "their stream offset");
 }
 
 const char *ag_propagate_session(void)
@@ -189,6 +237,30 @@ const char *ag_propagate_wait(void)
 
 	snprintf(text, sizeof text, "%u", wait_ms);
 	return text;
+}
+
+const char *ag_propagate_mark(void)
+{
+	return mark_oob ? "oob" : "offset";
+}
+
+void ag_mark_program_oob(void)
+{
+	if (!__atomic_exchange_n(&program_oob, 1, __ATOMIC_ACQ_REL) && session[0])
+		ag_log("propagation: the program uses MSG_OOB: its TCP channels are marked by "
+		       "offset, never by an urgent byte");
+}
+
+/* Point 10: the urgent byte, corked into the send's first segment. */
+int ag_mark_send(int fd)
+{
+	static const uint8_t b = MARK_BYTE;
+	long rc = sys(SYS_sendto, fd, (long)&b, 1, MSG_OOB | MSG_MORE | MSG_NOSIGNAL, 0);
+
+	if (rc != 1)
+		ag_log("propagation: fd %d: the mark's urgent byte was not sent (%s); its "
+		       "receivers will not start at this send", fd, strerror(rc < 0 ? (int)-rc : EAGAIN));
+	return rc == 1 ? 0 : -1;
 }
 
 bool ag_propagating(void)
@@ -363,6 +435,10 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	q.offset = fc->offset;
 	q.wait_ms = wait_ms;
 	q.follow = 1;
+	/* the session's way, for the receivers' own sends; this one's byte
+	 * never where the program uses MSG_OOB itself */
+	q.mark = (char *)(mark_oob && (fc->kind != AG_FLOW_TCP ||
+				       !__atomic_load_n(&program_oob, __ATOMIC_ACQUIRE)) ? "oob" : "");
 	if (fc->kind == AG_FLOW_PIPE || fc->kind == AG_FLOW_UNIX) {
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
@@ -427,23 +503,35 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	} else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {
 		Sptrace__Spd__InjectReply *r = rep->inject_reply;
 		const char *host = r->host && *r->host ? r->host : "?";
-		unsigned got = 0;
+		unsigned got = 0, oob = 0;
 
 		for (size_t i = 0; i < r->n_targets; i++) {
-			got += r->targets[i]->injected || r->targets[i]->following;
+			bool in = r->targets[i]->injected || r->targets[i]->following;
+
+			got += in;
+			oob += in && r->targets[i]->mark && strcmp(r->targets[i]->mark, "oob") == 0;
 			ag_log("propagation: %s: host %s pid %d: %s%s", what, host, r->targets[i]->pid,
 			       r->targets[i]->injected ? "" : r->targets[i]->following ? "" :
 			       "not traced: ", r->targets[i]->why);
 		}
+		/* point 10: the byte only if every follower awaits it */
+		bool mark = fc->kind == AG_FLOW_TCP && *q.mark && got && oob == got;
+
 		ag_log("propagation: %s: host %s answered in %.1f ms: %u of %zu processes at the "
-		       "other end follow%s", what, host, ms, got, r->n_targets,
-		       r->n_targets ? "" : " (no process there holds it)");
-		ag_meta_note("%s %lu %s %s %s host %s targets %u\n", TRACE_META_PROPAGATED,
-			     (unsigned long)ag_rdtsc(), kinds[fc->kind], where, off, host, got);
+		       "other end follow%s%s", what, host, ms, got, r->n_targets,
+		       r->n_targets ? "" : " (no process there holds it)",
+		       fc->kind != AG_FLOW_TCP || !*q.mark || !got ? ""
+		       : mark ? "; marked by an urgent byte (oob)"
+		       : "; marked by offset (a follower cannot take an urgent byte)");
+		ag_meta_note("%s %lu %s %s %s host %s targets %u%s\n", TRACE_META_PROPAGATED,
+			     (unsigned long)ag_rdtsc(), kinds[fc->kind], where, off, host, got,
+			     mark ? " mark oob" : "");
+		if (mark)
+			rc = AG_MARK_OOB;
 	}
 	munmap(ar.base, ar.size);
 	errno = saved;
-	return rc == 0 ? 0 : -1;
+	return rc == 0 || rc == AG_MARK_OOB ? rc : -1;
 }
 
 /* ---- expectations (points 5 to 7) ---- */
@@ -478,14 +566,70 @@ static uint64_t backlog_of(uint64_t inode)
 	return 0;
 }
 
-/* "tcp SRC SPORT DST DPORT OFFSET|-", "udp SRC SPORT DST DPORT HASH|-" or
- * "pipe INODE": 0, or -1 (said in agent.log). */
+static void addr_bytes(const struct sockaddr_storage *ss, int *family, uint8_t out[16],
+		       uint16_t *port);
+static bool is_any(const uint8_t a[16]);
+
+/* Point 9: can e's receiving end take an urgent byte unseen?  Looks at this
+ * process's sockets on e's receiving address: the connection from e's
+ * sender (where its stream stands now: e->armed_pos) or a listener it
+ * will be accepted from (an accepted socket inherits its options).  false
+ * and why. */
+static bool oob_usable(expect *e, char *why, size_t len)
+{
+	if (__atomic_load_n(&program_oob, __ATOMIC_ACQUIRE)) {
+		snprintf(why, len, "the program uses MSG_OOB");
+		return false;
+	}
+	for (int fd = 0; fd < 4096; fd++) {
+		struct sockaddr_storage la, pa;
+		socklen_t ll = sizeof la, pl = sizeof pa, ol = sizeof(int);
+		struct f_owner_ex own = { 0 };
+		uint8_t l[16], p[16];
+		uint16_t lp = 0, pp = 0;
+		int fam, type = 0, inl = 0;
+		socklen_t tl = sizeof type;
+
+		if (ag_fd_is_ours(fd) || sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0 ||
+		    la.ss_family != e->family ||
+		    sys(SYS_getsockopt, fd, SOL_SOCKET, SO_TYPE, (long)&type, (long)&tl) != 0 ||
+		    type != SOCK_STREAM)
+			continue;
+		addr_bytes(&la, &fam, l, &lp);
+		if (lp != e->dport || (!is_any(l) && memcmp(l, e->dst, 16) != 0))
+			continue;
+		bool conn = sys(SYS_getpeername, fd, (long)&pa, (long)&pl, 0, 0) == 0;
+
+		if (conn) {
+			addr_bytes(&pa, &fam, p, &pp);
+			if (pp != e->sport || memcmp(p, e->src, 16) != 0)
+				continue;          /* another connection to the same port */
+		}
+		if (sys(SYS_getsockopt, fd, SOL_SOCKET, SO_OOBINLINE, (long)&inl, (long)&ol) == 0 &&
+		    inl) {
+			snprintf(why, len, "fd %d has SO_OOBINLINE (the byte would be read in line)",
+				 fd);
+			return false;
+		}
+		if (sys(SYS_fcntl, fd, F_GETOWN_EX, (long)&own, 0, 0) == 0 && own.pid) {
+			snprintf(why, len, "fd %d has an owner of its SIGURG (F_SETOWN %d)", fd,
+				 own.pid);
+			return false;
+		}
+		if (conn && ag_tcp_received(fd, &e->armed_pos) == 0)
+			e->armed_known = true;
+	}
+	return true;
+}
+
+/* "tcp SRC SPORT DST DPORT OFFSET|- [oob]", "udp SRC SPORT DST DPORT HASH|-"
+ * or "pipe INODE": 0, or -1 (said in agent.log). */
 int ag_expect_add(const char *line)
 {
-	char kind[8], a[64], b[64], last[32];
+	char kind[8], a[64], b[64], last[32], mark[8], why[200];
 	unsigned sp, dp;
 	unsigned long long inode;
-	int fa, fb;
+	int fa, fb, nf;
 	expect e = { 0 };
 
 	if (sscanf(line, "unixfrom %llu", &inode) == 1 && inode) {
@@ -496,7 +640,8 @@ int ag_expect_add(const char *line)
 		e.kind = line[0] == 'p' ? AG_FLOW_PIPE : AG_FLOW_UNIX;
 		e.inode = inode;
 		e.backlog = backlog_of(inode);
-	} else if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, last) == 6 &&
+	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s", kind, a, &sp, b, &dp, last,
+			       mark)) >= 6 && (nf == 6 || strcmp(mark, "oob") == 0) &&
 		   (strcmp(kind, "tcp") == 0 || strcmp(kind, "udp") == 0) && sp <= 65535 &&
 		   dp <= 65535 && parse_addr(a, &fa, e.src) == 0 && parse_addr(b, &fb, e.dst) == 0 &&
 		   fa == fb) {
@@ -506,8 +651,15 @@ int ag_expect_add(const char *line)
 		e.dport = (uint16_t)dp;
 		e.at_offset = strcmp(last, "-") != 0;
 		e.offset = e.at_offset ? strtoull(last, NULL, e.kind == AG_FLOW_UDP ? 16 : 10) : 0;
+		if (nf == 7 && e.kind == AG_FLOW_TCP) {                /* point 9 */
+			e.oob = oob_usable(&e, why, sizeof why);
+			if (!e.oob)
+				ag_log("expect '%.200s': no urgent byte here: %s; awaiting the "
+				       "receive by its stream offset instead", line, why);
+			ag_meta_note("%s %s %s\n", TRACE_META_MARK, e.oob ? "oob" : "offset", line);
+		}
 	} else {
-		ag_log("expect '%.200s': not 'tcp|udp SRC SPORT DST DPORT OFFSET|HASH|-' or "
+		ag_log("expect '%.200s': not 'tcp|udp SRC SPORT DST DPORT OFFSET|HASH|- [oob]' or "
 		       "'pipe|unix INODE'", line);
 		return -1;
 	}
@@ -521,8 +673,13 @@ int ag_expect_add(const char *line)
 			e.state = 1;
 			expects[i] = e;
 			__atomic_store_n(&expects[i].state, 2, __ATOMIC_RELEASE);
+			if (e.oob)
+				__atomic_add_fetch(&noob, 1, __ATOMIC_RELEASE);
 			__atomic_add_fetch(&nexpect, 1, __ATOMIC_RELEASE);
-			if (e.kind == AG_FLOW_UNIXFROM)
+			if (e.oob)
+				ag_log("expecting the receive of tcp %s:%u -> %s:%u after its urgent "
+				       "byte (oob mark)", a, sp, b, dp);
+			else if (e.kind == AG_FLOW_UNIXFROM)
 				ag_log("expecting the first read of the connection from UNIX socket "
 				       "%llu, once accepted", inode);
 			else if (e.kind == AG_FLOW_PIPE || e.kind == AG_FLOW_UNIX)
@@ -561,6 +718,8 @@ static bool expired(expect *e, uint64_t now)
 	if (now < e->until || !__atomic_compare_exchange_n(&e->state, &two, 0, false,
 							  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return false;
+	if (e->oob)
+		__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
 	__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 	ag_log("an awaited receive did not come within %llu s: given up (its sender's request "
 	       "was not followed here)", EXPECT_NS / 1000000000ull);
@@ -648,6 +807,56 @@ static bool is_any(const uint8_t a[16])
 	return memcmp(a, zero, 16) == 0;
 }
 
+/* Point 11: where this thread's receive on fd began (ag_expect_before). */
+static __thread struct {
+	int fd;
+	bool at_mark;                    /* the receive began at the mark */
+} pre __attribute__((tls_model("initial-exec")));
+
+static bool oob_tuple(const expect *e, const seen *w)
+{
+	return e->oob && w->kind == AG_FLOW_TCP && e->family == w->family &&
+	       e->sport == w->pp && e->dport == w->lp && memcmp(e->src, w->p, 16) == 0 &&
+	       memcmp(e->dst, w->l, 16) == 0;
+}
+
+/* Point 11, before a receive on fd: the urgent byte read if it is there,
+ * and whether the receive begins at it. */
+void ag_expect_before(int fd)
+{
+	int saved = errno, at = 0;
+	bool ours = false;
+	uint8_t b;
+	seen w;
+
+	pre.at_mark = false;
+	if (!__atomic_load_n(&noob, __ATOMIC_ACQUIRE))
+		return;
+	what_fd(fd, &w);
+	for (int i = 0; i < MAX_EXPECT && !ours && w.kind == AG_FLOW_TCP; i++)
+		ours = __atomic_load_n(&expects[i].state, __ATOMIC_ACQUIRE) == 2 &&
+		       oob_tuple(&expects[i], &w);
+	if (ours) {
+		if (sys(SYS_recvfrom, fd, (long)&b, 1, MSG_OOB | MSG_DONTWAIT, 0) == 1)
+			ag_log("fd %d: the mark's urgent byte read before the program's receive",
+			       fd);
+		pre.fd = fd;
+		pre.at_mark = sys(SYS_ioctl, fd, SIOCATMARK, (long)&at, 0, 0) == 0 && at;
+	}
+	errno = saved;
+}
+
+/* Point 11, a receive not seen before: is the mark still ahead of fd's
+ * stream (the receive stopped at it, or it is further on)? */
+static bool mark_ahead(int fd)
+{
+	int at = 0;
+	uint8_t b;
+
+	return (sys(SYS_ioctl, fd, SIOCATMARK, (long)&at, 0, 0) == 0 && at) ||
+	       sys(SYS_recvfrom, fd, (long)&b, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT, 0) == 1;
+}
+
 /* Point 6: is this receive, on fd, of rc bytes (data: them, or NULL) the
  * one e awaits?  *end is the TCP stream's end, read once (-2: not yet). */
 static bool matches(expect *e, const seen *w, int fd, long rc, const void *data, int64_t *end)
@@ -673,13 +882,18 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 		if (e->family != w->family || e->sport != w->pp || e->dport != w->lp ||
 		    memcmp(e->src, w->p, 16) != 0 || memcmp(e->dst, w->l, 16) != 0)
 			return false;
-		if (!e->at_offset)
+		if (!e->at_offset && !e->oob)
 			return true;
 		if (*end == -2) {
 			uint64_t e2;
 
 			*end = ag_tcp_received(fd, &e2) == 0 ? (int64_t)e2 : -1;
 		}
+		if (e->oob && pre.at_mark && pre.fd == fd)    /* point 11: after the hole */
+			return true;
+		if (e->oob)
+			return (!e->armed_known || (*end >= 0 && (uint64_t)*end > e->armed_pos)) &&
+			       !mark_ahead(fd);
 		/* bytes sent before the traced send start nothing */
 		return *end < 0 || (uint64_t)*end > e->offset;
 	default:
@@ -743,10 +957,21 @@ bool ag_expect_match(int fd, long rc, const void *data)
 			c->sport = w.pp;
 		}
 		__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
+		if (e->oob) {
+			/* point 11: the program never saw the mark's byte */
+			if (end == -2)
+				end = ag_tcp_received(fd, (uint64_t *)&end) == 0 ? end : -1;
+			if (end >= 0)
+				ag_msgs_resync(fd, (uint64_t)end, rc);
+			ag_log("fd %d: the receive after the mark's urgent byte: the traced "
+			       "send's (stream at %lld)", fd, (long long)end);
+			__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
+		}
 		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
 		__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 		hit = true;
 	}
+	pre.at_mark = false;
 	errno = saved;
 	return hit;
 }

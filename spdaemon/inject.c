@@ -214,7 +214,9 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
  * (agent/propagate.c, point 5): "tcp SRC SPORT DST DPORT OFFSET|-", "udp
  * SRC SPORT DST DPORT HASH|-" (the datagram's content hash, hexadecimal),
  * "pipe INODE", "unix INODE" (the receiving socket's), "unixfrom INODE" (a
- * connection not accepted yet: the socket whose peer is INODE). */
+ * connection not accepted yet: the socket whose peer is INODE).  A TCP
+ * line ends in " oob" when the sender would mark the send by an urgent
+ * byte (point 9). */
 static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, char *out,
 			size_t len)
 {
@@ -237,8 +239,9 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 	if (q->at_offset)
 		snprintf(off, sizeof off, ch->kind == SPD_CH_TCP ? "%llu" : "%llx",
 			 (unsigned long long)q->offset);
-	snprintf(out, len, "%s %s %u %s %u %s", ch->kind == SPD_CH_TCP ? "tcp" : "udp", s,
-		 ch->src.port, t, ch->dst.port, off);
+	snprintf(out, len, "%s %s %u %s %u %s%s", ch->kind == SPD_CH_TCP ? "tcp" : "udp", s,
+		 ch->src.port, t, ch->dst.port, off,
+		 ch->kind == SPD_CH_TCP && q->mark && strcmp(q->mark, "oob") == 0 ? " oob" : "");
 }
 
 static unsigned long long start_time(pid_t pid)
@@ -354,14 +357,58 @@ static void remember(spd_daemon *d, pid_t pid, uid_t uid, const char *session, c
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* Step 4: `expect LINE` into the agent's FIFO, then wait for its meta to
- * say "expect LINE".  0, or -1 and *why. */
-static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *why, size_t len)
+/* Does the end of the meta in directory dfd say `want` (waiting up to
+ * `tries` ms for it)?  With `also`: and that too, once it does. */
+static bool meta_says(int dfd, const char *want, const char *also, int tries)
 {
-	char want[256], buf[65536];
+	char buf[65536];
 	struct stat st;
-	int dfd;
 	ssize_t n;
+
+	for (int i = 0; i < tries; i++) {
+		int mfd = openat(dfd, "meta", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+		if (mfd >= 0 && fstat(mfd, &st) == 0 && S_ISREG(st.st_mode)) {
+			off_t from = st.st_size > (off_t)sizeof buf - 1 ? st.st_size - (off_t)sizeof buf + 1
+				     : 0;
+
+			n = pread(mfd, buf, sizeof buf - 1, from);
+			buf[n > 0 ? n : 0] = '\0';
+			close(mfd);
+			if (strstr(buf, want))
+				return !also || strstr(buf, also);
+		} else if (mfd >= 0) {
+			close(mfd);
+		}
+		usleep(1000);
+	}
+	return false;
+}
+
+/* Point 9 of agent/propagate.c: did the agent in `dir`, told to expect
+ * LINE, take the urgent byte ("mark oob LINE" in its meta)? */
+static bool takes_oob(const char *dir, const char *line)
+{
+	char want[300], also[300];
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	bool yes;
+
+	if (dfd < 0)
+		return false;
+	snprintf(want, sizeof want, "expect %s\n", line);
+	snprintf(also, sizeof also, "mark oob %s\n", line);
+	yes = meta_says(dfd, want, also, 1000);
+	close(dfd);
+	return yes;
+}
+
+/* Step 4: `expect LINE` into the agent's FIFO, then wait for its meta to
+ * say "expect LINE".  0, or -1 and *why.  (Not inlined: gcc cannot see that
+ * the caller's dir and why, parts of one allocation, do not overlap.) */
+static __attribute__((noinline)) int tell_to_follow(const char *dir, uid_t uid, const char *line, char *why, size_t len)
+{
+	char want[256];
+	int dfd;
 
 	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
 		snprintf(why, len, "%s: %s", dir, strerror(errno));
@@ -375,24 +422,9 @@ static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *wh
 		close(dfd);
 		return -1;
 	}
-	for (int tries = 0; tries < 1000; tries++) {
-		int mfd = openat(dfd, "meta", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-
-		if (mfd >= 0 && fstat(mfd, &st) == 0 && S_ISREG(st.st_mode)) {
-			off_t from = st.st_size > (off_t)sizeof buf - 1 ? st.st_size - (off_t)sizeof buf + 1
-				     : 0;
-
-			n = pread(mfd, buf, sizeof buf - 1, from);
-			buf[n > 0 ? n : 0] = '\0';
-			close(mfd);
-			if (strstr(buf, want)) {
-				close(dfd);
-				return 0;
-			}
-		} else if (mfd >= 0) {
-			close(mfd);
-		}
-		usleep(1000);
+	if (meta_says(dfd, want, NULL, 1000)) {
+		close(dfd);
+		return 0;
 	}
 	snprintf(why, len, "the agent did not take the receive to follow within a second");
 	close(dfd);
@@ -448,7 +480,7 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 	inj_agent a = { .so_path = d->agent, .dir = dir, .on = expect ? "recv" : on,
 			.threads = "event", .prepared = ca_repo_default_dir(), .timeout = 60,
 			.session = expect ? q->session : NULL, .wait = expect && q->wait_ms ? wait : NULL,
-			.expect = expect };
+			.mark = expect && q->mark && *q->mark ? q->mark : NULL, .expect = expect };
 
 	if (inj_attach_agent(pid, &a, &r, &err) != 0) {
 		snprintf(why, whylen, "%s", err.msg);
@@ -808,9 +840,12 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 			th = now_ms();
 			inject_one(d, c, q, q->on && *q->on ? q->on : listener ? "accept" : "recv",
 				   expect[0] ? expect : NULL, pids[i], t, dir, dirlen, why, whylen);
-			spd_log("%s: inject session %s pid %d: %s%s%s%s", c->peer, q->session,
+			if ((t->injected || t->following) && strstr(expect, " oob"))
+				t->mark = (char *)(takes_oob(dir, expect) ? "oob" : "offset");
+			spd_log("%s: inject session %s pid %d: %s%s%s%s%s%s", c->peer, q->session,
 				(int)pids[i], t->injected || t->following ? "" : "refused: ", why,
-				t->injected ? "; trace in " : "", t->injected ? dir : "");
+				t->injected ? "; trace in " : "", t->injected ? dir : "",
+				*t->mark ? "; mark " : "", t->mark);
 			inject_ms += now_ms() - th;
 			tp[ndone] = t;
 			done[ndone++] = pids[i];

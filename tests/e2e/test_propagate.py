@@ -39,6 +39,14 @@ users).
           the next request, which does not wait
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
+  oob     tiers with `run --mark oob`: each TCP send that propagates is
+          marked by an urgent byte, which the receiving agents take out (the
+          servers receive the same bytes as untraced), and each receiver
+          starts at the receive after it (the frontend at the request's
+          first byte, which follows the mark's in the stream)
+  oobinline  oob with every server's listener SO_OOBINLINE: the receiving
+          agents cannot take an urgent byte, say so, await by offset, no
+          mark is sent, and no server receives an extra byte.
 
 usage: test_propagate.py CASE SPTRACE SPDAEMON TIER
 """
@@ -77,13 +85,15 @@ def finish(p):
     return out
 
 
-def servers(hosts, tier, tmp):
-    """Monitor and backend and decoy on host 2, frontend on host 1."""
-    mon = start(hosts, 2, [tier, "monitor", "7001"])
-    back = start(hosts, 2, [tier, "backend", "7002"])
-    decoy = start(hosts, 2, [tier, "backend", "7003"])
-    front = start(hosts, 1, [tier, "frontend", "7000", hosts.addrs[2], "7002",
-                             hosts.addrs[2], "7001"])
+def servers(hosts, tier, tmp, env=()):
+    """Monitor and backend and decoy on host 2, frontend on host 1 (env:
+    VAR=VALUE for each)."""
+    tier = ["env"] + list(env) + [tier]
+    mon = start(hosts, 2, tier + ["monitor", "7001"])
+    back = start(hosts, 2, tier + ["backend", "7002"])
+    decoy = start(hosts, 2, tier + ["backend", "7003"])
+    front = start(hosts, 1, tier + ["frontend", "7000", hosts.addrs[2], "7002",
+                                    hosts.addrs[2], "7001"])
     return {"monitor": mon, "backend": back, "decoy": decoy, "frontend": front}
 
 
@@ -135,7 +145,10 @@ def meta(d):
         return f.read()
 
 
-def case_tiers(sptrace, spdaemon, tier, tmp):
+def case_tiers(sptrace, spdaemon, tier, tmp, mark=None, oobinline=False):
+    """mark: `run --mark`; oobinline: every server's listener SO_OOBINLINE."""
+    env = ["TIER_OOBINLINE=1"] if oobinline else []
+    oob = mark == "oob" and not oobinline    # the urgent byte is sent
     prog = reachable_copy(tier, tmp)
     kd = os.path.join(tmp, "keys")
     hosts = Hosts(3)
@@ -147,7 +160,7 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
             run([sptrace, "keys", "issue", kd, a])
         requests = ["3", "5", "8"]
         # Untraced first: the bytes every server receives natively.
-        procs = servers(hosts, prog, tmp)
+        procs = servers(hosts, prog, tmp, env)
         r = hosts.run(0, [prog, "client", hosts.addrs[1], "7000"] + requests)
         check(r.returncode == 0, "the untraced client: %r" % r.stderr)
         native_answers = r.stdout
@@ -156,10 +169,11 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         for i in range(3):
             daemons.append(Daemon(spdaemon, kd, os.path.join(tmp, "state%d" % i),
                                   name=hosts.addrs[i], wrap=hosts.cmd(i, [])))
-        procs = servers(hosts, prog, tmp)
+        procs = servers(hosts, prog, tmp, env)
         out = os.path.join(tmp, "client.trace")
-        r = hosts.run(0, [sptrace, "run", "--on", "start", "-o", out, "--", prog, "client",
-                          hosts.addrs[1], "7000"] + requests, timeout=300)
+        r = hosts.run(0, [sptrace, "run", "--on", "start", "-o", out] +
+                      (["--mark", mark] if mark else []) + ["--", prog, "client",
+                      hosts.addrs[1], "7000"] + requests, timeout=300)
         logs = "\n".join("host %d:\n%s" % (i, d.text()[-3000:]) for i, d in enumerate(daemons))
         check(r.returncode == 0, "the traced client failed: %r\n%s" % (r.stderr, logs))
         check(r.stdout == native_answers, "traced answers differ: %r vs %r" %
@@ -187,9 +201,34 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         # sent offsets are absolute all the same (sock_diag said it connected)
         with open(os.path.join(t2[pids["backend"]], "agent.log")) as f:
             blog = f.read()
-        check(re.search(r"expecting the receive of tcp %s:\d+ -> %s:7002 at stream offset 0" %
-                        (re.escape(hosts.addrs[1]), re.escape(hosts.addrs[2])), blog),
-              "the backend did not await the request at its absolute offset:\n%s" % blog)
+        with open(os.path.join(t1[pids["frontend"]], "agent.log")) as f:
+            flog = f.read()
+        with open(os.path.join(out, "agent.log")) as f:
+            clog = f.read()
+        if oob:
+            # every receiver took the urgent byte, every sender sent it
+            for who, log in (("frontend", flog), ("backend", blog)):
+                check(re.search(r"expecting the receive of tcp \S+ -> \S+ after its urgent "
+                                r"byte \(oob mark\)", log) and
+                      "the receive after the mark's urgent byte: the traced send's" in log,
+                      "the %s did not await and find the mark:\n%s" % (who, log))
+            for who, log in (("client", clog), ("frontend", flog)):
+                check("follow; marked by an urgent byte (oob)" in log,
+                      "the %s's traced send was not marked:\n%s" % (who, log))
+        else:
+            check(re.search(r"expecting the receive of tcp %s:\d+ -> %s:7002 at stream offset "
+                            r"0" % (re.escape(hosts.addrs[1]), re.escape(hosts.addrs[2])), blog),
+                  "the backend did not await the request at its absolute offset:\n%s" % blog)
+        if oobinline:
+            # the receivers refused the urgent byte, said why; nothing sent
+            for who, log in (("frontend", flog), ("backend", blog)):
+                check(re.search(r"no urgent byte here: fd \d+ has SO_OOBINLINE .*; awaiting "
+                                r"the receive by its stream offset instead", log),
+                      "the %s did not say it falls back to offsets:\n%s" % (who, log))
+            for who, log in (("client", clog), ("frontend", flog)):
+                check("follow; marked by offset (a follower cannot take an urgent byte)" in log
+                      and "follow; marked by an urgent byte" not in log,
+                      "the %s did not fall back to offsets:\n%s" % (who, log))
         outs = stop_all(procs)
         procs = {}
         for name in ("frontend", "backend", "monitor", "decoy"):
@@ -212,9 +251,10 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
             hosts.addrs[2]: [pids["backend"], pids["monitor"]]}, [pids["decoy"]])
         fr = run([sptrace, "replay", t1[pids["frontend"]]]).stdout
         # the client's first request is the frontend's first traced receive
+        # (with the mark, its byte is the stream's first)
         first = re.search(r"(?:recv|read)\(tcp [0-9.:]+ <- %s:\d+, bytes (\d+)\.\." %
                           re.escape(hosts.addrs[0]), fr)
-        check(first and first.group(1) == "0",
+        check(first and first.group(1) == ("1" if oob else "0"),
               "the frontend's first traced receive is not the request's first byte:\n%s" %
               fr[-1500:])
     finally:
@@ -736,7 +776,9 @@ def main():
     case, sptrace, spdaemon, tier = sys.argv[1:]
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
-        {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
+        {"tiers": case_tiers, "nodaemon": case_nodaemon,
+         "oob": lambda *a: case_tiers(*a, mark="oob"),
+         "oobinline": lambda *a: case_tiers(*a, mark="oob", oobinline=True), "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)

@@ -15,6 +15,9 @@
  *   tier client IP PORT N...
  *       one connection; sends each N, prints each answer.
  *
+ * With TIER_OOBINLINE=1 in the environment, the TCP listeners (and so every
+ * connection they accept) read urgent data in line (SO_OOBINLINE).
+ *
  * Servers print "ready PORT" once listening.  When their standard input
  * closes they print, on standard output, every byte they received, in
  * hexadecimal per connection ("got HEX"), so a test compares a traced run
@@ -70,6 +73,8 @@ static int listen_on(int port, int type)
 	int fd = socket(AF_INET, type, 0), one = 1;
 
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (type == SOCK_STREAM && getenv("TIER_OOBINLINE"))
+		setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof one);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
 	    (type == SOCK_STREAM && listen(fd, 64) != 0)) {
 		perror("tier: listen");

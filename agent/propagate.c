@@ -98,10 +98,11 @@
  *     this thread's `pre`): a receive that begins there and gets bytes is
  *     the send's.  (The stream's offset cannot tell: while an urgent byte
  *     is ahead, SIOCINQ counts only the bytes before it.)  A receive the
- *     mark came during (a thread blocked in it) matches when it reaches
- *     past where the stream stood at arming and no mark is ahead of it
- *     (SIOCATMARK, an urgent byte still there).  The matched receive resyncs the channel's received offset
- *     (the program never saw the mark's byte: ag_msgs_resync).
+ *     mark came during (a thread blocked in it) matches when it reaches two
+ *     bytes (the hole and one) past all the bytes received at arming and no
+ *     mark is ahead of it (SIOCATMARK, an urgent byte still there).  The
+ *     matched receive resyncs the channel's received offset (the program
+ *     never saw the mark's byte: ag_msgs_resync).
  *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
@@ -155,7 +156,8 @@ typedef struct expect {
 	bool at_offset;                  /* offset (TCP) or hash (UDP) is known */
 	bool oob;                        /* TCP: awaits the urgent byte (point 11) */
 	bool armed_known;                /* oob: armed_pos is known */
-	uint64_t armed_pos;              /* oob: where the stream stood at arming */
+	uint64_t armed_pos;              /* oob: the bytes received at arming (the mark
+	                                  * comes after them) */
 	uint64_t offset;                 /* TCP: stream offset; UDP: content hash */
 	uint64_t inode;                  /* pipes */
 	uint64_t backlog;                /* pipes: bytes queued when armed */
@@ -616,8 +618,14 @@ static bool oob_usable(expect *e, char *why, size_t len)
 				 own.pid);
 			return false;
 		}
-		if (conn && ag_tcp_received(fd, &e->armed_pos) == 0)
+		struct tcp_info ti;
+		socklen_t til = sizeof ti;
+
+		if (conn && sys(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, (long)&ti, (long)&til) == 0 &&
+		    til >= offsetof(struct tcp_info, tcpi_bytes_received) + 8) {
+			e->armed_pos = ti.tcpi_bytes_received;
 			e->armed_known = true;
+		}
 	}
 	return true;
 }
@@ -891,8 +899,8 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 		}
 		if (e->oob && pre.at_mark && pre.fd == fd)    /* point 11: after the hole */
 			return true;
-		if (e->oob)
-			return (!e->armed_known || (*end >= 0 && (uint64_t)*end > e->armed_pos)) &&
+		if (e->oob)       /* the hole and a byte at least, past what came before */
+			return (!e->armed_known || (*end >= 0 && (uint64_t)*end >= e->armed_pos + 2)) &&
 			       !mark_ahead(fd);
 		/* bytes sent before the traced send start nothing */
 		return *end < 0 || (uint64_t)*end > e->offset;
@@ -963,8 +971,12 @@ bool ag_expect_match(int fd, long rc, const void *data)
 				end = ag_tcp_received(fd, (uint64_t *)&end) == 0 ? end : -1;
 			if (end >= 0)
 				ag_msgs_resync(fd, (uint64_t)end, rc);
-			ag_log("fd %d: the receive after the mark's urgent byte: the traced "
-			       "send's (stream at %lld)", fd, (long long)end);
+			ag_log(pre.at_mark && pre.fd == fd ?
+			       "fd %d: the receive that begins at the mark's urgent byte: the "
+			       "traced send's (stream at %lld)" :
+			       "fd %d: a receive the mark's urgent byte came before, unseen (the "
+			       "thread was in it): the traced send's (stream at %lld)",
+			       fd, (long long)end);
 			__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
 		}
 		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);

@@ -210,7 +210,9 @@ def case_tiers(sptrace, spdaemon, tier, tmp, mark=None, oobinline=False):
             for who, log in (("frontend", flog), ("backend", blog)):
                 check(re.search(r"expecting the receive of tcp \S+ -> \S+ after its urgent "
                                 r"byte \(oob mark\)", log) and
-                      "the receive after the mark's urgent byte: the traced send's" in log,
+                      "the mark's urgent byte read before the program's receive" in log and
+                      "the receive that begins at the mark's urgent byte: the traced send's"
+                      in log,
                       "the %s did not await and find the mark:\n%s" % (who, log))
             for who, log in (("client", clog), ("frontend", flog)):
                 check("follow; marked by an urgent byte (oob)" in log,

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""marks_bench.py BUILD [ROUNDS] — the two ways a traced TCP send is matched
+to its receive (issue 13: `sptrace run --mark offset|oob`), side by side.
+
+Three hosts (network namespaces on a bridge, tests/e2e/nslib.py), a spdaemon
+in each, as tests/e2e/test_propagate.py sets them up.  Each round, for each
+method in turn: a fresh, untraced `tier backend` (tests/progs/tier.c, one
+thread, a user's) on host 1, and on host 0 `sptrace run --mark METHOD --
+tier client HOST1 PORT 3 5` (two requests on one connection).  Prints
+Markdown:
+
+1. Correct matches (the ground truth): the backend was traced, its first
+   traced receive is the request's first byte (stream offset 0 by offset;
+   1 with the mark, whose byte comes first), its agent.log says it found the
+   request by the method asked, and every byte it received is the
+   untraced run's ("3\\n5\\n").
+2. Send intercepted -> receiving agent armed: the "answered in" of the
+   client's agent.log (the traced send waits exactly that long).
+3. The client's whole run (`sptrace run` included), wall clock.
+4. The mark's own cost at the sender: one send(MSG_OOB|MSG_MORE) of a byte
+   before a send, against the send alone, on a loopback connection in one
+   namespace (N pairs each, alternating batches; a thread drains the
+   receiving end), per send, in microseconds.
+
+Root only.  The machine is shared: compare the two columns of one run.
+"""
+
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "e2e"))
+from nslib import Hosts, in_own_netns  # noqa: E402
+
+USER = ["setpriv", "--reuid", "61001", "--regid", "61001", "--clear-groups"]
+METHODS = ("offset", "oob")
+
+
+def med(v):
+    return "%.1f | %.1f | %.1f" % (statistics.median(v), min(v), max(v)) if v else "- | - | -"
+
+
+def one_round(hosts, sptrace, tier, tmp, method, port, r):
+    """(correct, why, armed ms, client s) of one round."""
+    addrs = hosts.addrs
+    p = hosts.popen(1, USER + [tier, "backend", str(port)], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, text=True)
+    p.stdout.readline()
+    out = os.path.join(tmp, "c%d%s" % (r, method))
+    t0 = time.monotonic()
+    c = hosts.run(0, [sptrace, "run", "--mark", method, "-o", out, "--", tier, "client",
+                      addrs[1], str(port), "3", "5"], timeout=300)
+    secs = time.monotonic() - t0
+    got, _ = p.communicate("", timeout=60)
+    with open(os.path.join(out, "agent.log")) as f:
+        clog = f.read()
+    m = re.search(r"answered in ([\d.]+) ms: 1 of 1", clog)
+    armed = float(m.group(1)) if m else None
+    session = re.search(r"session (\S+);", clog)
+    bdir = os.path.join(tmp, "state1", "sessions", session.group(1) if session else "-",
+                        str(p.pid))
+    why = ""
+    if c.returncode != 0 or not m:
+        why = "not followed: %s" % c.stderr[-300:]
+    elif "backend got %s" % b"3\n5\n".hex() not in got:
+        why = "the backend received other bytes: %r" % got
+    elif not os.path.isdir(bdir):
+        why = "the backend was not traced"
+    else:
+        with open(os.path.join(bdir, "agent.log")) as f:
+            blog = f.read()
+        rp = subprocess.run([sptrace, "replay", bdir], capture_output=True, text=True)
+        first = re.search(r"(?:recv|read)\(tcp [0-9.:]+ <- %s:\d+, bytes (\d+)\.\." %
+                          re.escape(addrs[0]), rp.stdout)
+        want = "1" if method == "oob" else "0"
+        found = ("at the mark's urgent byte: the traced send's" in blog if method == "oob"
+                 else "at stream offset 0" in blog)
+        if not first or first.group(1) != want:
+            why = "the first traced receive is not the request's first byte"
+        elif not found:
+            why = "its agent.log does not say it found the request by %s" % method
+    shutil.rmtree(out, ignore_errors=True)
+    return not why, why, armed, secs
+
+
+def mark_cost(pairs):
+    """Microseconds per send: (send alone, mark + send), loopback."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    a = socket.create_connection(ls.getsockname())
+    b, _ = ls.accept()
+    a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stop = threading.Event()
+
+    def drain():
+        b.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                b.recv(65536)
+            except socket.timeout:
+                pass
+            except OSError:
+                return
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    times = {"send": [], "mark": []}
+    batch = 1000
+    for _ in range(pairs // batch):
+        for kind in ("send", "mark"):
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                if kind == "mark":
+                    a.send(b"\xa5", socket.MSG_OOB | socket.MSG_MORE)
+                a.send(b"x")
+            times[kind].append((time.perf_counter() - t0) / batch * 1e6)
+    stop.set()
+    a.close()
+    t.join()
+    b.close()
+    ls.close()
+    return statistics.median(times["send"]), statistics.median(times["mark"])
+
+
+def main():
+    build = os.path.abspath(sys.argv[1])
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    in_own_netns()
+    sptrace = os.path.join(build, "cli", "sptrace")
+    spdaemon = os.path.join(build, "spdaemon", "spdaemon")
+    tmp = tempfile.mkdtemp(prefix="sptrace-marks-bench.")
+    os.chmod(tmp, 0o755)
+    tier = os.path.join(tmp, "tier")
+    shutil.copy(os.path.join(build, "tests", "progs", "tier"), tier)
+    hosts = Hosts(3)
+    daemons = []
+    res = {m: {"ok": 0, "armed": [], "secs": [], "why": []} for m in METHODS}
+    try:
+        daemons = hosts.start_daemons(sptrace, spdaemon, tmp)
+        port = 7300
+        for r in range(rounds):
+            for method in (METHODS if r % 2 == 0 else METHODS[::-1]):
+                port += 1
+                ok, why, armed, secs = one_round(hosts, sptrace, tier, tmp, method, port, r)
+                res[method]["ok"] += ok
+                if why:
+                    res[method]["why"].append(why)
+                if armed is not None:
+                    res[method]["armed"].append(armed)
+                res[method]["secs"].append(secs * 1000)
+        send, mark = mark_cost(100000)
+    finally:
+        for d in daemons:
+            d.terminate()
+            d.wait()
+        hosts.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("| --mark | correct matches | armed: median ms | min | max | client run: median ms "
+          "| min | max |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for m in METHODS:
+        print("| %s | %d of %d | %s | %s |" % (m, res[m]["ok"], rounds, med(res[m]["armed"]),
+                                               med(res[m]["secs"])))
+    print()
+    print("| loopback, per send (median of %d batches of 1000) | us |" % (100000 // 1000))
+    print("|---|---:|")
+    print("| send(1 byte) | %.2f |" % send)
+    print("| send(MSG_OOB\\|MSG_MORE, the mark) + send(1 byte) | %.2f |" % mark)
+    print("| the mark's own cost | %.2f |" % (mark - send))
+    for m in METHODS:
+        for w in res[m]["why"]:
+            print("\n%s: %s" % (m, w))
+
+
+if __name__ == "__main__":
+    main()

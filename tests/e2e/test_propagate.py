@@ -718,9 +718,10 @@ class TiersSession:
     stopped and the session collected: for the analyses' tests (flows,
     export).  .out is the collected tree, .trace the client's trace, .pids
     the servers' ({"frontend": pid, ...}), .helper the frontend's helper's
-    pid, .addrs the hosts' addresses.  close() removes the hosts."""
+    pid, .addrs the hosts' addresses.  close() removes the hosts.  mark:
+    `run --mark`."""
 
-    def __init__(self, sptrace, spdaemon, tier, tmp, requests=("3", "5", "8")):
+    def __init__(self, sptrace, spdaemon, tier, tmp, requests=("3", "5", "8"), mark=None):
         prog = reachable_copy(tier, tmp)
         self.cl = Cluster(sptrace, spdaemon, tmp, 3)
         self.addrs = self.cl.hosts.addrs
@@ -728,8 +729,9 @@ class TiersSession:
         try:
             procs = servers(self.cl.hosts, prog, tmp)
             self.trace = os.path.join(tmp, "client.trace")
-            r = self.cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", self.trace, "--",
-                                      prog, "client", self.addrs[1], "7000"] + list(requests),
+            r = self.cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", self.trace] +
+                                  (["--mark", mark] if mark else []) +
+                                  ["--", prog, "client", self.addrs[1], "7000"] + list(requests),
                                   timeout=300)
             check(r.returncode == 0, "the traced client: %r" % r.stderr[-2000:])
             self.pids = {name: p.pid for name, p in procs.items()}

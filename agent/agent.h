@@ -481,6 +481,8 @@ typedef struct ag_flow_chan {
 	uint64_t src_inode;            /* UNIX: the sending socket's */
 	char path[108];                /* UNIX: the listener's path ('@': abstract) */
 	bool at_offset;                /* offset is known */
+	uint32_t mark_seq;             /* UDP: the IP option's sequence number
+	                                * (ag_propagate_ask sets it) */
 	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
 	                                * first byte; UDP: the datagram's content hash */
 } ag_flow_chan;
@@ -491,10 +493,17 @@ const char *ag_propagate_wait(void);      /* milliseconds, as text */
 const char *ag_propagate_mark(void);      /* "offset" or "oob": how TCP sends are marked */
 bool ag_propagating(void);
 /* Before the send; waits.  AG_MARK_OOB: the receivers await the urgent
- * byte, send it now (ag_mark_send); else 0, or -1. */
-int ag_propagate_ask(const ag_flow_chan *ch);
-enum { AG_MARK_OOB = 1 };
+ * byte, send it now (ag_mark_send); AG_MARK_IPOPT: they await the IP option
+ * ch->mark_seq, put it on the datagram (ag_mark_udp); else 0, or -1. */
+int ag_propagate_ask(ag_flow_chan *ch);
+enum { AG_MARK_OOB = 1, AG_MARK_IPOPT = 2 };
 int ag_mark_send(int fd);                 /* the urgent byte, before a traced send: 0 or -1 */
+void ag_mark_udp(int fd, uint32_t seq);   /* the IP option on fd until its next send ends */
+extern volatile int ag_udp_marking;       /* some thread's send carries it: */
+void ag_mark_udp_sent(int fd);            /* ... after each send: taken off fd */
+struct msghdr;
+extern volatile int ag_recvopts_on;       /* the agent asked IP_RECVOPTS of some socket: */
+void ag_mark_strip(int fd, struct msghdr *m);   /* ... its options out of a program's recvmsg */
 void ag_mark_program_oob(void);           /* msgs.c: the program itself used MSG_OOB */
 void ag_expect_before(int fd);            /* msgs.c: before a receive, while a mark is awaited */
 int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|- [oob]" */

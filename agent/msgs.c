@@ -1107,9 +1107,13 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 				fc.at_offset = (tc.flags & TRACE_CHAN_ABS_SEND) != 0;
 				fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
 			}
+			int mark = ag_propagate_ask(&fc);
+
 			/* the mark's byte takes a sequence number, as the kernel counts */
-			if (ag_propagate_ask(&fc) == AG_MARK_OOB && ag_mark_send(fd) == 0)
+			if (mark == AG_MARK_OOB && ag_mark_send(fd) == 0)
 				__atomic_add_fetch(&c->off[DIR_SEND], 1, __ATOMIC_RELAXED);
+			else if (mark == AG_MARK_IPOPT)
+				ag_mark_udp(fd, fc.mark_seq);   /* until the send ends: after_send */
 		}
 	}
 	ag_leave(r);
@@ -1146,6 +1150,14 @@ void ag_msgs_received(int fd, long nr, long rc)
 		msg(fd, DIR_RECV, call, (uint64_t)rc, NULL, 0);
 }
 
+/* After a send: the IP option of a marked datagram off again (propagate.c,
+ * point 13). */
+static inline void after_send(int fd)
+{
+	if (__builtin_expect(__atomic_load_n(&ag_udp_marking, __ATOMIC_RELAXED), 0))
+		ag_mark_udp_sent(fd);
+}
+
 /* Before a receive: the program's own MSG_OOB is noted (propagate.c,
  * point 9); an awaited urgent byte is read first (point 11). */
 static inline void before_recv(int fd, int flags)
@@ -1167,6 +1179,7 @@ AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 	propagate1(fd, NULL, 0, buf, n);
 	rc = real_send ? real_send(fd, buf, n, flags)
 	     : sys(SYS_sendto, fd, (long)buf, (long)n, flags, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SEND, (uint64_t)rc, NULL, 0);
 	return rc;
@@ -1182,6 +1195,7 @@ AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 	propagate1(fd, addr, len, buf, n);
 	rc = real_sendto ? real_sendto(fd, buf, n, flags, addr, len)
 	     : syscall(SYS_sendto, fd, buf, n, flags, addr, len);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SENDTO, (uint64_t)rc, addr, len);
 	return rc;
@@ -1198,6 +1212,7 @@ AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 			  m->msg_iovlen);
 	rc = real_sendmsg ? real_sendmsg(fd, m, flags)
 	     : sys(SYS_sendmsg, fd, (long)m, flags, 0, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SENDMSG, (uint64_t)rc,
 		    (const struct sockaddr *)m->msg_name, m->msg_namelen);
@@ -1213,6 +1228,7 @@ AG_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 			  v[0].msg_hdr.msg_namelen, v[0].msg_hdr.msg_iov, v[0].msg_hdr.msg_iovlen);
 	rc = real_sendmmsg ? real_sendmmsg(fd, v, n, flags)
 	     : (int)sys(SYS_sendmmsg, fd, (long)v, n, flags, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msgs_v(fd, DIR_SEND, TRACE_CALL_SENDMMSG, v, rc);
 	return rc;
@@ -1224,6 +1240,7 @@ AG_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 
 	propagate1(fd, NULL, 0, buf, n);
 	rc = real_write ? real_write(fd, buf, n) : sys(SYS_write, fd, (long)buf, (long)n, 0, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_WRITE, (uint64_t)rc, NULL, 0);
 	return rc;
@@ -1235,6 +1252,7 @@ AG_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 
 	propagate(fd, NULL, 0, iov, n > 0 ? (size_t)n : 0);
 	rc = real_writev ? real_writev(fd, iov, n) : sys(SYS_writev, fd, (long)iov, n, 0, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_WRITEV, (uint64_t)rc, NULL, 0);
 	return rc;
@@ -1324,6 +1342,8 @@ AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 
 	before_recv(fd, flags);
 	rc = real_recvmsg ? real_recvmsg(fd, m, flags) : sys(SYS_recvmsg, fd, (long)m, flags, 0, 0);
+	if (rc >= 0 && __builtin_expect(__atomic_load_n(&ag_recvopts_on, __ATOMIC_RELAXED), 0))
+		ag_mark_strip(fd, m);           /* propagate.c, point 14 */
 
 	if (rc > 0) {
 		event("recv", rc, fd, first_iov(m->msg_iov, m->msg_iovlen, rc));
@@ -1343,6 +1363,8 @@ AG_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct 
 	before_recv(fd, flags);
 	rc = real_recvmmsg ? real_recvmmsg(fd, v, n, flags, to)
 	     : (int)sys(SYS_recvmmsg, fd, (long)v, n, flags, (long)to);
+	for (int i = 0; i < rc && __atomic_load_n(&ag_recvopts_on, __ATOMIC_RELAXED); i++)
+		ag_mark_strip(fd, &v[i].msg_hdr);
 
 	if (rc > 0) {
 		event("recv", (long)v[0].msg_len, fd,

@@ -104,6 +104,34 @@
  *     matched receive resyncs the channel's received offset (the program
  *     never saw the mark's byte: ag_msgs_resync).
  *
+ * The UDP mark (the same `mark=oob`):
+ *
+ * 12. A datagram to an IPv4 peer asks with a sequence number (mark_seq,
+ *     random).  The daemon that forwards the request to the peer's host
+ *     first sends that host's daemon a probe datagram carrying the same IP
+ *     option (spdaemon/inject.c: the probe), and the peer's daemon keeps
+ *     the option only if the probe came with it: IP options that do not
+ *     cross the network (stripped, or their datagrams dropped) are never
+ *     put on the program's datagram.  The expectation then reads `udp ...
+ *     HASH ipopt SEQ`.
+ * 13. The option: Record Route (type 7), 11 bytes, its pointer past its end
+ *     (full: no router writes into it), its 8 bytes "SPTR" and SEQ; an
+ *     unprivileged socket may send it.  A receiving agent takes it (`mark
+ *     ipopt LINE` in its meta) on the IPv4 sockets bound to the port that
+ *     have no IP_RECVOPTS of the program's: it sets IP_RECVOPTS on them
+ *     until the match or the expectation's end.  The sender puts IP_OPTIONS
+ *     on its socket for the one send (none of the program's there: checked)
+ *     and takes it off after (ag_mark_udp_sent).
+ * 14. Before a receive on such a socket, the agent peeks at the datagram
+ *     queued first (no bytes, its options only): the one whose option
+ *     carries SEQ is the send's.  One queued without it is not, unless its
+ *     content hash is the send's (the option did not arrive after all).  A
+ *     datagram that came while the thread was in its receive shows no
+ *     options: matched by content hash, as without the mark.  The meta's
+ *     `matched` line says which (`sptrace replay` prints it).  A program's
+ *     own recvmsg never sees the option's control message: msgs.c takes it
+ *     out of the program's buffer (ag_mark_strip).
+ *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; UNIX datagram sockets are not followed; a pipe
@@ -158,6 +186,10 @@ typedef struct expect {
 	bool armed_known;                /* oob: armed_pos is known */
 	uint64_t armed_pos;              /* oob: the bytes received at arming (the mark
 	                                  * comes after them) */
+	bool ipopt;                      /* UDP: awaits the IP option seq (point 13) */
+	uint32_t seq;
+	int nopt;                        /* sockets the agent set IP_RECVOPTS on */
+	int optfd[8];
 	uint64_t offset;                 /* TCP: stream offset; UDP: content hash */
 	uint64_t inode;                  /* pipes */
 	uint64_t backlog;                /* pipes: bytes queued when armed */
@@ -263,6 +295,52 @@ int ag_mark_send(int fd)
 		ag_log("propagation: fd %d: the mark's urgent byte was not sent (%s); its "
 		       "receivers will not start at this send", fd, strerror(rc < 0 ? (int)-rc : EAGAIN));
 	return rc == 1 ? 0 : -1;
+}
+
+static uint32_t udp_seq(void)
+{
+	uint64_t h = ag_flow_hash(&(uint64_t){ ag_rdtsc() }, 8, AG_FLOW_HASH0);
+	uint32_t s = (uint32_t)(h ^ h >> 32 ^ (uint64_t)getpid() << 8);
+
+	return s ? s : 1;
+}
+
+volatile int ag_udp_marking;
+static __thread int udp_mark_fd __attribute__((tls_model("initial-exec"))) = -1;
+
+/* Point 13, the sender: the option on fd for its next send. */
+void ag_mark_udp(int fd, uint32_t seq)
+{
+	uint8_t o[SP_IPMARK_LEN], had[40];
+	socklen_t hl = sizeof had;
+	long rc;
+
+	if (sys(SYS_getsockopt, fd, IPPROTO_IP, IP_OPTIONS, (long)had, (long)&hl) == 0 && hl) {
+		ag_log("propagation: fd %d has IP options of the program's: its datagram is not "
+		       "marked (its receivers match it by content hash)", fd);
+		return;
+	}
+	sp_ipmark_build(o, seq);
+	rc = sys(SYS_setsockopt, fd, IPPROTO_IP, IP_OPTIONS, (long)o, sizeof o);
+	if (rc != 0) {
+		ag_log("propagation: fd %d: IP_OPTIONS: %s; its datagram is not marked (its "
+		       "receivers match it by content hash)", fd, strerror((int)-rc));
+		return;
+	}
+	udp_mark_fd = fd;
+	__atomic_add_fetch(&ag_udp_marking, 1, __ATOMIC_RELEASE);
+}
+
+void ag_mark_udp_sent(int fd)
+{
+	int saved = errno;
+
+	if (udp_mark_fd != fd)
+		return;
+	sys(SYS_setsockopt, fd, IPPROTO_IP, IP_OPTIONS, 0, 0);
+	udp_mark_fd = -1;
+	__atomic_sub_fetch(&ag_udp_marking, 1, __ATOMIC_RELEASE);
+	errno = saved;
 }
 
 bool ag_propagating(void)
@@ -412,7 +490,7 @@ static bool came_from_peer(const ag_flow_chan *fc)
 	return false;
 }
 
-int ag_propagate_ask(const ag_flow_chan *fc)
+int ag_propagate_ask(ag_flow_chan *fc)
 {
 	static const char *const kinds[] = { [AG_FLOW_TCP] = "tcp", [AG_FLOW_UDP] = "udp",
 					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix" };
@@ -441,6 +519,8 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	 * never where the program uses MSG_OOB itself */
 	q.mark = (char *)(mark_oob && (fc->kind != AG_FLOW_TCP ||
 				       !__atomic_load_n(&program_oob, __ATOMIC_ACQUIRE)) ? "oob" : "");
+	if (fc->kind == AG_FLOW_UDP && *q.mark && fc->family == AF_INET && fc->at_offset)
+		q.mark_seq = fc->mark_seq = udp_seq();           /* point 12 */
 	if (fc->kind == AG_FLOW_PIPE || fc->kind == AG_FLOW_UNIX) {
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
@@ -505,35 +585,42 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	} else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {
 		Sptrace__Spd__InjectReply *r = rep->inject_reply;
 		const char *host = r->host && *r->host ? r->host : "?";
-		unsigned got = 0, oob = 0;
+		unsigned got = 0, oob = 0, ipopt = 0;
 
 		for (size_t i = 0; i < r->n_targets; i++) {
 			bool in = r->targets[i]->injected || r->targets[i]->following;
 
 			got += in;
 			oob += in && r->targets[i]->mark && strcmp(r->targets[i]->mark, "oob") == 0;
+			ipopt += in && r->targets[i]->mark && strcmp(r->targets[i]->mark, "ipopt") == 0;
 			ag_log("propagation: %s: host %s pid %d: %s%s", what, host, r->targets[i]->pid,
 			       r->targets[i]->injected ? "" : r->targets[i]->following ? "" :
 			       "not traced: ", r->targets[i]->why);
 		}
 		/* point 10: the byte only if every follower awaits it */
 		bool mark = fc->kind == AG_FLOW_TCP && *q.mark && got && oob == got;
+		bool opt = fc->kind == AG_FLOW_UDP && q.mark_seq && got && ipopt == got;
 
 		ag_log("propagation: %s: host %s answered in %.1f ms: %u of %zu processes at the "
 		       "other end follow%s%s", what, host, ms, got, r->n_targets,
 		       r->n_targets ? "" : " (no process there holds it)",
-		       fc->kind != AG_FLOW_TCP || !*q.mark || !got ? ""
+		       !*q.mark || !got || (fc->kind != AG_FLOW_TCP && !q.mark_seq) ? ""
 		       : mark ? "; marked by an urgent byte (oob)"
+		       : opt ? "; marked by an IP option (ipopt)"
+		       : fc->kind == AG_FLOW_UDP ? "; matched by content hash (no IP option: see the "
+						   "receivers' agent.log and the daemons' logs)"
 		       : "; marked by offset (a follower cannot take an urgent byte)");
 		ag_meta_note("%s %lu %s %s %s host %s targets %u%s\n", TRACE_META_PROPAGATED,
 			     (unsigned long)ag_rdtsc(), kinds[fc->kind], where, off, host, got,
-			     mark ? " mark oob" : "");
+			     mark ? " mark oob" : opt ? " mark ipopt" : "");
 		if (mark)
 			rc = AG_MARK_OOB;
+		if (opt)
+			rc = AG_MARK_IPOPT;
 	}
 	munmap(ar.base, ar.size);
 	errno = saved;
-	return rc == 0 || rc == AG_MARK_OOB ? rc : -1;
+	return rc >= 0 ? rc : -1;
 }
 
 /* ---- expectations (points 5 to 7) ---- */
@@ -630,14 +717,107 @@ static bool oob_usable(expect *e, char *why, size_t len)
 	return true;
 }
 
-/* "tcp SRC SPORT DST DPORT OFFSET|- [oob]", "udp SRC SPORT DST DPORT HASH|-"
- * or "pipe INODE": 0, or -1 (said in agent.log). */
+volatile int ag_recvopts_on;            /* sockets with the agent's IP_RECVOPTS */
+
+/* Point 13: e's IPv4 sockets bound to its port take IP_RECVOPTS, if none has
+ * it from the program; false and why. */
+static bool ipopt_usable(expect *e, char *why, size_t len)
+{
+	int fds[8], n = 0, one = 1;
+
+	if (e->family != AF_INET) {
+		snprintf(why, len, "IPv6 (the agent's option is IPv4's)");
+		return false;
+	}
+	for (int fd = 0; fd < 4096 && n < 8; fd++) {
+		struct sockaddr_storage la;
+		socklen_t ll = sizeof la, ol = sizeof(int), tl = sizeof(int);
+		uint8_t l[16];
+		uint16_t lp = 0;
+		int fam, type = 0, on = 0;
+
+		if (ag_fd_is_ours(fd) || sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0 ||
+		    la.ss_family != AF_INET ||
+		    sys(SYS_getsockopt, fd, SOL_SOCKET, SO_TYPE, (long)&type, (long)&tl) != 0 ||
+		    type != SOCK_DGRAM)
+			continue;
+		addr_bytes(&la, &fam, l, &lp);
+		if (lp != e->dport || (!is_any(l) && memcmp(l, e->dst, 16) != 0))
+			continue;
+		if (sys(SYS_getsockopt, fd, IPPROTO_IP, IP_RECVOPTS, (long)&on, (long)&ol) != 0 || on) {
+			snprintf(why, len, "fd %d has IP_RECVOPTS of the program's (it would see the "
+				 "option)", fd);
+			return false;
+		}
+		fds[n++] = fd;
+	}
+	if (!n) {
+		snprintf(why, len, "no IPv4 datagram socket of this process is bound to port %u",
+			 e->dport);
+		return false;
+	}
+	for (int i = 0; i < n; i++)
+		if (sys(SYS_setsockopt, fds[i], IPPROTO_IP, IP_RECVOPTS, (long)&one, sizeof one) == 0)
+			e->optfd[e->nopt++] = fds[i];
+	__atomic_add_fetch(&ag_recvopts_on, e->nopt, __ATOMIC_RELEASE);
+	return e->nopt > 0;
+}
+
+/* Point 13: e's sockets as the program left them. */
+static void recvopts_off(expect *e)
+{
+	int zero = 0, n = e->nopt;
+
+	for (int i = 0; i < n; i++)
+		sys(SYS_setsockopt, e->optfd[i], IPPROTO_IP, IP_RECVOPTS, (long)&zero, sizeof zero);
+	e->nopt = 0;
+	if (n)
+		__atomic_sub_fetch(&ag_recvopts_on, n, __ATOMIC_RELEASE);
+}
+
+/* Point 14: the option's control message out of the program's recvmsg on
+ * a socket the agent set IP_RECVOPTS on. */
+void ag_mark_strip(int fd, struct msghdr *m)
+{
+	bool ours = false;
+
+	for (int i = 0; i < MAX_EXPECT && !ours; i++)
+		for (int k = 0; k < expects[i].nopt && !ours; k++)
+			ours = expects[i].optfd[k] == fd;
+	if (!ours || !m)
+		return;
+	if (!m->msg_control || !m->msg_controllen) {
+		m->msg_flags &= ~MSG_CTRUNC;    /* the option found no room: asked for none */
+		return;
+	}
+	char *p = m->msg_control, *out = p;
+	size_t left = m->msg_controllen;
+
+	/* each message moved down over the ones taken out; the next found
+	 * before (the move may cover this one's header, never the next's) */
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(m), *nx; c; c = nx) {
+		nx = CMSG_NXTHDR(m, c);
+		size_t sz = nx ? (size_t)((char *)nx - (char *)c) : (size_t)(p + left - (char *)c);
+
+		if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_RECVOPTS ||
+						    c->cmsg_type == IP_OPTIONS))
+			continue;
+		if ((char *)c != out)
+			memmove(out, c, sz);
+		out += sz;
+	}
+	m->msg_controllen = (size_t)(out - p);
+}
+
+/* "tcp SRC SPORT DST DPORT OFFSET|- [oob]", "udp SRC SPORT DST DPORT
+ * HASH|- [ipopt SEQ]" or "pipe INODE": 0, or -1 (said in agent.log). */
 int ag_expect_add(const char *line)
 {
 	char kind[8], a[64], b[64], last[32], mark[8], why[200];
 	unsigned sp, dp;
 	unsigned long long inode;
 	int fa, fb, nf;
+	unsigned seq = 0;
 	expect e = { 0 };
 
 	if (sscanf(line, "unixfrom %llu", &inode) == 1 && inode) {
@@ -648,8 +828,9 @@ int ag_expect_add(const char *line)
 		e.kind = line[0] == 'p' ? AG_FLOW_PIPE : AG_FLOW_UNIX;
 		e.inode = inode;
 		e.backlog = backlog_of(inode);
-	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s", kind, a, &sp, b, &dp, last,
-			       mark)) >= 6 && (nf == 6 || strcmp(mark, "oob") == 0) &&
+	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s %u", kind, a, &sp, b, &dp, last,
+			       mark, &seq)) >= 6 && (nf == 6 || (nf == 7 && strcmp(mark, "oob") == 0) ||
+						     (nf == 8 && strcmp(mark, "ipopt") == 0 && seq)) &&
 		   (strcmp(kind, "tcp") == 0 || strcmp(kind, "udp") == 0) && sp <= 65535 &&
 		   dp <= 65535 && parse_addr(a, &fa, e.src) == 0 && parse_addr(b, &fb, e.dst) == 0 &&
 		   fa == fb) {
@@ -666,9 +847,17 @@ int ag_expect_add(const char *line)
 				       "receive by its stream offset instead", line, why);
 			ag_meta_note("%s %s %s\n", TRACE_META_MARK, e.oob ? "oob" : "offset", line);
 		}
+		if (nf == 8 && e.kind == AG_FLOW_UDP) {                /* point 13 */
+			e.seq = seq;
+			e.ipopt = ipopt_usable(&e, why, sizeof why);
+			if (!e.ipopt)
+				ag_log("expect '%.200s': no IP option here: %s; awaiting the "
+				       "datagram by its content hash instead", line, why);
+			ag_meta_note("%s %s %s\n", TRACE_META_MARK, e.ipopt ? "ipopt" : "hash", line);
+		}
 	} else {
-		ag_log("expect '%.200s': not 'tcp|udp SRC SPORT DST DPORT OFFSET|HASH|- [oob]' or "
-		       "'pipe|unix INODE'", line);
+		ag_log("expect '%.200s': not 'tcp SRC SPORT DST DPORT OFFSET|- [oob]', 'udp SRC "
+		       "SPORT DST DPORT HASH|- [ipopt SEQ]' or 'pipe|unix INODE'", line);
 		return -1;
 	}
 	e.until = now_ns() + EXPECT_NS;
@@ -681,12 +870,16 @@ int ag_expect_add(const char *line)
 			e.state = 1;
 			expects[i] = e;
 			__atomic_store_n(&expects[i].state, 2, __ATOMIC_RELEASE);
-			if (e.oob)
+			if (e.oob || e.ipopt)
 				__atomic_add_fetch(&noob, 1, __ATOMIC_RELEASE);
 			__atomic_add_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 			if (e.oob)
 				ag_log("expecting the receive of tcp %s:%u -> %s:%u after its urgent "
 				       "byte (oob mark)", a, sp, b, dp);
+			else if (e.ipopt)
+				ag_log("expecting the datagram udp %s:%u -> %s:%u with the IP option "
+				       "of sequence number %u (ipopt mark), or content hash %s", a, sp,
+				       b, dp, seq, last);
 			else if (e.kind == AG_FLOW_UNIXFROM)
 				ag_log("expecting the first read of the connection from UNIX socket "
 				       "%llu, once accepted", inode);
@@ -726,8 +919,9 @@ static bool expired(expect *e, uint64_t now)
 	if (now < e->until || !__atomic_compare_exchange_n(&e->state, &two, 0, false,
 							  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return false;
-	if (e->oob)
+	if (e->oob || e->ipopt)
 		__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
+	recvopts_off(e);
 	__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 	ag_log("an awaited receive did not come within %llu s: given up (its sender's request "
 	       "was not followed here)", EXPECT_NS / 1000000000ull);
@@ -819,7 +1013,12 @@ static bool is_any(const uint8_t a[16])
 static __thread struct {
 	int fd;
 	bool at_mark;                    /* the receive began at the mark */
+	int udp;                         /* point 14: 0 unknown, 1 no option, 2 the option */
+	uint32_t seq;                    /* ... its sequence number */
 } pre __attribute__((tls_model("initial-exec")));
+
+/* What a match used, for agent.log and meta's `matched` line. */
+static __thread const char *matched_by __attribute__((tls_model("initial-exec")));
 
 static bool oob_tuple(const expect *e, const seen *w)
 {
@@ -838,9 +1037,32 @@ void ag_expect_before(int fd)
 	seen w;
 
 	pre.at_mark = false;
+	pre.udp = 0;
 	if (!__atomic_load_n(&noob, __ATOMIC_ACQUIRE))
 		return;
 	what_fd(fd, &w);
+	for (int i = 0; i < MAX_EXPECT && !ours && w.kind == AG_FLOW_UDP; i++)
+		for (int k = 0; k < expects[i].nopt && !ours; k++)
+			ours = expects[i].optfd[k] == fd;
+	if (ours) {                      /* point 14: the queued datagram's options */
+		union {                  /* the program's own control messages too */
+			struct cmsghdr h;
+			char buf[1024];
+		} ctl;
+		struct msghdr mh = { .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
+
+		if (sys(SYS_recvmsg, fd, (long)&mh, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC, 0, 0) >= 0) {
+			pre.fd = fd;
+			pre.udp = 1;
+			for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+				if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_RECVOPTS ||
+								    c->cmsg_type == IP_OPTIONS) &&
+				    sp_ipmark_find(CMSG_DATA(c), c->cmsg_len - CMSG_LEN(0), &pre.seq))
+					pre.udp = 2;
+		}
+		errno = saved;
+		return;
+	}
 	for (int i = 0; i < MAX_EXPECT && !ours && w.kind == AG_FLOW_TCP; i++)
 		ours = __atomic_load_n(&expects[i].state, __ATOMIC_ACQUIRE) == 2 &&
 		       oob_tuple(&expects[i], &w);
@@ -869,6 +1091,7 @@ static bool mark_ahead(int fd)
  * one e awaits?  *end is the TCP stream's end, read once (-2: not yet). */
 static bool matches(expect *e, const seen *w, int fd, long rc, const void *data, int64_t *end)
 {
+	matched_by = e->kind == AG_FLOW_UNIXFROM ? "the peer's inode" : "bytes counted";
 	if (e->kind == AG_FLOW_UNIXFROM)          /* an accepted socket whose peer sent it */
 		return w->kind == AG_FLOW_UNIX && ag_unix_peer(w->inode) == e->inode;
 	if (e->kind != w->kind)
@@ -884,6 +1107,13 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 		if (e->family != w->family || e->dport != w->lp ||
 		    (!is_any(w->l) && !is_any(e->dst) && memcmp(e->dst, w->l, 16) != 0))
 			return false;
+		if (e->ipopt && pre.fd == fd && pre.udp == 2) {         /* point 14 */
+			matched_by = "ipopt";
+			return pre.seq == e->seq;
+		}
+		matched_by = !e->ipopt ? "hash" : pre.fd == fd && pre.udp == 1 ?
+			     "hash (its IP option did not arrive)" :
+			     "hash (it came while the thread was in its receive)";
 		return !e->at_offset || !data || ag_flow_hash(data, (size_t)rc, AG_FLOW_HASH0) ==
 						     e->offset;
 	case AG_FLOW_TCP:
@@ -897,6 +1127,9 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 
 			*end = ag_tcp_received(fd, &e2) == 0 ? (int64_t)e2 : -1;
 		}
+		matched_by = e->oob && pre.at_mark && pre.fd == fd ? "oob"
+			     : e->oob ? "oob (it came while the thread was in its receive)"
+			     : e->at_offset ? "offset" : "the first receive";
 		if (e->oob && pre.at_mark && pre.fd == fd)    /* point 11: after the hole */
 			return true;
 		if (e->oob)       /* the hole and a byte at least, past what came before */
@@ -907,6 +1140,26 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 	default:
 		return false;
 	}
+}
+
+/* The awaited receive e was found on fd, by matched_by: agent.log, meta. */
+static void note_matched(const expect *e, int fd)
+{
+	static const char *const kinds[] = { [AG_FLOW_TCP] = "tcp", [AG_FLOW_UDP] = "udp",
+					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix",
+					     [AG_FLOW_UNIXFROM] = "unixfrom" };
+	char what[160], from[64], to[64];
+
+	if (e->kind == AG_FLOW_TCP || e->kind == AG_FLOW_UDP) {
+		format_addr(e->family, e->src, e->sport, from, sizeof from);
+		format_addr(e->family, e->dst, e->dport, to, sizeof to);
+		snprintf(what, sizeof what, "%s %s -> %s", kinds[e->kind], from, to);
+	} else {
+		snprintf(what, sizeof what, "%s %lu", kinds[e->kind], (unsigned long)e->inode);
+	}
+	ag_log("fd %d: the awaited receive of %s, found by %s", fd, what,
+	       matched_by ? matched_by : "?");
+	ag_meta_note("%s %s by %s\n", TRACE_META_MATCHED, what, matched_by ? matched_by : "?");
 }
 
 /* Point 3: tracing began at an accept or a receive on fd (an activation
@@ -979,11 +1232,17 @@ bool ag_expect_match(int fd, long rc, const void *data)
 			       fd, (long long)end);
 			__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
 		}
+		if (e->ipopt) {                                         /* point 14 */
+			__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
+			recvopts_off(e);
+		}
+		note_matched(e, fd);
 		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
 		__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 		hit = true;
 	}
 	pre.at_mark = false;
+	pre.udp = 0;
 	errno = saved;
 	return hit;
 }

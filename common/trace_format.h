@@ -551,6 +551,10 @@ _Static_assert(sizeof(trace_kernel_rec) == 16, "kernel record size");
 #define TRACE_META_MARK "mark"         /* oob|offset LINE: how this agent awaits the receive
                                           * of TRACE_META_EXPECT's LINE (written before it;
                                           * agent/propagate.c, point 9) */
+#define TRACE_META_MATCHED "matched"   /* KIND SRC -> DST (or KIND INODE) by HOW: the awaited
+                                          * receive of a TRACE_META_EXPECT line was found, by
+                                          * HOW: offset, oob, ipopt, hash, ... (the words of
+                                          * agent/propagate.c); `sptrace replay` prints it */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
 #define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 

@@ -44,9 +44,15 @@ users).
           servers receive the same bytes as untraced), and each receiver
           starts at the receive after it (the frontend at the request's
           first byte, which follows the mark's in the stream)
+          (the monitor's heartbeat carries an IP option with a sequence
+          number, across hosts after the daemons' probe; replay says the
+          monitor was found by it; without --mark, in tiers, by content hash)
   oobinline  oob with every server's listener SO_OOBINLINE: the receiving
           agents cannot take an urgent byte, say so, await by offset, no
-          mark is sent, and no server receives an extra byte.
+          mark is sent, and no server receives an extra byte; the monitor
+          reads with recvmsg and IP_PKTINFO: the IP option marks its
+          heartbeat all the same, and it sees the control messages of an
+          untraced run, no more.
 
 usage: test_propagate.py CASE SPTRACE SPDAEMON TIER
 """
@@ -146,8 +152,9 @@ def meta(d):
 
 
 def case_tiers(sptrace, spdaemon, tier, tmp, mark=None, oobinline=False):
-    """mark: `run --mark`; oobinline: every server's listener SO_OOBINLINE."""
-    env = ["TIER_OOBINLINE=1"] if oobinline else []
+    """mark: `run --mark`; oobinline: every server's listener SO_OOBINLINE, and
+    the monitor reads with recvmsg, asking IP_PKTINFO."""
+    env = ["TIER_OOBINLINE=1", "TIER_PKTINFO=1"] if oobinline else []
     oob = mark == "oob" and not oobinline    # the urgent byte is sent
     prog = reachable_copy(tier, tmp)
     kd = os.path.join(tmp, "keys")
@@ -221,6 +228,21 @@ def case_tiers(sptrace, spdaemon, tier, tmp, mark=None, oobinline=False):
             check(re.search(r"expecting the receive of tcp %s:\d+ -> %s:7002 at stream offset "
                             r"0" % (re.escape(hosts.addrs[1]), re.escape(hosts.addrs[2])), blog),
                   "the backend did not await the request at its absolute offset:\n%s" % blog)
+        # the monitor's heartbeat: by its IP option with the mark (across
+        # hosts, after the daemons' probe), else by its content hash; replay
+        # says which
+        how = "ipopt" if mark == "oob" else "hash"
+        mon = t2[pids["monitor"]]
+        check(re.search(r"\nmatched udp \S+ -> %s:7001 by %s\n" % (re.escape(hosts.addrs[2]),
+                                                                  how), meta(mon)),
+              "the monitor's heartbeat was not found by %s:\n%s" % (how, meta(mon)[-1500:]))
+        rr = run([sptrace, "replay", mon]).stdout
+        check(re.search(r"^# followed from a traced send: the receive of udp \S+ -> %s:7001 by "
+                        r"%s$" % (re.escape(hosts.addrs[2]), how), rr, re.M),
+              "replay does not say how the monitor's heartbeat was found:\n%s" % rr[-1500:])
+        if mark == "oob":
+            check("follow; marked by an IP option (ipopt)" in flog,
+                  "the frontend's heartbeat was not marked:\n%s" % flog)
         if oobinline:
             # the receivers refused the urgent byte, said why; nothing sent
             for who, log in (("frontend", flog), ("backend", blog)):

@@ -98,9 +98,12 @@
  *     this thread's `pre`): a receive that begins there and gets bytes is
  *     the send's.  (The stream's offset cannot tell: while an urgent byte
  *     is ahead, SIOCINQ counts only the bytes before it.)  A receive the
- *     mark came during (a thread blocked in it) matches when it reaches two
- *     bytes (the hole and one) past all the bytes received at arming and no
- *     mark is ahead of it (SIOCATMARK, an urgent byte still there).  The
+ *     mark came during (a thread blocked in it), or one of a send that was
+ *     not marked after all (another receiver refused the byte), matches as
+ *     by offset -- past the sender's offset, where the hole is when there is
+ *     one; without it, two bytes (the hole and one) past all the bytes
+ *     received at arming -- and only with no mark ahead of it (SIOCATMARK,
+ *     an urgent byte still there).  The
  *     matched receive resyncs the channel's received offset (the program
  *     never saw the mark's byte: ag_msgs_resync).
  *
@@ -1128,13 +1131,21 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 			*end = ag_tcp_received(fd, &e2) == 0 ? (int64_t)e2 : -1;
 		}
 		matched_by = e->oob && pre.at_mark && pre.fd == fd ? "oob"
-			     : e->oob ? "oob (it came while the thread was in its receive)"
+			     : e->oob ? "offset (no urgent byte seen: it came while the thread was "
+					"in its receive, or was not sent)"
 			     : e->at_offset ? "offset" : "the first receive";
 		if (e->oob && pre.at_mark && pre.fd == fd)    /* point 11: after the hole */
 			return true;
-		if (e->oob)       /* the hole and a byte at least, past what came before */
-			return (!e->armed_known || (*end >= 0 && (uint64_t)*end >= e->armed_pos + 2)) &&
-			       !mark_ahead(fd);
+		if (e->oob) {
+			/* point 11, not seen: past the sender's offset (with the mark,
+			 * the hole is at it) or the hole and a byte past all that had
+			 * come at arming; never short of a mark still ahead */
+			bool past = e->at_offset ? *end >= 0 && (uint64_t)*end > e->offset
+				    : !e->armed_known || (*end >= 0 &&
+							   (uint64_t)*end >= e->armed_pos + 2);
+
+			return past && !mark_ahead(fd);
+		}
 		/* bytes sent before the traced send start nothing */
 		return *end < 0 || (uint64_t)*end > e->offset;
 	default:
@@ -1227,8 +1238,9 @@ bool ag_expect_match(int fd, long rc, const void *data)
 			ag_log(pre.at_mark && pre.fd == fd ?
 			       "fd %d: the receive that begins at the mark's urgent byte: the "
 			       "traced send's (stream at %lld)" :
-			       "fd %d: a receive the mark's urgent byte came before, unseen (the "
-			       "thread was in it): the traced send's (stream at %lld)",
+			       "fd %d: a receive with no urgent byte seen before it (the thread was "
+			       "in it when the byte came, or the sender sent none), past the "
+			       "traced send's offset: the traced send's (stream at %lld)",
 			       fd, (long long)end);
 			__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
 		}

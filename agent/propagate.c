@@ -140,7 +140,11 @@
  * the channel after arming; UNIX datagram sockets are not followed; a pipe
  * or UNIX socket with several readers counts each reader's bytes alone; a
  * receiving program that sets SO_OOBINLINE or reads MSG_OOB after its agent
- * took the mark would see it (checked at arming only).
+ * took the mark would see it (checked at arming only); only the followed
+ * datagram carries the IP option, not every datagram of the channel (the
+ * analysis numbers datagrams in time order: analysis/flows.c, rule 5); a
+ * program's recvmsg whose control buffer had room for its own messages but
+ * not for the option's too gets MSG_CTRUNC and loses some of its own.
  */
 #include <arpa/inet.h>
 #include <errno.h>

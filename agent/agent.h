@@ -469,7 +469,8 @@ uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at a
 
 /* ---- propagate.c: following a traced send to its receivers (the
  * protocol: propagate.c) ---- */
-enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX, AG_FLOW_UNIXFROM };
+enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX, AG_FLOW_UNIXFROM,
+       AG_FLOW_UNIXDGRAM };
 #define AG_FLOW_HASH0 0xcbf29ce484222325ull   /* FNV-1a's offset basis */
 typedef struct ag_flow_chan {
 	int kind;                      /* AG_FLOW_* */
@@ -484,7 +485,8 @@ typedef struct ag_flow_chan {
 	uint32_t mark_seq;             /* UDP: the IP option's sequence number
 	                                * (ag_propagate_ask sets it) */
 	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
-	                                * first byte; UDP: the datagram's content hash */
+	                                * first byte; UDP, UNIX datagrams: the datagram's
+	                                * content hash */
 } ag_flow_chan;
 uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h);   /* FNV-1a, from h (propagate.c) */
 void ag_propagate_init(const char *session, const char *wait_ms, const char *mark);

@@ -741,24 +741,34 @@ uint64_t ag_unix_peer(uint64_t inode)
 	return unix_peer(inode);
 }
 
-/* A connected UNIX socket's peer address as /proc/net/unix shows it (an
- * abstract name with '@'), "" if unnamed. */
+/* A UNIX address as /proc/net/unix shows it (an abstract name with '@'),
+ * "" if unnamed. */
+static void unix_addr_path(const struct sockaddr *to, socklen_t len, char *out, size_t outlen)
+{
+	const struct sockaddr_un *su = (const struct sockaddr_un *)to;
+	size_t n;
+
+	out[0] = '\0';
+	if (!to || to->sa_family != AF_UNIX || len <= offsetof(struct sockaddr_un, sun_path))
+		return;
+	n = len - offsetof(struct sockaddr_un, sun_path);
+	if (n > sizeof su->sun_path)
+		n = sizeof su->sun_path;
+	if (su->sun_path[0] == '\0')
+		snprintf(out, outlen, "@%.*s", (int)(n - 1), su->sun_path + 1);
+	else
+		snprintf(out, outlen, "%.*s", (int)strnlen(su->sun_path, n), su->sun_path);
+}
+
+/* A connected UNIX socket's peer address, the same way. */
 static void peer_path(int fd, char *out, size_t len)
 {
 	struct sockaddr_un sa;
 	socklen_t sl = sizeof sa;
-	size_t n;
 
 	out[0] = '\0';
-	if (sys(SYS_getpeername, fd, (long)&sa, (long)&sl, 0, 0) != 0 || sa.sun_family != AF_UNIX ||
-	    sl <= offsetof(struct sockaddr_un, sun_path))
-		return;
-	n = sl - offsetof(struct sockaddr_un, sun_path);
-	if (sa.sun_path[0] == '\0') {
-		snprintf(out, len, "@%.*s", (int)(n - 1), sa.sun_path + 1);
-		return;
-	}
-	snprintf(out, len, "%.*s", (int)strnlen(sa.sun_path, n), sa.sun_path);
+	if (sys(SYS_getpeername, fd, (long)&sa, (long)&sl, 0, 0) == 0)
+		unix_addr_path((struct sockaddr *)&sa, sl, out, len);
 }
 
 /* Point 1: the netlink socket, made while the program waits (control.c). */
@@ -1043,7 +1053,8 @@ bool ag_fd_is_socket(int fd)
 
 /*
  * Before a traced send: the first one on a channel -- TCP, UDP to one
- * peer, a pipe, a UNIX stream socket whose peer the kernel named -- asks
+ * peer, a pipe, a UNIX stream socket whose peer the kernel named, a UNIX
+ * datagram to a peer socket or a path -- asks
  * spdaemon to follow it to its other end, and waits (propagate.c, points 2
  * and 3).  A channel asked about already costs a load and a test.  The
  * standard streams are never followed: a program's output read by a pipe
@@ -1074,7 +1085,8 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 			c = to ? chan_peer(c, to, tolen) : NULL;
 		if (c && !__atomic_exchange_n(&c->asked, 1, __ATOMIC_ACQ_REL) && c->id &&
 		    (c->proto == TRACE_PROTO_PIPE || c->proto == TRACE_PROTO_UNIX_STREAM ||
-		     (c->peer_known && (c->proto == TRACE_PROTO_TCP || c->proto == TRACE_PROTO_UDP)))) {
+		     (c->peer_known && (c->proto == TRACE_PROTO_TCP || c->proto == TRACE_PROTO_UDP ||
+					c->proto == TRACE_PROTO_UNIX_DGRAM)))) {
 			trace_channel tc;
 			ag_flow_chan fc = { .family = c->family, .inode = c->inode };
 
@@ -1095,6 +1107,20 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 					fc.src_inode = c->inode;
 					peer_path(fd, fc.path, sizeof fc.path);
 				}
+			} else if (c->proto == TRACE_PROTO_UNIX_DGRAM) {
+				/* the receiving socket: the peer's inode, else the
+				 * path it is bound to (the daemon finds it) */
+				fc.kind = AG_FLOW_UNIXDGRAM;
+				fc.inode = ((w >> 32) & 0xff) == ST_CHAN ? unix_peer(c->inode) : 0;
+				if (!fc.inode && to)
+					unix_addr_path(to, tolen, fc.path, sizeof fc.path);
+				else if (!fc.inode)
+					peer_path(fd, fc.path, sizeof fc.path);
+				fc.offset = AG_FLOW_HASH0;
+				for (size_t i = 0; i < niov; i++)
+					fc.offset = ag_flow_hash(iov[i].iov_base, iov[i].iov_len,
+								 fc.offset);
+				fc.at_offset = iov != NULL;
 			} else if (c->proto == TRACE_PROTO_UDP) {
 				fc.kind = AG_FLOW_UDP;
 				fc.offset = AG_FLOW_HASH0;

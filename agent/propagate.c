@@ -13,7 +13,8 @@
  *     gathers.
  *  2. Once per channel (msgs.c claims it with one atomic exchange: a TCP
  *     connection, UDP to one peer, a pipe, a UNIX stream socket whose peer
- *     the kernel named; never the standard streams), on the first traced
+ *     the kernel named, a UNIX datagram to one socket (its inode, or the
+ *     path it is bound to); never the standard streams), on the first traced
  *     send, before the bytes go: an InjectRequest (proto/spd.proto) to the
  *     daemon of this network namespace, over its abstract UNIX socket, with
  *     the channel (this end -> the peer; a pipe or UNIX socket by the
@@ -44,7 +45,10 @@
  *     SPORT DST DPORT HASH` (OFFSET, HASH "-": unknown), `pipe INODE` or
  *     `unix INODE` -- or, for a UNIX connection not accepted yet (its
  *     receiving socket has no inode yet), `unixfrom INODE`: the first read of
- *     the accepted socket whose peer is the sender's INODE (sock_diag).  A
+ *     the accepted socket whose peer is the sender's INODE (sock_diag) --
+ *     or, a UNIX datagram, `unixdgram INODE HASH`: the datagram to socket
+ *     INODE (the daemon finds the one bound to the path a datagram was sent
+ *     to) whose bytes hash to HASH.  A
  *     pipe's or UNIX socket's expectation takes the bytes
  *     queued in it now (FIONREAD) as written before the traced write: the
  *     sender waits, so nothing of the request is queued yet.  A daemon whose
@@ -137,7 +141,8 @@
  *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
- * the channel after arming; UNIX datagram sockets are not followed; a pipe
+ * the channel after arming; a UNIX datagram matched by its content hash is
+ * mistaken for an earlier one of the same bytes; a pipe
  * or UNIX socket with several readers counts each reader's bytes alone; a
  * receiving program that sets SO_OOBINLINE or reads MSG_OOB after its agent
  * took the mark would see it (checked at arming only); only the followed
@@ -500,7 +505,9 @@ static bool came_from_peer(const ag_flow_chan *fc)
 int ag_propagate_ask(ag_flow_chan *fc)
 {
 	static const char *const kinds[] = { [AG_FLOW_TCP] = "tcp", [AG_FLOW_UDP] = "udp",
-					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix" };
+					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix",
+					     [AG_FLOW_UNIXFROM] = "unixfrom",
+					     [AG_FLOW_UNIXDGRAM] = "unixdgram" };
 	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
 	Sptrace__Spd__InjectRequest q = SPTRACE__SPD__INJECT_REQUEST__INIT;
 	Sptrace__Spd__Channel ch = SPTRACE__SPD__CHANNEL__INIT;
@@ -513,7 +520,8 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	int rc, saved = errno;
 
 	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc) ||
-	    (fc->kind == AG_FLOW_UNIX && !fc->inode && (!fc->src_inode || !fc->path[0])))
+	    (fc->kind == AG_FLOW_UNIX && !fc->inode && (!fc->src_inode || !fc->path[0])) ||
+	    (fc->kind == AG_FLOW_UNIXDGRAM && !fc->inode && !fc->path[0]))
 		return 0;
 	q.channel = &ch;
 	q.session = session;
@@ -528,7 +536,17 @@ int ag_propagate_ask(ag_flow_chan *fc)
 				       !__atomic_load_n(&program_oob, __ATOMIC_ACQUIRE)) ? "oob" : "");
 	if (fc->kind == AG_FLOW_UDP && *q.mark && fc->family == AF_INET && fc->at_offset)
 		q.mark_seq = fc->mark_seq = udp_seq();           /* point 12 */
-	if (fc->kind == AG_FLOW_PIPE || fc->kind == AG_FLOW_UNIX) {
+	if (fc->kind == AG_FLOW_UNIXDGRAM) {
+		/* the receiving socket, or the path it is bound to */
+		ch.kind = SPTRACE__SPD__CHANNEL__KIND__UNIX_DGRAM;
+		ch.inode = fc->inode;
+		ch.path = (char *)(fc->inode ? "" : fc->path);
+		if (fc->inode)
+			snprintf(what, sizeof what, "%s %lu", kinds[fc->kind], (unsigned long)fc->inode);
+		else
+			snprintf(what, sizeof what, "%s -> %s", kinds[fc->kind], fc->path);
+		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
+	} else if (fc->kind == AG_FLOW_PIPE || fc->kind == AG_FLOW_UNIX) {
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
 		ch.inode = fc->inode;
@@ -574,8 +592,9 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	double ms = (double)(now_ns() - t0) / 1e6;
 	char off[40];
 
-	snprintf(off, sizeof off, fc->kind == AG_FLOW_TCP ? "offset %s%lu" : fc->kind == AG_FLOW_UDP
-		 ? "hash %s%lx" : "%s%lu", fc->at_offset ? "" : "~", (unsigned long)fc->offset);
+	snprintf(off, sizeof off, fc->kind == AG_FLOW_TCP ? "offset %s%lu" : fc->kind == AG_FLOW_UDP ||
+		 fc->kind == AG_FLOW_UNIXDGRAM ? "hash %s%lx" : "%s%lu", fc->at_offset ? "" : "~",
+		 (unsigned long)fc->offset);
 	if (rc == -2) {
 		no_daemon_until = now_ns() + NO_DAEMON_NS;
 		if (!__atomic_exchange_n(&no_daemon_said, 1, __ATOMIC_RELAXED))
@@ -827,7 +846,12 @@ int ag_expect_add(const char *line)
 	unsigned seq = 0;
 	expect e = { 0 };
 
-	if (sscanf(line, "unixfrom %llu", &inode) == 1 && inode) {
+	if (sscanf(line, "unixdgram %llu %31s", &inode, last) == 2 && inode) {
+		e.kind = AG_FLOW_UNIXDGRAM;     /* a datagram to socket INODE, by its hash */
+		e.inode = inode;
+		e.at_offset = strcmp(last, "-") != 0;
+		e.offset = e.at_offset ? strtoull(last, NULL, 16) : 0;
+	} else if (sscanf(line, "unixfrom %llu", &inode) == 1 && inode) {
 		e.kind = AG_FLOW_UNIXFROM;      /* not accepted yet: by the peer */
 		e.inode = inode;
 	} else if ((sscanf(line, "pipe %llu", &inode) == 1 ||
@@ -864,7 +888,8 @@ int ag_expect_add(const char *line)
 		}
 	} else {
 		ag_log("expect '%.200s': not 'tcp SRC SPORT DST DPORT OFFSET|- [oob]', 'udp SRC "
-		       "SPORT DST DPORT HASH|- [ipopt SEQ]' or 'pipe|unix INODE'", line);
+		       "SPORT DST DPORT HASH|- [ipopt SEQ]', 'unixdgram INODE HASH|-' or "
+		       "'pipe|unix|unixfrom INODE'", line);
 		return -1;
 	}
 	e.until = now_ns() + EXPECT_NS;
@@ -887,6 +912,10 @@ int ag_expect_add(const char *line)
 				ag_log("expecting the datagram udp %s:%u -> %s:%u with the IP option "
 				       "of sequence number %u (ipopt mark), or content hash %s", a, sp,
 				       b, dp, seq, last);
+			else if (e.kind == AG_FLOW_UNIXDGRAM)
+				ag_log("expecting the datagram to UNIX socket %llu %s%s", inode,
+				       e.at_offset ? "with content hash " : "(the first one)",
+				       e.at_offset ? last : "");
 			else if (e.kind == AG_FLOW_UNIXFROM)
 				ag_log("expecting the first read of the connection from UNIX socket "
 				       "%llu, once accepted", inode);
@@ -1101,6 +1130,12 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 	matched_by = e->kind == AG_FLOW_UNIXFROM ? "the peer's inode" : "bytes counted";
 	if (e->kind == AG_FLOW_UNIXFROM)          /* an accepted socket whose peer sent it */
 		return w->kind == AG_FLOW_UNIX && ag_unix_peer(w->inode) == e->inode;
+	if (e->kind == AG_FLOW_UNIXDGRAM) {       /* the socket, and the datagram's hash */
+		matched_by = e->at_offset ? "hash" : "the first datagram";
+		return w->kind == AG_FLOW_UNIX && w->inode == e->inode &&
+		       (!e->at_offset || !data ||
+			ag_flow_hash(data, (size_t)rc, AG_FLOW_HASH0) == e->offset);
+	}
 	if (e->kind != w->kind)
 		return false;
 	switch (e->kind) {
@@ -1162,7 +1197,8 @@ static void note_matched(const expect *e, int fd)
 {
 	static const char *const kinds[] = { [AG_FLOW_TCP] = "tcp", [AG_FLOW_UDP] = "udp",
 					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix",
-					     [AG_FLOW_UNIXFROM] = "unixfrom" };
+					     [AG_FLOW_UNIXFROM] = "unixfrom",
+					     [AG_FLOW_UNIXDGRAM] = "unixdgram" };
 	char what[160], from[64], to[64];
 
 	if (e->kind == AG_FLOW_TCP || e->kind == AG_FLOW_UDP) {

@@ -107,9 +107,15 @@ static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, 
 		ch->src_inode = q->channel->src_inode;
 		return 0;
 	}
-	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX)
+	if (ch->kind == SPD_CH_UNIX_DGRAM && !ch->inode && q->channel->path &&
+	    q->channel->path[0] && strlen(q->channel->path) < sizeof ch->path) {
+		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path);
+		return 0;
+	}
+	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX || ch->kind == SPD_CH_UNIX_DGRAM)
 		return ch->inode ? 0 : sp_fail(err, "a pipe or UNIX channel without its inode (or, "
-					       "not accepted yet, its listener's path)");
+					       "not accepted yet, its listener's path; a datagram's "
+					       "path)");
 	if (ch->kind != SPD_CH_TCP && ch->kind != SPD_CH_UDP)
 		return sp_fail(err, "a channel of unknown kind %d", (int)q->channel->kind);
 	const Sptrace__Spd__Endpoint *e[2] = { q->channel->src, q->channel->dst };
@@ -215,7 +221,8 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
  * (agent/propagate.c, point 5): "tcp SRC SPORT DST DPORT OFFSET|-", "udp
  * SRC SPORT DST DPORT HASH|-" (the datagram's content hash, hexadecimal),
  * "pipe INODE", "unix INODE" (the receiving socket's), "unixfrom INODE" (a
- * connection not accepted yet: the socket whose peer is INODE).  A TCP
+ * connection not accepted yet: the socket whose peer is INODE), "unixdgram
+ * INODE HASH|-" (a UNIX datagram to socket INODE, by its content hash).  A TCP
  * line ends in " oob" when the sender would mark the send by an urgent
  * byte (point 9); a UDP line in " ipopt SEQ" when the datagram would carry
  * the IP option SEQ (point 13: `ipopt`, the probe said options arrive). */
@@ -232,6 +239,13 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
 		snprintf(out, len, "%s %llu", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
 			 (unsigned long long)ch->inode);
+		return;
+	}
+	if (ch->kind == SPD_CH_UNIX_DGRAM) {
+		if (q->at_offset)
+			snprintf(off, sizeof off, "%llx", (unsigned long long)q->offset);
+		if (ch->inode)
+			snprintf(out, len, "unixdgram %llu %s", (unsigned long long)ch->inode, off);
 		return;
 	}
 	if (ch->kind != SPD_CH_TCP && ch->kind != SPD_CH_UDP)
@@ -932,6 +946,14 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		return;
 	}
 	expect[0] = '\0';
+	if (ch.kind == SPD_CH_UNIX_DGRAM && !ch.inode) {
+		/* the socket bound to the path the datagram went to */
+		uint64_t ino[2];
+		size_t ni = 0;
+
+		if (spd_channel_inodes(&ch, ino, 2, &ni, NULL, err) == 0 && ni == 1)
+			ch.inode = ino[0];
+	}
 	if (q->follow)
 		expect_line(q, &ch, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
 	targets = calloc(SPD_MAX_TARGETS, sizeof *targets);

@@ -39,6 +39,10 @@ users).
           the next request, which does not wait
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
+  unixdgram  a UNIX datagram socket: a python3 client sends to the path of a
+          user's python3 server (after an untraced datagram); the server
+          starts at the traced datagram's receive, found by the socket bound
+          there and the datagram's content hash (meta, replay).
   oob     tiers with `run --mark oob`: each TCP send that propagates is
           marked by an urgent byte, which the receiving agents take out (the
           servers receive the same bytes as untraced), and each receiver
@@ -653,6 +657,90 @@ def case_unix(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+UNIX_DGRAM_SERVER = """
+import os, select, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o777)
+print("ready", flush=True)
+got = []
+while True:
+    r, _, _ = select.select([s, sys.stdin], [], [])
+    if s in r:
+        d, a = s.recvfrom(100)
+        got.append(d)
+        if a:
+            s.sendto(b"echo:" + d, a)
+    elif sys.stdin in r:
+        break
+print("got", b"|".join(got).hex(), flush=True)
+"""
+
+UNIX_DGRAM_CLIENT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("")           # an abstract name of its own, for the answer
+s.sendto(sys.argv[2].encode(), sys.argv[1])
+print(s.recv(100).decode())
+"""
+
+
+def case_unixdgram(sptrace, spdaemon, tier, tmp):
+    """A UNIX datagram socket: python3 under sptrace run sends a datagram to
+    the path of a user's python3 server on the same host (an earlier,
+    untraced datagram came first); the server starts at the receive of the
+    traced one, found by the socket bound to the path and the datagram's
+    content hash, which its meta and replay say; it receives the same bytes
+    as untraced."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    try:
+        sdir = os.path.join(tmp, "srv")
+        os.mkdir(sdir)
+        os.chown(sdir, 61001, 61001)
+        path = os.path.join(sdir, "dgram.sock")
+        srv = cl.hosts.popen(0, USER + ["/usr/bin/python3", "-c", UNIX_DGRAM_SERVER, path],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(srv)
+        check(srv.stdout.readline() == "ready\n", "the UNIX datagram server did not start")
+        r = cl.hosts.run(0, ["/usr/bin/python3", "-c", UNIX_DGRAM_CLIENT, path, "early"])
+        check(r.returncode == 0 and "echo:early" in r.stdout,
+              "the untraced first client: %r %r" % (r.stdout, r.stderr))
+        out = os.path.join(tmp, "client.trace")
+        r = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", "/usr/bin/python3", "-c",
+                             UNIX_DGRAM_CLIENT, path, "hello over unix dgram"], timeout=600)
+        check(r.returncode == 0 and r.stdout.strip() == "echo:hello over unix dgram",
+              "the traced client: %d %r %r\n%s" % (r.returncode, r.stdout, r.stderr, cl.logs()))
+        session = session_of(r.stderr)
+        t = traces(cl.state(0), session)
+        check(srv.pid in t and "\nactivated " in meta(t[srv.pid]),
+              "the UNIX datagram server (pid %d) was not traced: %s\n%s" % (srv.pid, t, cl.logs()))
+        o, _ = srv.communicate(input="", timeout=60)
+        check("got " + b"early|hello over unix dgram".hex() in o,
+              "the server received other bytes: %r" % o)
+        m = re.search(r"\nmatched unixdgram (\d+) by hash\n", meta(t[srv.pid]))
+        check(m, "the server's meta does not say its datagram was found by hash:\n%s" %
+              meta(t[srv.pid])[-1500:])
+        inode = int(m.group(1))
+        with open(os.path.join(out, "agent.log")) as f:
+            clog = f.read()
+        check(re.search(r"propagation: unixdgram -> %s: host \S+ answered in [\d.]+ ms: 1 of 1 "
+                        % re.escape(path), clog),
+              "the client did not ask for the datagram's receiver by its path:\n%s" % clog)
+        rr = run([sptrace, "replay", t[srv.pid]])
+        check(rr.returncode == 0 and re.search(r"recv\w*\(unix-dgram %d [^,]*, datagram" % inode,
+                                                rr.stdout) and
+              "# followed from a traced send: the receive of unixdgram %d by hash" % inode
+              in rr.stdout,
+              "the server's replay does not start at the datagram's receive, or does not say "
+              "how it was found:\n%s" % (rr.stdout + rr.stderr)[-2000:])
+        check("early" not in rr.stdout, "the server was traced before the request")
+    finally:
+        kill_all(procs)
+        cl.close()
+
+
 def case_attach(sptrace, spdaemon, tier, tmp):
     """`sptrace attach --on accept` to the running frontend on host 1: an
     untraced client's request starts it, and it follows the request into
@@ -803,7 +891,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon,
-         "oob": lambda *a: case_tiers(*a, mark="oob"),
+         "oob": lambda *a: case_tiers(*a, mark="oob"), "unixdgram": case_unixdgram,
          "oobinline": lambda *a: case_tiers(*a, mark="oob", oobinline=True), "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent}[case](

@@ -149,7 +149,9 @@
  * datagram carries the IP option, not every datagram of the channel (the
  * analysis numbers datagrams in time order: analysis/flows.c, rule 5); a
  * program's recvmsg whose control buffer had room for its own messages but
- * not for the option's too gets MSG_CTRUNC and loses some of its own.
+ * not for the option's too gets MSG_CTRUNC and loses some of its own; a
+ * program that reads IP_RECVOPTS back while a datagram is awaited sees the
+ * agent's 1.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -472,7 +472,8 @@ uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at a
 
 /* ---- propagate.c: following a traced send to its receivers (the
  * protocol: propagate.c) ---- */
-enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX, AG_FLOW_UNIXFROM };
+enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX, AG_FLOW_UNIXFROM,
+       AG_FLOW_UNIXDGRAM };
 #define AG_FLOW_HASH0 0xcbf29ce484222325ull   /* FNV-1a's offset basis */
 typedef struct ag_flow_chan {
 	int kind;                      /* AG_FLOW_* */
@@ -484,16 +485,33 @@ typedef struct ag_flow_chan {
 	uint64_t src_inode;            /* UNIX: the sending socket's */
 	char path[108];                /* UNIX: the listener's path ('@': abstract) */
 	bool at_offset;                /* offset is known */
+	uint32_t mark_seq;             /* UDP: the IP option's sequence number
+	                                * (ag_propagate_ask sets it) */
 	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
-	                                * first byte; UDP: the datagram's content hash */
+	                                * first byte; UDP, UNIX datagrams: the datagram's
+	                                * content hash */
 } ag_flow_chan;
 uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h);   /* FNV-1a, from h (propagate.c) */
-void ag_propagate_init(const char *session, const char *wait_ms);
+void ag_propagate_init(const char *session, const char *wait_ms, const char *mark);
 const char *ag_propagate_session(void);   /* NULL: no session */
 const char *ag_propagate_wait(void);      /* milliseconds, as text */
+const char *ag_propagate_mark(void);      /* "offset" or "oob": how TCP sends are marked */
 bool ag_propagating(void);
-int ag_propagate_ask(const ag_flow_chan *ch);   /* before the send; waits */
-int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|-" */
+/* Before the send; waits.  AG_MARK_OOB: the receivers await the urgent
+ * byte, send it now (ag_mark_send); AG_MARK_IPOPT: they await the IP option
+ * ch->mark_seq, put it on the datagram (ag_mark_udp); else 0, or -1. */
+int ag_propagate_ask(ag_flow_chan *ch);
+enum { AG_MARK_OOB = 1, AG_MARK_IPOPT = 2 };
+int ag_mark_send(int fd);                 /* the urgent byte, before a traced send: 0 or -1 */
+void ag_mark_udp(int fd, uint32_t seq);   /* the IP option on fd until its next send ends */
+extern volatile int ag_udp_marking;       /* some thread's send carries it: */
+void ag_mark_udp_sent(int fd);            /* ... after each send: taken off fd */
+struct msghdr;
+extern volatile int ag_recvopts_on;       /* the agent asked IP_RECVOPTS of some socket: */
+void ag_mark_strip(int fd, struct msghdr *m);   /* ... its options out of a program's recvmsg */
+void ag_mark_program_oob(void);           /* msgs.c: the program itself used MSG_OOB */
+void ag_expect_before(int fd);            /* msgs.c: before a receive, while a mark is awaited */
+int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|- [oob]" */
 bool ag_expecting(void);                  /* some awaited receive is still awaited */
 bool ag_expect_mode(void);                /* only awaited receives start tracing */
 bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive? (uses it up) */
@@ -505,6 +523,9 @@ uint64_t ag_unix_peer(uint64_t inode);    /* msgs.c: a UNIX socket's peer's inod
 /* msgs.c: where a TCP socket's received stream stands now (the next byte
  * the program reads, as an absolute offset); 0, or -1 when unknown. */
 int ag_tcp_received(int fd, uint64_t *end);
+/* msgs.c: fd's received offset is `end` after a receive of rc bytes (a mark
+ * the program never saw came before them): its channel's count follows. */
+void ag_msgs_resync(int fd, uint64_t end, long rc);
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */

@@ -168,7 +168,8 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    (ag_ring_keeps_all() && put(b, "SPTRACE_RECORDS", "all")) ||
 	    (ag_join_env()[0] && put(b, "SPTRACE_JOIN", ag_join_env())) ||
 	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||
-					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()))))
+					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()) ||
+					put(b, "SPTRACE_MARK", ag_propagate_mark()))))
 		return NULL;
 	b->env[b->n] = NULL;
 	if (strcmp(kind, "exec") == 0)

@@ -753,6 +753,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_PROPAGATE_WAIT");
 	unsetenv("SPTRACE_TSC_HZ");
 	unsetenv("SPTRACE_JOIN");
+	unsetenv("SPTRACE_MARK");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -850,6 +851,7 @@ static bool attached;
 #define PRE_LIST_MAX (1024 * 32)                 /* signals.c's PRE_MAX threads */
 static char attach_trapblocked[PRE_LIST_MAX];  /* sptrace_agent_attach's "trapblocked=" */
 static char attach_session[80], attach_wait[16]; /* ... "session=", "wait=" */
+static char attach_mark[16], env_mark[16];      /* ... "mark=", SPTRACE_MARK */
 static char attach_expect[4][200];              /* ... "expect=" */
 static int attach_nexpect;
 static int attach_stopped;                      /* ... "stopped=": the injector's thread */
@@ -958,7 +960,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	/* Before any hook: a receive must not be taken for the event while
 	 * the receive the daemon asked for is not known yet. */
 	ag_propagate_init(attached ? attach_session : env_session,
-			  attached ? attach_wait : env_wait);
+			  attached ? attach_wait : env_wait, attached ? attach_mark : env_mark);
 	for (int i = 0; i < attach_nexpect; i++)
 		ag_expect_add(attach_expect[i]);
 	/* After the log is open: a size refused is said there. */
@@ -1037,6 +1039,7 @@ __attribute__((constructor)) static void agent_init(void)
 	snprintf(env_session, sizeof env_session, "%s", getenv("SPTRACE_SESSION") ?: "");
 	snprintf(env_wait, sizeof env_wait, "%s", getenv("SPTRACE_PROPAGATE_WAIT") ?: "");
 	snprintf(join_list, sizeof join_list, "%s", getenv("SPTRACE_JOIN") ?: "");
+	snprintf(env_mark, sizeof env_mark, "%s", getenv("SPTRACE_MARK") ?: "");
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
 	take_hz(getenv("SPTRACE_TSC_HZ"));
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
@@ -1050,11 +1053,12 @@ __attribute__((constructor)) static void agent_init(void)
  * "prepared=DIR\n" (the repository sptrace attach analysed the process's
  * modules into, read when the agent's own lacks an entry: modules.c) and
  * "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector opened,
- * signals.c); from spdaemon "session=NAME\n", "wait=MS\n" and
- * "expect=tcp SRC SPORT DST DPORT OFFSET\n" (propagate.c); "join=DIRECTIVE\n"
- * for each join directive (trace_format.h, "Values"); from the injector
- * "tsc_hz=HZ\n" (the counter's rate: no 2 ms of measuring here) and
- * "stopped=TID\n" (the thread it stopped: ag_watch_blocked_calls).
+ * signals.c); from spdaemon "session=NAME\n", "wait=MS\n", "mark=offset|oob\n"
+ * and "expect=tcp SRC SPORT DST DPORT OFFSET [oob]\n" (propagate.c);
+ * "join=DIRECTIVE\n" for each join directive (trace_format.h, "Values");
+ * from the injector "tsc_hz=HZ\n" (the counter's rate: no 2 ms of
+ * measuring here) and "stopped=TID\n" (the thread it stopped:
+ * ag_watch_blocked_calls).
  * Returns 0, or 1 when not tracing (the reason is in DIR/agent.log and
  * meta), 2 when the agent was started already.
  */
@@ -1101,6 +1105,8 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 
 			snprintf(join_list + at, sizeof join_list - at, "%.*s\n", (int)(len - 5),
 				 p + 5);
+		} else if (len > 5 && strncmp(p, "mark=", 5) == 0) {
+			snprintf(attach_mark, sizeof attach_mark, "%.*s", (int)(len - 5), p + 5);
 		} else if (len > 7 && strncmp(p, "expect=", 7) == 0 && attach_nexpect < 4)
 			snprintf(attach_expect[attach_nexpect++], sizeof attach_expect[0], "%.*s",
 				 (int)(len - 7), p + 7);

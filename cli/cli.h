@@ -45,6 +45,7 @@ int cli_local_daemon(char *name, size_t len);
 int cli_start_session(char *session, size_t len, char *daemon, size_t dlen);
 /* --propagate-wait MS into `out` (as text); 0, or 2 after the message. */
 int cli_propagate_wait(const char *cmd, const char *arg, char *out, size_t len);
+int cli_propagate_mark(const char *cmd, const char *arg, char *out, size_t len);   /* --mark */
 
 /* trace_dir.c.  `cmd` names the command in messages. */
 int cli_find_agent(const char *cmd, char *out, size_t len);   /* libsptrace-agent.so */

@@ -70,6 +70,10 @@ static const char help[] =
 	"                      (default 3000) while the daemon of the receiver's host\n"
 	"                      puts the agent there; the receiver starts tracing at\n"
 	"                      the receive of that send\n"
+	"  --mark offset|oob   how a traced send and the receive it reaches are\n"
+	"                      matched: 'offset' (the default: stream offsets,\n"
+	"                      content hashes) or 'oob' (an urgent byte, an IP\n"
+	"                      option; see sptrace run --help)\n"
 	"  --no-propagate      trace this process only, even with a spdaemon\n"
 	"  --timeout SECONDS   how long to wait for the agent to be ready (default 120)\n"
 	"  -h, --help          this text\n"
@@ -126,6 +130,7 @@ int cmd_attach(int argc, char **argv)
 		{ "threads", required_argument, 0, 'T' },   { "help", no_argument, 0, 'h' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
 		{ "no-propagate", no_argument, 0, 'N' },    { "join", required_argument, 0, 'J' },
+		{ "mark", required_argument, 0, 'M' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *joins[CLI_JOIN_MAX];
@@ -141,7 +146,7 @@ int cmd_attach(int argc, char **argv)
 	cli_trace_owner owner = { geteuid(), getegid(), (gid_t)-1 };
 	char proc[64];
 	bool same_user;
-	char session[128] = "", daemon[256] = "", wait[16] = "3000";
+	char session[128] = "", daemon[256] = "", wait[16] = "3000", mark[8] = "offset";
 	int propagate = 1;
 	long pidl;
 	pid_t pid;
@@ -181,6 +186,10 @@ int cmd_attach(int argc, char **argv)
 		case 'N': propagate = 0; break;
 		case 'W':
 			if (cli_propagate_wait("attach", optarg, wait, sizeof wait))
+				return 2;
+			break;
+		case 'M':
+			if (cli_propagate_mark("attach", optarg, mark, sizeof mark))
 				return 2;
 			break;
 		case 'h': fputs(help, stdout); return 0;
@@ -241,7 +250,7 @@ int cmd_attach(int argc, char **argv)
 			.repo = getenv("SPTRACE_REPO"), .threads = threads,
 			.prepared = same_user ? ca_repo_default_dir() : NULL, .timeout = timeout,
 			.session = session[0] ? session : NULL, .wait = session[0] ? wait : NULL,
-			.join = joins, .njoin = njoins };
+			.join = joins, .njoin = njoins, .mark = session[0] ? mark : NULL };
 
 	if (inj_attach_agent(pid, &a, &r, &err)) {
 		if (r.entry_running) {

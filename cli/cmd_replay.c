@@ -392,8 +392,11 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 	return 0;
 }
 
-/* Children (fork, vfork) that exec'd have traces of their own: say where. */
-static void children_exec(const char *dir)
+/* After an image's records, from its meta: where the children (fork,
+ * vfork) that exec'd have their traces, and how each receive a propagated
+ * request started at was found (agent/propagate.c: offset, oob, ipopt,
+ * hash, ...). */
+static void meta_notes(const char *dir)
 {
 	char sub[256], prog[PATH_MAX];
 	int pid = -1, epid;
@@ -410,6 +413,8 @@ static void children_exec(const char *dir)
 		else if (strcmp(key, TRACE_META_EXEC) == 0 &&
 			 sscanf(v, "%255s %d %4095[^\n]", sub, &epid, prog) == 3 && epid != pid)
 			printf("# child pid %d exec'd %s: its trace is in %s/%s\n", epid, prog, dir, sub);
+		else if (strcmp(key, TRACE_META_MATCHED) == 0)
+			printf("# followed from a traced send: the receive of %s\n", v);
 	}
 	an_meta_free(m);
 }
@@ -473,7 +478,7 @@ static int replay_process(const char *start, replay_opts *o, int first)
 							 "lines of meta lead back to it (a damaged "
 							 "meta file)", dir);
 		rc = replay_dir(dir, o, first && k == 0);
-		children_exec(dir);
+		meta_notes(dir);
 		if (rc || !cli_exec_successor(dir, next, sizeof next))
 			break;
 		if (k + 1 == MAX_IMAGES)

@@ -75,6 +75,17 @@ static const char help[] =
 	"                      (default 3000) while the daemon of the receiver's host\n"
 	"                      puts the agent there; the receiver starts tracing at\n"
 	"                      the receive of that send\n"
+	"  --mark offset|oob   how a traced send and the receive it reaches are\n"
+	"                      matched: 'offset' (the default) puts nothing on the\n"
+	"                      wire: TCP by the stream offset the kernel counts at\n"
+	"                      both ends, UDP by the datagram's content hash; 'oob'\n"
+	"                      marks it: TCP by one urgent byte (MSG_OOB) sent before\n"
+	"                      it, which the receiving agent takes out (where a\n"
+	"                      receiver cannot -- SO_OOBINLINE, a SIGURG owner, a\n"
+	"                      program that uses MSG_OOB -- by offset, said in its\n"
+	"                      agent.log); UDP by an IP option with a sequence\n"
+	"                      number, once a probe saw options arrive (else, and\n"
+	"                      for IPv6, by content hash)\n"
 	"  --no-propagate      trace this program only, even with a spdaemon\n"
 	"  --flight-recorder   keep only the newest records: each thread's last\n"
 	"                      --ring-size MB (a full ring overwrites its oldest\n"
@@ -337,12 +348,13 @@ int cmd_run(int argc, char **argv)
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
 		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
 		{ "kernel-calls", required_argument, 0, 'C' }, { "join", required_argument, 0, 'J' },
+		{ "mark", required_argument, 0, 'M' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *joins[CLI_JOIN_MAX];
 	size_t njoins = 0;
 	char join_env[CLI_JOIN_MAX * 257] = "";
-	char session[128] = "", daemon[256] = "", wait[16] = "3000";
+	char session[128] = "", daemon[256] = "", wait[16] = "3000", mark[8] = "offset";
 	int propagate = 1, kernel = 0, go[2] = { -1, -1 };
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
@@ -388,6 +400,10 @@ int cmd_run(int argc, char **argv)
 		case 'C': kernel = 1; kernel_calls = optarg; break;
 		case 'W':
 			if (cli_propagate_wait("run", optarg, wait, sizeof wait))
+				return 2;
+			break;
+		case 'M':
+			if (cli_propagate_mark("run", optarg, mark, sizeof mark))
 				return 2;
 			break;
 		case 'g':
@@ -498,9 +514,11 @@ int cmd_run(int argc, char **argv)
 		if (session[0]) {
 			setenv("SPTRACE_SESSION", session, 1);
 			setenv("SPTRACE_PROPAGATE_WAIT", wait, 1);
+			setenv("SPTRACE_MARK", mark, 1);
 		} else {
 			unsetenv("SPTRACE_SESSION");    /* not an outer run's */
 			unsetenv("SPTRACE_PROPAGATE_WAIT");
+			unsetenv("SPTRACE_MARK");
 		}
 		execvp(argv[optind], argv + optind);
 		exec_errno = errno;

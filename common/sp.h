@@ -65,6 +65,16 @@ int sp_read_all(int fd, void *buf, size_t n);
 int sp_pread_all(int fd, void *buf, size_t n, uint64_t off);
 
 /*
+ * The IP option that marks a traced UDP datagram (ipmark.c; the protocol:
+ * agent/propagate.c, points 12 to 14): Record Route, full, carrying "SPTR"
+ * and a sequence number, SP_IPMARK_LEN bytes with its end.  _find: 1 and
+ * *seq when options p (n bytes, as IP_RECVOPTS gives them) carry it.
+ */
+#define SP_IPMARK_LEN 12
+void sp_ipmark_build(uint8_t o[SP_IPMARK_LEN], uint32_t seq);
+int sp_ipmark_find(const uint8_t *p, size_t n, uint32_t *seq);
+
+/*
  * THE TRUST RULES.  sptrace runs as root on hosts where other users run
  * programs; root never follows a path another user could have planted, and
  * a trace is its owner's alone.  What each command trusts, and where the

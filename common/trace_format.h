@@ -538,15 +538,23 @@ _Static_assert(sizeof(trace_kernel_rec) == 16, "kernel record size");
 #define TRACE_META_SESSION "session"   /* NAME: the propagation session (spdaemon keeps the
                                           * traces it injected for it under
                                           * STATE/sessions/NAME) */
-#define TRACE_META_PROPAGATED "propagated" /* TSC KIND SRC DST offset N host NAME targets K:
-                                          * a traced send asked the daemon of NAME to follow
-                                          * the channel; K processes got the agent */
-#define TRACE_META_EXPECT "expect"     /* tcp SRC SPORT DST DPORT OFFSET|-: spdaemon asked
+#define TRACE_META_PROPAGATED "propagated" /* TSC KIND SRC DST offset N host NAME targets K
+                                          * [mark oob]: a traced send asked the daemon of
+                                          * NAME to follow the channel; K processes got the
+                                          * agent; "mark oob": an urgent byte went first */
+#define TRACE_META_EXPECT "expect"     /* tcp SRC SPORT DST DPORT OFFSET|- [oob]: spdaemon asked
                                           * this agent to start at the receive of a traced
                                           * send (agent/propagate.c) */
 #define TRACE_META_JOIN "join"         /* DIRECTIVE: a join directive the agent was given
                                           * (FUNC:entry:argN, FUNC:exit:ret: it records their
                                           * values; FUNC:scope), read by analysis/flows.c */
+#define TRACE_META_MARK "mark"         /* oob|offset LINE: how this agent awaits the receive
+                                          * of TRACE_META_EXPECT's LINE (written before it;
+                                          * agent/propagate.c, point 9) */
+#define TRACE_META_MATCHED "matched"   /* KIND SRC -> DST (or KIND INODE) by HOW: the awaited
+                                          * receive of a TRACE_META_EXPECT line was found, by
+                                          * HOW: offset, oob, ipopt, hash, ... (the words of
+                                          * agent/propagate.c); `sptrace replay` prints it */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
 #define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 

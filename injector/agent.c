@@ -62,6 +62,7 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 	at = put(config, len, at, "prepared", a->prepared);
 	at = put(config, len, at, "session", a->session);
 	at = put(config, len, at, "wait", a->wait);
+	at = put(config, len, at, "mark", a->mark);
 	at = put(config, len, at, "expect", a->expect);
 	snprintf(hz, sizeof hz, "%llu", (unsigned long long)sp_tsc_hz());
 	at = put(config, len, at, "tsc_hz", hz);

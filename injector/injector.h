@@ -79,6 +79,7 @@ typedef struct inj_agent {
 	const char *prepared;    /* a repository analysed for it, or NULL */
 	const char *session;     /* spdaemon: the propagation session, or NULL */
 	const char *wait;        /* ... milliseconds a traced send waits, or NULL */
+	const char *mark;        /* ... "offset" or "oob": how its TCP sends are marked */
 	const char *expect;      /* ... the receive to start at, or NULL
 	                          * (agent/propagate.c) */
 	const char *const *join; /* join directives (trace_format.h, "Values") */

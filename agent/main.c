@@ -12,6 +12,8 @@
  *   SPTRACE_RING_BYTES     size of each thread's ring
  *   SPTRACE_RECORDS        "all": keep every record (each thread's file grows,
  *                          ring.c); otherwise flight-recorder rings
+ *   SPTRACE_BUDGET         PERCENT: the overhead budget (budget.c); absent or
+ *                          0: every call timed
  *   SPTRACE_LD_PRELOAD     the program's own LD_PRELOAD, restored at start so
  *                          the program sees its environment unchanged ("-"
  *                          when it had none)
@@ -287,6 +289,7 @@ static void write_meta(void)
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 
 	ag_tsc_calibrated(hz, tsc0, mono0);
+	ag_budget_clock(hz);
 	if (n > 0)
 		exe[n] = '\0';
 	gethostname(host, sizeof host - 1);
@@ -728,6 +731,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_ON");
 	unsetenv("SPTRACE_RING_BYTES");
 	unsetenv("SPTRACE_RECORDS");
+	unsetenv("SPTRACE_BUDGET");
 	unsetenv("SPTRACE_EXEC_OF");
 	unsetenv("SPTRACE_THREADS");
 	unsetenv("SPTRACE_SESSION");
@@ -746,6 +750,7 @@ static void end_trace(const char *why, bool restore)
 	ag_trap_disarm();
 	if (restore && ag_patch_restore_all())
 		ag_log("stop: some patched bytes could not be restored");
+	ag_budget_end();
 	ag_rings_close_all();
 	ag_instrument_stats(&sites, &skind, &splan, &sunres, &internal);
 	ag_log("end (%s): %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by "
@@ -997,6 +1002,7 @@ __attribute__((constructor)) static void agent_init(void)
 	snprintf(env_session, sizeof env_session, "%s", getenv("SPTRACE_SESSION") ?: "");
 	snprintf(env_wait, sizeof env_wait, "%s", getenv("SPTRACE_PROPAGATE_WAIT") ?: "");
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
+	ag_budget_init(getenv("SPTRACE_BUDGET"));
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }
@@ -1004,7 +1010,7 @@ __attribute__((constructor)) static void agent_init(void)
 /*
  * sptrace attach: the injector dlopen's the agent into a running process
  * and calls this on a thread of its own with "dir=DIR\non=EVENT\n", and
- * optionally "ring=BYTES\n", "repo=DIR\n" (the code-analysis repository),
+ * optionally "ring=BYTES\n", "budget=PERCENT\n", "repo=DIR\n" (the code-analysis repository),
  * "prepared=DIR\n" (the repository sptrace attach analysed the process's
  * modules into, read when the agent's own lacks an entry: modules.c) and
  * "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector opened,
@@ -1030,7 +1036,12 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 			snprintf(on, sizeof on, "%.*s", (int)(len - 3), p + 3);
 		else if (len > 5 && strncmp(p, "ring=", 5) == 0)
 			snprintf(ring, sizeof ring, "%.*s", (int)(len - 5), p + 5);
-		else if (len > 8 && strncmp(p, "threads=", 8) == 0)
+		else if (len > 7 && strncmp(p, "budget=", 7) == 0) {
+			char pct[16];
+
+			snprintf(pct, sizeof pct, "%.*s", (int)(len - 7), p + 7);
+			ag_budget_init(pct);
+		} else if (len > 8 && strncmp(p, "threads=", 8) == 0)
 			snprintf(threads, sizeof threads, "%.*s", (int)(len - 8), p + 8);
 		else if (len > 12 && strncmp(p, "trapblocked=", 12) == 0)
 			snprintf(attach_trapblocked, sizeof attach_trapblocked, "%.*s", (int)(len - 12),

@@ -93,6 +93,8 @@ struct an_trace {
 	size_t nchans;
 	an_msg *msgs;            /* message events of the call trees built so far */
 	size_t nmsgs, capmsgs;
+	an_budget *budget;       /* budget events of the call trees built so far */
+	size_t nbudget, capbudget;
 };
 
 /* A position in a thread's records where the TSC's high bits are known. */

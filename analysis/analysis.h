@@ -180,12 +180,24 @@ typedef struct an_msg {
 /* One record with its full timestamp.  SYNC records are consumed by the
  * iterator and never returned; a message's data records come with its
  * head, as one record. */
+/* An overhead-budget event (trace_format.h): site `site` is counted or
+ * timed from here on (TRACE_EV_BUDGET: mode, n 0), or the thread made n
+ * more calls through it without records (TRACE_EV_COUNT). */
+typedef struct an_budget {
+	uint32_t site;
+	uint32_t mode;           /* TRACE_BUDGET_TIMED or TRACE_BUDGET_COUNTED */
+	uint64_t n;
+} an_budget;
+
 typedef struct an_record {
 	uint64_t tsc;            /* the full TSC (a context event: the record before's) */
 	uint32_t id;             /* site id (ENTRY, EXIT) or enum trace_event (EVENT) */
 	uint32_t kind;           /* TRACE_ENTRY, TRACE_EXIT or TRACE_EVENT */
 	uint64_t key;            /* context events (trace_event_has_key): the key */
-	an_msg msg;              /* TRACE_EV_MSG_SEND, TRACE_EV_MSG_RECV: the message */
+	union {
+		an_msg msg;      /* TRACE_EV_MSG_SEND, TRACE_EV_MSG_RECV: the message */
+		an_budget budget; /* TRACE_EV_BUDGET, TRACE_EV_COUNT: what it says */
+	};
 } an_record;
 
 /* What an iteration found, complete once an_iter_next() returned 0. */
@@ -195,6 +207,7 @@ typedef struct an_iter_stats {
 	size_t nbad_sites;       /* ENTRY/EXIT records naming no site of the sites file */
 	size_t nbad_syncs;       /* SYNC records with stray bits set (ignored) */
 	size_t nbad_msgs;        /* message heads without all their data (dropped) */
+	size_t nbad_counts;      /* COUNT records without their data (dropped) */
 	size_t nstray_data;      /* message data without their head (skipped) */
 	size_t nunread;          /* records a failed read left unread (the end) */
 	size_t nholes;           /* zero slots: taken but never written (skipped) */
@@ -297,6 +310,8 @@ char *an_channel_text(const an_trace *t, uint32_t id, int recv, char *buf, size_
 char *an_msg_text(const an_trace *t, const an_msg *m, char *buf, size_t len);
 /* Message i of the call trees built so far (an_call's `end`), NULL if none. */
 const an_msg *an_trace_msg(const an_trace *t, uint32_t i);
+/* Budget event i of the call trees built so far (an_call's `end`), NULL if none. */
+const an_budget *an_trace_budget(const an_trace *t, uint32_t i);
 
 /* ---- for printers (demangle.c, trace.c) ---- */
 
@@ -354,7 +369,9 @@ typedef struct an_call {
 				    TRACE_EV_CTX_LOAD: the stack switched to
 				    (0 the thread's own, then in order of use);
 				    AN_EVENT TRACE_EV_MSG_SEND/RECV: the
-				    message, an_trace_msg(t, end) */
+				    message, an_trace_msg(t, end);
+				    AN_EVENT TRACE_EV_BUDGET/COUNT: the
+				    event, an_trace_budget(t, end) */
 	uint32_t id;             /* site id, or event id for AN_EVENT */
 	uint32_t depth;          /* 0 = outermost */
 	size_t last;             /* AN_CALL: index one past its last nested item */

@@ -210,6 +210,7 @@ void an_trace_close(an_trace *t)
 	free(t->warn);
 	free(t->chans);
 	free(t->msgs);
+	free(t->budget);
 	free(t->dir);
 	free(t);
 }

@@ -216,12 +216,12 @@ static void test_tsc(void)
 
 	/* Across a wrap of the low bits, and a gap of three periods. */
 	tg_ring_init(&r, 1234, 16, 5 * P - 1000);
-	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY, 0, { 0 } };
-	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY, 0, { 0 } };
-	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT, 0, { 0 } };
-	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY, 0, { 0 } };
-	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT, 0, { 0 } };
-	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT, 0, { 0 } };
+	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY, 0, { { 0 } } };
+	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY, 0, { { 0 } } };
+	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT, 0, { { 0 } } };
+	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY, 0, { { 0 } } };
+	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT, 0, { { 0 } } };
+	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT, 0, { { 0 } } };
 	for (size_t i = 0; i < n; i++)
 		tg_put(&r, want[i].kind, want[i].id, want[i].tsc);
 	tg_ring_write(&r, dir, NULL, -1);
@@ -237,9 +237,9 @@ static void test_tsc(void)
 	for (int i = 0; i < 3; i++)
 		tg_put(&r, TRACE_EXIT, S_FACT_REC, 5 * P + 100 * (uint64_t)i);
 	for (int i = 6; i < 10; i++)
-		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY, 0, { { 0 } } };
 	for (int i = 0; i < 3; i++)
-		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT, 0, { 0 } };
+		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT, 0, { { 0 } } };
 	tg_ring_write(&r, dir, NULL, -1);
 	tg_ring_free(&r);
 	check_records("wrapped, SYNC in window", dir, want, n, 4);
@@ -250,7 +250,7 @@ static void test_tsc(void)
 	for (int i = 0; i < 10; i++)
 		tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, 6 * P + 10 + (uint64_t)i);
 	for (int i = 6; i < 10; i++)
-		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT, 0, { 0 } };
+		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT, 0, { { 0 } } };
 	tg_ring_write(&r, dir, NULL, -1);
 	{
 		an_trace *t = open_ok(dir);
@@ -315,7 +315,7 @@ static void test_segments(void)
 	fclose(f);
 	for (uint64_t i = 1; i < 60; i++)
 		if (i < 30 || i >= 37)
-			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { { 0 } } };
 	check_records("segments", dir, want, n, 0);
 	if ((t = open_ok(dir))) {
 		const an_thread *th = an_trace_thread(t, 0);
@@ -386,7 +386,7 @@ static void test_chunked(void)
 	write_chunked(dir, all, 40, 48, 32, ENOSPC, T);
 	for (uint64_t i = 1; i < 32; i++)
 		if (i != 20)
-			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { { 0 } } };
 	check_records("chunked", dir, want, n, 0);
 	if ((t = open_ok(dir))) {
 		const an_thread *th = an_trace_thread(t, 0);
@@ -408,7 +408,7 @@ static void test_chunked(void)
 	n = 0;
 	for (uint64_t i = 1; i < 28; i++)
 		if (i != 20)
-			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { { 0 } } };
 	check_records("chunked, cut", dir, want, n, 0);
 	if ((t = open_ok(dir))) {
 		const an_thread *th = an_trace_thread(t, 0);

@@ -334,7 +334,8 @@ bool ag_tsc_fault(int sig, const siginfo_t *si, struct ucontext_t *uc);
 #define AG_BUDGET_REC_NS_KEEP 14
 #define AG_BUDGET_COUNT_NS 1
 #define AG_BUDGET_SITES (1u << 19) /* site ids the budget can count */
-/* The thread's counters of counted calls, indexed by site id (NULL: none). */
+/* The thread's counters of counted calls, indexed by site id, which the
+ * areas use: NULL when it has none, and while agent code runs on it. */
 extern __thread uint64_t *ag_tls_counts __attribute__((tls_model("initial-exec")));
 /* Counted calls until the thread's next sample (wraps: 1 in 256 timed). */
 extern __thread uint8_t ag_tls_tick __attribute__((tls_model("initial-exec")));
@@ -350,6 +351,7 @@ uint8_t *ag_budget_site(struct ag_pool *pool, uint32_t id);
 uint8_t *ag_budget_modes(void);
 void ag_budget_indirect_id(uint32_t id);
 void ag_budget_thread(trace_ring_header *r);   /* a new ring: the thread's counters */
+uint64_t *ag_budget_counts(void);          /* the thread's counters (NULL: none) */
 /* The thread's records [from, to) of r: demote, promote, write its counts. */
 void ag_budget_scan(trace_ring_header *r, uint64_t from, uint64_t to);
 void ag_budget_thread_end(trace_ring_header *r);

@@ -93,6 +93,15 @@ typedef struct counts_owner {
 static counts_owner *owners;
 static volatile uint32_t nowners;
 static __thread uint32_t own_slot __attribute__((tls_model("initial-exec")));
+/* The thread's table; ag_tls_counts, which the areas use, is NULL while
+ * agent code runs on the thread (ag_enter): the agent's own calls are
+ * neither recorded nor counted. */
+static __thread uint64_t *own_counts __attribute__((tls_model("initial-exec")));
+
+uint64_t *ag_budget_counts(void)
+{
+	return own_counts;
+}
 
 static void *table(size_t bytes)
 {
@@ -188,17 +197,15 @@ void ag_budget_thread(trace_ring_header *r)
 {
 	uint32_t slot;
 
-	if (!budget_pct || ag_tls_counts)
+	if (!budget_pct || own_counts)
 		return;
-	ag_tls_counts = table(BUDGET_SITES * sizeof(uint64_t));
-	if (!ag_tls_counts) {
-		ag_tls_counts = NULL;
+	own_counts = table(BUDGET_SITES * sizeof(uint64_t));
+	if (!own_counts)
 		return;
-	}
 	slot = __atomic_fetch_add(&nowners, 1, __ATOMIC_ACQ_REL);
 	if (slot < MAX_THREADS) {
 		owners[slot].ring = r;
-		__atomic_store_n(&owners[slot].counts, ag_tls_counts, __ATOMIC_RELEASE);
+		__atomic_store_n(&owners[slot].counts, own_counts, __ATOMIC_RELEASE);
 		own_slot = slot + 1;
 	}
 }
@@ -280,7 +287,7 @@ void ag_budget_scan(trace_ring_header *r, uint64_t from, uint64_t to)
 	uint64_t n = 0, dirty = 0;
 	static volatile int scan_lock;
 
-	if (!budget_pct || !ag_tls_counts || !long_ticks)
+	if (!budget_pct || !own_counts || !long_ticks)
 		return;
 	if (!scratch) {
 		scratch = table(MAX_SEEN * sizeof *scratch);
@@ -376,20 +383,21 @@ void ag_budget_scan(trace_ring_header *r, uint64_t from, uint64_t to)
 		__atomic_store_n(&scan_lock, 0, __ATOMIC_RELEASE);
 	}
 	/* Step 4. */
-	flush(ag_tls_counts, r);
+	flush(own_counts, r);
 }
 
 /* The calling thread ends: its counts go out, its table away. */
 void ag_budget_thread_end(trace_ring_header *r)
 {
-	uint64_t *c = ag_tls_counts;
+	uint64_t *c = own_counts;
 
-	if (!c)
+	if (!c || ag_tls_quiet == AG_QUIET_STRICT)     /* no system call there */
 		return;
+	own_counts = NULL;
+	ag_tls_counts = NULL;
 	if (own_slot &&
 	    !__atomic_exchange_n(&owners[own_slot - 1].counts, NULL, __ATOMIC_ACQ_REL))
 		return;              /* the end of the trace took it */
-	ag_tls_counts = NULL;
 	if (r)
 		flush(c, r);
 	munmap(c, BUDGET_SITES * sizeof(uint64_t));
@@ -417,12 +425,13 @@ void ag_budget_end(void)
  * thread starts from zero with a table of its own (its ring is new). */
 void ag_budget_forked_child(void)
 {
-	uint64_t *c = ag_tls_counts;
+	uint64_t *c = own_counts;
 
 	if (!c)
 		return;
 	nowners = 0;
 	own_slot = 0;
+	own_counts = NULL;
 	ag_tls_counts = NULL;
 	munmap(c, BUDGET_SITES * sizeof(uint64_t));
 }

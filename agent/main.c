@@ -579,6 +579,7 @@ trace_ring_header *ag_enter(void)
 
 	busy++;
 	ag_tls_ring = NULL;
+	ag_tls_counts = NULL;       /* nor counted (budget.c) */
 	return r;
 }
 
@@ -586,6 +587,7 @@ void ag_leave(trace_ring_header *ring)
 {
 	/* A thread that went quiet meanwhile (tsc.c) keeps no ring. */
 	ag_tls_ring = ag_tls_quiet ? NULL : ring;
+	ag_tls_counts = ag_tls_ring ? ag_budget_counts() : NULL;
 	busy--;
 }
 

@@ -181,6 +181,17 @@ uint8_t *ag_budget_site(ag_pool *pool, uint32_t id)
 	return mode;
 }
 
+typedef struct seen {
+	uint32_t id, calls;
+} seen;
+
+/* Per scan: the sites seen and their calls (thread-local scratch). */
+static __thread seen *scratch __attribute__((tls_model("initial-exec")));
+static __thread uint32_t *slot_of __attribute__((tls_model("initial-exec")));
+/* The thread's CPU time and record count at its last scan. */
+static __thread uint64_t last_cpu __attribute__((tls_model("initial-exec")));
+static __thread uint64_t last_to __attribute__((tls_model("initial-exec")));
+
 uint8_t *ag_budget_modes(void)
 {
 	return budget_pct ? modes : NULL;
@@ -199,9 +210,20 @@ void ag_budget_thread(trace_ring_header *r)
 
 	if (!budget_pct || own_counts)
 		return;
+	/* Here, not in a scan: a scan runs where ring.c moves the window,
+	 * where no C library code may run (mmap's own sites may hold an int3). */
+	if (!scratch) {
+		scratch = table(MAX_SEEN * sizeof *scratch);
+		slot_of = table(BUDGET_SITES * sizeof *slot_of);
+	}
 	own_counts = table(BUDGET_SITES * sizeof(uint64_t));
-	if (!own_counts)
+	if (!own_counts || !scratch || !slot_of) {
+		if (own_counts)
+			munmap(own_counts, BUDGET_SITES * sizeof(uint64_t));
+		own_counts = NULL;
 		return;
+	}
+	last_cpu = last_to = 0;     /* a new ring (a forked child's too) */
 	slot = __atomic_fetch_add(&nowners, 1, __ATOMIC_ACQ_REL);
 	if (slot < MAX_THREADS) {
 		owners[slot].ring = r;
@@ -256,17 +278,6 @@ static bool site_long(uint32_t id)
 	return long_calls[id] && long_calls[id] * LONG_RARE >= timed_calls[id];
 }
 
-typedef struct seen {
-	uint32_t id, calls;
-} seen;
-
-/* Per scan: the sites seen and their calls (thread-local scratch). */
-static __thread seen *scratch __attribute__((tls_model("initial-exec")));
-static __thread uint32_t *slot_of __attribute__((tls_model("initial-exec")));
-/* The thread's CPU time and record count at its last scan. */
-static __thread uint64_t last_cpu __attribute__((tls_model("initial-exec")));
-static __thread uint64_t last_to __attribute__((tls_model("initial-exec")));
-
 /* CLOCK_THREAD_CPUTIME_ID with a raw system call (the scan runs where
  * ring.c moves a window: no C library code there). */
 static uint64_t thread_cpu_ns(void)
@@ -289,12 +300,6 @@ void ag_budget_scan(trace_ring_header *r, uint64_t from, uint64_t to)
 
 	if (!budget_pct || !own_counts || !long_ticks)
 		return;
-	if (!scratch) {
-		scratch = table(MAX_SEEN * sizeof *scratch);
-		slot_of = table(BUDGET_SITES * sizeof *slot_of);
-		if (!scratch || !slot_of)
-			return;
-	}
 	if (to - from > SCAN_MAX)
 		from = to - SCAN_MAX;
 	/* Step 1. */
@@ -395,6 +400,12 @@ void ag_budget_thread_end(trace_ring_header *r)
 		return;
 	own_counts = NULL;
 	ag_tls_counts = NULL;
+	if (scratch) {
+		munmap(scratch, MAX_SEEN * sizeof *scratch);
+		munmap(slot_of, BUDGET_SITES * sizeof *slot_of);
+		scratch = NULL;
+		slot_of = NULL;
+	}
 	if (own_slot &&
 	    !__atomic_exchange_n(&owners[own_slot - 1].counts, NULL, __ATOMIC_ACQ_REL))
 		return;              /* the end of the trace took it */

@@ -9,6 +9,9 @@ a function pointer, and slow() (20 us) 50 times.
   keep    every record kept (the default): the agent decides at each chunk
   flight  --flight-recorder with a ring large enough to keep everything:
           the agent decides every 1 M records
+  errors  --budget with no percentage (run, attach) exits 2 with a clear
+          error; run --help and attach --help document it (attach's
+          default, 10)
 
 Either way: report's Calls are exact for all three (tiny and tiny_ptr
 mostly counted, marked '[N counted]'; slow never); replay shows where
@@ -39,10 +42,30 @@ def report_calls(text):
     return out
 
 
+def errors(sptrace, prog):
+    for cmd in (["run", "--budget", "abc", "--", prog, "1", "100"],
+                ["run", "--budget", "-5", "--", prog, "1", "100"],
+                ["run", "--budget", "2000", "--", prog, "1", "100"],
+                ["run", "--budget", "", "--", prog, "1", "100"],
+                ["attach", "--budget", "x", "1"]):
+        r = run([sptrace] + cmd)
+        first = (r.stderr.splitlines() or [""])[0]
+        check(r.returncode == 2 and first.startswith("sptrace: %s: --budget wants a percentage"
+                                                     % cmd[0]),
+              "sptrace %s: %d %r" % (" ".join(cmd), r.returncode, r.stderr))
+    for sub, want in (("run", "--budget PERCENT"), ("attach", "overhead budget (default 10)")):
+        r = run([sptrace, sub, "--help"])
+        check(r.returncode == 0 and want in r.stdout,
+              "sptrace %s --help does not document --budget (%r):\n%s" % (sub, want, r.stdout))
+    print("ok")
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[2] not in ("keep", "flight"):
+    if len(sys.argv) != 4 or sys.argv[2] not in ("keep", "flight", "errors"):
         fail(__doc__)
     sptrace, case, prog = sys.argv[1:]
+    if case == "errors":
+        return errors(sptrace, prog)
     with tempfile.TemporaryDirectory(prefix="sptrace-budget-") as tmp:
         env = private_repo_env(tmp)
         d = os.path.join(tmp, "trace")

@@ -2,7 +2,7 @@
  * budget.c — the overhead budget (`sptrace run --budget PERCENT`,
  * SPTRACE_BUDGET): hot, short callees go from timing to counting.
  *
- * With a budget every direct or PLT call site gets a budget area
+ * With a budget every direct or PLT call site (with an exit) gets a budget area
  * (x86_64/emit.c, ag_emit_call_budget) that tests a mode byte of its own
  * after the callee-instrumented flag: 0, the call is timed as everywhere
  * else; 1, it only adds 1 to this thread's counter of the site (a table
@@ -14,7 +14,9 @@
  * that one call the old way, entry and exit alike (both paths are whole).
  *
  * Deciding (ag_budget_scan), on the thread's own records, each time its
- * file moves on a chunk (ring.c; in a ring, every BUDGET_SCAN records),
+ * file moves on a chunk (ring.c; in a ring, every 1 M records, or half
+ * the ring if smaller: limit marks the next scan), the first one only to
+ * start the thread's account,
  * from the newest SCAN_MAX records of the chunk (reading all would cost a
  * third of the time of writing them):
  *
@@ -62,7 +64,6 @@
 #include "agent.h"
 
 #define BUDGET_SITES AG_BUDGET_SITES
-#define BUDGET_SCAN (1u << 20)       /* records between two scans of a ring */
 #define SCAN_MAX (1u << 18)          /* a scan reads the newest this many */
 #define MAX_SEEN 8192                /* distinct sites one scan considers */
 #define MAX_DEPTH 256                /* pairing stack */

@@ -19,6 +19,7 @@
  *   signals.c     signal handlers traced from their start
  *   tsc.c         threads that cannot read the TSC (PR_SET_TSC, strict
  *                 seccomp): they go quiet
+ *   budget.c      the overhead budget: hot, short callees counted, not timed
  *   activate.c    activation in mid-run: stack walks, return stubs
  *   control.c     sptrace stop/activate, the timer; modules dlopen'd later
  *   exec.c        the agent carried into an exec'd image
@@ -164,6 +165,9 @@ bool ag_active(void);                      /* activated and not stopped */
 bool ag_busy(void);                        /* agent code runs on this thread */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
 void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key); /* CTX_* events */
+/* Two payload records (events ev1 and ev2) taken at once: a COUNT pair. */
+void ag_ring_put_pair(trace_ring_header *r, uint32_t ev1, uint64_t key1, uint32_t ev2,
+		      uint64_t key2);
 /* A message event: its head and data records, in one piece (trace_format.h). */
 void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[TRACE_MSG_NDATA]);
 void ag_rings_close_all(void);
@@ -334,6 +338,39 @@ bool ag_quiet_tid(int tid);            /* a thread known quiet (the activation s
 /* Fatal-signal handlers first: a SIGSEGV of an agent's rdtsc, handled. */
 bool ag_tsc_fault(int sig, const siginfo_t *si, struct ucontext_t *uc);
 
+/* ---- budget.c: the overhead budget (SPTRACE_BUDGET) ---- */
+#define AG_BUDGET_LONG_NS 1000     /* a call this long is always timed */
+/* The tracer's estimated cost of a record (in a ring; with every record
+ * kept), and of a counted call (bench/BUDGET.md). */
+#define AG_BUDGET_REC_NS_RING 8
+#define AG_BUDGET_REC_NS_KEEP 14
+#define AG_BUDGET_COUNT_NS 1
+#define AG_BUDGET_SITES (1u << 19) /* site ids the budget can count */
+/* The thread's counters of counted calls, indexed by site id, which the
+ * areas use: NULL when it has none, and while agent code runs on it. */
+extern __thread uint64_t *ag_tls_counts __attribute__((tls_model("initial-exec")));
+/* Counted calls until the thread's next sample (wraps: 1 in 256 timed). */
+extern __thread uint8_t ag_tls_tick __attribute__((tls_model("initial-exec")));
+void ag_budget_init(const char *percent);  /* SPTRACE_BUDGET or attach's budget= */
+unsigned ag_budget_percent(void);          /* 0: no budget */
+void ag_budget_clock(uint64_t tsc_hz);     /* once calibrated */
+int64_t ag_tls_counts_offset(void);
+int64_t ag_tls_tick_offset(void);
+/* The mode byte of site id's budget area (in its pool), or NULL: a plain area. */
+uint8_t *ag_budget_site(struct ag_pool *pool, uint32_t id);
+/* The mode table of indirect calls' ids (NULL: no budget), and an id that
+ * such a call records from now on. */
+uint8_t *ag_budget_modes(void);
+void ag_budget_indirect_id(uint32_t id);
+void ag_budget_thread(trace_ring_header *r);   /* a new ring: the thread's counters */
+uint64_t *ag_budget_counts(void);          /* the thread's counters (NULL: none) */
+/* The thread's records [from, to) of r: demote, promote, write its counts. */
+void ag_budget_scan(trace_ring_header *r, uint64_t from, uint64_t to);
+void ag_budget_thread_end(trace_ring_header *r);
+void ag_budget_end(void);                  /* the end of the trace: every count out */
+void ag_budget_forked_child(void);
+void ag_budget_reset(void);                /* a deactivation: every site timed */
+
 /* ---- x86_64/emit.c: the per-site patch area ---- */
 /* What the instrument slow path needs to know about a callee. */
 typedef struct ag_callee {
@@ -369,9 +406,16 @@ typedef struct ag_area_spec {
 	/* join directives (ag_emit_call only): record a value record */
 	uint8_t value_arg;       /* after the ENTRY: argument 1..6; 0 none */
 	bool value_ret;          /* before the EXIT: the return value (rax) */
+	/* budget areas (ag_emit_call_budget) */
+	uint8_t *budget_mode;    /* the site's mode byte: TRACE_BUDGET_* */
+	uint8_t *budget_modes;   /* indirect: the mode table, by site id (NULL: none) */
+	int64_t tls_counts_offset; /* %fs offset of ag_tls_counts */
+	int64_t tls_tick_offset; /* %fs offset of ag_tls_tick */
 } ag_area_spec;
 
 size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
+/* A call area that times or counts the call, as its mode byte says (budget.c). */
+size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word);

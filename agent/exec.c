@@ -85,6 +85,15 @@ typedef struct env_buf {
 	char sub[64];            /* exec.PID.N */
 } env_buf;
 
+/* The budget, carried into the new image as SPTRACE_BUDGET. */
+static const char *budget_text(void)
+{
+	static char text[16];
+
+	snprintf(text, sizeof text, "%u", ag_budget_percent());
+	return text;
+}
+
 static int put(env_buf *b, const char *name, const char *value)
 {
 	int k;
@@ -167,6 +176,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)) ||
 	    (ag_ring_keeps_all() && put(b, "SPTRACE_RECORDS", "all")) ||
 	    (ag_join_env()[0] && put(b, "SPTRACE_JOIN", ag_join_env())) ||
+	    (ag_budget_percent() && put(b, "SPTRACE_BUDGET", budget_text())) ||
 	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||
 					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()) ||
 					put(b, "SPTRACE_MARK", ag_propagate_mark()))))

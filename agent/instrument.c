@@ -476,6 +476,10 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	spec.tls_offset = ag_tls_offset();
 	spec.tls_target_offset = ag_tls_target_offset();
 	spec.tail_jump = tail;
+	if (!tail && (spec.budget_modes = ag_budget_modes())) {
+		spec.tls_counts_offset = ag_tls_counts_offset();
+		spec.tls_tick_offset = ag_tls_tick_offset();
+	}
 	bool window = s->method == CA_PATCH_RELOCATE && s->reloc_rip != CA_RELOC_RIP_UNKNOWN &&
 		      !ag_reloc_gave_up() &&
 		      !one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
@@ -683,6 +687,7 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
 		}
 	}
 	if (id) {
+		ag_budget_indirect_id(id);
 		/* Words first, target last: a reader that sees the new target
 		 * mostly sees its words too (see emit.c for why a race is harmless). */
 		__atomic_store_n(&is->cache->entry_word, ((uint64_t)id << 2) | TRACE_ENTRY,
@@ -797,7 +802,12 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 			len = ag_emit_tail(&spec, scratch, (uint64_t)(uintptr_t)rx);
 		else if (ts.flags & TRACE_SITE_NO_EXIT)
 			len = ag_emit_call_noexit(&spec, scratch, (uint64_t)(uintptr_t)rx, ret_word);
-		else
+		else if (!spec.value_arg && !spec.value_ret &&     /* a join's calls stay timed */
+			 (spec.budget_mode = ag_budget_site(m->pool, spec.site_id))) {
+			spec.tls_counts_offset = ag_tls_counts_offset();
+			spec.tls_tick_offset = ag_tls_tick_offset();
+			len = ag_emit_call_budget(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		} else
 			len = ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
 		if (len > AG_SLOT_CODE && spec.value_arg && spec.value_ret) {
 			/* both values do not fit: the argument only */
@@ -972,6 +982,7 @@ int ag_instrument_stop(void)
 	lock();
 	rc = ag_patch_restore_all();
 	reset_states();
+	ag_budget_reset();
 	ag_reloc_forget();
 	unlock();
 	return rc;

@@ -12,6 +12,8 @@
  *   SPTRACE_RING_BYTES     size of each thread's ring
  *   SPTRACE_RECORDS        "all": keep every record (each thread's file grows,
  *                          ring.c); otherwise flight-recorder rings
+ *   SPTRACE_BUDGET         PERCENT: the overhead budget (budget.c); absent or
+ *                          0: every call timed
  *   SPTRACE_LD_PRELOAD     the program's own LD_PRELOAD, restored at start so
  *                          the program sees its environment unchanged ("-"
  *                          when it had none)
@@ -306,6 +308,7 @@ static void write_meta(void)
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 
 	ag_tsc_calibrated(hz, tsc0, mono0);
+	ag_budget_clock(hz);
 	if (n > 0)
 		exe[n] = '\0';
 	gethostname(host, sizeof host - 1);
@@ -595,6 +598,7 @@ trace_ring_header *ag_enter(void)
 
 	busy++;
 	ag_tls_ring = NULL;
+	ag_tls_counts = NULL;       /* nor counted (budget.c) */
 	return r;
 }
 
@@ -602,6 +606,7 @@ void ag_leave(trace_ring_header *ring)
 {
 	/* A thread that went quiet meanwhile (tsc.c) keeps no ring. */
 	ag_tls_ring = ag_tls_quiet ? NULL : ring;
+	ag_tls_counts = ag_tls_ring ? ag_budget_counts() : NULL;
 	busy--;
 }
 
@@ -747,6 +752,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_ON");
 	unsetenv("SPTRACE_RING_BYTES");
 	unsetenv("SPTRACE_RECORDS");
+	unsetenv("SPTRACE_BUDGET");
 	unsetenv("SPTRACE_EXEC_OF");
 	unsetenv("SPTRACE_THREADS");
 	unsetenv("SPTRACE_SESSION");
@@ -768,6 +774,7 @@ static void end_trace(const char *why, bool restore)
 	ag_trap_disarm();
 	if (restore && ag_patch_restore_all())
 		ag_log("stop: some patched bytes could not be restored");
+	ag_budget_end();
 	ag_rings_close_all();
 	ag_instrument_stats(&sites, &skind, &splan, &sunres, &internal);
 	ag_log("end (%s): %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by "
@@ -1042,6 +1049,7 @@ __attribute__((constructor)) static void agent_init(void)
 	snprintf(env_mark, sizeof env_mark, "%s", getenv("SPTRACE_MARK") ?: "");
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
 	take_hz(getenv("SPTRACE_TSC_HZ"));
+	ag_budget_init(getenv("SPTRACE_BUDGET"));
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }
@@ -1049,7 +1057,7 @@ __attribute__((constructor)) static void agent_init(void)
 /*
  * sptrace attach: the injector dlopen's the agent into a running process
  * and calls this on a thread of its own with "dir=DIR\non=EVENT\n", and
- * optionally "ring=BYTES\n", "repo=DIR\n" (the code-analysis repository),
+ * optionally "ring=BYTES\n", "budget=PERCENT\n", "repo=DIR\n" (the code-analysis repository),
  * "prepared=DIR\n" (the repository sptrace attach analysed the process's
  * modules into, read when the agent's own lacks an entry: modules.c) and
  * "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector opened,
@@ -1079,7 +1087,12 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 			snprintf(on, sizeof on, "%.*s", (int)(len - 3), p + 3);
 		else if (len > 5 && strncmp(p, "ring=", 5) == 0)
 			snprintf(ring, sizeof ring, "%.*s", (int)(len - 5), p + 5);
-		else if (len > 8 && strncmp(p, "threads=", 8) == 0)
+		else if (len > 7 && strncmp(p, "budget=", 7) == 0) {
+			char pct[16];
+
+			snprintf(pct, sizeof pct, "%.*s", (int)(len - 7), p + 7);
+			ag_budget_init(pct);
+		} else if (len > 8 && strncmp(p, "threads=", 8) == 0)
 			snprintf(threads, sizeof threads, "%.*s", (int)(len - 8), p + 8);
 		else if (len > 12 && strncmp(p, "trapblocked=", 12) == 0)
 			snprintf(attach_trapblocked, sizeof attach_trapblocked, "%.*s", (int)(len - 12),

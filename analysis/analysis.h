@@ -180,12 +180,24 @@ typedef struct an_msg {
 /* One record with its full timestamp.  SYNC records are consumed by the
  * iterator and never returned; a message's data records come with its
  * head, as one record. */
+/* An overhead-budget event (trace_format.h): site `site` is counted or
+ * timed from here on (TRACE_EV_BUDGET: mode, n 0), or the thread made n
+ * more calls through it without records (TRACE_EV_COUNT). */
+typedef struct an_budget {
+	uint32_t site;
+	uint32_t mode;           /* TRACE_BUDGET_TIMED or TRACE_BUDGET_COUNTED */
+	uint64_t n;
+} an_budget;
+
 typedef struct an_record {
 	uint64_t tsc;            /* the full TSC (a context event: the record before's) */
 	uint32_t id;             /* site id (ENTRY, EXIT) or enum trace_event (EVENT) */
 	uint32_t kind;           /* TRACE_ENTRY, TRACE_EXIT or TRACE_EVENT */
 	uint64_t key;            /* context events (trace_event_has_key): the key */
-	an_msg msg;              /* TRACE_EV_MSG_SEND, TRACE_EV_MSG_RECV: the message */
+	union {
+		an_msg msg;      /* TRACE_EV_MSG_SEND, TRACE_EV_MSG_RECV: the message */
+		an_budget budget; /* TRACE_EV_BUDGET, TRACE_EV_COUNT: what it says */
+	};
 	int64_t value;           /* TRACE_EV_VALUE: a join directive's value (the record's
 				    id field is taken apart: id is TRACE_EV_VALUE) */
 	unsigned value_arg;      /* ... argument 1..6 (after its call's ENTRY), or 0: the
@@ -199,6 +211,7 @@ typedef struct an_iter_stats {
 	size_t nbad_sites;       /* ENTRY/EXIT records naming no site of the sites file */
 	size_t nbad_syncs;       /* SYNC records with stray bits set (ignored) */
 	size_t nbad_msgs;        /* message heads without all their data (dropped) */
+	size_t nbad_counts;      /* COUNT records without their data (dropped) */
 	size_t nstray_data;      /* message data without their head (skipped) */
 	size_t nunread;          /* records a failed read left unread (the end) */
 	size_t nholes;           /* zero slots: taken but never written (skipped) */
@@ -304,6 +317,8 @@ const an_msg *an_trace_msg(const an_trace *t, uint32_t i);
 /* Value i of the call trees built so far (an_call's `end` of a TRACE_EV_VALUE
  * item): 0 and *value, -1 if none. */
 int an_trace_value(const an_trace *t, uint32_t i, int64_t *value);
+/* Budget event i of the call trees built so far (an_call's `end`), NULL if none. */
+const an_budget *an_trace_budget(const an_trace *t, uint32_t i);
 
 /* ---- for printers (demangle.c, trace.c) ---- */
 
@@ -365,7 +380,9 @@ typedef struct an_call {
 				    AN_EVENT TRACE_EV_MSG_SEND/RECV: the
 				    message, an_trace_msg(t, end); AN_EVENT
 				    TRACE_EV_VALUE: an_trace_value(t, end), the
-				    argument in flags >> 8 (AN_VALUE_ARG) */
+				    argument in flags >> 8 (AN_VALUE_ARG);
+				    AN_EVENT TRACE_EV_BUDGET/COUNT: the
+				    event, an_trace_budget(t, end) */
 	uint32_t id;             /* site id, or event id for AN_EVENT */
 	uint32_t depth;          /* 0 = outermost */
 	size_t last;             /* AN_CALL: index one past its last nested item */

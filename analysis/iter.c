@@ -428,6 +428,32 @@ static int user_next(an_iter *it, an_record *r)
 			it->st.nrecords++;
 			return 1;
 		}
+		if (kind == TRACE_EVENT && r->id == TRACE_EV_COUNT_DATA) {
+			it->st.nstray_data++;      /* its COUNT was overwritten */
+			continue;
+		}
+		if (kind == TRACE_EVENT && (r->id == TRACE_EV_BUDGET || r->id == TRACE_EV_COUNT)) {
+			uint64_t p = trace_rec_tsc_low(raw), d;
+
+			memset(&r->budget, 0, sizeof r->budget);
+			r->budget.site = trace_budget_site(p);
+			r->budget.mode = trace_budget_mode(p);
+			if (r->id == TRACE_EV_COUNT) {
+				/* Its data record follows: a pair without it is dropped. */
+				if (i + 1 >= it->n || rec_at(it, i + 1, &d) < 0 ||
+				    trace_rec_kind(d) != TRACE_EVENT ||
+				    trace_rec_id(d) != TRACE_EV_COUNT_DATA) {
+					it->st.nbad_counts++;
+					continue;
+				}
+				it->pos = i + 2;
+				r->budget.mode = TRACE_BUDGET_COUNTED;
+				r->budget.n = trace_rec_tsc_low(d);
+			}
+			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;
+			it->st.nrecords++;
+			return 1;
+		}
 		if (kind == TRACE_EVENT && trace_event_has_key(r->id)) {
 			r->key = trace_rec_tsc_low(raw);
 			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;

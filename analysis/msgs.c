@@ -89,6 +89,11 @@ int an_trace_value(const an_trace *t, uint32_t i, int64_t *value)
 	return 0;
 }
 
+const an_budget *an_trace_budget(const an_trace *t, uint32_t i)
+{
+	return i < t->nbudget ? &t->budget[i] : NULL;
+}
+
 static const char *proto_name(uint32_t p)
 {
 	switch (p) {

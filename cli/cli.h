@@ -74,6 +74,8 @@ int cli_trace_file(const char *dir, const char *name, int flags);
  * ring as bytes; --threads; --on, where `first` is the command's own first
  * event (run: start; attach: now). */
 int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len);
+/* --budget PERCENT (0..1000) into budget, as the agent reads it. */
+int cli_budget(const char *cmd, const char *arg, char *budget, size_t len);
 int cli_check_threads(const char *cmd, const char *arg);
 /* --join DIRECTIVE (trace_format.h, "Values"), checked and added to
  * room[*n] (room holds CLI_JOIN_MAX). */

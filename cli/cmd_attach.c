@@ -65,6 +65,11 @@ static const char help[] =
 	"  --ring-size MB      size of each thread's ring (default 16); an attached\n"
 	"                      process is traced in flight-recorder mode: a full ring\n"
 	"                      overwrites its oldest records and counts them\n"
+	"  --budget PERCENT    an overhead budget (default 10): the agent counts, rather\n"
+	"                      than times, the calls of hot, short callees while\n"
+	"                      tracing would cost more than PERCENT % of the\n"
+	"                      process's own time; a call of 1 us or more is always\n"
+	"                      timed, every call counted exactly.  0: every call timed\n"
 	"  --propagate-wait MS when a spdaemon serves this host, a traced send to a\n"
 	"                      process not traced yet waits up to MS milliseconds\n"
 	"                      (default 3000) while the daemon of the receiver's host\n"
@@ -131,6 +136,7 @@ int cmd_attach(int argc, char **argv)
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
 		{ "no-propagate", no_argument, 0, 'N' },    { "join", required_argument, 0, 'J' },
 		{ "mark", required_argument, 0, 'M' },
+		{ "budget", required_argument, 0, 'B' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *joins[CLI_JOIN_MAX];
@@ -139,6 +145,8 @@ int cmd_attach(int argc, char **argv)
 	cli_hotkey *hk = NULL;
 	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], why[600];
 	char ring[32] = "", *end;
+	/* A process in production: its calls cost at most a tenth more. */
+	char budget[16] = "10";
 	double timeout = 120;
 	inj_result r;
 	sp_err err;
@@ -163,6 +171,10 @@ int cmd_attach(int argc, char **argv)
 		case 'o': dir = optarg; break;
 		case 'r':
 			if (cli_ring_size("attach", optarg, ring, sizeof ring))
+				return 2;
+			break;
+		case 'B':
+			if (cli_budget("attach", optarg, budget, sizeof budget))
 				return 2;
 			break;
 		case 't':
@@ -246,7 +258,7 @@ int cmd_attach(int argc, char **argv)
 	if (propagate && cli_start_session(session, sizeof session, daemon, sizeof daemon) == 0)
 		printf("sptrace: spdaemon %s serves this host: the process's requests are followed "
 		       "into the processes they reach (session %s)\n", daemon, session);
-	inj_agent a = { .so_path = agent, .dir = absdir, .on = on, .ring = ring,
+	inj_agent a = { .so_path = agent, .dir = absdir, .on = on, .ring = ring, .budget = budget,
 			.repo = getenv("SPTRACE_REPO"), .threads = threads,
 			.prepared = same_user ? ca_repo_default_dir() : NULL, .timeout = timeout,
 			.session = session[0] ? session : NULL, .wait = session[0] ? wait : NULL,

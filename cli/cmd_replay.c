@@ -40,6 +40,13 @@ static const char help[] =
 	"                                 duration runs to the stop\n"
 	"  (exit without a recorded entry)  the call began before the records do\n"
 	"  /* activate */, /* signal */ ...  events of the thread\n"
+	"  /* budget: f() from g counted from here, not timed */\n"
+	"                                 sptrace run --budget: calls through that\n"
+	"                                 site are counted, not timed (shown only\n"
+	"                                 sampled, 1 in 256), until /* budget: f()\n"
+	"                                 from g timed again */\n"
+	"  /* counted: f() x N (from g) */  N calls through such a site this thread\n"
+	"                                 made since its last such line\n"
 	"  /* N records lost ... */       the ring was full and overwrote its oldest\n"
 	"                                 (or at a thread's end: its file could not\n"
 	"                                 grow); the first line of the output says\n"
@@ -295,6 +302,32 @@ static void close_call(printer *p)
 		line(p, dur, c->depth, "%s%s%s;%s", f->name, args, ret, src);
 }
 
+/* A budget event (trace_format.h): a site demoted to counting or promoted
+ * back, or calls this thread made through a counted site. */
+static void budget_line(printer *p, const an_call *c)
+{
+	const an_budget *b = an_trace_budget(p->t, c->end);
+	const an_site_info *s;
+	const an_func *f, *g;
+
+	if (!b)
+		return;
+	s = an_site(p->t, b->site);
+	f = an_func_get(p->t, s->callee);
+	g = an_func_get(p->t, s->caller);
+	if (!f)
+		return;
+	if (c->id == TRACE_EV_COUNT)
+		line(p, "", c->depth, "/* counted: %s%s x %" PRIu64 " (from %s) */", f->name,
+		     parens(f), b->n, g ? g->name : "?");
+	else if (b->mode == TRACE_BUDGET_COUNTED)
+		line(p, "", c->depth, "/* budget: %s%s from %s counted from here, not timed */",
+		     f->name, parens(f), g ? g->name : "?");
+	else
+		line(p, "", c->depth, "/* budget: %s%s from %s timed again */", f->name, parens(f),
+		     g ? g->name : "?");
+}
+
 /*
  * Print the tree.  A call's first line waits until something nested in it is
  * printed: if nothing is (no nested calls, or all filtered out), the call is
@@ -327,6 +360,8 @@ static void print_calls(printer *p)
 				     c->flags & AN_NEW_STACK ? " (new)" : "");
 			else
 				line(p, "", c->depth, "/* switched to the thread's own stack */");
+		} else if (c->kind == AN_EVENT && (c->id == TRACE_EV_BUDGET || c->id == TRACE_EV_COUNT)) {
+			budget_line(p, c);
 		} else if (c->kind == AN_EVENT && trace_event_is_msg(c->id)) {
 			const an_msg *m = an_trace_msg(p->t, c->end);
 			char text[400];
@@ -386,6 +421,9 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 	if (st.nbad_msgs)
 		fprintf(stderr, "sptrace: replay: warning: %s: %zu message events cut short (the "
 			"trace ends inside them) not shown\n", th->path, st.nbad_msgs);
+	if (st.nbad_counts)
+		fprintf(stderr, "sptrace: replay: warning: %s: %zu counts of calls cut short (the "
+			"trace ends inside them) not shown\n", th->path, st.nbad_counts);
 	free(p.open);
 	free(p.opened);
 	free(calls);

@@ -70,6 +70,12 @@ static const char help[] =
 	"                      2750, files 0640; by default only you can (0700, 0600)\n"
 	"  --ring-size MB      size of each thread's ring (default 16); with every\n"
 	"                      record kept, of the window the agent writes through\n"
+	"  --budget PERCENT    an overhead budget: the agent counts (rather than times)\n"
+	"                      the calls of hot, short callees while tracing would\n"
+	"                      cost more than PERCENT % of the program's own time;\n"
+	"                      a call of 1 us or more is always timed, and every call\n"
+	"                      is counted exactly (report's Calls; replay marks the\n"
+	"                      sites).  Default 0: every call timed\n"
 	"  --propagate-wait MS when a spdaemon serves this host, a traced send to a\n"
 	"                      process not traced yet waits up to MS milliseconds\n"
 	"                      (default 3000) while the daemon of the receiver's host\n"
@@ -349,6 +355,7 @@ int cmd_run(int argc, char **argv)
 		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
 		{ "kernel-calls", required_argument, 0, 'C' }, { "join", required_argument, 0, 'J' },
 		{ "mark", required_argument, 0, 'M' },
+		{ "budget", required_argument, 0, 'B' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *joins[CLI_JOIN_MAX];
@@ -364,6 +371,7 @@ int cmd_run(int argc, char **argv)
 	cli_hotkey *hk = NULL;
 	int presses = 0;
 	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "", tsc_hz[24];
+	char budget[16] = "0";
 	char meta[PATH_MAX + 8];
 	const char *old_preload = getenv("LD_PRELOAD");
 	int c, status, errpipe[2], exec_errno = 0;
@@ -395,6 +403,10 @@ int cmd_run(int argc, char **argv)
 				 "%s%s", join_env[0] ? "\n" : "", optarg);
 			break;
 		case 'F': flight = 1; break;
+		case 'B':
+			if (cli_budget("run", optarg, budget, sizeof budget))
+				return 2;
+			break;
 		case 'N': propagate = 0; break;
 		case 'K': kernel = 1; break;
 		case 'C': kernel = 1; kernel_calls = optarg; break;
@@ -501,6 +513,10 @@ int cmd_run(int argc, char **argv)
 		setenv("SPTRACE_TSC_HZ", tsc_hz, 1);
 		if (*ring)
 			setenv("SPTRACE_RING_BYTES", ring, 1);
+		if (strcmp(budget, "0") != 0)
+			setenv("SPTRACE_BUDGET", budget, 1);
+		else
+			unsetenv("SPTRACE_BUDGET");
 		if (flight)
 			unsetenv("SPTRACE_RECORDS");
 		else

@@ -470,6 +470,18 @@ int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len)
 	return 0;
 }
 
+int cli_budget(const char *cmd, const char *arg, char *budget, size_t len)
+{
+	char *end;
+	unsigned long pct = strtoul(arg, &end, 10);
+
+	if (*end || end == arg || arg[0] == '-' || pct > 1000)
+		return cli_error("%s: --budget wants a percentage of the program's time (0..1000; "
+				 "0: every call timed), not '%s'", cmd, arg), 2;
+	snprintf(budget, len, "%lu", pct);
+	return 0;
+}
+
 int cli_check_threads(const char *cmd, const char *arg)
 {
 	if (strcmp(arg, "event") != 0 && strcmp(arg, "all") != 0)

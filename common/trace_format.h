@@ -121,6 +121,9 @@ enum trace_event {
 	TRACE_EV_AGENT_BEGIN = 13, /* the agent's own work on this thread: see below */
 	TRACE_EV_AGENT_END = 14,
 	TRACE_EV_VALUE = 15,     /* a join directive's value: see below */
+	TRACE_EV_BUDGET = 16,    /* overhead budget events: see below */
+	TRACE_EV_COUNT = 17,
+	TRACE_EV_COUNT_DATA = 18,
 };
 
 /*
@@ -225,6 +228,46 @@ static inline int64_t trace_value_unpack(uint32_t id, uint64_t payload, unsigned
 static inline int trace_event_has_key(uint32_t ev)
 {
 	return ev == TRACE_EV_CTX_SAVE || ev == TRACE_EV_CTX_LOAD || ev == TRACE_EV_CTX_NEW;
+}
+
+/*
+ * The overhead budget (`sptrace run --budget PERCENT`, agent/budget.c).
+ * The agent may demote a site whose calls are short and frequent from
+ * timing (an ENTRY and an EXIT per call) to counting (a per-thread counter,
+ * no record), and promote it back.  Like the context events these carry a
+ * 38-bit payload in place of the timestamp; their time is that of the
+ * record before.
+ *
+ *   BUDGET p       from here on (in every thread of the process) the calls
+ *                  through site trace_budget_site(p) are
+ *                  trace_budget_mode(p): TRACE_BUDGET_COUNTED or, promoted
+ *                  back, TRACE_BUDGET_TIMED.  Written into the ring of the
+ *                  thread that decided.
+ *   COUNT site     followed by one COUNT_DATA n, the pair taken at once:
+ *                  n more calls through `site` were made by this thread
+ *                  without records since its last COUNT of that site.  A
+ *                  thread writes its counts now and then (when its file moves
+ *                  on a chunk), when it ends and when the trace ends; a
+ *                  process killed in between loses its unwritten counts.
+ *
+ * 1 counted call in 256 of a thread is timed instead (a sample: its ENTRY and EXIT
+ * are written as usual and not counted): a sampled call of 1 us or more
+ * promotes the site back.  So the calls through a site are its ENTRY
+ * records plus its COUNT records' sums, exactly.
+ */
+enum { TRACE_BUDGET_TIMED = 0, TRACE_BUDGET_COUNTED = 1 };
+
+static inline uint64_t trace_budget_pack(uint32_t site, unsigned mode)
+{
+	return (uint64_t)(site & TRACE_ID_MAX) | (uint64_t)(mode & 3) << TRACE_ID_BITS;
+}
+
+static inline uint32_t trace_budget_site(uint64_t p) { return (uint32_t)(p & TRACE_ID_MAX); }
+static inline unsigned trace_budget_mode(uint64_t p) { return (unsigned)(p >> TRACE_ID_BITS) & 3; }
+
+static inline int trace_event_is_budget(uint32_t ev)
+{
+	return ev == TRACE_EV_BUDGET || ev == TRACE_EV_COUNT || ev == TRACE_EV_COUNT_DATA;
 }
 
 static inline int trace_event_is_msg(uint32_t ev)

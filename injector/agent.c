@@ -57,6 +57,7 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 	at = put(config, len, at, "dir", a->dir);
 	at = put(config, len, at, "on", a->on);
 	at = put(config, len, at, "ring", a->ring);
+	at = put(config, len, at, "budget", a->budget);
 	at = put(config, len, at, "repo", a->repo);
 	at = put(config, len, at, "threads", a->threads);
 	at = put(config, len, at, "prepared", a->prepared);

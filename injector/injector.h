@@ -74,6 +74,7 @@ typedef struct inj_agent {
 	const char *dir;         /* the trace directory (absolute, made) */
 	const char *on;          /* the activation event, as the agent reads it */
 	const char *ring;        /* ring bytes, or NULL */
+	const char *budget;      /* the overhead budget in percent, or NULL */
 	const char *repo;        /* SPTRACE_REPO to use, or NULL */
 	const char *threads;     /* "event", "all", or NULL */
 	const char *prepared;    /* a repository analysed for it, or NULL */

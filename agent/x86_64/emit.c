@@ -479,6 +479,56 @@ static void jmp_saved_target(buf *b)
 	b1(b, 0xff); b1(b, 0x64); b1(b, 0x24); b1(b, 0xd8);               /* jmp *-40(%rsp) */
 }
 
+/*
+ * An indirect call's budget (budget.c), at its hit path once the target is
+ * saved at -40(%rsp) and r11 restored: the id of the cached target (its
+ * entry word >> 2) indexes the budget's mode table, absolute (data far
+ * from the pool), and the counters.  Counted: the call is made here and the
+ * area left; else (timed, a sample, no table) it falls through to the
+ * ENTRY record.  rax is spilled where the records spill it.  The cache
+ * another thread refills meanwhile can at worst count one call for the
+ * previous target (as it can mislabel a record, see above).
+ *
+ *   mov  %rax,-16(%rsp); mov cache.entry(%rip),%rax; shr $2,%rax
+ *   cmp  $AG_BUDGET_SITES,%rax; jae timed
+ *   movabs $modes,%r11; cmpb $0,(%r11,%rax); je timed
+ *   subb $1,%fs:ag_tls_tick; je timed
+ *   mov  %fs:ag_tls_counts,%r11; test %r11,%r11; je timed
+ *   addq $1,(%r11,%rax,8)
+ *   mov  -16(%rsp),%rax; mov -32(%rsp),%r11
+ *   call *-40(%rsp); jmp S+len
+ * timed: mov -16(%rsp),%rax; mov -32(%rsp),%r11
+ */
+static void budget_indirect(buf *b, const ag_area_spec *s)
+{
+	size_t jt[4];
+
+	b1(b, 0x48); b1(b, 0x89); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);    /* mov %rax,-16(%rsp) */
+	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x05); brel32(b, s->cache + 8);     /* mov entry(%rip),%rax */
+	b1(b, 0x48); b1(b, 0xc1); b1(b, 0xe8); b1(b, 0x02);                 /* shr $2,%rax */
+	b1(b, 0x48); b1(b, 0x3d); b32(b, AG_BUDGET_SITES);                  /* cmp $N,%rax */
+	b1(b, 0x0f); b1(b, 0x83); jt[0] = b->n; b32(b, 0);                 /* jae timed */
+	b1(b, 0x49); b1(b, 0xbb); b64(b, (uint64_t)(uintptr_t)s->budget_modes); /* movabs */
+	b1(b, 0x41); b1(b, 0x80); b1(b, 0x3c); b1(b, 0x03); b1(b, 0x00);   /* cmpb $0,(%r11,%rax) */
+	b1(b, 0x0f); b1(b, 0x84); jt[1] = b->n; b32(b, 0);                 /* je timed */
+	b1(b, 0x64); b1(b, 0x80); b1(b, 0x2c); b1(b, 0x25);                 /* subb $1,%fs:tick */
+	b32(b, (uint32_t)(int32_t)s->tls_tick_offset); b1(b, 0x01);
+	b1(b, 0x0f); b1(b, 0x84); jt[2] = b->n; b32(b, 0);                 /* je timed */
+	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25);    /* mov %fs:d32,%r11 */
+	b32(b, (uint32_t)(int32_t)s->tls_counts_offset);
+	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                               /* test %r11,%r11 */
+	b1(b, 0x0f); b1(b, 0x84); jt[3] = b->n; b32(b, 0);                 /* je timed */
+	b1(b, 0x49); b1(b, 0x83); b1(b, 0x04); b1(b, 0xc3); b1(b, 0x01);   /* addq $1,(%r11,%rax,8) */
+	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);    /* mov -16(%rsp),%rax */
+	bn(b, load_r11, sizeof load_r11);
+	b1(b, 0xff); b1(b, 0x54); b1(b, 0x24); b1(b, 0xd8);                 /* call *-40(%rsp) */
+	b1(b, 0xe9); brel32(b, s->site + s->site_len);                      /* jmp S+len */
+	for (size_t i = 0; i < 4; i++)
+		fix_rel32(b, jt[i]);                                         /* timed: */
+	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);    /* mov -16(%rsp),%rax */
+	bn(b, load_r11, sizeof load_r11);
+}
+
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
@@ -512,6 +562,8 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		b.p[je] = (uint8_t)(b.n - (je + 1));
 		jmp_saved_target(&b);                                      /* 1: jmp *-40(%rsp) */
 	} else {
+		if (s->budget_modes)
+			budget_indirect(&b, s);         /* counted calls stop there */
 		record_id(&b, s, TRACE_ENTRY, s->cache + 8, &in);
 		b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);  /* call *-40(%rsp) */
 		record_id(&b, s, TRACE_EXIT, s->cache + 16, &out);
@@ -585,5 +637,78 @@ size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint
 	}
 	instr_slow(&b, s, je, entry);
 	record_slow(&b, s, &in);
+	return b.n;
+}
+
+/*
+ * A call area with a budget (budget.c): the call is timed as in
+ * ag_emit_call, or counted, as the site's mode byte says.  Counting adds 1
+ * to this thread's counter of the site, with no clock read and no record;
+ * 1 counted call in 256 of the thread (its tick byte wraps) is timed
+ * instead, a sample, and not counted.  The flags are dead before a call
+ * (ABI), so the sub and the add may change them.
+ *
+ *   area:  endbr64; cmpb $0,flag; je slow_instr
+ *   timed: cmpb $0,mode(%rip); jne counted
+ *   entry: <record ENTRY>; call G | call *slot(%rip); <record EXIT>; jmp S+len
+ *   counted:
+ *          subb $1,%fs:ag_tls_tick; je entry          the sample
+ *          mov  %r11,-32(%rsp)
+ *          mov  %fs:ag_tls_counts,%r11; test %r11,%r11; je untable
+ *          addq $1,ID*8(%r11)
+ *          mov  -32(%rsp),%r11
+ *          call G | call *slot(%rip)
+ *          jmp  S+len
+ *   untable: mov -32(%rsp),%r11; jmp entry   (no table yet: timed)
+ */
+size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
+{
+	buf b = { rw, rx, 0 };
+	rec_fix in, out;
+	size_t je, jne_counted, je_untable;
+	uint64_t entry, timed;
+	uint32_t disp = (uint32_t)s->site_id * 8;
+
+	endbr64(&b);
+	je = flag_test(&b, s);
+	timed = here(&b);
+	b1(&b, 0x80); b1(&b, 0x3d);                                        /* cmpb $0,mode(%rip) */
+	b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)(uintptr_t)s->budget_mode - (here(&b) + 5)));
+	b1(&b, 0x00);
+	b1(&b, 0x0f); b1(&b, 0x85); jne_counted = b.n; b32(&b, 0);        /* jne counted */
+	entry = here(&b);
+	record(&b, s, TRACE_ENTRY, &in);
+	if (s->slot) {
+		b1(&b, 0xff); b1(&b, 0x15); brel32(&b, s->slot);           /* call *slot(%rip) */
+	} else {
+		b1(&b, 0xe8); brel32(&b, s->callee);                       /* call G */
+	}
+	record(&b, s, TRACE_EXIT, &out);
+	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
+
+	fix_rel32(&b, jne_counted);                                        /* counted: */
+	b1(&b, 0x64); b1(&b, 0x80); b1(&b, 0x2c); b1(&b, 0x25);            /* subb $1,%fs:d32 */
+	b32(&b, (uint32_t)(int32_t)s->tls_tick_offset); b1(&b, 0x01);
+	b1(&b, 0x0f); b1(&b, 0x84); brel32(&b, entry);                     /* je entry */
+	bn(&b, save_r11, sizeof save_r11);
+	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:d32,%r11 */
+	b32(&b, (uint32_t)(int32_t)s->tls_counts_offset);
+	b1(&b, 0x4d); b1(&b, 0x85); b1(&b, 0xdb);                            /* test %r11,%r11 */
+	b1(&b, 0x0f); b1(&b, 0x84); je_untable = b.n; b32(&b, 0);         /* je untable */
+	b1(&b, 0x49); b1(&b, 0x83); b1(&b, 0x83); b32(&b, disp); b1(&b, 0x01); /* addq $1,d(%r11) */
+	bn(&b, load_r11, sizeof load_r11);
+	if (s->slot) {
+		b1(&b, 0xff); b1(&b, 0x15); brel32(&b, s->slot);           /* call *slot(%rip) */
+	} else {
+		b1(&b, 0xe8); brel32(&b, s->callee);                       /* call G */
+	}
+	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
+	fix_rel32(&b, je_untable);                                         /* untable: */
+	bn(&b, load_r11, sizeof load_r11);
+	b1(&b, 0xe9); brel32(&b, entry);                                   /* jmp entry */
+
+	instr_slow(&b, s, je, timed);
+	record_slow(&b, s, &in);
+	record_slow(&b, s, &out);
 	return b.n;
 }

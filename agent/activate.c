@@ -124,15 +124,11 @@ int ag_activate_init(void)
 	stub_pool = ag_pool_near((uint64_t)(uintptr_t)ag_tramp_retpoint,
 				 (uint64_t)(uintptr_t)ag_tramp_retpoint + 1, STUB_SLOTS + 1, 0);
 	stub_free = ag_alloc(STUB_SLOTS * sizeof *stub_free);
-	if (!stub_pool || !stub_free)
+	if (!stub_pool || !stub_free || !ag_pool_code(stub_pool, AG_AREA_MAX, &rx, &rw))
 		return -1;
-	while (stub_nfree < STUB_SLOTS && ag_pool_code(stub_pool, AG_AREA_MAX, &rx, &rw)) {
-		if (!stub_rw0) {
-			stub_rw0 = rw;
-			stub_rx0 = rx;
-		}
-		stub_free[stub_nfree++] = (uint64_t)(uintptr_t)rx;
-	}
+	stub_rw0 = rw;
+	stub_rx0 = rx;
+	stub_free[stub_nfree++] = (uint64_t)(uintptr_t)rx;
 	return 0;
 }
 
@@ -142,15 +138,19 @@ static uint8_t *stub_rw(uint64_t rx)
 }
 
 /* A free slot, its code written (the same bytes at every use; written
- * here rather than at start so that only slots in use take memory). */
+ * here rather than at start so that only slots in use take memory).  Slots
+ * are taken from the pool as they are first needed: a fork copies the
+ * pool's used part (pool.c), which would otherwise be all 2 MB of it. */
 static uint64_t stub_get(void)
 {
 	uint64_t s = 0, tramp = (uint64_t)(uintptr_t)ag_tramp_retpoint;
-	uint8_t *p;
+	uint8_t *p, *rw;
 
 	slock();
 	if (stub_nfree)
 		s = stub_free[--stub_nfree];
+	else if (ag_pool_code(stub_pool, AG_AREA_MAX, &p, &rw))
+		s = (uint64_t)(uintptr_t)p;
 	sunlock();
 	if (!s)
 		return 0;
@@ -556,13 +556,25 @@ static int watch_one(int tid, void *arg)
 	return 0;
 }
 
-void ag_watch_blocked_calls(const char *event)
+void ag_watch_blocked_calls(const char *event, int stopped)
 {
 	static const long accept_nrs[] = { SYS_accept, SYS_accept4 };
 	/* a read: a receive if on a socket (or an awaited pipe), ag_event_fires */
 	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg, SYS_read, SYS_readv };
 	bool acc = strcmp(event, "accept") == 0;
 	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4 };
+	struct timespec nap = { 0, 500000 };
+	uint64_t pc;
+	long nr;
+
+	/* The thread the injector stopped goes back into its system call when
+	 * let go -- on a busy machine, milliseconds later than the agent is
+	 * here: until then it is in none, and would not be watched (seen: a
+	 * receive the daemon waited for passed untraced).  At most 50 ms: its
+	 * call may also have ended meanwhile. */
+	for (int i = 0; stopped > 0 && i < 100 && !thread_syscall(stopped, &nr, &pc) &&
+	     ag_thread_where(stopped, &nr, &pc) >= 0; i++)
+		nanosleep(&nap, NULL);
 
 	ag_for_other_threads(watch_one, &w);
 	if (w.armed)

@@ -19,6 +19,7 @@
  *   signals.c     signal handlers traced from their start
  *   tsc.c         threads that cannot read the TSC (PR_SET_TSC, strict
  *                 seccomp): they go quiet
+ *   budget.c      the overhead budget: hot, short callees counted, not timed
  *   activate.c    activation in mid-run: stack walks, return stubs
  *   control.c     sptrace stop/activate, the timer; modules dlopen'd later
  *   exec.c        the agent carried into an exec'd image
@@ -164,6 +165,9 @@ bool ag_active(void);                      /* activated and not stopped */
 bool ag_busy(void);                        /* agent code runs on this thread */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
 void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key); /* CTX_* events */
+/* Two payload records (events ev1 and ev2) taken at once: a COUNT pair. */
+void ag_ring_put_pair(trace_ring_header *r, uint32_t ev1, uint64_t key1, uint32_t ev2,
+		      uint64_t key2);
 /* A message event: its head and data records, in one piece (trace_format.h). */
 void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[TRACE_MSG_NDATA]);
 void ag_rings_close_all(void);
@@ -259,7 +263,10 @@ void ag_activation_round(void);        /* a new activation */
 /* The calling thread walks now (an event); from the interrupted context of
  * a SIGTRAP handler if uc is not NULL. */
 void ag_walk_self(struct ucontext_t *uc);
-void ag_watch_blocked_calls(const char *event); /* attached: threads already in accept/recv */
+/* Attached: threads already in accept/recv get a breakpoint at its return;
+ * `stopped`, the thread the injector stopped (0: none), is waited for in
+ * its system call first. */
+void ag_watch_blocked_calls(const char *event, int stopped);
 void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
 bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */
@@ -303,6 +310,14 @@ void ag_instrument_unlock(void);
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
 			 uint64_t *skipped_unresolved, uint64_t *tail_internal);
 uint32_t ag_site_root(ag_module *m, uint32_t func); /* site id for a root entry */
+/* Join directives (trace_format.h, "Values"): the values of FUNC:entry:argN
+ * and FUNC:exit:ret are recorded at direct call sites of FUNC; FUNC:scope
+ * is only kept for meta.  -1 with err for a malformed one or too many. */
+#define AG_JOIN_MAX 16
+int ag_join_add(const char *directive, char *err, size_t errlen);
+size_t ag_join_count(void);
+const char *ag_join_get(size_t i);
+const char *ag_join_env(void);     /* all of them, one a line (exec.c: SPTRACE_JOIN) */
 uint32_t ag_instrument_runtime_entries(void); /* activation: what a runtime calls (cgo) */
 /* Sites left alone: they call runtime code; *indirect: indirect calls that
  * met a new such target (and went untraced). */
@@ -317,10 +332,44 @@ extern __thread uint8_t ag_tls_quiet __attribute__((tls_model("initial-exec")));
 uint64_t ag_rdtsc(void);               /* the TSC; another clock for a quiet thread */
 uint64_t ag_tsc_fallback(void);
 void ag_tsc_calibrated(uint64_t hz, uint64_t tsc0, uint64_t mono0); /* main.c */
+uint64_t ag_tsc_hz(void);       /* as calibrated, 0 before */
 bool ag_tsc_usable(int tid);           /* before a ring: may go quiet (a system call) */
 bool ag_quiet_tid(int tid);            /* a thread known quiet (the activation skips it) */
 /* Fatal-signal handlers first: a SIGSEGV of an agent's rdtsc, handled. */
 bool ag_tsc_fault(int sig, const siginfo_t *si, struct ucontext_t *uc);
+
+/* ---- budget.c: the overhead budget (SPTRACE_BUDGET) ---- */
+#define AG_BUDGET_LONG_NS 1000     /* a call this long is always timed */
+/* The tracer's estimated cost of a record (in a ring; with every record
+ * kept), and of a counted call (bench/BUDGET.md). */
+#define AG_BUDGET_REC_NS_RING 8
+#define AG_BUDGET_REC_NS_KEEP 14
+#define AG_BUDGET_COUNT_NS 1
+#define AG_BUDGET_SITES (1u << 19) /* site ids the budget can count */
+/* The thread's counters of counted calls, indexed by site id, which the
+ * areas use: NULL when it has none, and while agent code runs on it. */
+extern __thread uint64_t *ag_tls_counts __attribute__((tls_model("initial-exec")));
+/* Counted calls until the thread's next sample (wraps: 1 in 256 timed). */
+extern __thread uint8_t ag_tls_tick __attribute__((tls_model("initial-exec")));
+void ag_budget_init(const char *percent);  /* SPTRACE_BUDGET or attach's budget= */
+unsigned ag_budget_percent(void);          /* 0: no budget */
+void ag_budget_clock(uint64_t tsc_hz);     /* once calibrated */
+int64_t ag_tls_counts_offset(void);
+int64_t ag_tls_tick_offset(void);
+/* The mode byte of site id's budget area (in its pool), or NULL: a plain area. */
+uint8_t *ag_budget_site(struct ag_pool *pool, uint32_t id);
+/* The mode table of indirect calls' ids (NULL: no budget), and an id that
+ * such a call records from now on. */
+uint8_t *ag_budget_modes(void);
+void ag_budget_indirect_id(uint32_t id);
+void ag_budget_thread(trace_ring_header *r);   /* a new ring: the thread's counters */
+uint64_t *ag_budget_counts(void);          /* the thread's counters (NULL: none) */
+/* The thread's records [from, to) of r: demote, promote, write its counts. */
+void ag_budget_scan(trace_ring_header *r, uint64_t from, uint64_t to);
+void ag_budget_thread_end(trace_ring_header *r);
+void ag_budget_end(void);                  /* the end of the trace: every count out */
+void ag_budget_forked_child(void);
+void ag_budget_reset(void);                /* a deactivation: every site timed */
 
 /* ---- x86_64/emit.c: the per-site patch area ---- */
 /* What the instrument slow path needs to know about a callee. */
@@ -354,9 +403,19 @@ typedef struct ag_area_spec {
 	uint8_t prefix[16];      /* a relocated window: instructions run before the call */
 	uint8_t prefix_len;
 	int64_t tls_target_offset; /* %fs offset of ag_tls_target */
+	/* join directives (ag_emit_call only): record a value record */
+	uint8_t value_arg;       /* after the ENTRY: argument 1..6; 0 none */
+	bool value_ret;          /* before the EXIT: the return value (rax) */
+	/* budget areas (ag_emit_call_budget) */
+	uint8_t *budget_mode;    /* the site's mode byte: TRACE_BUDGET_* */
+	uint8_t *budget_modes;   /* indirect: the mode table, by site id (NULL: none) */
+	int64_t tls_counts_offset; /* %fs offset of ag_tls_counts */
+	int64_t tls_tick_offset; /* %fs offset of ag_tls_tick */
 } ag_area_spec;
 
 size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
+/* A call area that times or counts the call, as its mode byte says (budget.c). */
+size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word);
@@ -400,9 +459,10 @@ bool ag_unwind_init(void);
  * now, unwind information is being registered (the walk is skipped). */
 bool ag_unwind_walk_begin(void);
 void ag_unwind_walk_end(void);
-/* FDEs for `n` area slots of `stride` bytes from `first`; each slot's last
- * 8 bytes hold S + len - 1 for its call (written with the area). */
-int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride);
+/* Unwind information for `n` area slots of AG_AREA_MAX bytes from `first`
+ * (aligned to AG_AREA_MAX); each slot's last 8 bytes hold S + len - 1 for
+ * its call (written with the area).  -1: none (out of memory, misaligned). */
+int ag_unwind_register_slots(uint64_t first, size_t n);
 
 /* ---- x86_64/tramp.S ---- */
 extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */
@@ -456,7 +516,8 @@ uint64_t ag_hook_real(uint64_t addr);  /* ... the one behind the interposer at a
 
 /* ---- propagate.c: following a traced send to its receivers (the
  * protocol: propagate.c) ---- */
-enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX, AG_FLOW_UNIXFROM };
+enum { AG_FLOW_TCP = 1, AG_FLOW_UDP, AG_FLOW_PIPE, AG_FLOW_UNIX, AG_FLOW_UNIXFROM,
+       AG_FLOW_UNIXDGRAM };
 #define AG_FLOW_HASH0 0xcbf29ce484222325ull   /* FNV-1a's offset basis */
 typedef struct ag_flow_chan {
 	int kind;                      /* AG_FLOW_* */
@@ -468,16 +529,33 @@ typedef struct ag_flow_chan {
 	uint64_t src_inode;            /* UNIX: the sending socket's */
 	char path[108];                /* UNIX: the listener's path ('@': abstract) */
 	bool at_offset;                /* offset is known */
+	uint32_t mark_seq;             /* UDP: the IP option's sequence number
+	                                * (ag_propagate_ask sets it) */
 	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
-	                                * first byte; UDP: the datagram's content hash */
+	                                * first byte; UDP, UNIX datagrams: the datagram's
+	                                * content hash */
 } ag_flow_chan;
 uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h);   /* FNV-1a, from h (propagate.c) */
-void ag_propagate_init(const char *session, const char *wait_ms);
+void ag_propagate_init(const char *session, const char *wait_ms, const char *mark);
 const char *ag_propagate_session(void);   /* NULL: no session */
 const char *ag_propagate_wait(void);      /* milliseconds, as text */
+const char *ag_propagate_mark(void);      /* "offset" or "oob": how TCP sends are marked */
 bool ag_propagating(void);
-int ag_propagate_ask(const ag_flow_chan *ch);   /* before the send; waits */
-int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|-" */
+/* Before the send; waits.  AG_MARK_OOB: the receivers await the urgent
+ * byte, send it now (ag_mark_send); AG_MARK_IPOPT: they await the IP option
+ * ch->mark_seq, put it on the datagram (ag_mark_udp); else 0, or -1. */
+int ag_propagate_ask(ag_flow_chan *ch);
+enum { AG_MARK_OOB = 1, AG_MARK_IPOPT = 2 };
+int ag_mark_send(int fd);                 /* the urgent byte, before a traced send: 0 or -1 */
+void ag_mark_udp(int fd, uint32_t seq);   /* the IP option on fd until its next send ends */
+extern volatile int ag_udp_marking;       /* some thread's send carries it: */
+void ag_mark_udp_sent(int fd);            /* ... after each send: taken off fd */
+struct msghdr;
+extern volatile int ag_recvopts_on;       /* the agent asked IP_RECVOPTS of some socket: */
+void ag_mark_strip(int fd, struct msghdr *m);   /* ... its options out of a program's recvmsg */
+void ag_mark_program_oob(void);           /* msgs.c: the program itself used MSG_OOB */
+void ag_expect_before(int fd);            /* msgs.c: before a receive, while a mark is awaited */
+int ag_expect_add(const char *line);      /* "tcp SRC SPORT DST DPORT OFFSET|- [oob]" */
 bool ag_expecting(void);                  /* some awaited receive is still awaited */
 bool ag_expect_mode(void);                /* only awaited receives start tracing */
 bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive? (uses it up) */
@@ -489,6 +567,9 @@ uint64_t ag_unix_peer(uint64_t inode);    /* msgs.c: a UNIX socket's peer's inod
 /* msgs.c: where a TCP socket's received stream stands now (the next byte
  * the program reads, as an absolute offset); 0, or -1 when unknown. */
 int ag_tcp_received(int fd, uint64_t *end);
+/* msgs.c: fd's received offset is `end` after a receive of rc bytes (a mark
+ * the program never saw came before them): its channel's count follows. */
+void ag_msgs_resync(int fd, uint64_t end, long rc);
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */

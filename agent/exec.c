@@ -85,6 +85,15 @@ typedef struct env_buf {
 	char sub[64];            /* exec.PID.N */
 } env_buf;
 
+/* The budget, carried into the new image as SPTRACE_BUDGET. */
+static const char *budget_text(void)
+{
+	static char text[16];
+
+	snprintf(text, sizeof text, "%u", ag_budget_percent());
+	return text;
+}
+
 static int put(env_buf *b, const char *name, const char *value)
 {
 	int k;
@@ -124,7 +133,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 				  const char *kind)
 {
 	const char *preload = NULL, *bind = NULL;
-	char dir[4300];
+	char dir[4300], hz[24] = "";
 
 	if (!agent_path[0] || !ag_dir[0])
 		return NULL;
@@ -144,6 +153,8 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	snprintf(b->sub, sizeof b->sub, "%s.%d.%u", kind, (int)getpid(),
 		 __atomic_add_fetch(&exec_seq, 1, __ATOMIC_RELAXED));
 	snprintf(dir, sizeof dir, "%s/%s", ag_dir, b->sub);
+	if (ag_tsc_hz())
+		snprintf(hz, sizeof hz, "%llu", (unsigned long long)ag_tsc_hz());
 	if (put(b, "LD_PRELOAD", agent_path))
 		return NULL;
 	if (preload && *preload) {
@@ -161,10 +172,14 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    put(b, "LD_BIND_NOW", "1") || put(b, "SPTRACE_DIR", dir) ||
 	    put(b, "SPTRACE_ON", ag_active() ? "start" : ag_on_event()) ||
 	    put(b, "SPTRACE_EXEC_OF", ag_dir) ||
+	    (hz[0] && put(b, "SPTRACE_TSC_HZ", hz)) ||
 	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)) ||
 	    (ag_ring_keeps_all() && put(b, "SPTRACE_RECORDS", "all")) ||
+	    (ag_join_env()[0] && put(b, "SPTRACE_JOIN", ag_join_env())) ||
+	    (ag_budget_percent() && put(b, "SPTRACE_BUDGET", budget_text())) ||
 	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||
-					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()))))
+					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()) ||
+					put(b, "SPTRACE_MARK", ag_propagate_mark()))))
 		return NULL;
 	b->env[b->n] = NULL;
 	if (strcmp(kind, "exec") == 0)

@@ -171,17 +171,14 @@ static int sys_close(int fd)
 	return real_close ? real_close(fd) : (int)syscall(SYS_close, fd);
 }
 
-/* Where the agent's descriptors go: 7/8 of the soft limit, at most 896 --
- * above what a program opens first, below FD_SETSIZE, and without growing
- * the kernel's descriptor table past 1024 entries. */
+/* Where the agent's descriptors go (sp.h). */
 static int high_base(void)
 {
 	struct rlimit rl;
-	rlim_t lim = 1024;
 
-	if (syscall(SYS_getrlimit, RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < lim)
-		lim = rl.rlim_cur;
-	return (int)(lim * 7 / 8);
+	if (syscall(SYS_getrlimit, RLIMIT_NOFILE, &rl) != 0)
+		rl.rlim_cur = 1024;
+	return sp_agent_fd_base(rl.rlim_cur);
 }
 
 /* A copy of fd at a high number (fd itself if there is none). */

@@ -205,6 +205,68 @@ static bool named_one_of(const ag_module *m, uint32_t func, const char *const *n
 	return false;
 }
 
+/* Join directives: the functions whose values the areas record. */
+static struct join_dir {
+	char text[256];          /* as given, for meta */
+	char name[256];          /* FUNC */
+	int kind;                /* enum trace_join_kind */
+	unsigned arg;
+} joins[AG_JOIN_MAX];
+static size_t njoins;
+static char join_env[AG_JOIN_MAX * 257];   /* the directives, one a line: an exec's SPTRACE_JOIN */
+
+int ag_join_add(const char *directive, char *err, size_t errlen)
+{
+	unsigned long len;
+	unsigned arg;
+	int kind = trace_join_parse(directive, &len, &arg);
+
+	if (kind < 0 || !len || len >= sizeof joins[0].name ||
+	    strlen(directive) >= sizeof joins[0].text) {
+		snprintf(err, errlen, "join directive '%.200s': give FUNC:entry:argN (N 1..6), "
+			 "FUNC:exit:ret or FUNC:scope", directive);
+		return -1;
+	}
+	if (njoins == AG_JOIN_MAX) {
+		snprintf(err, errlen, "join directive '%.200s': at most %d directives", directive,
+			 AG_JOIN_MAX);
+		return -1;
+	}
+	snprintf(joins[njoins].text, sizeof joins[0].text, "%s", directive);
+	snprintf(joins[njoins].name, sizeof joins[0].name, "%.*s", (int)len, directive);
+	joins[njoins].kind = kind;
+	joins[njoins].arg = arg;
+	njoins++;
+	snprintf(join_env + strlen(join_env), sizeof join_env - strlen(join_env), "%s%s",
+		 join_env[0] ? "\n" : "", directive);
+	return 0;
+}
+
+const char *ag_join_env(void) { return join_env; }
+
+size_t ag_join_count(void) { return njoins; }
+
+const char *ag_join_get(size_t i) { return i < njoins ? joins[i].text : NULL; }
+
+/* Which values a direct call of F records (the first argument directive
+ * naming F wins: one argument per call). */
+static void join_values(const ag_module *m, uint32_t func, ag_area_spec *spec)
+{
+	const char *name;
+
+	if (!njoins)
+		return;
+	name = ca_str(m->ca, ca_module_funcs(m->ca, NULL)[func].name);
+	for (size_t i = 0; i < njoins; i++) {
+		if (strcmp(name, joins[i].name) != 0)
+			continue;
+		if (joins[i].kind == TRACE_JOIN_ENTRY && !spec->value_arg)
+			spec->value_arg = (uint8_t)joins[i].arg;
+		else if (joins[i].kind == TRACE_JOIN_EXIT)
+			spec->value_ret = true;
+	}
+}
+
 static bool caller_sensitive(const ag_module *m, uint32_t func)
 {
 	static const char *const names[] = { "dlsym", "dlvsym", "dlopen", "dlmopen" };
@@ -414,6 +476,10 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	spec.tls_offset = ag_tls_offset();
 	spec.tls_target_offset = ag_tls_target_offset();
 	spec.tail_jump = tail;
+	if (!tail && (spec.budget_modes = ag_budget_modes())) {
+		spec.tls_counts_offset = ag_tls_counts_offset();
+		spec.tls_tick_offset = ag_tls_tick_offset();
+	}
 	bool window = s->method == CA_PATCH_RELOCATE && s->reloc_rip != CA_RELOC_RIP_UNKNOWN &&
 		      !ag_reloc_gave_up() &&
 		      !one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
@@ -621,6 +687,7 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
 		}
 	}
 	if (id) {
+		ag_budget_indirect_id(id);
 		/* Words first, target last: a reader that sees the new target
 		 * mostly sees its words too (see emit.c for why a race is harmless). */
 		__atomic_store_n(&is->cache->entry_word, ((uint64_t)id << 2) | TRACE_ENTRY,
@@ -724,6 +791,8 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 	/* A tail jump through the PLT goes to the stub: it jumps on via the slot. */
 	if (tail)
 		spec.callee = c.slot ? m->bias + s->target : c.entry;
+	else if (!(ts.flags & TRACE_SITE_NO_EXIT))
+		join_values(c.m, c.func, &spec);
 	/* Emitted into scratch first: only an area that fits reaches the pool. */
 	{
 		uint8_t scratch[2 * AG_AREA_MAX];
@@ -733,8 +802,21 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 			len = ag_emit_tail(&spec, scratch, (uint64_t)(uintptr_t)rx);
 		else if (ts.flags & TRACE_SITE_NO_EXIT)
 			len = ag_emit_call_noexit(&spec, scratch, (uint64_t)(uintptr_t)rx, ret_word);
-		else
+		else if (!spec.value_arg && !spec.value_ret &&     /* a join's calls stay timed */
+			 (spec.budget_mode = ag_budget_site(m->pool, spec.site_id))) {
+			spec.tls_counts_offset = ag_tls_counts_offset();
+			spec.tls_tick_offset = ag_tls_tick_offset();
+			len = ag_emit_call_budget(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		} else
 			len = ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		if (len > AG_SLOT_CODE && spec.value_arg && spec.value_ret) {
+			/* both values do not fit: the argument only */
+			ag_log("join: the area of a call of %s has no room for its return value "
+			       "too: its argument only", ca_str(c.m->ca,
+			       ca_module_funcs(c.m->ca, NULL)[c.func].name));
+			spec.value_ret = false;
+			len = ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		}
 		if (len > AG_SLOT_CODE) {
 			ag_log("instrument: area of %zu bytes overflows its %d-byte slot", len,
 			       AG_AREA_MAX);
@@ -900,6 +982,7 @@ int ag_instrument_stop(void)
 	lock();
 	rc = ag_patch_restore_all();
 	reset_states();
+	ag_budget_reset();
 	ag_reloc_forget();
 	unlock();
 	return rc;

@@ -12,6 +12,8 @@
  *   SPTRACE_RING_BYTES     size of each thread's ring
  *   SPTRACE_RECORDS        "all": keep every record (each thread's file grows,
  *                          ring.c); otherwise flight-recorder rings
+ *   SPTRACE_BUDGET         PERCENT: the overhead budget (budget.c); absent or
+ *                          0: every call timed
  *   SPTRACE_LD_PRELOAD     the program's own LD_PRELOAD, restored at start so
  *                          the program sees its environment unchanged ("-"
  *                          when it had none)
@@ -21,6 +23,11 @@
  *                          (that thread and those it creates trace) or "all"
  *   SPTRACE_EXEC_OF        set by the agent of an image that exec'd this one
  *                          (exec.c): SPTRACE_DIR is a new subdirectory of it
+ *   SPTRACE_TSC_HZ         the time-stamp counter's rate as sptrace (or the
+ *                          agent of the image that exec'd this one) measured
+ *                          it: this agent need not spend 2 ms measuring it
+ *   SPTRACE_JOIN           join directives, one a line (trace_format.h,
+ *                          "Values"): the values to record, written to meta
  */
 #include <cpuid.h>
 #include <errno.h>
@@ -263,7 +270,19 @@ static void meta_append_any(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* TSC rate from two clock readings `ms` apart. */
+/* The TSC's rate handed to the agent (SPTRACE_TSC_HZ, attach's tsc_hz=),
+ * 0 if none; one between 100 MHz and 100 GHz is taken. */
+static uint64_t given_hz;
+
+static void take_hz(const char *s)
+{
+	uint64_t hz = s ? strtoull(s, NULL, 10) : 0;
+
+	given_hz = hz >= 100000000ull && hz <= 100000000000ull ? hz : 0;
+}
+
+/* The TSC's rate, and a reading of it with the clocks' (tsc0, mono0,
+ * real0).  Measured over 2 ms of spinning unless it was handed over. */
 static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 {
 	uint64_t t0, m0, t1, m1;
@@ -271,12 +290,14 @@ static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 	*real0 = ns(CLOCK_REALTIME);
 	m0 = ns(CLOCK_MONOTONIC);
 	t0 = ag_rdtsc();
+	*tsc0 = t0;
+	*mono0 = m0;
+	if (given_hz)
+		return given_hz;
 	do {
 		m1 = ns(CLOCK_MONOTONIC);
 	} while (m1 - m0 < 2000000);
 	t1 = ag_rdtsc();
-	*tsc0 = t0;
-	*mono0 = m0;
 	return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
 }
 
@@ -287,6 +308,7 @@ static void write_meta(void)
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 
 	ag_tsc_calibrated(hz, tsc0, mono0);
+	ag_budget_clock(hz);
 	if (n > 0)
 		exe[n] = '\0';
 	gethostname(host, sizeof host - 1);
@@ -576,6 +598,7 @@ trace_ring_header *ag_enter(void)
 
 	busy++;
 	ag_tls_ring = NULL;
+	ag_tls_counts = NULL;       /* nor counted (budget.c) */
 	return r;
 }
 
@@ -583,6 +606,7 @@ void ag_leave(trace_ring_header *ring)
 {
 	/* A thread that went quiet meanwhile (tsc.c) keeps no ring. */
 	ag_tls_ring = ag_tls_quiet ? NULL : ring;
+	ag_tls_counts = ag_tls_ring ? ag_budget_counts() : NULL;
 	busy--;
 }
 
@@ -728,10 +752,14 @@ static void restore_env(void)
 	unsetenv("SPTRACE_ON");
 	unsetenv("SPTRACE_RING_BYTES");
 	unsetenv("SPTRACE_RECORDS");
+	unsetenv("SPTRACE_BUDGET");
 	unsetenv("SPTRACE_EXEC_OF");
 	unsetenv("SPTRACE_THREADS");
 	unsetenv("SPTRACE_SESSION");
 	unsetenv("SPTRACE_PROPAGATE_WAIT");
+	unsetenv("SPTRACE_TSC_HZ");
+	unsetenv("SPTRACE_JOIN");
+	unsetenv("SPTRACE_MARK");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -746,6 +774,7 @@ static void end_trace(const char *why, bool restore)
 	ag_trap_disarm();
 	if (restore && ag_patch_restore_all())
 		ag_log("stop: some patched bytes could not be restored");
+	ag_budget_end();
 	ag_rings_close_all();
 	ag_instrument_stats(&sites, &skind, &splan, &sunres, &internal);
 	ag_log("end (%s): %lu sites instrumented; not yet instrumentable: %lu by kind, %lu by "
@@ -829,9 +858,27 @@ static bool attached;
 #define PRE_LIST_MAX (1024 * 32)                 /* signals.c's PRE_MAX threads */
 static char attach_trapblocked[PRE_LIST_MAX];  /* sptrace_agent_attach's "trapblocked=" */
 static char attach_session[80], attach_wait[16]; /* ... "session=", "wait=" */
+static char attach_mark[16], env_mark[16];      /* ... "mark=", SPTRACE_MARK */
 static char attach_expect[4][200];              /* ... "expect=" */
 static int attach_nexpect;
+static int attach_stopped;                      /* ... "stopped=": the injector's thread */
 static char env_session[80], env_wait[16];      /* SPTRACE_SESSION, ..._PROPAGATE_WAIT */
+static char join_list[AG_JOIN_MAX * 260];      /* SPTRACE_JOIN, or attach's "join=" lines */
+
+/* The join directives of join_list, one a line, for the areas. */
+static int joins_init(char *err, size_t errlen)
+{
+	for (char *p = join_list; *p;) {
+		char *nl = strchr(p, '\n');
+
+		if (nl)
+			*nl = '\0';
+		if (*p && ag_join_add(p, err, errlen))
+			return -1;
+		p = nl ? nl + 1 : p + strlen(p);
+	}
+	return 0;
+}
 
 bool ag_event_wanted(const char *what)
 {
@@ -920,7 +967,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	/* Before any hook: a receive must not be taken for the event while
 	 * the receive the daemon asked for is not known yet. */
 	ag_propagate_init(attached ? attach_session : env_session,
-			  attached ? attach_wait : env_wait);
+			  attached ? attach_wait : env_wait, attached ? attach_mark : env_mark);
 	for (int i = 0; i < attach_nexpect; i++)
 		ag_expect_add(attach_expect[i]);
 	/* After the log is open: a size refused is said there. */
@@ -950,8 +997,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	bool defer = attached && strncmp(on_event, "call ", 5) != 0;
 
 	ag_unwind_init();
-	if (ag_patch_init(err, sizeof err, attached) || ag_modules_init(err, sizeof err, defer) ||
-	    find_root(err, sizeof err)) {
+	if (joins_init(err, sizeof err) || ag_patch_init(err, sizeof err, attached) ||
+	    ag_modules_init(err, sizeof err, defer) || find_root(err, sizeof err)) {
 		fail(err);
 		return -1;
 	}
@@ -962,6 +1009,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	write_meta();
 	if (parent[0])
 		meta_append("%s %s\n", TRACE_META_EXEC_OF, parent);
+	for (size_t i = 0; i < ag_join_count(); i++)
+		meta_append("%s %s\n", TRACE_META_JOIN, ag_join_get(i));
 	if (attached)
 		meta_append("%s %lu\n", TRACE_META_ATTACHED, (unsigned long)ag_rdtsc());
 	atexit(finish);
@@ -979,7 +1028,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	}
 	if (attached && (strcmp(on_event, "accept") == 0 || strcmp(on_event, "recv") == 0))
-		ag_watch_blocked_calls(on_event);
+		ag_watch_blocked_calls(on_event, attach_stopped);
 	ag_log("dormant; waiting for '%s' (started in %.1f ms, %.1f ms of it the %u modules' "
 	       "%s)", on_event, (double)(ns(CLOCK_MONOTONIC) - t_start) / 1e6,
 	       (double)t_mod / 1e6, ag_module_count(),
@@ -996,7 +1045,11 @@ __attribute__((constructor)) static void agent_init(void)
 	/* Read before agent_start takes them out of the environment */
 	snprintf(env_session, sizeof env_session, "%s", getenv("SPTRACE_SESSION") ?: "");
 	snprintf(env_wait, sizeof env_wait, "%s", getenv("SPTRACE_PROPAGATE_WAIT") ?: "");
+	snprintf(join_list, sizeof join_list, "%s", getenv("SPTRACE_JOIN") ?: "");
+	snprintf(env_mark, sizeof env_mark, "%s", getenv("SPTRACE_MARK") ?: "");
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
+	take_hz(getenv("SPTRACE_TSC_HZ"));
+	ag_budget_init(getenv("SPTRACE_BUDGET"));
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }
@@ -1004,12 +1057,16 @@ __attribute__((constructor)) static void agent_init(void)
 /*
  * sptrace attach: the injector dlopen's the agent into a running process
  * and calls this on a thread of its own with "dir=DIR\non=EVENT\n", and
- * optionally "ring=BYTES\n", "repo=DIR\n" (the code-analysis repository),
+ * optionally "ring=BYTES\n", "budget=PERCENT\n", "repo=DIR\n" (the code-analysis repository),
  * "prepared=DIR\n" (the repository sptrace attach analysed the process's
  * modules into, read when the agent's own lacks an entry: modules.c) and
  * "trapblocked=TID:SELF,...\n" (threads whose SIGTRAP the injector opened,
- * signals.c); from spdaemon "session=NAME\n", "wait=MS\n" and
- * "expect=tcp SRC SPORT DST DPORT OFFSET\n" (propagate.c).
+ * signals.c); from spdaemon "session=NAME\n", "wait=MS\n", "mark=offset|oob\n"
+ * and "expect=tcp SRC SPORT DST DPORT OFFSET [oob]\n" (propagate.c);
+ * "join=DIRECTIVE\n" for each join directive (trace_format.h, "Values");
+ * from the injector "tsc_hz=HZ\n" (the counter's rate: no 2 ms of
+ * measuring here) and "stopped=TID\n" (the thread it stopped:
+ * ag_watch_blocked_calls).
  * Returns 0, or 1 when not tracing (the reason is in DIR/agent.log and
  * meta), 2 when the agent was started already.
  */
@@ -1030,7 +1087,12 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 			snprintf(on, sizeof on, "%.*s", (int)(len - 3), p + 3);
 		else if (len > 5 && strncmp(p, "ring=", 5) == 0)
 			snprintf(ring, sizeof ring, "%.*s", (int)(len - 5), p + 5);
-		else if (len > 8 && strncmp(p, "threads=", 8) == 0)
+		else if (len > 7 && strncmp(p, "budget=", 7) == 0) {
+			char pct[16];
+
+			snprintf(pct, sizeof pct, "%.*s", (int)(len - 7), p + 7);
+			ag_budget_init(pct);
+		} else if (len > 8 && strncmp(p, "threads=", 8) == 0)
 			snprintf(threads, sizeof threads, "%.*s", (int)(len - 8), p + 8);
 		else if (len > 12 && strncmp(p, "trapblocked=", 12) == 0)
 			snprintf(attach_trapblocked, sizeof attach_trapblocked, "%.*s", (int)(len - 12),
@@ -1044,7 +1106,21 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 			snprintf(attach_session, sizeof attach_session, "%.*s", (int)(len - 8), p + 8);
 		else if (len > 5 && strncmp(p, "wait=", 5) == 0)
 			snprintf(attach_wait, sizeof attach_wait, "%.*s", (int)(len - 5), p + 5);
-		else if (len > 7 && strncmp(p, "expect=", 7) == 0 && attach_nexpect < 4)
+		else if (len > 8 && strncmp(p, "stopped=", 8) == 0)
+			attach_stopped = atoi(p + 8);
+		else if (len > 7 && strncmp(p, "tsc_hz=", 7) == 0 && len < 40) {
+			char hz[40];
+
+			snprintf(hz, sizeof hz, "%.*s", (int)(len - 7), p + 7);
+			take_hz(hz);
+		} else if (len > 5 && strncmp(p, "join=", 5) == 0) {
+			size_t at = strlen(join_list);
+
+			snprintf(join_list + at, sizeof join_list - at, "%.*s\n", (int)(len - 5),
+				 p + 5);
+		} else if (len > 5 && strncmp(p, "mark=", 5) == 0) {
+			snprintf(attach_mark, sizeof attach_mark, "%.*s", (int)(len - 5), p + 5);
+		} else if (len > 7 && strncmp(p, "expect=", 7) == 0 && attach_nexpect < 4)
 			snprintf(attach_expect[attach_nexpect++], sizeof attach_expect[0], "%.*s",
 				 (int)(len - 7), p + 7);
 		p = nl ? nl + 1 : p + len;

@@ -576,6 +576,18 @@ int ag_tcp_received(int fd, uint64_t *end)
 	return 0;
 }
 
+void ag_msgs_resync(int fd, uint64_t end, long rc)
+{
+	uint64_t w = fd_word(fd);
+	chan *c;
+
+	if (((w >> 32) & 0xff) != ST_CHAN || rc < 0 || end < (uint64_t)rc)
+		return;
+	c = &chans[(uint32_t)w];
+	if (c->proto == TRACE_PROTO_TCP && !(c->msg_flags[DIR_RECV] & TRACE_MSG_RELATIVE))
+		__atomic_store_n(&c->off[DIR_RECV], end - (uint64_t)rc, __ATOMIC_RELAXED);
+}
+
 static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
 {
 	uint64_t pos[2];
@@ -729,24 +741,34 @@ uint64_t ag_unix_peer(uint64_t inode)
 	return unix_peer(inode);
 }
 
-/* A connected UNIX socket's peer address as /proc/net/unix shows it (an
- * abstract name with '@'), "" if unnamed. */
+/* A UNIX address as /proc/net/unix shows it (an abstract name with '@'),
+ * "" if unnamed. */
+static void unix_addr_path(const struct sockaddr *to, socklen_t len, char *out, size_t outlen)
+{
+	const struct sockaddr_un *su = (const struct sockaddr_un *)to;
+	size_t n;
+
+	out[0] = '\0';
+	if (!to || to->sa_family != AF_UNIX || len <= offsetof(struct sockaddr_un, sun_path))
+		return;
+	n = len - offsetof(struct sockaddr_un, sun_path);
+	if (n > sizeof su->sun_path)
+		n = sizeof su->sun_path;
+	if (su->sun_path[0] == '\0')
+		snprintf(out, outlen, "@%.*s", (int)(n - 1), su->sun_path + 1);
+	else
+		snprintf(out, outlen, "%.*s", (int)strnlen(su->sun_path, n), su->sun_path);
+}
+
+/* A connected UNIX socket's peer address, the same way. */
 static void peer_path(int fd, char *out, size_t len)
 {
 	struct sockaddr_un sa;
 	socklen_t sl = sizeof sa;
-	size_t n;
 
 	out[0] = '\0';
-	if (sys(SYS_getpeername, fd, (long)&sa, (long)&sl, 0, 0) != 0 || sa.sun_family != AF_UNIX ||
-	    sl <= offsetof(struct sockaddr_un, sun_path))
-		return;
-	n = sl - offsetof(struct sockaddr_un, sun_path);
-	if (sa.sun_path[0] == '\0') {
-		snprintf(out, len, "@%.*s", (int)(n - 1), sa.sun_path + 1);
-		return;
-	}
-	snprintf(out, len, "%.*s", (int)strnlen(sa.sun_path, n), sa.sun_path);
+	if (sys(SYS_getpeername, fd, (long)&sa, (long)&sl, 0, 0) == 0)
+		unix_addr_path((struct sockaddr *)&sa, sl, out, len);
 }
 
 /* Point 1: the netlink socket, made while the program waits (control.c). */
@@ -1031,7 +1053,8 @@ bool ag_fd_is_socket(int fd)
 
 /*
  * Before a traced send: the first one on a channel -- TCP, UDP to one
- * peer, a pipe, a UNIX stream socket whose peer the kernel named -- asks
+ * peer, a pipe, a UNIX stream socket whose peer the kernel named, a UNIX
+ * datagram to a peer socket or a path -- asks
  * spdaemon to follow it to its other end, and waits (propagate.c, points 2
  * and 3).  A channel asked about already costs a load and a test.  The
  * standard streams are never followed: a program's output read by a pipe
@@ -1062,7 +1085,8 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 			c = to ? chan_peer(c, to, tolen) : NULL;
 		if (c && !__atomic_exchange_n(&c->asked, 1, __ATOMIC_ACQ_REL) && c->id &&
 		    (c->proto == TRACE_PROTO_PIPE || c->proto == TRACE_PROTO_UNIX_STREAM ||
-		     (c->peer_known && (c->proto == TRACE_PROTO_TCP || c->proto == TRACE_PROTO_UDP)))) {
+		     (c->peer_known && (c->proto == TRACE_PROTO_TCP || c->proto == TRACE_PROTO_UDP ||
+					c->proto == TRACE_PROTO_UNIX_DGRAM)))) {
 			trace_channel tc;
 			ag_flow_chan fc = { .family = c->family, .inode = c->inode };
 
@@ -1083,6 +1107,20 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 					fc.src_inode = c->inode;
 					peer_path(fd, fc.path, sizeof fc.path);
 				}
+			} else if (c->proto == TRACE_PROTO_UNIX_DGRAM) {
+				/* the receiving socket: the peer's inode, else the
+				 * path it is bound to (the daemon finds it) */
+				fc.kind = AG_FLOW_UNIXDGRAM;
+				fc.inode = ((w >> 32) & 0xff) == ST_CHAN ? unix_peer(c->inode) : 0;
+				if (!fc.inode && to)
+					unix_addr_path(to, tolen, fc.path, sizeof fc.path);
+				else if (!fc.inode)
+					peer_path(fd, fc.path, sizeof fc.path);
+				fc.offset = AG_FLOW_HASH0;
+				for (size_t i = 0; i < niov; i++)
+					fc.offset = ag_flow_hash(iov[i].iov_base, iov[i].iov_len,
+								 fc.offset);
+				fc.at_offset = iov != NULL;
 			} else if (c->proto == TRACE_PROTO_UDP) {
 				fc.kind = AG_FLOW_UDP;
 				fc.offset = AG_FLOW_HASH0;
@@ -1095,7 +1133,13 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 				fc.at_offset = (tc.flags & TRACE_CHAN_ABS_SEND) != 0;
 				fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
 			}
-			ag_propagate_ask(&fc);
+			int mark = ag_propagate_ask(&fc);
+
+			/* the mark's byte takes a sequence number, as the kernel counts */
+			if (mark == AG_MARK_OOB && ag_mark_send(fd) == 0)
+				__atomic_add_fetch(&c->off[DIR_SEND], 1, __ATOMIC_RELAXED);
+			else if (mark == AG_MARK_IPOPT)
+				ag_mark_udp(fd, fc.mark_seq);   /* until the send ends: after_send */
 		}
 	}
 	ag_leave(r);
@@ -1132,15 +1176,36 @@ void ag_msgs_received(int fd, long nr, long rc)
 		msg(fd, DIR_RECV, call, (uint64_t)rc, NULL, 0);
 }
 
+/* After a send: the IP option of a marked datagram off again (propagate.c,
+ * point 13). */
+static inline void after_send(int fd)
+{
+	if (__builtin_expect(__atomic_load_n(&ag_udp_marking, __ATOMIC_RELAXED), 0))
+		ag_mark_udp_sent(fd);
+}
+
+/* Before a receive: the program's own MSG_OOB is noted (propagate.c,
+ * point 9); an awaited urgent byte is read first (point 11). */
+static inline void before_recv(int fd, int flags)
+{
+	if (__builtin_expect(flags & MSG_OOB, 0))
+		ag_mark_program_oob();
+	else if (ag_expecting())
+		ag_expect_before(fd);
+}
+
 /* ---- the interposers (hooks.c's table) ---- */
 
 AG_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
 	ssize_t rc;
 
+	if (flags & MSG_OOB)
+		ag_mark_program_oob();
 	propagate1(fd, NULL, 0, buf, n);
 	rc = real_send ? real_send(fd, buf, n, flags)
 	     : sys(SYS_sendto, fd, (long)buf, (long)n, flags, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SEND, (uint64_t)rc, NULL, 0);
 	return rc;
@@ -1151,9 +1216,12 @@ AG_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 {
 	ssize_t rc;
 
+	if (flags & MSG_OOB)
+		ag_mark_program_oob();
 	propagate1(fd, addr, len, buf, n);
 	rc = real_sendto ? real_sendto(fd, buf, n, flags, addr, len)
 	     : syscall(SYS_sendto, fd, buf, n, flags, addr, len);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SENDTO, (uint64_t)rc, addr, len);
 	return rc;
@@ -1163,11 +1231,14 @@ AG_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
 	ssize_t rc;
 
+	if (flags & MSG_OOB)
+		ag_mark_program_oob();
 	if (m)                  /* else the C library says EFAULT */
 		propagate(fd, (const struct sockaddr *)m->msg_name, m->msg_namelen, m->msg_iov,
 			  m->msg_iovlen);
 	rc = real_sendmsg ? real_sendmsg(fd, m, flags)
 	     : sys(SYS_sendmsg, fd, (long)m, flags, 0, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_SENDMSG, (uint64_t)rc,
 		    (const struct sockaddr *)m->msg_name, m->msg_namelen);
@@ -1183,6 +1254,7 @@ AG_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 			  v[0].msg_hdr.msg_namelen, v[0].msg_hdr.msg_iov, v[0].msg_hdr.msg_iovlen);
 	rc = real_sendmmsg ? real_sendmmsg(fd, v, n, flags)
 	     : (int)sys(SYS_sendmmsg, fd, (long)v, n, flags, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msgs_v(fd, DIR_SEND, TRACE_CALL_SENDMMSG, v, rc);
 	return rc;
@@ -1194,6 +1266,7 @@ AG_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 
 	propagate1(fd, NULL, 0, buf, n);
 	rc = real_write ? real_write(fd, buf, n) : sys(SYS_write, fd, (long)buf, (long)n, 0, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_WRITE, (uint64_t)rc, NULL, 0);
 	return rc;
@@ -1205,6 +1278,7 @@ AG_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 
 	propagate(fd, NULL, 0, iov, n > 0 ? (size_t)n : 0);
 	rc = real_writev ? real_writev(fd, iov, n) : sys(SYS_writev, fd, (long)iov, n, 0, 0);
+	after_send(fd);
 	if (rc > 0 && tracing())
 		msg(fd, DIR_SEND, TRACE_CALL_WRITEV, (uint64_t)rc, NULL, 0);
 	return rc;
@@ -1221,6 +1295,7 @@ static ssize_t recvfrom_common(recvfrom_chk_fn chk, size_t buflen, int fd, void 
 		addr = (struct sockaddr *)&own;
 		len = &ownlen;
 	}
+	before_recv(fd, flags);
 	if (chk)
 		rc = chk(fd, buf, n, buflen, flags, addr, len);
 	else if (real_recvfrom)
@@ -1257,6 +1332,7 @@ AG_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 
 	if (tracing() && wants_peer(fd))
 		return recvfrom_common(NULL, 0, fd, buf, n, flags, NULL, NULL, TRACE_CALL_RECV);
+	before_recv(fd, flags);
 	rc = real_recv ? real_recv(fd, buf, n, flags)
 	     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 	return recv_after(fd, rc, buf, n, flags);
@@ -1270,8 +1346,11 @@ AG_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockad
 
 AG_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
-	ssize_t rc = real_recv_chk ? real_recv_chk(fd, buf, n, buflen, flags)
-		     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+	ssize_t rc;
+
+	before_recv(fd, flags);
+	rc = real_recv_chk ? real_recv_chk(fd, buf, n, buflen, flags)
+	     : syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
 
 	return recv_after(fd, rc, buf, n, flags);
 }
@@ -1285,8 +1364,12 @@ AG_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int
 
 AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 {
-	ssize_t rc = real_recvmsg ? real_recvmsg(fd, m, flags)
-		     : sys(SYS_recvmsg, fd, (long)m, flags, 0, 0);
+	ssize_t rc;
+
+	before_recv(fd, flags);
+	rc = real_recvmsg ? real_recvmsg(fd, m, flags) : sys(SYS_recvmsg, fd, (long)m, flags, 0, 0);
+	if (rc >= 0 && __builtin_expect(__atomic_load_n(&ag_recvopts_on, __ATOMIC_RELAXED), 0))
+		ag_mark_strip(fd, m);           /* propagate.c, point 14 */
 
 	if (rc > 0) {
 		event("recv", rc, fd, first_iov(m->msg_iov, m->msg_iovlen, rc));
@@ -1301,8 +1384,13 @@ AG_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 
 AG_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *to)
 {
-	int rc = real_recvmmsg ? real_recvmmsg(fd, v, n, flags, to)
-		 : (int)sys(SYS_recvmmsg, fd, (long)v, n, flags, (long)to);
+	int rc;
+
+	before_recv(fd, flags);
+	rc = real_recvmmsg ? real_recvmmsg(fd, v, n, flags, to)
+	     : (int)sys(SYS_recvmmsg, fd, (long)v, n, flags, (long)to);
+	for (int i = 0; i < rc && __atomic_load_n(&ag_recvopts_on, __ATOMIC_RELAXED); i++)
+		ag_mark_strip(fd, &v[i].msg_hdr);
 
 	if (rc > 0) {
 		event("recv", (long)v[0].msg_len, fd,
@@ -1327,22 +1415,31 @@ static ssize_t read_after(int fd, ssize_t rc, const void *data, unsigned call, s
 
 AG_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
-	ssize_t rc = real_read ? real_read(fd, buf, n) : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
+	ssize_t rc;
+
+	before_recv(fd, 0);
+	rc = real_read ? real_read(fd, buf, n) : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
 	return read_after(fd, rc, buf, TRACE_CALL_READ, n);
 }
 
 AG_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
-	ssize_t rc = real_read_chk ? real_read_chk(fd, buf, n, buflen)
-		     : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
+	ssize_t rc;
+
+	before_recv(fd, 0);
+	rc = real_read_chk ? real_read_chk(fd, buf, n, buflen)
+	     : sys(SYS_read, fd, (long)buf, (long)n, 0, 0);
 
 	return read_after(fd, rc, buf, TRACE_CALL_READ, n);
 }
 
 AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
-	ssize_t rc = real_readv ? real_readv(fd, iov, n) : sys(SYS_readv, fd, (long)iov, n, 0, 0);
+	ssize_t rc;
+
+	before_recv(fd, 0);
+	rc = real_readv ? real_readv(fd, iov, n) : sys(SYS_readv, fd, (long)iov, n, 0, 0);
 
 	return read_after(fd, rc, n > 0 ? first_iov(iov, (size_t)n, rc) : NULL, TRACE_CALL_READV,
 			  rc == 0 && n > 0 ? iov_len(iov, (size_t)n) : 0);

@@ -180,9 +180,8 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data)
 		/* Unwind info for every slot, now, in a safe context: registering
 		 * later (from a slow path) could deadlock on the unwinder's lock when
 		 * the slow path runs inside the unwinder's own malloc. */
-		if (ag_unwind_register_slots((uint64_t)(uintptr_t)pool->rx + AG_AREA_MAX, slots,
-					     AG_AREA_MAX)) {
-			ag_log("pool: no memory for the unwind information of %zu areas", slots);
+		if (ag_unwind_register_slots((uint64_t)(uintptr_t)pool->rx + AG_AREA_MAX, slots)) {
+			ag_log("pool: no unwind information for %zu areas (out of memory)", slots);
 			return NULL;
 		}
 		return pool;

@@ -13,7 +13,8 @@
  *     gathers.
  *  2. Once per channel (msgs.c claims it with one atomic exchange: a TCP
  *     connection, UDP to one peer, a pipe, a UNIX stream socket whose peer
- *     the kernel named; never the standard streams), on the first traced
+ *     the kernel named, a UNIX datagram to one socket (its inode, or the
+ *     path it is bound to); never the standard streams), on the first traced
  *     send, before the bytes go: an InjectRequest (proto/spd.proto) to the
  *     daemon of this network namespace, over its abstract UNIX socket, with
  *     the channel (this end -> the peer; a pipe or UNIX socket by the
@@ -44,7 +45,10 @@
  *     SPORT DST DPORT HASH` (OFFSET, HASH "-": unknown), `pipe INODE` or
  *     `unix INODE` -- or, for a UNIX connection not accepted yet (its
  *     receiving socket has no inode yet), `unixfrom INODE`: the first read of
- *     the accepted socket whose peer is the sender's INODE (sock_diag).  A
+ *     the accepted socket whose peer is the sender's INODE (sock_diag) --
+ *     or, a UNIX datagram, `unixdgram INODE HASH`: the datagram to socket
+ *     INODE (the daemon finds the one bound to the path a datagram was sent
+ *     to) whose bytes hash to HASH.  A
  *     pipe's or UNIX socket's expectation takes the bytes
  *     queued in it now (FIONREAD) as written before the traced write: the
  *     sender waits, so nothing of the request is queued yet.  A daemon whose
@@ -71,13 +75,87 @@
  *     up, or the request went elsewhere) is given up, so a server injected
  *     in vain does not pay the look at every receive for ever.
  *
+ * The TCP mark (`mark=oob`, SPTRACE_MARK, `sptrace run --mark oob`; the
+ * default marks nothing on the wire: offsets, points 5 and 6):
+ *
+ *  9. The request asks for it (InjectRequest.mark) unless this program
+ *     itself used MSG_OOB (msgs.c tells, ag_mark_program_oob).  Each agent
+ *     at the other end takes it (`expect ... oob`) only if no socket of its
+ *     process on the channel's receiving address -- the connection, or the
+ *     listener it will be accepted from -- has SO_OOBINLINE (the byte would
+ *     be read in line) or a SIGURG owner (F_GETOWN: the signal would reach
+ *     the program), and its program never used MSG_OOB; else it says why in
+ *     agent.log and awaits by offset.  It writes `mark oob|offset LINE` into
+ *     its meta before `expect LINE`, and spdaemon answers with each
+ *     target's mark (InjectReply.Target.mark).
+ * 10. The sender sends the byte only if every process that follows took
+ *     it: one byte with MSG_OOB, corked (MSG_MORE) so that it leaves in the
+ *     segment of the send's first bytes (no segment of its own, no wait
+ *     for an ACK under Nagle).  It takes one sequence number: the channel's
+ *     sent offset grows by one, as the kernel's counters do (msgs.c).
+ * 11. Out of line, the kernel keeps the byte out of every ordinary read and
+ *     stops a read that has copied bytes at it: the receive that starts
+ *     after the hole is the send's.  While a mark is awaited, a receive on
+ *     the channel's connection first reads the byte if it is there (MSG_OOB,
+ *     not waiting: POLLPRI goes away, nothing is left for the program) and
+ *     whether the stream stands at the mark (SIOCATMARK; ag_expect_before,
+ *     this thread's `pre`): a receive that begins there and gets bytes is
+ *     the send's.  (The stream's offset cannot tell: while an urgent byte
+ *     is ahead, SIOCINQ counts only the bytes before it.)  A receive the
+ *     mark came during (a thread blocked in it), or one of a send that was
+ *     not marked after all (another receiver refused the byte), matches as
+ *     by offset -- past the sender's offset, where the hole is when there is
+ *     one; without it, two bytes (the hole and one) past all the bytes
+ *     received at arming -- and only with no mark ahead of it (SIOCATMARK,
+ *     an urgent byte still there).  The
+ *     matched receive resyncs the channel's received offset (the program
+ *     never saw the mark's byte: ag_msgs_resync).
+ *
+ * The UDP mark (the same `mark=oob`):
+ *
+ * 12. A datagram to an IPv4 peer asks with a sequence number (mark_seq,
+ *     random).  The daemon that forwards the request to the peer's host
+ *     first sends that host's daemon a probe datagram carrying the same IP
+ *     option (spdaemon/inject.c: the probe), and the peer's daemon keeps
+ *     the option only if the probe came with it: IP options that do not
+ *     cross the network (stripped, or their datagrams dropped) are never
+ *     put on the program's datagram.  The expectation then reads `udp ...
+ *     HASH ipopt SEQ`.
+ * 13. The option: Record Route (type 7), 11 bytes, its pointer past its end
+ *     (full: no router writes into it), its 8 bytes "SPTR" and SEQ; an
+ *     unprivileged socket may send it.  A receiving agent takes it (`mark
+ *     ipopt LINE` in its meta) on the IPv4 sockets bound to the port that
+ *     have no IP_RECVOPTS of the program's: it sets IP_RECVOPTS on them
+ *     until the match or the expectation's end.  The sender puts IP_OPTIONS
+ *     on its socket for the one send (none of the program's there: checked)
+ *     and takes it off after (ag_mark_udp_sent).
+ * 14. Before a receive on such a socket, the agent peeks at the datagram
+ *     queued first (no bytes, its options only): the one whose option
+ *     carries SEQ is the send's.  One queued without it is not, unless its
+ *     content hash is the send's (the option did not arrive after all).  A
+ *     datagram that came while the thread was in its receive shows no
+ *     options: matched by content hash, as without the mark.  The meta's
+ *     `matched` line says which (`sptrace replay` prints it).  A program's
+ *     own recvmsg never sees the option's control message: msgs.c takes it
+ *     out of the program's buffer (ag_mark_strip).
+ *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
- * the channel after arming; UNIX datagram sockets are not followed; a pipe
- * or UNIX socket with several readers counts each reader's bytes alone.
+ * the channel after arming; a UNIX datagram matched by its content hash is
+ * mistaken for an earlier one of the same bytes; a pipe
+ * or UNIX socket with several readers counts each reader's bytes alone; a
+ * receiving program that sets SO_OOBINLINE or reads MSG_OOB after its agent
+ * took the mark would see it (checked at arming only); only the followed
+ * datagram carries the IP option, not every datagram of the channel (the
+ * analysis numbers datagrams in time order: analysis/flows.c, rule 5); a
+ * program's recvmsg whose control buffer had room for its own messages but
+ * not for the option's too gets MSG_CTRUNC and loses some of its own; a
+ * program that reads IP_RECVOPTS back while a datagram is awaited sees the
+ * agent's 1.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +182,9 @@
 
 static char session[65];
 static uint32_t wait_ms = 3000;
+static bool mark_oob;                    /* point 9: this agent's TCP sends */
+static volatile int program_oob;         /* the program used MSG_OOB (msgs.c) */
+#define MARK_BYTE 0xa5
 static volatile uint64_t no_daemon_until;
 static volatile int no_daemon_said;
 static volatile uint64_t next_id = 1;
@@ -115,6 +196,14 @@ typedef struct expect {
 	uint8_t src[16], dst[16];        /* the sender's end, the receiver's end */
 	uint16_t sport, dport;
 	bool at_offset;                  /* offset (TCP) or hash (UDP) is known */
+	bool oob;                        /* TCP: awaits the urgent byte (point 11) */
+	bool armed_known;                /* oob: armed_pos is known */
+	uint64_t armed_pos;              /* oob: the bytes received at arming (the mark
+	                                  * comes after them) */
+	bool ipopt;                      /* UDP: awaits the IP option seq (point 13) */
+	uint32_t seq;
+	int nopt;                        /* sockets the agent set IP_RECVOPTS on */
+	int optfd[8];
 	uint64_t offset;                 /* TCP: stream offset; UDP: content hash */
 	uint64_t inode;                  /* pipes */
 	uint64_t backlog;                /* pipes: bytes queued when armed */
@@ -127,6 +216,7 @@ static volatile int expect_mode;         /* given an expectation once: point 8 *
 
 static expect expects[MAX_EXPECT];
 static volatile int nexpect;             /* waiting (2) */
+static volatile int noob;                /* waiting with oob (point 11) */
 static expect came_from[MAX_EXPECT];     /* matched ones (point 3), round robin */
 static volatile unsigned ncame;
 
@@ -150,12 +240,17 @@ static uint64_t now_ns(void)
 }
 
 /* Point 1. */
-void ag_propagate_init(const char *name, const char *wait)
+void ag_propagate_init(const char *name, const char *wait, const char *mark)
 {
 	size_t n = name ? strlen(name) : 0;
 
 	if (n == 0)
 		return;
+	if (mark && strcmp(mark, "oob") == 0)
+		mark_oob = true;
+	else if (mark && *mark && strcmp(mark, "offset") != 0)
+		ag_log("propagation: mark '%.40s' is not 'offset' or 'oob'; marking by offset",
+		       mark);
 	if (n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 	    != n || name[0] == '.') {
 		ag_log("propagation off: session name '%.80s' is not 1 to 64 letters, digits, '.', "
@@ -174,7 +269,8 @@ void ag_propagate_init(const char *name, const char *wait)
 			wait_ms = (uint32_t)ms;
 	}
 	ag_log("propagation: session %s; a traced send waits up to %u ms for the receiving "
-	       "agents", session, wait_ms);
+	       "agents; TCP sends marked by %s", session, wait_ms,
+	       mark_oob ? "an urgent byte (oob)" : "their stream offset");
 }
 
 const char *ag_propagate_session(void)
@@ -189,6 +285,76 @@ const char *ag_propagate_wait(void)
 
 	snprintf(text, sizeof text, "%u", wait_ms);
 	return text;
+}
+
+const char *ag_propagate_mark(void)
+{
+	return mark_oob ? "oob" : "offset";
+}
+
+void ag_mark_program_oob(void)
+{
+	if (!__atomic_exchange_n(&program_oob, 1, __ATOMIC_ACQ_REL) && session[0])
+		ag_log("propagation: the program uses MSG_OOB: its TCP channels are marked by "
+		       "offset, never by an urgent byte");
+}
+
+/* Point 10: the urgent byte, corked into the send's first segment. */
+int ag_mark_send(int fd)
+{
+	static const uint8_t b = MARK_BYTE;
+	long rc = sys(SYS_sendto, fd, (long)&b, 1, MSG_OOB | MSG_MORE | MSG_NOSIGNAL, 0);
+
+	if (rc != 1)
+		ag_log("propagation: fd %d: the mark's urgent byte was not sent (%s); its "
+		       "receivers will not start at this send", fd, strerror(rc < 0 ? (int)-rc : EAGAIN));
+	return rc == 1 ? 0 : -1;
+}
+
+static uint32_t udp_seq(void)
+{
+	uint64_t h = ag_flow_hash(&(uint64_t){ ag_rdtsc() }, 8, AG_FLOW_HASH0);
+	uint32_t s = (uint32_t)(h ^ h >> 32 ^ (uint64_t)getpid() << 8);
+
+	return s ? s : 1;
+}
+
+volatile int ag_udp_marking;
+static __thread int udp_mark_fd __attribute__((tls_model("initial-exec"))) = -1;
+
+/* Point 13, the sender: the option on fd for its next send. */
+void ag_mark_udp(int fd, uint32_t seq)
+{
+	uint8_t o[SP_IPMARK_LEN], had[40];
+	socklen_t hl = sizeof had;
+	long rc;
+
+	if (sys(SYS_getsockopt, fd, IPPROTO_IP, IP_OPTIONS, (long)had, (long)&hl) == 0 && hl) {
+		ag_log("propagation: fd %d has IP options of the program's: its datagram is not "
+		       "marked (its receivers match it by content hash)", fd);
+		return;
+	}
+	sp_ipmark_build(o, seq);
+	rc = sys(SYS_setsockopt, fd, IPPROTO_IP, IP_OPTIONS, (long)o, sizeof o);
+	if (rc != 0) {
+		ag_log("propagation: fd %d: IP_OPTIONS: %s; its datagram is not marked (its "
+		       "receivers match it by content hash)", fd, strerror((int)-rc));
+		return;
+	}
+	udp_mark_fd = fd;
+	__atomic_add_fetch(&ag_udp_marking, 1, __ATOMIC_RELEASE);
+}
+
+void ag_mark_udp_sent(int fd)
+{
+	int saved = errno;
+
+	if (udp_mark_fd != fd)
+		return;
+	sys(SYS_setsockopt, fd, IPPROTO_IP, IP_OPTIONS, 0, 0);
+	udp_mark_fd = -1;
+	__atomic_sub_fetch(&ag_udp_marking, 1, __ATOMIC_RELEASE);
+	errno = saved;
 }
 
 bool ag_propagating(void)
@@ -338,10 +504,12 @@ static bool came_from_peer(const ag_flow_chan *fc)
 	return false;
 }
 
-int ag_propagate_ask(const ag_flow_chan *fc)
+int ag_propagate_ask(ag_flow_chan *fc)
 {
 	static const char *const kinds[] = { [AG_FLOW_TCP] = "tcp", [AG_FLOW_UDP] = "udp",
-					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix" };
+					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix",
+					     [AG_FLOW_UNIXFROM] = "unixfrom",
+					     [AG_FLOW_UNIXDGRAM] = "unixdgram" };
 	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
 	Sptrace__Spd__InjectRequest q = SPTRACE__SPD__INJECT_REQUEST__INIT;
 	Sptrace__Spd__Channel ch = SPTRACE__SPD__CHANNEL__INIT;
@@ -354,7 +522,8 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	int rc, saved = errno;
 
 	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc) ||
-	    (fc->kind == AG_FLOW_UNIX && !fc->inode && (!fc->src_inode || !fc->path[0])))
+	    (fc->kind == AG_FLOW_UNIX && !fc->inode && (!fc->src_inode || !fc->path[0])) ||
+	    (fc->kind == AG_FLOW_UNIXDGRAM && !fc->inode && !fc->path[0]))
 		return 0;
 	q.channel = &ch;
 	q.session = session;
@@ -363,7 +532,23 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	q.offset = fc->offset;
 	q.wait_ms = wait_ms;
 	q.follow = 1;
-	if (fc->kind == AG_FLOW_PIPE || fc->kind == AG_FLOW_UNIX) {
+	/* the session's way, for the receivers' own sends; this one's byte
+	 * never where the program uses MSG_OOB itself */
+	q.mark = (char *)(mark_oob && (fc->kind != AG_FLOW_TCP ||
+				       !__atomic_load_n(&program_oob, __ATOMIC_ACQUIRE)) ? "oob" : "");
+	if (fc->kind == AG_FLOW_UDP && *q.mark && fc->family == AF_INET && fc->at_offset)
+		q.mark_seq = fc->mark_seq = udp_seq();           /* point 12 */
+	if (fc->kind == AG_FLOW_UNIXDGRAM) {
+		/* the receiving socket, or the path it is bound to */
+		ch.kind = SPTRACE__SPD__CHANNEL__KIND__UNIX_DGRAM;
+		ch.inode = fc->inode;
+		ch.path = (char *)(fc->inode ? "" : fc->path);
+		if (fc->inode)
+			snprintf(what, sizeof what, "%s %lu", kinds[fc->kind], (unsigned long)fc->inode);
+		else
+			snprintf(what, sizeof what, "%s -> %s", kinds[fc->kind], fc->path);
+		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
+	} else if (fc->kind == AG_FLOW_PIPE || fc->kind == AG_FLOW_UNIX) {
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
 		ch.inode = fc->inode;
@@ -409,8 +594,9 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	double ms = (double)(now_ns() - t0) / 1e6;
 	char off[40];
 
-	snprintf(off, sizeof off, fc->kind == AG_FLOW_TCP ? "offset %s%lu" : fc->kind == AG_FLOW_UDP
-		 ? "hash %s%lx" : "%s%lu", fc->at_offset ? "" : "~", (unsigned long)fc->offset);
+	snprintf(off, sizeof off, fc->kind == AG_FLOW_TCP ? "offset %s%lu" : fc->kind == AG_FLOW_UDP ||
+		 fc->kind == AG_FLOW_UNIXDGRAM ? "hash %s%lx" : "%s%lu", fc->at_offset ? "" : "~",
+		 (unsigned long)fc->offset);
 	if (rc == -2) {
 		no_daemon_until = now_ns() + NO_DAEMON_NS;
 		if (!__atomic_exchange_n(&no_daemon_said, 1, __ATOMIC_RELAXED))
@@ -427,23 +613,42 @@ int ag_propagate_ask(const ag_flow_chan *fc)
 	} else if (rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {
 		Sptrace__Spd__InjectReply *r = rep->inject_reply;
 		const char *host = r->host && *r->host ? r->host : "?";
-		unsigned got = 0;
+		unsigned got = 0, oob = 0, ipopt = 0;
 
 		for (size_t i = 0; i < r->n_targets; i++) {
-			got += r->targets[i]->injected || r->targets[i]->following;
+			bool in = r->targets[i]->injected || r->targets[i]->following;
+
+			got += in;
+			oob += in && r->targets[i]->mark && strcmp(r->targets[i]->mark, "oob") == 0;
+			ipopt += in && r->targets[i]->mark && strcmp(r->targets[i]->mark, "ipopt") == 0;
 			ag_log("propagation: %s: host %s pid %d: %s%s", what, host, r->targets[i]->pid,
 			       r->targets[i]->injected ? "" : r->targets[i]->following ? "" :
 			       "not traced: ", r->targets[i]->why);
 		}
+		/* point 10: the byte only if every follower awaits it */
+		bool mark = fc->kind == AG_FLOW_TCP && *q.mark && got && oob == got;
+		bool opt = fc->kind == AG_FLOW_UDP && q.mark_seq && got && ipopt == got;
+
 		ag_log("propagation: %s: host %s answered in %.1f ms: %u of %zu processes at the "
-		       "other end follow%s", what, host, ms, got, r->n_targets,
-		       r->n_targets ? "" : " (no process there holds it)");
-		ag_meta_note("%s %lu %s %s %s host %s targets %u\n", TRACE_META_PROPAGATED,
-			     (unsigned long)ag_rdtsc(), kinds[fc->kind], where, off, host, got);
+		       "other end follow%s%s", what, host, ms, got, r->n_targets,
+		       r->n_targets ? "" : " (no process there holds it)",
+		       !*q.mark || !got || (fc->kind != AG_FLOW_TCP && !q.mark_seq) ? ""
+		       : mark ? "; marked by an urgent byte (oob)"
+		       : opt ? "; marked by an IP option (ipopt)"
+		       : fc->kind == AG_FLOW_UDP ? "; matched by content hash (no IP option: see the "
+						   "receivers' agent.log and the daemons' logs)"
+		       : "; marked by offset (a follower cannot take an urgent byte)");
+		ag_meta_note("%s %lu %s %s %s host %s targets %u%s\n", TRACE_META_PROPAGATED,
+			     (unsigned long)ag_rdtsc(), kinds[fc->kind], where, off, host, got,
+			     mark ? " mark oob" : opt ? " mark ipopt" : "");
+		if (mark)
+			rc = AG_MARK_OOB;
+		if (opt)
+			rc = AG_MARK_IPOPT;
 	}
 	munmap(ar.base, ar.size);
 	errno = saved;
-	return rc == 0 ? 0 : -1;
+	return rc >= 0 ? rc : -1;
 }
 
 /* ---- expectations (points 5 to 7) ---- */
@@ -478,17 +683,177 @@ static uint64_t backlog_of(uint64_t inode)
 	return 0;
 }
 
-/* "tcp SRC SPORT DST DPORT OFFSET|-", "udp SRC SPORT DST DPORT HASH|-" or
- * "pipe INODE": 0, or -1 (said in agent.log). */
+static void addr_bytes(const struct sockaddr_storage *ss, int *family, uint8_t out[16],
+		       uint16_t *port);
+static bool is_any(const uint8_t a[16]);
+
+/* Point 9: can e's receiving end take an urgent byte unseen?  Looks at this
+ * process's sockets on e's receiving address: the connection from e's
+ * sender (where its stream stands now: e->armed_pos) or a listener it
+ * will be accepted from (an accepted socket inherits its options).  false
+ * and why. */
+static bool oob_usable(expect *e, char *why, size_t len)
+{
+	if (__atomic_load_n(&program_oob, __ATOMIC_ACQUIRE)) {
+		snprintf(why, len, "the program uses MSG_OOB");
+		return false;
+	}
+	for (int fd = 0; fd < 4096; fd++) {
+		struct sockaddr_storage la, pa;
+		socklen_t ll = sizeof la, pl = sizeof pa, ol = sizeof(int);
+		struct f_owner_ex own = { 0 };
+		uint8_t l[16], p[16];
+		uint16_t lp = 0, pp = 0;
+		int fam, type = 0, inl = 0;
+		socklen_t tl = sizeof type;
+
+		if (ag_fd_is_ours(fd) || sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0 ||
+		    la.ss_family != e->family ||
+		    sys(SYS_getsockopt, fd, SOL_SOCKET, SO_TYPE, (long)&type, (long)&tl) != 0 ||
+		    type != SOCK_STREAM)
+			continue;
+		addr_bytes(&la, &fam, l, &lp);
+		if (lp != e->dport || (!is_any(l) && memcmp(l, e->dst, 16) != 0))
+			continue;
+		bool conn = sys(SYS_getpeername, fd, (long)&pa, (long)&pl, 0, 0) == 0;
+
+		if (conn) {
+			addr_bytes(&pa, &fam, p, &pp);
+			if (pp != e->sport || memcmp(p, e->src, 16) != 0)
+				continue;          /* another connection to the same port */
+		}
+		if (sys(SYS_getsockopt, fd, SOL_SOCKET, SO_OOBINLINE, (long)&inl, (long)&ol) == 0 &&
+		    inl) {
+			snprintf(why, len, "fd %d has SO_OOBINLINE (the byte would be read in line)",
+				 fd);
+			return false;
+		}
+		if (sys(SYS_fcntl, fd, F_GETOWN_EX, (long)&own, 0, 0) == 0 && own.pid) {
+			snprintf(why, len, "fd %d has an owner of its SIGURG (F_SETOWN %d)", fd,
+				 own.pid);
+			return false;
+		}
+		struct tcp_info ti;
+		socklen_t til = sizeof ti;
+
+		if (conn && sys(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, (long)&ti, (long)&til) == 0 &&
+		    til >= offsetof(struct tcp_info, tcpi_bytes_received) + 8) {
+			e->armed_pos = ti.tcpi_bytes_received;
+			e->armed_known = true;
+		}
+	}
+	return true;
+}
+
+volatile int ag_recvopts_on;            /* sockets with the agent's IP_RECVOPTS */
+
+/* Point 13: e's IPv4 sockets bound to its port take IP_RECVOPTS, if none has
+ * it from the program; false and why. */
+static bool ipopt_usable(expect *e, char *why, size_t len)
+{
+	int fds[8], n = 0, one = 1;
+
+	if (e->family != AF_INET) {
+		snprintf(why, len, "IPv6 (the agent's option is IPv4's)");
+		return false;
+	}
+	for (int fd = 0; fd < 4096 && n < 8; fd++) {
+		struct sockaddr_storage la;
+		socklen_t ll = sizeof la, ol = sizeof(int), tl = sizeof(int);
+		uint8_t l[16];
+		uint16_t lp = 0;
+		int fam, type = 0, on = 0;
+
+		if (ag_fd_is_ours(fd) || sys(SYS_getsockname, fd, (long)&la, (long)&ll, 0, 0) != 0 ||
+		    la.ss_family != AF_INET ||
+		    sys(SYS_getsockopt, fd, SOL_SOCKET, SO_TYPE, (long)&type, (long)&tl) != 0 ||
+		    type != SOCK_DGRAM)
+			continue;
+		addr_bytes(&la, &fam, l, &lp);
+		if (lp != e->dport || (!is_any(l) && memcmp(l, e->dst, 16) != 0))
+			continue;
+		if (sys(SYS_getsockopt, fd, IPPROTO_IP, IP_RECVOPTS, (long)&on, (long)&ol) != 0 || on) {
+			snprintf(why, len, "fd %d has IP_RECVOPTS of the program's (it would see the "
+				 "option)", fd);
+			return false;
+		}
+		fds[n++] = fd;
+	}
+	if (!n) {
+		snprintf(why, len, "no IPv4 datagram socket of this process is bound to port %u",
+			 e->dport);
+		return false;
+	}
+	for (int i = 0; i < n; i++)
+		if (sys(SYS_setsockopt, fds[i], IPPROTO_IP, IP_RECVOPTS, (long)&one, sizeof one) == 0)
+			e->optfd[e->nopt++] = fds[i];
+	__atomic_add_fetch(&ag_recvopts_on, e->nopt, __ATOMIC_RELEASE);
+	return e->nopt > 0;
+}
+
+/* Point 13: e's sockets as the program left them. */
+static void recvopts_off(expect *e)
+{
+	int zero = 0, n = e->nopt;
+
+	for (int i = 0; i < n; i++)
+		sys(SYS_setsockopt, e->optfd[i], IPPROTO_IP, IP_RECVOPTS, (long)&zero, sizeof zero);
+	e->nopt = 0;
+	if (n)
+		__atomic_sub_fetch(&ag_recvopts_on, n, __ATOMIC_RELEASE);
+}
+
+/* Point 14: the option's control message out of the program's recvmsg on
+ * a socket the agent set IP_RECVOPTS on. */
+void ag_mark_strip(int fd, struct msghdr *m)
+{
+	bool ours = false;
+
+	for (int i = 0; i < MAX_EXPECT && !ours; i++)
+		for (int k = 0; k < expects[i].nopt && !ours; k++)
+			ours = expects[i].optfd[k] == fd;
+	if (!ours || !m)
+		return;
+	if (!m->msg_control || !m->msg_controllen) {
+		m->msg_flags &= ~MSG_CTRUNC;    /* the option found no room: asked for none */
+		return;
+	}
+	char *p = m->msg_control, *out = p;
+	size_t left = m->msg_controllen;
+
+	/* each message moved down over the ones taken out; the next found
+	 * before (the move may cover this one's header, never the next's) */
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(m), *nx; c; c = nx) {
+		nx = CMSG_NXTHDR(m, c);
+		size_t sz = nx ? (size_t)((char *)nx - (char *)c) : (size_t)(p + left - (char *)c);
+
+		if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_RECVOPTS ||
+						    c->cmsg_type == IP_OPTIONS))
+			continue;
+		if ((char *)c != out)
+			memmove(out, c, sz);
+		out += sz;
+	}
+	m->msg_controllen = (size_t)(out - p);
+}
+
+/* "tcp SRC SPORT DST DPORT OFFSET|- [oob]", "udp SRC SPORT DST DPORT
+ * HASH|- [ipopt SEQ]" or "pipe INODE": 0, or -1 (said in agent.log). */
 int ag_expect_add(const char *line)
 {
-	char kind[8], a[64], b[64], last[32];
+	char kind[8], a[64], b[64], last[32], mark[8], why[200];
 	unsigned sp, dp;
 	unsigned long long inode;
-	int fa, fb;
+	int fa, fb, nf;
+	unsigned seq = 0;
 	expect e = { 0 };
 
-	if (sscanf(line, "unixfrom %llu", &inode) == 1 && inode) {
+	if (sscanf(line, "unixdgram %llu %31s", &inode, last) == 2 && inode) {
+		e.kind = AG_FLOW_UNIXDGRAM;     /* a datagram to socket INODE, by its hash */
+		e.inode = inode;
+		e.at_offset = strcmp(last, "-") != 0;
+		e.offset = e.at_offset ? strtoull(last, NULL, 16) : 0;
+	} else if (sscanf(line, "unixfrom %llu", &inode) == 1 && inode) {
 		e.kind = AG_FLOW_UNIXFROM;      /* not accepted yet: by the peer */
 		e.inode = inode;
 	} else if ((sscanf(line, "pipe %llu", &inode) == 1 ||
@@ -496,7 +861,9 @@ int ag_expect_add(const char *line)
 		e.kind = line[0] == 'p' ? AG_FLOW_PIPE : AG_FLOW_UNIX;
 		e.inode = inode;
 		e.backlog = backlog_of(inode);
-	} else if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, last) == 6 &&
+	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s %u", kind, a, &sp, b, &dp, last,
+			       mark, &seq)) >= 6 && (nf == 6 || (nf == 7 && strcmp(mark, "oob") == 0) ||
+						     (nf == 8 && strcmp(mark, "ipopt") == 0 && seq)) &&
 		   (strcmp(kind, "tcp") == 0 || strcmp(kind, "udp") == 0) && sp <= 65535 &&
 		   dp <= 65535 && parse_addr(a, &fa, e.src) == 0 && parse_addr(b, &fb, e.dst) == 0 &&
 		   fa == fb) {
@@ -506,9 +873,25 @@ int ag_expect_add(const char *line)
 		e.dport = (uint16_t)dp;
 		e.at_offset = strcmp(last, "-") != 0;
 		e.offset = e.at_offset ? strtoull(last, NULL, e.kind == AG_FLOW_UDP ? 16 : 10) : 0;
+		if (nf == 7 && e.kind == AG_FLOW_TCP) {                /* point 9 */
+			e.oob = oob_usable(&e, why, sizeof why);
+			if (!e.oob)
+				ag_log("expect '%.200s': no urgent byte here: %s; awaiting the "
+				       "receive by its stream offset instead", line, why);
+			ag_meta_note("%s %s %s\n", TRACE_META_MARK, e.oob ? "oob" : "offset", line);
+		}
+		if (nf == 8 && e.kind == AG_FLOW_UDP) {                /* point 13 */
+			e.seq = seq;
+			e.ipopt = ipopt_usable(&e, why, sizeof why);
+			if (!e.ipopt)
+				ag_log("expect '%.200s': no IP option here: %s; awaiting the "
+				       "datagram by its content hash instead", line, why);
+			ag_meta_note("%s %s %s\n", TRACE_META_MARK, e.ipopt ? "ipopt" : "hash", line);
+		}
 	} else {
-		ag_log("expect '%.200s': not 'tcp|udp SRC SPORT DST DPORT OFFSET|HASH|-' or "
-		       "'pipe|unix INODE'", line);
+		ag_log("expect '%.200s': not 'tcp SRC SPORT DST DPORT OFFSET|- [oob]', 'udp SRC "
+		       "SPORT DST DPORT HASH|- [ipopt SEQ]', 'unixdgram INODE HASH|-' or "
+		       "'pipe|unix|unixfrom INODE'", line);
 		return -1;
 	}
 	e.until = now_ns() + EXPECT_NS;
@@ -521,8 +904,21 @@ int ag_expect_add(const char *line)
 			e.state = 1;
 			expects[i] = e;
 			__atomic_store_n(&expects[i].state, 2, __ATOMIC_RELEASE);
+			if (e.oob || e.ipopt)
+				__atomic_add_fetch(&noob, 1, __ATOMIC_RELEASE);
 			__atomic_add_fetch(&nexpect, 1, __ATOMIC_RELEASE);
-			if (e.kind == AG_FLOW_UNIXFROM)
+			if (e.oob)
+				ag_log("expecting the receive of tcp %s:%u -> %s:%u after its urgent "
+				       "byte (oob mark)", a, sp, b, dp);
+			else if (e.ipopt)
+				ag_log("expecting the datagram udp %s:%u -> %s:%u with the IP option "
+				       "of sequence number %u (ipopt mark), or content hash %s", a, sp,
+				       b, dp, seq, last);
+			else if (e.kind == AG_FLOW_UNIXDGRAM)
+				ag_log("expecting the datagram to UNIX socket %llu %s%s", inode,
+				       e.at_offset ? "with content hash " : "(the first one)",
+				       e.at_offset ? last : "");
+			else if (e.kind == AG_FLOW_UNIXFROM)
 				ag_log("expecting the first read of the connection from UNIX socket "
 				       "%llu, once accepted", inode);
 			else if (e.kind == AG_FLOW_PIPE || e.kind == AG_FLOW_UNIX)
@@ -561,6 +957,9 @@ static bool expired(expect *e, uint64_t now)
 	if (now < e->until || !__atomic_compare_exchange_n(&e->state, &two, 0, false,
 							  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return false;
+	if (e->oob || e->ipopt)
+		__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
+	recvopts_off(e);
 	__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 	ag_log("an awaited receive did not come within %llu s: given up (its sender's request "
 	       "was not followed here)", EXPECT_NS / 1000000000ull);
@@ -648,12 +1047,97 @@ static bool is_any(const uint8_t a[16])
 	return memcmp(a, zero, 16) == 0;
 }
 
+/* Point 11: where this thread's receive on fd began (ag_expect_before). */
+static __thread struct {
+	int fd;
+	bool at_mark;                    /* the receive began at the mark */
+	int udp;                         /* point 14: 0 unknown, 1 no option, 2 the option */
+	uint32_t seq;                    /* ... its sequence number */
+} pre __attribute__((tls_model("initial-exec")));
+
+/* What a match used, for agent.log and meta's `matched` line. */
+static __thread const char *matched_by __attribute__((tls_model("initial-exec")));
+
+static bool oob_tuple(const expect *e, const seen *w)
+{
+	return e->oob && w->kind == AG_FLOW_TCP && e->family == w->family &&
+	       e->sport == w->pp && e->dport == w->lp && memcmp(e->src, w->p, 16) == 0 &&
+	       memcmp(e->dst, w->l, 16) == 0;
+}
+
+/* Point 11, before a receive on fd: the urgent byte read if it is there,
+ * and whether the receive begins at it. */
+void ag_expect_before(int fd)
+{
+	int saved = errno, at = 0;
+	bool ours = false;
+	uint8_t b;
+	seen w;
+
+	pre.at_mark = false;
+	pre.udp = 0;
+	if (!__atomic_load_n(&noob, __ATOMIC_ACQUIRE))
+		return;
+	what_fd(fd, &w);
+	for (int i = 0; i < MAX_EXPECT && !ours && w.kind == AG_FLOW_UDP; i++)
+		for (int k = 0; k < expects[i].nopt && !ours; k++)
+			ours = expects[i].optfd[k] == fd;
+	if (ours) {                      /* point 14: the queued datagram's options */
+		union {                  /* the program's own control messages too */
+			struct cmsghdr h;
+			char buf[1024];
+		} ctl;
+		struct msghdr mh = { .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
+
+		if (sys(SYS_recvmsg, fd, (long)&mh, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC, 0, 0) >= 0) {
+			pre.fd = fd;
+			pre.udp = 1;
+			for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+				if (c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_RECVOPTS ||
+								    c->cmsg_type == IP_OPTIONS) &&
+				    sp_ipmark_find(CMSG_DATA(c), c->cmsg_len - CMSG_LEN(0), &pre.seq))
+					pre.udp = 2;
+		}
+		errno = saved;
+		return;
+	}
+	for (int i = 0; i < MAX_EXPECT && !ours && w.kind == AG_FLOW_TCP; i++)
+		ours = __atomic_load_n(&expects[i].state, __ATOMIC_ACQUIRE) == 2 &&
+		       oob_tuple(&expects[i], &w);
+	if (ours) {
+		if (sys(SYS_recvfrom, fd, (long)&b, 1, MSG_OOB | MSG_DONTWAIT, 0) == 1)
+			ag_log("fd %d: the mark's urgent byte read before the program's receive",
+			       fd);
+		pre.fd = fd;
+		pre.at_mark = sys(SYS_ioctl, fd, SIOCATMARK, (long)&at, 0, 0) == 0 && at;
+	}
+	errno = saved;
+}
+
+/* Point 11, a receive not seen before: is the mark still ahead of fd's
+ * stream (the receive stopped at it, or it is further on)? */
+static bool mark_ahead(int fd)
+{
+	int at = 0;
+	uint8_t b;
+
+	return (sys(SYS_ioctl, fd, SIOCATMARK, (long)&at, 0, 0) == 0 && at) ||
+	       sys(SYS_recvfrom, fd, (long)&b, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT, 0) == 1;
+}
+
 /* Point 6: is this receive, on fd, of rc bytes (data: them, or NULL) the
  * one e awaits?  *end is the TCP stream's end, read once (-2: not yet). */
 static bool matches(expect *e, const seen *w, int fd, long rc, const void *data, int64_t *end)
 {
+	matched_by = e->kind == AG_FLOW_UNIXFROM ? "the peer's inode" : "bytes counted";
 	if (e->kind == AG_FLOW_UNIXFROM)          /* an accepted socket whose peer sent it */
 		return w->kind == AG_FLOW_UNIX && ag_unix_peer(w->inode) == e->inode;
+	if (e->kind == AG_FLOW_UNIXDGRAM) {       /* the socket, and the datagram's hash */
+		matched_by = e->at_offset ? "hash" : "the first datagram";
+		return w->kind == AG_FLOW_UNIX && w->inode == e->inode &&
+		       (!e->at_offset || !data ||
+			ag_flow_hash(data, (size_t)rc, AG_FLOW_HASH0) == e->offset);
+	}
 	if (e->kind != w->kind)
 		return false;
 	switch (e->kind) {
@@ -667,24 +1151,68 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 		if (e->family != w->family || e->dport != w->lp ||
 		    (!is_any(w->l) && !is_any(e->dst) && memcmp(e->dst, w->l, 16) != 0))
 			return false;
+		if (e->ipopt && pre.fd == fd && pre.udp == 2) {         /* point 14 */
+			matched_by = "ipopt";
+			return pre.seq == e->seq;
+		}
+		matched_by = !e->ipopt ? "hash" : pre.fd == fd && pre.udp == 1 ?
+			     "hash (its IP option did not arrive)" :
+			     "hash (it came while the thread was in its receive)";
 		return !e->at_offset || !data || ag_flow_hash(data, (size_t)rc, AG_FLOW_HASH0) ==
 						     e->offset;
 	case AG_FLOW_TCP:
 		if (e->family != w->family || e->sport != w->pp || e->dport != w->lp ||
 		    memcmp(e->src, w->p, 16) != 0 || memcmp(e->dst, w->l, 16) != 0)
 			return false;
-		if (!e->at_offset)
+		if (!e->at_offset && !e->oob)
 			return true;
 		if (*end == -2) {
 			uint64_t e2;
 
 			*end = ag_tcp_received(fd, &e2) == 0 ? (int64_t)e2 : -1;
 		}
+		matched_by = e->oob && pre.at_mark && pre.fd == fd ? "oob"
+			     : e->oob ? "offset (no urgent byte seen: it came while the thread was "
+					"in its receive, or was not sent)"
+			     : e->at_offset ? "offset" : "the first receive";
+		if (e->oob && pre.at_mark && pre.fd == fd)    /* point 11: after the hole */
+			return true;
+		if (e->oob) {
+			/* point 11, not seen: past the sender's offset (with the mark,
+			 * the hole is at it) or the hole and a byte past all that had
+			 * come at arming; never short of a mark still ahead */
+			bool past = e->at_offset ? *end >= 0 && (uint64_t)*end > e->offset
+				    : !e->armed_known || (*end >= 0 &&
+							   (uint64_t)*end >= e->armed_pos + 2);
+
+			return past && !mark_ahead(fd);
+		}
 		/* bytes sent before the traced send start nothing */
 		return *end < 0 || (uint64_t)*end > e->offset;
 	default:
 		return false;
 	}
+}
+
+/* The awaited receive e was found on fd, by matched_by: agent.log, meta. */
+static void note_matched(const expect *e, int fd)
+{
+	static const char *const kinds[] = { [AG_FLOW_TCP] = "tcp", [AG_FLOW_UDP] = "udp",
+					     [AG_FLOW_PIPE] = "pipe", [AG_FLOW_UNIX] = "unix",
+					     [AG_FLOW_UNIXFROM] = "unixfrom",
+					     [AG_FLOW_UNIXDGRAM] = "unixdgram" };
+	char what[160], from[64], to[64];
+
+	if (e->kind == AG_FLOW_TCP || e->kind == AG_FLOW_UDP) {
+		format_addr(e->family, e->src, e->sport, from, sizeof from);
+		format_addr(e->family, e->dst, e->dport, to, sizeof to);
+		snprintf(what, sizeof what, "%s %s -> %s", kinds[e->kind], from, to);
+	} else {
+		snprintf(what, sizeof what, "%s %lu", kinds[e->kind], (unsigned long)e->inode);
+	}
+	ag_log("fd %d: the awaited receive of %s, found by %s", fd, what,
+	       matched_by ? matched_by : "?");
+	ag_meta_note("%s %s by %s\n", TRACE_META_MATCHED, what, matched_by ? matched_by : "?");
 }
 
 /* Point 3: tracing began at an accept or a receive on fd (an activation
@@ -743,10 +1271,32 @@ bool ag_expect_match(int fd, long rc, const void *data)
 			c->sport = w.pp;
 		}
 		__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
+		if (e->oob) {
+			/* point 11: the program never saw the mark's byte */
+			if (end == -2)
+				end = ag_tcp_received(fd, (uint64_t *)&end) == 0 ? end : -1;
+			if (end >= 0)
+				ag_msgs_resync(fd, (uint64_t)end, rc);
+			ag_log(pre.at_mark && pre.fd == fd ?
+			       "fd %d: the receive that begins at the mark's urgent byte: the "
+			       "traced send's (stream at %lld)" :
+			       "fd %d: a receive with no urgent byte seen before it (the thread was "
+			       "in it when the byte came, or the sender sent none), past the "
+			       "traced send's offset: the traced send's (stream at %lld)",
+			       fd, (long long)end);
+			__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
+		}
+		if (e->ipopt) {                                         /* point 14 */
+			__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
+			recvopts_off(e);
+		}
+		note_matched(e, fd);
 		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
 		__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 		hit = true;
 	}
+	pre.at_mark = false;
+	pre.udp = 0;
 	errno = saved;
 	return hit;
 }

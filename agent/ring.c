@@ -51,6 +51,7 @@
 __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")));
 
 #define MAX_RINGS 65536
+#define QUIET_START (64u << 10)         /* ag_ring_create */
 
 static trace_ring_header **rings;
 static volatile uint32_t nrings;
@@ -168,10 +169,24 @@ static void move_once(trace_ring_header *r)
 			 __ATOMIC_RELEASE);
 }
 
+/* Records between two budget scans of a ring (ag_budget_scan). */
+static uint64_t budget_scan_every(const trace_ring_header *r)
+{
+	return r->capacity / 2 < (1u << 20) ? r->capacity / 2 : (1u << 20);
+}
+
 bool ag_ring_rotate(trace_ring_header *r, uint64_t c)
 {
-	if (r == own_ring && !moving) {
+	if (r == own_ring && !moving && !r->chunk) {
+		/* A ring with a budget: limit only marks the next scan. */
 		moving = 1;
+		ag_budget_scan(r, c > r->capacity / 2 ? c - r->capacity / 2 : 0, c);
+		__atomic_store_n(&r->limit, c + budget_scan_every(r), __ATOMIC_RELEASE);
+		moving = 0;
+	} else if (r == own_ring && !moving) {
+		moving = 1;
+		/* The chunk just finished is still mapped: the budget's look at it. */
+		ag_budget_scan(r, r->limit - r->chunk, r->limit);
 		while (__atomic_load_n(&r->limit, __ATOMIC_ACQUIRE) <= c)
 			move_once(r);
 		moving = 0;
@@ -251,6 +266,12 @@ trace_ring_header *ag_ring_create(void)
 	close(fd);
 	if (r == MAP_FAILED)
 		return ring_fails("map", path);
+	/* The first fault of a file mapping reads ahead -- pages of zeros for
+	 * this new file, as many as the device's read_ahead_kb (8 MB on some
+	 * machines: milliseconds of zeroing for a process that records a few
+	 * thousand calls).  Not in the first pages: a thread that records more
+	 * meets the read-ahead further on, where it pays for itself. */
+	madvise(r, size < QUIET_START ? size : QUIET_START, MADV_RANDOM);
 	r->magic = TRACE_RING_MAGIC;
 	r->version = TRACE_FORMAT_VERSION;
 	r->header_size = TRACE_RING_HEADER_SIZE;
@@ -269,6 +290,9 @@ trace_ring_header *ag_ring_create(void)
 	if (own_path)
 		memcpy(own_path, path, plen + 1);
 	own_ring = r;
+	if (ag_budget_percent() && !keep_all)
+		r->limit = budget_scan_every(r);   /* the budget looks now and then */
+	ag_budget_thread(r);
 	ag_ring_sync(r, r->start_tsc);
 	slot = __atomic_fetch_add(&nrings, 1, __ATOMIC_ACQ_REL);
 	if (rings && slot < MAX_RINGS)
@@ -296,6 +320,22 @@ void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key)
 {
 	if (r)
 		put(r, trace_rec(TRACE_EVENT, event, key));
+}
+
+/* Two payload records taken at once (the budget's COUNT pairs). */
+void ag_ring_put_pair(trace_ring_header *r, uint32_t ev1, uint64_t key1, uint32_t ev2,
+		      uint64_t key2)
+{
+	uint64_t *recs = (uint64_t *)((char *)r + TRACE_RING_HEADER_SIZE);
+	uint64_t c;
+
+	if (!r)
+		return;
+	c = __atomic_fetch_add(&r->count, 2, __ATOMIC_RELAXED);
+	if (c >= r->limit && !(ag_ring_rotate(r, c) && slot_mapped(r, c + 1)))
+		return;
+	recs[c & r->mask] = trace_rec(TRACE_EVENT, ev1, key1);
+	recs[(c + 1) & r->mask] = trace_rec(TRACE_EVENT, ev2, key2);
 }
 
 /* Five slots taken at once: a signal handler's records cannot come between
@@ -349,4 +389,5 @@ void ag_forked_child(void)
 {
 	nrings = 0;
 	own_ring = NULL;
+	ag_budget_forked_child();
 }

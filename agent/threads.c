@@ -68,6 +68,7 @@ static void *ag_thread_start(void *p)
 	ring = ag_enter();
 	if (ag_active())
 		ag_ring_put(ring, TRACE_EXIT, site);
+	ag_budget_thread_end(ring);
 	ag_leave(ring);
 	return ret;
 }

@@ -66,6 +66,11 @@ void ag_tsc_calibrated(uint64_t hz, uint64_t tsc0, uint64_t mono0)
 	cal_mono0 = mono0;
 }
 
+uint64_t ag_tsc_hz(void)
+{
+	return cal_hz;
+}
+
 uint64_t ag_rdtsc(void)
 {
 	uint32_t lo, hi;
@@ -114,6 +119,7 @@ static void go_quiet(uint8_t level, int tid, const char *why)
 	if (ag_tls_quiet < level)
 		ag_tls_quiet = level;
 	ag_tls_ring = NULL;
+	ag_tls_counts = NULL;       /* nor counts (budget.c) */
 	if (tid > 0 && !ag_quiet_tid(tid) &&
 	    (slot = __atomic_fetch_add(&nquiet, 1, __ATOMIC_ACQ_REL)) < MAX_QUIET)
 		quiet_tids[slot] = tid;
@@ -205,6 +211,7 @@ AG_EXPORT int prctl(int option, ...)
 
 		ag_tls_quiet = was;
 		ag_tls_ring = ring;
+		ag_tls_counts = ring ? ag_budget_counts() : NULL;
 		ag_log("thread %ld: that prctl failed (%d): it records again", (long)syscall(SYS_gettid),
 		       e);
 		errno = e;

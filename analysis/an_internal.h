@@ -93,6 +93,10 @@ struct an_trace {
 	size_t nchans;
 	an_msg *msgs;            /* message events of the call trees built so far */
 	size_t nmsgs, capmsgs;
+	int64_t *values;         /* value events (TRACE_EV_VALUE) of the call trees so far */
+	size_t nvalues, capvalues;
+	an_budget *budget;       /* budget events of the call trees built so far */
+	size_t nbudget, capbudget;
 };
 
 /* A position in a thread's records where the TSC's high bits are known. */

@@ -180,12 +180,28 @@ typedef struct an_msg {
 /* One record with its full timestamp.  SYNC records are consumed by the
  * iterator and never returned; a message's data records come with its
  * head, as one record. */
+/* An overhead-budget event (trace_format.h): site `site` is counted or
+ * timed from here on (TRACE_EV_BUDGET: mode, n 0), or the thread made n
+ * more calls through it without records (TRACE_EV_COUNT). */
+typedef struct an_budget {
+	uint32_t site;
+	uint32_t mode;           /* TRACE_BUDGET_TIMED or TRACE_BUDGET_COUNTED */
+	uint64_t n;
+} an_budget;
+
 typedef struct an_record {
 	uint64_t tsc;            /* the full TSC (a context event: the record before's) */
 	uint32_t id;             /* site id (ENTRY, EXIT) or enum trace_event (EVENT) */
 	uint32_t kind;           /* TRACE_ENTRY, TRACE_EXIT or TRACE_EVENT */
 	uint64_t key;            /* context events (trace_event_has_key): the key */
-	an_msg msg;              /* TRACE_EV_MSG_SEND, TRACE_EV_MSG_RECV: the message */
+	union {
+		an_msg msg;      /* TRACE_EV_MSG_SEND, TRACE_EV_MSG_RECV: the message */
+		an_budget budget; /* TRACE_EV_BUDGET, TRACE_EV_COUNT: what it says */
+	};
+	int64_t value;           /* TRACE_EV_VALUE: a join directive's value (the record's
+				    id field is taken apart: id is TRACE_EV_VALUE) */
+	unsigned value_arg;      /* ... argument 1..6 (after its call's ENTRY), or 0: the
+				    return value (before its EXIT) */
 } an_record;
 
 /* What an iteration found, complete once an_iter_next() returned 0. */
@@ -195,6 +211,7 @@ typedef struct an_iter_stats {
 	size_t nbad_sites;       /* ENTRY/EXIT records naming no site of the sites file */
 	size_t nbad_syncs;       /* SYNC records with stray bits set (ignored) */
 	size_t nbad_msgs;        /* message heads without all their data (dropped) */
+	size_t nbad_counts;      /* COUNT records without their data (dropped) */
 	size_t nstray_data;      /* message data without their head (skipped) */
 	size_t nunread;          /* records a failed read left unread (the end) */
 	size_t nholes;           /* zero slots: taken but never written (skipped) */
@@ -297,6 +314,11 @@ char *an_channel_text(const an_trace *t, uint32_t id, int recv, char *buf, size_
 char *an_msg_text(const an_trace *t, const an_msg *m, char *buf, size_t len);
 /* Message i of the call trees built so far (an_call's `end`), NULL if none. */
 const an_msg *an_trace_msg(const an_trace *t, uint32_t i);
+/* Value i of the call trees built so far (an_call's `end` of a TRACE_EV_VALUE
+ * item): 0 and *value, -1 if none. */
+int an_trace_value(const an_trace *t, uint32_t i, int64_t *value);
+/* Budget event i of the call trees built so far (an_call's `end`), NULL if none. */
+const an_budget *an_trace_budget(const an_trace *t, uint32_t i);
 
 /* ---- for printers (demangle.c, trace.c) ---- */
 
@@ -346,6 +368,8 @@ enum an_call_flags {
 	AN_NEW_STACK = 2,        /* AN_EVENT TRACE_EV_CTX_LOAD: a stack never run
 				    on before */
 };
+/* An AN_EVENT TRACE_EV_VALUE item's argument: 1..6, or 0 the return value. */
+#define AN_VALUE_ARG(c) ((unsigned)(c)->flags >> 8)
 
 typedef struct an_call {
 	uint16_t kind;           /* enum an_call_kind */
@@ -354,7 +378,11 @@ typedef struct an_call {
 				    TRACE_EV_CTX_LOAD: the stack switched to
 				    (0 the thread's own, then in order of use);
 				    AN_EVENT TRACE_EV_MSG_SEND/RECV: the
-				    message, an_trace_msg(t, end) */
+				    message, an_trace_msg(t, end); AN_EVENT
+				    TRACE_EV_VALUE: an_trace_value(t, end), the
+				    argument in flags >> 8 (AN_VALUE_ARG);
+				    AN_EVENT TRACE_EV_BUDGET/COUNT: the
+				    event, an_trace_budget(t, end) */
 	uint32_t id;             /* site id, or event id for AN_EVENT */
 	uint32_t depth;          /* 0 = outermost */
 	size_t last;             /* AN_CALL: index one past its last nested item */
@@ -535,6 +563,12 @@ typedef struct an_clock {
 typedef struct an_flows_opts {
 	const char *const *start;
 	size_t nstart;
+	/* Join directives beside those of the traces' meta (rules 9 and 10 of
+	 * flows.c): FUNC:scope ones make scopes; value ones (FUNC:entry:argN,
+	 * FUNC:exit:ret) add nothing: their values are those the agent
+	 * recorded. */
+	const char *const *join;
+	size_t njoin;
 } an_flows_opts;
 
 int an_flows_build(an_session *s, an_flows **out, sp_err *err);
@@ -542,6 +576,10 @@ int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, s
 size_t an_flows_nclocks(const an_flows *f);
 /* Rule 8: matched receives that precede their sends, after rule 7. */
 size_t an_flows_nbackwards(const an_flows *f);
+/* Rule 9: join values taken (their taker joined the giver's flow), and
+ * values given that nothing took (rule 8's breach). */
+size_t an_flows_ntakes(const an_flows *f);
+size_t an_flows_nuntaken(const an_flows *f);
 
 /*
  * The critical path of flow i (flows.c, "Critical path"): where its time
@@ -611,6 +649,9 @@ typedef struct an_suspect {
 				    reference is from its nearest other one */
 	const char **path;       /* the culprit's call path (npath 0: none) */
 	size_t npath;
+	const char *nearest;     /* flows: the id of the flow it was compared with (its
+				    nearest neighbour, or with `normal` the nearest
+				    flow of the reference), else NULL */
 	an_cause causes[AN_MAX_CAUSES]; /* the evidence, the culprit's first */
 	size_t ncauses;
 } an_suspect;

@@ -1235,6 +1235,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 			sp->threshold = ref_threshold(a, u, d + a->nunits);
 			sp->score = nd ? best : MAX_DIST;
 			sp->flagged = !nd || sp->score > sp->threshold;
+			sp->nearest = near ? near->flow : NULL;
 			if (causes(a, u, near, rc ? &rc->count : &(map){ 0 }, 0, rc ? rc->units : 0,
 				   "units of the reference", sp) != 0)
 				goto oom;
@@ -1245,6 +1246,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 			snprintf(others, sizeof others, "%s of its role", kind_plural(a->kind));
 			sp->method = "knn-manhattan";
 			sp->score = kth(d, nd, (k <= nd ? k : nd) - 1);
+			sp->nearest = near ? near->flow : NULL;
 			if (causes(a, u, near, &rc->count, 1, rc->units - 1, others, sp) != 0)
 				goto oom;
 		}

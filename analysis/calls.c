@@ -300,6 +300,18 @@ static int calls_record(calls_build *b, const an_record *r)
 			b->stopped = 1;
 		} else if (r->id == TRACE_EV_ACTIVATE) {
 			b->stopped = 0;
+		} else if (r->id == TRACE_EV_BUDGET || r->id == TRACE_EV_COUNT) {
+			an_trace *t = b->t;
+			an_call *c;
+
+			if (t->nbudget >= UINT32_MAX ||
+			    sp_grow((void **)&t->budget, &t->capbudget, t->nbudget + 1,
+				    sizeof *t->budget) ||
+			    !(c = call_add(b, AN_EVENT, r->id, r->tsc)))
+				return -1;
+			t->budget[t->nbudget] = r->budget;
+			c->end = (uint32_t)t->nbudget++;
+			return 0;
 		} else if (trace_event_is_msg(r->id)) {
 			an_trace *t = b->t;
 			an_call *c;
@@ -310,6 +322,19 @@ static int calls_record(calls_build *b, const an_record *r)
 				return -1;
 			t->msgs[t->nmsgs] = r->msg;
 			c->end = (uint32_t)t->nmsgs++;
+			return 0;
+		} else if (r->id == TRACE_EV_VALUE && !b->stopped) {
+			an_trace *t = b->t;
+			an_call *c;
+
+			if (t->nvalues >= UINT32_MAX ||
+			    sp_grow((void **)&t->values, &t->capvalues, t->nvalues + 1,
+				    sizeof *t->values) ||
+			    !(c = call_add(b, AN_EVENT, r->id, r->tsc)))
+				return -1;
+			t->values[t->nvalues] = r->value;
+			c->end = (uint32_t)t->nvalues++;
+			c->flags = (uint16_t)(r->value_arg << 8);
 			return 0;
 		}
 		return call_add(b, AN_EVENT, r->id, r->tsc) ? 0 : -1;

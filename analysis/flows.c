@@ -90,8 +90,36 @@
  *      flow holds one request (at most one start that is not a
  *      continuation: an accept, a receive from outside, a start function's
  *      call, an activation), and a receive never precedes the send it
- *      matched (after rule 7).  `sptrace flows` says which flows and how
- *      many messages break them.
+ *      matched (after rule 7); with join directives (rule 9), every value
+ *      given is taken.  `sptrace flows` says which flows and how many
+ *      messages or values break them.
+ *   9. Join directives (trace_format.h, "Values"): a work item handed
+ *      between threads with no message -- a queue, a thread pool -- is
+ *      followed by the values the agent recorded for FUNC:entry:argN and
+ *      FUNC:exit:ret directives (`sptrace run --join`).  In each process,
+ *      in time order, the occurrences of one value pair up as a give and a
+ *      take: an occurrence is a take when an earlier one of the same value
+ *      on another thread is still untaken (the earliest such: a queue is
+ *      first in, first out), else a give -- so `enqueue(req)` gives req and
+ *      the `dequeue()` that returns it takes it, and a request that comes
+ *      back at the same address later is given anew.  An occurrence on the
+ *      thread holding an untaken give of the value is neither (the giver
+ *      naming its item again).  The value 0 (NULL, none) joins nothing.
+ *      A take cuts its thread: from it the thread goes on in the giver's
+ *      flow (a segment joined to the give's), until its next cut -- but a
+ *      thread that began on its own (event "thread") and has had no
+ *      message or value yet was waiting for this item: that segment joins
+ *      whole, as in rule 3.  For the time a flow owns, a give ends its
+ *      part's work as a send does, and a take begins it as a receive.
+ *  10. Scopes (FUNC:scope directives, from meta's "join" lines and
+ *      `--join`): each outermost call of FUNC is a segment of its own; a
+ *      take inside it joins the whole call, from its entry, to the giver's
+ *      flow (the item's work began when the call did), and at its return
+ *      the thread goes back to the flow it was in before the call (a
+ *      thread that was in none -- a worker whose whole life is scopes --
+ *      goes on in the scope's until its next cut: its loop between two
+ *      items, not a flow of its own).  A scope in which nothing was taken
+ *      stays in the flow before it.
  */
 
 typedef struct chan_key {
@@ -143,6 +171,20 @@ typedef struct join {
 	size_t send;
 } join;
 
+/* A join directive's value (rule 9), in pass 1's order. */
+typedef struct val_ent {
+	size_t image;
+	uint32_t pid, tid;
+	int64_t ns;
+	int64_t value;
+	long give;               /* a take: the give it took; -1 */
+	int role;                /* VAL_GIVE, VAL_TAKE or VAL_NONE */
+	int taken;               /* a give: a take took it */
+	long seg;                /* the segment it was met in (pass 2) */
+} val_ent;
+
+enum { VAL_NONE, VAL_GIVE, VAL_TAKE };
+
 struct an_flows {
 	an_flow *f;
 	size_t n;
@@ -153,6 +195,7 @@ struct an_flows {
 	an_clock *clocks;        /* rule 7: the hosts whose clocks were aligned */
 	size_t nclocks;
 	size_t nbackwards;       /* rule 8: receives before their sends */
+	size_t ntakes, nuntaken; /* rule 9: values taken, values given and never taken */
 };
 
 typedef struct build {
@@ -171,9 +214,16 @@ typedef struct build {
 	an_meta *meta;           /* activation_name's: of image meta_image */
 	size_t meta_image;
 	const an_flows_opts *opts;
-	unsigned char *is_start; /* rule 1: per site id of the image being read */
+	unsigned char *is_start; /* rules 1 and 10: per site id of the image being read,
+				    SITE_START | SITE_SCOPE */
 	size_t nis_start;
+	val_ent *vals;           /* rule 9 */
+	size_t nvals, capvals;
+	join *vjoins;            /* segments joined to a give: send is its vals index */
+	size_t nvjoins, capvjoins;
 } build;
+
+enum { SITE_START = 1, SITE_SCOPE = 2 };
 
 static int host_index(an_flows *f, const char *host, uint32_t *out)
 {
@@ -387,6 +437,102 @@ static const char *activation_name(build *b, size_t image, an_trace *t, uint64_t
 	return best ? best : "thread";
 }
 
+/* Rule 9: a value met in pass 1. */
+static int add_value(build *b, size_t image, an_trace *t, const an_thread *th,
+		     const an_record *r)
+{
+	if (sp_grow((void **)&b->vals, &b->capvals, b->nvals + 1, sizeof *b->vals))
+		return -1;
+	b->vals[b->nvals++] = (val_ent){ image, th->pid ? th->pid : an_session_image(b->s, image)->pid,
+					 th->tid, an_realtime_ns(t, r->tsc), r->value, -1, VAL_NONE,
+					 0, -1 };
+	return 0;
+}
+
+static const val_ent *val_sort_base;
+
+static int val_cmp(const void *x, const void *y)
+{
+	const val_ent *a = &val_sort_base[*(const size_t *)x], *c = &val_sort_base[*(const size_t *)y];
+
+	if (a->image != c->image)
+		return a->image < c->image ? -1 : 1;
+	if (a->pid != c->pid)
+		return a->pid < c->pid ? -1 : 1;
+	if (a->value != c->value)
+		return a->value < c->value ? -1 : 1;
+	if (a->ns != c->ns)
+		return a->ns < c->ns ? -1 : 1;
+	return *(const size_t *)x < *(const size_t *)y ? -1 : 1;
+}
+
+/* Rule 9: gives and takes.  The occurrences of one value in one process,
+ * in time order: each takes the earliest untaken give of another thread.
+ * The untaken gives of the value at each point are few (a queue holds an
+ * item once): kept in a list of their own, in time order. */
+static int pair_values(build *b)
+{
+	size_t *o = malloc((b->nvals + 1) * sizeof *o), *open = malloc((b->nvals + 1) * sizeof *open);
+
+	if (!o || !open) {
+		free(o);
+		free(open);
+		return -1;
+	}
+	for (size_t i = 0; i < b->nvals; i++)
+		o[i] = i;
+	val_sort_base = b->vals;
+	qsort(o, b->nvals, sizeof *o, val_cmp);
+	val_sort_base = NULL;
+	for (size_t from = 0, to; from < b->nvals; from = to) {
+		const val_ent *f = &b->vals[o[from]];
+
+		for (to = from + 1; to < b->nvals; to++) {
+			const val_ent *v = &b->vals[o[to]];
+
+			if (v->image != f->image || v->pid != f->pid || v->value != f->value)
+				break;
+		}
+		if (f->value == 0)
+			continue;
+		size_t nopen = 0;
+
+		for (size_t k = from; k < to; k++) {
+			val_ent *v = &b->vals[o[k]];
+			size_t j, give = nopen;
+
+			for (j = 0; j < nopen && b->vals[open[j]].tid != v->tid; j++)
+				if (give == nopen)
+					give = j;
+			if (j < nopen)
+				continue;            /* its own thread's give is untaken */
+			if (give < nopen) {
+				v->role = VAL_TAKE;
+				v->give = (long)open[give];
+				b->vals[open[give]].taken = 1;
+				b->out->ntakes++;
+				memmove(open + give, open + give + 1, (nopen - give - 1) * sizeof *open);
+				nopen--;
+			} else {
+				v->role = VAL_GIVE;
+				open[nopen++] = o[k];
+			}
+		}
+		b->out->nuntaken += nopen;
+	}
+	free(o);
+	free(open);
+	return 0;
+}
+
+static int add_vjoin(build *b, size_t seg, size_t give)
+{
+	if (sp_grow((void **)&b->vjoins, &b->capvjoins, b->nvjoins + 1, sizeof *b->vjoins))
+		return -1;
+	b->vjoins[b->nvjoins++] = (join){ seg, give };
+	return 0;
+}
+
 /* Pass 1: every send of the session, for matching. */
 static int collect_sends(build *b, sp_err *err)
 {
@@ -408,6 +554,13 @@ static int collect_sends(build *b, sp_err *err)
 				send_ent *s;
 				dgram_recv *d;
 
+				if (r.kind == TRACE_EVENT && r.id == TRACE_EV_VALUE) {
+					if (add_value(b, i, t, an_trace_thread(t, k), &r)) {
+						an_iter_close(it);
+						return sp_fail(err, "out of memory");
+					}
+					continue;
+				}
 				if (r.kind != TRACE_EVENT || !trace_event_is_msg(r.id) ||
 				    !matchable(t, &r.msg))
 					continue;
@@ -447,7 +600,8 @@ static int collect_sends(build *b, sp_err *err)
 			an_iter_close(it);
 		}
 	}
-	if (!(b->sorted = malloc((b->nsends + 1) * sizeof *b->sorted)))
+	if (pair_values(b) ||
+	    !(b->sorted = malloc((b->nsends + 1) * sizeof *b->sorted)))
 		return sp_fail(err, "out of memory");
 	for (size_t i = 0; i < b->nsends; i++)
 		b->sorted[i] = i;
@@ -486,42 +640,83 @@ typedef struct chan_state {
 	uint8_t state;
 } chan_state;
 
-/* Rule 1: which site ids of trace t enter a start function. */
+/* Rule 10: does `d` (a join directive) make `name` a scope? */
+static int scope_of(const char *d, const char *name)
+{
+	unsigned long len;
+	unsigned arg;
+
+	return trace_join_parse(d, &len, &arg) == TRACE_JOIN_SCOPE && strlen(name) == len &&
+	       strncmp(name, d, len) == 0;
+}
+
+/* Rules 1 and 10: which site ids of trace t enter a start function, which
+ * a scope (the directives of its meta's "join" lines and of the options). */
 static int start_sites(build *b, an_trace *t)
 {
+	an_meta *m = NULL;
+	sp_err e;
+	size_t nscope = 0;
+
 	free(b->is_start);
 	b->is_start = NULL;
 	b->nis_start = 0;
-	if (!b->opts || !b->opts->nstart)
+	if (an_meta_read(an_trace_dir(t), &m, &e) < 0)
+		m = NULL;
+	for (size_t l = 0; m && l < an_meta_nlines(m); l++)
+		nscope += strcmp(an_meta_key(m, l), TRACE_META_JOIN) == 0;
+	if ((!b->opts || (!b->opts->nstart && !b->opts->njoin)) && !nscope) {
+		an_meta_free(m);
 		return 0;
-	if (!(b->is_start = calloc(an_nsites(t) + 1, 1)))
+	}
+	if (!(b->is_start = calloc(an_nsites(t) + 1, 1))) {
+		an_meta_free(m);
 		return -1;
+	}
 	b->nis_start = an_nsites(t);
 	for (size_t id = 1; id < b->nis_start; id++) {
 		const an_func *f = an_func_get(t, an_site(t, (uint32_t)id)->callee);
 
-		for (size_t k = 0; f && f->name && k < b->opts->nstart; k++)
+		if (!f || !f->name)
+			continue;
+		for (size_t k = 0; b->opts && k < b->opts->nstart; k++)
 			if (strcmp(f->name, b->opts->start[k]) == 0)
-				b->is_start[id] = 1;
+				b->is_start[id] |= SITE_START;
+		for (size_t k = 0; b->opts && k < b->opts->njoin; k++)
+			if (scope_of(b->opts->join[k], f->name))
+				b->is_start[id] |= SITE_SCOPE;
+		for (size_t l = 0; m && l < an_meta_nlines(m); l++)
+			if (strcmp(an_meta_key(m, l), TRACE_META_JOIN) == 0 &&
+			    scope_of(an_meta_val(m, l), f->name))
+				b->is_start[id] |= SITE_SCOPE;
 	}
+	an_meta_free(m);
 	return 0;
+}
+
+static int site_is(const build *b, const an_record *r, int what)
+{
+	return (r->kind == TRACE_ENTRY || r->kind == TRACE_EXIT) && r->id < b->nis_start &&
+	       (b->is_start[r->id] & what);
 }
 
 static int is_start(const build *b, const an_record *r)
 {
-	return (r->kind == TRACE_ENTRY || r->kind == TRACE_EXIT) && r->id < b->nis_start &&
-	       b->is_start[r->id];
+	return site_is(b, r, SITE_START);
 }
 
 /* Pass 2: one thread's records cut into segments (rules 1 to 4).  Its sends
  * come in the order pass 1 met them: *next_send walks them. */
 static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
-			   const an_thread *th, size_t *next_send, size_t *next_drecv, sp_err *err)
+			   const an_thread *th, size_t *next_send, size_t *next_drecv, size_t *next_val,
+			   sp_err *err)
 {
 	an_iter *it;
 	an_record r;
 	long cur = -1;
 	int has_msg = 0, cur_activation = 0, cur_activate = 0, in_start = 0;
+	int in_scope = 0, scope_joined = 0;    /* rule 10 */
+	long before_scope = -1;
 	uint64_t pending = 0;
 	int64_t pend_t0 = 0, pend_t1 = 0;
 	size_t first_seg = b->nsegs;
@@ -545,7 +740,63 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 		long send = -1;
 		chan_key k;
 
-		if (r.kind == TRACE_ENTRY && is_start(b, &r) && !in_start++) {
+		if (r.kind == TRACE_ENTRY && site_is(b, &r, SITE_SCOPE) && !in_scope++) {
+			/* rule 10: a scope begins */
+			before_scope = cur;
+			if ((cur = seg_new(b, image, th, cur < 0 ? "thread" : NULL)) < 0)
+				goto nomem;
+			scope_joined = 0;
+		}
+		if (r.kind == TRACE_EVENT && r.id == TRACE_EV_VALUE && *next_val < b->nvals) {
+			/* rule 9 */
+			val_ent *v = &b->vals[(*next_val)++];
+
+			if (v->role == VAL_GIVE) {
+				segment *sg;
+
+				if (cur < 0 && (cur = seg_new(b, image, th, "thread")) < 0)
+					goto nomem;
+				v->seg = cur;
+				/* a hand-off, as a send: the part's work ends there */
+				sg = &b->segs[cur];
+				if (!sg->has_msg) {
+					sg->first_msg = ns;
+					sg->first_is_recv = 0;
+					sg->has_msg = 1;
+				}
+				sg->last_msg = ns;
+				sg->last_is_send = 1;
+			} else if (v->role == VAL_TAKE) {
+				int cut = !in_scope || scope_joined;
+
+				if (cut && cur >= 0 && !b->segs[cur].has_msg && b->segs[cur].event &&
+				    strcmp(b->segs[cur].event, "thread") == 0) {
+					/* a thread's start, waiting for its first item: it
+					 * joins whole, its work from the take (as rule 3) */
+					b->segs[cur].event = NULL;
+					b->segs[cur].first_msg = ns;
+					b->segs[cur].first_is_recv = 1;
+					b->segs[cur].has_msg = 1;
+					b->segs[cur].last_msg = ns;
+				} else if (cut) {
+					if ((cur = seg_new(b, image, th, NULL)) < 0)
+						goto nomem;
+					cur_activation = 0;
+					cur_activate = 0;
+					/* as a receive: the part's work begins there */
+					b->segs[cur].first_msg = ns;
+					b->segs[cur].first_is_recv = 1;
+					b->segs[cur].has_msg = 1;
+					b->segs[cur].last_msg = ns;
+				}
+				if (in_scope && !scope_joined)
+					b->segs[cur].event = NULL;   /* the scope goes on a flow */
+				scope_joined = in_scope;
+				v->seg = cur;
+				if (add_vjoin(b, (size_t)cur, (size_t)v->give))
+					goto nomem;
+			}
+		} else if (r.kind == TRACE_ENTRY && is_start(b, &r) && !in_start++) {
 			/* rule 1: a start function's call */
 			if ((cur = seg_new(b, image, th, "func")) < 0)
 				goto nomem;
@@ -654,6 +905,16 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 		if (r.kind == TRACE_EXIT && in_start && is_start(b, &r) && !--in_start) {
 			b->segs[cur].func_end = ns;
 			b->segs[cur].has_func_end = 1;
+		}
+		if (r.kind == TRACE_EXIT && in_scope && site_is(b, &r, SITE_SCOPE) && !--in_scope) {
+			/* rule 10: back to the flow before the scope */
+			if (before_scope >= 0 && !scope_joined)
+				unite(b->segs, (size_t)cur, (size_t)before_scope);
+			if (before_scope >= 0) {
+				if ((cur = seg_new(b, image, th, NULL)) < 0)
+					goto nomem;
+				unite(b->segs, (size_t)cur, (size_t)before_scope);
+			}
 		}
 		if (r.kind == TRACE_EVENT && trace_event_is_msg(r.id) && r.msg.len) {
 			segment *sg = &b->segs[cur];
@@ -795,6 +1056,12 @@ static int make_flows(build *b, sp_err *err)
 		if (other >= 0)
 			unite(b->segs, b->joins[j].seg, (size_t)other);
 	}
+	for (size_t j = 0; j < b->nvjoins; j++) {
+		long other = b->vals[b->vjoins[j].send].seg;     /* rule 9 */
+
+		if (other >= 0)
+			unite(b->segs, b->vjoins[j].seg, (size_t)other);
+	}
 	link_children(b);
 	gi = malloc((b->nsegs + 1) * sizeof *gi);
 	g = calloc(b->nsegs + 1, sizeof *g);
@@ -834,10 +1101,12 @@ static int make_flows(build *b, sp_err *err)
 		goto nomem;
 	for (size_t k = 0; k < ng; k++)
 		pos[g[k].before] = k;
+	/* two steps: a root's gi[] is read after the segments before it changed
+	 * theirs (a flow's root is its first segment, not its earliest) */
 	for (size_t i = 0; i < b->nsegs; i++)
-		order[i] = find(b->segs, i);
+		order[i] = pos[gi[find(b->segs, i)]];
 	for (size_t i = 0; i < b->nsegs; i++)
-		gi[i] = pos[gi[order[i]]];
+		gi[i] = order[i];
 	for (size_t i = 0; i < b->nsegs; i++)
 		order[i] = i;
 	seg_sort_ctx = b;
@@ -1026,7 +1295,7 @@ int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, s
 	if (collect_sends(&b, err) < 0)
 		goto done;
 	{
-		size_t next_send = 0, next_drecv = 0;
+		size_t next_send = 0, next_drecv = 0, next_val = 0;
 
 		for (size_t i = 0; i < an_session_nimages(s); i++) {
 			an_trace *t = an_session_trace(s, i);
@@ -1041,7 +1310,7 @@ int an_flows_build_opts(an_session *s, const an_flows_opts *o, an_flows **out, s
 			}
 			for (size_t k = 0; k < an_trace_nthreads(t); k++)
 				if (thread_segments(&b, i, t, host, an_trace_thread(t, k), &next_send,
-						    &next_drecv, err) < 0)
+						    &next_drecv, &next_val, err) < 0)
 					goto done;
 		}
 	}
@@ -1069,6 +1338,8 @@ done:
 	free(b.drecv);
 	free(b.drecv_no);
 	free(b.is_start);
+	free(b.vals);
+	free(b.vjoins);
 	an_meta_free(b.meta);
 	return rc;
 }
@@ -1085,6 +1356,10 @@ size_t an_flows_nmatches(const an_flows *f) { return f->nm; }
 size_t an_flows_nclocks(const an_flows *f) { return f->nclocks; }
 
 size_t an_flows_nbackwards(const an_flows *f) { return f->nbackwards; }
+
+size_t an_flows_ntakes(const an_flows *f) { return f->ntakes; }
+
+size_t an_flows_nuntaken(const an_flows *f) { return f->nuntaken; }
 
 const an_clock *an_flows_clock(const an_flows *f, size_t i)
 {

@@ -344,6 +344,26 @@ int an_iter_next(an_iter *it, an_record *r)
 	return 0;
 }
 
+/* A return value's time: that of the EXIT it comes before (a SYNC may come
+ * between), else `dflt`. */
+static uint64_t exit_after(an_iter *it, size_t i, uint64_t dflt)
+{
+	uint64_t high = it->high, d;
+
+	for (size_t k = i + 1; k < it->n && k <= i + 2; k++) {
+		if (rec_at(it, k, &d) < 0)
+			break;
+		if (trace_rec_kind(d) == TRACE_SYNC && an_is_sync(d)) {
+			high = trace_sync_high(d);
+			continue;
+		}
+		if (trace_rec_kind(d) == TRACE_EXIT)
+			return high << TRACE_TSC_LOW_BITS | trace_rec_tsc_low(d);
+		break;
+	}
+	return dflt;
+}
+
 static int user_next(an_iter *it, an_record *r)
 {
 	while (it->pos < it->n) {
@@ -397,6 +417,42 @@ static int user_next(an_iter *it, an_record *r)
 			trace_msg_unpack(data, &r->msg.chan, &r->msg.call, &r->msg.flags,
 					 &r->msg.off, &r->msg.len);
 			r->msg.recv = r->id == TRACE_EV_MSG_RECV;
+		}
+		if (kind == TRACE_EVENT && trace_event_is_value(r->id)) {
+			/* a join directive's value (trace_format.h, "Values") */
+			r->value = trace_value_unpack(r->id, trace_rec_tsc_low(raw), &r->value_arg);
+			r->id = TRACE_EV_VALUE;
+			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;
+			if (r->value_arg == 0)
+				r->tsc = exit_after(it, i, r->tsc);
+			it->st.nrecords++;
+			return 1;
+		}
+		if (kind == TRACE_EVENT && r->id == TRACE_EV_COUNT_DATA) {
+			it->st.nstray_data++;      /* its COUNT was overwritten */
+			continue;
+		}
+		if (kind == TRACE_EVENT && (r->id == TRACE_EV_BUDGET || r->id == TRACE_EV_COUNT)) {
+			uint64_t p = trace_rec_tsc_low(raw), d;
+
+			memset(&r->budget, 0, sizeof r->budget);
+			r->budget.site = trace_budget_site(p);
+			r->budget.mode = trace_budget_mode(p);
+			if (r->id == TRACE_EV_COUNT) {
+				/* Its data record follows: a pair without it is dropped. */
+				if (i + 1 >= it->n || rec_at(it, i + 1, &d) < 0 ||
+				    trace_rec_kind(d) != TRACE_EVENT ||
+				    trace_rec_id(d) != TRACE_EV_COUNT_DATA) {
+					it->st.nbad_counts++;
+					continue;
+				}
+				it->pos = i + 2;
+				r->budget.mode = TRACE_BUDGET_COUNTED;
+				r->budget.n = trace_rec_tsc_low(d);
+			}
+			r->tsc = it->st.last_tsc ? it->st.last_tsc : it->high << TRACE_TSC_LOW_BITS;
+			it->st.nrecords++;
+			return 1;
 		}
 		if (kind == TRACE_EVENT && trace_event_has_key(r->id)) {
 			r->key = trace_rec_tsc_low(raw);

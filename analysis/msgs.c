@@ -81,6 +81,19 @@ const an_msg *an_trace_msg(const an_trace *t, uint32_t i)
 	return i < t->nmsgs ? &t->msgs[i] : NULL;
 }
 
+int an_trace_value(const an_trace *t, uint32_t i, int64_t *value)
+{
+	if (i >= t->nvalues)
+		return -1;
+	*value = t->values[i];
+	return 0;
+}
+
+const an_budget *an_trace_budget(const an_trace *t, uint32_t i)
+{
+	return i < t->nbudget ? &t->budget[i] : NULL;
+}
+
 static const char *proto_name(uint32_t p)
 {
 	switch (p) {

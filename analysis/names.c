@@ -284,6 +284,10 @@ const char *an_event_name(uint32_t id, char *buf, size_t len)
 	case TRACE_EV_MSG_DATA: return "message data";
 	case TRACE_EV_AGENT_BEGIN: return "agent begin";
 	case TRACE_EV_AGENT_END: return "agent end";
+	case TRACE_EV_VALUE: return "value";
+	case TRACE_EV_BUDGET: return "budget";
+	case TRACE_EV_COUNT: return "counted calls";
+	case TRACE_EV_COUNT_DATA: return "counted calls data";
 	}
 	snprintf(buf, len, "event %u", id);
 	return buf;

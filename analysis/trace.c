@@ -210,6 +210,8 @@ void an_trace_close(an_trace *t)
 	free(t->warn);
 	free(t->chans);
 	free(t->msgs);
+	free(t->values);
+	free(t->budget);
 	free(t->dir);
 	free(t);
 }

@@ -45,6 +45,7 @@ int cli_local_daemon(char *name, size_t len);
 int cli_start_session(char *session, size_t len, char *daemon, size_t dlen);
 /* --propagate-wait MS into `out` (as text); 0, or 2 after the message. */
 int cli_propagate_wait(const char *cmd, const char *arg, char *out, size_t len);
+int cli_propagate_mark(const char *cmd, const char *arg, char *out, size_t len);   /* --mark */
 
 /* trace_dir.c.  `cmd` names the command in messages. */
 int cli_find_agent(const char *cmd, char *out, size_t len);   /* libsptrace-agent.so */
@@ -73,7 +74,13 @@ int cli_trace_file(const char *dir, const char *name, int flags);
  * ring as bytes; --threads; --on, where `first` is the command's own first
  * event (run: start; attach: now). */
 int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len);
+/* --budget PERCENT (0..1000) into budget, as the agent reads it. */
+int cli_budget(const char *cmd, const char *arg, char *budget, size_t len);
 int cli_check_threads(const char *cmd, const char *arg);
+/* --join DIRECTIVE (trace_format.h, "Values"), checked and added to
+ * room[*n] (room holds CLI_JOIN_MAX). */
+#define CLI_JOIN_MAX 16
+int cli_add_join(const char *cmd, const char **room, size_t *n, const char *arg);
 int cli_check_event(const char *cmd, const char *on, const char *first);
 
 
@@ -153,17 +160,23 @@ void cli_progress(const char *what, size_t done, size_t total);
 void cli_progress_end(void);
 
 /* report_html.c: `sptrace analyze --html PATH`: the page for the anomalies
- * of session s (trace directory dir), its `top` first units; PATH written
+ * of session s (trace directory dir; ref: its --normal reference or NULL),
+ * its `top` first units, and the timed diff (cli_analyze_diff); PATH written
  * whole or not at all.  0, or -1 after an error on stderr. */
 struct an_session;
 struct an_anomalies;
 struct an_flows_opts;
+struct an_flows;
 int cli_analyze_html(const char *path, const char *dir, struct an_session *s,
-		     const struct an_anomalies *a, const struct an_flows_opts *fo, size_t top);
+		     struct an_session *ref, const struct an_anomalies *a,
+		     const struct an_flows_opts *fo, size_t top);
 
 /* cmd_flows.c: one more --start FUNC of `cmd` into o, its names kept in
  * room[0..CLI_MAX_START).  0, or 2 after an error (too many). */
 #define CLI_MAX_START 16
+/* Whether the trace DIR's meta has FUNC:scope join lines (1 too when it
+ * has no meta: a collected tree), so its function names are needed. */
+int cli_has_scopes(const char *dir);
 int cli_add_start(const char *cmd, struct an_flows_opts *o, const char **room,
 		  const char *name);
 
@@ -192,6 +205,18 @@ const char *cli_key_chord(const char *on, int argc, char **argv, int *optind);
  * aligned with DIR2's; min_change: the percent a duration must change by to
  * be shown.  0, or 1 after an error on stderr. */
 struct an_open_opts;
+/* The calls of flow `id` of fl (session s) aligned with those of flow id2
+ * of fl2 (session s2: the same, or a --normal reference), as replay --diff
+ * aligns two threads: '-' calls of id2 only, '+' of id only, each with both
+ * durations; written to out.  0, or -1 after a message. */
+int cli_flow_diff(FILE *out, struct an_session *s, const struct an_flows *fl, const char *id,
+		  struct an_session *s2, const struct an_flows *fl2, const char *id2,
+		  double min_change);
+/* cmd_analyze.c: the timed diff of the most suspect flow against the flow
+ * it was compared with (cli_flow_diff), with its header; nothing when the
+ * most suspect is no flow or was compared with none.  0, or -1. */
+int cli_analyze_diff(FILE *out, struct an_session *s, struct an_session *ref,
+		     const struct an_anomalies *a, const struct an_flows_opts *fo);
 int cli_replay_diff(const char *dir, const char *dir2, const struct an_open_opts *oo,
 		    double min_change);
 

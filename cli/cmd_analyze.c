@@ -14,6 +14,8 @@
 
 #include "analysis.h"
 
+#define ANALYZE_DIFF_CHANGE 20   /* percent: a duration shown in the timed diff */
+
 static const char help[] =
 	"usage: sptrace analyze [OPTIONS] DIR\n"
 	"\n"
@@ -34,6 +36,10 @@ static const char help[] =
 	"    differs most from the nearest one's, or a path taken unlike the\n"
 	"    others when no share differs by 10%.\n"
 	"\n"
+	"When the most suspect is a flow, the table ends with its timed diff: its\n"
+	"calls aligned call by call with those of the flow it was compared with\n"
+	"(as 'sptrace replay --diff' aligns two threads), with both durations.\n"
+	"\n"
 	"options:\n"
 	"  --by flow|process|host\n"
 	"                what to compare (default: the flows when there are 3 or more,\n"
@@ -44,6 +50,9 @@ static const char help[] =
 	"  --start FUNC  each call of FUNC (a job, a request handler; as replay names\n"
 	"                it) is a flow of its own, compared with the other calls of\n"
 	"                FUNC by the call paths under it (repeatable)\n"
+	"  --join DIRECTIVE\n"
+	"                a join directive beside those of the trace's meta, as\n"
+	"                'sptrace flows --join' (repeatable)\n"
 	"  --normal REF  REF is a trace (or collected tree) of known-normal runs: each\n"
 	"                unit of DIR is scored by its distance to the nearest unit of\n"
 	"                REF (nearest-normal) and flagged when that is farther than\n"
@@ -170,6 +179,40 @@ static void print_table(const char *dir, const an_anomalies *a, size_t top)
 	}
 }
 
+/*
+ * The timed diff: the most suspect flow's calls against those of the flow
+ * it was compared with (its nearest neighbour, or the nearest flow of
+ * --normal REF), aligned call by call (replay_diff.c), with both durations.
+ */
+int cli_analyze_diff(FILE *out, an_session *s, an_session *ref, const an_anomalies *a,
+		     const an_flows_opts *fo)
+{
+	const an_suspect *top = an_anomalies_count(a) ? an_anomalies_get(a, 0) : NULL;
+	int normal = top && strcmp(top->method, "nearest-normal") == 0;
+	an_flows *fl = NULL, *fl2 = NULL;
+	sp_err err;
+	int rc;
+
+	if (!top || !top->flow || !top->nearest || (normal && !ref))
+		return 0;
+	if (an_flows_build_opts(s, fo, &fl, &err) < 0 ||
+	    (normal && an_flows_build_opts(ref, fo, &fl2, &err) < 0)) {
+		an_flows_free(fl);
+		return cli_error("analyze: %s", err.msg);
+	}
+	fprintf(out, "# timed diff of flow %s, the most suspect, against flow %s%s, the one it was "
+		"compared with: '+' calls of %s only, '-' of %s only; calls in both shown when "
+		"their duration changed by %d%% and 1 us or more, with the calls around them\n",
+		top->flow, top->nearest, normal ? " of the reference" : "", top->flow,
+		top->nearest, ANALYZE_DIFF_CHANGE);
+	fprintf(out, "#     %10.10s  %10.10s  CHANGE | FUNCTION\n", top->nearest, top->flow);
+	rc = cli_flow_diff(out, s, fl, top->flow, normal ? ref : s, normal ? fl2 : fl,
+			   top->nearest, ANALYZE_DIFF_CHANGE);
+	an_flows_free(fl);
+	an_flows_free(fl2);
+	return rc;
+}
+
 int cmd_analyze(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -177,7 +220,7 @@ int cmd_analyze(int argc, char **argv)
 		{ "top", required_argument, 0, 't' },   { "repo", required_argument, 0, 'r' },
 		{ "by", required_argument, 0, 'b' },    { "profile", required_argument, 0, 'p' },
 		{ "html", required_argument, 0, 'H' },  { "start", required_argument, 0, 's' },
-		{ "help", no_argument, 0, 'h' },
+		{ "join", required_argument, 0, 'J' },  { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
@@ -187,8 +230,8 @@ int cmd_analyze(int argc, char **argv)
 	size_t top = (size_t)-1;
 	sp_err err;
 	char *end;
-	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE, { NULL, 0 } };
-	const char *starts[CLI_MAX_START];
+	const char *starts[CLI_MAX_START], *joins[CLI_JOIN_MAX];
+	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE, { NULL, 0, joins, 0 } };
 	int c, json = 0, rc = 0;
 
 	optind = 1;
@@ -199,6 +242,10 @@ int cmd_analyze(int argc, char **argv)
 		case 'H': html = optarg; break;
 		case 's':
 			if (cli_add_start("analyze", &ao.flows, starts, optarg))
+				return 2;
+			break;
+		case 'J':
+			if (cli_add_join("analyze", joins, &ao.flows.njoin, optarg))
 				return 2;
 			break;
 		case 'b':
@@ -262,11 +309,14 @@ int cmd_analyze(int argc, char **argv)
 		an_session_close(ref);
 		return cli_error("analyze: %s", err.msg);
 	}
-	if (json)
+	if (json) {
 		print_json(a, top);
-	else
+	} else {
 		print_table(argv[optind], a, top);
-	if (html && cli_analyze_html(html, argv[optind], s, a, &ao.flows, top) == 0)
+		if (cli_analyze_diff(stdout, s, ref, a, &ao.flows) < 0)
+			rc = 1;
+	}
+	if (html && cli_analyze_html(html, argv[optind], s, ref, a, &ao.flows, top) == 0)
 		fprintf(stderr, "sptrace: analyze: the report is in %s\n", html);
 	else if (html)
 		rc = 1;

@@ -58,6 +58,7 @@ static const char help[] =
 	"                                      (recv, recvfrom, recvmsg, or read of a socket)\n"
 	"  --threads WHICH     after an accept or recv: 'event' (the default) traces that\n"
 	"                      thread and the threads it creates; 'all' every thread\n"
+	"  --join DIRECTIVE    a join directive, as 'sptrace run --join' (repeat for more)\n"
 	"  -o, --output DIR    trace directory (default: sptrace.PID; an existing one is\n"
 	"                      kept as DIR.old).  Root attaching to another user's\n"
 	"                      process gives it to that user, whom the agent writes as\n"
@@ -67,11 +68,20 @@ static const char help[] =
 	"  --ring-size MB      size of each thread's ring (default 16); an attached\n"
 	"                      process is traced in flight-recorder mode: a full ring\n"
 	"                      overwrites its oldest records and counts them\n"
+	"  --budget PERCENT    an overhead budget (default 10): the agent counts, rather\n"
+	"                      than times, the calls of hot, short callees while\n"
+	"                      tracing would cost more than PERCENT % of the\n"
+	"                      process's own time; a call of 1 us or more is always\n"
+	"                      timed, every call counted exactly.  0: every call timed\n"
 	"  --propagate-wait MS when a spdaemon serves this host, a traced send to a\n"
 	"                      process not traced yet waits up to MS milliseconds\n"
 	"                      (default 3000) while the daemon of the receiver's host\n"
 	"                      puts the agent there; the receiver starts tracing at\n"
 	"                      the receive of that send\n"
+	"  --mark offset|oob   how a traced send and the receive it reaches are\n"
+	"                      matched: 'offset' (the default: stream offsets,\n"
+	"                      content hashes) or 'oob' (an urgent byte, an IP\n"
+	"                      option; see sptrace run --help)\n"
 	"  --no-propagate      trace this process only, even with a spdaemon\n"
 	"  --kernel            also record the kernel functions the process's system\n"
 	"                      calls run, nested under them (root; needs sptrace's\n"
@@ -183,14 +193,21 @@ int cmd_attach(int argc, char **argv)
 		{ "ring-size", required_argument, 0, 'r' }, { "timeout", required_argument, 0, 't' },
 		{ "threads", required_argument, 0, 'T' },   { "help", no_argument, 0, 'h' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
-		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
+		{ "no-propagate", no_argument, 0, 'N' },    { "join", required_argument, 0, 'J' },
+		{ "mark", required_argument, 0, 'M' },
+		{ "budget", required_argument, 0, 'B' },
+		{ "kernel", no_argument, 0, 'K' },
 		{ "kernel-calls", required_argument, 0, 'C' }, { "kernel-indirect", no_argument, 0, 'I' },
 		{ 0, 0, 0, 0 },
 	};
+	const char *joins[CLI_JOIN_MAX];
+	size_t njoins = 0;
 	const char *dir = NULL, *on = "now", *threads = "", *chord = NULL;
 	cli_hotkey *hk = NULL;
 	char agent[PATH_MAX], absdir[PATH_MAX], defdir[64], why[600];
 	char ring[32] = "", *end;
+	/* A process in production: its calls cost at most a tenth more. */
+	char budget[16] = "10";
 	double timeout = 120;
 	inj_result r;
 	sp_err err;
@@ -198,7 +215,7 @@ int cmd_attach(int argc, char **argv)
 	cli_trace_owner owner = { geteuid(), getegid(), (gid_t)-1 };
 	char proc[64];
 	bool same_user;
-	char session[128] = "", daemon[256] = "", wait[16] = "3000";
+	char session[128] = "", daemon[256] = "", wait[16] = "3000", mark[8] = "offset";
 	int propagate = 1, kernel = 0, indirect = 0;
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
@@ -219,6 +236,10 @@ int cmd_attach(int argc, char **argv)
 			if (cli_ring_size("attach", optarg, ring, sizeof ring))
 				return 2;
 			break;
+		case 'B':
+			if (cli_budget("attach", optarg, budget, sizeof budget))
+				return 2;
+			break;
 		case 't':
 			timeout = strtod(optarg, &end);
 			if (*end || !(timeout > 0))
@@ -233,12 +254,20 @@ int cmd_attach(int argc, char **argv)
 			if (cli_trace_group("attach", optarg, &owner.group))
 				return 2;
 			break;
+		case 'J':
+			if (cli_add_join("attach", joins, &njoins, optarg))
+				return 2;
+			break;
 		case 'N': propagate = 0; break;
 		case 'K': kernel = 1; break;
 		case 'C': kernel = 1; kernel_calls = optarg; break;
 		case 'I': kernel = 1; indirect = 1; break;
 		case 'W':
 			if (cli_propagate_wait("attach", optarg, wait, sizeof wait))
+				return 2;
+			break;
+		case 'M':
+			if (cli_propagate_mark("attach", optarg, mark, sizeof mark))
 				return 2;
 			break;
 		case 'h': fputs(help, stdout); return 0;
@@ -316,10 +345,11 @@ int cmd_attach(int argc, char **argv)
 	if (propagate && cli_start_session(session, sizeof session, daemon, sizeof daemon) == 0)
 		printf("sptrace: spdaemon %s serves this host: the process's requests are followed "
 		       "into the processes they reach (session %s)\n", daemon, session);
-	inj_agent a = { .so_path = agent, .dir = absdir, .on = on, .ring = ring,
+	inj_agent a = { .so_path = agent, .dir = absdir, .on = on, .ring = ring, .budget = budget,
 			.repo = getenv("SPTRACE_REPO"), .threads = threads,
 			.prepared = same_user ? ca_repo_default_dir() : NULL, .timeout = timeout,
-			.session = session[0] ? session : NULL, .wait = session[0] ? wait : NULL };
+			.session = session[0] ? session : NULL, .wait = session[0] ? wait : NULL,
+			.join = joins, .njoin = njoins, .mark = session[0] ? mark : NULL };
 
 	if (inj_attach_agent(pid, &a, &r, &err)) {
 		if (r.entry_running) {
@@ -345,6 +375,7 @@ int cmd_attach(int argc, char **argv)
 			printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
 			       "the trace ended before tracing began (%s; see %s/agent.log); trace in "
 			       "%s\n", (int)pid, r.total_ms, (int)r.tid, r.pause_ms, why, absdir, absdir);
+			cli_kernel_abandon(kern);
 			return 1;
 		}
 		if (got == 0) {

@@ -306,6 +306,17 @@ static const char *item_name(an_trace *t, const an_call *c, char *buf, size_t le
 		return an_func_get(t, an_site(t, c->id)->callee)->name;
 	if (trace_event_is_msg(c->id) && an_trace_msg(t, c->end))
 		return an_msg_text(t, an_trace_msg(t, c->end), buf, len);
+	if (c->id == TRACE_EV_VALUE) {
+		int64_t v;
+
+		if (an_trace_value(t, c->end, &v) == 0 && AN_VALUE_ARG(c))
+			snprintf(buf, len, "arg%u=%#" PRIx64, AN_VALUE_ARG(c), (uint64_t)v);
+		else if (an_trace_value(t, c->end, &v) == 0)
+			snprintf(buf, len, "ret=%#" PRIx64, (uint64_t)v);
+		else
+			snprintf(buf, len, "value");
+		return buf;
+	}
 	return an_event_name(c->id, buf, len);
 }
 

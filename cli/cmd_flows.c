@@ -42,6 +42,12 @@ static const char help[] =
 	"              each outermost call of FUNC (as replay names it) starts a\n"
 	"              flow of its own, event \"func\", ending at its return: jobs\n"
 	"              a worker takes in a loop, without messages (repeatable)\n"
+	"  --join DIRECTIVE\n"
+	"              a join directive beside those the trace was made with (its\n"
+	"              meta's, from 'sptrace run --join'): FUNC:scope makes each\n"
+	"              outermost call of FUNC a scope, whose work joins the flow of\n"
+	"              the value taken inside it; FUNC:entry:argN and FUNC:exit:ret\n"
+	"              act through the values the agent recorded (repeatable)\n"
 	"  --json      one JSON object instead of the table:\n"
 	"              {\"flows\":[{\"id\":S,\"start\":{\"host\":S,\"pid\":N,\"tid\":N,\n"
 	"              \"event\":S},\"processes\":[{\"host\":S,\"pid\":N}],\n"
@@ -94,6 +100,14 @@ static void print_table(const char *dir, const an_flows *fl)
 			       "child joined them): separate them with --start, or a directive\n",
 			       f->id, f->starts);
 	}
+	if (an_flows_nuntaken(fl))
+		printf("# property: %zu join value%s given and never taken (join directives: "
+		       "a work item no thread took, or a directive on the wrong function)\n",
+		       an_flows_nuntaken(fl), an_flows_nuntaken(fl) == 1 ? "" : "s");
+	if (an_flows_ntakes(fl))
+		printf("# joins: %zu value%s taken on another thread than the one that gave %s: "
+		       "the taker's work joined the giver's flow\n", an_flows_ntakes(fl),
+		       an_flows_ntakes(fl) == 1 ? "" : "s", an_flows_ntakes(fl) == 1 ? "it" : "them");
 	if (an_flows_nbackwards(fl))
 		printf("# property: %zu receive%s before the send%s they matched, even with the "
 		       "clocks aligned (clocks drifting apart, or bytes matched to the wrong send)\n",
@@ -212,6 +226,14 @@ static int show_flow(an_session *s, const an_flows *fl, const char *id)
 	printf("# flow %s: %s at %s:%" PRIu32 "/%" PRIu32 ", %" PRIu64 " events in %zu "
 	       "process%s\n", f->id, f->event, f->host, f->pid, f->tid, f->events, f->nprocs,
 	       f->nprocs == 1 ? "" : "es");
+	for (size_t k = 0; k < f->nparts; k++) {
+		const an_flow_part *pt = &f->parts[k];
+
+		printf("# part: %s:%" PRIu32 "/%" PRIu32 " from %.3f to %.3f ms, %" PRIu64
+		       " events\n", an_session_image(s, pt->image)->host, pt->pid, pt->tid,
+		       (double)(pt->start_ns - f->start_ns) / 1e6,
+		       (double)(pt->end_ns - f->start_ns) / 1e6, pt->events);
+	}
 	printf("# TIME (ms)   HOST:PID/TID            RECORD\n");
 	while (an_merge_next(m, &ev)) {
 		an_trace *t = an_session_trace(s, ev.image);
@@ -238,6 +260,13 @@ static int show_flow(an_session *s, const an_flows *fl, const char *id)
 				dp->n--;
 			snprintf(text, sizeof text, "} /* %s */",
 				 an_func_get(t, an_site(t, ev.rec.id)->callee)->name);
+		} else if (ev.rec.id == TRACE_EV_VALUE) {
+			if (ev.rec.value_arg)
+				snprintf(text, sizeof text, "/* value: arg%u=%#" PRIx64 " */",
+					 ev.rec.value_arg, (uint64_t)ev.rec.value);
+			else
+				snprintf(text, sizeof text, "/* value: returns %#" PRIx64 " */",
+					 (uint64_t)ev.rec.value);
 		} else if (trace_event_is_msg(ev.rec.id)) {
 			char msg[512];
 
@@ -264,6 +293,22 @@ static int show_flow(an_session *s, const an_flows *fl, const char *id)
 	return 0;
 }
 
+int cli_has_scopes(const char *dir)
+{
+	an_meta *m;
+	sp_err err;
+	int any = 0;
+
+	if (an_meta_read(dir, &m, &err) < 0)
+		return 1;       /* a collected tree: its processes' metas may */
+	for (size_t l = 0; l < an_meta_nlines(m); l++)
+		if (strcmp(an_meta_key(m, l), TRACE_META_JOIN) == 0 &&
+		    strstr(an_meta_val(m, l), ":scope"))
+			any = 1;
+	an_meta_free(m);
+	return any;
+}
+
 int cli_add_start(const char *cmd, an_flows_opts *o, const char **room, const char *name)
 {
 	if (o->nstart == CLI_MAX_START)
@@ -278,11 +323,12 @@ int cmd_flows(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "json", no_argument, 0, 'j' }, { "flow", required_argument, 0, 'f' },
 		{ "repo", required_argument, 0, 'r' }, { "start", required_argument, 0, 's' },
-		{ "help", no_argument, 0, 'h' },       { 0, 0, 0, 0 },
+		{ "join", required_argument, 0, 'J' }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { .no_modules = 1 };    /* the table needs no function names */
-	const char *flow = NULL, *starts[CLI_MAX_START];
-	an_flows_opts fo = { starts, 0 };
+	const char *flow = NULL, *starts[CLI_MAX_START], *joins[CLI_JOIN_MAX];
+	an_flows_opts fo = { starts, 0, joins, 0 };
 	an_session *s;
 	an_flows *fl;
 	sp_err err;
@@ -297,6 +343,10 @@ int cmd_flows(int argc, char **argv)
 		case 'r': oo.repo = optarg; break;
 		case 's':
 			if (cli_add_start("flows", &fo, starts, optarg))
+				return 2;
+			break;
+		case 'J':
+			if (cli_add_join("flows", joins, &fo.njoin, optarg))
 				return 2;
 			break;
 		case 'h': fputs(help, stdout); return 0;
@@ -315,7 +365,8 @@ int cmd_flows(int argc, char **argv)
 	if (flow && json)
 		return cli_error("flows: --flow and --json: give one; see 'sptrace flows "
 				 "--help'"), 2;
-	oo.no_modules = !flow && !fo.nstart;     /* --start names functions */
+	/* --start and scopes name functions */
+	oo.no_modules = !flow && !fo.nstart && !fo.njoin && !cli_has_scopes(argv[optind]);
 	if (an_session_open(argv[optind], &oo, &s, &err) < 0)
 		return cli_error("flows: %s", err.msg);
 	{

@@ -40,6 +40,13 @@ static const char help[] =
 	"                                 duration runs to the stop\n"
 	"  (exit without a recorded entry)  the call began before the records do\n"
 	"  /* activate */, /* signal */ ...  events of the thread\n"
+	"  /* budget: f() from g counted from here, not timed */\n"
+	"                                 sptrace run --budget: calls through that\n"
+	"                                 site are counted, not timed (shown only\n"
+	"                                 sampled, 1 in 256), until /* budget: f()\n"
+	"                                 from g timed again */\n"
+	"  /* counted: f() x N (from g) */  N calls through such a site this thread\n"
+	"                                 made since its last such line\n"
 	"  /* N records lost ... */       the ring was full and overwrote its oldest\n"
 	"                                 (or at a thread's end: its file could not\n"
 	"                                 grow); the first line of the output says\n"
@@ -192,6 +199,50 @@ static const char *parens(const an_func *f)
 	return f->signature ? "" : "()";
 }
 
+/* A join directive's value (trace_format.h, "Values"): hex, or negative. */
+static void value_text(int64_t v, char *buf, size_t len)
+{
+	if (v < 0)
+		snprintf(buf, len, "%" PRId64, v);
+	else
+		snprintf(buf, len, "%#" PRIx64, (uint64_t)v);
+}
+
+/* Call i's recorded values (items of its own, one level in: the agent
+ * writes arguments right after the entry, the return value right before the
+ * exit, so only the first and the last nested items are looked at): its
+ * arguments as "(arg1=0x2a)" in args (else parens), its return value as
+ * " = 0x2a" in ret (else ""). */
+static void call_values(const printer *p, size_t i, char *args, size_t alen, char *ret,
+			size_t rlen)
+{
+	const an_call *c = &p->c[i];
+	size_t at = 0;
+
+	snprintf(args, alen, "%s", parens(callee(p, c->id)));
+	ret[0] = '\0';
+	for (size_t k = i + 1; k < c->last && k < p->n; k++) {
+		const an_call *v = &p->c[k];
+		char text[32];
+		int64_t val;
+
+		if (v->kind != AN_EVENT || v->id != TRACE_EV_VALUE || v->depth != c->depth + 1 ||
+		    an_trace_value(p->t, v->end, &val) < 0) {
+			if (k + 1 < c->last - 1)
+				k = c->last - 2;        /* on to the last nested item */
+			continue;
+		}
+		value_text(val, text, sizeof text);
+		if (AN_VALUE_ARG(v) == 0)
+			snprintf(ret, rlen, " = %s", text);
+		else if (at + 1 < alen)
+			at += (size_t)snprintf(args + at, alen - at, "%sarg%u=%s",
+					       at ? ", " : "(", AN_VALUE_ARG(v), text);
+	}
+	if (at && at + 1 < alen)
+		snprintf(args + at, alen - at, ")");
+}
+
 static void srcline(const printer *p, const an_func *f, char *buf, size_t len)
 {
 	if (p->o->srcline && f->src[0])
@@ -203,7 +254,7 @@ static void srcline(const printer *p, const an_func *f, char *buf, size_t len)
 /* Print "f() {" for the begun calls that have not printed it yet. */
 static void open_pending(printer *p)
 {
-	char src[4300];
+	char src[4300], args[200], ret[40];
 
 	for (size_t i = 0; i < p->nopen; i++) {
 		const an_call *c = &p->c[p->open[i]];
@@ -213,7 +264,8 @@ static void open_pending(printer *p)
 			continue;
 		f = callee(p, c->id);
 		srcline(p, f, src, sizeof src);
-		line(p, "", c->depth, "%s%s {%s%s", f->name, parens(f), src,
+		call_values(p, p->open[i], args, sizeof args, ret, sizeof ret);
+		line(p, "", c->depth, "%s%s {%s%s", f->name, args, src,
 		     c->flags & AN_CONTINUED ? " /* continued */" : "");
 		p->opened[i] = 1;
 	}
@@ -229,24 +281,51 @@ static void close_call(printer *p)
 			  : c->end == AN_END_STOPPED ? "no exit: tracing stopped"
 			  : c->end == AN_END_SWITCHED ? "suspended: the thread switched stacks"
 			  : NULL;
-	char dur[24], src[4300];
+	char dur[24], src[4300], args[200], ret[40];
 
+	call_values(p, p->open[p->nopen], args, sizeof args, ret, sizeof ret);
 	if (!p->opened[p->nopen] && (c->flags & AN_CONTINUED))
 		why = why ? "continued; suspended again" : "continued";
 
 	an_fmt_duration(an_tsc_ns(p->t, c->t0, c->t1), dur);
 	if (p->opened[p->nopen]) {
 		if (why)
-			line(p, dur, c->depth, "} /* %s (%s) */", f->name, why);
+			line(p, dur, c->depth, "}%s /* %s (%s) */", ret, f->name, why);
 		else
-			line(p, dur, c->depth, "} /* %s */", f->name);
+			line(p, dur, c->depth, "}%s /* %s */", ret, f->name);
 		return;
 	}
 	srcline(p, f, src, sizeof src);
 	if (why)
-		line(p, dur, c->depth, "%s%s;%s /* %s */", f->name, parens(f), src, why);
+		line(p, dur, c->depth, "%s%s%s;%s /* %s */", f->name, args, ret, src, why);
 	else
-		line(p, dur, c->depth, "%s%s;%s", f->name, parens(f), src);
+		line(p, dur, c->depth, "%s%s%s;%s", f->name, args, ret, src);
+}
+
+/* A budget event (trace_format.h): a site demoted to counting or promoted
+ * back, or calls this thread made through a counted site. */
+static void budget_line(printer *p, const an_call *c)
+{
+	const an_budget *b = an_trace_budget(p->t, c->end);
+	const an_site_info *s;
+	const an_func *f, *g;
+
+	if (!b)
+		return;
+	s = an_site(p->t, b->site);
+	f = an_func_get(p->t, s->callee);
+	g = an_func_get(p->t, s->caller);
+	if (!f)
+		return;
+	if (c->id == TRACE_EV_COUNT)
+		line(p, "", c->depth, "/* counted: %s%s x %" PRIu64 " (from %s) */", f->name,
+		     parens(f), b->n, g ? g->name : "?");
+	else if (b->mode == TRACE_BUDGET_COUNTED)
+		line(p, "", c->depth, "/* budget: %s%s from %s counted from here, not timed */",
+		     f->name, parens(f), g ? g->name : "?");
+	else
+		line(p, "", c->depth, "/* budget: %s%s from %s timed again */", f->name, parens(f),
+		     g ? g->name : "?");
 }
 
 /*
@@ -268,8 +347,9 @@ static void print_calls(printer *p)
 				i = c->last - 1;
 			continue;
 		}
-		if (c->kind == AN_EVENT && trace_event_is_agent(c->id))
-			continue;        /* the tracer's own time (trace_format.h) */
+		if (c->kind == AN_EVENT && (trace_event_is_agent(c->id) || c->id == TRACE_EV_VALUE))
+			continue;        /* the tracer's own time (trace_format.h); values
+					    show with their calls (call_values) */
 		open_pending(p);
 		if (c->kind == AN_CALL) {
 			p->opened[p->nopen] = 0;
@@ -280,6 +360,8 @@ static void print_calls(printer *p)
 				     c->flags & AN_NEW_STACK ? " (new)" : "");
 			else
 				line(p, "", c->depth, "/* switched to the thread's own stack */");
+		} else if (c->kind == AN_EVENT && (c->id == TRACE_EV_BUDGET || c->id == TRACE_EV_COUNT)) {
+			budget_line(p, c);
 		} else if (c->kind == AN_EVENT && trace_event_is_msg(c->id)) {
 			const an_msg *m = an_trace_msg(p->t, c->end);
 			char text[400];
@@ -339,14 +421,20 @@ static int replay_thread(an_trace *t, const an_thread *th, const replay_opts *o)
 	if (st.nbad_msgs)
 		fprintf(stderr, "sptrace: replay: warning: %s: %zu message events cut short (the "
 			"trace ends inside them) not shown\n", th->path, st.nbad_msgs);
+	if (st.nbad_counts)
+		fprintf(stderr, "sptrace: replay: warning: %s: %zu counts of calls cut short (the "
+			"trace ends inside them) not shown\n", th->path, st.nbad_counts);
 	free(p.open);
 	free(p.opened);
 	free(calls);
 	return 0;
 }
 
-/* Children (fork, vfork) that exec'd have traces of their own: say where. */
-static void children_exec(const char *dir)
+/* After an image's records, from its meta: where the children (fork,
+ * vfork) that exec'd have their traces, and how each receive a propagated
+ * request started at was found (agent/propagate.c: offset, oob, ipopt,
+ * hash, ...). */
+static void meta_notes(const char *dir)
 {
 	char sub[256], prog[PATH_MAX];
 	int pid = -1, epid;
@@ -363,6 +451,8 @@ static void children_exec(const char *dir)
 		else if (strcmp(key, TRACE_META_EXEC) == 0 &&
 			 sscanf(v, "%255s %d %4095[^\n]", sub, &epid, prog) == 3 && epid != pid)
 			printf("# child pid %d exec'd %s: its trace is in %s/%s\n", epid, prog, dir, sub);
+		else if (strcmp(key, TRACE_META_MATCHED) == 0)
+			printf("# followed from a traced send: the receive of %s\n", v);
 	}
 	an_meta_free(m);
 }
@@ -426,7 +516,7 @@ static int replay_process(const char *start, replay_opts *o, int first)
 							 "lines of meta lead back to it (a damaged "
 							 "meta file)", dir);
 		rc = replay_dir(dir, o, first && k == 0);
-		children_exec(dir);
+		meta_notes(dir);
 		if (rc || !cli_exec_successor(dir, next, sizeof next))
 			break;
 		if (k + 1 == MAX_IMAGES)

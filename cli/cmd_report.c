@@ -31,6 +31,10 @@ static const char help[] =
 	"sent or received on sockets or pipes: the messages and bytes per channel\n"
 	"and direction.\n"
 	"\n"
+	"In a trace taken with 'sptrace run --budget', the calls of a function that\n"
+	"the agent counted rather than timed are in Calls (exactly) and marked\n"
+	"'[N counted]' after its name; their time is in their callers' self time.\n"
+	"\n"
 	"options:\n"
 	"  --sort KEY          total (default), self or calls\n"
 	"  --diff DIR2         compare with the trace DIR2 (another run of the same\n"
@@ -52,6 +56,7 @@ enum sort_key { SORT_TOTAL, SORT_SELF, SORT_CALLS };
 /* Per function, in TSC ticks. */
 typedef struct func_stat {
 	uint64_t total, self, calls;
+	uint64_t counted;        /* of the calls: counted, not timed (--budget) */
 	uint32_t active;         /* open calls right now (recursion) */
 	uint32_t func;
 } func_stat;
@@ -68,6 +73,7 @@ typedef struct report {
 	chan_stat *cs;           /* [2 * channel id + received] */
 	size_t ncs;
 	uint64_t no_exit, exit_only;
+	uint64_t counted, counted_funcs;
 } report;
 
 /* An open call while walking a thread's tree. */
@@ -177,6 +183,20 @@ static int add_thread(report *r, const an_thread *th)
 			free(c);
 			return cli_error("report: out of memory");
 		}
+		if (c[i].kind == AN_EVENT && c[i].id == TRACE_EV_COUNT) {
+			const an_budget *b = an_trace_budget(r->t, c[i].end);
+
+			if (b && !(s = stat_of(r, an_site(r->t, b->site)->callee))) {
+				free(stack);
+				free(c);
+				return cli_error("report: out of memory");
+			}
+			if (b) {
+				s->calls += b->n;
+				s->counted += b->n;
+				r->counted += b->n;
+			}
+		}
 		if (c[i].kind != AN_CALL)
 			continue;
 		f = &stack[depth];
@@ -244,11 +264,21 @@ static void print_report(report *r)
 
 		if (!s->calls)
 			continue;
-		printf(" %s %s %11" PRIu64 "  %s\n",
+		printf(" %s %s %11" PRIu64 "  %s",
 		       an_fmt_duration(an_tsc_ns(r->t, 0, s->total), tot),
 		       an_fmt_duration(an_tsc_ns(r->t, 0, s->self), self), s->calls,
 		       an_func_get(r->t, s->func)->name);
+		if (s->counted) {
+			printf("  [%" PRIu64 " counted]", s->counted);
+			r->counted_funcs++;
+		}
+		putchar('\n');
 	}
+	if (r->counted)
+		printf("\n# %" PRIu64 " calls of %" PRIu64 " functions were counted, not timed "
+		       "(sptrace run --budget: their sites' calls were shorter than 1 us; marked [N counted]): they are "
+		       "in Calls, their time in their callers' self time\n", r->counted,
+		       r->counted_funcs);
 	if (r->no_exit)
 		printf("\n# %" PRIu64 " calls had no exit (the trace ended, or a longjmp or "
 		       "exception unwound them): counted to the last record or the outer "

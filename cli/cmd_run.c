@@ -61,17 +61,41 @@ static const char help[] =
 	"                                      (recv, recvfrom, recvmsg, or read of a socket)\n"
 	"  --threads WHICH     after an accept or recv: 'event' (the default) traces that\n"
 	"                      thread and the threads it creates; 'all' every thread\n"
+	"  --join DIRECTIVE    a join directive (repeat for more; up to 16), kept in the\n"
+	"                      trace's meta for 'sptrace flows' and 'analyze':\n"
+	"                        FUNC:entry:argN  record integer argument N (1..6) of\n"
+	"                                         each direct call of FUNC\n"
+	"                        FUNC:exit:ret    record its return value\n"
+	"                        FUNC:scope       a call of FUNC is a scope (flows)\n"
+	"                      calls whose values match join the same flow\n"
 	"  -o, --output DIR    trace directory (default: sptrace.data; an existing one\n"
 	"                      is kept as DIR.old)\n"
 	"  --group GROUP       let GROUP (a name or a gid) read the trace: directories\n"
 	"                      2750, files 0640; by default only you can (0700, 0600)\n"
 	"  --ring-size MB      size of each thread's ring (default 16); with every\n"
 	"                      record kept, of the window the agent writes through\n"
+	"  --budget PERCENT    an overhead budget: the agent counts (rather than times)\n"
+	"                      the calls of hot, short callees while tracing would\n"
+	"                      cost more than PERCENT % of the program's own time;\n"
+	"                      a call of 1 us or more is always timed, and every call\n"
+	"                      is counted exactly (report's Calls; replay marks the\n"
+	"                      sites).  Default 0: every call timed\n"
 	"  --propagate-wait MS when a spdaemon serves this host, a traced send to a\n"
 	"                      process not traced yet waits up to MS milliseconds\n"
 	"                      (default 3000) while the daemon of the receiver's host\n"
 	"                      puts the agent there; the receiver starts tracing at\n"
 	"                      the receive of that send\n"
+	"  --mark offset|oob   how a traced send and the receive it reaches are\n"
+	"                      matched: 'offset' (the default) puts nothing on the\n"
+	"                      wire: TCP by the stream offset the kernel counts at\n"
+	"                      both ends, UDP by the datagram's content hash; 'oob'\n"
+	"                      marks it: TCP by one urgent byte (MSG_OOB) sent before\n"
+	"                      it, which the receiving agent takes out (where a\n"
+	"                      receiver cannot -- SO_OOBINLINE, a SIGURG owner, a\n"
+	"                      program that uses MSG_OOB -- by offset, said in its\n"
+	"                      agent.log); UDP by an IP option with a sequence\n"
+	"                      number, once a probe saw options arrive (else, and\n"
+	"                      for IPv6, by content hash)\n"
 	"  --no-propagate      trace this program only, even with a spdaemon\n"
 	"  --flight-recorder   keep only the newest records: each thread's last\n"
 	"                      --ring-size MB (a full ring overwrites its oldest\n"
@@ -340,10 +364,16 @@ int cmd_run(int argc, char **argv)
 		{ "threads", required_argument, 0, 'T' },   { "flight-recorder", no_argument, 0, 'F' },
 		{ "group", required_argument, 0, 'g' },     { "propagate-wait", required_argument, 0, 'W' },
 		{ "no-propagate", no_argument, 0, 'N' },    { "kernel", no_argument, 0, 'K' },
-		{ "kernel-calls", required_argument, 0, 'C' }, { "kernel-indirect", no_argument, 0, 'I' },
+		{ "kernel-calls", required_argument, 0, 'C' }, { "join", required_argument, 0, 'J' },
+		{ "mark", required_argument, 0, 'M' },
+		{ "budget", required_argument, 0, 'B' },
+		{ "kernel-indirect", no_argument, 0, 'I' },
 		{ 0, 0, 0, 0 },
 	};
-	char session[128] = "", daemon[256] = "", wait[16] = "3000";
+	const char *joins[CLI_JOIN_MAX];
+	size_t njoins = 0;
+	char join_env[CLI_JOIN_MAX * 257] = "";
+	char session[128] = "", daemon[256] = "", wait[16] = "3000", mark[8] = "offset";
 	int propagate = 1, kernel = 0, indirect = 0, go[2] = { -1, -1 };
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
@@ -352,7 +382,8 @@ int cmd_run(int argc, char **argv)
 	const char *dir = "sptrace.data", *on = "start", *chord = NULL;
 	cli_hotkey *hk = NULL;
 	int presses = 0;
-	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "";
+	char agent[PATH_MAX], absdir[PATH_MAX], preload[2 * PATH_MAX + 2], ring[32] = "", tsc_hz[24];
+	char budget[16] = "0";
 	char meta[PATH_MAX + 8];
 	const char *old_preload = getenv("LD_PRELOAD");
 	int c, status, errpipe[2], exec_errno = 0;
@@ -377,13 +408,27 @@ int cmd_run(int argc, char **argv)
 				return 2;
 			threads = optarg;
 			break;
+		case 'J':
+			if (cli_add_join("run", joins, &njoins, optarg))
+				return 2;
+			snprintf(join_env + strlen(join_env), sizeof join_env - strlen(join_env),
+				 "%s%s", join_env[0] ? "\n" : "", optarg);
+			break;
 		case 'F': flight = 1; break;
+		case 'B':
+			if (cli_budget("run", optarg, budget, sizeof budget))
+				return 2;
+			break;
 		case 'N': propagate = 0; break;
 		case 'K': kernel = 1; break;
 		case 'C': kernel = 1; kernel_calls = optarg; break;
 		case 'I': kernel = 1; indirect = 1; break;
 		case 'W':
 			if (cli_propagate_wait("run", optarg, wait, sizeof wait))
+				return 2;
+			break;
+		case 'M':
+			if (cli_propagate_mark("run", optarg, mark, sizeof mark))
 				return 2;
 			break;
 		case 'g':
@@ -459,6 +504,7 @@ int cmd_run(int argc, char **argv)
 	 * empty read means the program is running. */
 	if (pipe2(errpipe, O_CLOEXEC) != 0)
 		return cli_error("run: cannot create a pipe: %s", strerror(errno));
+	snprintf(tsc_hz, sizeof tsc_hz, "%llu", (unsigned long long)sp_tsc_hz());
 	fflush(NULL);
 	pid = fork();
 	if (pid < 0)
@@ -480,20 +526,31 @@ int cmd_run(int argc, char **argv)
 		setenv("LD_PRELOAD", preload, 1);
 		setenv("SPTRACE_DIR", absdir, 1);
 		setenv("SPTRACE_ON", on, 1);
+		setenv("SPTRACE_TSC_HZ", tsc_hz, 1);
 		if (*ring)
 			setenv("SPTRACE_RING_BYTES", ring, 1);
+		if (strcmp(budget, "0") != 0)
+			setenv("SPTRACE_BUDGET", budget, 1);
+		else
+			unsetenv("SPTRACE_BUDGET");
 		if (flight)
 			unsetenv("SPTRACE_RECORDS");
 		else
 			setenv("SPTRACE_RECORDS", "all", 1);
 		if (threads)
 			setenv("SPTRACE_THREADS", threads, 1);
+		if (join_env[0])
+			setenv("SPTRACE_JOIN", join_env, 1);
+		else
+			unsetenv("SPTRACE_JOIN");       /* not an outer run's */
 		if (session[0]) {
 			setenv("SPTRACE_SESSION", session, 1);
 			setenv("SPTRACE_PROPAGATE_WAIT", wait, 1);
+			setenv("SPTRACE_MARK", mark, 1);
 		} else {
 			unsetenv("SPTRACE_SESSION");    /* not an outer run's */
 			unsetenv("SPTRACE_PROPAGATE_WAIT");
+			unsetenv("SPTRACE_MARK");
 		}
 		execvp(argv[optind], argv + optind);
 		exec_errno = errno;

@@ -106,6 +106,14 @@ int cli_propagate_wait(const char *cmd, const char *arg, char *out, size_t len)
 	return 0;
 }
 
+int cli_propagate_mark(const char *cmd, const char *arg, char *out, size_t len)
+{
+	if (strcmp(arg, "offset") != 0 && strcmp(arg, "oob") != 0)
+		return cli_error("%s: --mark '%s': give 'offset' or 'oob'", cmd, arg), 2;
+	snprintf(out, len, "%s", arg);
+	return 0;
+}
+
 /* One status request on `c`; prints the answer. */
 static int ask(spd_conn *c, const char *who)
 {

@@ -267,6 +267,7 @@ int cli_exec_successor(const char *dir, char *sub, size_t len)
 
 int main(int argc, char **argv)
 {
+	sp_tsc_hz_start();      /* for the agents run and attach start (sp.h) */
 	if (argc < 2)
 		return usage(stderr);
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||

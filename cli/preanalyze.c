@@ -42,6 +42,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -60,11 +61,18 @@
 
 /* ---- path lists ---- */
 
+static bool list_has(char **v, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v[i], s) == 0)
+			return true;
+	return false;
+}
+
 static int list_add(char ***v, size_t *n, size_t *cap, const char *s)
 {
-	for (size_t i = 0; i < *n; i++)
-		if (strcmp((*v)[i], s) == 0)
-			return 0;
+	if (list_has(*v, *n, s))
+		return 0;
 	if (*n == *cap) {
 		size_t nc = *cap ? 2 * *cap : 16;
 		char **nv = realloc(*v, nc * sizeof **v);
@@ -341,17 +349,11 @@ static double now_s(void)
  * from a file built to carry this build-id -- is made again. */
 static int in_repo(const char *repo, const char *path, char *key, size_t keylen)
 {
-	ca_module *m = NULL;
 	sp_err e = { "" };
-	int same;
 
 	if (ca_module_key_of(path, key, keylen, &e) < 0)
 		return -1;
-	if (ca_repo_load_calls(repo, key, &m, &e) != 0)
-		return 0;
-	same = ca_module_code_matches(m, path, &e);
-	ca_module_free(m);
-	return same == 1;
+	return ca_repo_code_matches(repo, key, path, &e) == 1;
 }
 
 /* The files whose analyses are not stored (see the header), by identity
@@ -434,11 +436,19 @@ int cli_analyze_missing(const char *cmd, const char *repo, char **paths, size_t 
 
 /* ---- after the program: the modules its trace names ---- */
 
+/* What walk_traces found: the modules to analyse (v), and every module line
+ * asked about already ("KEY PATH" in seen): a hundred exec'd images name the
+ * same C library a hundred times, and each question hashes its code. */
+typedef struct walk {
+	char **v, **seen;
+	size_t n, cap, nseen, capseen;
+} walk;
+
 /* The module lines of DIR/meta ("module INDEX PATH KEY BIAS"; the path may
  * hold spaces, the key and bias do not) whose key the repository lacks. */
-static void missing_of_meta(const char *dir, const char *repo, char ***v, size_t *n, size_t *cap)
+static void missing_of_meta(const char *dir, const char *repo, walk *w)
 {
-	char line[PATH_MAX + 256], key[160];
+	char line[PATH_MAX + 256], id[PATH_MAX + 256], key[160];
 	an_meta *m;
 	sp_err e;
 
@@ -461,21 +471,24 @@ static void missing_of_meta(const char *dir, const char *repo, char ***v, size_t
 			continue;
 		*k++ = '\0';
 		mod++;
+		snprintf(id, sizeof id, "%s %s", k, mod);
+		if (list_has(w->seen, w->nseen, id))
+			continue;
+		list_add(&w->seen, &w->nseen, &w->capseen, id);
 		/* The file must still be the traced module. */
 		if (in_repo(repo, mod, key, sizeof key) == 0 && strcmp(key, k) == 0)
-			list_add(v, n, cap, mod);
+			list_add(&w->v, &w->n, &w->cap, mod);
 	}
 	an_meta_free(m);
 }
 
 /* DIR and the traces below it (forked children, exec'd images). */
-static void walk_traces(const char *dir, const char *repo, int depth, char ***v, size_t *n,
-			size_t *cap)
+static void walk_traces(const char *dir, const char *repo, int depth, walk *w)
 {
 	DIR *d;
 	struct dirent *de;
 
-	missing_of_meta(dir, repo, v, n, cap);
+	missing_of_meta(dir, repo, w);
 	if (depth >= 16 || !(d = opendir(dir)))
 		return;
 	while ((de = readdir(d))) {
@@ -490,19 +503,19 @@ static void walk_traces(const char *dir, const char *repo, int depth, char ***v,
 			if (lstat(sub, &st) != 0 || !S_ISDIR(st.st_mode))
 				continue;
 		}
-		walk_traces(sub, repo, depth + 1, v, n, cap);
+		walk_traces(sub, repo, depth + 1, w);
 	}
 	closedir(d);
 }
 
 int cli_analyze_traced_modules(const char *cmd, const char *repo, const char *dir)
 {
-	char **v = NULL;
-	size_t n = 0, cap = 0;
+	walk w = { 0 };
 	int made;
 
-	walk_traces(dir, repo, 0, &v, &n, &cap);
-	made = cli_analyze_missing(cmd, repo, v, n, 0);
-	cli_free_list(v, n);
+	walk_traces(dir, repo, 0, &w);
+	made = cli_analyze_missing(cmd, repo, w.v, w.n, 0);
+	cli_free_list(w.v, w.n);
+	cli_free_list(w.seen, w.nseen);
 	return made;
 }

@@ -13,6 +13,12 @@
  *     both whose duration changed by at least --min-change percent (default
  *     20) and 1 us, and the calls that contain any of those (for context),
  *     each with both durations and the change.
+ *
+ * `sptrace analyze` aligns two flows the same way (cli_flow_diff): a flow's
+ * calls are those its parts hold (entered within a part's work: from its
+ * first receive or take to its last send or give, as anomaly.c counts), part
+ * by part in the order they began, at their depths on their threads (flows
+ * of one role run on threads alike).
  */
 #include "cli.h"
 
@@ -169,7 +175,8 @@ static void dur(uint64_t ns, int have, char buf[24])
 }
 
 /* Point 3: print the steps worth showing of one thread pair. */
-static void show(const side *A, const side *B, const step *s, size_t ns, double min_change)
+static void show(FILE *out, const side *A, const side *B, const step *s, size_t ns,
+		 double min_change)
 {
 	unsigned char *keep = calloc(ns + 1, 1);
 	size_t *stack = malloc((ns + 1) * sizeof *stack), depth = 0, shown = 0;
@@ -214,12 +221,12 @@ static void show(const side *A, const side *B, const step *s, size_t ns, double 
 			snprintf(change, sizeof change, "%+.0f%%",
 				 100.0 * ((double)B->l[s[i].ib].ns - (double)A->l[s[i].ia].ns) /
 				 (double)A->l[s[i].ia].ns);
-		printf("%c %s %s %7s | %*s%s%s\n", s[i].op, da, db, change, (int)(2 * l->depth), "",
-		       l->name, l->parens ? "()" : "");
+		fprintf(out, "%c %s %s %7s | %*s%s%s\n", s[i].op, da, db, change,
+			(int)(2 * l->depth), "", l->name, l->parens ? "()" : "");
 	}
 	if (!shown)
-		printf("  (the same calls, no duration changed by %.0f%% and 1 us or more)\n",
-		       min_change);
+		fprintf(out, "  (the same calls, no duration changed by %.0f%% and 1 us or more)\n",
+			min_change);
 	free(keep);
 	free(stack);
 }
@@ -265,7 +272,7 @@ int cli_replay_diff(const char *dir, const char *dir2, const an_open_opts *oo, d
 			       "aligned; compare them with 'sptrace report --diff'\n", MAX_EDITS, A.n,
 			       B.n);
 		else
-			show(&A, &B, s, ns, min_change);
+			show(stdout, &A, &B, s, ns, min_change);
 		free(s);
 		free(A.l);
 		free(B.l);
@@ -274,4 +281,82 @@ int cli_replay_diff(const char *dir, const char *dir2, const an_open_opts *oo, d
 	an_trace_close(A.t);
 	an_trace_close(B.t);
 	return rc;
+}
+
+/* A flow's calls as lines (see the top): those of each part's thread
+ * entered within the part's span. */
+static int flow_lines(an_session *s, const an_flow *f, line **out, size_t *n)
+{
+	size_t cap = 0;
+
+	*out = NULL;
+	*n = 0;
+	for (size_t p = 0; p < f->nparts; p++) {
+		const an_flow_part *pt = &f->parts[p];
+		an_trace *t = an_session_trace(s, pt->image);
+		const an_thread *th = t ? an_trace_thread_by_tid(t, pt->tid) : NULL;
+		an_call *c;
+		size_t nc;
+		sp_err err;
+
+		if (!th)
+			continue;
+		if (an_thread_calls(t, th, &c, &nc, NULL, &err) < 0)
+			return cli_error("analyze: %s", err.msg);
+		for (size_t i = 0; i < nc; i++) {
+			const an_func *fn;
+			int64_t at;
+
+			if (c[i].kind != AN_CALL || (c[i].flags & AN_CONTINUED))
+				continue;
+			at = an_realtime_ns(t, c[i].t0);
+			if (at < pt->work_start_ns || at > pt->work_end_ns)
+				continue;
+			if (sp_grow((void **)out, &cap, *n + 1, sizeof **out)) {
+				free(c);
+				return cli_error("analyze: out of memory");
+			}
+			fn = an_func_get(t, an_site(t, c[i].id)->callee);
+			(*out)[(*n)++] = (line){ c[i].depth, fn->name,
+						 an_hash_str(fn->name) * 31 + c[i].depth,
+						 an_tsc_ns(t, c[i].t0, c[i].t1), !fn->signature };
+		}
+		free(c);
+	}
+	return 0;
+}
+
+static const an_flow *flow_by_id(const an_flows *fl, const char *id)
+{
+	for (size_t i = 0; i < an_flows_count(fl); i++)
+		if (strcmp(an_flows_get(fl, i)->id, id) == 0)
+			return an_flows_get(fl, i);
+	return NULL;
+}
+
+int cli_flow_diff(FILE *out, an_session *s, const an_flows *fl, const char *id, an_session *s2,
+		  const an_flows *fl2, const char *id2, double min_change)
+{
+	const an_flow *a = flow_by_id(fl, id), *b = flow_by_id(fl2, id2);
+	side A = { 0 }, B = { 0 };
+	step *st = NULL;
+	size_t ns;
+
+	if (!a || !b)
+		return cli_error("analyze: no flow %s to compare", !a ? id : id2);
+	if (flow_lines(s, a, &A.l, &A.n) || flow_lines(s2, b, &B.l, &B.n)) {
+		free(A.l);
+		free(B.l);
+		return -1;
+	}
+	/* A: the normal flow, B: the anomalous one ('+' its calls only) */
+	if (align(B.l, B.n, A.l, A.n, &st, &ns) < 0)
+		fprintf(out, "# the two flows differ by more than %d calls (%zu and %zu calls): not "
+			"aligned\n", MAX_EDITS, A.n, B.n);
+	else
+		show(out, &B, &A, st, ns, min_change);
+	free(st);
+	free(A.l);
+	free(B.l);
+	return 0;
 }

@@ -306,8 +306,27 @@ static void critical(FILE *f, an_session *s, const an_flows *fl, const char *id)
 
 /* ---- the page ---- */
 
-static void page(FILE *f, const char *dir, an_session *s, const an_anomalies *a,
-		 const an_flows *fl, size_t top)
+/* The timed diff of the most suspect flow (cli_analyze_diff), as text. */
+static void timed_diff(FILE *f, an_session *s, an_session *ref, const an_anomalies *a,
+		       const an_flows_opts *fo)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&text, &len);
+
+	if (!m)
+		return;
+	if (cli_analyze_diff(m, s, ref, a, fo) == 0 && fflush(m) == 0 && len) {
+		fputs("<h2>Timed diff</h2>\n<pre id=diff>", f);
+		esc(f, text);
+		fputs("</pre>\n", f);
+	}
+	fclose(m);
+	free(text);
+}
+
+static void page(FILE *f, const char *dir, an_session *s, an_session *ref,
+		 const an_anomalies *a, const an_flows *fl, const an_flows_opts *fo, size_t top)
 {
 	int kind = an_anomalies_kind(a);
 	size_t n = an_anomalies_count(a);
@@ -377,14 +396,15 @@ static void page(FILE *f, const char *dir, an_session *s, const an_anomalies *a,
 			critical(f, s, fl, u->flow);
 		fputs("</div>\n", f);
 	}
+	timed_diff(f, s, ref, a, fo);
 	fputs("<h2>Timeline</h2>\n", f);
 	if (fl)
 		timeline(f, s, fl);
 	fprintf(f, "<script>%s</script>\n</body></html>\n", script);
 }
 
-int cli_analyze_html(const char *path, const char *dir, an_session *s, const an_anomalies *a,
-		     const an_flows_opts *fo, size_t top)
+int cli_analyze_html(const char *path, const char *dir, an_session *s, an_session *ref,
+		     const an_anomalies *a, const an_flows_opts *fo, size_t top)
 {
 	an_flows *fl = NULL;
 	sp_err err;
@@ -411,7 +431,7 @@ int cli_analyze_html(const char *path, const char *dir, an_session *s, const an_
 		fprintf(stderr, "sptrace: analyze: warning: no timeline in %s: %s\n", path, err.msg);
 		fl = NULL;
 	}
-	page(f, dir, s, a, fl, top);
+	page(f, dir, s, ref, a, fl, fo, top);
 	an_flows_free(fl);
 	/* the page is the user's, readable as a file they made would be */
 	mode_t mask = umask(0);

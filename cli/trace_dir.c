@@ -9,6 +9,7 @@
  * place (see the comments above remove_trace_at and open_parent).
  */
 #include "cli.h"
+#include "trace_format.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -469,10 +470,38 @@ int cli_ring_size(const char *cmd, const char *arg, char *ring, size_t len)
 	return 0;
 }
 
+int cli_budget(const char *cmd, const char *arg, char *budget, size_t len)
+{
+	char *end;
+	unsigned long pct = strtoul(arg, &end, 10);
+
+	if (*end || end == arg || arg[0] == '-' || pct > 1000)
+		return cli_error("%s: --budget wants a percentage of the program's time (0..1000; "
+				 "0: every call timed), not '%s'", cmd, arg), 2;
+	snprintf(budget, len, "%lu", pct);
+	return 0;
+}
+
 int cli_check_threads(const char *cmd, const char *arg)
 {
 	if (strcmp(arg, "event") != 0 && strcmp(arg, "all") != 0)
 		return cli_error("%s: --threads '%s': use 'event' or 'all'", cmd, arg), 2;
+	return 0;
+}
+
+int cli_add_join(const char *cmd, const char **room, size_t *n, const char *arg)
+{
+	unsigned long len;
+	unsigned argno;
+
+	if (trace_join_parse(arg, &len, &argno) < 0 || !len || strlen(arg) > 255 ||
+	    strchr(arg, '\n'))
+		return cli_error("%s: --join '%s': give FUNC:entry:argN (N 1..6), FUNC:exit:ret "
+				 "or FUNC:scope", cmd, arg), 2;
+	if (*n == CLI_JOIN_MAX)
+		return cli_error("%s: --join '%s': at most %d directives", cmd, arg,
+				 CLI_JOIN_MAX), 2;
+	room[(*n)++] = arg;
 	return 0;
 }
 

@@ -131,7 +131,19 @@ struct ca_module {
 	/* When loaded from the repository these arrays may live in one block
 	 * owned here instead of being separately allocated. */
 	void *owned_blob;
+	/* Or in a calls image mapped read-only (image.c), unmapped at free. */
+	void *mapped;
+	size_t mapped_len;
 };
+
+/* image.c: the calls view as records used in place (see there).  Store:
+ * 0, or -1 (err).  Map: 0, or -1 with why (then read the entry). */
+int ca_image_store(const ca_module *m, const char *path, sp_err *err);
+int ca_image_map(const char *path, const char *key, ca_module **out, char *why, size_t whylen);
+
+/* repo.c: write a repository file whole or not at all (a temporary file,
+ * fsync, rename). */
+int ca_repo_write_atomic(const char *path, const uint8_t *buf, size_t len, sp_err *err);
 
 /* module.c */
 uint32_t ca_str_add(ca_module *m, const char *s);  /* CA_NONE on ENOMEM */
@@ -158,6 +170,12 @@ void ca_file_id(const struct stat *st, uint64_t id[CA_FILE_ID_N]);
 /* May an analysis of the file `st` describes be stored?  false with why. */
 bool ca_file_trust(const struct stat *st, char *why, size_t len);
 int ca_code_sha256_fd(int fd, const char *path, uint8_t out[32], sp_err *err);
+/* ca_module_code_matches, saying how: 1 the very file m was made from
+ * (same identity), 2 another file or a touched one with the same code
+ * (hashed), 0 other code, -1 (err).  id: the identity of the file checked
+ * (seen before its code was read). */
+int ca_code_matches_id(const ca_module *m, const char *path, uint64_t id[CA_FILE_ID_N],
+		       sp_err *err);
 /* Fill every site's code (ca_code_hash over ca_site_spans) from the file's bytes. */
 void ca_sites_hash(ca_module *m, const ca_elf *e);
 

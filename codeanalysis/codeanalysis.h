@@ -312,6 +312,12 @@ int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err
 #define CA_CODE_HASH_SEED 0xcbf29ce484222325ull
 /* Was m made from the code of the file at path?  1 yes, 0 no, -1 (err). */
 int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err);
+/* The same for the entry `key` of repository `dir` (NULL: the default):
+ * 1 yes, 0 no (no entry, or other code), -1 (err).  When the code is the
+ * same but the file is not the one the entry recorded (a package upgrade
+ * touched it, a copy), the entry learns the file's identity: the next check
+ * needs no hash of the code (some 4 ms for libc, at every run). */
+int ca_repo_code_matches(const char *dir, const char *key, const char *path, sp_err *err);
 void ca_site_spans(const ca_site *s, uint64_t addr[2], unsigned len[2]);
 uint64_t ca_code_hash(uint64_t h, const void *p, size_t n);
 /* Key of an ELF file without analysing it (build-id, else content hash). */

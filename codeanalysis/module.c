@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 ca_module *ca_module_new(void)
 {
@@ -57,14 +58,18 @@ void ca_module_free(ca_module *m)
 	if (!m)
 		return;
 	free(m->path);
-	free(m->funcs);
+	if (m->mapped) {
+		munmap(m->mapped, m->mapped_len);       /* funcs, sites, runtimes, strs */
+	} else {
+		free(m->funcs);
+		free(m->sites);
+		free(m->runtimes);
+		free(m->strs);
+	}
 	free(m->blocks);
 	free(m->edges);
-	free(m->sites);
 	free(m->lines);
 	free(m->undec);
-	free(m->runtimes);
-	free(m->strs);
 	free(m->owned_blob);
 	free(m);
 }

@@ -32,6 +32,8 @@
  *
  * Entries are written atomically (temporary file in the same directory,
  * fsync, rename), so a reader sees the old entry or the new one, never half.
+ * Beside each, <key>.spc holds its calls view as records the agent maps and
+ * uses in place (image.c), written just before it.
  */
 #include "ca_internal.h"
 #include "repo.pb-c.h"
@@ -61,6 +63,7 @@
 /* Refuse to read anything bigger: no real module comes close. */
 #define REPO_MAX_ENTRY ((uint64_t)1 << 30)
 #define REPO_SUFFIX ".spr"
+#define IMAGE_SUFFIX ".spc"
 
 typedef Sptrace__Repo__Entry Entry;
 
@@ -159,6 +162,17 @@ static int entry_path(const char *dir, const char *key, char *path, size_t len,
 		      sp_err *err)
 {
 	int n = snprintf(path, len, "%s/%.2s/%s" REPO_SUFFIX, dir, key, key);
+
+	if (n < 0 || (size_t)n >= len)
+		return sp_fail(err, "repository path for %s under %s is too long",
+			       key, dir);
+	return 0;
+}
+
+/* The calls image beside the entry (image.c). */
+static int image_path(const char *dir, const char *key, char *path, size_t len, sp_err *err)
+{
+	int n = snprintf(path, len, "%s/%.2s/%s" IMAGE_SUFFIX, dir, key, key);
 
 	if (n < 0 || (size_t)n >= len)
 		return sp_fail(err, "repository path for %s under %s is too long",
@@ -662,8 +676,7 @@ static void remove_stale_temps(const char *dir)
  *      effort: some file systems refuse fsync on directories).
  * On any failure the temporary file is removed.
  */
-static int write_atomic(const char *path, const uint8_t *buf, size_t len,
-			sp_err *err)
+int ca_repo_write_atomic(const char *path, const uint8_t *buf, size_t len, sp_err *err)
 {
 	char tmp[PATH_MAX], dir[PATH_MAX];
 	const char *slash = strrchr(path, '/');
@@ -716,7 +729,8 @@ static int write_atomic(const char *path, const uint8_t *buf, size_t len,
 int ca_repo_store(const ca_module *m, const char *dir, char *path_out,
 		  size_t path_len, sp_err *err)
 {
-	char path[PATH_MAX], sub[PATH_MAX];
+	char path[PATH_MAX], sub[PATH_MAX], ipath[PATH_MAX];
+	sp_err ignored;
 	entry_msgs x;
 	uint8_t *buf;
 	size_t plen;
@@ -737,6 +751,12 @@ int ca_repo_store(const ca_module *m, const char *dir, char *path_out,
 	if (make_dirs(sub, err) < 0)
 		return -1;
 
+	/* The image first, never older than the entry (image.c, step 1): one
+	 * that cannot be written is removed, the entry is read instead. */
+	if (image_path(dir, m->key, ipath, sizeof ipath, err) < 0)
+		return -1;
+	if (ca_image_store(m, ipath, &ignored) < 0)
+		unlink(ipath);
 	if (module_to_msgs(m, &x, err) < 0)
 		return -1;
 	if (check_loadable(&x.e, err) < 0) {
@@ -758,7 +778,7 @@ int ca_repo_store(const ca_module *m, const char *dir, char *path_out,
 	put_le32(buf + 8, REPO_HDR_VERSION);
 	put_le32(buf + 12, (uint32_t)crc32_z(0, buf + REPO_HDR_SIZE, plen));
 	put_le64(buf + 16, plen);
-	rc = write_atomic(path, buf, REPO_HDR_SIZE + plen, err);
+	rc = ca_repo_write_atomic(path, buf, REPO_HDR_SIZE + plen, err);
 	free(buf);
 	if (rc < 0)
 		return -1;
@@ -1562,11 +1582,20 @@ static int load_calls(int fd, size_t size, const char *key, ca_module **out, sp_
 
 int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err *err)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], why[200] = "";
+	struct stat st;
 	size_t size;
 	int fd, rc;
 
 	*out = NULL;
+	/* The image only beside its entry: an entry removed takes it along. */
+	if (check_key(key, err) < 0 || resolve_dir(&dir, err) < 0 ||
+	    entry_path(dir, key, path, sizeof path, err) < 0)
+		return -1;
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+	    image_path(dir, key, path, sizeof path, err) == 0 &&
+	    ca_image_map(path, key, out, why, sizeof why) == 0)
+		return 0;
 	rc = open_entry(dir, key, path, sizeof path, &fd, &size, err);
 	if (rc != 0)
 		return rc;
@@ -1575,6 +1604,36 @@ int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err
 	if (rc < 0)
 		return sp_failctx(err, "repository entry %s", path);
 	return 0;
+}
+
+int ca_repo_code_matches(const char *dir, const char *key, const char *path, sp_err *err)
+{
+	uint64_t id[CA_FILE_ID_N];
+	ca_module *m = NULL;
+	sp_err ignored;
+	int rc;
+
+	char ipath[PATH_MAX];
+	struct stat st;
+
+	if (ca_repo_load_calls(dir, key, &m, err) != 0)
+		return 0;
+	rc = ca_code_matches_id(m, path, id, err);
+	/* A module read from its entry, without an image: made now. */
+	if (rc == 1 && !m->mapped && resolve_dir(&dir, &ignored) == 0 &&
+	    image_path(dir, key, ipath, sizeof ipath, &ignored) == 0 && lstat(ipath, &st) != 0)
+		rc = 2;
+	ca_module_free(m);
+	if (rc != 2)
+		return rc;
+	/* The whole entry, to store it again with the identity (and its
+	 * image): a failure here costs the next check a hash, nothing else. */
+	if (ca_repo_load(dir, key, &m, &ignored) == 0) {
+		memcpy(m->file_id, id, sizeof id);
+		ca_repo_store(m, dir, NULL, 0, &ignored);
+		ca_module_free(m);
+	}
+	return 1;
 }
 
 /* ------------------------------------------------------------------------ */

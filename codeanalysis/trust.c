@@ -148,8 +148,16 @@ void ca_file_id(const struct stat *st, uint64_t id[CA_FILE_ID_N])
  */
 int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err)
 {
-	static const uint64_t unknown[CA_FILE_ID_N];
 	uint64_t id[CA_FILE_ID_N];
+	int rc = ca_code_matches_id(m, path, id, err);
+
+	return rc == 2 ? 1 : rc;
+}
+
+int ca_code_matches_id(const ca_module *m, const char *path, uint64_t id[CA_FILE_ID_N],
+		       sp_err *err)
+{
+	static const uint64_t unknown[CA_FILE_ID_N];
 	uint8_t h[32];
 	struct stat st;
 	int fd = sp_open_regular(path, 0), rc;
@@ -162,7 +170,8 @@ int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err)
 		return rc;
 	}
 	ca_file_id(&st, id);
-	if (memcmp(m->file_id, unknown, sizeof id) != 0 && memcmp(m->file_id, id, sizeof id) == 0) {
+	if (memcmp(m->file_id, unknown, sizeof m->file_id) != 0 &&
+	    memcmp(m->file_id, id, sizeof m->file_id) == 0) {
 		close(fd);
 		return 1;
 	}
@@ -170,7 +179,7 @@ int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err)
 	close(fd);
 	if (rc < 0)
 		return -1;
-	return memcmp(h, m->code_sha256, sizeof h) == 0;
+	return memcmp(h, m->code_sha256, sizeof h) == 0 ? 2 : 0;
 }
 
 void ca_site_spans(const ca_site *s, uint64_t addr[2], unsigned len[2])

@@ -52,6 +52,39 @@ uint64_t sp_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t rdtsc(void)
+{
+	uint32_t lo, hi;
+
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return (uint64_t)hi << 32 | lo;
+}
+
+static uint64_t tsc0, mono0, tsc_hz;
+
+void sp_tsc_hz_start(void)
+{
+	if (!mono0) {
+		mono0 = sp_now_ns();
+		tsc0 = rdtsc();
+	}
+}
+
+uint64_t sp_tsc_hz(void)
+{
+	uint64_t t1, m1;
+
+	if (tsc_hz)
+		return tsc_hz;
+	sp_tsc_hz_start();
+	do {
+		m1 = sp_now_ns();
+	} while (m1 - mono0 < 2000000);
+	t1 = rdtsc();
+	tsc_hz = (uint64_t)((double)(t1 - tsc0) * 1e9 / (double)(m1 - mono0));
+	return tsc_hz;
+}
+
 int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize)
 {
 	size_t ncap;

@@ -29,6 +29,29 @@ int sp_failctx(sp_err *err, const char *fmt, ...) __attribute__((format(printf, 
 /* Nanoseconds of CLOCK_MONOTONIC. */
 uint64_t sp_now_ns(void);
 
+/*
+ * The time-stamp counter's rate, in ticks per second, measured once per
+ * process: between sp_tsc_hz_start's reading (the first call of either
+ * does it) and the first sp_tsc_hz, at least 2 ms apart -- sp_tsc_hz waits
+ * for what is missing.  sptrace hands it to every agent it starts, which
+ * then need not spend 2 ms measuring it (the counter ticks at one rate in
+ * every process of a machine: constant_tsc).  0 if the clock failed.
+ */
+void sp_tsc_hz_start(void);
+uint64_t sp_tsc_hz(void);
+
+/*
+ * Where the agent's descriptors go in a process whose soft RLIMIT_NOFILE is
+ * `nofile`: 7/8 of it, at most 896 -- above what a program opens first,
+ * below FD_SETSIZE, and without growing the kernel's descriptor table past
+ * 1024 entries (agent/fds.c; the injector grows the table there first:
+ * injector/inject.c).
+ */
+static inline int sp_agent_fd_base(unsigned long long nofile)
+{
+	return (int)((nofile < 1024 ? nofile : 1024) * 7 / 8);
+}
+
 /* Growable array helper: ensure room for `need` elements of `elsize` bytes. */
 int sp_grow(void **arr, size_t *cap, size_t need, size_t elsize);
 
@@ -40,6 +63,16 @@ int sp_write_all(int fd, const void *buf, size_t n);
 int sp_read_all(int fd, void *buf, size_t n);
 /* All n bytes at offset off (pread), the same way. */
 int sp_pread_all(int fd, void *buf, size_t n, uint64_t off);
+
+/*
+ * The IP option that marks a traced UDP datagram (ipmark.c; the protocol:
+ * agent/propagate.c, points 12 to 14): Record Route, full, carrying "SPTR"
+ * and a sequence number, SP_IPMARK_LEN bytes with its end.  _find: 1 and
+ * *seq when options p (n bytes, as IP_RECVOPTS gives them) carry it.
+ */
+#define SP_IPMARK_LEN 12
+void sp_ipmark_build(uint8_t o[SP_IPMARK_LEN], uint32_t seq);
+int sp_ipmark_find(const uint8_t *p, size_t n, uint32_t *seq);
 
 /*
  * THE TRUST RULES.  sptrace runs as root on hosts where other users run

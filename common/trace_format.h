@@ -60,6 +60,7 @@
 #define TRACE_FORMAT_H
 
 #include <stdint.h>
+#include <string.h>
 
 #define TRACE_RING_MAGIC 0x31474e4952505354ull /* "TSPRING1" little-endian */
 #define TRACE_FORMAT_VERSION 2
@@ -119,7 +120,80 @@ enum trace_event {
 	TRACE_EV_MSG_DATA = 12,
 	TRACE_EV_AGENT_BEGIN = 13, /* the agent's own work on this thread: see below */
 	TRACE_EV_AGENT_END = 14,
+	TRACE_EV_VALUE = 15,     /* a join directive's value: see below */
+	TRACE_EV_BUDGET = 16,    /* overhead budget events: see below */
+	TRACE_EV_COUNT = 17,
+	TRACE_EV_COUNT_DATA = 18,
 };
+
+/*
+ * Values (join directives, `sptrace run --join`): the agent records an
+ * integer argument of a named function at its call's entry (FUNC:entry:argN,
+ * the SysV register of argument N, 1..6), or its return value (FUNC:exit:ret,
+ * rax), in one TRACE_EVENT record written right after the call's ENTRY, or
+ * right before its EXIT (agent/x86_64/emit.c).  One record, so that it
+ * takes one slot like any other: its id field is not a bare event id.
+ *
+ *   id bits 0..7    TRACE_EV_VALUE
+ *   id bits 8..10   the argument: 1..6, or 0 for the return value
+ *   id bits 11..23  value bits 38..50
+ *   timestamp bits  value bits 0..37
+ *
+ * The value is bits 0..50, sign-extended from bit 50: pointers of user
+ * space and integers in [-2^50, 2^50) come back exact; others lose their
+ * bits 51..63 (equal values still compare equal).  An argument's time is
+ * the record before's (its call's ENTRY), a return value's the EXIT's after
+ * it (a SYNC may come between).  Readers take a record whose id's low 8
+ * bits are TRACE_EV_VALUE as a value (trace_value_unpack).
+ */
+#define TRACE_VALUE_BITS 51
+
+/* A join directive (meta's "join" lines, `--join`): "FUNC:entry:argN" (N
+ * 1..6), "FUNC:exit:ret" or "FUNC:scope"; FUNC as replay names it (it may
+ * hold "::": the fields are taken from the right).  Returns the kind and
+ * sets *name_len (FUNC's length) and *arg (N; 0 for the others), or -1
+ * when the directive is malformed. */
+enum trace_join_kind { TRACE_JOIN_ENTRY = 1, TRACE_JOIN_EXIT, TRACE_JOIN_SCOPE };
+
+static inline int trace_join_parse(const char *d, unsigned long *name_len, unsigned *arg)
+{
+	static const char scope[] = ":scope", ret[] = ":exit:ret", entry[] = ":entry:arg";
+	unsigned long n = strlen(d);
+
+	*arg = 0;
+	if (n > 6 && strcmp(d + n - 6, scope) == 0) {
+		*name_len = n - 6;
+		return TRACE_JOIN_SCOPE;
+	}
+	if (n > 9 && strcmp(d + n - 9, ret) == 0) {
+		*name_len = n - 9;
+		return TRACE_JOIN_EXIT;
+	}
+	if (n > 11 && strncmp(d + n - 11, entry, 10) == 0 && d[n - 1] >= '1' && d[n - 1] <= '6') {
+		*name_len = n - 11;
+		*arg = (unsigned)(d[n - 1] - '0');
+		return TRACE_JOIN_ENTRY;
+	}
+	return -1;
+}
+
+static inline uint32_t trace_value_id(unsigned arg, uint64_t value)
+{
+	return TRACE_EV_VALUE | (arg & 7) << 8 | (uint32_t)((value >> 38) & 0x1fff) << 11;
+}
+
+static inline int trace_event_is_value(uint32_t id)
+{
+	return (id & 0xff) == TRACE_EV_VALUE;
+}
+
+static inline int64_t trace_value_unpack(uint32_t id, uint64_t payload, unsigned *arg)
+{
+	uint64_t v = (payload & ((1ull << 38) - 1)) | (uint64_t)((id >> 11) & 0x1fff) << 38;
+
+	*arg = (id >> 8) & 7;
+	return (int64_t)(v << (64 - TRACE_VALUE_BITS)) >> (64 - TRACE_VALUE_BITS);
+}
 
 /*
  * The agent's own time: a thread that reaches a function not instrumented
@@ -154,6 +228,46 @@ enum trace_event {
 static inline int trace_event_has_key(uint32_t ev)
 {
 	return ev == TRACE_EV_CTX_SAVE || ev == TRACE_EV_CTX_LOAD || ev == TRACE_EV_CTX_NEW;
+}
+
+/*
+ * The overhead budget (`sptrace run --budget PERCENT`, agent/budget.c).
+ * The agent may demote a site whose calls are short and frequent from
+ * timing (an ENTRY and an EXIT per call) to counting (a per-thread counter,
+ * no record), and promote it back.  Like the context events these carry a
+ * 38-bit payload in place of the timestamp; their time is that of the
+ * record before.
+ *
+ *   BUDGET p       from here on (in every thread of the process) the calls
+ *                  through site trace_budget_site(p) are
+ *                  trace_budget_mode(p): TRACE_BUDGET_COUNTED or, promoted
+ *                  back, TRACE_BUDGET_TIMED.  Written into the ring of the
+ *                  thread that decided.
+ *   COUNT site     followed by one COUNT_DATA n, the pair taken at once:
+ *                  n more calls through `site` were made by this thread
+ *                  without records since its last COUNT of that site.  A
+ *                  thread writes its counts now and then (when its file moves
+ *                  on a chunk), when it ends and when the trace ends; a
+ *                  process killed in between loses its unwritten counts.
+ *
+ * 1 counted call in 256 of a thread is timed instead (a sample: its ENTRY and EXIT
+ * are written as usual and not counted): a sampled call of 1 us or more
+ * promotes the site back.  So the calls through a site are its ENTRY
+ * records plus its COUNT records' sums, exactly.
+ */
+enum { TRACE_BUDGET_TIMED = 0, TRACE_BUDGET_COUNTED = 1 };
+
+static inline uint64_t trace_budget_pack(uint32_t site, unsigned mode)
+{
+	return (uint64_t)(site & TRACE_ID_MAX) | (uint64_t)(mode & 3) << TRACE_ID_BITS;
+}
+
+static inline uint32_t trace_budget_site(uint64_t p) { return (uint32_t)(p & TRACE_ID_MAX); }
+static inline unsigned trace_budget_mode(uint64_t p) { return (unsigned)(p >> TRACE_ID_BITS) & 3; }
+
+static inline int trace_event_is_budget(uint32_t ev)
+{
+	return ev == TRACE_EV_BUDGET || ev == TRACE_EV_COUNT || ev == TRACE_EV_COUNT_DATA;
 }
 
 static inline int trace_event_is_msg(uint32_t ev)
@@ -467,12 +581,23 @@ _Static_assert(sizeof(trace_kernel_rec) == 16, "kernel record size");
 #define TRACE_META_SESSION "session"   /* NAME: the propagation session (spdaemon keeps the
                                           * traces it injected for it under
                                           * STATE/sessions/NAME) */
-#define TRACE_META_PROPAGATED "propagated" /* TSC KIND SRC DST offset N host NAME targets K:
-                                          * a traced send asked the daemon of NAME to follow
-                                          * the channel; K processes got the agent */
-#define TRACE_META_EXPECT "expect"     /* tcp SRC SPORT DST DPORT OFFSET|-: spdaemon asked
+#define TRACE_META_PROPAGATED "propagated" /* TSC KIND SRC DST offset N host NAME targets K
+                                          * [mark oob]: a traced send asked the daemon of
+                                          * NAME to follow the channel; K processes got the
+                                          * agent; "mark oob": an urgent byte went first */
+#define TRACE_META_EXPECT "expect"     /* tcp SRC SPORT DST DPORT OFFSET|- [oob]: spdaemon asked
                                           * this agent to start at the receive of a traced
                                           * send (agent/propagate.c) */
+#define TRACE_META_JOIN "join"         /* DIRECTIVE: a join directive the agent was given
+                                          * (FUNC:entry:argN, FUNC:exit:ret: it records their
+                                          * values; FUNC:scope), read by analysis/flows.c */
+#define TRACE_META_MARK "mark"         /* oob|offset LINE: how this agent awaits the receive
+                                          * of TRACE_META_EXPECT's LINE (written before it;
+                                          * agent/propagate.c, point 9) */
+#define TRACE_META_MATCHED "matched"   /* KIND SRC -> DST (or KIND INODE) by HOW: the awaited
+                                          * receive of a TRACE_META_EXPECT line was found, by
+                                          * HOW: offset, oob, ipopt, hash, ... (the words of
+                                          * agent/propagate.c); `sptrace replay` prints it */
 #define TRACE_META_TSC1 "tsc1"           /* TSC at the end of the trace */
 #define TRACE_META_MONO1 "mono1_ns"      /* CLOCK_MONOTONIC then */
 

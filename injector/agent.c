@@ -8,7 +8,10 @@
  *      exists, and the agent is told which (trapblocked=), to keep their
  *      belief that it is blocked (agent/signals.c).
  *   2. The agent's configuration -- one "key=value" line each: dir, on,
- *      ring, repo, threads, prepared, trapblocked -- is the argument of its
+ *      ring, repo, threads, prepared, session, wait, expect, tsc_hz (this
+ *      process's measure of the counter's rate, sp.h: the agent need not
+ *      spend 2 ms measuring it), a join line per join directive,
+ *      trapblocked -- is the argument of its
  *      entry function sptrace_agent_attach (agent/main.c).
  *   3. inj_load loads it (inject.c).  If that fails and the agent is not
  *      still starting, no agent will place a breakpoint: the masks are put
@@ -35,7 +38,7 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 {
 	static __thread inj_trap_thread traps[MAX_TRAP_THREADS];
 	size_t len = 4096 + MAX_TRAP_THREADS * 32, at = 0;
-	char *config;
+	char *config, hz[24];
 	inj_opts o = { .so_path = a->so_path, .entry = "sptrace_agent_attach",
 		       .timeout = a->timeout > 0 ? a->timeout : 120, .safe_wait = 3 };
 	int ntraps = 0, rc;
@@ -43,7 +46,7 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 	memset(r, 0, sizeof *r);
 	if (strlen(a->dir) + (a->repo ? strlen(a->repo) : 0) +
 	    (a->prepared ? strlen(a->prepared) : 0) + (a->expect ? strlen(a->expect) : 0) +
-	    (a->session ? strlen(a->session) : 0) > 3000)
+	    (a->session ? strlen(a->session) : 0) > 3000 || a->njoin > 16)
 		return sp_fail(err, "pid %d: the agent's paths are too long", (int)pid);
 	if (!(config = malloc(len)))
 		return sp_fail(err, "out of memory");
@@ -54,12 +57,18 @@ int inj_attach_agent(pid_t pid, const inj_agent *a, inj_result *r, sp_err *err)
 	at = put(config, len, at, "dir", a->dir);
 	at = put(config, len, at, "on", a->on);
 	at = put(config, len, at, "ring", a->ring);
+	at = put(config, len, at, "budget", a->budget);
 	at = put(config, len, at, "repo", a->repo);
 	at = put(config, len, at, "threads", a->threads);
 	at = put(config, len, at, "prepared", a->prepared);
 	at = put(config, len, at, "session", a->session);
 	at = put(config, len, at, "wait", a->wait);
+	at = put(config, len, at, "mark", a->mark);
 	at = put(config, len, at, "expect", a->expect);
+	snprintf(hz, sizeof hz, "%llu", (unsigned long long)sp_tsc_hz());
+	at = put(config, len, at, "tsc_hz", hz);
+	for (size_t i = 0; i < a->njoin; i++)
+		at = put(config, len, at, "join", a->join[i]);
 	if (ntraps)
 		at += (size_t)snprintf(config + at, len - at, "trapblocked=");
 	for (int i = 0; i < ntraps && at < len; i++)

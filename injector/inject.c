@@ -716,6 +716,44 @@ static int wait_stopped(tgt *t, int *st, sp_err *err)
 	}
 }
 
+static int rsyscall(tgt *t, long nr, const uint64_t *a, int n, uint64_t *ret, sp_err *err);
+
+/*
+ * The agent moves its descriptors high (sp_agent_fd_base), which grows the
+ * kernel's descriptor table of a program that has a small one.  Growing it
+ * waits for an RCU grace period when the table is shared -- as it is once
+ * the agent's thread runs: 10-20 ms of the agent's start, seen.  While the
+ * target has one thread, and it is stopped here, the table grows at no such
+ * cost: a descriptor duplicated at the base and closed at once.  (A target
+ * with threads of its own pays the grace period in the agent, as before.)
+ */
+static void grow_fd_table(tgt *t, uint64_t fd)
+{
+	char v[64], path[64], line[256];
+	unsigned long long soft = 1024;
+	uint64_t nfd, ignored;
+	sp_err e;
+	FILE *f;
+
+	if (status_field(t->pid, "Threads", v, sizeof v) != 0 || atoi(v) != 1)
+		return;
+	snprintf(path, sizeof path, "/proc/%d/limits", (int)t->pid);
+	if ((f = fopen(path, "re"))) {
+		while (fgets(line, sizeof line, f))
+			if (strncmp(line, "Max open files", 14) == 0 &&
+			    !(soft = strtoull(line + 14, NULL, 10)))
+				soft = 1024;            /* "unlimited" */
+		fclose(f);
+	}
+	uint64_t a_dup[3] = { fd, F_DUPFD_CLOEXEC, (uint64_t)sp_agent_fd_base(soft) };
+
+	if (rsyscall(t, SYS_fcntl, a_dup, 3, &nfd, &e) == 0 && (int64_t)nfd >= 0) {
+		uint64_t a_close[1] = { nfd };
+
+		rsyscall(t, SYS_close, a_close, 1, &ignored, &e);
+	}
+}
+
 /*
  * A system call made by the stopped thread itself, on its own syscall
  * instruction (at rip - 2: safe_point checked it), with no stack: how the
@@ -923,7 +961,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 	if (inj_check(pid, err) || find_libc(pid, &base, &lo, &hi, libc_file, sizeof libc_file) ||
 	    resolve_syms(pid, base, libc_file, &s, err))
 		return -1;
-	if (strlen(o->entry) >= 64 || strlen(o->arg) >= DATA_SIZE - D_ARG)
+	if (strlen(o->entry) >= 64 || strlen(o->arg) + 32 >= DATA_SIZE - D_ARG)
 		return sp_fail(err, "injector: entry name or argument too long");
 	snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
 	t.mem = open(path, O_RDWR | O_CLOEXEC);
@@ -988,6 +1026,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		uint64_t a_code[6] = { 0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
 				       (uint64_t)-1, 0 };
 		static const char memfd_name[] = "sptrace-agent";
+		char stopped[32];
 		uint64_t stack = 0, argp;
 		uint8_t block[256];
 
@@ -1024,6 +1063,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 			sp_fail(err, "pid %d: memfd_create in the target failed", (int)pid);
 			goto release;
 		}
+		grow_fd_table(&t, fd);
 		snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, (int)fd);
 		if (copy_file_to(o->so_path, path, err, pid))
 			goto release;
@@ -1038,10 +1078,16 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		memcpy(block + 48, &fd, 8);
 		memcpy(block + D_DLCLOSE, &s.dlclose, 8);
 		memcpy(block + D_ARGP, &argp, 8);
+		/* The argument says which thread we stopped, in a system call it
+		 * goes back into after us (the agent waits for it there before
+		 * it looks for threads blocked in a receive: agent/activate.c). */
+		snprintf(stopped, sizeof stopped, "%sstopped=%d\n",
+			 o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "", (int)t.tid);
 		snprintf((char *)block + D_PATH, 64, "/proc/self/fd/%d", (int)fd);
 		snprintf((char *)block + D_ENTRY, 64, "%s", o->entry);
 		if (mem_write(&t, data, block, sizeof block) ||
-		    mem_write(&t, data + D_ARG, o->arg, strlen(o->arg) + 1)) {
+		    mem_write(&t, data + D_ARG, o->arg, strlen(o->arg)) ||
+		    mem_write(&t, data + D_ARG + strlen(o->arg), stopped, strlen(stopped) + 1)) {
 			sp_fail(err, "pid %d: cannot write into its memory: %s", (int)pid, strerror(errno));
 			goto release;
 		}

@@ -74,13 +74,17 @@ typedef struct inj_agent {
 	const char *dir;         /* the trace directory (absolute, made) */
 	const char *on;          /* the activation event, as the agent reads it */
 	const char *ring;        /* ring bytes, or NULL */
+	const char *budget;      /* the overhead budget in percent, or NULL */
 	const char *repo;        /* SPTRACE_REPO to use, or NULL */
 	const char *threads;     /* "event", "all", or NULL */
 	const char *prepared;    /* a repository analysed for it, or NULL */
 	const char *session;     /* spdaemon: the propagation session, or NULL */
 	const char *wait;        /* ... milliseconds a traced send waits, or NULL */
+	const char *mark;        /* ... "offset" or "oob": how its TCP sends are marked */
 	const char *expect;      /* ... the receive to start at, or NULL
 	                          * (agent/propagate.c) */
+	const char *const *join; /* join directives (trace_format.h, "Values") */
+	size_t njoin;
 	double timeout;          /* seconds; 0: 120 */
 } inj_agent;
 

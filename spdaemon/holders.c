@@ -337,8 +337,10 @@ static int diag_channel(const spd_channel *ch, uint64_t *inodes, size_t max, siz
 }
 
 /* Rule 3, a UNIX connection not accepted yet: the listening socket bound
- * to `path` ('@': abstract), from /proc/net/unix of this namespace. */
-static int unix_listener(const char *path, uint64_t *inodes, size_t max, size_t *n, sp_err *err)
+ * to `path` ('@': abstract), from /proc/net/unix of this namespace; with
+ * `dgram`, the datagram socket bound there. */
+static int unix_listener(const char *path, bool dgram, uint64_t *inodes, size_t max, size_t *n,
+			 sp_err *err)
 {
 	char line[512], name[300];
 	unsigned long long inode;
@@ -355,7 +357,8 @@ static int unix_listener(const char *path, uint64_t *inodes, size_t max, size_t 
 		name[0] = '\0';
 		/* Num RefCount Protocol Flags Type St Inode Path */
 		if (sscanf(line, "%*s %*s %*s %x %x %x %llu %299s", &flags, &type, &state, &inode,
-			   name) < 4 || !(flags & 0x10000) || strcmp(name, path) != 0)
+			   name) < 4 || (dgram ? type != SOCK_DGRAM : !(flags & 0x10000)) ||
+		    strcmp(name, path) != 0)
 			continue;            /* 0x10000: __SO_ACCEPTCON, a listener */
 		if (add_inode(inode, inodes, max, n)) {
 			fclose(f);
@@ -379,9 +382,11 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
 	if (ch->kind == SPD_CH_UNIX && !ch->inode && ch->path[0]) {
 		if (listener)
 			*listener = true;
-		return unix_listener(ch->path, inodes, max, n, err);
+		return unix_listener(ch->path, false, inodes, max, n, err);
 	}
-	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
+	if (ch->kind == SPD_CH_UNIX_DGRAM && !ch->inode && ch->path[0])
+		return unix_listener(ch->path, true, inodes, max, n, err);
+	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX || ch->kind == SPD_CH_UNIX_DGRAM) {
 		if (!ch->inode)
 			return sp_fail(err, "a pipe or UNIX socket channel without an inode");
 		return add_inode(ch->inode, inodes, max, n);

@@ -63,6 +63,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <ifaddrs.h>
 #include <arpa/inet.h>
@@ -106,9 +107,15 @@ static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, 
 		ch->src_inode = q->channel->src_inode;
 		return 0;
 	}
-	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX)
+	if (ch->kind == SPD_CH_UNIX_DGRAM && !ch->inode && q->channel->path &&
+	    q->channel->path[0] && strlen(q->channel->path) < sizeof ch->path) {
+		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path);
+		return 0;
+	}
+	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX || ch->kind == SPD_CH_UNIX_DGRAM)
 		return ch->inode ? 0 : sp_fail(err, "a pipe or UNIX channel without its inode (or, "
-					       "not accepted yet, its listener's path)");
+					       "not accepted yet, its listener's path; a datagram's "
+					       "path)");
 	if (ch->kind != SPD_CH_TCP && ch->kind != SPD_CH_UDP)
 		return sp_fail(err, "a channel of unknown kind %d", (int)q->channel->kind);
 	const Sptrace__Spd__Endpoint *e[2] = { q->channel->src, q->channel->dst };
@@ -214,9 +221,13 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
  * (agent/propagate.c, point 5): "tcp SRC SPORT DST DPORT OFFSET|-", "udp
  * SRC SPORT DST DPORT HASH|-" (the datagram's content hash, hexadecimal),
  * "pipe INODE", "unix INODE" (the receiving socket's), "unixfrom INODE" (a
- * connection not accepted yet: the socket whose peer is INODE). */
-static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, char *out,
-			size_t len)
+ * connection not accepted yet: the socket whose peer is INODE), "unixdgram
+ * INODE HASH|-" (a UNIX datagram to socket INODE, by its content hash).  A TCP
+ * line ends in " oob" when the sender would mark the send by an urgent
+ * byte (point 9); a UDP line in " ipopt SEQ" when the datagram would carry
+ * the IP option SEQ (point 13: `ipopt`, the probe said options arrive). */
+static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, bool ipopt,
+			char *out, size_t len)
 {
 	char s[INET6_ADDRSTRLEN], t[INET6_ADDRSTRLEN], off[24] = "-";
 
@@ -230,6 +241,13 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 			 (unsigned long long)ch->inode);
 		return;
 	}
+	if (ch->kind == SPD_CH_UNIX_DGRAM) {
+		if (q->at_offset)
+			snprintf(off, sizeof off, "%llx", (unsigned long long)q->offset);
+		if (ch->inode)
+			snprintf(out, len, "unixdgram %llu %s", (unsigned long long)ch->inode, off);
+		return;
+	}
 	if (ch->kind != SPD_CH_TCP && ch->kind != SPD_CH_UDP)
 		return;
 	inet_ntop(ch->src.family, ch->src.addr, s, sizeof s);
@@ -237,8 +255,11 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 	if (q->at_offset)
 		snprintf(off, sizeof off, ch->kind == SPD_CH_TCP ? "%llu" : "%llx",
 			 (unsigned long long)q->offset);
-	snprintf(out, len, "%s %s %u %s %u %s", ch->kind == SPD_CH_TCP ? "tcp" : "udp", s,
-		 ch->src.port, t, ch->dst.port, off);
+	snprintf(out, len, "%s %s %u %s %u %s%s", ch->kind == SPD_CH_TCP ? "tcp" : "udp", s,
+		 ch->src.port, t, ch->dst.port, off,
+		 ch->kind == SPD_CH_TCP && q->mark && strcmp(q->mark, "oob") == 0 ? " oob" : "");
+	if (ipopt)
+		snprintf(out + strlen(out), len - strlen(out), " ipopt %u", q->mark_seq);
 }
 
 static unsigned long long start_time(pid_t pid)
@@ -354,14 +375,58 @@ static void remember(spd_daemon *d, pid_t pid, uid_t uid, const char *session, c
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* Step 4: `expect LINE` into the agent's FIFO, then wait for its meta to
- * say "expect LINE".  0, or -1 and *why. */
-static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *why, size_t len)
+/* Does the end of the meta in directory dfd say `want` (waiting up to
+ * `tries` ms for it)?  With `also`: and that too, once it does. */
+static bool meta_says(int dfd, const char *want, const char *also, int tries)
 {
-	char want[256], buf[65536];
+	char buf[65536];
 	struct stat st;
-	int dfd;
 	ssize_t n;
+
+	for (int i = 0; i < tries; i++) {
+		int mfd = openat(dfd, "meta", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+		if (mfd >= 0 && fstat(mfd, &st) == 0 && S_ISREG(st.st_mode)) {
+			off_t from = st.st_size > (off_t)sizeof buf - 1 ? st.st_size - (off_t)sizeof buf + 1
+				     : 0;
+
+			n = pread(mfd, buf, sizeof buf - 1, from);
+			buf[n > 0 ? n : 0] = '\0';
+			close(mfd);
+			if (strstr(buf, want))
+				return !also || strstr(buf, also);
+		} else if (mfd >= 0) {
+			close(mfd);
+		}
+		usleep(1000);
+	}
+	return false;
+}
+
+/* Points 9 and 13 of agent/propagate.c: did the agent in `dir`, told to
+ * expect LINE, take the mark ("mark WORD LINE" in its meta: oob, ipopt)? */
+static bool takes_mark(const char *dir, const char *line, const char *word)
+{
+	char want[300], also[320];
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	bool yes;
+
+	if (dfd < 0)
+		return false;
+	snprintf(want, sizeof want, "expect %s\n", line);
+	snprintf(also, sizeof also, "mark %s %s\n", word, line);
+	yes = meta_says(dfd, want, also, 1000);
+	close(dfd);
+	return yes;
+}
+
+/* Step 4: `expect LINE` into the agent's FIFO, then wait for its meta to
+ * say "expect LINE".  0, or -1 and *why.  (Not inlined: gcc cannot see that
+ * the caller's dir and why, parts of one allocation, do not overlap.) */
+static __attribute__((noinline)) int tell_to_follow(const char *dir, uid_t uid, const char *line, char *why, size_t len)
+{
+	char want[256];
+	int dfd;
 
 	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
 		snprintf(why, len, "%s: %s", dir, strerror(errno));
@@ -375,24 +440,9 @@ static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *wh
 		close(dfd);
 		return -1;
 	}
-	for (int tries = 0; tries < 1000; tries++) {
-		int mfd = openat(dfd, "meta", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-
-		if (mfd >= 0 && fstat(mfd, &st) == 0 && S_ISREG(st.st_mode)) {
-			off_t from = st.st_size > (off_t)sizeof buf - 1 ? st.st_size - (off_t)sizeof buf + 1
-				     : 0;
-
-			n = pread(mfd, buf, sizeof buf - 1, from);
-			buf[n > 0 ? n : 0] = '\0';
-			close(mfd);
-			if (strstr(buf, want)) {
-				close(dfd);
-				return 0;
-			}
-		} else if (mfd >= 0) {
-			close(mfd);
-		}
-		usleep(1000);
+	if (meta_says(dfd, want, NULL, 1000)) {
+		close(dfd);
+		return 0;
 	}
 	snprintf(why, len, "the agent did not take the receive to follow within a second");
 	close(dfd);
@@ -448,7 +498,7 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 	inj_agent a = { .so_path = d->agent, .dir = dir, .on = expect ? "recv" : on,
 			.threads = "event", .prepared = ca_repo_default_dir(), .timeout = 60,
 			.session = expect ? q->session : NULL, .wait = expect && q->wait_ms ? wait : NULL,
-			.expect = expect };
+			.mark = expect && q->mark && *q->mark ? q->mark : NULL, .expect = expect };
 
 	if (inj_attach_agent(pid, &a, &r, &err) != 0) {
 		snprintf(why, whylen, "%s", err.msg);
@@ -616,6 +666,130 @@ static void kept_put(const char *host, spd_conn *c)
 
 /* The request, as it is, to the daemon of the channel's destination; its
  * answer back to the requester under the requester's id. */
+/*
+ * The probe (agent/propagate.c, point 12): whether IP options cross the
+ * network from the requester's host to this one, before a program's
+ * datagram carries one.
+ *
+ *  1. The daemon that forwards a follow request for a UDP datagram marked
+ *     by an IP option (mark "oob", mark_seq, IPv4) first sends the other
+ *     host's daemon, at its UDP port (the same number as its TLS port), a
+ *     datagram "sptrace probe SEQ" carrying the option with SEQ, from its
+ *     own socket: the way the program's datagram will go.
+ *  2. The other daemon reads its UDP port (IP_RECVOPTS) when the request
+ *     comes, keeping the last SPD_PROBES probes seen, and waits for SEQ at
+ *     most PROBE_WAIT_MS: the option is used only if SEQ came and came with
+ *     it.  Else the expectation names no option, its agents match by content
+ *     hash, and the log says why.
+ *  3. A request from this host for a datagram to this host needs no probe.
+ *
+ * A forged probe can only make a datagram carry the option where it does
+ * not arrive; its receivers then match it by content hash.
+ */
+#define SPD_PROBES 64
+#define PROBE_WAIT_MS 300
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint32_t seq;
+	int opts;
+} probes[SPD_PROBES];
+static unsigned nprobes;
+
+static bool wants_ipopt(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch)
+{
+	return q->follow && ch->kind == SPD_CH_UDP && q->mark && strcmp(q->mark, "oob") == 0 &&
+	       q->mark_seq && ch->dst.family == AF_INET;
+}
+
+/* Step 1. */
+static void probe_send(spd_daemon *d, const char *host, uint32_t seq)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)d->port) };
+	uint8_t o[SP_IPMARK_LEN];
+	char text[40];
+	int n = snprintf(text, sizeof text, "sptrace probe %u", seq);
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	sp_ipmark_build(o, seq);
+	if (fd < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
+	    setsockopt(fd, IPPROTO_IP, IP_OPTIONS, o, sizeof o) != 0 ||
+	    sendto(fd, text, (size_t)n, 0, (struct sockaddr *)&sa, sizeof sa) != n)
+		spd_log("the probe of IP options to %s:%d/udp was not sent: %s", host, d->port,
+			strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Step 2: 1 when probe seq came with its option, 0 without, -1 not yet. */
+static int probe_came(spd_daemon *d, uint32_t seq)
+{
+	double until = now_ms() + PROBE_WAIT_MS;
+	int found = -1;
+
+	if (d->probe_fd < 0)
+		return -1;
+	pthread_mutex_lock(&probe_lock);
+	for (;;) {
+		for (;;) {
+			char buf[64];
+			union {
+				struct cmsghdr h;
+				char b[CMSG_SPACE(40)];
+			} ctl;
+			struct iovec v = { buf, sizeof buf - 1 };
+			struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.b,
+					     .msg_controllen = sizeof ctl.b };
+			ssize_t n = recvmsg(d->probe_fd, &mh, MSG_DONTWAIT);
+			unsigned s;
+			uint32_t os;
+			int opts = 0;
+
+			if (n < 0)
+				break;
+			buf[n] = '\0';
+			if (sscanf(buf, "sptrace probe %u", &s) != 1 || !s)
+				continue;
+			for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+				if (cm->cmsg_level == IPPROTO_IP && (cm->cmsg_type == IP_RECVOPTS ||
+								     cm->cmsg_type == IP_OPTIONS) &&
+				    sp_ipmark_find(CMSG_DATA(cm), cm->cmsg_len - CMSG_LEN(0), &os) &&
+				    os == s)
+					opts = 1;
+			probes[nprobes % SPD_PROBES].seq = s;
+			probes[nprobes++ % SPD_PROBES].opts = opts;
+		}
+		for (int i = 0; i < SPD_PROBES && found < 0; i++)
+			if (probes[i].seq == seq)
+				found = probes[i].opts;
+		if (found >= 0 || now_ms() >= until)
+			break;
+		struct pollfd p = { .fd = d->probe_fd, .events = POLLIN };
+
+		poll(&p, 1, 20);
+	}
+	pthread_mutex_unlock(&probe_lock);
+	return found;
+}
+
+/* May this request's datagram carry the option (steps 2 and 3)? */
+static bool ipopt_ok(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectRequest *q,
+		     const spd_channel *ch)
+{
+	int came;
+
+	if (!wants_ipopt(q, ch))
+		return false;
+	if (!c->remote)
+		return true;
+	came = probe_came(d, q->mark_seq);
+	if (came != 1)
+		spd_log("%s: inject session %s: %s: the datagram is matched by its content hash",
+			c->peer, q->session, came == 0 ? "the probe of IP options came without them"
+			: d->probe_fd < 0 ? "no UDP port for probes of IP options"
+			: "no probe of IP options came within 300 ms");
+	return came == 1;
+}
+
 static void forward(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, const spd_channel *ch,
 		    sp_err *err)
 {
@@ -647,6 +821,8 @@ again:
 		return;
 	}
 	tc = now_ms() - t0;
+	if (wants_ipopt(req->inject, ch))
+		probe_send(d, host, req->inject->mark_seq);
 	if (spd_frame_write(&far, req, err) != 0) {
 		r = -2;                  /* nothing reached the other host */
 	} else {
@@ -770,8 +946,16 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		return;
 	}
 	expect[0] = '\0';
+	if (ch.kind == SPD_CH_UNIX_DGRAM && !ch.inode) {
+		/* the socket bound to the path the datagram went to */
+		uint64_t ino[2];
+		size_t ni = 0;
+
+		if (spd_channel_inodes(&ch, ino, 2, &ni, NULL, err) == 0 && ni == 1)
+			ch.inode = ino[0];
+	}
 	if (q->follow)
-		expect_line(q, &ch, expect, sizeof expect);
+		expect_line(q, &ch, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
 	targets = calloc(SPD_MAX_TARGETS, sizeof *targets);
 	tp = calloc(SPD_MAX_TARGETS, sizeof *tp);
 	strings = malloc(SPD_MAX_TARGETS * (dirlen + whylen));
@@ -808,9 +992,14 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 			th = now_ms();
 			inject_one(d, c, q, q->on && *q->on ? q->on : listener ? "accept" : "recv",
 				   expect[0] ? expect : NULL, pids[i], t, dir, dirlen, why, whylen);
-			spd_log("%s: inject session %s pid %d: %s%s%s%s", c->peer, q->session,
+			if ((t->injected || t->following) && strstr(expect, " oob"))
+				t->mark = (char *)(takes_mark(dir, expect, "oob") ? "oob" : "offset");
+			else if ((t->injected || t->following) && strstr(expect, " ipopt "))
+				t->mark = (char *)(takes_mark(dir, expect, "ipopt") ? "ipopt" : "hash");
+			spd_log("%s: inject session %s pid %d: %s%s%s%s%s%s", c->peer, q->session,
 				(int)pids[i], t->injected || t->following ? "" : "refused: ", why,
-				t->injected ? "; trace in " : "", t->injected ? dir : "");
+				t->injected ? "; trace in " : "", t->injected ? dir : "",
+				*t->mark ? "; mark " : "", t->mark);
 			inject_ms += now_ms() - th;
 			tp[ndone] = t;
 			done[ndone++] = pids[i];

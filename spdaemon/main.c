@@ -335,6 +335,25 @@ static int listen_local(void)
 	return 0;
 }
 
+/* UDP PORT, IPv4: the other hosts' probes of whether IP options arrive
+ * (inject.c, the probe).  Without it datagrams from other hosts are matched
+ * by their content hash, said once here. */
+static void listen_probes(void)
+{
+	struct sockaddr_in sa4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t)D.port) };
+	int one = 1;
+
+	D.probe_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (D.probe_fd >= 0 &&
+	    (setsockopt(D.probe_fd, IPPROTO_IP, IP_RECVOPTS, &one, sizeof one) != 0 ||
+	     bind(D.probe_fd, (struct sockaddr *)&sa4, sizeof sa4) != 0)) {
+		spd_log("no UDP port %d for the probes of IP options (%s): datagrams from other "
+			"hosts are matched by content hash", D.port, strerror(errno));
+		close(D.probe_fd);
+		D.probe_fd = -1;
+	}
+}
+
 /* TCP PORT on every address: IPv6 with IPv4 mapped, else IPv4 only. */
 static int listen_remote(void)
 {
@@ -362,6 +381,7 @@ static int listen_remote(void)
 bound:
 	if (listen(D.remote_fd, 64) != 0)
 		return fail("cannot listen on TCP port %d: %s", D.port, strerror(errno));
+	listen_probes();
 	return 0;
 }
 
@@ -528,13 +548,14 @@ int main(int argc, char **argv)
 	sp_err err;
 	int sigfd, rc;
 
-	D.log_fd = D.state_fd = D.local_fd = D.remote_fd = -1;
+	D.log_fd = D.state_fd = D.local_fd = D.remote_fd = D.probe_fd = -1;
 	if ((rc = parse_args(argc, argv)))
 		return rc;
 	if (spd_host_name_kind(D.name, &err) < 0)
 		return fail("--name: %s", err.msg);
 	if (!(D.tls = spd_tls_context(D.keys, D.name, 1, &err)))
 		return fail("%s", err.msg);
+	sp_tsc_hz();    /* measured once, before any inject waits for it (sp.h) */
 	if (find_agent() || open_state_dir() || listen_local() || listen_remote())
 		return 1;
 	if (!D.foreground && daemonize())

@@ -50,7 +50,7 @@ typedef struct spd_endpoint {
 } spd_endpoint;
 
 typedef enum spd_channel_kind {
-	SPD_CH_TCP, SPD_CH_UDP, SPD_CH_UNIX, SPD_CH_PIPE,
+	SPD_CH_TCP, SPD_CH_UDP, SPD_CH_UNIX, SPD_CH_PIPE, SPD_CH_UNIX_DGRAM,
 } spd_channel_kind;
 
 /* One direction of a channel: src sends, dst receives (TCP, UDP); pipes

@@ -25,6 +25,7 @@ typedef struct spd_daemon {
 	pthread_mutex_t lock;            /* guards tls_client and traced */
 	int state_fd, log_fd;            /* the state directory, spdaemon.log there */
 	int local_fd, remote_fd;         /* listening sockets */
+	int probe_fd;                    /* UDP, the probes of IP options (inject.c) */
 	struct timespec started;         /* CLOCK_MONOTONIC */
 	unsigned long long requests;     /* served (atomic) */
 	struct spd_traced *traced;       /* the processes it put the agent into

@@ -249,6 +249,74 @@ static void record_slow(buf *b, const ag_area_spec *s, const rec_fix *f)
 	record_slow_move(b, s, f);
 }
 
+/*
+ * A value record (trace_format.h, "Values"): argument `arg` (1..6) right
+ * after a call's ENTRY, or the return value (arg 0) right before its EXIT,
+ * the flags kept then as for the EXIT.  Like a record, with the value in
+ * place of the TSC: no SYNC needed, so no sync slow path; and no ring slow
+ * path either: the ENTRY just before made the thread's ring if it could,
+ * and without one it was skipped too (the agent runs on this thread), so
+ * the value is skipped with it.
+ *
+ *          <spills as a record>
+ *          mov %fs:ag_tls_ring,%r11; test %r11,%r11; je done
+ *          mov VALUE,%rax              the register, or its spill (rax, rdx)
+ *          mov %rax,%rdx; shl $26,%rax
+ *          shr $25,%rdx; and $(0x1fff << 13),%edx; or %rdx,%rax
+ *          or $(trace_value_id(arg, 0) << 2 | TRACE_EVENT),%rax
+ *          <take, store (move: as a record), restores as a record>
+ */
+static void record_value(buf *b, const ag_area_spec *s, unsigned arg, rec_fix *f)
+{
+	static const uint8_t from[7][5] = {
+		{ 0x48, 0x8b, 0x44, 0x24, 0xf0 },       /* ret: mov -16(%rsp),%rax */
+		{ 0x48, 0x89, 0xf8 },                   /* arg1: mov %rdi,%rax */
+		{ 0x48, 0x89, 0xf0 },                   /* arg2: mov %rsi,%rax */
+		{ 0x48, 0x8b, 0x44, 0x24, 0xe8 },       /* arg3: mov -24(%rsp),%rax */
+		{ 0x48, 0x89, 0xc8 },                   /* arg4: mov %rcx,%rax */
+		{ 0x4c, 0x89, 0xc0 },                   /* arg5: mov %r8,%rax */
+		{ 0x4c, 0x89, 0xc8 },                   /* arg6: mov %r9,%rax */
+	};
+	static const uint8_t pack[] = {
+		0x48, 0x89, 0xc2,                       /* mov %rax,%rdx */
+		0x48, 0xc1, 0xe0, TRACE_TSC_SHIFT,      /* shl $26,%rax */
+		0x48, 0xc1, 0xea, 0x19,                 /* shr $25,%rdx */
+		0x81, 0xe2, 0x00, 0xe0, 0xff, 0x03,     /* and $0x3ffe000,%edx */
+		0x48, 0x09, 0xd0,                       /* or %rdx,%rax */
+	};
+	static const uint8_t take[] = {
+		0xba, 0x01, 0x00, 0x00, 0x00,           /* mov $1,%edx */
+		0x49, 0x0f, 0xc1, 0x53, TRACE_RING_OFF_COUNT, /* xadd %rdx,COUNT(%r11) */
+		0x49, 0x3b, 0x53, TRACE_RING_OFF_LIMIT, /* cmp LIMIT(%r11),%rdx */
+	};
+	uint32_t imm = trace_value_id(arg, 0) << 2 | TRACE_EVENT;
+	bool keep = arg == 0;
+
+	_Static_assert(TRACE_TSC_SHIFT == 26 && TRACE_TSC_LOW_BITS == 38, "the packing encodes them");
+	/* An argument comes right after the ENTRY record, whose spills below rsp
+	 * still hold rax, rdx and r11 as they are: not spilled again (room: an
+	 * area with both values fills most of its slot). */
+	if (keep)
+		bn(b, spill, sizeof spill);
+	if (keep)
+		bn(b, save_flags, sizeof save_flags);
+	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25); /* mov %fs:disp32,%r11 */
+	b32(b, (uint32_t)(int32_t)s->tls_offset);
+	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                            /* test %r11,%r11 */
+	b1(b, 0x0f); b1(b, 0x84); f->no_ring = b->n; b32(b, 0);           /* je done */
+	bn(b, from[arg], from[arg][2] == 0x44 ? 5 : 3);
+	bn(b, pack, sizeof pack);
+	b1(b, 0x48); b1(b, 0x0d); b32(b, imm);                            /* or $imm,%rax */
+	bn(b, take, sizeof take);
+	b1(b, 0x0f); b1(b, 0x83); f->move = b->n; b32(b, 0);             /* jae move */
+	store(b);
+	f->done = here(b);
+	fix_rel32(b, f->no_ring);
+	if (keep)
+		bn(b, load_flags, sizeof load_flags);
+	bn(b, unspill, sizeof unspill);
+}
+
 /* cmpb $0,flag(%rip); je <returned field> */
 static size_t flag_test(buf *b, const ag_area_spec *s)
 {
@@ -338,7 +406,7 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
-	rec_fix in, out;
+	rec_fix in, out, vin, vout;
 	size_t je;
 	uint64_t entry;
 
@@ -346,16 +414,24 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	je = flag_test(&b, s);
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY, &in);
+	if (s->value_arg)
+		record_value(&b, s, s->value_arg, &vin);
 	if (s->slot) {
 		b1(&b, 0xff); b1(&b, 0x15); brel32(&b, s->slot);           /* call *slot(%rip) */
 	} else {
 		b1(&b, 0xe8); brel32(&b, s->callee);                       /* call G */
 	}
+	if (s->value_ret)
+		record_value(&b, s, 0, &vout);
 	record(&b, s, TRACE_EXIT, &out);
 	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
 	instr_slow(&b, s, je, entry);
 	record_slow(&b, s, &in);
 	record_slow(&b, s, &out);
+	if (s->value_arg)
+		record_slow_move(&b, s, &vin);
+	if (s->value_ret)
+		record_slow_move(&b, s, &vout);
 	return b.n;
 }
 
@@ -403,6 +479,56 @@ static void jmp_saved_target(buf *b)
 	b1(b, 0xff); b1(b, 0x64); b1(b, 0x24); b1(b, 0xd8);               /* jmp *-40(%rsp) */
 }
 
+/*
+ * An indirect call's budget (budget.c), at its hit path once the target is
+ * saved at -40(%rsp) and r11 restored: the id of the cached target (its
+ * entry word >> 2) indexes the budget's mode table, absolute (data far
+ * from the pool), and the counters.  Counted: the call is made here and the
+ * area left; else (timed, a sample, no table) it falls through to the
+ * ENTRY record.  rax is spilled where the records spill it.  The cache
+ * another thread refills meanwhile can at worst count one call for the
+ * previous target (as it can mislabel a record, see above).
+ *
+ *   mov  %rax,-16(%rsp); mov cache.entry(%rip),%rax; shr $2,%rax
+ *   cmp  $AG_BUDGET_SITES,%rax; jae timed
+ *   movabs $modes,%r11; cmpb $0,(%r11,%rax); je timed
+ *   subb $1,%fs:ag_tls_tick; je timed
+ *   mov  %fs:ag_tls_counts,%r11; test %r11,%r11; je timed
+ *   addq $1,(%r11,%rax,8)
+ *   mov  -16(%rsp),%rax; mov -32(%rsp),%r11
+ *   call *-40(%rsp); jmp S+len
+ * timed: mov -16(%rsp),%rax; mov -32(%rsp),%r11
+ */
+static void budget_indirect(buf *b, const ag_area_spec *s)
+{
+	size_t jt[4];
+
+	b1(b, 0x48); b1(b, 0x89); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);    /* mov %rax,-16(%rsp) */
+	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x05); brel32(b, s->cache + 8);     /* mov entry(%rip),%rax */
+	b1(b, 0x48); b1(b, 0xc1); b1(b, 0xe8); b1(b, 0x02);                 /* shr $2,%rax */
+	b1(b, 0x48); b1(b, 0x3d); b32(b, AG_BUDGET_SITES);                  /* cmp $N,%rax */
+	b1(b, 0x0f); b1(b, 0x83); jt[0] = b->n; b32(b, 0);                 /* jae timed */
+	b1(b, 0x49); b1(b, 0xbb); b64(b, (uint64_t)(uintptr_t)s->budget_modes); /* movabs */
+	b1(b, 0x41); b1(b, 0x80); b1(b, 0x3c); b1(b, 0x03); b1(b, 0x00);   /* cmpb $0,(%r11,%rax) */
+	b1(b, 0x0f); b1(b, 0x84); jt[1] = b->n; b32(b, 0);                 /* je timed */
+	b1(b, 0x64); b1(b, 0x80); b1(b, 0x2c); b1(b, 0x25);                 /* subb $1,%fs:tick */
+	b32(b, (uint32_t)(int32_t)s->tls_tick_offset); b1(b, 0x01);
+	b1(b, 0x0f); b1(b, 0x84); jt[2] = b->n; b32(b, 0);                 /* je timed */
+	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25);    /* mov %fs:d32,%r11 */
+	b32(b, (uint32_t)(int32_t)s->tls_counts_offset);
+	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                               /* test %r11,%r11 */
+	b1(b, 0x0f); b1(b, 0x84); jt[3] = b->n; b32(b, 0);                 /* je timed */
+	b1(b, 0x49); b1(b, 0x83); b1(b, 0x04); b1(b, 0xc3); b1(b, 0x01);   /* addq $1,(%r11,%rax,8) */
+	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);    /* mov -16(%rsp),%rax */
+	bn(b, load_r11, sizeof load_r11);
+	b1(b, 0xff); b1(b, 0x54); b1(b, 0x24); b1(b, 0xd8);                 /* call *-40(%rsp) */
+	b1(b, 0xe9); brel32(b, s->site + s->site_len);                      /* jmp S+len */
+	for (size_t i = 0; i < 4; i++)
+		fix_rel32(b, jt[i]);                                         /* timed: */
+	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);    /* mov -16(%rsp),%rax */
+	bn(b, load_r11, sizeof load_r11);
+}
+
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
@@ -436,6 +562,8 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		b.p[je] = (uint8_t)(b.n - (je + 1));
 		jmp_saved_target(&b);                                      /* 1: jmp *-40(%rsp) */
 	} else {
+		if (s->budget_modes)
+			budget_indirect(&b, s);         /* counted calls stop there */
 		record_id(&b, s, TRACE_ENTRY, s->cache + 8, &in);
 		b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);  /* call *-40(%rsp) */
 		record_id(&b, s, TRACE_EXIT, s->cache + 16, &out);
@@ -509,5 +637,78 @@ size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint
 	}
 	instr_slow(&b, s, je, entry);
 	record_slow(&b, s, &in);
+	return b.n;
+}
+
+/*
+ * A call area with a budget (budget.c): the call is timed as in
+ * ag_emit_call, or counted, as the site's mode byte says.  Counting adds 1
+ * to this thread's counter of the site, with no clock read and no record;
+ * 1 counted call in 256 of the thread (its tick byte wraps) is timed
+ * instead, a sample, and not counted.  The flags are dead before a call
+ * (ABI), so the sub and the add may change them.
+ *
+ *   area:  endbr64; cmpb $0,flag; je slow_instr
+ *   timed: cmpb $0,mode(%rip); jne counted
+ *   entry: <record ENTRY>; call G | call *slot(%rip); <record EXIT>; jmp S+len
+ *   counted:
+ *          subb $1,%fs:ag_tls_tick; je entry          the sample
+ *          mov  %r11,-32(%rsp)
+ *          mov  %fs:ag_tls_counts,%r11; test %r11,%r11; je untable
+ *          addq $1,ID*8(%r11)
+ *          mov  -32(%rsp),%r11
+ *          call G | call *slot(%rip)
+ *          jmp  S+len
+ *   untable: mov -32(%rsp),%r11; jmp entry   (no table yet: timed)
+ */
+size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
+{
+	buf b = { rw, rx, 0 };
+	rec_fix in, out;
+	size_t je, jne_counted, je_untable;
+	uint64_t entry, timed;
+	uint32_t disp = (uint32_t)s->site_id * 8;
+
+	endbr64(&b);
+	je = flag_test(&b, s);
+	timed = here(&b);
+	b1(&b, 0x80); b1(&b, 0x3d);                                        /* cmpb $0,mode(%rip) */
+	b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)(uintptr_t)s->budget_mode - (here(&b) + 5)));
+	b1(&b, 0x00);
+	b1(&b, 0x0f); b1(&b, 0x85); jne_counted = b.n; b32(&b, 0);        /* jne counted */
+	entry = here(&b);
+	record(&b, s, TRACE_ENTRY, &in);
+	if (s->slot) {
+		b1(&b, 0xff); b1(&b, 0x15); brel32(&b, s->slot);           /* call *slot(%rip) */
+	} else {
+		b1(&b, 0xe8); brel32(&b, s->callee);                       /* call G */
+	}
+	record(&b, s, TRACE_EXIT, &out);
+	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
+
+	fix_rel32(&b, jne_counted);                                        /* counted: */
+	b1(&b, 0x64); b1(&b, 0x80); b1(&b, 0x2c); b1(&b, 0x25);            /* subb $1,%fs:d32 */
+	b32(&b, (uint32_t)(int32_t)s->tls_tick_offset); b1(&b, 0x01);
+	b1(&b, 0x0f); b1(&b, 0x84); brel32(&b, entry);                     /* je entry */
+	bn(&b, save_r11, sizeof save_r11);
+	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:d32,%r11 */
+	b32(&b, (uint32_t)(int32_t)s->tls_counts_offset);
+	b1(&b, 0x4d); b1(&b, 0x85); b1(&b, 0xdb);                            /* test %r11,%r11 */
+	b1(&b, 0x0f); b1(&b, 0x84); je_untable = b.n; b32(&b, 0);         /* je untable */
+	b1(&b, 0x49); b1(&b, 0x83); b1(&b, 0x83); b32(&b, disp); b1(&b, 0x01); /* addq $1,d(%r11) */
+	bn(&b, load_r11, sizeof load_r11);
+	if (s->slot) {
+		b1(&b, 0xff); b1(&b, 0x15); brel32(&b, s->slot);           /* call *slot(%rip) */
+	} else {
+		b1(&b, 0xe8); brel32(&b, s->callee);                       /* call G */
+	}
+	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
+	fix_rel32(&b, je_untable);                                         /* untable: */
+	bn(&b, load_r11, sizeof load_r11);
+	b1(&b, 0xe9); brel32(&b, entry);                                   /* jmp entry */
+
+	instr_slow(&b, s, je, timed);
+	record_slow(&b, s, &in);
+	record_slow(&b, s, &out);
 	return b.n;
 }

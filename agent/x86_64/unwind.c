@@ -13,8 +13,19 @@
  *   every other register: unchanged    (the area saves nothing)
  *
  * where `slot` is the last 8 bytes of the area's slot, holding S + len - 1.
- * Pools have fixed-size slots, so the FDEs of all of them are registered
- * when the pool is made (pool.c), never from a slow path.
+ * Pools have fixed-size slots, aligned to their size, so one FDE covers
+ * every slot of a pool: `slot` is computed from the pc, whatever the slot --
+ * the area's return address into it, or the pc a signal interrupted in it
+ * (libgcc's reg 16 of the area's frame):
+ *
+ *   rip is saved at (pc & ~(AG_AREA_MAX - 1)) + AG_SLOT_RA
+ *                  DW_CFA_expression rip, DW_OP_breg16 0, DW_OP_constu
+ *                  AG_AREA_MAX - 1, DW_OP_not, DW_OP_and, DW_OP_plus_uconst
+ *                  AG_SLOT_RA
+ *
+ * It is registered when the pool is made (pool.c), never from a slow path:
+ * one FDE, where one per slot cost the C library's pool 14,000 FDEs, 0.3 ms
+ * and 0.9 MB in every traced process.
  *
  * Two subtleties of libgcc's unwinder:
  *  - A frame of size zero has the same identity (its CFA) as its caller's
@@ -120,12 +131,19 @@ static size_t put_cie(uint8_t *p)
 	return 4 + len;
 }
 
-static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size, uint64_t ret)
+static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size)
 {
-	uint8_t body[64];
-	size_t n = 0;
+	uint8_t body[64], expr[16];
+	size_t n = 0, k = 0;
 	uint32_t len, ptr;
 
+	expr[k++] = 0x80; expr[k++] = 0;                  /* DW_OP_breg16 0: the pc */
+	expr[k++] = 0x10;                                 /* DW_OP_constu */
+	k += put_uleb(expr + k, AG_AREA_MAX - 1);
+	expr[k++] = 0x20;                                 /* DW_OP_not */
+	expr[k++] = 0x1a;                                 /* DW_OP_and: its slot */
+	expr[k++] = 0x23;                                 /* DW_OP_plus_uconst */
+	k += put_uleb(expr + k, AG_SLOT_RA);              /* the slot's S + len - 1 */
 	n += 4;                                           /* CIE pointer, below */
 	memcpy(body + n, &start, 8); n += 8;
 	memcpy(body + n, &size, 8); n += 8;
@@ -133,9 +151,8 @@ static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size,
 	body[n++] = 0x0c; body[n++] = 7; body[n++] = 0;   /* def_cfa rsp, 0 */
 	body[n++] = 0x10;                                 /* DW_CFA_expression */
 	n += put_uleb(body + n, 16);                      /* rip is saved at ... */
-	body[n++] = 9;                                    /* block length */
-	body[n++] = 0x03;                                 /* DW_OP_addr: the slot */
-	memcpy(body + n, &ret, 8); n += 8;
+	body[n++] = (uint8_t)k;                           /* block length */
+	memcpy(body + n, expr, k); n += k;
 	while ((n + 4) % 8)
 		body[n++] = 0;                            /* DW_CFA_nop */
 	len = (uint32_t)n;
@@ -161,23 +178,24 @@ bool ag_unwind_init(void)
 	return process_register != NULL;
 }
 
-int ag_unwind_register_slots(uint64_t first, size_t n, size_t stride)
+int ag_unwind_register_slots(uint64_t first, size_t n)
 {
-	size_t cap = 32 + n * 64 + 8, off = 0;
-	uint8_t *buf = ag_alloc(cap), *ob = ag_alloc(OBJ_SIZE), *own_ob = ag_alloc(OBJ_SIZE);
+	size_t off = 0;
+	uint8_t *buf, *ob, *own_ob;
 	void *bases[3];
 	struct timespec nap = { 0, 50000 };
 
 	if (n == 0)
 		return 0;
+	if (first % AG_AREA_MAX)
+		return -1;                              /* the FDE finds slots by alignment */
+	buf = ag_alloc(32 + 64 + 8);
+	ob = ag_alloc(OBJ_SIZE);
+	own_ob = ag_alloc(OBJ_SIZE);
 	if (!buf || !ob || !own_ob)
 		return -1;
 	off += put_cie(buf);
-	for (size_t i = 0; i < n; i++) {
-		uint64_t start = first + i * stride;
-
-		off += put_fde(buf + off, off, start, stride - 8, start + stride - 8);
-	}
+	off += put_fde(buf + off, off, first, n * AG_AREA_MAX);
 	memset(buf + off, 0, 4);                          /* terminator */
 	if (process_register)
 		process_register(buf, ob);

@@ -16,7 +16,13 @@
  *      (in two reads: two matches, an_flows_match) is one flow crossing
  *      both processes; a receive no traced send
  *      matches starts a flow of its own; an activation named by meta; an
- *      image the process exec'd goes on with the flow it was in.
+ *      image the process exec'd goes on with the flow it was in;
+ *   5. join directives (rules 9 and 10 of flows.c): values read back
+ *      exact (a 47-bit pointer, a negative number); a worker thread that
+ *      takes two items given by the accepting thread joins their flows,
+ *      whole at its start, inside a scope from the scope's entry and back
+ *      to the flow before at its return; a worker whose life is a scope,
+ *      begun before its item was given; a value nobody took counted.
  *
  * usage: test_analysis TRACED-PROGRAM.  Returns 0 when all pass.
  */
@@ -495,6 +501,147 @@ done:
 	free(b);
 }
 
+/* 5. join directives */
+static void put_value(tg_ring *r, unsigned arg, int64_t v)
+{
+	tg_put_raw(r, trace_rec(TRACE_EVENT, trace_value_id(arg, (uint64_t)v),
+				(uint64_t)v & TRACE_PAYLOAD_MASK));
+}
+
+static void test_joins(void)
+{
+	const uint64_t T = TG_TSC0 + 100000;
+	const int64_t ptr = 0x7f0000001000;
+	const char *scope[] = { "fact:scope" };
+	an_flows_opts o = { NULL, 0, scope, 1 };
+	char *out = tg_dir(root, "joins");
+	an_session *s = NULL;
+	an_flows *f = NULL;
+	sp_err err;
+	tg_ring r;
+
+	tg_meta(out, prog, "join middle:entry:arg1\njoin leaf:exit:ret\n");
+	tg_write_sites(out, sites, S_COUNT);
+	/* the accepting thread: two requests, each given to the queue
+	 * (middle), then a value nobody takes */
+	tg_ring_init(&r, 1234, 64, TG_TSC0);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACCEPT, T);
+	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T + 10);
+	put_value(&r, 1, 0x5000);
+	tg_put(&r, TRACE_EXIT, S_MIDDLE, T + 20);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACCEPT, T + 100);
+	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T + 110);
+	put_value(&r, 1, ptr);
+	tg_put(&r, TRACE_EXIT, S_MIDDLE, T + 120);
+	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T + 300);
+	put_value(&r, 2, -3);
+	tg_put(&r, TRACE_EXIT, S_MIDDLE, T + 310);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACCEPT, T + 380);
+	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T + 390);
+	put_value(&r, 1, 0x9000);
+	tg_put(&r, TRACE_EXIT, S_MIDDLE, T + 395);
+	tg_ring_write(&r, out, NULL, -1);
+	tg_ring_free(&r);
+	/* the worker: takes the first (leaf returns it) at its start, works;
+	 * takes the second inside a call of fact; works after it */
+	tg_ring_init(&r, 1235, 64, TG_TSC0);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T + 1);
+	tg_put(&r, TRACE_ENTRY, S_LEAF, T + 2);
+	put_value(&r, 0, 0x5000);
+	tg_put(&r, TRACE_EXIT, S_LEAF, T + 30);
+	tg_put(&r, TRACE_ENTRY, S_W_MIDDLE, T + 40);
+	tg_put(&r, TRACE_EXIT, S_W_MIDDLE, T + 50);
+	tg_put(&r, TRACE_ENTRY, S_FACT, T + 130);
+	tg_put(&r, TRACE_ENTRY, S_LEAF, T + 131);
+	put_value(&r, 0, ptr);
+	tg_put(&r, TRACE_EXIT, S_LEAF, T + 135);
+	tg_put(&r, TRACE_EXIT, S_FACT, T + 150);
+	tg_put(&r, TRACE_ENTRY, S_W_LEAF, T + 200);
+	tg_put(&r, TRACE_EXIT, S_W_LEAF, T + 210);
+	tg_ring_write(&r, out, NULL, -1);
+	tg_ring_free(&r);
+	/* a worker whose life is a scope, waiting in it before the third item
+	 * is given; its loop after it */
+	tg_ring_init(&r, 1236, 64, TG_TSC0);
+	tg_put(&r, TRACE_ENTRY, S_FACT, T + 370);
+	tg_put(&r, TRACE_ENTRY, S_LEAF, T + 371);
+	put_value(&r, 0, 0x9000);
+	tg_put(&r, TRACE_EXIT, S_LEAF, T + 405);
+	tg_put(&r, TRACE_EXIT, S_FACT, T + 420);
+	tg_put(&r, TRACE_ENTRY, S_W_LEAF, T + 430);
+	tg_put(&r, TRACE_EXIT, S_W_LEAF, T + 431);
+	tg_ring_write(&r, out, NULL, -1);
+	tg_ring_free(&r);
+
+	if (an_session_open(out, NULL, &s, &err) < 0) {
+		CHECK(0, "session of %s: %s", out, err.msg);
+		free(out);
+		return;
+	}
+	{
+		/* the values, exact */
+		an_trace *t = an_session_trace(s, 0);
+		an_iter *it;
+		an_record rec;
+		int64_t got[3];
+		unsigned args[3], n = 0;
+
+		if (!t || an_iter_open(t, an_trace_thread(t, 0), &it, &err) < 0) {
+			CHECK(0, "records of %s: %s", out, t ? err.msg : "no trace");
+		} else {
+			while (an_iter_next(it, &rec))
+				if (rec.kind == TRACE_EVENT && rec.id == TRACE_EV_VALUE && n < 3) {
+					got[n] = rec.value;
+					args[n++] = rec.value_arg;
+				}
+			an_iter_close(it);
+			CHECK(n == 3 && got[0] == 0x5000 && got[1] == ptr && got[2] == -3 &&
+			      args[0] == 1 && args[2] == 2, "values read back: %u, %" PRId64 " %" PRId64
+			      " %" PRId64 ", args %u %u", n, got[0], n > 1 ? got[1] : 0,
+			      n > 2 ? got[2] : 0, args[0], n > 2 ? args[2] : 0);
+		}
+	}
+	for (int with_scope = 0; with_scope < 2; with_scope++) {
+		if (an_flows_build_opts(s, with_scope ? &o : NULL, &f, &err) < 0) {
+			CHECK(0, "flows of %s: %s", out, err.msg);
+			break;
+		}
+		CHECK(an_flows_count(f) == 3 && an_flows_ntakes(f) == 3 && an_flows_nuntaken(f) == 1,
+		      "scope %d: %zu flows (3 expected), %zu takes (3), %zu untaken (1)", with_scope,
+		      an_flows_count(f), an_flows_ntakes(f), an_flows_nuntaken(f));
+		if (an_flows_count(f) == 3) {
+			const an_flow *f1 = an_flows_get(f, 0), *f2 = an_flows_get(f, 1);
+			const an_flow *f3 = an_flows_get(f, 2);
+
+			/* the third: from the accept, though the worker's scope began
+			 * before it; the worker's loop after the scope in it too */
+			CHECK(f3->tid == 1234 && strcmp(f3->event, "accept") == 0 && f3->nparts == 2 &&
+			      f3->events == 11 && f3->starts == 1,
+			      "scope %d: f3 %s at tid %u, %zu parts, %" PRIu64 " events, %u starts",
+			      with_scope, f3->event, f3->tid, f3->nparts, f3->events, f3->starts);
+			int64_t w2 = INT64_MIN;
+
+			for (size_t k = 0; k < f2->nparts; k++)
+				if (f2->parts[k].tid == 1235)
+					w2 = f2->parts[k].start_ns - f2->start_ns;
+			/* f1: the receiver's part and the worker's from its start;
+			 * with the scope, its work after the scope too.  f2: the
+			 * worker from the take (its return value, at the EXIT after
+			 * it), or from the scope's entry. */
+			CHECK(f1->tid == 1234 && strcmp(f1->event, "accept") == 0 &&
+			      f1->nparts == (size_t)(with_scope ? 3 : 2) && f1->events == 12 &&
+			      f2->nparts == 2 && w2 == (with_scope ? 30 : 35) && f2->events == 12,
+			      "scope %d: f1 %s, %zu parts, %" PRIu64 " events; f2 %zu parts, the "
+			      "worker's from %" PRId64 " ns, %" PRIu64 " events", with_scope, f1->event,
+			      f1->nparts, f1->events, f2->nparts, w2, f2->events);
+		}
+		an_flows_free(f);
+		f = NULL;
+	}
+	an_session_close(s);
+	free(out);
+}
+
 int main(int argc, char **argv)
 {
 	char repo[sizeof root + 8];
@@ -515,6 +662,7 @@ int main(int argc, char **argv)
 	test_session();
 	test_flows();
 	test_clocks();
+	test_joins();
 
 	tg_rmtree(root);
 	ca_module_free((ca_module *)tg_prog());

@@ -216,12 +216,12 @@ static void test_tsc(void)
 
 	/* Across a wrap of the low bits, and a gap of three periods. */
 	tg_ring_init(&r, 1234, 16, 5 * P - 1000);
-	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY, 0, { 0 } };
-	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY, 0, { 0 } };
-	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT, 0, { 0 } };
-	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY, 0, { 0 } };
-	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT, 0, { 0 } };
-	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT, 0, { 0 } };
+	want[n++] = (an_record){ 5 * P - 500, S_MAIN, TRACE_ENTRY, 0, { { 0 } }, 0, 0 };
+	want[n++] = (an_record){ 5 * P - 100, S_LEAF, TRACE_ENTRY, 0, { { 0 } }, 0, 0 };
+	want[n++] = (an_record){ 5 * P + 400, S_LEAF, TRACE_EXIT, 0, { { 0 } }, 0, 0 };
+	want[n++] = (an_record){ 5 * P + 500, S_WORKER, TRACE_ENTRY, 0, { { 0 } }, 0, 0 };
+	want[n++] = (an_record){ 8 * P + 500, S_WORKER, TRACE_EXIT, 0, { { 0 } }, 0, 0 };
+	want[n++] = (an_record){ 8 * P + 1000, S_MAIN, TRACE_EXIT, 0, { { 0 } }, 0, 0 };
 	for (size_t i = 0; i < n; i++)
 		tg_put(&r, want[i].kind, want[i].id, want[i].tsc);
 	tg_ring_write(&r, dir, NULL, -1);
@@ -237,9 +237,9 @@ static void test_tsc(void)
 	for (int i = 0; i < 3; i++)
 		tg_put(&r, TRACE_EXIT, S_FACT_REC, 5 * P + 100 * (uint64_t)i);
 	for (int i = 6; i < 10; i++)
-		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+		want[n++] = (an_record){ 4 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_ENTRY, 0, { { 0 } }, 0, 0 };
 	for (int i = 0; i < 3; i++)
-		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT, 0, { 0 } };
+		want[n++] = (an_record){ 5 * P + 100 * (uint64_t)i, S_FACT_REC, TRACE_EXIT, 0, { { 0 } }, 0, 0 };
 	tg_ring_write(&r, dir, NULL, -1);
 	tg_ring_free(&r);
 	check_records("wrapped, SYNC in window", dir, want, n, 4);
@@ -250,7 +250,7 @@ static void test_tsc(void)
 	for (int i = 0; i < 10; i++)
 		tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, 6 * P + 10 + (uint64_t)i);
 	for (int i = 6; i < 10; i++)
-		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT, 0, { 0 } };
+		want[n++] = (an_record){ 6 * P + 10 + (uint64_t)i, TRACE_EV_ACTIVATE, TRACE_EVENT, 0, { { 0 } }, 0, 0 };
 	tg_ring_write(&r, dir, NULL, -1);
 	{
 		an_trace *t = open_ok(dir);
@@ -315,7 +315,7 @@ static void test_segments(void)
 	fclose(f);
 	for (uint64_t i = 1; i < 60; i++)
 		if (i < 30 || i >= 37)
-			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { { 0 } }, 0, 0 };
 	check_records("segments", dir, want, n, 0);
 	if ((t = open_ok(dir))) {
 		const an_thread *th = an_trace_thread(t, 0);
@@ -386,7 +386,7 @@ static void test_chunked(void)
 	write_chunked(dir, all, 40, 48, 32, ENOSPC, T);
 	for (uint64_t i = 1; i < 32; i++)
 		if (i != 20)
-			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { { 0 } }, 0, 0 };
 	check_records("chunked", dir, want, n, 0);
 	if ((t = open_ok(dir))) {
 		const an_thread *th = an_trace_thread(t, 0);
@@ -408,7 +408,7 @@ static void test_chunked(void)
 	n = 0;
 	for (uint64_t i = 1; i < 28; i++)
 		if (i != 20)
-			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { 0 } };
+			want[n++] = (an_record){ T + i, S_FACT_REC, TRACE_ENTRY, 0, { { 0 } }, 0, 0 };
 	check_records("chunked, cut", dir, want, n, 0);
 	if ((t = open_ok(dir))) {
 		const an_thread *th = an_trace_thread(t, 0);
@@ -896,6 +896,73 @@ out:
 	free(dir);
 }
 
+/*
+ * 9b. The overhead budget's events (trace_format.h): a BUDGET event and
+ * COUNT pairs, with a payload in place of the time; a COUNT cut short by
+ * the end of the records is dropped and counted.  The call tree keeps them
+ * as events at the time of the record before, their payload in
+ * an_trace_budget.
+ */
+static void test_budget_events(void)
+{
+	const uint64_t T = TG_TSC0 + 1000;
+	char *dir = tg_dir(root, "budget");
+	const an_budget *b;
+	an_call *c;
+	size_t n, nb = 0;
+	an_iter_stats st;
+	an_trace *t;
+	sp_err err;
+	tg_ring r;
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+	tg_ring_init(&r, 1234, 32, TG_TSC0);
+	tg_put(&r, TRACE_ENTRY, S_MAIN, T);
+	tg_put(&r, TRACE_ENTRY, S_LEAF, T + 10);
+	tg_put(&r, TRACE_EXIT, S_LEAF, T + 20);
+	tg_put_raw(&r, trace_rec(TRACE_EVENT, TRACE_EV_BUDGET,
+				 trace_budget_pack(S_LEAF, TRACE_BUDGET_COUNTED)));
+	tg_put_raw(&r, trace_rec(TRACE_EVENT, TRACE_EV_COUNT, S_LEAF));
+	tg_put_raw(&r, trace_rec(TRACE_EVENT, TRACE_EV_COUNT_DATA, (1ull << 37) + 5));
+	tg_put(&r, TRACE_EXIT, S_MAIN, T + 1000);
+	tg_put_raw(&r, trace_rec(TRACE_EVENT, TRACE_EV_COUNT, S_LEAF));   /* cut short */
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	if (!(t = open_ok(dir)))
+		goto out;
+	if (an_thread_calls(t, an_trace_thread(t, 0), &c, &n, &st, &err) < 0) {
+		CHECK(0, "an_thread_calls: %s", err.msg);
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			if (c[i].kind != AN_EVENT || (c[i].id != TRACE_EV_BUDGET &&
+						      c[i].id != TRACE_EV_COUNT))
+				continue;
+			b = an_trace_budget(t, c[i].end);
+			CHECK(b != NULL, "budget event %zu: no an_budget", nb);
+			if (!b)
+				continue;
+			if (nb == 0)
+				CHECK(c[i].id == TRACE_EV_BUDGET && b->site == S_LEAF &&
+				      b->mode == TRACE_BUDGET_COUNTED && c[i].t0 == T + 20 &&
+				      c[i].depth == 1, "demotion: event %u site %u mode %u at +%" PRIu64
+				      " depth %u", c[i].id, b->site, b->mode, c[i].t0 - T, c[i].depth);
+			else if (nb == 1)
+				CHECK(c[i].id == TRACE_EV_COUNT && b->site == S_LEAF &&
+				      b->n == (1ull << 37) + 5 && c[i].t0 == T + 20,
+				      "count: event %u site %u n %" PRIu64 " at +%" PRIu64, c[i].id,
+				      b->site, b->n, c[i].t0 - T);
+			nb++;
+		}
+		CHECK(nb == 2, "%zu budget events, expected 2 (one cut short)", nb);
+		CHECK(st.nbad_counts == 1, "%zu counts cut short, expected 1", st.nbad_counts);
+		free(c);
+	}
+	an_trace_close(t);
+out:
+	free(dir);
+}
+
 /* 10. The channels file's layouts: record 0 gives the record size; a file
  * of the first layout (0 there, 128-byte records) reads with the later
  * fields zero; an impossible size is refused.  A shutdown and an end of
@@ -1014,6 +1081,7 @@ int main(int argc, char **argv)
 	test_demangle_strings();
 	test_demangle_trace();
 	test_messages();
+	test_budget_events();
 	test_channel_layouts();
 
 	tg_rmtree(root);

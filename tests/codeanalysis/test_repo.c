@@ -129,7 +129,8 @@ static void list_files(const char *dir, int *nfiles, int *nstray, char *stray,
 			continue;
 		}
 		(*nfiles)++;
-		if (de->d_name[0] == '.' || n < 4 || strcmp(de->d_name + n - 4, ".spr")) {
+		if (de->d_name[0] == '.' || n < 4 ||
+		    (strcmp(de->d_name + n - 4, ".spr") && strcmp(de->d_name + n - 4, ".spc"))) {
 			(*nstray)++;
 			snprintf(stray, straylen, "%s", p);
 		}
@@ -400,8 +401,8 @@ static void test_round_trip(ctx *c)
 	CHECK(ca_repo_store(c->m, c->repo, NULL, 0, &err) == 0, "second store: %s",
 	      err.msg);
 	list_files(c->repo, &nfiles, &nstray, stray, sizeof stray);
-	CHECK(nfiles == 1 && nstray == 0, "%d files, %d stray (%s)", nfiles,
-	      nstray, stray);
+	CHECK(nfiles == 2 && nstray == 0, "%d files (an entry and its calls image), %d stray (%s)",
+	      nfiles, nstray, stray);
 	c->orig = read_whole(c->entry);
 	printf("test_repo: %s: entry %s, %zu bytes\n", c->target, c->entry,
 	       c->orig.n);
@@ -607,43 +608,186 @@ static void test_fuzz(const ctx *c)
  * blocks), call sites, strings and stats as the full load, no blocks,
  * edges or lines; damaged entries are refused or loaded, never a crash.
  */
-static void test_calls_view(const ctx *c)
+/* The calls image beside the entry (codeanalysis/image.c). */
+static void image_path(const ctx *c, char *path, size_t len)
 {
-	ca_module *v = NULL;
-	sp_err err = { "" };
+	snprintf(path, len, "%.*s.spc", (int)(strlen(c->entry) - 4), c->entry);
+}
+
+/* v is the calls view of the full analysis m: every function, site and
+ * string the same, no blocks. */
+static void compare_calls_view(const ca_module *m, const ca_module *v, const char *what)
+{
 	size_t na, nb;
-	int nok = 0, nfail = 0;
 
-	write_whole(c->entry, c->orig.p, c->orig.n);
-	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0, "calls view: %s", err.msg);
-	if (!v)
-		return;
-	CHECK(!memcmp(ca_module_stats(c->m), ca_module_stats(v), sizeof(ca_stats)),
-	      "calls view: stats differ");
-	const ca_func *fa = ca_module_funcs(c->m, &na), *fb = ca_module_funcs(v, &nb);
+	CHECK(!memcmp(ca_module_stats(m), ca_module_stats(v), sizeof(ca_stats)),
+	      "%s: stats differ", what);
+	CHECK(!strcmp(ca_module_path(m), ca_module_path(v)) &&
+	      !strcmp(ca_module_key(m), ca_module_key(v)) &&
+	      !strcmp(ca_module_buildid(m), ca_module_buildid(v)), "%s: path or key", what);
+	const ca_func *fa = ca_module_funcs(m, &na), *fb = ca_module_funcs(v, &nb);
 
-	CHECK(na == nb && na > 0, "calls view: %zu functions, %zu in the full entry", nb, na);
+	CHECK(na == nb && na > 0, "%s: %zu functions, %zu in the full entry", what, nb, na);
 	for (size_t i = 0; i < na && na == nb; i++)
 		if (fa[i].addr != fb[i].addr || fa[i].size != fb[i].size ||
 		    fa[i].first_site != fb[i].first_site || fa[i].nsites != fb[i].nsites ||
 		    fa[i].flags != fb[i].flags || fa[i].parent != fb[i].parent ||
-		    fb[i].nblocks != 0 || strcmp(ca_str(c->m, fa[i].name), ca_str(v, fb[i].name))) {
-			CHECK(0, "calls view: function %zu differs", i);
+		    fb[i].nblocks != 0 || strcmp(ca_str(m, fa[i].name), ca_str(v, fb[i].name))) {
+			CHECK(0, "%s: function %zu differs", what, i);
 			break;
 		}
-	const ca_site *sa = ca_module_sites(c->m, &na), *sb = ca_module_sites(v, &nb);
+	const ca_site *sa = ca_module_sites(m, &na), *sb = ca_module_sites(v, &nb);
 
-	CHECK(na == nb && na > 0, "calls view: %zu sites, %zu in the full entry", nb, na);
+	CHECK(na == nb && na > 0, "%s: %zu sites, %zu in the full entry", what, nb, na);
 	for (size_t i = 0; i < na && na == nb; i++)
 		if (sa[i].addr != sb[i].addr || sa[i].target != sb[i].target ||
 		    sa[i].callee != sb[i].callee || sa[i].method != sb[i].method ||
-		    sa[i].patch_addr != sb[i].patch_addr || sa[i].kind != sb[i].kind) {
-			CHECK(0, "calls view: site %zu differs", i);
+		    sa[i].patch_addr != sb[i].patch_addr || sa[i].kind != sb[i].kind ||
+		    sa[i].code != sb[i].code ||
+		    (sa[i].import != CA_NONE) != (sb[i].import != CA_NONE) ||
+		    (sa[i].import != CA_NONE && strcmp(ca_str(m, sa[i].import),
+						       ca_str(v, sb[i].import)))) {
+			CHECK(0, "%s: site %zu differs", what, i);
 			break;
 		}
+	const ca_runtime *ra = ca_module_runtimes(m, &na), *rb = ca_module_runtimes(v, &nb);
+
+	CHECK(na == nb, "%s: %zu runtime regions, %zu in the full entry", what, nb, na);
+	for (size_t i = 0; i < na && na == nb; i++)
+		CHECK(ra[i].lo == rb[i].lo && ra[i].hi == rb[i].hi && ra[i].kind == rb[i].kind &&
+		      !strcmp(ca_str(m, ra[i].how), ca_str(v, rb[i].how)),
+		      "%s: runtime region %zu differs", what, i);
 	ca_module_blocks(v, &na);
 	ca_module_edges(v, &nb);
-	CHECK(na == 0 && nb == 0, "calls view: %zu blocks, %zu edges", na, nb);
+	CHECK(na == 0 && nb == 0, "%s: %zu blocks, %zu edges", what, na, nb);
+}
+
+/*
+ * The calls image (codeanalysis/image.c): written with the entry, read in
+ * place by ca_repo_load_calls with the same records as the entry's calls
+ * view; a damaged image -- mutated, truncated, another key's, a directory
+ * -- never crashes the reader, which then reads the entry.
+ */
+static void test_image(const ctx *c)
+{
+	char image[4200];
+	ca_module *v = NULL;
+	sp_err err = { "" };
+	blob good;
+	int nmapped = 0;
+
+	write_whole(c->entry, c->orig.p, c->orig.n);
+	image_path(c, image, sizeof image);
+	CHECK(access(image, R_OK) == 0, "no calls image %s beside the entry", image);
+	if (access(image, R_OK) != 0)
+		return;
+	good = read_whole(image);
+	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0, "image: %s", err.msg);
+	if (v) {
+		compare_calls_view(c->m, v, "calls image");
+		ca_module_free(v);
+	}
+	srand(4242);
+	for (int iter = 0; iter < FUZZ_ITERS; iter++) {
+		blob b = { malloc(good.n), good.n };
+
+		memcpy(b.p, good.p, good.n);
+		if (iter % 3 == 0)
+			b.n = (size_t)rand() % good.n;
+		else
+			for (int k = 0, n = 1 + rand() % 8; k < n; k++)
+				b.p[(size_t)rand() % b.n] ^= (uint8_t)(1 + rand() % 255);
+		write_whole(image, b.p, b.n);
+		free(b.p);
+		v = NULL;
+		/* The entry is whole: always a module, from one or the other. */
+		CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0,
+		      "damaged image %d: %s", iter, err.msg);
+		if (v && iter % 3 == 0)
+			compare_calls_view(c->m, v, "truncated image");
+		ca_module_free(v);
+		nmapped++;
+	}
+	/* Another key's image under this name. */
+	good.p[100] ^= 1;               /* inside the key (image_hdr) */
+	write_whole(image, good.p, good.n);
+	good.p[100] ^= 1;
+	v = NULL;
+	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0, "other key: %s", err.msg);
+	if (v) {
+		compare_calls_view(c->m, v, "image of another key");
+		ca_module_free(v);
+	}
+	unlink(image);
+	mkdir(image, 0700);
+	v = NULL;
+	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0, "image a directory: %s",
+	      err.msg);
+	ca_module_free(v);
+	rmdir(image);
+	write_whole(image, good.p, good.n);
+	free(good.p);
+	printf("test_repo: calls image %s: %d damaged copies read safely\n", image, nmapped);
+}
+
+/*
+ * An entry learns the identity of a file with its code (ca_repo_code_
+ * matches): a copy of the target chmod'ed (a new ctime: as a package
+ * upgrade leaves a library) still matches, its entry is written again once
+ * -- then it matches without hashing, and the entry is left alone.
+ */
+static void test_learns_identity(const ctx *c)
+{
+	char copy[600], repo[600], key[160], entry[4200];
+	ca_module *m = NULL;
+	sp_err err = { "" };
+	struct stat a, b;
+	blob t = read_whole(c->target);
+
+	snprintf(copy, sizeof copy, "%s/identity-copy", c->tmp);
+	snprintf(repo, sizeof repo, "%s/identity-repo", c->tmp);
+	write_whole(copy, t.p, t.n);
+	free(t.p);
+	chmod(copy, 0755);
+	if (ca_module_key_of(copy, key, sizeof key, &err) < 0 ||
+	    ca_analyze(copy, &c->opt, &m, &err) < 0 ||
+	    ca_repo_store(m, repo, entry, sizeof entry, &err) < 0) {
+		CHECK(0, "identity: %s", err.msg);
+		ca_module_free(m);
+		return;
+	}
+	ca_module_free(m);
+	CHECK(ca_repo_code_matches(repo, key, copy, &err) == 1, "the file analysed: %s",
+	      err.msg);
+	stat(entry, &a);
+	usleep(10000);
+	chmod(copy, 0750);              /* the same bytes, another ctime */
+	CHECK(ca_repo_code_matches(repo, key, copy, &err) == 1, "the file touched: %s",
+	      err.msg);
+	stat(entry, &b);
+	CHECK(a.st_ino != b.st_ino, "the entry did not learn the touched file's identity");
+	CHECK(ca_repo_code_matches(repo, key, copy, &err) == 1, "again: %s", err.msg);
+	stat(entry, &a);
+	CHECK(a.st_ino == b.st_ino, "the entry was written again for a file it knows");
+	CHECK(ca_repo_code_matches(repo, "00112233445566778899aabbccddeeff00112233", copy,
+				   &err) == 0, "no entry: not a match");
+}
+
+static void test_calls_view(const ctx *c)
+{
+	ca_module *v = NULL;
+	sp_err err = { "" };
+	char image[4200];
+	int nok = 0, nfail = 0;
+
+	/* The entry's own calls view: without the image beside it. */
+	image_path(c, image, sizeof image);
+	unlink(image);
+	write_whole(c->entry, c->orig.p, c->orig.n);
+	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0, "calls view: %s", err.msg);
+	if (!v)
+		return;
+	compare_calls_view(c->m, v, "calls view");
 	ca_module_free(v);
 
 	/* Mutated (the view does not check the checksum: every byte counts)
@@ -1078,6 +1222,8 @@ int main(int argc, char **argv)
 	test_bad_content(&c);
 	test_out_of_bounds(&c);
 	test_fuzz(&c);
+	test_image(&c);
+	test_learns_identity(&c);
 	test_calls_view(&c);
 	test_get_regenerates(&c);
 	test_sha256();

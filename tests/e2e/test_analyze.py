@@ -39,6 +39,34 @@ f<N> is the N-th request, after the accept loop's own flow in thread mode):
                without REF the two are the most suspect (so REF is what
                spares the rare one)
 
+A queue between threads, followed by join directives:
+
+  queue        reqserver's queue mode (the accepting thread reads each
+               request and calls enqueue(req); 2 workers take them from
+               dequeue() and answer), 24 requests, request 11 slow.  Traced
+               with --join enqueue:entry:arg1 --join dequeue:exit:ret:
+               replay shows the values, and `flows` (the directives read
+               from meta, not repeated) gives 24 flows, flow f<N+1> request
+               N's: its parts on exactly the accepting thread and one
+               worker, one enqueue and one handle in it, slow_path in
+               request 11's only; analyze ranks that flow first with
+               slow_path in its culprit path, and its timed diff against
+               its nearest flow (text and --html page) shows slow_path as
+               a call of its own, with its time.  Then lookup:entry:arg1 with
+               lookup:exit:ret (the fullest area) and render:entry:arg3 (an
+               argument in rdx): replay shows each request's id, and
+               returns that differ from the ids by one constant.  Traced
+               without directives:
+               the flows are wrong -- the workers' work is in no request's
+               flow, and slow_path shares a flow with other requests'.
+
+  queue-attach the same server running, request 0 served (the workers made),
+               then `sptrace attach --join ...` and 4 more requests: meta
+               has the directives, replay the values of the calls made
+               since, and flows joins at least 2 takes to their gives (the
+               dequeue()s already waiting when tracing began record no
+               value: their gives are said never taken, as a property).
+
 And the page (`--html FILE`), rendered by Debian's headless Chromium:
 
   html         the flow-poll trace's page: the ranked table (24 rows, the
@@ -121,11 +149,12 @@ def read_answer(c):
     return answer
 
 
-def serve(sptrace, reqserver, mode, out, kinds):
+def serve(sptrace, reqserver, mode, out, kinds, run_opts=()):
     """reqserver under `sptrace run --on accept -o out`, one request per
     connection, in turn: request i is "i kinds[i]"."""
     port = free_port()
-    p = subprocess.Popen([sptrace, "run", "--on", "accept", "-o", out, "--", reqserver, mode,
+    p = subprocess.Popen([sptrace, "run", "--on", "accept", "-o", out] + list(run_opts) +
+                         ["--", reqserver, mode,
                           str(port), str(len(kinds))], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
@@ -511,6 +540,148 @@ def case_hosts(sptrace, spdaemon, reqserver, tmp):
     print("ok")
 
 
+def flow_records(sptrace, out, fid):
+    """`sptrace flows --flow fid`: its parts' tids and its records (tid, text)."""
+    f = run([sptrace, "flows", "--flow", fid, out])
+    check(f.returncode == 0, "sptrace flows --flow %s: %r" % (fid, f.stderr))
+    tids = set()
+    recs = []
+    for line in f.stdout.splitlines():
+        m = re.match(r"^# part: [^:]*:\d+/(\d+) ", line)
+        if m:
+            tids.add(int(m.group(1)))
+        m = re.match(r"^\s*-?[0-9.]+\s+\S*:\d+/(\d+)\s+(.*)$", line)
+        if m:
+            recs.append((int(m.group(1)), m.group(2).strip()))
+    return tids, recs
+
+
+def case_queue(sptrace, reqserver, tmp):
+    kinds = ["slow" if i == 11 else "normal" for i in range(REQUESTS)]
+    out = os.path.join(tmp, "joined")
+    serve(sptrace, reqserver, "queue", out, kinds,
+          ["--join", "enqueue:entry:arg1", "--join", "dequeue:exit:ret"])
+    with open(os.path.join(out, "meta")) as m:
+        joins = [l.split(None, 1)[1].strip() for l in m if l.startswith("join ")]
+    check(joins == ["enqueue:entry:arg1", "dequeue:exit:ret"], "meta's join lines: %r" % joins)
+    r = run([sptrace, "replay", out])
+    given = re.findall(r"enqueue\(arg1=(0x[0-9a-f]+)\)", r.stdout)
+    taken = re.findall(r"\} = (0x[0-9a-f]+) /\* dequeue \*/", r.stdout)
+    check(len(given) == REQUESTS and sorted(given) == sorted(taken),
+          "replay's values: %d given %r, taken %r" % (len(given), given[:4], taken[:4]))
+    f = run([sptrace, "flows", out])
+    check(f.returncode == 0 and "# joins: %d values taken" % REQUESTS in f.stdout and
+          "# property" not in f.stdout, "flows with the directives of meta:\n%s" % f.stdout[:3000])
+    flows = json.loads(run([sptrace, "flows", "--json", out]).stdout)["flows"]
+    check(len(flows) == REQUESTS, "%d flows for %d requests:\n%s" %
+          (len(flows), REQUESTS, f.stdout[:3000]))
+    receiver = flows[0]["start"]["tid"]
+    workers = set()
+    for i, fl in enumerate(flows):
+        tids, recs = flow_records(sptrace, out, fl["id"])
+        handles = [t for t, x in recs if x.startswith("handle() {")]
+        enqueues = [t for t, x in recs if x.startswith("enqueue() {")]
+        slow = [t for t, x in recs if x.startswith("slow_path")]
+        check(fl["start"]["tid"] == receiver and len(tids) == 2 and receiver in tids and
+              handles and len(handles) == 1 and handles[0] != receiver and
+              enqueues == [receiver] and bool(slow) == (i == 11),
+              "request %d's flow %s: threads %r (receiver %d), handle() on %r, enqueue() on "
+              "%r, slow_path on %r" % (i, fl["id"], tids, receiver, handles, enqueues, slow))
+        workers.add(handles[0])
+    check(len(workers) == 2, "the requests were served by %r, not the 2 workers" % workers)
+    top = analyze(sptrace, out)
+    check(top[0]["flow"] == flows[11]["id"] and "slow_path" in top[0]["culprit"]["path"],
+          "the slow request's flow %s is not first with slow_path named:\n%s" %
+          (flows[11]["id"], show(sptrace, out)))
+    # the timed diff: slow_path a call of the slow flow only, with its time
+    text = run([sptrace, "analyze", "--html", os.path.join(tmp, "page.html"), out]).stdout
+    diff = text[text.find("# timed diff of flow %s," % flows[11]["id"]):]
+    check(diff and re.search(r"^\+\s+-\s+[0-9.]+\s+\S*s\s+\|\s+slow_path\(\)$", diff, re.M),
+          "no timed diff of %s showing slow_path as its own:\n%s" %
+          (flows[11]["id"], text[-3000:]))
+    with open(os.path.join(tmp, "page.html")) as page:
+        html = page.read()
+    check("<h2>Timed diff</h2>" in html and "slow_path()" in html[html.find("<pre id=diff>"):],
+          "the page has no timed diff with slow_path")
+
+    # Both values of one function (the fullest area), and an argument in rdx:
+    # lookup(id, miss) returns compute(WORK) + id, render(out, len, id).
+    out = os.path.join(tmp, "values")
+    serve(sptrace, reqserver, "queue", out, ["normal"] * 4,
+          ["--join", "lookup:entry:arg1", "--join", "lookup:exit:ret",
+           "--join", "render:entry:arg3"])
+    text = run([sptrace, "replay", out]).stdout
+    ids = [int(x, 16) for x in re.findall(r"lookup\(arg1=(0x[0-9a-f]+|0)\)", text)]
+    rets = [int(x, 16) for x in re.findall(r"\} = (0x[0-9a-f]+) /\* lookup \*/", text)]
+    rendered = [int(x, 16) for x in re.findall(r"render\(arg3=(0x[0-9a-f]+|0)\)", text)]
+    check(sorted(ids) == [0, 1, 2, 3] and sorted(rendered) == [0, 1, 2, 3] and len(rets) == 4 and
+          len(set(r - i for r, i in zip(rets, ids))) == 1,
+          "lookup's and render's values: args %r, returns %r, render %r" % (ids, rets, rendered))
+    with open(os.path.join(out, "agent.log")) as log:
+        check("no room" not in log.read(), "an area had no room for both of lookup's values")
+
+    # The same without directives: the workers' work is in no request's flow.
+    out = os.path.join(tmp, "plain")
+    serve(sptrace, reqserver, "queue", out, kinds)
+    flows = json.loads(run([sptrace, "flows", "--json", out]).stdout)["flows"]
+    whole = 0
+    slow_with = None
+    for fl in flows:
+        tids, recs = flow_records(sptrace, out, fl["id"])
+        handles = [x for t, x in recs if x.startswith("handle() {")]
+        whole += len(tids) == 2 and len(handles) == 1 and \
+            any(x.startswith("enqueue() {") for t, x in recs)
+        if any(x.startswith("slow_path") for t, x in recs):
+            slow_with = len(handles)
+    check(whole == 0 and slow_with and slow_with > 1,
+          "without directives, %d of %d flows hold a whole request, and slow_path's flow %r "
+          "handles: the rules alone should not follow the queue" %
+          (whole, len(flows), slow_with))
+    print("ok")
+
+
+def ask_one(port, i):
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+        c.sendall(b"%d normal\n" % i)
+        answer = read_answer(c)
+        check(answer == b"ok %d\n" % i, "request %d answered %r" % (i, answer))
+
+
+def case_queue_attach(sptrace, reqserver, tmp):
+    out = os.path.join(tmp, "attached")
+    port = free_port()
+    p = subprocess.Popen([reqserver, "queue", str(port), "5"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline().strip() == "ready", "reqserver did not start")
+        ask_one(port, 0)
+        a = run([sptrace, "attach", "--join", "enqueue:entry:arg1", "--join", "dequeue:exit:ret",
+                 "-o", out, str(p.pid)], timeout=180)
+        check(a.returncode == 0 and "tracing" in a.stdout, "sptrace attach --join: %d %r %r" %
+              (a.returncode, a.stdout, a.stderr))
+        for i in range(1, 5):
+            ask_one(port, i)
+        _, err = p.communicate(timeout=120)
+        check(p.returncode == 0, "reqserver: %d %r" % (p.returncode, err))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with open(os.path.join(out, "meta")) as m:
+        joins = [l.split(None, 1)[1].strip() for l in m if l.startswith("join ")]
+    check(joins == ["enqueue:entry:arg1", "dequeue:exit:ret"], "meta's join lines: %r" % joins)
+    text = run([sptrace, "replay", out]).stdout
+    given = re.findall(r"enqueue\(arg1=(0x[0-9a-f]+)\)", text)
+    taken = re.findall(r"\} = (0x[0-9a-f]+) /\* dequeue \*/", text)
+    check(len(given) == 4 and len(taken) >= 2 and set(taken) <= set(given),
+          "replay's values after the attach: given %r, taken %r" % (given, taken))
+    f = run([sptrace, "flows", out])
+    m = re.search(r"^# joins: (\d+) value", f.stdout, re.M)
+    check(f.returncode == 0 and m and int(m.group(1)) == len(taken),
+          "flows of the attached trace:\n%s" % f.stdout[:2000])
+    print("ok")
+
+
 def case_start(sptrace, jobs, tmp):
     out = os.path.join(tmp, "trace")
     r = run([sptrace, "run", "-o", out, "--", jobs, "20", "13"], timeout=300)
@@ -545,6 +716,8 @@ def main():
     extra = sys.argv[4:]
     cases = {"hosts": lambda tmp: case_hosts(sptrace, extra[0], prog, tmp),
              "interleave": lambda tmp: case_interleave(sptrace, prog, tmp),
+             "queue": lambda tmp: case_queue(sptrace, prog, tmp),
+             "queue-attach": lambda tmp: case_queue_attach(sptrace, prog, tmp),
              "start": lambda tmp: case_start(sptrace, prog, tmp),
              "html": lambda tmp: case_html(sptrace, prog, extra[0], tmp)}
     for c in ("flow-thread", "flow-poll", "coverage", "normal", "diff", "flow-hang"):

@@ -24,6 +24,9 @@ Cases:
           the frontend, its helper, the backend and the monitor (matched by
           TCP byte ranges, the pipe's inode, datagram numbers), never the
           decoy; `--flow f1` shows each one's work under its host.
+  tiers-oob  the same with `run --mark oob`: each followed TCP connection's
+          first send marked by an urgent byte, which takes a byte of the
+          stream at both ends' offsets (the same flow, matched the same way).
 
 usage: test_flows.py CASE SPTRACE [SPDAEMON] [TIER]
 """
@@ -156,10 +159,10 @@ def case_exec(sptrace, tmp):
                                                                  children))
 
 
-def case_tiers(sptrace, spdaemon, tier, tmp):
+def case_tiers(sptrace, spdaemon, tier, tmp, mark=None):
     import test_propagate as tp
 
-    ts = tp.TiersSession(sptrace, spdaemon, tier, tmp)
+    ts = tp.TiersSession(sptrace, spdaemon, tier, tmp, mark=mark)
     try:
         client = int(meta_value(ts.trace, "pid"))
         _, a1, a2 = ts.addrs
@@ -246,7 +249,7 @@ def main():
     if len(sys.argv) < 3:
         fail(__doc__)
     case, sptrace = sys.argv[1], os.path.abspath(sys.argv[2])
-    if case == "tiers":
+    if case in ("tiers", "tiers-oob"):
         from nslib import in_own_netns
         in_own_netns()           # re-runs this script: before the scratch directory
     tmp = tempfile.mkdtemp(prefix="sptrace-flows-")
@@ -255,8 +258,9 @@ def main():
             case_server(sptrace, os.path.abspath(sys.argv[3]), tmp)
         elif case == "exec":
             case_exec(sptrace, tmp)
-        elif case == "tiers":
-            case_tiers(sptrace, os.path.abspath(sys.argv[3]), os.path.abspath(sys.argv[4]), tmp)
+        elif case in ("tiers", "tiers-oob"):
+            case_tiers(sptrace, os.path.abspath(sys.argv[3]), os.path.abspath(sys.argv[4]), tmp,
+                       mark="oob" if case == "tiers-oob" else None)
         else:
             fail("no case %r" % case)
     finally:

@@ -39,6 +39,24 @@ users).
           the next request, which does not wait
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
+  unixdgram  a UNIX datagram socket: a python3 client sends to the path of a
+          user's python3 server (after an untraced datagram); the server
+          starts at the traced datagram's receive, found by the socket bound
+          there and the datagram's content hash (meta, replay).
+  oob     tiers with `run --mark oob`: each TCP send that propagates is
+          marked by an urgent byte, which the receiving agents take out (the
+          servers receive the same bytes as untraced), and each receiver
+          starts at the receive after it (the frontend at the request's
+          first byte, which follows the mark's in the stream)
+          (the monitor's heartbeat carries an IP option with a sequence
+          number, across hosts after the daemons' probe; replay says the
+          monitor was found by it; without --mark, in tiers, by content hash)
+  oobinline  oob with every server's listener SO_OOBINLINE: the receiving
+          agents cannot take an urgent byte, say so, await by offset, no
+          mark is sent, and no server receives an extra byte; the monitor
+          reads with recvmsg and IP_PKTINFO: the IP option marks its
+          heartbeat all the same, and it sees the control messages of an
+          untraced run, no more.
 
 usage: test_propagate.py CASE SPTRACE SPDAEMON TIER
 """
@@ -77,13 +95,15 @@ def finish(p):
     return out
 
 
-def servers(hosts, tier, tmp):
-    """Monitor and backend and decoy on host 2, frontend on host 1."""
-    mon = start(hosts, 2, [tier, "monitor", "7001"])
-    back = start(hosts, 2, [tier, "backend", "7002"])
-    decoy = start(hosts, 2, [tier, "backend", "7003"])
-    front = start(hosts, 1, [tier, "frontend", "7000", hosts.addrs[2], "7002",
-                             hosts.addrs[2], "7001"])
+def servers(hosts, tier, tmp, env=()):
+    """Monitor and backend and decoy on host 2, frontend on host 1 (env:
+    VAR=VALUE for each)."""
+    tier = ["env"] + list(env) + [tier]
+    mon = start(hosts, 2, tier + ["monitor", "7001"])
+    back = start(hosts, 2, tier + ["backend", "7002"])
+    decoy = start(hosts, 2, tier + ["backend", "7003"])
+    front = start(hosts, 1, tier + ["frontend", "7000", hosts.addrs[2], "7002",
+                                    hosts.addrs[2], "7001"])
     return {"monitor": mon, "backend": back, "decoy": decoy, "frontend": front}
 
 
@@ -135,7 +155,11 @@ def meta(d):
         return f.read()
 
 
-def case_tiers(sptrace, spdaemon, tier, tmp):
+def case_tiers(sptrace, spdaemon, tier, tmp, mark=None, oobinline=False):
+    """mark: `run --mark`; oobinline: every server's listener SO_OOBINLINE, and
+    the monitor reads with recvmsg, asking IP_PKTINFO."""
+    env = ["TIER_OOBINLINE=1", "TIER_PKTINFO=1"] if oobinline else []
+    oob = mark == "oob" and not oobinline    # the urgent byte is sent
     prog = reachable_copy(tier, tmp)
     kd = os.path.join(tmp, "keys")
     hosts = Hosts(3)
@@ -147,7 +171,7 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
             run([sptrace, "keys", "issue", kd, a])
         requests = ["3", "5", "8"]
         # Untraced first: the bytes every server receives natively.
-        procs = servers(hosts, prog, tmp)
+        procs = servers(hosts, prog, tmp, env)
         r = hosts.run(0, [prog, "client", hosts.addrs[1], "7000"] + requests)
         check(r.returncode == 0, "the untraced client: %r" % r.stderr)
         native_answers = r.stdout
@@ -156,10 +180,11 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         for i in range(3):
             daemons.append(Daemon(spdaemon, kd, os.path.join(tmp, "state%d" % i),
                                   name=hosts.addrs[i], wrap=hosts.cmd(i, [])))
-        procs = servers(hosts, prog, tmp)
+        procs = servers(hosts, prog, tmp, env)
         out = os.path.join(tmp, "client.trace")
-        r = hosts.run(0, [sptrace, "run", "--on", "start", "-o", out, "--", prog, "client",
-                          hosts.addrs[1], "7000"] + requests, timeout=300)
+        r = hosts.run(0, [sptrace, "run", "--on", "start", "-o", out] +
+                      (["--mark", mark] if mark else []) + ["--", prog, "client",
+                      hosts.addrs[1], "7000"] + requests, timeout=300)
         logs = "\n".join("host %d:\n%s" % (i, d.text()[-3000:]) for i, d in enumerate(daemons))
         check(r.returncode == 0, "the traced client failed: %r\n%s" % (r.stderr, logs))
         check(r.stdout == native_answers, "traced answers differ: %r vs %r" %
@@ -187,9 +212,51 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         # sent offsets are absolute all the same (sock_diag said it connected)
         with open(os.path.join(t2[pids["backend"]], "agent.log")) as f:
             blog = f.read()
-        check(re.search(r"expecting the receive of tcp %s:\d+ -> %s:7002 at stream offset 0" %
-                        (re.escape(hosts.addrs[1]), re.escape(hosts.addrs[2])), blog),
-              "the backend did not await the request at its absolute offset:\n%s" % blog)
+        with open(os.path.join(t1[pids["frontend"]], "agent.log")) as f:
+            flog = f.read()
+        with open(os.path.join(out, "agent.log")) as f:
+            clog = f.read()
+        if oob:
+            # every receiver took the urgent byte, every sender sent it
+            for who, log in (("frontend", flog), ("backend", blog)):
+                check(re.search(r"expecting the receive of tcp \S+ -> \S+ after its urgent "
+                                r"byte \(oob mark\)", log) and
+                      "the mark's urgent byte read before the program's receive" in log and
+                      "the receive that begins at the mark's urgent byte: the traced send's"
+                      in log,
+                      "the %s did not await and find the mark:\n%s" % (who, log))
+            for who, log in (("client", clog), ("frontend", flog)):
+                check("follow; marked by an urgent byte (oob)" in log,
+                      "the %s's traced send was not marked:\n%s" % (who, log))
+        else:
+            check(re.search(r"expecting the receive of tcp %s:\d+ -> %s:7002 at stream offset "
+                            r"0" % (re.escape(hosts.addrs[1]), re.escape(hosts.addrs[2])), blog),
+                  "the backend did not await the request at its absolute offset:\n%s" % blog)
+        # the monitor's heartbeat: by its IP option with the mark (across
+        # hosts, after the daemons' probe), else by its content hash; replay
+        # says which
+        how = "ipopt" if mark == "oob" else "hash"
+        mon = t2[pids["monitor"]]
+        check(re.search(r"\nmatched udp \S+ -> %s:7001 by %s\n" % (re.escape(hosts.addrs[2]),
+                                                                  how), meta(mon)),
+              "the monitor's heartbeat was not found by %s:\n%s" % (how, meta(mon)[-1500:]))
+        rr = run([sptrace, "replay", mon]).stdout
+        check(re.search(r"^# followed from a traced send: the receive of udp \S+ -> %s:7001 by "
+                        r"%s$" % (re.escape(hosts.addrs[2]), how), rr, re.M),
+              "replay does not say how the monitor's heartbeat was found:\n%s" % rr[-1500:])
+        if mark == "oob":
+            check("follow; marked by an IP option (ipopt)" in flog,
+                  "the frontend's heartbeat was not marked:\n%s" % flog)
+        if oobinline:
+            # the receivers refused the urgent byte, said why; nothing sent
+            for who, log in (("frontend", flog), ("backend", blog)):
+                check(re.search(r"no urgent byte here: fd \d+ has SO_OOBINLINE .*; awaiting "
+                                r"the receive by its stream offset instead", log),
+                      "the %s did not say it falls back to offsets:\n%s" % (who, log))
+            for who, log in (("client", clog), ("frontend", flog)):
+                check("follow; marked by offset (a follower cannot take an urgent byte)" in log
+                      and "follow; marked by an urgent byte" not in log,
+                      "the %s did not fall back to offsets:\n%s" % (who, log))
         outs = stop_all(procs)
         procs = {}
         for name in ("frontend", "backend", "monitor", "decoy"):
@@ -212,9 +279,10 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
             hosts.addrs[2]: [pids["backend"], pids["monitor"]]}, [pids["decoy"]])
         fr = run([sptrace, "replay", t1[pids["frontend"]]]).stdout
         # the client's first request is the frontend's first traced receive
+        # (with the mark, its byte is the stream's first)
         first = re.search(r"(?:recv|read)\(tcp [0-9.:]+ <- %s:\d+, bytes (\d+)\.\." %
                           re.escape(hosts.addrs[0]), fr)
-        check(first and first.group(1) == "0",
+        check(first and first.group(1) == ("1" if oob else "0"),
               "the frontend's first traced receive is not the request's first byte:\n%s" %
               fr[-1500:])
     finally:
@@ -589,6 +657,90 @@ def case_unix(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+UNIX_DGRAM_SERVER = """
+import os, select, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o777)
+print("ready", flush=True)
+got = []
+while True:
+    r, _, _ = select.select([s, sys.stdin], [], [])
+    if s in r:
+        d, a = s.recvfrom(100)
+        got.append(d)
+        if a:
+            s.sendto(b"echo:" + d, a)
+    elif sys.stdin in r:
+        break
+print("got", b"|".join(got).hex(), flush=True)
+"""
+
+UNIX_DGRAM_CLIENT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("")           # an abstract name of its own, for the answer
+s.sendto(sys.argv[2].encode(), sys.argv[1])
+print(s.recv(100).decode())
+"""
+
+
+def case_unixdgram(sptrace, spdaemon, tier, tmp):
+    """A UNIX datagram socket: python3 under sptrace run sends a datagram to
+    the path of a user's python3 server on the same host (an earlier,
+    untraced datagram came first); the server starts at the receive of the
+    traced one, found by the socket bound to the path and the datagram's
+    content hash, which its meta and replay say; it receives the same bytes
+    as untraced."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    try:
+        sdir = os.path.join(tmp, "srv")
+        os.mkdir(sdir)
+        os.chown(sdir, 61001, 61001)
+        path = os.path.join(sdir, "dgram.sock")
+        srv = cl.hosts.popen(0, USER + ["/usr/bin/python3", "-c", UNIX_DGRAM_SERVER, path],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(srv)
+        check(srv.stdout.readline() == "ready\n", "the UNIX datagram server did not start")
+        r = cl.hosts.run(0, ["/usr/bin/python3", "-c", UNIX_DGRAM_CLIENT, path, "early"])
+        check(r.returncode == 0 and "echo:early" in r.stdout,
+              "the untraced first client: %r %r" % (r.stdout, r.stderr))
+        out = os.path.join(tmp, "client.trace")
+        r = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", "/usr/bin/python3", "-c",
+                             UNIX_DGRAM_CLIENT, path, "hello over unix dgram"], timeout=600)
+        check(r.returncode == 0 and r.stdout.strip() == "echo:hello over unix dgram",
+              "the traced client: %d %r %r\n%s" % (r.returncode, r.stdout, r.stderr, cl.logs()))
+        session = session_of(r.stderr)
+        t = traces(cl.state(0), session)
+        check(srv.pid in t and "\nactivated " in meta(t[srv.pid]),
+              "the UNIX datagram server (pid %d) was not traced: %s\n%s" % (srv.pid, t, cl.logs()))
+        o, _ = srv.communicate(input="", timeout=60)
+        check("got " + b"early|hello over unix dgram".hex() in o,
+              "the server received other bytes: %r" % o)
+        m = re.search(r"\nmatched unixdgram (\d+) by hash\n", meta(t[srv.pid]))
+        check(m, "the server's meta does not say its datagram was found by hash:\n%s" %
+              meta(t[srv.pid])[-1500:])
+        inode = int(m.group(1))
+        with open(os.path.join(out, "agent.log")) as f:
+            clog = f.read()
+        check(re.search(r"propagation: unixdgram -> %s: host \S+ answered in [\d.]+ ms: 1 of 1 "
+                        % re.escape(path), clog),
+              "the client did not ask for the datagram's receiver by its path:\n%s" % clog)
+        rr = run([sptrace, "replay", t[srv.pid]])
+        check(rr.returncode == 0 and re.search(r"recv\w*\(unix-dgram %d [^,]*, datagram" % inode,
+                                                rr.stdout) and
+              "# followed from a traced send: the receive of unixdgram %d by hash" % inode
+              in rr.stdout,
+              "the server's replay does not start at the datagram's receive, or does not say "
+              "how it was found:\n%s" % (rr.stdout + rr.stderr)[-2000:])
+        check("early" not in rr.stdout, "the server was traced before the request")
+    finally:
+        kill_all(procs)
+        cl.close()
+
+
 def case_attach(sptrace, spdaemon, tier, tmp):
     """`sptrace attach --on accept` to the running frontend on host 1: an
     untraced client's request starts it, and it follows the request into
@@ -676,9 +828,10 @@ class TiersSession:
     stopped and the session collected: for the analyses' tests (flows,
     export).  .out is the collected tree, .trace the client's trace, .pids
     the servers' ({"frontend": pid, ...}), .helper the frontend's helper's
-    pid, .addrs the hosts' addresses.  close() removes the hosts."""
+    pid, .addrs the hosts' addresses.  close() removes the hosts.  mark:
+    `run --mark`."""
 
-    def __init__(self, sptrace, spdaemon, tier, tmp, requests=("3", "5", "8")):
+    def __init__(self, sptrace, spdaemon, tier, tmp, requests=("3", "5", "8"), mark=None):
         prog = reachable_copy(tier, tmp)
         self.cl = Cluster(sptrace, spdaemon, tmp, 3)
         self.addrs = self.cl.hosts.addrs
@@ -686,8 +839,9 @@ class TiersSession:
         try:
             procs = servers(self.cl.hosts, prog, tmp)
             self.trace = os.path.join(tmp, "client.trace")
-            r = self.cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", self.trace, "--",
-                                      prog, "client", self.addrs[1], "7000"] + list(requests),
+            r = self.cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", self.trace] +
+                                  (["--mark", mark] if mark else []) +
+                                  ["--", prog, "client", self.addrs[1], "7000"] + list(requests),
                                   timeout=300)
             check(r.returncode == 0, "the traced client: %r" % r.stderr[-2000:])
             self.pids = {name: p.pid for name, p in procs.items()}
@@ -736,7 +890,9 @@ def main():
     case, sptrace, spdaemon, tier = sys.argv[1:]
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
-        {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
+        {"tiers": case_tiers, "nodaemon": case_nodaemon,
+         "oob": lambda *a: case_tiers(*a, mark="oob"), "unixdgram": case_unixdgram,
+         "oobinline": lambda *a: case_tiers(*a, mark="oob", oobinline=True), "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)

@@ -3,7 +3,8 @@
 
 With an empty temporary --repo:
   1. the first analysis exits 0, says 'stored' and leaves exactly one
-     entry file in the repository and nothing else (no temporary files);
+     entry file and its calls image (KEY.spr, KEY.spc: codeanalysis/image.c)
+     in the repository and nothing else (no temporary files);
   2. a second run exits 0 and says 'loaded from' (no re-analysis);
   3. the dumps of the loaded entry (functions, callsites, cfg=main) equal
      the dumps of a fresh --no-store analysis, so nothing is lost on the way;
@@ -46,8 +47,9 @@ def main():
         print("first run: %s; repository holds %s" % (describe_exit(first.returncode), entries))
         if "stored" not in first.stdout:
             errors.append("first run does not say 'stored':\n%s" % first.stdout)
-        if len(entries) != 1:
-            errors.append("repository should hold one entry, holds %s" % entries)
+        if len(entries) != 2 or [os.path.splitext(e)[1] for e in entries] != [".spc", ".spr"] \
+                or os.path.splitext(entries[0])[0] != os.path.splitext(entries[1])[0]:
+            errors.append("repository should hold one entry and its image, holds %s" % entries)
 
         second = sp("--repo", repo, prog)
         print("second run: %s" % describe_exit(second.returncode))

@@ -920,6 +920,13 @@ def case_exec(sptrace, prog, scenario, tmp):
     sub_meta = open(os.path.join(tdir, subs[0], "meta")).read()
     check("\nend exit" in sub_meta and "\nexec_of " in sub_meta,
           "%s: the new image's meta:\n%s" % (scenario, sub_meta))
+    # The counter's rate as sptrace measured it, handed on to the new image
+    # (neither agent spends 2 ms measuring it again).
+    rates = [re.search(r"^tsc_hz (\d+)$", m, re.M) for m in (meta, sub_meta)]
+    check(all(rates) and rates[0].group(1) == rates[1].group(1) and
+          1e8 < int(rates[0].group(1)) < 1e11,
+          "%s: each image measured its own TSC rate: %s" %
+          (scenario, [r.group(1) if r else None for r in rates]))
     r = replay(sptrace, tdir)
     check(r.returncode == 0 and "# exec: the process went on" in r.stdout,
           "%s: replay does not follow the exec: %s" % (scenario, r.stderr))

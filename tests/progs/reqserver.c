@@ -2,14 +2,19 @@
  * reqserver.c — a TCP server whose requests say how they behave: the ground
  * truth of `sptrace analyze` by flow (tests/e2e/test_analyze.py).
  *
- *   reqserver thread|poll [ADDR:]PORT N
+ *   reqserver thread|poll|queue [ADDR:]PORT N
  *   reqserver client ROUNDS ADDR:PORT:KIND...
  *
  * Listens on 127.0.0.1:PORT (or ADDR:PORT), prints "ready" and serves N connections, one
  * request each: a line "ID KIND\n", answered "ok ID\n".  `thread` serves
  * each connection on a thread of its own; `poll` serves them all on one
  * thread in a poll() loop, gathering each request's bytes as they come (a
- * request sent in pieces is served between others').  Every request runs handle() -> parse_request(),
+ * request sent in pieces is served between others'); `queue` reads each
+ * request on the accepting thread, which puts it on a queue (enqueue(req))
+ * for 2 worker threads, made at the first accept, that take it
+ * (dequeue() returns req), serve it and answer: a request's work crosses
+ * two threads with no message between them (`sptrace run --join
+ * enqueue:entry:arg1 --join dequeue:exit:ret` joins them).  Every request runs handle() -> parse_request(),
  * lookup(), render(); its KIND adds:
  *   normal  nothing
  *   slow    slow_path(): twice the request's work
@@ -178,6 +183,94 @@ static void serve_threads(int ls, int n)
 	free(t);
 }
 
+/* The queue: requests read by the accepting thread, served by workers. */
+struct req {
+	int fd;
+	char line[128];
+	struct req *next;
+};
+
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
+static struct req *q_head, **q_tail = &q_head;
+static int q_closed;
+
+static KEEP void enqueue(struct req *r)
+{
+	pthread_mutex_lock(&q_lock);
+	r->next = NULL;
+	*q_tail = r;
+	q_tail = &r->next;
+	pthread_cond_signal(&q_cond);
+	pthread_mutex_unlock(&q_lock);
+}
+
+/* The next request, NULL once the queue is closed and empty. */
+static KEEP struct req *dequeue(void)
+{
+	struct req *r;
+
+	pthread_mutex_lock(&q_lock);
+	while (!q_head && !q_closed)
+		pthread_cond_wait(&q_cond, &q_lock);
+	r = q_head;
+	if (r && !(q_head = r->next))
+		q_tail = &q_head;
+	pthread_mutex_unlock(&q_lock);
+	return r;
+}
+
+static KEEP void *worker(void *arg)
+{
+	struct req *r;
+
+	(void)arg;
+	while ((r = dequeue())) {
+		char out[64];
+		int n = handle(r->line, out, sizeof out);
+
+		if (send(r->fd, out, (size_t)n, MSG_NOSIGNAL) < 0)
+			perror("reqserver: send");
+		close(r->fd);
+		free(r);
+	}
+	return NULL;
+}
+
+static void serve_queue(int ls, int n)
+{
+	pthread_t w[2];
+
+	for (int i = 0; i < n; i++) {
+		struct req *r = calloc(1, sizeof *r);
+		int fd = accept(ls, NULL, NULL);
+
+		if (!r || fd < 0) {
+			perror("reqserver: accept");
+			exit(1);
+		}
+		if (i == 0)
+			for (int k = 0; k < 2; k++)
+				if (pthread_create(&w[k], NULL, worker, NULL) != 0) {
+					perror("reqserver: pthread_create");
+					exit(1);
+				}
+		r->fd = fd;
+		if (read_line(fd, r->line, sizeof r->line) <= 0) {
+			close(fd);
+			free(r);
+			continue;
+		}
+		enqueue(r);
+	}
+	pthread_mutex_lock(&q_lock);
+	q_closed = 1;
+	pthread_cond_broadcast(&q_cond);
+	pthread_mutex_unlock(&q_lock);
+	for (int k = 0; k < 2; k++)
+		pthread_join(w[k], NULL);
+}
+
 /* The poll() loop: the listener and every open connection, one request
  * each.  A connection's bytes are gathered as they come, one recv() per
  * wakeup, so requests sent in pieces interleave: the loop serves others
@@ -297,9 +390,9 @@ int main(int argc, char **argv)
 
 	if (argc >= 4 && strcmp(argv[1], "client") == 0 && atoi(argv[2]) > 0)
 		return client(atoi(argv[2]), argc - 3, argv + 3);
-	if (argc != 4 || (strcmp(argv[1], "thread") && strcmp(argv[1], "poll")) ||
-	    (n = atoi(argv[3])) < 1) {
-		fprintf(stderr, "usage: reqserver thread|poll PORT N\n"
+	if (argc != 4 || (strcmp(argv[1], "thread") && strcmp(argv[1], "poll") &&
+			  strcmp(argv[1], "queue")) || (n = atoi(argv[3])) < 1) {
+		fprintf(stderr, "usage: reqserver thread|poll|queue PORT N\n"
 			"       reqserver client ROUNDS ADDR:PORT:KIND...\n");
 		return 2;
 	}
@@ -324,6 +417,8 @@ int main(int argc, char **argv)
 	printf("ready\n");
 	if (strcmp(argv[1], "thread") == 0)
 		serve_threads(ls, n);
+	else if (strcmp(argv[1], "queue") == 0)
+		serve_queue(ls, n);
 	else
 		serve_poll(ls, n);
 	close(ls);

@@ -15,6 +15,12 @@
  *   tier client IP PORT N...
  *       one connection; sends each N, prints each answer.
  *
+ * With TIER_OOBINLINE=1 in the environment, the TCP listeners (and so every
+ * connection they accept) read urgent data in line (SO_OOBINLINE); with
+ * TIER_PKTINFO=1 the monitor asks IP_PKTINFO and reads each datagram with
+ * recvmsg, keeping after its bytes the level and type of every control
+ * message it got ("[L/T]").
+ *
  * Servers print "ready PORT" once listening.  When their standard input
  * closes they print, on standard output, every byte they received, in
  * hexadecimal per connection ("got HEX"), so a test compares a traced run
@@ -70,6 +76,8 @@ static int listen_on(int port, int type)
 	int fd = socket(AF_INET, type, 0), one = 1;
 
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (type == SOCK_STREAM && getenv("TIER_OOBINLINE"))
+		setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof one);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
 	    (type == SOCK_STREAM && listen(fd, 64) != 0)) {
 		perror("tier: listen");
@@ -253,14 +261,27 @@ static int monitor_main(int port)
 	struct pollfd p[2] = { { .fd = 0, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
 	long beats = 0;
 	char buf[256];
+	int pktinfo = getenv("TIER_PKTINFO") != NULL;
+	int one = 1;
 
+	if (pktinfo)
+		setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one);
 	for (;;) {
+		union {
+			struct cmsghdr h;
+			char b[256];
+		} ctl;
+		struct iovec v = { buf, sizeof buf };
+		struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.b,
+				    .msg_controllen = sizeof ctl.b };
+
 		if (poll(p, 2, -1) < 0)
 			continue;
 		/* input closed: the datagrams already here are read first (a
 		 * traced monitor is slower to come to them) */
 		int last = p[0].revents != 0;
-		ssize_t r = recv(fd, buf, sizeof buf, last ? MSG_DONTWAIT : 0);
+		ssize_t r = pktinfo ? recvmsg(fd, &m, last ? MSG_DONTWAIT : 0)
+			    : recv(fd, buf, sizeof buf, last ? MSG_DONTWAIT : 0);
 
 		if (last && r < 0)
 			break;
@@ -268,6 +289,15 @@ static int monitor_main(int port)
 			keep_bytes(buf, (size_t)r);
 			beats++;
 		}
+		for (struct cmsghdr *c = pktinfo && r >= 0 ? CMSG_FIRSTHDR(&m) : NULL; c;
+		     c = CMSG_NXTHDR(&m, c)) {
+			char t[32];
+			int k = snprintf(t, sizeof t, "[%d/%d]", c->cmsg_level, c->cmsg_type);
+
+			keep_bytes(t, (size_t)k);
+		}
+		if (pktinfo && r >= 0 && (m.msg_flags & MSG_CTRUNC))
+			keep_bytes("[ctrunc]", 8);
 	}
 	printf("monitor beats %ld\n", beats);
 	print_got("monitor");

@@ -31,7 +31,12 @@
  *  4. A receive with MSG_PEEK leaves the bytes where they are: no message.
  *     The message: offsets by one atomic add on the channel's counter of
  *     that direction, then five ring records taken with one atomic add
- *     (ring.c: ag_ring_put_msg).  Nothing here takes a lock but the rare
+ *     (ring.c: ag_ring_put_msg).  A send's time is when its call began
+ *     (send_t0, read as the interposer calls the C library's function), a
+ *     receive's when it returned: the kernel wakes a reader within the
+ *     writer's call, and the writer may then wait for a CPU for
+ *     milliseconds, so a send stamped at its return showed after the
+ *     receive of its own bytes.  Nothing here takes a lock but the rare
  *     growth of the channels file; the hot path is signal-safe.
  *  5. A TCP channel's counters start at the stream's absolute offsets,
  *     read from the kernel once, when it is classified (tcp_bases); other
@@ -868,9 +873,19 @@ static chan *chan_peer(chan *base, const struct sockaddr *peer, socklen_t len)
 
 /* ---- recording (point 4) ---- */
 
+/* The TSC when this thread's send call began (0: none pending). */
+static __thread uint64_t send_t0 __attribute__((tls_model("initial-exec")));
+
 static inline bool tracing(void)
 {
 	return ag_tls_ring && ag_active();
+}
+
+/* Point 4: a send call is about to begin. */
+static inline void send_begins(void)
+{
+	if (tracing())
+		send_t0 = ag_rdtsc();
 }
 
 /* The word of fd, classified now if unknown (on a tracing thread), for a
@@ -900,7 +915,8 @@ static void record(trace_ring_header *r, chan *c, unsigned dir, unsigned call, u
 		return;
 	off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
 	trace_msg_pack(data, c->id, call, c->msg_flags[dir], off, len);
-	ag_ring_put_msg(r, dir == DIR_SEND ? TRACE_EV_MSG_SEND : TRACE_EV_MSG_RECV, data);
+	ag_ring_put_msg(r, dir == DIR_SEND ? TRACE_EV_MSG_SEND : TRACE_EV_MSG_RECV, data,
+			dir == DIR_SEND ? send_t0 : 0);
 }
 
 /* The slow path: classify fd, or find a datagram's channel by its peer. */
@@ -1107,6 +1123,7 @@ static inline void propagate(int fd, const struct sockaddr *to, socklen_t tolen,
 {
 	if (ag_propagating() && tracing())
 		before_send(fd, to, tolen, iov, niov);
+	send_begins();
 }
 
 /* The same, for one buffer. */
@@ -1118,6 +1135,7 @@ static inline void propagate1(int fd, const struct sockaddr *to, socklen_t tolen
 
 		before_send(fd, to, tolen, &v, 1);
 	}
+	send_begins();
 }
 
 /* A receive of rc bytes by system call nr that no interposer saw (a thread
@@ -1350,6 +1368,7 @@ AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 
 AG_EXPORT ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_t n, unsigned flags)
 {
+	send_begins();
 	ssize_t rc = real_splice ? real_splice(in, inoff, out, outoff, n, flags)
 		     : syscall(SYS_splice, in, inoff, out, outoff, n, flags);
 
@@ -1362,6 +1381,7 @@ AG_EXPORT ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_t 
 
 static ssize_t sendfile_common(sendfile_fn real, int out, int in, off_t *off, size_t n)
 {
+	send_begins();
 	ssize_t rc = real ? real(out, in, off, n) : sys(SYS_sendfile, out, in, (long)off, (long)n, 0);
 
 	if (rc > 0 && tracing()) {
@@ -1385,6 +1405,7 @@ AG_EXPORT ssize_t ag_sendfile64(int out, int in, off_t *off, size_t n)
  * "Message events", point 4). */
 AG_EXPORT int shutdown(int fd, int how)
 {
+	send_begins();
 	int rc = real_shutdown ? real_shutdown(fd, how) : (int)sys(SYS_shutdown, fd, how, 0, 0, 0);
 
 	if (rc == 0 && tracing()) {

@@ -39,8 +39,11 @@
  *     receive of its own bytes.  Nothing here takes a lock but the rare
  *     growth of the channels file; the hot path is signal-safe.
  *  5. A TCP channel's counters start at the stream's absolute offsets,
- *     read from the kernel once, when it is classified (tcp_bases); other
- *     channels' at 0.  A connected UNIX socket's record names its peer's
+ *     read from the kernel once, when it is classified (tcp_bases); a
+ *     pipe's sent one, classified before its first traced write (the send
+ *     propagation asks about), at the bytes queued in it then (FIONREAD:
+ *     the reader reads them first); other channels' at 0.  An awaited
+ *     receive moves the reader's count to the sender's (ag_msgs_recv_at).  A connected UNIX socket's record names its peer's
  *     inode (unix_peer), also asked once.  shutdown() and a receive that finds the end of a
  *     stream are messages of no bytes at the current offset.
  *
@@ -452,7 +455,7 @@ static chan *chan_get(const chan_key *k, const trace_channel *tc, unsigned proto
 					bool abs = tc->flags & (d ? TRACE_CHAN_ABS_RECV
 								  : TRACE_CHAN_ABS_SEND);
 
-					c->off[d] = abs ? tc->base[d] : 0;
+					c->off[d] = tc->base[d];   /* 0 unless point 5 */
 					c->msg_flags[d] = (abs ? 0 : TRACE_MSG_RELATIVE) |
 							  (dgram ? TRACE_MSG_DGRAM : 0);
 				}
@@ -786,7 +789,13 @@ static uint64_t classify(int fd, unsigned dir, uint64_t len)
 		return 0;                       /* gone already: ask again next time */
 	k.inode = tc.inode = st.st_ino;
 	if (S_ISFIFO(st.st_mode)) {
+		int queued = 0;
+
 		tc.proto = TRACE_PROTO_PIPE;
+		/* point 5: before the first write, what the reader reads first */
+		if (dir == DIR_SEND && len == 0 &&
+		    sys(SYS_ioctl, fd, FIONREAD, (long)&queued, 0, 0) == 0 && queued > 0)
+			tc.base[DIR_SEND] = (uint64_t)queued;
 		c = chan_get(&k, &tc, TRACE_PROTO_PIPE, false);
 		goto done;
 	}
@@ -1089,6 +1098,8 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 			fc.pport = tc.peer_port;
 			if (c->proto == TRACE_PROTO_PIPE) {
 				fc.kind = AG_FLOW_PIPE;
+				fc.at_offset = true;    /* the reader lines up on it */
+				fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
 			} else if (c->proto == TRACE_PROTO_UNIX_STREAM) {
 				/* the receiving end: the peer's inode; a connection not
 				 * accepted yet has none: the listener's path then */
@@ -1136,6 +1147,22 @@ static inline void propagate1(int fd, const struct sockaddr *to, socklen_t tolen
 		before_send(fd, to, tolen, &v, 1);
 	}
 	send_begins();
+}
+
+/* Point 5: fd's received count moves to the sender's, at off.  Called at
+ * the awaited receive, before its message is recorded; raw system calls
+ * only (it may be in activate.c's SIGTRAP handler). */
+void ag_msgs_recv_at(int fd, uint64_t off)
+{
+	uint64_t w;
+
+	if (ag_fd_is_ours(fd) || !(w = word_of(NULL, fd, DIR_RECV, 0)) ||
+	    ((w >> 32) & 0xff) != ST_CHAN)
+		return;
+	chan *c = &chans[(uint32_t)w];
+
+	if (!c->dgram)
+		__atomic_store_n(&c->off[DIR_RECV], off, __ATOMIC_RELAXED);
 }
 
 /* A receive of rc bytes by system call nr that no interposer saw (a thread

@@ -41,8 +41,9 @@
  *
  *  5. A daemon that injects the agent gives it the receive to start at, in
  *     the sender's terms: `expect=tcp SRC SPORT DST DPORT OFFSET`, `udp SRC
- *     SPORT DST DPORT HASH` (OFFSET, HASH "-": unknown), `pipe INODE` or
- *     `unix INODE` -- or, for a UNIX connection not accepted yet (its
+ *     SPORT DST DPORT HASH` (OFFSET, HASH "-": unknown), `pipe INODE [OFFSET]`
+ *     or `unix INODE [OFFSET]` (the writer's count of its traced write's
+ *     first byte: msgs.c, point 5) -- or, for a UNIX connection not accepted yet (its
  *     receiving socket has no inode yet), `unixfrom INODE`: the first read of
  *     the accepted socket whose peer is the sender's INODE (sock_diag).  A
  *     pipe's or UNIX socket's expectation takes the bytes
@@ -59,7 +60,13 @@
  *     counts one); the bytes before OFFSET were sent before the traced
  *     request, and receives of them start nothing.  UDP: a datagram to
  *     DST:DPORT whose bytes hash to HASH.  Pipes and UNIX sockets: the read
- *     whose bytes, counted since arming, pass the backlog.  A match is used
+ *     whose bytes, counted since arming, pass the backlog; the backlog's
+ *     end is the writer's OFFSET, so that read's first byte is OFFSET -
+ *     backlog + what was read before it since arming, and the reader's
+ *     count starts there (msgs.c: ag_msgs_recv_at): both ends name the
+ *     same bytes alike, however much was queued when the agent came.  An
+ *     OFFSET below the backlog (another writer's bytes queued after the
+ *     sender looked) leaves the reader's count its own.  A match is used
  *     up; that thread starts tracing where it stands (main.c:
  *     ag_activate_on_event, or follow_thread when the agent traces
  *     already).
@@ -74,7 +81,10 @@
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; UNIX datagram sockets are not followed; a pipe
- * or UNIX socket with several readers counts each reader's bytes alone.
+ * or UNIX socket with several readers counts each reader's bytes alone; a
+ * UNIX stream's sender cannot see what is queued at its peer, so it names
+ * no OFFSET and the reader's count stays its own (exact when nothing was
+ * queued).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -493,9 +503,20 @@ int ag_expect_add(const char *line)
 		e.inode = inode;
 	} else if ((sscanf(line, "pipe %llu", &inode) == 1 ||
 		    sscanf(line, "unix %llu", &inode) == 1) && inode) {
+		unsigned long long off;
+
 		e.kind = line[0] == 'p' ? AG_FLOW_PIPE : AG_FLOW_UNIX;
 		e.inode = inode;
 		e.backlog = backlog_of(inode);
+		/* point 6: the sender's offset of its traced write, if it said */
+		e.at_offset = sscanf(line + 5, "%*u %llu", &off) == 1;
+		e.offset = e.at_offset ? off : 0;
+		if (e.at_offset && e.offset < e.backlog) {
+			ag_log("expect '%.200s': %lu bytes queued, more than the writer's offset "
+			       "(another writer's bytes): this end's offsets stay its own",
+			       line, (unsigned long)e.backlog);
+			e.at_offset = false;
+		}
 	} else if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, last) == 6 &&
 		   (strcmp(kind, "tcp") == 0 || strcmp(kind, "udp") == 0) && sp <= 65535 &&
 		   dp <= 65535 && parse_addr(a, &fa, e.src) == 0 && parse_addr(b, &fb, e.dst) == 0 &&
@@ -526,9 +547,10 @@ int ag_expect_add(const char *line)
 				ag_log("expecting the first read of the connection from UNIX socket "
 				       "%llu, once accepted", inode);
 			else if (e.kind == AG_FLOW_PIPE || e.kind == AG_FLOW_UNIX)
-				ag_log("expecting the read of %s %llu past its %lu bytes queued now",
-				       e.kind == AG_FLOW_PIPE ? "pipe" : "unix socket", inode,
-				       (unsigned long)e.backlog);
+				ag_log("expecting the read of %s %llu past its %lu bytes queued now "
+				       "(the writer's byte %s%lu)", e.kind == AG_FLOW_PIPE ? "pipe"
+				       : "unix socket", inode, (unsigned long)e.backlog,
+				       e.at_offset ? "" : "~", (unsigned long)e.offset);
 			else
 				ag_log("expecting the receive of %s %s:%u -> %s:%u %s%s", kind, a, sp,
 				       b, dp, !e.at_offset ? "(the first one)" : e.kind == AG_FLOW_TCP
@@ -649,7 +671,8 @@ static bool is_any(const uint8_t a[16])
 }
 
 /* Point 6: is this receive, on fd, of rc bytes (data: them, or NULL) the
- * one e awaits?  *end is the TCP stream's end, read once (-2: not yet). */
+ * one e awaits?  *end is the TCP stream's end, read once (-2: not yet); a
+ * pipe's or UNIX socket's: the bytes read since arming, this read's too. */
 static bool matches(expect *e, const seen *w, int fd, long rc, const void *data, int64_t *end)
 {
 	if (e->kind == AG_FLOW_UNIXFROM)          /* an accepted socket whose peer sent it */
@@ -662,7 +685,8 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 		if (e->inode != w->inode)
 			return false;
 		/* bytes written before the traced write are read first */
-		return __atomic_add_fetch(&e->seen, (uint64_t)rc, __ATOMIC_ACQ_REL) > e->backlog;
+		*end = (int64_t)__atomic_add_fetch(&e->seen, (uint64_t)rc, __ATOMIC_ACQ_REL);
+		return (uint64_t)*end > e->backlog;
 	case AG_FLOW_UDP:
 		if (e->family != w->family || e->dport != w->lp ||
 		    (!is_any(w->l) && !is_any(e->dst) && memcmp(e->dst, w->l, 16) != 0))
@@ -743,6 +767,10 @@ bool ag_expect_match(int fd, long rc, const void *data)
 			c->sport = w.pp;
 		}
 		__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
+		if ((c->kind == AG_FLOW_PIPE || c->kind == AG_FLOW_UNIX) && c->at_offset)
+			/* point 6: the backlog's end is the writer's offset; this
+			 * read began `end - rc` bytes after arming */
+			ag_msgs_recv_at(fd, c->offset - c->backlog + ((uint64_t)end - (uint64_t)rc));
 		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
 		__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 		hit = true;

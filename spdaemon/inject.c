@@ -213,7 +213,8 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
 /* The receive a follow request's agents start at, in the agent's words
  * (agent/propagate.c, point 5): "tcp SRC SPORT DST DPORT OFFSET|-", "udp
  * SRC SPORT DST DPORT HASH|-" (the datagram's content hash, hexadecimal),
- * "pipe INODE", "unix INODE" (the receiving socket's), "unixfrom INODE" (a
+ * "pipe INODE [OFFSET]", "unix INODE [OFFSET]" (the receiving socket's; OFFSET
+ * the writer's count of its first traced byte), "unixfrom INODE" (a
  * connection not accepted yet: the socket whose peer is INODE). */
 static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, char *out,
 			size_t len)
@@ -226,8 +227,10 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 		return;
 	}
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
-		snprintf(out, len, "%s %llu", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
-			 (unsigned long long)ch->inode);
+		if (q->at_offset)       /* the writer's count, for the reader's (agent) */
+			snprintf(off, sizeof off, " %llu", (unsigned long long)q->offset);
+		snprintf(out, len, "%s %llu%s", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
+			 (unsigned long long)ch->inode, q->at_offset ? off : "");
 		return;
 	}
 	if (ch->kind != SPD_CH_TCP && ch->kind != SPD_CH_UDP)

@@ -39,8 +39,12 @@ users).
           the next request, which does not wait
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
+  pipe-backlog  a named pipe with bytes of an untraced writer queued when the
+          traced writer's first write injects the reader: both ends name
+          each byte alike, flows matches each read to its write
+          (tests/progs/pipes.c)
 
-usage: test_propagate.py CASE SPTRACE SPDAEMON TIER
+usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES]
 """
 
 import os
@@ -670,6 +674,81 @@ def case_silent(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+def pipe_ranges(sptrace, d, call, ino):
+    """The byte ranges of trace d's `call`s (read, write) on pipe ino."""
+    r = run([sptrace, "replay", d], timeout=300)
+    check(r.returncode == 0, "replay %s: %r" % (d, r.stderr[-1000:]))
+    return [(int(a), int(b)) for a, b in
+            re.findall(r"%s\(pipe %d, bytes (\d+)\.\.(\d+)\)" % (call, ino), r.stdout)]
+
+
+def case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes):
+    """A named pipe holding 2 bytes of an untraced writer when a traced one
+    writes 3 messages of 2 bytes: the reader, injected then, reads the 2
+    queued bytes with the first message in one read, then one message a
+    read.  Both ends name the same bytes alike (the writer's first byte is
+    2, after the queued ones; the reader's first read 0..4), and flows
+    matches each read to the write of its bytes, none before it."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wfd = -1
+    try:
+        # a pipe of this script's: the reader gets its read end (this
+        # script keeps none), the writer its write end, which this script
+        # writes first
+        rfd, wfd = os.pipe()
+        ino = os.fstat(rfd).st_ino
+        try:
+            rd = cl.hosts.popen(0, [pipes, "reader", "/dev/fd/%d" % rfd, "1"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                pass_fds=[rfd])
+        finally:
+            os.close(rfd)
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        os.write(wfd, b"xy")              # queued before the traced writer comes
+        out = os.path.join(tmp, "writer.trace")
+        w = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", pipes, "writer",
+                               "/dev/fd/%d" % wfd, "ab", "cd", "ef"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, pass_fds=[wfd])
+        procs.append(w)
+        check(w.stdout.readline() == "wrote 1\n", "the writer did not write")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        wout, werr = w.communicate(timeout=300)
+        check(w.returncode == 0, "the traced writer: %r %r\n%s" % (wout, werr, cl.logs()))
+        os.close(wfd)
+        wfd = -1
+        rout, _ = rd.communicate(timeout=60)
+        got = [l.split()[2] for l in rout.splitlines() if l.startswith("got ")]
+        check(got == [b"xyab".hex(), b"cd".hex(), b"ef".hex()],
+              "the reader read %r, not the queued bytes with the first message, then one "
+              "message a read" % got)
+        session = session_of(werr)
+        t = traces(cl.state(0), session)
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        with open(os.path.join(t[rd.pid], "agent.log")) as f:
+            rlog = f.read()
+        check(re.search(r"expecting the read of pipe %d past its 2 bytes queued now \(the "
+                        r"writer's byte 2\)" % ino, rlog),
+              "the reader did not await the writer's byte 2 past 2 queued:\n%s" % rlog)
+        wr = pipe_ranges(sptrace, out, "write", ino)
+        rr = pipe_ranges(sptrace, t[rd.pid], "read", ino)
+        check(wr == [(2, 4), (4, 6), (6, 8)] and rr == [(0, 4), (4, 6), (6, 8)],
+              "the writer's writes %s and the reader's reads %s do not name the same bytes"
+              % (wr, rr))
+        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: [rd.pid]}, [])
+        fl = run([sptrace, "flows", coll], timeout=300)
+        check(fl.returncode == 0 and "property:" not in fl.stdout,
+              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+    finally:
+        if wfd >= 0:
+            os.close(wfd)
+        kill_all(procs)
+        cl.close()
+
+
 class TiersSession:
     """The tiers application over three namespace hosts, a request of the
     client on host 0 followed (`sptrace run --on start`), its servers
@@ -730,16 +809,19 @@ def case_nodaemon(sptrace, spdaemon, tier, tmp):
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6):
         fail(__doc__)
     in_own_netns()
-    case, sptrace, spdaemon, tier = sys.argv[1:]
+    case, sptrace, spdaemon, tier = sys.argv[1:5]
+    progs = [os.path.abspath(p) for p in sys.argv[5:]]       # PIPES, for the pipe-* cases
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
-         "unix": case_unix, "attach": case_attach, "silent": case_silent}[case](
-            os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)
+         "unix": case_unix, "attach": case_attach, "silent": case_silent,
+         "pipe-backlog": case_pipe_backlog}[case](
+            os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
+            *progs)
     finally:
         if not os.environ.get("KEEP"):
             shutil.rmtree(tmp, ignore_errors=True)

@@ -530,8 +530,10 @@ void ag_msgs_forget(int fd);           /* fd's number no longer names its channe
 void ag_msgs_forget_range(unsigned lo, unsigned hi);
 void ag_msgs_forked(void);             /* the child: channels of its own */
 /* The next byte received on fd (a pipe or UNIX stream) is the sender's byte
- * `off` (propagate.c: an awaited receive lines the two ends up). */
-void ag_msgs_recv_at(int fd, uint64_t off);
+ * `off` (propagate.c: an awaited receive lines the two ends up); with
+ * `shared`, every receive's first byte is base + what *shared counted
+ * (the readers of one pipe share it). */
+void ag_msgs_recv_at(int fd, uint64_t off, volatile uint64_t *shared, uint64_t base);
 void ag_msgs_preopen(void);            /* its netlink socket, while the program waits */
 /* sendfile by both its names, whatever _FILE_OFFSET_BITS makes of it */
 ssize_t ag_sendfile(int out, int in, off_t *off, size_t n) __asm__("sendfile") AG_EXPORT;

@@ -43,7 +43,8 @@
  *     pipe's sent one, classified before its first traced write (the send
  *     propagation asks about), at the bytes queued in it then (FIONREAD:
  *     the reader reads them first); other channels' at 0.  An awaited
- *     receive moves the reader's count to the sender's (ag_msgs_recv_at).  A connected UNIX socket's record names its peer's
+ *     receive moves the reader's count to the sender's (ag_msgs_recv_at),
+ *     or to a count the pipe's readers share (propagate.c, point 6).  A connected UNIX socket's record names its peer's
  *     inode (unix_peer), also asked once.  shutdown() and a receive that finds the end of a
  *     stream are messages of no bytes at the current offset.
  *
@@ -106,6 +107,9 @@ typedef struct chan {
 	uint64_t inode;
 	uint8_t peer[16];              /* the key's peer (AF_UNIX: a hash of the path) */
 	uint64_t off[2];               /* bytes (streams) or datagrams, per direction */
+	volatile uint64_t *recv_shared; /* a pipe's received count, its readers' (point 5) */
+	uint64_t recv_base;            /* ... from the writer's offset recv_base */
+	volatile uint8_t recv_counted; /* the next receive is at off[DIR_RECV], counted */
 } chan;
 
 static uint64_t *fdcache;              /* FD_MAX words (point 1) */
@@ -922,7 +926,11 @@ static void record(trace_ring_header *r, chan *c, unsigned dir, unsigned call, u
 
 	if (!c->id || (len == 0 && c->dgram))  /* no end of stream on datagrams */
 		return;
-	off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
+	if (dir == DIR_RECV && c->recv_shared)
+		off = __atomic_exchange_n(&c->recv_counted, 0, __ATOMIC_ACQ_REL) ? c->off[DIR_RECV]
+		      : c->recv_base + __atomic_fetch_add(c->recv_shared, len, __ATOMIC_RELAXED);
+	else
+		off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
 	trace_msg_pack(data, c->id, call, c->msg_flags[dir], off, len);
 	ag_ring_put_msg(r, dir == DIR_SEND ? TRACE_EV_MSG_SEND : TRACE_EV_MSG_RECV, data,
 			dir == DIR_SEND ? send_t0 : 0);
@@ -1149,10 +1157,12 @@ static inline void propagate1(int fd, const struct sockaddr *to, socklen_t tolen
 	send_begins();
 }
 
-/* Point 5: fd's received count moves to the sender's, at off.  Called at
- * the awaited receive, before its message is recorded; raw system calls
- * only (it may be in activate.c's SIGTRAP handler). */
-void ag_msgs_recv_at(int fd, uint64_t off)
+/* Point 5: fd's received count moves to the sender's, at off -- or, with
+ * `shared`, to the count every reader of the pipe adds to, from base (the
+ * awaited receive itself, at off, is counted in it already).
+ * Called at the awaited receive, before its message is recorded; raw
+ * system calls only (it may be in activate.c's SIGTRAP handler). */
+void ag_msgs_recv_at(int fd, uint64_t off, volatile uint64_t *shared, uint64_t base)
 {
 	uint64_t w;
 
@@ -1161,8 +1171,12 @@ void ag_msgs_recv_at(int fd, uint64_t off)
 		return;
 	chan *c = &chans[(uint32_t)w];
 
-	if (!c->dgram)
-		__atomic_store_n(&c->off[DIR_RECV], off, __ATOMIC_RELAXED);
+	if (c->dgram)
+		return;
+	c->recv_base = base;
+	__atomic_store_n(&c->off[DIR_RECV], off, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->recv_counted, shared != NULL, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->recv_shared, shared, __ATOMIC_RELEASE);
 }
 
 /* A receive of rc bytes by system call nr that no interposer saw (a thread

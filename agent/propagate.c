@@ -66,7 +66,13 @@
  *     count starts there (msgs.c: ag_msgs_recv_at): both ends name the
  *     same bytes alike, however much was queued when the agent came.  An
  *     OFFSET below the backlog (another writer's bytes queued after the
- *     sender looked) leaves the reader's count its own.  A match is used
+ *     sender looked) leaves the reader's count its own.  Several readers
+ *     of one pipe (pre-forked workers) each read part of it: their agents
+ *     share the count in the daemon's SESSION/pipe-INODE (pipe_count_of),
+ *     which the first one to arm sets to the writer's OFFSET less its
+ *     backlog, and each read's first byte is that base plus the bytes all
+ *     of them read before it -- exact while two readers' reads do not
+ *     race between the read's return and the count's atomic add.  A match is used
  *     up; that thread starts tracing where it stands (main.c:
  *     ag_activate_on_event, or follow_thread when the agent traces
  *     already).
@@ -80,14 +86,16 @@
  *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
- * the channel after arming; UNIX datagram sockets are not followed; a pipe
- * or UNIX socket with several readers counts each reader's bytes alone; a
+ * the channel after arming; UNIX datagram sockets are not followed; a UNIX
+ * socket with several readers, a pipe's readers of different users, and
+ * several traced writers of one pipe count their bytes each alone; a
  * UNIX stream's sender cannot see what is queued at its peer, so it names
  * no OFFSET and the reader's count stays its own (exact when nothing was
  * queued).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +126,14 @@ static volatile uint64_t no_daemon_until;
 static volatile int no_daemon_said;
 static volatile uint64_t next_id = 1;
 
+/* SESSION/pipe-INODE (spdaemon/inject.c: pipe_counts), mapped by the agent
+ * of each reader of the pipe (point 6). */
+typedef struct pipe_count {
+	volatile uint64_t state;         /* 0 new, 1 being set, 2 set */
+	volatile uint64_t base;          /* the writer's offset of the first byte counted */
+	volatile uint64_t read;          /* bytes every reader read since */
+} pipe_count;
+
 typedef struct expect {
 	volatile int state;              /* 0 free, 1 being written, 2 waiting */
 	int kind;                        /* AG_FLOW_* */
@@ -129,6 +145,7 @@ typedef struct expect {
 	uint64_t inode;                  /* pipes */
 	uint64_t backlog;                /* pipes: bytes queued when armed */
 	volatile uint64_t seen;          /* pipes: bytes read since */
+	pipe_count *shared;              /* pipes: the count the readers share, or NULL */
 	uint64_t until;                  /* CLOCK_MONOTONIC ns: given up after */
 } expect;
 
@@ -488,6 +505,58 @@ static uint64_t backlog_of(uint64_t inode)
 	return 0;
 }
 
+/* Point 6: the count this pipe's readers share, set up by the first of
+ * them (its base: the writer's offset less the bytes queued then); NULL if
+ * there is none.  Only in a directory that root alone writes (spdaemon's
+ * session directory, the parent of a trace it injected), a regular file of
+ * this process's user: nothing another user could have put there. */
+static pipe_count *pipe_count_of(uint64_t inode, uint64_t base)
+{
+	char path[4200];
+	struct stat st;
+	char *slash;
+	pipe_count *pc;
+	long fd;
+
+	snprintf(path, sizeof path, "%s", ag_dir);
+	slash = strrchr(path, '/');
+	if (!slash || slash == path)
+		return NULL;
+	*slash = '\0';
+	if (sys(SYS_stat, (long)path, (long)&st, 0, 0, 0) != 0 || st.st_uid != 0 ||
+	    (st.st_mode & 022))
+		return NULL;
+	snprintf(slash, sizeof path - (size_t)(slash - path), "/pipe-%llu",
+		 (unsigned long long)inode);
+	fd = sys(SYS_open, (long)path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0, 0, 0);
+	if (fd < 0)
+		return NULL;
+	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid() || st.st_size < (off_t)sizeof *pc) {
+		sys(SYS_close, fd, 0, 0, 0, 0);
+		return NULL;
+	}
+	pc = mmap(NULL, sizeof *pc, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+	sys(SYS_close, fd, 0, 0, 0, 0);
+	if (pc == MAP_FAILED)
+		return NULL;
+	uint64_t zero = 0;
+
+	if (__atomic_compare_exchange_n(&pc->state, &zero, 1, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		pc->base = base;
+		pc->read = 0;
+		__atomic_store_n(&pc->state, 2, __ATOMIC_RELEASE);
+	}
+	for (int i = 0; i < 1000000 && __atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2; i++)
+		__builtin_ia32_pause();
+	if (__atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2) {
+		munmap(pc, sizeof *pc);
+		return NULL;
+	}
+	return pc;
+}
+
 /* "tcp SRC SPORT DST DPORT OFFSET|-", "udp SRC SPORT DST DPORT HASH|-" or
  * "pipe INODE": 0, or -1 (said in agent.log). */
 int ag_expect_add(const char *line)
@@ -517,6 +586,8 @@ int ag_expect_add(const char *line)
 			       line, (unsigned long)e.backlog);
 			e.at_offset = false;
 		}
+		if (e.kind == AG_FLOW_PIPE && e.at_offset)
+			e.shared = pipe_count_of(inode, e.offset - e.backlog);
 	} else if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, last) == 6 &&
 		   (strcmp(kind, "tcp") == 0 || strcmp(kind, "udp") == 0) && sp <= 65535 &&
 		   dp <= 65535 && parse_addr(a, &fa, e.src) == 0 && parse_addr(b, &fb, e.dst) == 0 &&
@@ -684,6 +755,16 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 	case AG_FLOW_UNIX:
 		if (e->inode != w->inode)
 			return false;
+		if (e->shared) {
+			/* counted at once, before this thread starts tracing (a
+			 * stack walk: another reader's reads meanwhile come
+			 * after); *end: this read's first byte, the writer's */
+			pipe_count *pc = e->shared;
+
+			*end = (int64_t)(pc->base + __atomic_fetch_add(&pc->read, (uint64_t)rc,
+									__ATOMIC_ACQ_REL));
+			return (uint64_t)*end + (uint64_t)rc > e->offset;
+		}
 		/* bytes written before the traced write are read first */
 		*end = (int64_t)__atomic_add_fetch(&e->seen, (uint64_t)rc, __ATOMIC_ACQ_REL);
 		return (uint64_t)*end > e->backlog;
@@ -767,10 +848,13 @@ bool ag_expect_match(int fd, long rc, const void *data)
 			c->sport = w.pp;
 		}
 		__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
-		if ((c->kind == AG_FLOW_PIPE || c->kind == AG_FLOW_UNIX) && c->at_offset)
+		if (c->shared)
+			ag_msgs_recv_at(fd, (uint64_t)end, &c->shared->read, c->shared->base);
+		else if ((c->kind == AG_FLOW_PIPE || c->kind == AG_FLOW_UNIX) && c->at_offset)
 			/* point 6: the backlog's end is the writer's offset; this
 			 * read began `end - rc` bytes after arming */
-			ag_msgs_recv_at(fd, c->offset - c->backlog + ((uint64_t)end - (uint64_t)rc));
+			ag_msgs_recv_at(fd, c->offset - c->backlog + ((uint64_t)end - (uint64_t)rc),
+					NULL, 0);
 		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
 		__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);
 		hit = true;

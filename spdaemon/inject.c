@@ -26,7 +26,9 @@
  *   5. Its trace directory is STATE/sessions/SESSION/PID, made through
  *      descriptors, given to the process's user (the agent writes as it),
  *      0700; the directories above it are root's and only traversable by
- *      others (0711), so no user can see or touch another's trace.
+ *      others (0711), so no user can see or touch another's trace.  For a
+ *      pipe, SESSION/pipe-INODE too: the count of its bytes that its
+ *      readers' agents share (pipe_counts).
  *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
  *      request that follows a traced send (`follow`, from an agent): the
  *      receive of that send (expect=, agent/propagate.c), and the agent
@@ -402,6 +404,34 @@ static int tell_to_follow(const char *dir, uid_t uid, const char *line, char *wh
 	return -1;
 }
 
+/* Step 5, pipes: SESSION/pipe-INODE, the count of the pipe's bytes that its
+ * readers' agents share (agent/propagate.c, point 6: pre-forked readers of
+ * one pipe), made for the first reader's user -- 64 bytes of zeros, 0600,
+ * in a directory only root writes.  Made once per session and pipe; a
+ * reader of another user cannot open it and counts alone, as every reader
+ * does when it is missing. */
+static void pipe_counts(const spd_daemon *d, const char *session, const char *expect, uid_t uid,
+			gid_t gid)
+{
+	unsigned long long ino, off;
+	char name[48];
+	sp_err err;
+	int sfd, fd;
+
+	if (!expect || sscanf(expect, "pipe %llu %llu", &ino, &off) != 2 ||
+	    (sfd = spd_session_open(d, session, 1, &err)) < 0)
+		return;
+	snprintf(name, sizeof name, "pipe-%llu", ino);
+	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	close(sfd);
+	if (fd < 0)
+		return;                 /* made for an earlier reader */
+	if (ftruncate(fd, 64) != 0 || fchown(fd, uid, gid) != 0)
+		spd_log("%s/sessions/%s/%s: %s; the pipe's readers count its bytes alone",
+			d->state_dir, session, name, strerror(errno));
+	close(fd);
+}
+
 /* Steps 3 to 6 for one process: fills t (its strings are the caller's). */
 static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectRequest *q,
 		       const char *on, const char *expect, pid_t pid,
@@ -429,6 +459,7 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 		snprintf(why, whylen, "%s", err.msg);
 		return;
 	}
+	pipe_counts(d, q->session, expect, st.st_uid, st.st_gid);
 	if (inj_has_mapping(pid, "sptrace-agent") == 1) {
 		if (expect && traced_here(d, pid, q->session, dir, dirlen)) {
 			if (tell_to_follow(dir, st.st_uid, expect, why, whylen) == 0) {

@@ -43,6 +43,8 @@ users).
           traced writer's first write injects the reader: both ends name
           each byte alike, flows matches each read to its write
           (tests/progs/pipes.c)
+  pipe-readers  two pre-forked readers of one pipe (a user's), a traced
+          writer: both traced, each read names the bytes of its write
 
 usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES]
 """
@@ -749,6 +751,67 @@ def case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes):
         cl.close()
 
 
+def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes):
+    """Two pre-forked readers of one pipe (a user's server's workers) and a
+    traced writer (root's) of 4 messages, each taken whole by one of them: both readers are
+    injected, and each read names the bytes of the write that carried what
+    it read (their agents share the pipe's count), none before it."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wfd = -1
+    try:
+        rfd, wfd = os.pipe()
+        ino = os.fstat(rfd).st_ino
+        try:
+            rd = cl.hosts.popen(0, USER + [pipes, "reader", str(rfd), "2"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                pass_fds=[rfd])
+        finally:
+            os.close(rfd)
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the readers did not start")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        readers = [rd.pid] + children(rd.pid)
+        check(len(readers) == 2, "the readers: %s" % readers)
+        msgs = ["ab", "cd", "ef", "gh"]
+        out = os.path.join(tmp, "writer.trace")
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "writer", str(wfd)] + msgs,
+                         timeout=300, pass_fds=[wfd])
+        check(w.returncode == 0, "the traced writer: %r %r\n%s" % (w.stdout, w.stderr,
+                                                                    cl.logs()))
+        os.close(wfd)
+        wfd = -1
+        rout, _ = rd.communicate(timeout=60)
+        got = {}
+        for line in rout.splitlines():
+            if line.startswith("got "):
+                _, pid, data = line.split()
+                got.setdefault(int(pid), []).append(bytes.fromhex(data).decode())
+        check(sorted(sum(got.values(), [])) == msgs and len(got) == 2,
+              "the readers read %r, not each message whole, each some" % got)
+        t = traces(cl.state(0), session_of(w.stderr))
+        wr = pipe_ranges(sptrace, out, "write", ino)
+        check(len(wr) == len(msgs), "the writer's writes: %s" % wr)
+        sent = dict(zip(wr, msgs))
+        for pid in readers:
+            check(pid in t, "reader %d was not traced: %s\n%s" % (pid, t, cl.logs()))
+            rr = pipe_ranges(sptrace, t[pid], "read", ino)
+            check([sent.get(r) for r in rr] == got.get(pid, []),
+                  "reader %d read %r, but its reads name %s, the writer's writes %s" %
+                  (pid, got.get(pid), rr, sent))
+        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: readers}, [])
+        fl = run([sptrace, "flows", coll], timeout=300)
+        check(fl.returncode == 0 and "property:" not in fl.stdout,
+              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+    finally:
+        if wfd >= 0:
+            os.close(wfd)
+        kill_all(procs)
+        cl.close()
+
+
 class TiersSession:
     """The tiers application over three namespace hosts, a request of the
     client on host 0 followed (`sptrace run --on start`), its servers
@@ -819,7 +882,7 @@ def main():
         {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent,
-         "pipe-backlog": case_pipe_backlog}[case](
+         "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

@@ -2,18 +2,21 @@
  * pipes.c — a writer and readers of one pipe, for the propagation
  * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers).
  *
- *   pipes reader PIPE K     (PIPE: a path, /dev/fd/N for an inherited one)
+ *   pipes reader PIPE K     (PIPE: a path, or the number of an inherited
+ *                            descriptor)
  *       opens PIPE for reading, forks K - 1 more readers sharing that end
  *       (pre-forked workers, reading at once), prints "ready" and waits for
  *       a line on its standard input before it reads too; each reader
  *       reads the pipe, at most 64 bytes a read, until its end, and prints
- *       "got PID HEX" for every read.
+ *       "got PID HEX" for every read (with K > 1, then sleeps 0.1 s: the
+ *       readers take turns).
  *   pipes writer PIPE MSG...
  *       opens PIPE for writing and writes each MSG in one write, printing
  *       "wrote N" after each, and waits until the readers took it all
  *       (FIONREAD is 0) before the next one: each read takes one message
  *       -- the first read also what was queued before the writer came.
  */
+#include <ctype.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +25,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* PIPE: an inherited descriptor's number, or a path opened with flags. */
+static int pipe_fd(const char *arg, int flags)
+{
+	return isdigit((unsigned char)arg[0]) ? atoi(arg) : open(arg, flags);
+}
+
 static int reader(const char *path, int k)
 {
-	int fd = open(path, O_RDONLY | O_NONBLOCK);
+	int fd = pipe_fd(path, O_RDONLY | O_NONBLOCK);
 	char line[16], buf[64];
 	ssize_t n;
 
@@ -47,6 +56,8 @@ read:
 			printf("%02x", (unsigned char)buf[i]);
 		printf("\n");
 		fflush(stdout);
+		if (k > 1)
+			usleep(100000);     /* the next message is another reader's */
 	}
 	while (wait(NULL) > 0)
 		;
@@ -55,7 +66,7 @@ read:
 
 static int writer(const char *path, int n, char **msgs)
 {
-	int fd = open(path, O_WRONLY), q;
+	int fd = pipe_fd(path, O_WRONLY), q;
 
 	if (fd < 0) {
 		perror("pipes: open");

@@ -39,7 +39,11 @@ users).
           the next request, which does not wait
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
-  pipe-backlog  a named pipe with bytes of an untraced writer queued when the
+  forked  a backend that forks a child per connection after the agent came
+          (tier forkbackend): the child is traced from the request's receive,
+          its records are in the parent's trace on the daemon's host, `sptrace
+          collect` brings them and the client's flow goes through the child
+  pipe-backlog  a pipe with bytes of an untraced writer queued when the
           traced writer's first write injects the reader: both ends name
           each byte alike, flows matches each read to its write
           (tests/progs/pipes.c)
@@ -812,6 +816,50 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes):
         cl.close()
 
 
+def case_forked(sptrace, spdaemon, tier, tmp):
+    """A backend that forks a child per connection, after the agent came:
+    the request's connection, not accepted yet when the client sends, gets
+    the agent into the listening parent, whose child serves it.  The child
+    is traced from the request's receive (its records in the parent's
+    trace, on the daemon's host), `sptrace collect` brings them, and the
+    client's flow goes through the child's work."""
+    prog = reachable_copy(tier, tmp)
+    cl = Cluster(sptrace, spdaemon, tmp, 2)
+    procs = {}
+    try:
+        back = start(cl.hosts, 1, [prog, "forkbackend", "7002"])
+        procs["backend"] = back
+        out = os.path.join(tmp, "client.trace")
+        r = cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", out, "--", prog, "client",
+                             cl.hosts.addrs[1], "7002", "3", "5"], timeout=300)
+        check(r.returncode == 0 and r.stdout.startswith("backend 3 -> "),
+              "the traced client: %r %r\n%s" % (r.stdout, r.stderr, cl.logs()))
+        session = session_of(r.stderr)
+        o = finish(back)
+        procs = {}
+        m = re.search(r"^child (\d+) got (\S+)$", o, re.M)
+        check(m and bytes.fromhex(m.group(2)) == b"3\n5\n", "the child's bytes: %r" % o)
+        child = int(m.group(1))
+        t = traces(cl.state(1), session)
+        check(back.pid in t, "the backend (pid %d) was not traced: %s\n%s" %
+              (back.pid, t, cl.logs()))
+        rr = run([sptrace, "replay", t[back.pid]], timeout=300)
+        check(rr.returncode == 0 and re.search(r"\[ *%d\] .*backend_line" % child, rr.stdout),
+              "the child %d's work is not in the backend's trace:\n%s" %
+              (child, (rr.stdout + rr.stderr)[-3000:]))
+        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[1]: [back.pid]}, [])
+        fl = run([sptrace, "flows", "--json", coll], timeout=300)
+        check(fl.returncode == 0, "flows: %r" % fl.stderr[-1000:])
+        import json
+        flows = json.loads(fl.stdout)["flows"]
+        procs_of = [{(p["host"], p["pid"]) for p in f["processes"]} for f in flows]
+        check(len(flows) == 1 and (cl.hosts.addrs[1], child) in procs_of[0],
+              "the client's flow does not go through the child %d: %s" % (child, fl.stdout))
+    finally:
+        kill_all(procs.values())
+        cl.close()
+
+
 class TiersSession:
     """The tiers application over three namespace hosts, a request of the
     client on host 0 followed (`sptrace run --on start`), its servers
@@ -882,7 +930,8 @@ def main():
         {"tiers": case_tiers, "nodaemon": case_nodaemon, "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent,
-         "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers}[case](
+         "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers,
+         "forked": case_forked}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

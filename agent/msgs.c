@@ -1114,10 +1114,9 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 				fc.kind = AG_FLOW_UNIX;
 				fc.inode = tc.flags & TRACE_CHAN_PEER_INODE ? tc.peer_inode
 					   : unix_peer(c->inode);
-				if (!fc.inode) {
-					fc.src_inode = c->inode;
+				fc.src_inode = c->inode;        /* came-from (propagate.c) */
+				if (!fc.inode)
 					peer_path(fd, fc.path, sizeof fc.path);
-				}
 			} else if (c->proto == TRACE_PROTO_UDP) {
 				fc.kind = AG_FLOW_UDP;
 				fc.offset = AG_FLOW_HASH0;

@@ -28,10 +28,12 @@
  *     answer).  Everything here is raw system calls, a stack buffer for the
  *     request and an mmap'd arena for the answer (protobuf-c's allocator):
  *     no malloc, no lock of the program's, errno as the program left it.
- *     A TCP channel whose peer sent this process the traced request (an
- *     expectation matched on it, point 6, or the accept or receive that
- *     started tracing) is not asked about: its other end is traced already
- *     -- the answer goes back to where the request came from.
+ *     A TCP connection or UNIX stream socket whose peer sent this process
+ *     the traced request (an expectation matched on it, point 6, or the
+ *     accept or receive that started tracing) is not asked about: its other
+ *     end is traced already -- the answer goes back to where the request
+ *     came from.  (A pipe's answer goes back on another pipe: the daemon
+ *     finds its reader following already.)
  *  4. No daemon (nothing listens at the socket): not asked again for 10 s,
  *     said once in agent.log.  Every answer goes into agent.log (each
  *     process and why) and meta (TRACE_META_PROPAGATED: the host that
@@ -350,16 +352,24 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	return 0;
 }
 
-/* Point 3: a channel whose peer sent us the traced request. */
+/* Point 3: a channel whose peer sent us the traced request -- a TCP
+ * connection by its 4-tuple, a UNIX stream socket by its inode (the request
+ * came in on it) or its peer's (the sender's, awaited before the accept). */
 static bool came_from_peer(const ag_flow_chan *fc)
 {
 	for (unsigned i = 0; i < MAX_EXPECT && i < __atomic_load_n(&ncame, __ATOMIC_ACQUIRE); i++) {
 		const expect *e = &came_from[i];
 
-		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == 2 && e->kind == fc->kind &&
+		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != 2)
+			continue;
+		if (e->kind == fc->kind &&
 		    fc->kind == AG_FLOW_TCP && e->family == fc->family && e->sport == fc->pport &&
 		    e->dport == fc->lport && memcmp(e->src, fc->peer, 16) == 0 &&
 		    memcmp(e->dst, fc->local, 16) == 0)
+			return true;
+		if (fc->kind == AG_FLOW_UNIX &&
+		    ((e->kind == AG_FLOW_UNIX && e->inode == fc->src_inode) ||
+		     (e->kind == AG_FLOW_UNIXFROM && fc->inode && e->inode == fc->inode)))
 			return true;
 	}
 	return false;
@@ -800,7 +810,14 @@ void ag_came_from_fd(int fd)
 	seen w;
 
 	what_fd(fd, &w);
-	if (w.kind == AG_FLOW_TCP) {
+	if (w.kind == AG_FLOW_UNIX) {
+		expect *c = &came_from[__atomic_fetch_add(&ncame, 1, __ATOMIC_ACQ_REL) % MAX_EXPECT];
+
+		__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
+		c->kind = AG_FLOW_UNIX;
+		c->inode = w.inode;
+		__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
+	} else if (w.kind == AG_FLOW_TCP) {
 		expect *c = &came_from[__atomic_fetch_add(&ncame, 1, __ATOMIC_ACQ_REL) % MAX_EXPECT];
 
 		__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);

@@ -30,7 +30,8 @@ users).
   unix    a UNIX stream socket: a python3 client -> a user's python3 server
           that accepts the connection only after the request was sent (its
           receiving socket has no inode yet: found by the listener's path),
-          traced from the request's receive; the client's standard output,
+          traced from the request's receive; its answer, back to where the
+          request came from, asks nothing; the client's standard output,
           a pipe this test reads, is not followed
   attach  `sptrace attach --on accept` to a running frontend: it follows an
           untraced client's request into the backend of another host
@@ -594,6 +595,10 @@ def case_unix(sptrace, spdaemon, tier, tmp):
               (rr.stdout + rr.stderr)[-2000:])
         check("early" not in rr.stdout and "bytes 0..5)" not in rr.stdout.split("recv(unix")[0],
               "the server was traced before the request")
+        with open(os.path.join(t[srv.pid], "agent.log")) as f:
+            slog = f.read()
+        check("propagation: unix" not in slog, "the server's answer, back over the connection "
+              "the request came on, asked the daemon to follow it:\n%s" % slog)
     finally:
         kill_all(procs)
         cl.close()

@@ -44,8 +44,9 @@
  *     propagation asks about), at the bytes queued in it then (FIONREAD:
  *     the reader reads them first); other channels' at 0.  An awaited
  *     receive moves the reader's count to the sender's (ag_msgs_recv_at),
- *     or to a count the pipe's readers share (propagate.c, point 6).  A connected UNIX socket's record names its peer's
- *     inode (unix_peer), also asked once.  shutdown() and a receive that finds the end of a
+ *     or to a count the pipe's readers share (propagate.c, point 6).  A
+ *     connected UNIX socket's record names its peer's inode (unix_peer),
+ *     also asked once.  shutdown() and a receive that finds the end of a
  *     stream are messages of no bytes at the current offset.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the

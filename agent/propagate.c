@@ -93,7 +93,8 @@
  * several traced writers of one pipe count their bytes each alone; a
  * UNIX stream's sender cannot see what is queued at its peer, so it names
  * no OFFSET and the reader's count stays its own (exact when nothing was
- * queued).
+ * queued); each awaited pipe read maps its shared count for good (a page
+ * per request that reached this process).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -134,6 +135,7 @@ typedef struct pipe_count {
 	volatile uint64_t state;         /* 0 new, 1 being set, 2 set */
 	volatile uint64_t base;          /* the writer's offset of the first byte counted */
 	volatile uint64_t read;          /* bytes every reader read since */
+	volatile uint64_t offset;        /* the writer's OFFSET it was set for */
 } pipe_count;
 
 typedef struct expect {
@@ -516,11 +518,13 @@ static uint64_t backlog_of(uint64_t inode)
 }
 
 /* Point 6: the count this pipe's readers share, set up by the first of
- * them (its base: the writer's offset less the bytes queued then); NULL if
- * there is none.  Only in a directory that root alone writes (spdaemon's
- * session directory, the parent of a trace it injected), a regular file of
- * this process's user: nothing another user could have put there. */
-static pipe_count *pipe_count_of(uint64_t inode, uint64_t base)
+ * them for the writer's `offset` (its base: that less the bytes queued
+ * then); NULL if there is none, or it was set for another write (another
+ * writer's request: its offsets are its own).  Only in a directory that
+ * root alone writes (spdaemon's session directory, the parent of a trace it
+ * injected), a regular file of this process's user: nothing another user
+ * could have put there. */
+static pipe_count *pipe_count_of(uint64_t inode, uint64_t offset, uint64_t base)
 {
 	char path[4200];
 	struct stat st;
@@ -556,11 +560,12 @@ static pipe_count *pipe_count_of(uint64_t inode, uint64_t base)
 					__ATOMIC_ACQUIRE)) {
 		pc->base = base;
 		pc->read = 0;
+		pc->offset = offset;
 		__atomic_store_n(&pc->state, 2, __ATOMIC_RELEASE);
 	}
 	for (int i = 0; i < 1000000 && __atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2; i++)
 		__builtin_ia32_pause();
-	if (__atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2) {
+	if (__atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2 || pc->offset != offset) {
 		munmap(pc, sizeof *pc);
 		return NULL;
 	}
@@ -597,7 +602,7 @@ int ag_expect_add(const char *line)
 			e.at_offset = false;
 		}
 		if (e.kind == AG_FLOW_PIPE && e.at_offset)
-			e.shared = pipe_count_of(inode, e.offset - e.backlog);
+			e.shared = pipe_count_of(inode, e.offset, e.offset - e.backlog);
 	} else if (sscanf(line, "%7s %63s %u %63s %u %31s", kind, a, &sp, b, &dp, last) == 6 &&
 		   (strcmp(kind, "tcp") == 0 || strcmp(kind, "udp") == 0) && sp <= 65535 &&
 		   dp <= 65535 && parse_addr(a, &fa, e.src) == 0 && parse_addr(b, &fb, e.dst) == 0 &&

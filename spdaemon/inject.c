@@ -742,8 +742,15 @@ static bool reads_pipe(pid_t pid, uint64_t inode)
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
-		if (strcmp(link, want) != 0)
+		if (link[0] == '/') {           /* a named pipe (holders.c, rule 3) */
+			struct stat st;
+
+			if (stat(fdpath, &st) != 0 || !S_ISFIFO(st.st_mode) ||
+			    (uint64_t)st.st_ino != inode)
+				continue;
+		} else if (strcmp(link, want) != 0) {
 			continue;
+		}
 		snprintf(fdpath, sizeof fdpath, "/proc/%d/fdinfo/%s", (int)pid, e->d_name);
 		int fd = open(fdpath, O_RDONLY | O_CLOEXEC);
 
@@ -824,7 +831,8 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 
 		rounds++;
 		if (spd_channel_inodes(&ch, inodes, 64, &ni, &listener, err) != 0 ||
-		    (ni && spd_holders(inodes, ni, pids, SPD_MAX_TARGETS, &np, err) != 0)) {
+		    (ni && spd_holders(inodes, ni, ch.kind == SPD_CH_PIPE, pids, SPD_MAX_TARGETS, &np,
+				       err) != 0)) {
 			spd_send_error(c, req->id, err->msg);
 			spd_log("%s: inject: %s", c->peer, err->msg);
 			goto out;

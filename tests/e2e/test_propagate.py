@@ -48,6 +48,7 @@ users).
           traced writer's first write injects the reader: both ends name
           each byte alike, flows matches each read to its write
           (tests/progs/pipes.c)
+  pipe-fifo  pipe-backlog over a named pipe (mkfifo)
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
 
@@ -693,36 +694,46 @@ def pipe_ranges(sptrace, d, call, ino):
             re.findall(r"%s\(pipe %d, bytes (\d+)\.\.(\d+)\)" % (call, ino), r.stdout)]
 
 
-def case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes):
-    """A named pipe holding 2 bytes of an untraced writer when a traced one
-    writes 3 messages of 2 bytes: the reader, injected then, reads the 2
-    queued bytes with the first message in one read, then one message a
-    read.  Both ends name the same bytes alike (the writer's first byte is
-    2, after the queued ones; the reader's first read 0..4), and flows
-    matches each read to the write of its bytes, none before it."""
+def case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes, fifo=False):
+    """A pipe holding 2 bytes of an untraced writer when a traced one writes
+    3 messages of 2 bytes: the reader, injected then, reads the 2 queued
+    bytes with the first message in one read, then one message a read.
+    Both ends name the same bytes alike (the writer's first byte is 2,
+    after the queued ones; the reader's first read 0..4), and flows
+    matches each read to the write of its bytes, none before it.  fifo: a
+    named pipe, which each end opens by its path."""
     os.chmod(tmp, 0o755)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
     wfd = -1
     try:
-        # a pipe of this script's: the reader gets its read end (this
-        # script keeps none), the writer its write end, which this script
-        # writes first
-        rfd, wfd = os.pipe()
-        ino = os.fstat(rfd).st_ino
-        try:
-            rd = cl.hosts.popen(0, [pipes, "reader", "/dev/fd/%d" % rfd, "1"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                pass_fds=[rfd])
-        finally:
-            os.close(rfd)
+        if fifo:
+            path = os.path.join(tmp, "fifo")
+            os.mkfifo(path)
+            ino = os.stat(path).st_ino
+            rd = cl.hosts.popen(0, [pipes, "reader", path, "1"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        else:
+            # a pipe of this script's: the reader gets its read end (this
+            # script keeps none), the writer its write end
+            rfd, wfd = os.pipe()
+            ino = os.fstat(rfd).st_ino
+            try:
+                rd = cl.hosts.popen(0, [pipes, "reader", "/dev/fd/%d" % rfd, "1"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    pass_fds=[rfd])
+            finally:
+                os.close(rfd)
+            path = "/dev/fd/%d" % wfd
         procs.append(rd)
         check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        if fifo:
+            wfd = os.open(path, os.O_WRONLY)     # the reader has it open: no wait
         os.write(wfd, b"xy")              # queued before the traced writer comes
         out = os.path.join(tmp, "writer.trace")
-        w = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", pipes, "writer",
-                               "/dev/fd/%d" % wfd, "ab", "cd", "ef"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, pass_fds=[wfd])
+        w = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", pipes, "writer", path, "ab",
+                               "cd", "ef"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, pass_fds=[] if fifo else [wfd])
         procs.append(w)
         check(w.stdout.readline() == "wrote 1\n", "the writer did not write")
         rd.stdin.write("go\n")
@@ -865,6 +876,12 @@ def case_forked(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+def case_pipe_fifo(sptrace, spdaemon, tier, tmp, pipes):
+    """pipe-backlog over a named pipe (mkfifo): its holders' descriptors name
+    its path, not its inode."""
+    case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes, fifo=True)
+
+
 class TiersSession:
     """The tiers application over three namespace hosts, a request of the
     client on host 0 followed (`sptrace run --on start`), its servers
@@ -936,7 +953,7 @@ def main():
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent,
          "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers,
-         "forked": case_forked}[case](
+         "forked": case_forked, "pipe-fifo": case_pipe_fifo}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

@@ -27,7 +27,8 @@
  *     F_DUPFD) clear the number's word; connect clears it too (a datagram
  *     socket's peer changes).  A forked child starts a new generation and an
  *     empty table: its channels are its own, with its pid, its offsets
- *     counting from 0.
+ *     counting from 0 -- but a pipe's, which its family counts together
+ *     (point 5).
  *  4. A receive with MSG_PEEK leaves the bytes where they are: no message.
  *     The message: offsets by one atomic add on the channel's counter of
  *     that direction, then five ring records taken with one atomic add
@@ -45,6 +46,10 @@
  *     the reader reads them first); other channels' at 0.  An awaited
  *     receive moves the reader's count to the sender's (ag_msgs_recv_at),
  *     or to a count the pipe's readers share (propagate.c, point 6).  A
+ *     pipe's two counts are the family's: a process and the children it
+ *     forks (pre-forked workers writing or reading one pipe) add to the
+ *     same ones (pipe_slot_of, memory shared since before any fork), so
+ *     each one's writes name bytes of their own.  A
  *     connected UNIX socket's record names its peer's inode (unix_peer),
  *     also asked once.  shutdown() and a receive that finds the end of a
  *     stream are messages of no bytes at the current offset.
@@ -108,10 +113,21 @@ typedef struct chan {
 	uint64_t inode;
 	uint8_t peer[16];              /* the key's peer (AF_UNIX: a hash of the path) */
 	uint64_t off[2];               /* bytes (streams) or datagrams, per direction */
+	volatile uint64_t *send_shared; /* a pipe's sent count, its forked family's (point 5) */
 	volatile uint64_t *recv_shared; /* a pipe's received count, its readers' (point 5) */
 	uint64_t recv_base;            /* ... from the writer's offset recv_base */
 	volatile uint8_t recv_counted; /* the next receive is at off[DIR_RECV], counted */
 } chan;
+
+/* Point 5: a pipe's counts, shared by a process and the children it forks
+ * (MAP_SHARED, made before any fork): pre-forked writers or readers of one
+ * pipe count its bytes together.  An inode 0 slot is free. */
+typedef struct pipe_slot {
+	volatile uint64_t inode;
+	volatile uint64_t off[2];
+} pipe_slot;
+#define PIPE_SLOTS 4096
+static pipe_slot *pipe_slots;
 
 static uint64_t *fdcache;              /* FD_MAX words (point 1) */
 static uint8_t *opened;                /* FD_MAX: OPENED_*, 0 unknown (tcp_bases) */
@@ -229,6 +245,43 @@ void ag_msgs_init(void)
 			__atomic_store_n(&fdcache, (uint64_t *)p, __ATOMIC_RELEASE);
 		}
 	}
+	if (!pipe_slots) {
+		void *p = mmap(NULL, PIPE_SLOTS * sizeof *pipe_slots, PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		pipe_slots = p == MAP_FAILED ? NULL : p;
+	}
+}
+
+/* Point 5: the counts of pipe `inode` this process's family shares, made
+ * with a sent count of `base`; NULL when the table is full. */
+static pipe_slot *pipe_slot_of(uint64_t inode, uint64_t base)
+{
+	size_t h = (size_t)(inode * 0x9e3779b97f4a7c15ull >> 52) & (PIPE_SLOTS - 1);
+
+	for (size_t i = 0; pipe_slots && inode && i < PIPE_SLOTS; i++, h = (h + 1) & (PIPE_SLOTS - 1)) {
+		uint64_t zero = 0;
+		pipe_slot *ps = &pipe_slots[h];
+
+		if (__atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == inode)
+			return ps;
+		/* the maker sets the count before it names the slot's inode */
+		if (__atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == 0 &&
+		    __atomic_compare_exchange_n(&ps->inode, &zero, ~0ull, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			ps->off[0] = base;
+			ps->off[1] = 0;
+			__atomic_store_n(&ps->inode, inode, __ATOMIC_RELEASE);
+			return ps;
+		}
+		/* bounded: a maker forked away in between never finishes */
+		for (int n = 0; n < 100000 && __atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == ~0ull;
+		     n++)
+			__builtin_ia32_pause();
+		if (__atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == inode)
+			return ps;
+	}
+	return NULL;
 }
 
 /* ---- the channels file (like the sites file: instrument.c) ---- */
@@ -802,6 +855,17 @@ static uint64_t classify(int fd, unsigned dir, uint64_t len)
 		    sys(SYS_ioctl, fd, FIONREAD, (long)&queued, 0, 0) == 0 && queued > 0)
 			tc.base[DIR_SEND] = (uint64_t)queued;
 		c = chan_get(&k, &tc, TRACE_PROTO_PIPE, false);
+		pipe_slot *ps = c ? pipe_slot_of(st.st_ino, tc.base[DIR_SEND]) : NULL;
+
+		if (ps) {                       /* the family's counts (point 5) */
+			volatile uint64_t *none = NULL;
+
+			__atomic_compare_exchange_n(&c->send_shared, &none, &ps->off[DIR_SEND], false,
+						    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+			none = NULL;
+			__atomic_compare_exchange_n(&c->recv_shared, &none, &ps->off[DIR_RECV], false,
+						    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+		}
 		goto done;
 	}
 	if (!S_ISSOCK(st.st_mode) ||
@@ -930,6 +994,8 @@ static void record(trace_ring_header *r, chan *c, unsigned dir, unsigned call, u
 	if (dir == DIR_RECV && c->recv_shared)
 		off = __atomic_exchange_n(&c->recv_counted, 0, __ATOMIC_ACQ_REL) ? c->off[DIR_RECV]
 		      : c->recv_base + __atomic_fetch_add(c->recv_shared, len, __ATOMIC_RELAXED);
+	else if (dir == DIR_SEND && c->send_shared)
+		off = __atomic_fetch_add(c->send_shared, len, __ATOMIC_RELAXED);
 	else
 		off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
 	trace_msg_pack(data, c->id, call, c->msg_flags[dir], off, len);
@@ -1108,7 +1174,8 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 			if (c->proto == TRACE_PROTO_PIPE) {
 				fc.kind = AG_FLOW_PIPE;
 				fc.at_offset = true;    /* the reader lines up on it */
-				fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
+				fc.offset = __atomic_load_n(c->send_shared ? c->send_shared
+							    : &c->off[DIR_SEND], __ATOMIC_RELAXED);
 			} else if (c->proto == TRACE_PROTO_UNIX_STREAM) {
 				/* the receiving end: the peer's inode; a connection not
 				 * accepted yet has none: the listener's path then */
@@ -1173,6 +1240,10 @@ void ag_msgs_recv_at(int fd, uint64_t off, volatile uint64_t *shared, uint64_t b
 
 	if (c->dgram)
 		return;
+	if (!shared && c->recv_shared) {        /* the family's count moves with it */
+		__atomic_store_n(c->recv_shared, off - c->recv_base, __ATOMIC_RELAXED);
+		return;
+	}
 	c->recv_base = base;
 	__atomic_store_n(&c->off[DIR_RECV], off, __ATOMIC_RELAXED);
 	__atomic_store_n(&c->recv_counted, shared != NULL, __ATOMIC_RELAXED);

@@ -90,7 +90,8 @@
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; UNIX datagram sockets are not followed; a UNIX
  * socket with several readers, a pipe's readers of different users, and
- * several traced writers of one pipe count their bytes each alone; a
+ * traced writers of one pipe that are not one process and its forked
+ * children count their bytes each alone; a
  * UNIX stream's sender cannot see what is queued at its peer, so it names
  * no OFFSET and the reader's count stays its own (exact when nothing was
  * queued); each awaited pipe read maps its shared count for good (a page

@@ -49,6 +49,8 @@ users).
           each byte alike, flows matches each read to its write
           (tests/progs/pipes.c)
   pipe-fifo  pipe-backlog over a named pipe (mkfifo)
+  pipe-writers  two writers of one pipe forked by a traced process: each
+          read names the bytes of its write
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
 
@@ -876,6 +878,65 @@ def case_forked(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+def case_pipe_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """Two writers of one pipe, forked one after the other by a traced
+    process (pre-forked workers sharing its descriptor), 2 messages each,
+    to an injected reader: the writers count the pipe's bytes together, so
+    every write names bytes of its own and each read the bytes of the write
+    that carried them."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wfd = -1
+    try:
+        rfd, wfd = os.pipe()
+        ino = os.fstat(rfd).st_ino
+        try:
+            rd = cl.hosts.popen(0, [pipes, "reader", str(rfd), "1"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, pass_fds=[rfd])
+        finally:
+            os.close(rfd)
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        msgs = ["ab", "cd", "ef", "gh"]
+        out = os.path.join(tmp, "writer.trace")
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "writers", str(wfd), "2"] +
+                         msgs, timeout=300, pass_fds=[wfd])
+        check(w.returncode == 0, "the traced writers: %r %r\n%s" % (w.stdout, w.stderr,
+                                                                     cl.logs()))
+        os.close(wfd)
+        wfd = -1
+        rout, _ = rd.communicate(timeout=60)
+        got = [bytes.fromhex(l.split()[2]).decode() for l in rout.splitlines()
+               if l.startswith("got ")]
+        check(got == msgs[0::2] + msgs[1::2], "the reader read %r" % got)
+        t = traces(cl.state(0), session_of(w.stderr))
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        r = run([sptrace, "replay", out], timeout=300)
+        by_tid = {}
+        for tid, a, b in re.findall(r"\[ *(\d+)\] .*write\(pipe %d, bytes (\d+)\.\.(\d+)\)" %
+                                    ino, r.stdout):
+            by_tid.setdefault(int(tid), []).append((int(a), int(b)))
+        check(len(by_tid) == 2, "the writers' writes, by thread: %s" % by_tid)
+        first, second = [by_tid[k] for k in sorted(by_tid)]
+        sent = dict(zip(first, msgs[0::2]))
+        sent.update(zip(second, msgs[1::2]))
+        rr = pipe_ranges(sptrace, t[rd.pid], "read", ino)
+        check(len(sent) == 4 and [sent.get(x) for x in rr] == got,
+              "the reads %s name other bytes than the writes: %s and %s" % (rr, first, second))
+        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: [rd.pid]}, [])
+        fl = run([sptrace, "flows", coll], timeout=300)
+        check(fl.returncode == 0 and "property:" not in fl.stdout,
+              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+    finally:
+        if wfd >= 0:
+            os.close(wfd)
+        kill_all(procs)
+        cl.close()
+
+
 def case_pipe_fifo(sptrace, spdaemon, tier, tmp, pipes):
     """pipe-backlog over a named pipe (mkfifo): its holders' descriptors name
     its path, not its inode."""
@@ -953,7 +1014,8 @@ def main():
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent,
          "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers,
-         "forked": case_forked, "pipe-fifo": case_pipe_fifo}[case](
+         "forked": case_forked, "pipe-fifo": case_pipe_fifo,
+         "pipe-writers": case_pipe_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

@@ -15,6 +15,10 @@
  *       "wrote N" after each, and waits until the readers took it all
  *       (FIONREAD is 0) before the next one: each read takes one message
  *       -- the first read also what was queued before the writer came.
+ *   pipes writers PIPE K MSG...
+ *       opens PIPE and forks K writers one after the other (pre-forked
+ *       workers sharing the descriptor), writer j writing MSG j, j + K, ...
+ *       as `writer` does.
  */
 #include <ctype.h>
 #include <fcntl.h>
@@ -64,15 +68,12 @@ read:
 	return 0;
 }
 
-static int writer(const char *path, int n, char **msgs)
+/* Write msgs[0], msgs[step], ... of n into fd, each taken before the next. */
+static int write_msgs(int fd, int n, char **msgs, int step)
 {
-	int fd = pipe_fd(path, O_WRONLY), q;
+	int q;
 
-	if (fd < 0) {
-		perror("pipes: open");
-		return 1;
-	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n; i += step) {
 		size_t len = strlen(msgs[i]);
 
 		if (write(fd, msgs[i], len) != (ssize_t)len) {
@@ -84,8 +85,41 @@ static int writer(const char *path, int n, char **msgs)
 		for (int t = 0; t < 60000 && ioctl(fd, FIONREAD, &q) == 0 && q > 0; t++)
 			usleep(1000);
 	}
-	close(fd);
 	return 0;
+}
+
+static int writer(const char *path, int n, char **msgs)
+{
+	int fd = pipe_fd(path, O_WRONLY), rc;
+
+	if (fd < 0) {
+		perror("pipes: open");
+		return 1;
+	}
+	rc = write_msgs(fd, n, msgs, 1);
+	close(fd);
+	return rc;
+}
+
+static int writers(const char *path, int k, int n, char **msgs)
+{
+	int fd = pipe_fd(path, O_WRONLY), st, rc = 0;
+
+	if (fd < 0 || k < 1) {
+		perror("pipes: open");
+		return 1;
+	}
+	for (int j = 0; j < k && j < n; j++) {
+		fflush(stdout);
+		pid_t p = fork();
+
+		if (p == 0)
+			_exit(write_msgs(fd, n - j, msgs + j, k));
+		if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st))
+			rc = 1;
+	}
+	close(fd);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -94,6 +128,8 @@ int main(int argc, char **argv)
 		return reader(argv[2], atoi(argv[3]));
 	if (argc >= 4 && strcmp(argv[1], "writer") == 0)
 		return writer(argv[2], argc - 3, argv + 3);
-	fprintf(stderr, "usage: pipes reader FIFO K | writer FIFO MSG...\n");
+	if (argc >= 5 && strcmp(argv[1], "writers") == 0)
+		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4);
+	fprintf(stderr, "usage: pipes reader PIPE K | writer PIPE MSG... | writers PIPE K MSG...\n");
 	return 2;
 }

@@ -279,28 +279,6 @@ static void take_hz(const char *s)
 	given_hz = hz >= 100000000ull && hz <= 100000000000ull ? hz : 0;
 }
 
-/* CLOCK_MONOTONIC and the TSC at the same instant: the clock read between
- * two TSC readings, paired with their middle; the closest pair of 5 (an
- * interrupt, or the first call's fault in of the vDSO's data, between a
- * clock reading and its TSC one made the measured rate 1e-4 low, and two
- * traces of one host disagree by that times their age; analysis/meta.c
- * refines the rate from the end line too). */
-static void clock_pair(uint64_t *tsc, uint64_t *mono)
-{
-	uint64_t best = UINT64_MAX;
-
-	*tsc = *mono = 0;
-	for (int i = 0; i < 5; i++) {
-		uint64_t a = ag_rdtsc(), m = ns(CLOCK_MONOTONIC), b = ag_rdtsc();
-
-		if (b - a < best) {
-			best = b - a;
-			*tsc = a + (b - a) / 2;
-			*mono = m;
-		}
-	}
-}
-
 /* The TSC's rate, and a reading of it with the clocks' (tsc0, mono0,
  * real0).  Measured over 2 ms of spinning unless it was handed over. */
 static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
@@ -308,7 +286,7 @@ static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 	uint64_t t0, m0, t1, m1;
 
 	ns(CLOCK_REALTIME);                /* the vDSO's data in */
-	clock_pair(&t0, &m0);
+	sp_clock_pair(&t0, &m0);           /* analysis/meta.c refines the rate */
 	*real0 = ns(CLOCK_REALTIME);
 	*real0 -= ns(CLOCK_MONOTONIC) - m0;  /* CLOCK_REALTIME at m0 */
 	*tsc0 = t0;
@@ -316,7 +294,7 @@ static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 	if (given_hz)
 		return given_hz;
 	do {
-		clock_pair(&t1, &m1);
+		sp_clock_pair(&t1, &m1);
 	} while (m1 - m0 < 2000000);
 	return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
 }

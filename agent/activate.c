@@ -541,15 +541,31 @@ typedef struct watch {
 	const long *nrs;         /* the event's system calls */
 	int armed;
 	int n;                   /* in nrs */
+	int waits;               /* looks again left (watch_one) */
 } watch;
 
+/* A thread that the injector has just let go is on its way back into the
+ * call it was blocked in (the kernel restarts it): for a few microseconds
+ * /proc says "running", or "-1" (in the kernel, not in a system call yet),
+ * or the read of its syscall file fails with EAGAIN.  Not watched then, a
+ * read that returned was never seen: a pipe's helper answered the first
+ * traced request untraced, and its counts named the next one's bytes (1
+ * run of 8 of propagate-tiers).  So such a thread is looked at again, 100
+ * us apart, 20 looks at most for all the threads together. */
 static int watch_one(int tid, void *arg)
 {
 	watch *w = arg;
 	uint64_t pc;
 	long nr;
+	int where;
 
-	if (thread_syscall(tid, &nr, &pc) &&
+	while (((where = ag_thread_where(tid, &nr, &pc)) != 1 || nr < 0) && w->waits > 0) {
+		struct timespec nap = { 0, 100000 };
+
+		w->waits--;
+		nanosleep(&nap, NULL);
+	}
+	if (where == 1 && nr >= 0 &&
 	    (nr == w->nrs[0] || nr == w->nrs[1] || (w->n > 2 && (nr == w->nrs[2] || nr == w->nrs[3]))) &&
 	    arm_thread_bp(tid, pc, w->event, nr))
 		w->armed++;
@@ -562,7 +578,7 @@ void ag_watch_blocked_calls(const char *event)
 	/* a read: a receive if on a socket (or an awaited pipe), ag_event_fires */
 	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg, SYS_read, SYS_readv };
 	bool acc = strcmp(event, "accept") == 0;
-	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4 };
+	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4, 20 };
 
 	ag_for_other_threads(watch_one, &w);
 	if (w.armed)

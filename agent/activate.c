@@ -570,10 +570,13 @@ void ag_watch_blocked_calls(const char *event, int stopped)
 	/* The thread the injector stopped goes back into its system call when
 	 * let go -- on a busy machine, milliseconds later than the agent is
 	 * here: until then it is in none, and would not be watched (seen: a
-	 * receive the daemon waited for passed untraced).  At most 50 ms: its
-	 * call may also have ended meanwhile. */
+	 * receive the daemon waited for passed untraced; a pipe's helper
+	 * answered the first traced request untraced and its counts named the
+	 * next one's bytes).  /proc says "running", or "-1" (in the kernel, not
+	 * in a system call yet), or its read fails with EAGAIN, meanwhile.  At
+	 * most 50 ms: its call may also have ended meanwhile. */
 	for (int i = 0; stopped > 0 && i < 100 && !thread_syscall(stopped, &nr, &pc) &&
-	     ag_thread_where(stopped, &nr, &pc) >= 0; i++)
+	     (ag_thread_where(stopped, &nr, &pc) >= 0 || errno == EAGAIN); i++)
 		nanosleep(&nap, NULL);
 
 	ag_for_other_threads(watch_one, &w);

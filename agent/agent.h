@@ -169,7 +169,8 @@ void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key); /* CTX
 void ag_ring_put_pair(trace_ring_header *r, uint32_t ev1, uint64_t key1, uint32_t ev2,
 		      uint64_t key2);
 /* A message event: its head and data records, in one piece (trace_format.h). */
-void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[TRACE_MSG_NDATA]);
+void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[TRACE_MSG_NDATA],
+		     uint64_t tsc);
 void ag_rings_close_all(void);
 void ag_rings_event_all(uint32_t event);   /* an event in every ring */
 int ag_rings_init(void);
@@ -596,6 +597,11 @@ int ag_channels_open(const char *dir); /* the channels file */
 void ag_msgs_forget(int fd);           /* fd's number no longer names its channel */
 void ag_msgs_forget_range(unsigned lo, unsigned hi);
 void ag_msgs_forked(void);             /* the child: channels of its own */
+/* The next byte received on fd (a pipe or UNIX stream) is the sender's byte
+ * `off` (propagate.c: an awaited receive lines the two ends up); with
+ * `shared`, every receive's first byte is base + what *shared counted
+ * (the readers of one pipe share it). */
+void ag_msgs_recv_at(int fd, uint64_t off, volatile uint64_t *shared, uint64_t base);
 void ag_msgs_preopen(void);            /* its netlink socket, while the program waits */
 /* sendfile by both its names, whatever _FILE_OFFSET_BITS makes of it */
 ssize_t ag_sendfile(int out, int in, off_t *off, size_t n) __asm__("sendfile") AG_EXPORT;

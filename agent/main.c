@@ -287,17 +287,17 @@ static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 {
 	uint64_t t0, m0, t1, m1;
 
+	ns(CLOCK_REALTIME);                /* the vDSO's data in */
+	sp_clock_pair(&t0, &m0);           /* analysis/meta.c refines the rate */
 	*real0 = ns(CLOCK_REALTIME);
-	m0 = ns(CLOCK_MONOTONIC);
-	t0 = ag_rdtsc();
+	*real0 -= ns(CLOCK_MONOTONIC) - m0;  /* CLOCK_REALTIME at m0 */
 	*tsc0 = t0;
 	*mono0 = m0;
 	if (given_hz)
 		return given_hz;
 	do {
-		m1 = ns(CLOCK_MONOTONIC);
+		sp_clock_pair(&t1, &m1);
 	} while (m1 - m0 < 2000000);
-	t1 = ag_rdtsc();
 	return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
 }
 

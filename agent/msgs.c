@@ -27,16 +27,31 @@
  *     F_DUPFD) clear the number's word; connect clears it too (a datagram
  *     socket's peer changes).  A forked child starts a new generation and an
  *     empty table: its channels are its own, with its pid, its offsets
- *     counting from 0.
+ *     counting from 0 -- but a pipe's, which its family counts together
+ *     (point 5).
  *  4. A receive with MSG_PEEK leaves the bytes where they are: no message.
  *     The message: offsets by one atomic add on the channel's counter of
  *     that direction, then five ring records taken with one atomic add
- *     (ring.c: ag_ring_put_msg).  Nothing here takes a lock but the rare
+ *     (ring.c: ag_ring_put_msg).  A send's time is when its call began
+ *     (send_t0, read as the interposer calls the C library's function), a
+ *     receive's when it returned: the kernel wakes a reader within the
+ *     writer's call, and the writer may then wait for a CPU for
+ *     milliseconds, so a send stamped at its return showed after the
+ *     receive of its own bytes.  Nothing here takes a lock but the rare
  *     growth of the channels file; the hot path is signal-safe.
  *  5. A TCP channel's counters start at the stream's absolute offsets,
- *     read from the kernel once, when it is classified (tcp_bases); other
- *     channels' at 0.  A connected UNIX socket's record names its peer's
- *     inode (unix_peer), also asked once.  shutdown() and a receive that finds the end of a
+ *     read from the kernel once, when it is classified (tcp_bases); a
+ *     pipe's sent one, classified before its first traced write (the send
+ *     propagation asks about), at the bytes queued in it then (FIONREAD:
+ *     the reader reads them first); other channels' at 0.  An awaited
+ *     receive moves the reader's count to the sender's (ag_msgs_recv_at),
+ *     or to a count the pipe's readers share (propagate.c, point 6).  A
+ *     pipe's two counts are the family's: a process and the children it
+ *     forks (pre-forked workers writing or reading one pipe) add to the
+ *     same ones (pipe_slot_of, memory shared since before any fork), so
+ *     each one's writes name bytes of their own.  A
+ *     connected UNIX socket's record names its peer's inode (unix_peer),
+ *     also asked once.  shutdown() and a receive that finds the end of a
  *     stream are messages of no bytes at the current offset.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the
@@ -98,7 +113,21 @@ typedef struct chan {
 	uint64_t inode;
 	uint8_t peer[16];              /* the key's peer (AF_UNIX: a hash of the path) */
 	uint64_t off[2];               /* bytes (streams) or datagrams, per direction */
+	volatile uint64_t *send_shared; /* a pipe's sent count, its forked family's (point 5) */
+	volatile uint64_t *recv_shared; /* a pipe's received count, its readers' (point 5) */
+	uint64_t recv_base;            /* ... from the writer's offset recv_base */
+	volatile uint8_t recv_counted; /* the next receive is at off[DIR_RECV], counted */
 } chan;
+
+/* Point 5: a pipe's counts, shared by a process and the children it forks
+ * (MAP_SHARED, made before any fork): pre-forked writers or readers of one
+ * pipe count its bytes together.  An inode 0 slot is free. */
+typedef struct pipe_slot {
+	volatile uint64_t inode;
+	volatile uint64_t off[2];
+} pipe_slot;
+#define PIPE_SLOTS 4096
+static pipe_slot *pipe_slots;
 
 static uint64_t *fdcache;              /* FD_MAX words (point 1) */
 static uint8_t *opened;                /* FD_MAX: OPENED_*, 0 unknown (tcp_bases) */
@@ -216,6 +245,43 @@ void ag_msgs_init(void)
 			__atomic_store_n(&fdcache, (uint64_t *)p, __ATOMIC_RELEASE);
 		}
 	}
+	if (!pipe_slots) {
+		void *p = mmap(NULL, PIPE_SLOTS * sizeof *pipe_slots, PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		pipe_slots = p == MAP_FAILED ? NULL : p;
+	}
+}
+
+/* Point 5: the counts of pipe `inode` this process's family shares, made
+ * with a sent count of `base`; NULL when the table is full. */
+static pipe_slot *pipe_slot_of(uint64_t inode, uint64_t base)
+{
+	size_t h = (size_t)(inode * 0x9e3779b97f4a7c15ull >> 52) & (PIPE_SLOTS - 1);
+
+	for (size_t i = 0; pipe_slots && inode && i < PIPE_SLOTS; i++, h = (h + 1) & (PIPE_SLOTS - 1)) {
+		uint64_t zero = 0;
+		pipe_slot *ps = &pipe_slots[h];
+
+		if (__atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == inode)
+			return ps;
+		/* the maker sets the count before it names the slot's inode */
+		if (__atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == 0 &&
+		    __atomic_compare_exchange_n(&ps->inode, &zero, ~0ull, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			ps->off[0] = base;
+			ps->off[1] = 0;
+			__atomic_store_n(&ps->inode, inode, __ATOMIC_RELEASE);
+			return ps;
+		}
+		/* bounded: a maker forked away in between never finishes */
+		for (int n = 0; n < 100000 && __atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == ~0ull;
+		     n++)
+			__builtin_ia32_pause();
+		if (__atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == inode)
+			return ps;
+	}
+	return NULL;
 }
 
 /* ---- the channels file (like the sites file: instrument.c) ---- */
@@ -447,7 +513,7 @@ static chan *chan_get(const chan_key *k, const trace_channel *tc, unsigned proto
 					bool abs = tc->flags & (d ? TRACE_CHAN_ABS_RECV
 								  : TRACE_CHAN_ABS_SEND);
 
-					c->off[d] = abs ? tc->base[d] : 0;
+					c->off[d] = tc->base[d];   /* 0 unless point 5 */
 					c->msg_flags[d] = (abs ? 0 : TRACE_MSG_RELATIVE) |
 							  (dgram ? TRACE_MSG_DGRAM : 0);
 				}
@@ -803,8 +869,25 @@ static uint64_t classify(int fd, unsigned dir, uint64_t len)
 		return 0;                       /* gone already: ask again next time */
 	k.inode = tc.inode = st.st_ino;
 	if (S_ISFIFO(st.st_mode)) {
+		int queued = 0;
+
 		tc.proto = TRACE_PROTO_PIPE;
+		/* point 5: before the first write, what the reader reads first */
+		if (dir == DIR_SEND && len == 0 &&
+		    sys(SYS_ioctl, fd, FIONREAD, (long)&queued, 0, 0) == 0 && queued > 0)
+			tc.base[DIR_SEND] = (uint64_t)queued;
 		c = chan_get(&k, &tc, TRACE_PROTO_PIPE, false);
+		pipe_slot *ps = c ? pipe_slot_of(st.st_ino, tc.base[DIR_SEND]) : NULL;
+
+		if (ps) {                       /* the family's counts (point 5) */
+			volatile uint64_t *none = NULL;
+
+			__atomic_compare_exchange_n(&c->send_shared, &none, &ps->off[DIR_SEND], false,
+						    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+			none = NULL;
+			__atomic_compare_exchange_n(&c->recv_shared, &none, &ps->off[DIR_RECV], false,
+						    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+		}
 		goto done;
 	}
 	if (!S_ISSOCK(st.st_mode) ||
@@ -890,9 +973,19 @@ static chan *chan_peer(chan *base, const struct sockaddr *peer, socklen_t len)
 
 /* ---- recording (point 4) ---- */
 
+/* The TSC when this thread's send call began (0: none pending). */
+static __thread uint64_t send_t0 __attribute__((tls_model("initial-exec")));
+
 static inline bool tracing(void)
 {
 	return ag_tls_ring && ag_active();
+}
+
+/* Point 4: a send call is about to begin. */
+static inline void send_begins(void)
+{
+	if (tracing())
+		send_t0 = ag_rdtsc();
 }
 
 /* The word of fd, classified now if unknown (on a tracing thread), for a
@@ -920,9 +1013,16 @@ static void record(trace_ring_header *r, chan *c, unsigned dir, unsigned call, u
 
 	if (!c->id || (len == 0 && c->dgram))  /* no end of stream on datagrams */
 		return;
-	off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
+	if (dir == DIR_RECV && c->recv_shared)
+		off = __atomic_exchange_n(&c->recv_counted, 0, __ATOMIC_ACQ_REL) ? c->off[DIR_RECV]
+		      : c->recv_base + __atomic_fetch_add(c->recv_shared, len, __ATOMIC_RELAXED);
+	else if (dir == DIR_SEND && c->send_shared)
+		off = __atomic_fetch_add(c->send_shared, len, __ATOMIC_RELAXED);
+	else
+		off = __atomic_fetch_add(&c->off[dir], c->dgram ? 1 : len, __ATOMIC_RELAXED);
 	trace_msg_pack(data, c->id, call, c->msg_flags[dir], off, len);
-	ag_ring_put_msg(r, dir == DIR_SEND ? TRACE_EV_MSG_SEND : TRACE_EV_MSG_RECV, data);
+	ag_ring_put_msg(r, dir == DIR_SEND ? TRACE_EV_MSG_SEND : TRACE_EV_MSG_RECV, data,
+			dir == DIR_SEND ? send_t0 : 0);
 }
 
 /* The slow path: classify fd, or find a datagram's channel by its peer. */
@@ -1097,16 +1197,18 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 			fc.pport = tc.peer_port;
 			if (c->proto == TRACE_PROTO_PIPE) {
 				fc.kind = AG_FLOW_PIPE;
+				fc.at_offset = true;    /* the reader lines up on it */
+				fc.offset = __atomic_load_n(c->send_shared ? c->send_shared
+							    : &c->off[DIR_SEND], __ATOMIC_RELAXED);
 			} else if (c->proto == TRACE_PROTO_UNIX_STREAM) {
 				/* the receiving end: the peer's inode; a connection not
 				 * accepted yet has none: the listener's path then */
 				fc.kind = AG_FLOW_UNIX;
 				fc.inode = tc.flags & TRACE_CHAN_PEER_INODE ? tc.peer_inode
 					   : unix_peer(c->inode);
-				if (!fc.inode) {
-					fc.src_inode = c->inode;
+				fc.src_inode = c->inode;        /* came-from (propagate.c) */
+				if (!fc.inode)
 					peer_path(fd, fc.path, sizeof fc.path);
-				}
 			} else if (c->proto == TRACE_PROTO_UNIX_DGRAM) {
 				/* the receiving socket: the peer's inode, else the
 				 * path it is bound to (the daemon finds it) */
@@ -1151,6 +1253,7 @@ static inline void propagate(int fd, const struct sockaddr *to, socklen_t tolen,
 {
 	if (ag_propagating() && tracing())
 		before_send(fd, to, tolen, iov, niov);
+	send_begins();
 }
 
 /* The same, for one buffer. */
@@ -1162,6 +1265,33 @@ static inline void propagate1(int fd, const struct sockaddr *to, socklen_t tolen
 
 		before_send(fd, to, tolen, &v, 1);
 	}
+	send_begins();
+}
+
+/* Point 5: fd's received count moves to the sender's, at off -- or, with
+ * `shared`, to the count every reader of the pipe adds to, from base (the
+ * awaited receive itself, at off, is counted in it already).
+ * Called at the awaited receive, before its message is recorded; raw
+ * system calls only (it may be in activate.c's SIGTRAP handler). */
+void ag_msgs_recv_at(int fd, uint64_t off, volatile uint64_t *shared, uint64_t base)
+{
+	uint64_t w;
+
+	if (ag_fd_is_ours(fd) || !(w = word_of(NULL, fd, DIR_RECV, 0)) ||
+	    ((w >> 32) & 0xff) != ST_CHAN)
+		return;
+	chan *c = &chans[(uint32_t)w];
+
+	if (c->dgram)
+		return;
+	if (!shared && c->recv_shared) {        /* the family's count moves with it */
+		__atomic_store_n(c->recv_shared, off - c->recv_base, __ATOMIC_RELAXED);
+		return;
+	}
+	c->recv_base = base;
+	__atomic_store_n(&c->off[DIR_RECV], off, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->recv_counted, shared != NULL, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->recv_shared, shared, __ATOMIC_RELEASE);
 }
 
 /* A receive of rc bytes by system call nr that no interposer saw (a thread
@@ -1447,6 +1577,7 @@ AG_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 
 AG_EXPORT ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_t n, unsigned flags)
 {
+	send_begins();
 	ssize_t rc = real_splice ? real_splice(in, inoff, out, outoff, n, flags)
 		     : syscall(SYS_splice, in, inoff, out, outoff, n, flags);
 
@@ -1459,6 +1590,7 @@ AG_EXPORT ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_t 
 
 static ssize_t sendfile_common(sendfile_fn real, int out, int in, off_t *off, size_t n)
 {
+	send_begins();
 	ssize_t rc = real ? real(out, in, off, n) : sys(SYS_sendfile, out, in, (long)off, (long)n, 0);
 
 	if (rc > 0 && tracing()) {
@@ -1482,6 +1614,7 @@ AG_EXPORT ssize_t ag_sendfile64(int out, int in, off_t *off, size_t n)
  * "Message events", point 4). */
 AG_EXPORT int shutdown(int fd, int how)
 {
+	send_begins();
 	int rc = real_shutdown ? real_shutdown(fd, how) : (int)sys(SYS_shutdown, fd, how, 0, 0, 0);
 
 	if (rc == 0 && tracing()) {

@@ -29,10 +29,12 @@
  *     answer).  Everything here is raw system calls, a stack buffer for the
  *     request and an mmap'd arena for the answer (protobuf-c's allocator):
  *     no malloc, no lock of the program's, errno as the program left it.
- *     A TCP channel whose peer sent this process the traced request (an
- *     expectation matched on it, point 6, or the accept or receive that
- *     started tracing) is not asked about: its other end is traced already
- *     -- the answer goes back to where the request came from.
+ *     A TCP connection or UNIX stream socket whose peer sent this process
+ *     the traced request (an expectation matched on it, point 6, or the
+ *     accept or receive that started tracing) is not asked about: its other
+ *     end is traced already -- the answer goes back to where the request
+ *     came from.  (A pipe's answer goes back on another pipe: the daemon
+ *     finds its reader following already.)
  *  4. No daemon (nothing listens at the socket): not asked again for 10 s,
  *     said once in agent.log.  Every answer goes into agent.log (each
  *     process and why) and meta (TRACE_META_PROPAGATED: the host that
@@ -42,8 +44,9 @@
  *
  *  5. A daemon that injects the agent gives it the receive to start at, in
  *     the sender's terms: `expect=tcp SRC SPORT DST DPORT OFFSET`, `udp SRC
- *     SPORT DST DPORT HASH` (OFFSET, HASH "-": unknown), `pipe INODE` or
- *     `unix INODE` -- or, for a UNIX connection not accepted yet (its
+ *     SPORT DST DPORT HASH` (OFFSET, HASH "-": unknown), `pipe INODE [OFFSET]`
+ *     or `unix INODE [OFFSET]` (the writer's count of its traced write's
+ *     first byte: msgs.c, point 5) -- or, for a UNIX connection not accepted yet (its
  *     receiving socket has no inode yet), `unixfrom INODE`: the first read of
  *     the accepted socket whose peer is the sender's INODE (sock_diag) --
  *     or, a UNIX datagram, `unixdgram INODE HASH`: the datagram to socket
@@ -63,7 +66,19 @@
  *     counts one); the bytes before OFFSET were sent before the traced
  *     request, and receives of them start nothing.  UDP: a datagram to
  *     DST:DPORT whose bytes hash to HASH.  Pipes and UNIX sockets: the read
- *     whose bytes, counted since arming, pass the backlog.  A match is used
+ *     whose bytes, counted since arming, pass the backlog; the backlog's
+ *     end is the writer's OFFSET, so that read's first byte is OFFSET -
+ *     backlog + what was read before it since arming, and the reader's
+ *     count starts there (msgs.c: ag_msgs_recv_at): both ends name the
+ *     same bytes alike, however much was queued when the agent came.  An
+ *     OFFSET below the backlog (another writer's bytes queued after the
+ *     sender looked) leaves the reader's count its own.  Several readers
+ *     of one pipe (pre-forked workers) each read part of it: their agents
+ *     share the count in the daemon's SESSION/pipe-INODE (pipe_count_of),
+ *     which the first one to arm sets to the writer's OFFSET less its
+ *     backlog, and each read's first byte is that base plus the bytes all
+ *     of them read before it -- exact while two readers' reads do not
+ *     race between the read's return and the count's atomic add.  A match is used
  *     up; that thread starts tracing where it stands (main.c:
  *     ag_activate_on_event, or follow_thread when the agent traces
  *     already).
@@ -142,16 +157,20 @@
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
- * mistaken for an earlier one of the same bytes; a pipe
- * or UNIX socket with several readers counts each reader's bytes alone; a
- * receiving program that sets SO_OOBINLINE or reads MSG_OOB after its agent
- * took the mark would see it (checked at arming only); only the followed
- * datagram carries the IP option, not every datagram of the channel (the
- * analysis numbers datagrams in time order: analysis/flows.c, rule 5); a
- * program's recvmsg whose control buffer had room for its own messages but
- * not for the option's too gets MSG_CTRUNC and loses some of its own; a
- * program that reads IP_RECVOPTS back while a datagram is awaited sees the
- * agent's 1.
+ * mistaken for an earlier one of the same bytes; a UNIX socket with several
+ * readers, a pipe's readers of different users, and traced writers of one
+ * pipe that are not one process and its forked children count their bytes
+ * each alone; a UNIX stream's sender cannot see what is queued at its peer,
+ * so it names no OFFSET and the reader's count stays its own (exact when
+ * nothing was queued); each awaited pipe read maps its shared count for
+ * good (a page per request that reached this process); a receiving program
+ * that sets SO_OOBINLINE or reads MSG_OOB after its agent took the mark
+ * would see it (checked at arming only); only the followed datagram carries
+ * the IP option, not every datagram of the channel (the analysis numbers
+ * datagrams in time order: analysis/flows.c, rule 5); a program's recvmsg
+ * whose control buffer had room for its own messages but not for the
+ * option's too gets MSG_CTRUNC and loses some of its own; a program that
+ * reads IP_RECVOPTS back while a datagram is awaited sees the agent's 1.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -189,6 +208,15 @@ static volatile uint64_t no_daemon_until;
 static volatile int no_daemon_said;
 static volatile uint64_t next_id = 1;
 
+/* SESSION/pipe-INODE (spdaemon/inject.c: pipe_counts), mapped by the agent
+ * of each reader of the pipe (point 6). */
+typedef struct pipe_count {
+	volatile uint64_t state;         /* 0 new, 1 being set, 2 set */
+	volatile uint64_t base;          /* the writer's offset of the first byte counted */
+	volatile uint64_t read;          /* bytes every reader read since */
+	volatile uint64_t offset;        /* the writer's OFFSET it was set for */
+} pipe_count;
+
 typedef struct expect {
 	volatile int state;              /* 0 free, 1 being written, 2 waiting */
 	int kind;                        /* AG_FLOW_* */
@@ -208,6 +236,7 @@ typedef struct expect {
 	uint64_t inode;                  /* pipes */
 	uint64_t backlog;                /* pipes: bytes queued when armed */
 	volatile uint64_t seen;          /* pipes: bytes read since */
+	pipe_count *shared;              /* pipes: the count the readers share, or NULL */
 	uint64_t until;                  /* CLOCK_MONOTONIC ns: given up after */
 } expect;
 
@@ -489,16 +518,24 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	return 0;
 }
 
-/* Point 3: a channel whose peer sent us the traced request. */
+/* Point 3: a channel whose peer sent us the traced request -- a TCP
+ * connection by its 4-tuple, a UNIX stream socket by its inode (the request
+ * came in on it) or its peer's (the sender's, awaited before the accept). */
 static bool came_from_peer(const ag_flow_chan *fc)
 {
 	for (unsigned i = 0; i < MAX_EXPECT && i < __atomic_load_n(&ncame, __ATOMIC_ACQUIRE); i++) {
 		const expect *e = &came_from[i];
 
-		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == 2 && e->kind == fc->kind &&
+		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != 2)
+			continue;
+		if (e->kind == fc->kind &&
 		    fc->kind == AG_FLOW_TCP && e->family == fc->family && e->sport == fc->pport &&
 		    e->dport == fc->lport && memcmp(e->src, fc->peer, 16) == 0 &&
 		    memcmp(e->dst, fc->local, 16) == 0)
+			return true;
+		if (fc->kind == AG_FLOW_UNIX &&
+		    ((e->kind == AG_FLOW_UNIX && e->inode == fc->src_inode) ||
+		     (e->kind == AG_FLOW_UNIXFROM && fc->inode && e->inode == fc->inode)))
 			return true;
 	}
 	return false;
@@ -837,8 +874,64 @@ void ag_mark_strip(int fd, struct msghdr *m)
 	m->msg_controllen = (size_t)(out - p);
 }
 
+/* Point 6: the count this pipe's readers share, set up by the first of
+ * them for the writer's `offset` (its base: that less the bytes queued
+ * then); NULL if there is none, or it was set for another write (another
+ * writer's request: its offsets are its own).  Only in a directory that
+ * root alone writes (spdaemon's session directory, the parent of a trace it
+ * injected), a regular file of this process's user: nothing another user
+ * could have put there. */
+static pipe_count *pipe_count_of(uint64_t inode, uint64_t offset, uint64_t base)
+{
+	char path[4200];
+	struct stat st;
+	char *slash;
+	pipe_count *pc;
+	long fd;
+
+	snprintf(path, sizeof path, "%s", ag_dir);
+	slash = strrchr(path, '/');
+	if (!slash || slash == path)
+		return NULL;
+	*slash = '\0';
+	if (sys(SYS_stat, (long)path, (long)&st, 0, 0, 0) != 0 || st.st_uid != 0 ||
+	    (st.st_mode & 022))
+		return NULL;
+	snprintf(slash, sizeof path - (size_t)(slash - path), "/pipe-%llu",
+		 (unsigned long long)inode);
+	fd = sys(SYS_open, (long)path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0, 0, 0);
+	if (fd < 0)
+		return NULL;
+	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid() || st.st_size < (off_t)sizeof *pc) {
+		sys(SYS_close, fd, 0, 0, 0, 0);
+		return NULL;
+	}
+	pc = mmap(NULL, sizeof *pc, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+	sys(SYS_close, fd, 0, 0, 0, 0);
+	if (pc == MAP_FAILED)
+		return NULL;
+	uint64_t zero = 0;
+
+	if (__atomic_compare_exchange_n(&pc->state, &zero, 1, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		pc->base = base;
+		pc->read = 0;
+		pc->offset = offset;
+		__atomic_store_n(&pc->state, 2, __ATOMIC_RELEASE);
+	}
+	for (int i = 0; i < 1000000 && __atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2; i++)
+		__builtin_ia32_pause();
+	if (__atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2 || pc->offset != offset) {
+		munmap(pc, sizeof *pc);
+		return NULL;
+	}
+	return pc;
+}
+
 /* "tcp SRC SPORT DST DPORT OFFSET|- [oob]", "udp SRC SPORT DST DPORT
- * HASH|- [ipopt SEQ]" or "pipe INODE": 0, or -1 (said in agent.log). */
+ * HASH|- [ipopt SEQ]", "pipe INODE [OFFSET]", "unix INODE [OFFSET]", "unixdgram INODE HASH|-": 0, or
+ * -1 (said in agent.log). */
 int ag_expect_add(const char *line)
 {
 	char kind[8], a[64], b[64], last[32], mark[8], why[200];
@@ -858,9 +951,22 @@ int ag_expect_add(const char *line)
 		e.inode = inode;
 	} else if ((sscanf(line, "pipe %llu", &inode) == 1 ||
 		    sscanf(line, "unix %llu", &inode) == 1) && inode) {
+		unsigned long long off;
+
 		e.kind = line[0] == 'p' ? AG_FLOW_PIPE : AG_FLOW_UNIX;
 		e.inode = inode;
 		e.backlog = backlog_of(inode);
+		/* point 6: the sender's offset of its traced write, if it said */
+		e.at_offset = sscanf(line + 5, "%*u %llu", &off) == 1;
+		e.offset = e.at_offset ? off : 0;
+		if (e.at_offset && e.offset < e.backlog) {
+			ag_log("expect '%.200s': %lu bytes queued, more than the writer's offset "
+			       "(another writer's bytes): this end's offsets stay its own",
+			       line, (unsigned long)e.backlog);
+			e.at_offset = false;
+		}
+		if (e.kind == AG_FLOW_PIPE && e.at_offset)
+			e.shared = pipe_count_of(inode, e.offset, e.offset - e.backlog);
 	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s %u", kind, a, &sp, b, &dp, last,
 			       mark, &seq)) >= 6 && (nf == 6 || (nf == 7 && strcmp(mark, "oob") == 0) ||
 						     (nf == 8 && strcmp(mark, "ipopt") == 0 && seq)) &&
@@ -922,9 +1028,10 @@ int ag_expect_add(const char *line)
 				ag_log("expecting the first read of the connection from UNIX socket "
 				       "%llu, once accepted", inode);
 			else if (e.kind == AG_FLOW_PIPE || e.kind == AG_FLOW_UNIX)
-				ag_log("expecting the read of %s %llu past its %lu bytes queued now",
-				       e.kind == AG_FLOW_PIPE ? "pipe" : "unix socket", inode,
-				       (unsigned long)e.backlog);
+				ag_log("expecting the read of %s %llu past its %lu bytes queued now "
+				       "(the writer's byte %s%lu)", e.kind == AG_FLOW_PIPE ? "pipe"
+				       : "unix socket", inode, (unsigned long)e.backlog,
+				       e.at_offset ? "" : "~", (unsigned long)e.offset);
 			else
 				ag_log("expecting the receive of %s %s:%u -> %s:%u %s%s", kind, a, sp,
 				       b, dp, !e.at_offset ? "(the first one)" : e.kind == AG_FLOW_TCP
@@ -1126,7 +1233,8 @@ static bool mark_ahead(int fd)
 }
 
 /* Point 6: is this receive, on fd, of rc bytes (data: them, or NULL) the
- * one e awaits?  *end is the TCP stream's end, read once (-2: not yet). */
+ * one e awaits?  *end is the TCP stream's end, read once (-2: not yet); a
+ * pipe's or UNIX socket's: the bytes read since arming, this read's too. */
 static bool matches(expect *e, const seen *w, int fd, long rc, const void *data, int64_t *end)
 {
 	matched_by = e->kind == AG_FLOW_UNIXFROM ? "the peer's inode" : "bytes counted";
@@ -1145,8 +1253,19 @@ static bool matches(expect *e, const seen *w, int fd, long rc, const void *data,
 	case AG_FLOW_UNIX:
 		if (e->inode != w->inode)
 			return false;
+		if (e->shared) {
+			/* counted at once, before this thread starts tracing (a
+			 * stack walk: another reader's reads meanwhile come
+			 * after); *end: this read's first byte, the writer's */
+			pipe_count *pc = e->shared;
+
+			*end = (int64_t)(pc->base + __atomic_fetch_add(&pc->read, (uint64_t)rc,
+									__ATOMIC_ACQ_REL));
+			return (uint64_t)*end + (uint64_t)rc > e->offset;
+		}
 		/* bytes written before the traced write are read first */
-		return __atomic_add_fetch(&e->seen, (uint64_t)rc, __ATOMIC_ACQ_REL) > e->backlog;
+		*end = (int64_t)__atomic_add_fetch(&e->seen, (uint64_t)rc, __ATOMIC_ACQ_REL);
+		return (uint64_t)*end > e->backlog;
 	case AG_FLOW_UDP:
 		if (e->family != w->family || e->dport != w->lp ||
 		    (!is_any(w->l) && !is_any(e->dst) && memcmp(e->dst, w->l, 16) != 0))
@@ -1223,7 +1342,14 @@ void ag_came_from_fd(int fd)
 	seen w;
 
 	what_fd(fd, &w);
-	if (w.kind == AG_FLOW_TCP) {
+	if (w.kind == AG_FLOW_UNIX) {
+		expect *c = &came_from[__atomic_fetch_add(&ncame, 1, __ATOMIC_ACQ_REL) % MAX_EXPECT];
+
+		__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
+		c->kind = AG_FLOW_UNIX;
+		c->inode = w.inode;
+		__atomic_store_n(&c->state, 2, __ATOMIC_RELEASE);
+	} else if (w.kind == AG_FLOW_TCP) {
 		expect *c = &came_from[__atomic_fetch_add(&ncame, 1, __ATOMIC_ACQ_REL) % MAX_EXPECT];
 
 		__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
@@ -1290,6 +1416,13 @@ bool ag_expect_match(int fd, long rc, const void *data)
 			__atomic_sub_fetch(&noob, 1, __ATOMIC_RELEASE);
 			recvopts_off(e);
 		}
+		if (c->shared)
+			ag_msgs_recv_at(fd, (uint64_t)end, &c->shared->read, c->shared->base);
+		else if ((c->kind == AG_FLOW_PIPE || c->kind == AG_FLOW_UNIX) && c->at_offset)
+			/* point 6: the backlog's end is the writer's offset; this
+			 * read began `end - rc` bytes after arming */
+			ag_msgs_recv_at(fd, c->offset - c->backlog + ((uint64_t)end - (uint64_t)rc),
+					NULL, 0);
 		note_matched(e, fd);
 		__atomic_store_n(&e->state, 0, __ATOMIC_RELEASE);
 		__atomic_sub_fetch(&nexpect, 1, __ATOMIC_RELEASE);

@@ -339,11 +339,15 @@ void ag_ring_put_pair(trace_ring_header *r, uint32_t ev1, uint64_t key1, uint32_
 }
 
 /* Five slots taken at once: a signal handler's records cannot come between
- * a message's head and its data. */
-void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[TRACE_MSG_NDATA])
+ * a message's head and its data.  tsc: the head's time (0: now). */
+void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[TRACE_MSG_NDATA],
+		     uint64_t tsc)
 {
 	uint64_t *recs = (uint64_t *)((char *)r + TRACE_RING_HEADER_SIZE);
-	uint64_t tsc = ag_rdtsc(), c;
+	uint64_t c;
+
+	if (!tsc)
+		tsc = ag_rdtsc();
 
 	if ((tsc >> TRACE_TSC_LOW_BITS) != r->epoch)
 		ag_ring_sync(r, tsc);

@@ -219,6 +219,33 @@ size_t an_meta_count(const an_meta *m, const char *key)
 
 /* ---- the trace's parse of it ---- */
 
+/*
+ * The TSC rate over the trace's whole life.  The agent measures tsc_hz over
+ * 2 ms when it starts (agent/main.c: calibrate): a few hundred nanoseconds
+ * of error in either reading is 1e-4 of the rate, and two traces of one
+ * host then disagree by up to a few hundred microseconds a second later --
+ * more than a pipe or a veth takes, so a receive showed before the send it
+ * matched (flows.c, rule 8).  The end line (tsc1, mono1_ns: the agent's,
+ * or the daemon's or run's for a process that died first) is a second
+ * reading of the same two clocks: over at least 20 ms it gives the rate ten
+ * times closer, and it is taken when it agrees with the calibration within
+ * 1% (else the end line is not to be trusted: kept as it was).
+ */
+static void refine_tsc_hz(an_trace *t)
+{
+	const char *a = an_meta_last(t->meta, TRACE_META_TSC1);
+	const char *b = an_meta_last(t->meta, TRACE_META_MONO1);
+	uint64_t tsc1, mono1;
+	double hz;
+
+	if (!a || !b || an_parse_u64(a, 10, &tsc1) || an_parse_u64(b, 10, &mono1) ||
+	    tsc1 <= t->tsc0 || mono1 > INT64_MAX || (int64_t)mono1 - t->mono0 < 20000000)
+		return;
+	hz = (double)(tsc1 - t->tsc0) * 1e9 / (double)((int64_t)mono1 - t->mono0);
+	if (hz > (double)t->tsc_hz * 0.99 && hz < (double)t->tsc_hz * 1.01)
+		t->tsc_hz = (uint64_t)(hz + 0.5);
+}
+
 int an_read_meta(an_trace *t, sp_err *err)
 {
 	char path[PATH_MAX], where[PATH_MAX + 32];
@@ -262,6 +289,7 @@ int an_read_meta(an_trace *t, sp_err *err)
 	t->real0 = (int64_t)v;
 	if (t->tsc_hz == 0)
 		return sp_fail(err, "%s: 'tsc_hz' is 0; the TSC frequency must be positive", path);
+	refine_tsc_hz(t);
 	if (t->nmods)
 		qsort(t->mods, t->nmods, sizeof *t->mods, module_cmp);
 	for (size_t i = 1; i < t->nmods; i++)

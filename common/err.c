@@ -62,11 +62,27 @@ static uint64_t rdtsc(void)
 
 static uint64_t tsc0, mono0, tsc_hz;
 
+void sp_clock_pair(uint64_t *tsc, uint64_t *mono)
+{
+	uint64_t best = UINT64_MAX;
+
+	*tsc = *mono = 0;
+	for (int i = 0; i < 5; i++) {
+		uint64_t a = rdtsc(), m = sp_now_ns(), b = rdtsc();
+
+		if (b - a < best) {
+			best = b - a;
+			*tsc = a + (b - a) / 2;
+			*mono = m;
+		}
+	}
+}
+
 void sp_tsc_hz_start(void)
 {
 	if (!mono0) {
-		mono0 = sp_now_ns();
-		tsc0 = rdtsc();
+		sp_now_ns();            /* the vDSO's data in */
+		sp_clock_pair(&tsc0, &mono0);
 	}
 }
 
@@ -78,9 +94,8 @@ uint64_t sp_tsc_hz(void)
 		return tsc_hz;
 	sp_tsc_hz_start();
 	do {
-		m1 = sp_now_ns();
+		sp_clock_pair(&t1, &m1);
 	} while (m1 - mono0 < 2000000);
-	t1 = rdtsc();
 	tsc_hz = (uint64_t)((double)(t1 - tsc0) * 1e9 / (double)(m1 - mono0));
 	return tsc_hz;
 }

@@ -292,7 +292,10 @@ static inline uint64_t trace_ctx_key(const void *ucp)
  *  1. One message is five records, taken with one atomic add so that a
  *     signal handler recording on the same thread cannot come between them:
  *     a head, TRACE_EVENT TRACE_EV_MSG_SEND or TRACE_EV_MSG_RECV, whose
- *     timestamp is the time the call returned; then TRACE_MSG_NDATA records
+ *     timestamp is, for a send, the time the call began (after any wait of
+ *     the agent's own: propagation), for a receive the time it returned --
+ *     so a receive never shows before the send of its bytes (a reader woken
+ *     within the writer's call often returns first); then TRACE_MSG_NDATA records
  *     TRACE_EVENT TRACE_EV_MSG_DATA whose 38 timestamp bits carry payload
  *     (as the context events carry keys), in this order:
  *       data 0  bits 0..31 channel id (the channels file), 32..37 the call

@@ -21,7 +21,10 @@
  *      from it -- all the workers of a pre-forked server;
  *   2. UDP: the socket bound to the destination, connected to the source
  *      if one is, else unconnected (an address or the wildcard);
- *   3. pipes and UNIX sockets: the inode itself.
+ *   3. pipes and UNIX sockets: the inode itself -- a named pipe (FIFO) too,
+ *      whose descriptors name its path, not "pipe:[INODE]": for a pipe
+ *      every descriptor naming a path is looked at (a stat through its
+ *      /proc link, which names the open file itself: no path is followed).
  *
  * Every holder is listed, threads folded into their process; the caller
  * (the inject request) injects into each and asks again until no new one
@@ -37,6 +40,7 @@
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -428,8 +432,9 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
 	return 0;
 }
 
-/* Does one of `fd`'s /proc/PID/fd entries name one of the inodes? */
-static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n)
+/* Does one of `fd`'s /proc/PID/fd entries name one of the inodes (fifos:
+ * a named pipe's too)? */
+static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n, bool fifos)
 {
 	char path[300], target[64];
 	struct dirent *de;
@@ -452,9 +457,16 @@ static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n)
 		if (len <= 0)
 			continue;
 		target[len] = '\0';
-		if (sscanf(target, "%7[a-z]:[%llu]", kind, &ino) != 2 ||
-		    (strcmp(kind, "socket") != 0 && strcmp(kind, "pipe") != 0))
+		if (fifos && target[0] == '/') {
+			struct stat st;
+
+			if (fstatat(dirfd(d), de->d_name, &st, 0) != 0 || !S_ISFIFO(st.st_mode))
+				continue;
+			ino = (unsigned long long)st.st_ino;
+		} else if (sscanf(target, "%7[a-z]:[%llu]", kind, &ino) != 2 ||
+			   (strcmp(kind, "socket") != 0 && strcmp(kind, "pipe") != 0)) {
 			continue;
+		}
 		for (size_t i = 0; i < n && !found; i++)
 			found = inodes[i] == ino;
 	}
@@ -462,8 +474,8 @@ static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n)
 	return found;
 }
 
-int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_t *npids,
-		sp_err *err)
+int spd_holders(const uint64_t *inodes, size_t n, bool fifos, pid_t *pids, size_t max,
+		size_t *npids, sp_err *err)
 {
 	struct dirent *de;
 	DIR *proc;
@@ -478,7 +490,7 @@ int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_
 	}
 	while ((de = readdir(proc))) {
 		if (!isdigit((unsigned char)de->d_name[0]) ||
-		    !holds(dirfd(proc), de->d_name, inodes, n))
+		    !holds(dirfd(proc), de->d_name, inodes, n, fifos))
 			continue;
 		if (*npids >= max) {
 			closedir(proc);

@@ -26,7 +26,9 @@
  *   5. Its trace directory is STATE/sessions/SESSION/PID, made through
  *      descriptors, given to the process's user (the agent writes as it),
  *      0700; the directories above it are root's and only traversable by
- *      others (0711), so no user can see or touch another's trace.
+ *      others (0711), so no user can see or touch another's trace.  For a
+ *      pipe, SESSION/pipe-INODE too: the count of its bytes that its
+ *      readers' agents share (pipe_counts).
  *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
  *      request that follows a traced send (`follow`, from an agent): the
  *      receive of that send (expect=, agent/propagate.c), and the agent
@@ -220,7 +222,8 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
 /* The receive a follow request's agents start at, in the agent's words
  * (agent/propagate.c, point 5): "tcp SRC SPORT DST DPORT OFFSET|-", "udp
  * SRC SPORT DST DPORT HASH|-" (the datagram's content hash, hexadecimal),
- * "pipe INODE", "unix INODE" (the receiving socket's), "unixfrom INODE" (a
+ * "pipe INODE [OFFSET]", "unix INODE [OFFSET]" (the receiving socket's; OFFSET
+ * the writer's count of its first traced byte), "unixfrom INODE" (a
  * connection not accepted yet: the socket whose peer is INODE), "unixdgram
  * INODE HASH|-" (a UNIX datagram to socket INODE, by its content hash).  A TCP
  * line ends in " oob" when the sender would mark the send by an urgent
@@ -237,8 +240,10 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 		return;
 	}
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
-		snprintf(out, len, "%s %llu", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
-			 (unsigned long long)ch->inode);
+		if (q->at_offset)       /* the writer's count, for the reader's (agent) */
+			snprintf(off, sizeof off, " %llu", (unsigned long long)q->offset);
+		snprintf(out, len, "%s %llu%s", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
+			 (unsigned long long)ch->inode, q->at_offset ? off : "");
 		return;
 	}
 	if (ch->kind == SPD_CH_UNIX_DGRAM) {
@@ -449,6 +454,34 @@ static __attribute__((noinline)) int tell_to_follow(const char *dir, uid_t uid, 
 	return -1;
 }
 
+/* Step 5, pipes: SESSION/pipe-INODE, the count of the pipe's bytes that its
+ * readers' agents share (agent/propagate.c, point 6: pre-forked readers of
+ * one pipe), made for the first reader's user -- 64 bytes of zeros, 0600,
+ * in a directory only root writes.  Made once per session and pipe; a
+ * reader of another user cannot open it and counts alone, as every reader
+ * does when it is missing. */
+static void pipe_counts(const spd_daemon *d, const char *session, const char *expect, uid_t uid,
+			gid_t gid)
+{
+	unsigned long long ino, off;
+	char name[48];
+	sp_err err;
+	int sfd, fd;
+
+	if (!expect || sscanf(expect, "pipe %llu %llu", &ino, &off) != 2 ||
+	    (sfd = spd_session_open(d, session, 1, &err)) < 0)
+		return;
+	snprintf(name, sizeof name, "pipe-%llu", ino);
+	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	close(sfd);
+	if (fd < 0)
+		return;                 /* made for an earlier reader */
+	if (ftruncate(fd, 64) != 0 || fchown(fd, uid, gid) != 0)
+		spd_log("%s/sessions/%s/%s: %s; the pipe's readers count its bytes alone",
+			d->state_dir, session, name, strerror(errno));
+	close(fd);
+}
+
 /* Steps 3 to 6 for one process: fills t (its strings are the caller's). */
 static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectRequest *q,
 		       const char *on, const char *expect, pid_t pid,
@@ -476,6 +509,7 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 		snprintf(why, whylen, "%s", err.msg);
 		return;
 	}
+	pipe_counts(d, q->session, expect, st.st_uid, st.st_gid);
 	if (inj_has_mapping(pid, "sptrace-agent") == 1) {
 		if (expect && traced_here(d, pid, q->session, dir, dirlen)) {
 			if (tell_to_follow(dir, st.st_uid, expect, why, whylen) == 0) {
@@ -884,8 +918,15 @@ static bool reads_pipe(pid_t pid, uint64_t inode)
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
-		if (strcmp(link, want) != 0)
+		if (link[0] == '/') {           /* a named pipe (holders.c, rule 3) */
+			struct stat st;
+
+			if (stat(fdpath, &st) != 0 || !S_ISFIFO(st.st_mode) ||
+			    (uint64_t)st.st_ino != inode)
+				continue;
+		} else if (strcmp(link, want) != 0) {
 			continue;
+		}
 		snprintf(fdpath, sizeof fdpath, "/proc/%d/fdinfo/%s", (int)pid, e->d_name);
 		int fd = open(fdpath, O_RDONLY | O_CLOEXEC);
 
@@ -974,7 +1015,8 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 
 		rounds++;
 		if (spd_channel_inodes(&ch, inodes, 64, &ni, &listener, err) != 0 ||
-		    (ni && spd_holders(inodes, ni, pids, SPD_MAX_TARGETS, &np, err) != 0)) {
+		    (ni && spd_holders(inodes, ni, ch.kind == SPD_CH_PIPE, pids, SPD_MAX_TARGETS, &np,
+				       err) != 0)) {
 			spd_send_error(c, req->id, err->msg);
 			spd_log("%s: inject: %s", c->peer, err->msg);
 			goto out;

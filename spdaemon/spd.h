@@ -69,9 +69,10 @@ typedef struct spd_channel {
  * not accepted yet. */
 int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size_t *n,
 		       bool *listener, sp_err *err);
-/* The processes holding a descriptor of one of the inodes. */
-int spd_holders(const uint64_t *inodes, size_t n, pid_t *pids, size_t max, size_t *npids,
-		sp_err *err);
+/* The processes holding a descriptor of one of the inodes (fifos: named
+ * pipes' too, one stat per descriptor naming a path). */
+int spd_holders(const uint64_t *inodes, size_t n, bool fifos, pid_t *pids, size_t max,
+		size_t *npids, sp_err *err);
 
 /*
  * frame.c — the protocol's frames (proto/spd.proto says how they look).

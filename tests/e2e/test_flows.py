@@ -181,6 +181,13 @@ def case_tiers(sptrace, spdaemon, tier, tmp, mark=None):
         check(got[0] == want and len(f["processes"]) == len(want),
               "the flow crosses %s, expected %s" % (sorted(got[0]), sorted(want)))
         check((a2, ts.pids["decoy"]) not in got[0], "the flow crosses the decoy")
+        # rule 8: every receive after the send it matched (a send is stamped
+        # when its call began, each trace's TSC rate taken over its life)
+        r = run([sptrace, "flows", ts.out], timeout=300)
+        check(r.returncode == 0 and "property:" not in r.stdout,
+              "flows finds receives before their sends:\n%s" % r.stdout[:2000])
+        pipes_agree(sptrace, os.path.join(ts.out, a1, str(ts.pids["frontend"])),
+                    os.path.join(ts.out, a1, str(ts.helper)))
         # its records: each process's work, under its host
         r = run([sptrace, "flows", "--flow", "f1", ts.out], timeout=300)
         check(r.returncode == 0, "flows --flow f1: %r" % r.stderr[-1000:])
@@ -208,6 +215,30 @@ def case_tiers(sptrace, spdaemon, tier, tmp, mark=None):
         skewed_clock(sptrace, ts.out, a2, f["duration_ns"], tmp)
     finally:
         ts.close()
+
+
+def pipe_msgs(sptrace, d):
+    """{(inode, "read"|"write"): [(start, end)]} of the trace d's pipe messages."""
+    r = run([sptrace, "replay", d], timeout=300)
+    check(r.returncode == 0, "replay %s: %r" % (d, r.stderr[-1000:]))
+    out = {}
+    for call, ino, a, b in re.findall(r"(read|write)\(pipe (\d+), bytes (\d+)\.\.(\d+)\)",
+                                       r.stdout):
+        out.setdefault((ino, call), []).append((int(a), int(b)))
+    return out
+
+
+def pipes_agree(sptrace, front, helper):
+    """The frontend and its helper read and write each answer whole over two
+    pipes: each read names the bytes of exactly one write at the other end."""
+    f, h = pipe_msgs(sptrace, front), pipe_msgs(sptrace, helper)
+    down = [ino for ino, call in f if call == "write"]
+    up = [ino for ino, call in f if call == "read"]
+    check(len(down) == 1 and len(up) == 1, "the frontend's pipes: %s" % sorted(f))
+    for ino, writer, reader in ((down[0], f, h), (up[0], h, f)):
+        w, rd = writer.get((ino, "write"), []), reader.get((ino, "read"), [])
+        check(w and w == rd, "pipe %s: the writes %s and the reads %s name other bytes" %
+              (ino, w, rd))
 
 
 def skewed_clock(sptrace, out, host, duration, tmp):

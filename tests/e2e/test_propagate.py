@@ -30,7 +30,8 @@ users).
   unix    a UNIX stream socket: a python3 client -> a user's python3 server
           that accepts the connection only after the request was sent (its
           receiving socket has no inode yet: found by the listener's path),
-          traced from the request's receive; the client's standard output,
+          traced from the request's receive; its answer, back to where the
+          request came from, asks nothing; the client's standard output,
           a pipe this test reads, is not followed
   attach  `sptrace attach --on accept` to a running frontend: it follows an
           untraced client's request into the backend of another host
@@ -57,8 +58,21 @@ users).
           reads with recvmsg and IP_PKTINFO: the IP option marks its
           heartbeat all the same, and it sees the control messages of an
           untraced run, no more.
+  forked  a backend that forks a child per connection after the agent came
+          (tier forkbackend): the child is traced from the request's receive,
+          its records are in the parent's trace on the daemon's host, `sptrace
+          collect` brings them and the client's flow goes through the child
+  pipe-backlog  a pipe with bytes of an untraced writer queued when the
+          traced writer's first write injects the reader: both ends name
+          each byte alike, flows matches each read to its write
+          (tests/progs/pipes.c)
+  pipe-fifo  pipe-backlog over a named pipe (mkfifo)
+  pipe-writers  two writers of one pipe forked by a traced process: each
+          read names the bytes of its write
+  pipe-readers  two pre-forked readers of one pipe (a user's), a traced
+          writer: both traced, each read names the bytes of its write
 
-usage: test_propagate.py CASE SPTRACE SPDAEMON TIER
+usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES]
 """
 
 import os
@@ -652,6 +666,10 @@ def case_unix(sptrace, spdaemon, tier, tmp):
               (rr.stdout + rr.stderr)[-2000:])
         check("early" not in rr.stdout and "bytes 0..5)" not in rr.stdout.split("recv(unix")[0],
               "the server was traced before the request")
+        with open(os.path.join(t[srv.pid], "agent.log")) as f:
+            slog = f.read()
+        check("propagation: unix" not in slog, "the server's answer, back over the connection "
+              "the request came on, asked the daemon to follow it:\n%s" % slog)
     finally:
         kill_all(procs)
         cl.close()
@@ -822,6 +840,261 @@ def case_silent(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
+def pipe_ranges(sptrace, d, call, ino):
+    """The byte ranges of trace d's `call`s (read, write) on pipe ino."""
+    r = run([sptrace, "replay", d], timeout=300)
+    check(r.returncode == 0, "replay %s: %r" % (d, r.stderr[-1000:]))
+    return [(int(a), int(b)) for a, b in
+            re.findall(r"%s\(pipe %d, bytes (\d+)\.\.(\d+)\)" % (call, ino), r.stdout)]
+
+
+def case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes, fifo=False):
+    """A pipe holding 2 bytes of an untraced writer when a traced one writes
+    3 messages of 2 bytes: the reader, injected then, reads the 2 queued
+    bytes with the first message in one read, then one message a read.
+    Both ends name the same bytes alike (the writer's first byte is 2,
+    after the queued ones; the reader's first read 0..4), and flows
+    matches each read to the write of its bytes, none before it.  fifo: a
+    named pipe, which each end opens by its path."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wfd = -1
+    try:
+        if fifo:
+            path = os.path.join(tmp, "fifo")
+            os.mkfifo(path)
+            ino = os.stat(path).st_ino
+            rd = cl.hosts.popen(0, [pipes, "reader", path, "1"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        else:
+            # a pipe of this script's: the reader gets its read end (this
+            # script keeps none), the writer its write end
+            rfd, wfd = os.pipe()
+            ino = os.fstat(rfd).st_ino
+            try:
+                rd = cl.hosts.popen(0, [pipes, "reader", "/dev/fd/%d" % rfd, "1"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    pass_fds=[rfd])
+            finally:
+                os.close(rfd)
+            path = "/dev/fd/%d" % wfd
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        if fifo:
+            wfd = os.open(path, os.O_WRONLY)     # the reader has it open: no wait
+        os.write(wfd, b"xy")              # queued before the traced writer comes
+        out = os.path.join(tmp, "writer.trace")
+        w = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", pipes, "writer", path, "ab",
+                               "cd", "ef"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, pass_fds=[] if fifo else [wfd])
+        procs.append(w)
+        check(w.stdout.readline() == "wrote 1\n", "the writer did not write")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        wout, werr = w.communicate(timeout=300)
+        check(w.returncode == 0, "the traced writer: %r %r\n%s" % (wout, werr, cl.logs()))
+        os.close(wfd)
+        wfd = -1
+        rout, _ = rd.communicate(timeout=60)
+        got = [l.split()[2] for l in rout.splitlines() if l.startswith("got ")]
+        check(got == [b"xyab".hex(), b"cd".hex(), b"ef".hex()],
+              "the reader read %r, not the queued bytes with the first message, then one "
+              "message a read" % got)
+        session = session_of(werr)
+        t = traces(cl.state(0), session)
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        with open(os.path.join(t[rd.pid], "agent.log")) as f:
+            rlog = f.read()
+        check(re.search(r"expecting the read of pipe %d past its 2 bytes queued now \(the "
+                        r"writer's byte 2\)" % ino, rlog),
+              "the reader did not await the writer's byte 2 past 2 queued:\n%s" % rlog)
+        wr = pipe_ranges(sptrace, out, "write", ino)
+        rr = pipe_ranges(sptrace, t[rd.pid], "read", ino)
+        check(wr == [(2, 4), (4, 6), (6, 8)] and rr == [(0, 4), (4, 6), (6, 8)],
+              "the writer's writes %s and the reader's reads %s do not name the same bytes"
+              % (wr, rr))
+        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: [rd.pid]}, [])
+        fl = run([sptrace, "flows", coll], timeout=300)
+        check(fl.returncode == 0 and "property:" not in fl.stdout,
+              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+    finally:
+        if wfd >= 0:
+            os.close(wfd)
+        kill_all(procs)
+        cl.close()
+
+
+def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes):
+    """Two pre-forked readers of one pipe (a user's server's workers) and a
+    traced writer (root's) of 4 messages, each taken whole by one of them: both readers are
+    injected, and each read names the bytes of the write that carried what
+    it read (their agents share the pipe's count), none before it."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wfd = -1
+    try:
+        rfd, wfd = os.pipe()
+        ino = os.fstat(rfd).st_ino
+        try:
+            rd = cl.hosts.popen(0, USER + [pipes, "reader", str(rfd), "2"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                pass_fds=[rfd])
+        finally:
+            os.close(rfd)
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the readers did not start")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        readers = [rd.pid] + children(rd.pid)
+        check(len(readers) == 2, "the readers: %s" % readers)
+        msgs = ["ab", "cd", "ef", "gh"]
+        out = os.path.join(tmp, "writer.trace")
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "writer", str(wfd)] + msgs,
+                         timeout=300, pass_fds=[wfd])
+        check(w.returncode == 0, "the traced writer: %r %r\n%s" % (w.stdout, w.stderr,
+                                                                    cl.logs()))
+        os.close(wfd)
+        wfd = -1
+        rout, _ = rd.communicate(timeout=60)
+        got = {}
+        for line in rout.splitlines():
+            if line.startswith("got "):
+                _, pid, data = line.split()
+                got.setdefault(int(pid), []).append(bytes.fromhex(data).decode())
+        check(sorted(sum(got.values(), [])) == msgs and len(got) == 2,
+              "the readers read %r, not each message whole, each some" % got)
+        t = traces(cl.state(0), session_of(w.stderr))
+        wr = pipe_ranges(sptrace, out, "write", ino)
+        check(len(wr) == len(msgs), "the writer's writes: %s" % wr)
+        sent = dict(zip(wr, msgs))
+        for pid in readers:
+            check(pid in t, "reader %d was not traced: %s\n%s" % (pid, t, cl.logs()))
+            rr = pipe_ranges(sptrace, t[pid], "read", ino)
+            check([sent.get(r) for r in rr] == got.get(pid, []),
+                  "reader %d read %r, but its reads name %s, the writer's writes %s" %
+                  (pid, got.get(pid), rr, sent))
+        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: readers}, [])
+        fl = run([sptrace, "flows", coll], timeout=300)
+        check(fl.returncode == 0 and "property:" not in fl.stdout,
+              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+    finally:
+        if wfd >= 0:
+            os.close(wfd)
+        kill_all(procs)
+        cl.close()
+
+
+def case_forked(sptrace, spdaemon, tier, tmp):
+    """A backend that forks a child per connection, after the agent came:
+    the request's connection, not accepted yet when the client sends, gets
+    the agent into the listening parent, whose child serves it.  The child
+    is traced from the request's receive (its records in the parent's
+    trace, on the daemon's host), `sptrace collect` brings them, and the
+    client's flow goes through the child's work."""
+    prog = reachable_copy(tier, tmp)
+    cl = Cluster(sptrace, spdaemon, tmp, 2)
+    procs = {}
+    try:
+        back = start(cl.hosts, 1, [prog, "forkbackend", "7002"])
+        procs["backend"] = back
+        out = os.path.join(tmp, "client.trace")
+        r = cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", out, "--", prog, "client",
+                             cl.hosts.addrs[1], "7002", "3", "5"], timeout=300)
+        check(r.returncode == 0 and r.stdout.startswith("backend 3 -> "),
+              "the traced client: %r %r\n%s" % (r.stdout, r.stderr, cl.logs()))
+        session = session_of(r.stderr)
+        o = finish(back)
+        procs = {}
+        m = re.search(r"^child (\d+) got (\S+)$", o, re.M)
+        check(m and bytes.fromhex(m.group(2)) == b"3\n5\n", "the child's bytes: %r" % o)
+        child = int(m.group(1))
+        t = traces(cl.state(1), session)
+        check(back.pid in t, "the backend (pid %d) was not traced: %s\n%s" %
+              (back.pid, t, cl.logs()))
+        rr = run([sptrace, "replay", t[back.pid]], timeout=300)
+        check(rr.returncode == 0 and re.search(r"\[ *%d\] .*backend_line" % child, rr.stdout),
+              "the child %d's work is not in the backend's trace:\n%s" %
+              (child, (rr.stdout + rr.stderr)[-3000:]))
+        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[1]: [back.pid]}, [])
+        fl = run([sptrace, "flows", "--json", coll], timeout=300)
+        check(fl.returncode == 0, "flows: %r" % fl.stderr[-1000:])
+        import json
+        flows = json.loads(fl.stdout)["flows"]
+        procs_of = [{(p["host"], p["pid"]) for p in f["processes"]} for f in flows]
+        check(len(flows) == 1 and (cl.hosts.addrs[1], child) in procs_of[0],
+              "the client's flow does not go through the child %d: %s" % (child, fl.stdout))
+    finally:
+        kill_all(procs.values())
+        cl.close()
+
+
+def case_pipe_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """Two writers of one pipe, forked one after the other by a traced
+    process (pre-forked workers sharing its descriptor), 2 messages each,
+    to an injected reader: the writers count the pipe's bytes together, so
+    every write names bytes of its own and each read the bytes of the write
+    that carried them."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wfd = -1
+    try:
+        rfd, wfd = os.pipe()
+        ino = os.fstat(rfd).st_ino
+        try:
+            rd = cl.hosts.popen(0, [pipes, "reader", str(rfd), "1"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, pass_fds=[rfd])
+        finally:
+            os.close(rfd)
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        msgs = ["ab", "cd", "ef", "gh"]
+        out = os.path.join(tmp, "writer.trace")
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "writers", str(wfd), "2"] +
+                         msgs, timeout=300, pass_fds=[wfd])
+        check(w.returncode == 0, "the traced writers: %r %r\n%s" % (w.stdout, w.stderr,
+                                                                     cl.logs()))
+        os.close(wfd)
+        wfd = -1
+        rout, _ = rd.communicate(timeout=60)
+        got = [bytes.fromhex(l.split()[2]).decode() for l in rout.splitlines()
+               if l.startswith("got ")]
+        check(got == msgs[0::2] + msgs[1::2], "the reader read %r" % got)
+        t = traces(cl.state(0), session_of(w.stderr))
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        r = run([sptrace, "replay", out], timeout=300)
+        by_tid = {}
+        for tid, a, b in re.findall(r"\[ *(\d+)\] .*write\(pipe %d, bytes (\d+)\.\.(\d+)\)" %
+                                    ino, r.stdout):
+            by_tid.setdefault(int(tid), []).append((int(a), int(b)))
+        check(len(by_tid) == 2, "the writers' writes, by thread: %s" % by_tid)
+        first, second = [by_tid[k] for k in sorted(by_tid)]
+        sent = dict(zip(first, msgs[0::2]))
+        sent.update(zip(second, msgs[1::2]))
+        rr = pipe_ranges(sptrace, t[rd.pid], "read", ino)
+        check(len(sent) == 4 and [sent.get(x) for x in rr] == got,
+              "the reads %s name other bytes than the writes: %s and %s" % (rr, first, second))
+        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: [rd.pid]}, [])
+        fl = run([sptrace, "flows", coll], timeout=300)
+        check(fl.returncode == 0 and "property:" not in fl.stdout,
+              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+    finally:
+        if wfd >= 0:
+            os.close(wfd)
+        kill_all(procs)
+        cl.close()
+
+
+def case_pipe_fifo(sptrace, spdaemon, tier, tmp, pipes):
+    """pipe-backlog over a named pipe (mkfifo): its holders' descriptors name
+    its path, not its inode."""
+    case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes, fifo=True)
+
+
 class TiersSession:
     """The tiers application over three namespace hosts, a request of the
     client on host 0 followed (`sptrace run --on start`), its servers
@@ -884,18 +1157,23 @@ def case_nodaemon(sptrace, spdaemon, tier, tmp):
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6):
         fail(__doc__)
     in_own_netns()
-    case, sptrace, spdaemon, tier = sys.argv[1:]
+    case, sptrace, spdaemon, tier = sys.argv[1:5]
+    progs = [os.path.abspath(p) for p in sys.argv[5:]]       # PIPES, for the pipe-* cases
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon,
          "oob": lambda *a: case_tiers(*a, mark="oob"), "unixdgram": case_unixdgram,
          "oobinline": lambda *a: case_tiers(*a, mark="oob", oobinline=True), "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
-         "unix": case_unix, "attach": case_attach, "silent": case_silent}[case](
-            os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp)
+         "unix": case_unix, "attach": case_attach, "silent": case_silent,
+         "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers,
+         "forked": case_forked, "pipe-fifo": case_pipe_fifo,
+         "pipe-writers": case_pipe_writers}[case](
+            os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
+            *progs)
     finally:
         if not os.environ.get("KEEP"):
             shutil.rmtree(tmp, ignore_errors=True)

@@ -10,6 +10,10 @@
  *       connection, hands N to its helper child over a pipe (the helper
  *       answers on another pipe), sends a UDP heartbeat "beat N\n" to the
  *       monitor, and answers "front(BACKEND ANSWER, helper H)\n".
+ *   tier forkbackend PORT
+ *       the backend as a server that forks a child per connection (after a
+ *       pause of 0.3 s: the request is there when it accepts); the child
+ *       serves it and prints "child PID got HEX" at its end.
  *   tier monitor PORT
  *       counts UDP heartbeats.
  *   tier client IP PORT N...
@@ -161,6 +165,39 @@ static KEEP void backend_line(int fd, const char *line)
 
 	if (write(fd, out, (size_t)k) != k)
 		perror("tier: backend write");
+}
+
+/* Accept each connection, after a pause, and serve it in a child of its own
+ * until stdin closes. */
+static void fork_serve(int lfd)
+{
+	struct pollfd p[2] = { { .fd = 0, .events = POLLIN }, { .fd = lfd, .events = POLLIN } };
+
+	for (;;) {
+		if (poll(p, 2, -1) < 0)
+			continue;
+		if (p[0].revents)
+			break;
+		usleep(300000);
+		int fd = accept(lfd, NULL, NULL);
+
+		if (fd < 0)
+			continue;
+		fflush(stdout);
+		if (fork() == 0) {
+			char line[256], name[32];
+
+			close(lfd);
+			while (read_line(fd, line, sizeof line) >= 0)
+				backend_line(fd, line);
+			snprintf(name, sizeof name, "child %d", (int)getpid());
+			print_got(name);
+			_exit(0);
+		}
+		close(fd);
+	}
+	while (wait(NULL) > 0)
+		;
 }
 
 /* ---- frontend ---- */
@@ -329,13 +366,15 @@ int main(int argc, char **argv)
 		serve(listen_on(atoi(argv[2]), SOCK_STREAM), backend_line, "backend");
 	else if (argc == 7 && strcmp(argv[1], "frontend") == 0)
 		return frontend(argv + 1);
+	else if (argc == 3 && strcmp(argv[1], "forkbackend") == 0)
+		fork_serve(listen_on(atoi(argv[2]), SOCK_STREAM));
 	else if (argc == 3 && strcmp(argv[1], "monitor") == 0)
 		return monitor_main(atoi(argv[2]));
 	else if (argc >= 5 && strcmp(argv[1], "client") == 0)
 		return client(argc - 2, argv + 2);
 	else {
-		fprintf(stderr, "usage: tier backend PORT | frontend PORT BIP BPORT MIP MPORT | "
-			"monitor PORT | client IP PORT N...\n");
+		fprintf(stderr, "usage: tier backend PORT | forkbackend PORT | frontend PORT BIP BPORT MIP "
+			"MPORT | monitor PORT | client IP PORT N...\n");
 		return 2;
 	}
 	return 0;

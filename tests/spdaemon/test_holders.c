@@ -72,7 +72,7 @@ static size_t holders_of(const spd_channel *ch, pid_t *pids, size_t max)
 		failures++;
 		return 0;
 	}
-	if (n && spd_holders(inodes, n, pids, max, &np, &err) != 0) {
+	if (n && spd_holders(inodes, n, ch->kind == SPD_CH_PIPE, pids, max, &np, &err) != 0) {
 		fprintf(stderr, "spd_holders: %s\n", err.msg);
 		failures++;
 		return 0;

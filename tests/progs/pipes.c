@@ -1,0 +1,135 @@
+/*
+ * pipes.c — a writer and readers of one pipe, for the propagation
+ * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers).
+ *
+ *   pipes reader PIPE K     (PIPE: a path, or the number of an inherited
+ *                            descriptor)
+ *       opens PIPE for reading, forks K - 1 more readers sharing that end
+ *       (pre-forked workers, reading at once), prints "ready" and waits for
+ *       a line on its standard input before it reads too; each reader
+ *       reads the pipe, at most 64 bytes a read, until its end, and prints
+ *       "got PID HEX" for every read (with K > 1, then sleeps 0.1 s: the
+ *       readers take turns).
+ *   pipes writer PIPE MSG...
+ *       opens PIPE for writing and writes each MSG in one write, printing
+ *       "wrote N" after each, and waits until the readers took it all
+ *       (FIONREAD is 0) before the next one: each read takes one message
+ *       -- the first read also what was queued before the writer came.
+ *   pipes writers PIPE K MSG...
+ *       opens PIPE and forks K writers one after the other (pre-forked
+ *       workers sharing the descriptor), writer j writing MSG j, j + K, ...
+ *       as `writer` does.
+ */
+#include <ctype.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* PIPE: an inherited descriptor's number, or a path opened with flags. */
+static int pipe_fd(const char *arg, int flags)
+{
+	return isdigit((unsigned char)arg[0]) ? atoi(arg) : open(arg, flags);
+}
+
+static int reader(const char *path, int k)
+{
+	int fd = pipe_fd(path, O_RDONLY | O_NONBLOCK);
+	char line[16], buf[64];
+	ssize_t n;
+
+	if (fd < 0 || fcntl(fd, F_SETFL, 0) != 0) {
+		perror("pipes: open");
+		return 1;
+	}
+	fflush(stdout);
+	for (int i = 1; i < k; i++)
+		if (fork() == 0)
+			goto read;              /* a worker reads at once */
+	printf("ready\n");
+	fflush(stdout);
+	if (!fgets(line, sizeof line, stdin))
+		return 1;
+read:
+	while ((n = read(fd, buf, sizeof buf)) > 0) {
+		printf("got %d ", (int)getpid());
+		for (ssize_t i = 0; i < n; i++)
+			printf("%02x", (unsigned char)buf[i]);
+		printf("\n");
+		fflush(stdout);
+		if (k > 1)
+			usleep(100000);     /* the next message is another reader's */
+	}
+	while (wait(NULL) > 0)
+		;
+	return 0;
+}
+
+/* Write msgs[0], msgs[step], ... of n into fd, each taken before the next. */
+static int write_msgs(int fd, int n, char **msgs, int step)
+{
+	int q;
+
+	for (int i = 0; i < n; i += step) {
+		size_t len = strlen(msgs[i]);
+
+		if (write(fd, msgs[i], len) != (ssize_t)len) {
+			perror("pipes: write");
+			return 1;
+		}
+		printf("wrote %d\n", i + 1);
+		fflush(stdout);
+		for (int t = 0; t < 60000 && ioctl(fd, FIONREAD, &q) == 0 && q > 0; t++)
+			usleep(1000);
+	}
+	return 0;
+}
+
+static int writer(const char *path, int n, char **msgs)
+{
+	int fd = pipe_fd(path, O_WRONLY), rc;
+
+	if (fd < 0) {
+		perror("pipes: open");
+		return 1;
+	}
+	rc = write_msgs(fd, n, msgs, 1);
+	close(fd);
+	return rc;
+}
+
+static int writers(const char *path, int k, int n, char **msgs)
+{
+	int fd = pipe_fd(path, O_WRONLY), st, rc = 0;
+
+	if (fd < 0 || k < 1) {
+		perror("pipes: open");
+		return 1;
+	}
+	for (int j = 0; j < k && j < n; j++) {
+		fflush(stdout);
+		pid_t p = fork();
+
+		if (p == 0)
+			_exit(write_msgs(fd, n - j, msgs + j, k));
+		if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st))
+			rc = 1;
+	}
+	close(fd);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && strcmp(argv[1], "reader") == 0)
+		return reader(argv[2], atoi(argv[3]));
+	if (argc >= 4 && strcmp(argv[1], "writer") == 0)
+		return writer(argv[2], argc - 3, argv + 3);
+	if (argc >= 5 && strcmp(argv[1], "writers") == 0)
+		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4);
+	fprintf(stderr, "usage: pipes reader PIPE K | writer PIPE MSG... | writers PIPE K MSG...\n");
+	return 2;
+}

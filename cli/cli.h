@@ -223,4 +223,17 @@ int cli_replay_diff(const char *dir, const char *dir2, const struct an_open_opts
 /* main.c: s as a JSON string, quoted and escaped, on stdout. */
 void cli_json_str(const char *s);
 
+/* run's and attach's --help for --kernel-calls and --kernel-indirect. */
+#define CLI_HELP_KERNEL_CALLS \
+	"  --kernel-calls LIST the system calls followed into the kernel, by name,\n" \
+	"                      comma-separated (default: read, write, openat, close,\n" \
+	"                      getppid and 20 more common ones); implies --kernel\n" \
+	"  --kernel-indirect   with --kernel, also follow the kernel's calls through\n" \
+	"                      function pointers (vfs_read's f_op->read_iter, ...):\n" \
+	"                      kprobes on the indirect calls of the functions probed\n" \
+	"                      find their targets as the program runs, hooked from\n" \
+	"                      their next call on.  Every process passing one of\n" \
+	"                      those calls pays a kprobe hit meanwhile (see\n" \
+	"                      bench/KAGENT.md); implies --kernel\n"
+
 #endif

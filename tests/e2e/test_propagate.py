@@ -625,6 +625,21 @@ print(s.recv(100).decode())
 """
 
 
+def user_unix_server(cl, tmp, code, name, procs):
+    """A user's python3 server (`code`, which prints "ready") on host 0,
+    listening at tmp/srv/NAME in a directory of the user's; (its Popen, the
+    path).  Appended to procs."""
+    sdir = os.path.join(tmp, "srv")
+    os.mkdir(sdir)
+    os.chown(sdir, 61001, 61001)
+    path = os.path.join(sdir, name)
+    srv = cl.hosts.popen(0, USER + ["/usr/bin/python3", "-c", code, path],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    procs.append(srv)
+    check(srv.stdout.readline() == "ready\n", "the UNIX server (%s) did not start" % name)
+    return srv, path
+
+
 def case_unix(sptrace, spdaemon, tier, tmp):
     """A UNIX stream socket: python3 under sptrace run asks a user's python3
     server on the same host; the server starts at the receive of the
@@ -633,14 +648,7 @@ def case_unix(sptrace, spdaemon, tier, tmp):
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
     try:
-        sdir = os.path.join(tmp, "srv")
-        os.mkdir(sdir)
-        os.chown(sdir, 61001, 61001)
-        path = os.path.join(sdir, "srv.sock")
-        srv = cl.hosts.popen(0, USER + ["/usr/bin/python3", "-c", UNIX_SERVER, path],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        procs.append(srv)
-        check(srv.stdout.readline() == "ready\n", "the UNIX server did not start")
+        srv, path = user_unix_server(cl, tmp, UNIX_SERVER, "srv.sock", procs)
         r = cl.hosts.run(0, ["/usr/bin/python3", "-c", "import socket; s = socket.socket("
                              "socket.AF_UNIX); s.connect(%r); print(s.recv(10))" % path])
         check(r.returncode == 0 and "early" in r.stdout, "the untraced first client: %r" % r.stderr)
@@ -714,14 +722,7 @@ def case_unixdgram(sptrace, spdaemon, tier, tmp):
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
     try:
-        sdir = os.path.join(tmp, "srv")
-        os.mkdir(sdir)
-        os.chown(sdir, 61001, 61001)
-        path = os.path.join(sdir, "dgram.sock")
-        srv = cl.hosts.popen(0, USER + ["/usr/bin/python3", "-c", UNIX_DGRAM_SERVER, path],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        procs.append(srv)
-        check(srv.stdout.readline() == "ready\n", "the UNIX datagram server did not start")
+        srv, path = user_unix_server(cl, tmp, UNIX_DGRAM_SERVER, "dgram.sock", procs)
         r = cl.hosts.run(0, ["/usr/bin/python3", "-c", UNIX_DGRAM_CLIENT, path, "early"])
         check(r.returncode == 0 and "echo:early" in r.stdout,
               "the untraced first client: %r %r" % (r.stdout, r.stderr))

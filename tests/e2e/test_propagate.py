@@ -343,13 +343,14 @@ class Cluster:
         self.hosts.close()
 
 
-def reachable_copy(tier, tmp):
-    """tier copied where the servers' user can run it (tmp made 0755)."""
+def reachable_copy(prog, tmp):
+    """prog (tier, pipes) copied where the servers' user can run it (tmp
+    made 0755): a fresh clone's build directory may be private."""
     os.chmod(tmp, 0o755)
-    prog = os.path.join(tmp, "tier")
-    shutil.copy(tier, prog)
-    os.chmod(prog, 0o755)
-    return prog
+    copy = os.path.join(tmp, os.path.basename(prog))
+    shutil.copy(prog, copy)
+    os.chmod(copy, 0o755)
+    return copy
 
 
 def kill_all(procs):
@@ -931,7 +932,7 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes):
     traced writer (root's) of 4 messages, each taken whole by one of them: both readers are
     injected, and each read names the bytes of the write that carried what
     it read (their agents share the pipe's count), none before it."""
-    os.chmod(tmp, 0o755)
+    pipes = reachable_copy(pipes, tmp)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
     wfd = -1

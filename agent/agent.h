@@ -597,6 +597,10 @@ int ag_channels_open(const char *dir); /* the channels file */
 void ag_msgs_forget(int fd);           /* fd's number no longer names its channel */
 void ag_msgs_forget_range(unsigned lo, unsigned hi);
 void ag_msgs_forked(void);             /* the child: channels of its own */
+/* The bytes this process has received from pipe or UNIX stream `inode`, as
+ * its count names them (the writer's offsets once lined up): false if it
+ * has received none (msgs.c). */
+bool ag_msgs_recv_count(uint64_t inode, uint64_t *count);
 /* The next byte received on fd (a pipe or UNIX stream) is the sender's byte
  * `off` (propagate.c: an awaited receive lines the two ends up); with
  * `shared`, every receive's first byte is base + what *shared counted

@@ -1268,6 +1268,24 @@ static inline void propagate1(int fd, const struct sockaddr *to, socklen_t tolen
 	send_begins();
 }
 
+bool ag_msgs_recv_count(uint64_t inode, uint64_t *count)
+{
+	uint32_t n = chans ? __atomic_load_n(&nchans, __ATOMIC_ACQUIRE) : 0;
+
+	for (uint32_t i = 0; i < n && i < MAX_CHANS; i++) {
+		chan *c = &chans[i];
+		volatile uint64_t *sh = __atomic_load_n(&c->recv_shared, __ATOMIC_ACQUIRE);
+
+		if (c->inode != inode || c->dgram ||
+		    (c->proto != TRACE_PROTO_PIPE && c->proto != TRACE_PROTO_UNIX_STREAM))
+			continue;
+		*count = sh && !c->recv_counted ? c->recv_base + __atomic_load_n(sh, __ATOMIC_RELAXED)
+			 : __atomic_load_n(&c->off[DIR_RECV], __ATOMIC_RELAXED);
+		return *count > 0;
+	}
+	return false;
+}
+
 /* Point 5: fd's received count moves to the sender's, at off -- or, with
  * `shared`, to the count every reader of the pipe adds to, from base (the
  * awaited receive itself, at off, is counted in it already).

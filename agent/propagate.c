@@ -965,6 +965,18 @@ int ag_expect_add(const char *line)
 			       line, (unsigned long)e.backlog);
 			e.at_offset = false;
 		}
+		/* Late: a reader traced already read past the writer's byte --
+		 * the request came after the write it announced, which this end
+		 * counted (a second writer of the pipe; the daemon's line reached
+		 * the control thread after the read).  Awaiting the next read
+		 * would name it with bytes it does not carry. */
+		uint64_t have;
+
+		if (e.at_offset && ag_msgs_recv_count(inode, &have) && have > e.offset) {
+			ag_log("expect '%.200s': read past the writer's byte already (this end "
+			       "counts %llu): nothing to await", line, (unsigned long long)have);
+			return 0;
+		}
 		if (e.kind == AG_FLOW_PIPE && e.at_offset)
 			e.shared = pipe_count_of(inode, e.offset, e.offset - e.backlog);
 	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s %u", kind, a, &sp, b, &dp, last,

@@ -285,7 +285,7 @@ static void take_hz(const char *s)
  * real0).  Measured over 2 ms of spinning unless it was handed over. */
 static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 {
-	uint64_t t0, m0, t1, m1;
+	uint64_t t0, m0;
 
 	ns(CLOCK_REALTIME);                /* the vDSO's data in */
 	sp_clock_pair(&t0, &m0);           /* analysis/meta.c refines the rate */
@@ -293,12 +293,7 @@ static uint64_t calibrate(uint64_t *tsc0, uint64_t *mono0, uint64_t *real0)
 	*real0 -= ns(CLOCK_MONOTONIC) - m0;  /* CLOCK_REALTIME at m0 */
 	*tsc0 = t0;
 	*mono0 = m0;
-	if (given_hz)
-		return given_hz;
-	do {
-		sp_clock_pair(&t1, &m1);
-	} while (m1 - m0 < 2000000);
-	return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
+	return given_hz ? given_hz : sp_tsc_hz_since(t0, m0);
 }
 
 static void write_meta(void)

@@ -86,17 +86,22 @@ void sp_tsc_hz_start(void)
 	}
 }
 
-uint64_t sp_tsc_hz(void)
+uint64_t sp_tsc_hz_since(uint64_t t0, uint64_t m0)
 {
 	uint64_t t1, m1;
 
-	if (tsc_hz)
-		return tsc_hz;
-	sp_tsc_hz_start();
 	do {
 		sp_clock_pair(&t1, &m1);
-	} while (m1 - mono0 < 2000000);
-	tsc_hz = (uint64_t)((double)(t1 - tsc0) * 1e9 / (double)(m1 - mono0));
+	} while (m1 - m0 < 2000000);
+	return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
+}
+
+uint64_t sp_tsc_hz(void)
+{
+	if (!tsc_hz) {
+		sp_tsc_hz_start();
+		tsc_hz = sp_tsc_hz_since(tsc0, mono0);
+	}
 	return tsc_hz;
 }
 

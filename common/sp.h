@@ -45,6 +45,9 @@ uint64_t sp_tsc_hz(void);
  * or the first call's fault-in of the vDSO's data between the two made the
  * rate measured over 2 ms 1e-4 to 1e-3 low. */
 void sp_clock_pair(uint64_t *tsc, uint64_t *mono);
+/* The counter's rate from the pair (tsc0, mono0) to one taken at least 2 ms
+ * later (waited for, if need be). */
+uint64_t sp_tsc_hz_since(uint64_t tsc0, uint64_t mono0);
 
 /*
  * Where the agent's descriptors go in a process whose soft RLIMIT_NOFILE is

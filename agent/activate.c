@@ -575,9 +575,13 @@ void ag_watch_blocked_calls(const char *event, int stopped)
 	 * next one's bytes).  /proc says "running", or "-1" (in the kernel, not
 	 * in a system call yet), or its read fails with EAGAIN, meanwhile.  At
 	 * most 50 ms: its call may also have ended meanwhile. */
-	for (int i = 0; stopped > 0 && i < 100 && !thread_syscall(stopped, &nr, &pc) &&
-	     (ag_thread_where(stopped, &nr, &pc) >= 0 || errno == EAGAIN); i++)
+	for (int i = 0; stopped > 0 && i < 100; i++) {
+		int where = ag_thread_where(stopped, &nr, &pc);
+
+		if ((where == 1 && nr >= 0) || (where < 0 && errno != EAGAIN))
+			break;          /* in a system call, or gone */
 		nanosleep(&nap, NULL);
+	}
 
 	ag_for_other_threads(watch_one, &w);
 	if (w.armed)

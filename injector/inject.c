@@ -729,23 +729,16 @@ static int rsyscall(tgt *t, long nr, const uint64_t *a, int n, uint64_t *ret, sp
  */
 static void grow_fd_table(tgt *t, uint64_t fd)
 {
-	char v[64], path[64], line[256];
-	unsigned long long soft = 1024;
+	char v[64];
+	struct rlimit lim;
 	uint64_t nfd, ignored;
 	sp_err e;
-	FILE *f;
 
 	if (status_field(t->pid, "Threads", v, sizeof v) != 0 || atoi(v) != 1)
 		return;
-	snprintf(path, sizeof path, "/proc/%d/limits", (int)t->pid);
-	if ((f = fopen(path, "re"))) {
-		while (fgets(line, sizeof line, f))
-			if (strncmp(line, "Max open files", 14) == 0 &&
-			    !(soft = strtoull(line + 14, NULL, 10)))
-				soft = 1024;            /* "unlimited" */
-		fclose(f);
-	}
-	uint64_t a_dup[3] = { fd, F_DUPFD_CLOEXEC, (uint64_t)sp_agent_fd_base(soft) };
+	if (prlimit(t->pid, RLIMIT_NOFILE, NULL, &lim) != 0)
+		lim.rlim_cur = 1024;
+	uint64_t a_dup[3] = { fd, F_DUPFD_CLOEXEC, (uint64_t)sp_agent_fd_base(lim.rlim_cur) };
 
 	if (rsyscall(t, SYS_fcntl, a_dup, 3, &nfd, &e) == 0 && (int64_t)nfd >= 0) {
 		uint64_t a_close[1] = { nfd };

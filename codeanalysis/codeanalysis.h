@@ -316,7 +316,8 @@ int ca_module_code_matches(const ca_module *m, const char *path, sp_err *err);
  * 1 yes, 0 no (no entry, or other code), -1 (err).  When the code is the
  * same but the file is not the one the entry recorded (a package upgrade
  * touched it, a copy), the entry learns the file's identity: the next check
- * needs no hash of the code (some 4 ms for libc, at every run). */
+ * needs no hash of the code (some 4 ms for libc, at every run).  An entry
+ * whose calls image is missing or unusable gets it (image.c). */
 int ca_repo_code_matches(const char *dir, const char *key, const char *path, sp_err *err);
 void ca_site_spans(const ca_site *s, uint64_t addr[2], unsigned len[2]);
 uint64_t ca_code_hash(uint64_t h, const void *p, size_t n);

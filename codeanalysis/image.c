@@ -21,7 +21,8 @@
  *      the entry; each atomically, by rename), so an image is never older
  *      than its entry's analysis of the same key.  A repository made before
  *      images existed has none: `sptrace run` and `attach` make the missing
- *      ones for the modules they check (ca_repo_code_matches).
+ *      ones, and again those that cannot be used, for the modules they check
+ *      (ca_repo_code_matches).
  *   2. ca_repo_load_calls, when the entry exists (one removed, or never
  *      written, takes its image along), maps the image read-only (private),
  *      checks the header -- the magic, the version, this build's record
@@ -211,10 +212,9 @@ int ca_image_map(const char *path, const char *key, ca_module **out, char *why, 
 	if (base == MAP_FAILED)
 		return BAD("mmap: %s", strerror(errno));
 	h = (const image_hdr *)base;
-	if (check(h, (size_t)st.st_size, base, why, whylen) < 0 || strcmp(h->key, key) != 0 ||
-	    !(m = ca_module_new())) {
-		if (!why[0])
-			snprintf(why, whylen, "made for another key");
+	if (check(h, (size_t)st.st_size, base, why, whylen) < 0 ||
+	    (strcmp(h->key, key) != 0 && BAD("made for another key") < 0) ||
+	    (!(m = ca_module_new()) && BAD("out of memory") < 0)) {
 		munmap(base, (size_t)st.st_size);
 		return -1;
 	}

@@ -1613,15 +1613,11 @@ int ca_repo_code_matches(const char *dir, const char *key, const char *path, sp_
 	sp_err ignored;
 	int rc;
 
-	char ipath[PATH_MAX];
-	struct stat st;
-
 	if (ca_repo_load_calls(dir, key, &m, err) != 0)
 		return 0;
 	rc = ca_code_matches_id(m, path, id, err);
-	/* A module read from its entry, without an image: made now. */
-	if (rc == 1 && !m->mapped && resolve_dir(&dir, &ignored) == 0 &&
-	    image_path(dir, key, ipath, sizeof ipath, &ignored) == 0 && lstat(ipath, &st) != 0)
+	/* Read from its entry: its image is missing or unusable, made now. */
+	if (rc == 1 && !m->mapped)
 		rc = 2;
 	ca_module_free(m);
 	if (rc != 2)

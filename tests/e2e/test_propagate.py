@@ -850,6 +850,15 @@ def pipe_ranges(sptrace, d, call, ino):
             re.findall(r"%s\(pipe %d, bytes (\d+)\.\.(\d+)\)" % (call, ino), r.stdout)]
 
 
+def pipe_flows_clean(sptrace, cl, tmp, out, readers):
+    """The pipe's session collected (the writer's trace `out`, the readers'
+    on host 0): `sptrace flows` finds no property it violates."""
+    coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: readers}, [])
+    fl = run([sptrace, "flows", coll], timeout=300)
+    check(fl.returncode == 0 and "property:" not in fl.stdout,
+          "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+
+
 def case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes, fifo=False):
     """A pipe holding 2 bytes of an untraced writer when a traced one writes
     3 messages of 2 bytes: the reader, injected then, reads the 2 queued
@@ -916,10 +925,7 @@ def case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes, fifo=False):
         check(wr == [(2, 4), (4, 6), (6, 8)] and rr == [(0, 4), (4, 6), (6, 8)],
               "the writer's writes %s and the reader's reads %s do not name the same bytes"
               % (wr, rr))
-        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: [rd.pid]}, [])
-        fl = run([sptrace, "flows", coll], timeout=300)
-        check(fl.returncode == 0 and "property:" not in fl.stdout,
-              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+        pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
     finally:
         if wfd >= 0:
             os.close(wfd)
@@ -977,10 +983,7 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes):
             check([sent.get(r) for r in rr] == got.get(pid, []),
                   "reader %d read %r, but its reads name %s, the writer's writes %s" %
                   (pid, got.get(pid), rr, sent))
-        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: readers}, [])
-        fl = run([sptrace, "flows", coll], timeout=300)
-        check(fl.returncode == 0 and "property:" not in fl.stdout,
-              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+        pipe_flows_clean(sptrace, cl, tmp, out, readers)
     finally:
         if wfd >= 0:
             os.close(wfd)
@@ -1080,10 +1083,7 @@ def case_pipe_writers(sptrace, spdaemon, tier, tmp, pipes):
         rr = pipe_ranges(sptrace, t[rd.pid], "read", ino)
         check(len(sent) == 4 and [sent.get(x) for x in rr] == got,
               "the reads %s name other bytes than the writes: %s and %s" % (rr, first, second))
-        coll = collected(sptrace, cl.hosts, tmp, out, {cl.hosts.addrs[0]: [rd.pid]}, [])
-        fl = run([sptrace, "flows", coll], timeout=300)
-        check(fl.returncode == 0 and "property:" not in fl.stdout,
-              "flows of the pipe's session: %r\n%s" % (fl.stderr[-1000:], fl.stdout[:2000]))
+        pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
     finally:
         if wfd >= 0:
             os.close(wfd)

@@ -140,15 +140,23 @@ def has_chain(all_calls, chain):
     return any(path[-n:] == chain for _, path in all_calls)
 
 
-def main():
-    guest, kcalls = sys.argv[1], sys.argv[2]
-    p = subprocess.run([guest, '--add', kcalls, GUEST], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, errors='replace')
-    out = p.stdout
-    if p.returncode != 0 or '@@run-status' not in out:
-        print(out[-4000:])
+def boot(args, env=None):
+    """guest.sh ARGS: the guest's output, or None after saying why it ran
+    no script to the end."""
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       errors='replace', env=env)
+    if p.returncode != 0 or '@@run-status' not in p.stdout:
+        print(p.stdout[-4000:])
         print(p.stderr[-4000:], file=sys.stderr)
         print(f'FAIL guest.sh exited {p.returncode}')
+        return None
+    return p.stdout
+
+
+def main():
+    guest, kcalls = sys.argv[1], sys.argv[2]
+    out = boot([guest, '--add', kcalls, GUEST])
+    if out is None:
         return 1
 
     # chains

@@ -27,11 +27,10 @@ usage: test_kagent_keys.py GUEST_SH TICKER
 """
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_kagent import check, failures, one, values  # noqa: E402  (the guest's @@ lines)
+from test_kagent import boot, check, failures, one, values  # noqa: E402  (the guest's @@ lines)
 
 GUEST = r'''
 set -u
@@ -109,22 +108,16 @@ rmmod sptrace_kagent; echo "@@rmmod $?"
 
 def main():
     guest, ticker = sys.argv[1], sys.argv[2]
-    p = subprocess.run([guest, '--add', ticker,
-                        '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
-                        '--sendkey', '@@wrong-fewer', 'ctrl-t',
-                        '--sendkey', '@@press', 'ctrl-alt-t',
-                        '--sendkey', '@@press-attach', 'ctrl-alt-t',
-                        '--sendkey', '@@press-freeze', 'ctrl-alt-t', GUEST],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       errors='replace',
-                       # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
-                       env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
-                           'SPTRACE_GUEST_TIMEOUT', '240')))
-    out = p.stdout
-    if p.returncode != 0 or '@@run-status' not in out:
-        print(out[-4000:])
-        print(p.stderr[-4000:], file=sys.stderr)
-        print(f'FAIL guest.sh exited {p.returncode}')
+    out = boot([guest, '--add', ticker,
+                '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
+                '--sendkey', '@@wrong-fewer', 'ctrl-t',
+                '--sendkey', '@@press', 'ctrl-alt-t',
+                '--sendkey', '@@press-attach', 'ctrl-alt-t',
+                '--sendkey', '@@press-freeze', 'ctrl-alt-t', GUEST],
+               # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
+               env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
+                   'SPTRACE_GUEST_TIMEOUT', '240')))
+    if out is None:
         return 1
     err = ' / '.join(values(out, 'run-err'))
 

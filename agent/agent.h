@@ -231,6 +231,20 @@ int ag_patch_apply(ag_patch *p, size_t n);
 int ag_patch_revert(uint64_t *addrs, size_t n);
 /* Restore the original bytes of every patch ever applied. */
 int ag_patch_restore_all(void);
+/* Threads being started with every signal blocked (the protocol in
+ * patch.c): a slot each while the C library runs them so, and the writers'
+ * side.  ag_patch_hold: false if some thread was still being started after
+ * wait_ns; each true hold is ended by ag_patch_release. */
+typedef struct ag_start_slot {
+	int i;
+	uint64_t token;
+} ag_start_slot;
+void ag_start_begin(ag_start_slot *s, int n);   /* s[0]: the caller's own */
+void ag_start_end(ag_start_slot s, bool own_slot);
+void ag_thread_known(void);            /* this thread is past its first steps */
+bool ag_start_self(void);              /* it may be one being started now */
+bool ag_patch_hold(uint64_t wait_ns);
+void ag_patch_release(void);
 /* A site whose int3 stays: a thread hitting it goes to `redirect`;
  * may_retire: a call's trap, put back once hot (ag_traps_retire_hot). */
 int ag_trap_site_add(uint64_t addr, uint64_t redirect, bool may_retire);
@@ -323,6 +337,7 @@ uint32_t ag_instrument_runtime_entries(void); /* activation: what a runtime call
 /* Sites left alone: they call runtime code; *indirect: indirect calls that
  * met a new such target (and went untraced). */
 uint64_t ag_instrument_skipped_runtime(uint64_t *indirect);
+uint64_t ag_instrument_deferred(void);  /* put off: threads being started (patch.c) */
 int ag_sites_open(const char *dir);
 
 /* ---- tsc.c: threads that cannot read the TSC ---- */

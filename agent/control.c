@@ -137,6 +137,7 @@ static void *control_main(void *arg)
 	ag_threads_preopen();
 	ag_msgs_preopen();
 	register_self();
+	ag_thread_known();
 	fifo_fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	ag_fd_keep(&fifo_fd, fifo, O_RDWR | O_NONBLOCK);
 	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);

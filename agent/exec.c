@@ -373,6 +373,7 @@ static int spawn_traced(spawn_fn real, pid_t *pid, const char *file,
 	static __thread env_buf *tls_b;  /* not on the stack: 48 KiB */
 	env_buf *b = tls_b;
 	char *const *env;
+	ag_start_slot slot = { -1, 0 };
 	pid_t child;
 	int rc;
 
@@ -381,9 +382,17 @@ static int spawn_traced(spawn_fn real, pid_t *pid, const char *file,
 	if (!b)
 		b = tls_b = ag_alloc(sizeof *b);
 	env = b ? traced_env_as(b, envp, file, "spawn") : NULL;
+	/* The child runs with every signal blocked until its exec, and the
+	 * caller waits for that: no code is written meanwhile (patch.c). */
+	if (ag_active())
+		ag_start_begin(&slot, 1);
 	if (!env)
-		return real(pid, file, fa, attr, argv, envp);
-	rc = real(&child, file, fa, attr, argv, env);
+		rc = real(pid, file, fa, attr, argv, envp);
+	else
+		rc = real(&child, file, fa, attr, argv, env);
+	ag_start_end(slot, true);
+	if (!env)
+		return rc;
 	if (rc == 0) {
 		ag_note_exec(b->sub, file, child);
 		if (pid)

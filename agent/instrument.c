@@ -50,6 +50,7 @@ static volatile int instr_lock;
 static uint64_t skipped_kind, skipped_plan, skipped_unresolved;
 static uint64_t tail_internal;   /* "tail jumps" that went within their function */
 static uint64_t skipped_runtime; /* sites calling into runtime-managed code */
+static uint64_t deferred;        /* instrumentations put off: threads being started */
 static uint64_t untraced_misses; /* indirect calls that found such a target */
 static ag_indirect_site *indirect_sites;
 
@@ -1162,14 +1163,23 @@ int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t call
 	ca_module_funcs(m->ca, &nfuncs);
 	if (func >= nfuncs || runtime_func(m, func) || !ag_module_ready(m))
 		return -1;
-	lock();
-	if (m->func_state[func] & AG_FUNC_INSTRUMENTED) {
-		unlock();
+	/* Published with release below: done already, no lock to wait for. */
+	if (__atomic_load_n(&m->func_state[func], __ATOMIC_ACQUIRE) & AG_FUNC_INSTRUMENTED)
 		return 0;
-	}
-	if (!ag_active()) {
-		unlock();
+	if (!ag_active())
 		return -1;
+	/* Threads being started (patch.c): not now if they stay for 2 ms, or
+	 * if this thread may be one of them.  Before the lock: a thread being
+	 * started may want it. */
+	if (ag_start_self() || !ag_patch_hold(2000000)) {
+		__atomic_add_fetch(&deferred, 1, __ATOMIC_RELAXED);
+		return -1;
+	}
+	lock();
+	if ((m->func_state[func] & AG_FUNC_INSTRUMENTED) || !ag_active()) {
+		unlock();
+		ag_patch_release();
+		return (m->func_state[func] & AG_FUNC_INSTRUMENTED) ? 0 : -1;
 	}
 	nb = nsb = 0;
 	t->n = 0;
@@ -1185,6 +1195,7 @@ int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t call
 	for (uint32_t k = 0; k < t->n; k++)
 		__atomic_store_n(&m->func_state[t->func[k]], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
 	unlock();
+	ag_patch_release();
 	return rc;
 }
 
@@ -1211,6 +1222,11 @@ uint32_t ag_instrument_runtime_entries(void)
 				n++;
 	}
 	return n;
+}
+
+uint64_t ag_instrument_deferred(void)
+{
+	return deferred;
 }
 
 uint64_t ag_instrument_skipped_runtime(uint64_t *indirect)

@@ -779,6 +779,9 @@ static void end_trace(const char *why, bool restore)
 	       (unsigned long)sites, (unsigned long)skind, (unsigned long)splan,
 	       (unsigned long)sunres, (unsigned long)internal,
 	       (unsigned long)ag_instrument_skipped_runtime(&rt_indirect), (unsigned long)rt_indirect);
+	if (ag_instrument_deferred())
+		ag_log("end: %lu instrumentations were put off to a later call while threads "
+		       "were being started (patch.c)", (unsigned long)ag_instrument_deferred());
 	ag_meta_changed();
 	ag_reloc_stats(&sites, &skind);
 	ag_log("end: %lu relocated windows, %lu of them reached through a jump (the rest "
@@ -992,6 +995,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	bool defer = attached && strncmp(on_event, "call ", 5) != 0;
 
 	ag_unwind_init();
+	if (!attached)
+		ag_thread_known();      /* the program's first thread (patch.c) */
 	if (joins_init(err, sizeof err) || ag_patch_init(err, sizeof err, attached) ||
 	    ag_modules_init(err, sizeof err, defer) || find_root(err, sizeof err)) {
 		fail(err);

@@ -31,8 +31,10 @@
 #include <linux/hw_breakpoint.h>
 #include <linux/membarrier.h>
 #include <linux/perf_event.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -86,6 +88,203 @@ static struct trap_site {
 static size_t ntrap_sites;
 static volatile int traps_hot;          /* some trap reached TRAP_HOT */
 static uint64_t traps_retired;
+
+/*
+ * Threads being started.  The C library blocks every signal with raw
+ * system calls while it starts a thread: the creator around the clone (the
+ * end of pthread_create, clone3's return path), the new thread in its first
+ * steps up to the start routine (start_thread: _setjmp, __sigsetjmp,
+ * __ctype_init), posix_spawn's child until its exec.  The program's other
+ * threads run that code too, so the agent patches it; a thread that meets a
+ * batch's int3 (step 1 above) with SIGTRAP blocked is killed by the kernel.
+ * The agent's pthread_create and posix_spawn (threads.c, exec.c) and every
+ * writer of code keep out of each other's way:
+ *
+ *   1. Before calling the C library's function, the starter takes a slot in
+ *      `starting` (a token: the time, odd) for itself and, for a thread,
+ *      one for the new thread -- unless code is being written (`writing`):
+ *      then it gives its slot back, waits for the writer to finish and tries
+ *      again.  The starter stores its slot and then reads `writing`; the
+ *      writer stores `writing` and then reads the slots, both sequentially
+ *      consistent: at least one of the two sees the other.
+ *   2. The new thread gives its slot back first thing in ag_thread_start
+ *      (the C library restored its mask just before calling it); the
+ *      starter gives its own back when the C library's function returns,
+ *      and the new thread's too if none was made.  A token is given back
+ *      only if the slot still holds it (see 4).
+ *   3. A writer raises `writing` (a count: writers on several threads),
+ *      then waits until no slot is taken, then writes, then lowers it.
+ *      Instrumentation waits 2 ms at most and otherwise leaves the function
+ *      for a later call (the writer may hold a lock, malloc's say, that a
+ *      starter needs before its clone); restoring and relocated windows
+ *      wait as long as 4 allows.  A starter does not wait for its own
+ *      slots (its new thread does not exist before the clone, and after
+ *      it the starter runs only the end of pthread_create, none of the new
+ *      thread's first steps).  A thread not yet known to be past its first
+ *      steps (`maybe_new`: 1 in every new thread's TLS image, cleared in
+ *      ag_thread_start, in the agent's own threads and in the preloaded
+ *      agent's first thread) does not instrument while a slot is taken: it
+ *      might be waiting for itself.
+ *   4. A slot held for a second is taken back, and agent.log says so (a
+ *      thread cancelled before its start routine never reaches
+ *      ag_thread_start).
+ *   5. A forked child starts with no slot taken and nothing being written.
+ * Not covered: threads the C library starts by itself (timer and AIO
+ * helpers), and a thread started while the agent was dormant that is still
+ * in its first steps when the activation patches.
+ */
+#define STARTING_SLOTS 64
+#define STARTING_STALE_NS 1000000000ull
+static volatile uint64_t starting[STARTING_SLOTS];
+static volatile int writing;
+static __thread unsigned writing_depth __attribute__((tls_model("initial-exec")));
+static __thread int own_slots[2] __attribute__((tls_model("initial-exec"))) = { -1, -1 };
+static __thread uint8_t maybe_new __attribute__((tls_model("initial-exec"))) = 1;
+static uint64_t start_slots_reclaimed;
+
+/* Test knob (SPTRACE_TEST_PATCH_DELAY_MS): hold every batch's int3s that
+ * long, so that a test can make threads meet them. */
+static uint64_t test_delay_ns;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	/* the system call: the vDSO reads the TSC, which some threads cannot
+	 * (tsc.c), and this may run in a signal handler */
+	syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int take_slot(uint64_t token)
+{
+	for (int i = 0; i < STARTING_SLOTS; i++) {
+		uint64_t zero = 0;
+
+		if (__atomic_compare_exchange_n(&starting[i], &zero, token, false, __ATOMIC_SEQ_CST,
+						__ATOMIC_RELAXED))
+			return i;
+	}
+	return -1;
+}
+
+static void give_back(ag_start_slot s)
+{
+	uint64_t t = s.token;
+
+	if (s.i >= 0)
+		__atomic_compare_exchange_n(&starting[s.i], &t, 0, false, __ATOMIC_SEQ_CST,
+					    __ATOMIC_RELAXED);
+}
+
+/* The new thread's slot (from ag_thread_start, which calls it first), or
+ * the starter's: own_slot.  Either way this thread is past its first steps. */
+void ag_start_end(ag_start_slot s, bool own_slot)
+{
+	give_back(s);
+	if (own_slot)
+		own_slots[0] = own_slots[1] = -1;
+	maybe_new = 0;
+}
+
+void ag_thread_known(void)
+{
+	maybe_new = 0;
+}
+
+static bool own(int i)
+{
+	return i == own_slots[0] || i == own_slots[1];
+}
+
+/* Might this thread be one being started, that a writer would wait for? */
+bool ag_start_self(void)
+{
+	if (maybe_new)
+		for (int i = 0; i < STARTING_SLOTS; i++)
+			if (!own(i) && __atomic_load_n(&starting[i], __ATOMIC_SEQ_CST))
+				return true;
+	return false;
+}
+
+void ag_start_begin(ag_start_slot *s, int n)
+{
+	for (int k = 0; k < n; k++)
+		s[k] = (ag_start_slot){ -1, 0 };
+	if (writing_depth)
+		return;                 /* the writer itself (never the case today) */
+	for (;;) {
+		uint64_t token;
+		int k = 0;
+
+		while (__atomic_load_n(&writing, __ATOMIC_ACQUIRE))
+			sched_yield();
+		token = mono_ns() | 1;
+		for (; k < n; k++) {
+			s[k].token = token;
+			if ((s[k].i = take_slot(token)) < 0)
+				break;
+		}
+		if (k == n && !__atomic_load_n(&writing, __ATOMIC_SEQ_CST)) {
+			for (k = 0; k < n && k < 2; k++)
+				own_slots[k] = s[k].i;
+			return;
+		}
+		while (k-- > 0)
+			give_back(s[k]);
+		sched_yield();          /* a writer came, or 64 starts at once */
+	}
+}
+
+/* Step 3: `writing` raised and no thread being started; false (and
+ * `writing` down again) if some still are after wait_ns.  Nested holds (a
+ * batch inside an instrumentation) are free. */
+bool ag_patch_hold(uint64_t wait_ns)
+{
+	uint64_t t0 = 0;
+
+	if (writing_depth++)
+		return true;
+	__atomic_add_fetch(&writing, 1, __ATOMIC_SEQ_CST);
+	for (;;) {
+		uint64_t now = 0;
+		bool busy = false;
+
+		for (int i = 0; i < STARTING_SLOTS; i++) {
+			uint64_t t = __atomic_load_n(&starting[i], __ATOMIC_SEQ_CST);
+
+			if (!t || own(i))
+				continue;
+			if (!now)
+				now = mono_ns();
+			if (now > t && now - t > STARTING_STALE_NS &&
+			    __atomic_compare_exchange_n(&starting[i], &t, 0, false, __ATOMIC_SEQ_CST,
+							__ATOMIC_RELAXED)) {
+				if (start_slots_reclaimed++ == 0)
+					ag_log("patch: a thread started %lu ms ago never reached its "
+					       "start routine; code is written without waiting for it",
+					       (unsigned long)((now - t) / 1000000));
+				continue;
+			}
+			busy = true;
+		}
+		if (!busy)
+			return true;
+		if (!t0)
+			t0 = now;
+		else if (now - t0 > wait_ns)
+			break;
+		sched_yield();
+	}
+	ag_patch_release();
+	return false;
+}
+
+void ag_patch_release(void)
+{
+	if (--writing_depth == 0)
+		__atomic_sub_fetch(&writing, 1, __ATOMIC_RELEASE);
+}
 
 /* The activation trap: a hardware breakpoint on a function entry (the code
  * stays byte-identical to the file), or an int3 there when the CPU or the
@@ -332,6 +531,9 @@ int ag_patch_init(char *err, size_t errlen, bool defer_membarrier)
 		ag_log("patch: /proc/self/mem: %s; falling back to mprotect", strerror(errno));
 	if (!defer_membarrier)
 		ag_patch_register();
+	if (getenv("SPTRACE_TEST_PATCH_DELAY_MS"))
+		test_delay_ns = strtoull(getenv("SPTRACE_TEST_PATCH_DELAY_MS"), NULL, 10) % 1000 *
+				1000000u;
 	pending = ag_alloc(MAX_PENDING * sizeof *pending);
 	applied = ag_alloc(MAX_APPLIED * sizeof *applied);
 	trap_sites = ag_alloc(TRAP_SLOTS * sizeof *trap_sites);
@@ -449,12 +651,14 @@ static int apply_batch(ag_patch *p, size_t n)
 {
 	static ag_patch *order[MAX_PENDING];     /* under the patch lock */
 	static const uint8_t int3 = 0xcc;
+	bool held;
 	int rc = 0;
 
 	if (n == 0)
 		return 0;
 	if (napplied + n > MAX_APPLIED)
 		return -1;
+	held = ag_patch_hold(2 * STARTING_STALE_NS);
 	lock();
 	memcpy((void *)pending, p, n * sizeof *p);
 	__atomic_store_n(&npending, n, __ATOMIC_RELEASE);
@@ -462,6 +666,11 @@ static int apply_batch(ag_patch *p, size_t n)
 		order[i] = &p[i];
 	sort_by_addr(order, n);
 	rc = write_step(order, n, STEP_HEAD_INT3);                  /* 1 */
+	if (test_delay_ns) {
+		struct timespec d = { 0, (long)test_delay_ns };
+
+		nanosleep(&d, NULL);
+	}
 	ag_serialize_cores();                                       /* 2 */
 	if (!rc)
 		rc = write_step(order, n, STEP_TAIL);               /* 3 */
@@ -487,6 +696,8 @@ static int apply_batch(ag_patch *p, size_t n)
 	}
 	__atomic_store_n(&npending, 0, __ATOMIC_RELEASE);
 	unlock();
+	if (held)
+		ag_patch_release();
 	return rc;
 }
 
@@ -820,6 +1031,10 @@ void ag_patch_after_fork(void)
 	have_membarrier = false;
 	patch_lock = 0;
 	npending = 0;
+	memset((void *)starting, 0, sizeof starting);     /* 5 */
+	writing = 0;
+	writing_depth = 0;
+	own_slots[0] = own_slots[1] = -1;
 }
 
 /*

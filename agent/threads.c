@@ -34,6 +34,7 @@ typedef struct start_ctx {
 	bool may_trace;          /* its creator's (--threads event) */
 	bool traced;             /* false: only its belief about SIGTRAP is passed on */
 	uint8_t trap_view;       /* its creator believed SIGTRAP blocked (signals.c) */
+	ag_start_slot slot;      /* while the C library starts it (patch.c) */
 } start_ctx;
 
 static create_fn real_create;
@@ -45,6 +46,7 @@ static void *ag_thread_start(void *p)
 	uint32_t site;
 	void *ret;
 
+	ag_start_end(c.slot, false);    /* the C library has restored its mask */
 	free(p);
 	ag_trap_view_set(c.trap_view);
 	if (!c.traced)
@@ -100,10 +102,23 @@ AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*
 		traced = func != CA_NONE &&
 			 ca_module_funcs(m->ca, NULL)[func].addr == (uint64_t)(uintptr_t)start - m->bias;
 	}
-	if ((!traced && !view) || !(c = malloc(sizeof *c)))
+	/* Active, code may be written while the thread starts: its start is
+	 * announced (patch.c), and it says when it is in ag_thread_start. */
+	if ((!traced && !view && !ag_active()) || !(c = malloc(sizeof *c)))
 		return ag_real_pthread_create(th, attr, start, arg);
-	*c = (start_ctx){ start, arg, m, func, ag_may_trace_get(), traced, view };
-	rc = ag_real_pthread_create(th, attr, ag_thread_start, c);
+	*c = (start_ctx){ start, arg, m, func, ag_may_trace_get(), traced, view, { -1, 0 } };
+	if (ag_active()) {
+		ag_start_slot s[2];
+
+		ag_start_begin(s, 2);
+		c->slot = s[1];
+		rc = ag_real_pthread_create(th, attr, ag_thread_start, c);
+		ag_start_end(s[0], true);
+		if (rc != 0)
+			ag_start_end(s[1], false);
+	} else {
+		rc = ag_real_pthread_create(th, attr, ag_thread_start, c);
+	}
 	if (rc != 0)
 		free(c);
 	return rc;

@@ -93,6 +93,47 @@ KEEP int jumper(void)
 	return leaf(r);
 }
 
+/*
+ * Threads started without pause while code is patched (run with
+ * SPTRACE_TEST_PATCH_DELAY_MS): each new thread runs the C library's
+ * _setjmp with every signal blocked before its start routine, and main's
+ * first setjmp has the agent patch _setjmp meanwhile.
+ */
+static volatile int churn_stop, churn_started;
+
+KEEP void *churn_child(void *arg) { return arg; }
+
+KEEP void *churner(void *arg)
+{
+	while (!churn_stop) {
+		pthread_t t;
+
+		if (pthread_create(&t, NULL, churn_child, arg) == 0)
+			pthread_join(t, NULL);
+		__atomic_add_fetch(&churn_started, 1, __ATOMIC_RELAXED);
+	}
+	return arg;
+}
+
+KEEP int churn(void)
+{
+	pthread_t c[2];
+	int r, before;
+
+	for (int i = 0; i < 2; i++)
+		pthread_create(&c[i], NULL, churner, NULL);
+	while (__atomic_load_n(&churn_started, __ATOMIC_RELAXED) < 500)
+		usleep(1000);           /* every function of the loop instrumented */
+	r = jumper();           /* the first setjmp: _setjmp is patched now */
+	before = __atomic_load_n(&churn_started, __ATOMIC_RELAXED);
+	while (__atomic_load_n(&churn_started, __ATOMIC_RELAXED) < before + 200)
+		usleep(1000);
+	churn_stop = 1;
+	for (int i = 0; i < 2; i++)
+		pthread_join(c[i], NULL);
+	return r;
+}
+
 /* Timer signals arriving while traced code runs, the handler itself traced. */
 static volatile sig_atomic_t alarms;
 
@@ -556,6 +597,8 @@ int main(int argc, char **argv)
 		       next_sym_call("puts") ? "found" : "missing", h ? "ok" : dlerror());
 	} else if (strcmp(what, "threads") == 0) {
 		printf("%d\n", threads());
+	} else if (strcmp(what, "churn") == 0) {
+		printf("churn %d\n", churn());
 	} else if (strcmp(what, "ucontext") == 0) {
 		printf("contexts %d\n", contexts());
 	} else if (strcmp(what, "daemon") == 0 && argc > 2) {

@@ -242,6 +242,7 @@ typedef struct ag_start_slot {
 void ag_start_begin(ag_start_slot *s, int n);   /* s[0]: the caller's own */
 void ag_start_end(ag_start_slot s, bool own_slot);
 void ag_thread_known(void);            /* this thread is past its first steps */
+void ag_thread_ending(void);           /* its start routine returned, or pthread_exit */
 bool ag_start_self(void);              /* it may be one being started now */
 bool ag_patch_hold(uint64_t wait_ns);
 void ag_patch_release(void);

@@ -63,6 +63,7 @@ static hook hooks[] = {
 	{ "sigwaitinfo", (void *)sigwaitinfo, 0 },
 	{ "sigtimedwait", (void *)sigtimedwait, 0 },
 	{ "pthread_create", (void *)pthread_create, 0 },
+	{ "pthread_exit", (void *)pthread_exit, 0 },
 	{ "makecontext", (void *)makecontext, 0 },
 	{ "getcontext", (void *)getcontext, 0 },
 	{ "setcontext", (void *)setcontext, 0 },

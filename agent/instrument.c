@@ -299,6 +299,24 @@ static bool signals_blocked(const ag_module *m, uint32_t func)
 }
 
 /*
+ * The end of a thread: after its start routine, start_thread blocks every
+ * signal (raw system call) and a detached thread frees its descriptor,
+ * through these (and start_thread's own sites, should it ever be
+ * instrumented).  Code is written while threads start only when none is
+ * being started (patch.c), but a thread's end is not announced: their sites
+ * are left alone, so that no batch's int3 is ever there.  (Not covered: a
+ * detached thread's end that frees memory, through free, while free itself
+ * is first patched.)
+ */
+static bool runs_in_thread_end(const ag_module *m, uint32_t func)
+{
+	static const char *const names[] = { "start_thread", "__nptl_free_tcb",
+					     "__nptl_deallocate_stack", "__nptl_free_stacks" };
+
+	return named_one_of(m, func, names, sizeof names / sizeof *names);
+}
+
+/*
  * libgcc's unwinder entry points read their own frame: each calls
  * uw_init_context, which takes its caller's CFA and return address to
  * describe the entry point's frame, and ends with __builtin_eh_return into
@@ -1073,7 +1091,7 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 	if (m->first_fragment)
 		for (uint32_t c = m->first_fragment[func]; c != CA_NONE; c = m->next_fragment[c])
 			todo_add(t, m, c, depth);
-	if (reads_own_frame(m, func)) {
+	if (reads_own_frame(m, func) || runs_in_thread_end(m, func)) {
 		skipped_plan += funcs[func].nsites;
 		return 0;
 	}

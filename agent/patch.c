@@ -129,12 +129,22 @@ static uint64_t traps_retired;
  *      thread cancelled before its start routine never reaches
  *      ag_thread_start).
  *   5. A forked child starts with no slot taken and nothing being written.
+ *   6. A thread's end is a window too: after its start routine the C
+ *      library blocks every signal, and a detached thread frees its
+ *      descriptor (free, when the stack cache is full).  A thread whose
+ *      start routine returned (ag_thread_start) or that calls pthread_exit
+ *      takes a slot (as in 1) with its tid, its own from then on, and never
+ *      gives it back: a writer, or a starter finding every slot taken, frees
+ *      it once tgkill(tid, 0) says the thread is gone.
  * Not covered: threads the C library starts by itself (timer and AIO
- * helpers), and a thread started while the agent was dormant that is still
- * in its first steps when the activation patches.
+ * helpers), a thread started while the agent was dormant that is still in
+ * its first steps when the activation patches, and the end of such a
+ * thread when it returns from its start routine.
  */
 #define STARTING_SLOTS 64
 #define STARTING_STALE_NS 1000000000ull
+/* A start's token: the time, odd; an end's: its tid << 32 | ENDING | 1. */
+#define ENDING 2u
 static volatile uint64_t starting[STARTING_SLOTS];
 static volatile int writing;
 static __thread unsigned writing_depth __attribute__((tls_model("initial-exec")));
@@ -156,14 +166,34 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Step 6: slot i, holding t, is a thread's end and the thread is gone:
+ * free it.  True if so. */
+static bool reclaim_ended(int i, uint64_t t)
+{
+	if (!(t & ENDING) || syscall(SYS_tgkill, getpid(), (int)(t >> 32), 0) == 0 ||
+	    errno != ESRCH)
+		return false;
+	__atomic_compare_exchange_n(&starting[i], &t, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+	return true;
+}
+
 static int take_slot(uint64_t token)
 {
-	for (int i = 0; i < STARTING_SLOTS; i++) {
-		uint64_t zero = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < STARTING_SLOTS; i++) {
+			uint64_t zero = 0;
 
-		if (__atomic_compare_exchange_n(&starting[i], &zero, token, false, __ATOMIC_SEQ_CST,
-						__ATOMIC_RELAXED))
-			return i;
+			if (__atomic_compare_exchange_n(&starting[i], &zero, token, false,
+							__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+				return i;
+		}
+		/* every slot taken: some may be ended threads' */
+		for (int i = 0; i < STARTING_SLOTS; i++) {
+			uint64_t t = __atomic_load_n(&starting[i], __ATOMIC_SEQ_CST);
+
+			if (t)
+				reclaim_ended(i, t);
+		}
 	}
 	return -1;
 }
@@ -207,7 +237,7 @@ bool ag_start_self(void)
 	return false;
 }
 
-void ag_start_begin(ag_start_slot *s, int n)
+static void begin(ag_start_slot *s, int n, uint64_t end_token)
 {
 	for (int k = 0; k < n; k++)
 		s[k] = (ag_start_slot){ -1, 0 };
@@ -219,7 +249,7 @@ void ag_start_begin(ag_start_slot *s, int n)
 
 		while (__atomic_load_n(&writing, __ATOMIC_ACQUIRE))
 			sched_yield();
-		token = mono_ns() | 1;
+		token = end_token ? end_token : (mono_ns() & ~(uint64_t)ENDING) | 1;
 		for (; k < n; k++) {
 			s[k].token = token;
 			if ((s[k].i = take_slot(token)) < 0)
@@ -234,6 +264,22 @@ void ag_start_begin(ag_start_slot *s, int n)
 			give_back(s[k]);
 		sched_yield();          /* a writer came, or 64 starts at once */
 	}
+}
+
+void ag_start_begin(ag_start_slot *s, int n)
+{
+	begin(s, n, 0);
+}
+
+/* Step 6, on the ending thread. */
+void ag_thread_ending(void)
+{
+	ag_start_slot s;
+	int tid = (int)syscall(SYS_gettid);
+
+	if (own_slots[0] >= 0 || tid == getpid())
+		return;         /* taken already (pthread_exit, then the wrapper), or main's */
+	begin(&s, 1, (uint64_t)(uint32_t)tid << 32 | ENDING | 1);
 }
 
 /* Step 3: `writing` raised and no thread being started; false (and
@@ -253,11 +299,11 @@ bool ag_patch_hold(uint64_t wait_ns)
 		for (int i = 0; i < STARTING_SLOTS; i++) {
 			uint64_t t = __atomic_load_n(&starting[i], __ATOMIC_SEQ_CST);
 
-			if (!t || own(i))
+			if (!t || own(i) || reclaim_ended(i, t))
 				continue;
 			if (!now)
 				now = mono_ns();
-			if (now > t && now - t > STARTING_STALE_NS &&
+			if (!(t & ENDING) && now > t && now - t > STARTING_STALE_NS &&
 			    __atomic_compare_exchange_n(&starting[i], &t, 0, false, __ATOMIC_SEQ_CST,
 							__ATOMIC_RELAXED)) {
 				if (start_slots_reclaimed++ == 0)

@@ -39,6 +39,17 @@ typedef struct start_ctx {
 
 static create_fn real_create;
 
+/* An untraced thread's start routine; its end is announced all the same:
+ * code may be written meanwhile (patch.c). */
+static void *start_untraced(const start_ctx *c)
+{
+	void *ret = c->start(c->arg);
+
+	if (ag_active())
+		ag_thread_ending();
+	return ret;
+}
+
 static void *ag_thread_start(void *p)
 {
 	start_ctx c = *(start_ctx *)p;
@@ -50,16 +61,16 @@ static void *ag_thread_start(void *p)
 	free(p);
 	ag_trap_view_set(c.trap_view);
 	if (!c.traced)
-		return c.start(c.arg);
+		return start_untraced(&c);
 	ag_may_trace_set(c.may_trace);
 	if (!ag_may_trace())
-		return c.start(c.arg);
+		return start_untraced(&c);
 	ring = ag_enter();
 	if (!ring)
 		ring = ag_ring_create();
 	if (!ring) {            /* a thread that cannot read the TSC, say (tsc.c) */
 		ag_leave(ring);
-		return c.start(c.arg);
+		return start_untraced(&c);
 	}
 	site = ag_site_root(c.m, c.func);
 	ag_ring_put(ring, TRACE_EVENT, TRACE_EV_ACTIVATE);
@@ -67,6 +78,8 @@ static void *ag_thread_start(void *p)
 	ag_instrument(c.m, c.func);
 	ag_leave(ring);
 	ret = c.start(c.arg);
+	if (ag_active())
+		ag_thread_ending();     /* the C library's end of a thread (patch.c) */
 	ring = ag_enter();
 	if (ag_active())
 		ag_ring_put(ring, TRACE_EXIT, site);
@@ -81,6 +94,20 @@ int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*st
 	if (!real_create)
 		real_create = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
 	return real_create ? real_create(th, attr, start, arg) : EAGAIN;
+}
+
+/* pthread_exit: the thread's end, announced (patch.c); the C library's
+ * then unwinds to its start, past ag_thread_start. */
+AG_EXPORT void pthread_exit(void *ret)
+{
+	static void (*real_exit)(void *);
+
+	if (!real_exit)
+		real_exit = (void (*)(void *))dlsym(RTLD_NEXT, "pthread_exit");
+	if (ag_active())
+		ag_thread_ending();
+	real_exit(ret);
+	__builtin_unreachable();
 }
 
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),

@@ -202,25 +202,30 @@ def per_thread_trees(sptrace, tdir, allowed):
     return sorted(";".join(only(t, allowed)) for t in per_tid.values())
 
 
-def case_churn(sptrace, prog, tmp):
+def case_churn(sptrace, prog, scenario, tmp):
     """Two threads start threads without pause while main's first setjmp
-    has the agent patch the C library's _setjmp, whose int3s stay 30 ms
-    (SPTRACE_TEST_PATCH_DELAY_MS).  Each new thread runs _setjmp with every
-    signal blocked before its start routine: one meeting an int3 there
-    was killed by SIGTRAP (patch.c, threads being started).  The program
-    runs as it does natively and every started thread is traced."""
+    (churn) or first pthread_join (churn-detached) has the agent patch the
+    C library's _setjmp or __nptl_free_tcb, with every batch's int3s held
+    30 ms (SPTRACE_TEST_PATCH_DELAY_MS).  Each new thread runs _setjmp with
+    every signal blocked before its start routine, and each detached one
+    frees its descriptor with every signal blocked at its end: one meeting
+    an int3 there was killed by SIGTRAP (patch.c, threads being started).
+    The program runs as it does natively and every started thread is
+    traced."""
     tdir = os.path.join(tmp, "trace")
-    native = run([prog, "churn"])
-    trace = run([sptrace, "run", "-o", tdir, "--", prog, "churn"],
+    native = run([prog, scenario])
+    trace = run([sptrace, "run", "-o", tdir, "--", prog, scenario],
                 env=dict(repo_env(tdir), SPTRACE_TEST_PATCH_DELAY_MS="30"))
-    same_behaviour(native, trace, "churn")
+    same_behaviour(native, trace, scenario)
     trees = per_thread_trees(sptrace, tdir, {"main", "churn", "churner", "churn_child",
-                                             "jumper", "jump_a", "leaf"})
+                                             "jumper", "jump_a", "join_once", "leaf"})
     children = sum(1 for t in trees if t.startswith("churn_child()"))
-    check(children >= 200, "churn: %d started threads traced, expected 200 or more" % children)
-    check(any(t.startswith("main() {;  churn() {;    jumper() {;      jump_a() {;") for t in trees),
-          "churn: main's tree lacks churn -> jumper -> jump_a:\n%s" %
-          "\n".join(t for t in trees if t.startswith("main")))
+    check(children >= 200, "%s: %d started threads traced, expected 200 or more" %
+          (scenario, children))
+    trigger = "join_once()" if scenario == "churn-detached" else "jumper() {;      jump_a() {;"
+    check(any(t.startswith("main() {;  churn() {;    " + trigger) for t in trees),
+          "%s: main's tree lacks churn -> %s:\n%s" %
+          (scenario, trigger, "\n".join(t for t in trees if t.startswith("main"))))
 
 
 def case_short_hot(sptrace, prog, tmp):
@@ -1094,8 +1099,8 @@ def main():
             case_threads(sptrace, sys.argv[3], tmp)
         elif case == "short-hot":
             case_short_hot(sptrace, sys.argv[3], tmp)
-        elif case == "churn":
-            case_churn(sptrace, sys.argv[3], tmp)
+        elif case in ("churn", "churn-detached"):
+            case_churn(sptrace, sys.argv[3], case, tmp)
         elif case in CONF:
             case_conf(sptrace, sys.argv[3], case, tmp)
         elif case == "exceptions":

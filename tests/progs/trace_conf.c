@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <sys/time.h>
 #include <time.h>
@@ -97,40 +98,70 @@ KEEP int jumper(void)
  * Threads started without pause while code is patched (run with
  * SPTRACE_TEST_PATCH_DELAY_MS): each new thread runs the C library's
  * _setjmp with every signal blocked before its start routine, and main's
- * first setjmp has the agent patch _setjmp meanwhile.
+ * first setjmp has the agent patch _setjmp meanwhile.  Detached, each
+ * thread's end frees its descriptor (__nptl_free_tcb) with every signal
+ * blocked, and main's first pthread_join has the agent patch that.
  */
-static volatile int churn_stop, churn_started;
+static volatile int churn_stop, churn_started, churn_live;
 
-KEEP void *churn_child(void *arg) { return arg; }
-
-KEEP void *churner(void *arg)
+KEEP void *churn_child(void *arg)
 {
-	while (!churn_stop) {
-		pthread_t t;
-
-		if (pthread_create(&t, NULL, churn_child, arg) == 0)
-			pthread_join(t, NULL);
-		__atomic_add_fetch(&churn_started, 1, __ATOMIC_RELAXED);
-	}
+	__atomic_sub_fetch(&churn_live, 1, __ATOMIC_RELAXED);
 	return arg;
 }
 
-KEEP int churn(void)
+KEEP void *churner(void *arg)
+{
+	pthread_attr_t attr;
+
+	pthread_attr_init(&attr);
+	if (arg)
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	while (!churn_stop) {
+		pthread_t t;
+
+		while (__atomic_load_n(&churn_live, __ATOMIC_RELAXED) > 8)
+			sched_yield();
+		__atomic_add_fetch(&churn_live, 1, __ATOMIC_RELAXED);
+		if (pthread_create(&t, &attr, churn_child, NULL) != 0)
+			__atomic_sub_fetch(&churn_live, 1, __ATOMIC_RELAXED);
+		else if (!arg)
+			pthread_join(t, NULL);
+		__atomic_add_fetch(&churn_started, 1, __ATOMIC_RELAXED);
+	}
+	pthread_attr_destroy(&attr);
+	return NULL;
+}
+
+KEEP int join_once(void)
+{
+	pthread_t t;
+
+	__atomic_add_fetch(&churn_live, 1, __ATOMIC_RELAXED);
+	pthread_create(&t, NULL, churn_child, NULL);
+	return pthread_join(t, NULL) == 0 ? 4 : -1;
+}
+
+KEEP int churn(int detached)
 {
 	pthread_t c[2];
 	int r, before;
 
 	for (int i = 0; i < 2; i++)
-		pthread_create(&c[i], NULL, churner, NULL);
+		pthread_create(&c[i], NULL, churner, detached ? (void *)1 : NULL);
 	while (__atomic_load_n(&churn_started, __ATOMIC_RELAXED) < 500)
 		usleep(1000);           /* every function of the loop instrumented */
-	r = jumper();           /* the first setjmp: _setjmp is patched now */
+	/* the first setjmp, or the first join: _setjmp or __nptl_free_tcb is
+	 * patched now */
+	r = detached ? join_once() : jumper();
 	before = __atomic_load_n(&churn_started, __ATOMIC_RELAXED);
 	while (__atomic_load_n(&churn_started, __ATOMIC_RELAXED) < before + 200)
 		usleep(1000);
 	churn_stop = 1;
 	for (int i = 0; i < 2; i++)
 		pthread_join(c[i], NULL);
+	while (__atomic_load_n(&churn_live, __ATOMIC_RELAXED) > 0)
+		usleep(1000);           /* the detached ones */
 	return r;
 }
 
@@ -598,7 +629,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(what, "threads") == 0) {
 		printf("%d\n", threads());
 	} else if (strcmp(what, "churn") == 0) {
-		printf("churn %d\n", churn());
+		printf("churn %d\n", churn(0));
+	} else if (strcmp(what, "churn-detached") == 0) {
+		printf("churn %d\n", churn(1));
 	} else if (strcmp(what, "ucontext") == 0) {
 		printf("contexts %d\n", contexts());
 	} else if (strcmp(what, "daemon") == 0 && argc > 2) {

@@ -106,8 +106,10 @@ static volatile int churn_stop, churn_started, churn_live;
 
 KEEP void *churn_child(void *arg)
 {
+	if (arg)
+		usleep(2000);   /* detached: some end at any moment */
 	__atomic_sub_fetch(&churn_live, 1, __ATOMIC_RELAXED);
-	return arg;
+	return NULL;
 }
 
 KEEP void *churner(void *arg)
@@ -123,7 +125,7 @@ KEEP void *churner(void *arg)
 		while (__atomic_load_n(&churn_live, __ATOMIC_RELAXED) > 8)
 			sched_yield();
 		__atomic_add_fetch(&churn_live, 1, __ATOMIC_RELAXED);
-		if (pthread_create(&t, &attr, churn_child, NULL) != 0)
+		if (pthread_create(&t, &attr, churn_child, arg) != 0)
 			__atomic_sub_fetch(&churn_live, 1, __ATOMIC_RELAXED);
 		else if (!arg)
 			pthread_join(t, NULL);

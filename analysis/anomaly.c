@@ -35,7 +35,9 @@
  *     coverage (0..1: the paths only one has, over the paths either has);
  *     AN_PROFILE_TIME and AN_PROFILE_COVERAGE take one of the two alone.
  *  3. Fail-stop first (processes and flows; a host does not stop while its
- *     peers go on): a unit that stopped in the middle of something -- a
+ *     peers go on, but one of its processes may: by host, the host of the
+ *     process the processes' point 3 names ranks first, with that
+ *     process's gap and culprit): a unit that stopped in the middle of something -- a
  *     call still open at its last record that is not the process's exit
  *     (_exit, exit: it ended as it should); for a flow, a call it entered
  *     that never returned (a request stuck on its thread) -- while the
@@ -1146,10 +1148,42 @@ static const char *kind_plural(int kind)
 	return kind == AN_UNITS_FLOW ? "flows" : kind == AN_UNITS_HOST ? "hosts" : "processes";
 }
 
+/* Point 3 by host: the processes' fail-stop, if there is one (*pa, to be
+ * freed, holds it). */
+static const an_suspect *process_failstop(an_session *s, const an_anomaly_opts *o,
+					  an_anomalies **pa, sp_err *err)
+{
+	an_anomaly_opts po = o ? *o : (an_anomaly_opts){ 0 };
+
+	po.units = AN_UNITS_PROCESS;
+	if (an_anomalies_find(s, NULL, &po, pa, err) != 0)
+		return NULL;
+	return (*pa)->nsus && (*pa)->sus[0].failstop ? &(*pa)->sus[0] : NULL;
+}
+
+/* A copy of another analysis's call path, its names a's own. */
+static int path_copy(an_anomalies *a, const char *const *from, size_t n, const char ***out,
+		     size_t *nout)
+{
+	*out = calloc(n ? n : 1, sizeof **out);
+	if (!*out)
+		return -1;
+	*nout = n;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t id = name_id(a, from[i]);
+
+		if (id == AN_NONE)
+			return -1;
+		(*out)[i] = a->names[id];
+	}
+	return 0;
+}
+
 int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *o,
 		      an_anomalies **out, sp_err *err)
 {
-	an_anomalies *a = calloc(1, sizeof *a);
+	an_anomalies *a = calloc(1, sizeof *a), *pa = NULL;
+	const an_suspect *pf = NULL;
 	size_t nsus = 0, failstop, nroles = 0;
 	role_count *roles = NULL;
 	double *d = NULL;
@@ -1174,6 +1208,11 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 	    count_roles(a, &roles, &nroles) != 0 || make_dense(a) != 0)
 		goto oom;
 	failstop = normal ? AN_NONE : failstop_unit(a, nsus, d, &gap);
+	if (a->kind == AN_UNITS_HOST && !normal) {
+		pf = process_failstop(s, o, &pa, err);
+		if (!pa)
+			goto fail;
+	}
 	for (size_t i = 0; i < a->nunits; i++) {
 		unit *u = &a->units[i];
 		an_suspect *sp = &a->sus[a->nsus];
@@ -1203,7 +1242,21 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 			}
 			d[nd++] = x;
 		}
-		if (i == failstop) {
+		if (pf && strcmp(u->host, pf->host) == 0) {
+			sp->failstop = sp->flagged = 1;
+			sp->method = pf->method;
+			sp->score = pf->score;
+			an_cause *c = &sp->causes[sp->ncauses++];
+
+			c->kind = "time";
+			if (path_copy(a, pf->path, pf->npath, &sp->path, &sp->npath) != 0 ||
+			    path_copy(a, pf->path, pf->npath, &c->path, &c->npath) != 0)
+				goto oom;
+			say(c->why, sizeof c->why, "its process %u stopped here, %.1f ms before "
+				 "the other processes of its role went on to (their median): it "
+				 "crashed, hung or blocked, and the host's other processes went on",
+				 pf->pid, pf->score * 1e3);
+		} else if (i == failstop) {
 			sp->failstop = sp->flagged = 1;
 			sp->method = "earliest-last-timestamp";
 			sp->score = (double)gap / 1e9;
@@ -1255,6 +1308,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 	qsort(a->sus, a->nsus, sizeof *a->sus, by_score);
 	free_roles(roles, nroles);
 	free(d);
+	an_anomalies_free(pa);
 	*out = a;
 	return 0;
 oom:
@@ -1262,6 +1316,7 @@ oom:
 fail:
 	free_roles(roles, nroles);
 	free(d);
+	an_anomalies_free(pa);
 	an_anomalies_free(a);
 	return -1;
 }

@@ -531,6 +531,16 @@ def case_hosts(sptrace, spdaemon, reqserver, tmp):
         check(top[0]["method"] == "earliest-last-timestamp" and
               top[0]["culprit"]["function"] == "spin_forever",
               "found by %s, culprit %r:\n%s" % (top[0]["method"], top[0]["culprit"], text))
+        # By host: the four server hosts are one role; the one whose server
+        # looped spent its time elsewhere.
+        a = run([sptrace, "analyze", "--by", "host", "--json", out], timeout=300)
+        check(a.returncode == 0, "analyze --by host: %r" % a.stderr)
+        top = json.loads(a.stdout)["anomalies"]
+        text = run([sptrace, "analyze", "--by", "host", "--top", "5", out]).stdout
+        check(top[0]["kind"] == "host" and top[0]["host"] == addrs[3] and
+              top[0]["culprit"]["function"] == "spin_forever",
+              "the host whose server looped (%s) is not ranked first with spin_forever:\n%s" %
+              (addrs[3], text))
     finally:
         for p in servers:
             if p.poll() is None:

@@ -55,7 +55,12 @@
  *     outermost function they spend most time in (a server's master and its
  *     workers, a parent and the children it forked, are not alike by
  *     design); a role of fewer than 3 units is not scored (0, said in its
- *     cause).
+ *     cause).  The scores cost a distance per pair of a role's units: a
+ *     role of more than SAMPLE_ABOVE units compares each with about SAMPLE
+ *     of them (every n/SAMPLE-th, from a start that depends on the unit: the
+ *     k-th nearest of the sample estimates the same quantile of its
+ *     distances), then scores the TOP_EXACT most suspect again against all
+ *     (their score, nearest neighbour and causes exact).
  *  5. With known-normal traces (`--normal REF`: the one-class variant), the
  *     score is the distance to the nearest unit of REF of the same role, and
  *     REF sets the bar: the threshold is the largest distance from a unit of
@@ -106,6 +111,9 @@
 #define COVER_RARE 0.10              /* point 6: taken by at most this share */
 #define COVER_USUAL 0.90             /* point 6: not taken, by at least this share */
 #define MAX_DIST 3.0                 /* point 5: the composite distance's bound */
+#define SAMPLE_ABOVE 4096            /* point 4: roles larger are sampled ... */
+#define SAMPLE 1024                  /* ... about this many of their units */
+#define TOP_EXACT 32                 /* ... and the most suspect scored again exactly */
 #define FLAG_FLOOR (2 * TIME_CLEAR)  /* point 5: the least threshold */
 #define MAX_EACH 4                   /* candidates of each kind kept for the causes */
 
@@ -152,6 +160,7 @@ typedef struct dense {
 	uint32_t *share;                 /* nrows x ncols */
 	uint64_t *bits;                  /* nrows x words */
 	uint32_t *pop;                   /* nrows: paths entered */
+	uint32_t *unit_of;               /* nrows: each row's unit */
 	double threshold;                /* point 5, computed once */
 	int has_threshold;
 } dense;
@@ -617,7 +626,8 @@ static int make_dense(an_anomalies *a)
 		d->words = (d->ncols + 63) / 64;
 		if (!(d->share = calloc(d->nrows * d->ncols + 1, sizeof *d->share)) ||
 		    !(d->bits = calloc(d->nrows * d->words + 1, sizeof *d->bits)) ||
-		    !(d->pop = calloc(d->nrows + 1, sizeof *d->pop)))
+		    !(d->pop = calloc(d->nrows + 1, sizeof *d->pop)) ||
+		    !(d->unit_of = calloc(d->nrows + 1, sizeof *d->unit_of)))
 			return -1;
 	}
 	for (size_t i = 0; i < a->nunits; i++) {
@@ -626,6 +636,8 @@ static int make_dense(an_anomalies *a)
 		if (u->total <= 0)
 			continue;
 		dense *d = &a->dn[u->dense];
+
+		d->unit_of[u->row] = (uint32_t)i;
 		uint32_t *sh = d->share + (size_t)u->row * d->ncols;
 		uint64_t *b = d->bits + (size_t)u->row * d->words;
 
@@ -1148,6 +1160,76 @@ static const char *kind_plural(int kind)
 	return kind == AN_UNITS_FLOW ? "flows" : kind == AN_UNITS_HOST ? "hosts" : "processes";
 }
 
+/*
+ * Point 4's comparisons of unit i: its distances to the units of its role
+ * (of REF with `normal`) in d, their count returned, the nearest in *near.
+ * A role of more than SAMPLE_ABOVE units is sampled unless `exact`.
+ */
+static size_t compare(const an_anomalies *a, size_t i, int normal, bool exact, double *d,
+		      const unit **near, double *best)
+{
+	const unit *u = &a->units[i];
+	const dense *dn = &a->dn[u->dense];
+	size_t nd = 0, step = 1, first = 0;
+
+	*near = NULL;
+	*best = 0;
+	if (!exact && !normal && dn->nrows > SAMPLE_ABOVE) {
+		step = dn->nrows / SAMPLE;
+		first = (size_t)(((uint64_t)i * 2654435761u) % step);
+	}
+	for (size_t r = first; r < dn->nrows; r += step) {
+		size_t j = dn->unit_of[r];
+		const unit *v = &a->units[j];
+
+		if (j == i || v->normal != normal)
+			continue;
+		double x = distance(a, u, v);
+
+		if (!*near || x < *best) {
+			*near = v;
+			*best = x;
+		}
+		d[nd++] = x;
+	}
+	return nd;
+}
+
+/* Point 4: the k-th nearest of the nd distances d (reordered), and the
+ * causes against the nearest. */
+static int knn(const an_anomalies *a, const unit *u, an_suspect *sp, double *d, size_t nd,
+	       const unit *near, const role_count *rc)
+{
+	size_t k = (nd + 1) / 4 ? (nd + 1) / 4 : 1;
+	char others[64];
+
+	snprintf(others, sizeof others, "%s of its role", kind_plural(a->kind));
+	sp->method = "knn-manhattan";
+	sp->score = kth(d, nd, (k <= nd ? k : nd) - 1);
+	sp->nearest = near ? near->flow : NULL;
+	return causes(a, u, near, &rc->count, 1, rc->units - 1, others, sp);
+}
+
+static void clear_causes(an_suspect *sp)
+{
+	free((void *)sp->path);
+	sp->path = NULL;
+	sp->npath = 0;
+	for (size_t k = 0; k < sp->ncauses; k++)
+		free((void *)sp->causes[k].path);
+	memset(sp->causes, 0, sizeof sp->causes);
+	sp->ncauses = 0;
+}
+
+/* Suspects' indexes by score, highest first (qsort_r, for TOP_EXACT). */
+static int by_index_score(const void *x, const void *y, void *sus)
+{
+	const an_suspect *s = sus;
+	double sx = s[*(const uint32_t *)x].score, sy = s[*(const uint32_t *)y].score;
+
+	return sx < sy ? 1 : sx > sy ? -1 : 0;
+}
+
 /* Point 3 by host: the processes' fail-stop, if there is one (*pa, to be
  * freed, holds it). */
 static const an_suspect *process_failstop(an_session *s, const an_anomaly_opts *o,
@@ -1186,6 +1268,8 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 	const an_suspect *pf = NULL;
 	size_t nsus = 0, failstop, nroles = 0;
 	role_count *roles = NULL;
+	uint32_t *sus_unit = NULL, *order = NULL;   /* a suspect's unit; suspects by score */
+	bool sampled = false;
 	double *d = NULL;
 	int64_t gap = 0;
 
@@ -1204,6 +1288,8 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 			goto oom;
 	}
 	if (!(a->sus = calloc(nsus ? nsus : 1, sizeof *a->sus)) ||
+	    !(sus_unit = calloc(nsus ? nsus : 1, sizeof *sus_unit)) ||
+	    !(order = calloc(nsus ? nsus : 1, sizeof *order)) ||
 	    !(d = calloc(a->nunits ? 2 * a->nunits : 1, sizeof *d)) ||
 	    count_roles(a, &roles, &nroles) != 0 || make_dense(a) != 0)
 		goto oom;
@@ -1218,7 +1304,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 		an_suspect *sp = &a->sus[a->nsus];
 		const unit *near = NULL;
 		const role_count *rc = count_of(roles, nroles, u->role, normal != NULL);
-		size_t nd = 0;
+		size_t nd;
 		double best = 0;
 
 		if (u->normal || u->total <= 0)
@@ -1228,20 +1314,8 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 		sp->host = u->host;
 		sp->pid = u->pid;
 		sp->flagged = -1;
-		for (size_t j = 0; j < a->nunits; j++) {
-			const unit *v = &a->units[j];
-
-			if (j == i || v->total <= 0 || v->normal != (normal != NULL) ||
-			    v->role != u->role)
-				continue;
-			double x = distance(a, u, v);
-
-			if (!near || x < best) {
-				near = v;
-				best = x;
-			}
-			d[nd++] = x;
-		}
+		sus_unit[a->nsus] = (uint32_t)i;
+		nd = compare(a, i, normal != NULL, false, d, &near, &best);
 		if (pf && strcmp(u->host, pf->host) == 0) {
 			sp->failstop = sp->flagged = 1;
 			sp->method = pf->method;
@@ -1293,21 +1367,38 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 				   "units of the reference", sp) != 0)
 				goto oom;
 		} else {
-			size_t k = (nd + 1) / 4 ? (nd + 1) / 4 : 1;
-			char others[64];
-
-			snprintf(others, sizeof others, "%s of its role", kind_plural(a->kind));
-			sp->method = "knn-manhattan";
-			sp->score = kth(d, nd, (k <= nd ? k : nd) - 1);
-			sp->nearest = near ? near->flow : NULL;
-			if (causes(a, u, near, &rc->count, 1, rc->units - 1, others, sp) != 0)
+			sampled |= a->dn[u->dense].nrows > SAMPLE_ABOVE;
+			if (knn(a, u, sp, d, nd, near, rc) != 0)
 				goto oom;
 		}
 		a->nsus++;
 	}
+	if (sampled) {
+		/* Point 4: the most suspect of sampled roles, again against all. */
+		for (size_t q = 0; q < a->nsus; q++)
+			order[q] = (uint32_t)q;
+		qsort_r(order, a->nsus, sizeof *order, by_index_score, a->sus);
+		for (size_t r = 0, done = 0; r < a->nsus && done < TOP_EXACT; r++) {
+			an_suspect *sp = &a->sus[order[r]];
+			size_t i = sus_unit[order[r]];
+			const unit *u = &a->units[i], *near;
+			double best;
+
+			if (sp->failstop || a->dn[u->dense].nrows <= SAMPLE_ABOVE)
+				continue;
+			size_t nd = compare(a, i, 0, true, d, &near, &best);
+
+			clear_causes(sp);
+			if (knn(a, u, sp, d, nd, near, count_of(roles, nroles, u->role, 0)) != 0)
+				goto oom;
+			done++;
+		}
+	}
 	qsort(a->sus, a->nsus, sizeof *a->sus, by_score);
 	free_roles(roles, nroles);
 	free(d);
+	free(sus_unit);
+	free(order);
 	an_anomalies_free(pa);
 	*out = a;
 	return 0;
@@ -1316,6 +1407,8 @@ oom:
 fail:
 	free_roles(roles, nroles);
 	free(d);
+	free(sus_unit);
+	free(order);
 	an_anomalies_free(pa);
 	an_anomalies_free(a);
 	return -1;
@@ -1358,6 +1451,7 @@ void an_anomalies_free(an_anomalies *a)
 		free(a->dn[k].share);
 		free(a->dn[k].bits);
 		free(a->dn[k].pop);
+		free(a->dn[k].unit_of);
 	}
 	free(a->dn);
 	for (size_t i = 0; i < a->nnames; i++)

@@ -972,7 +972,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 	if (inj_check(pid, err) || find_libc(pid, &base, &lo, &hi, libc_file, sizeof libc_file) ||
 	    resolve_syms(pid, base, libc_file, &s, err))
 		return -1;
-	if (strlen(o->entry) >= 64 || strlen(o->arg) + 32 >= DATA_SIZE - D_ARG)
+	if (strlen(o->entry) >= 64 || strlen(o->arg) + 96 >= DATA_SIZE - D_ARG)
 		return sp_fail(err, "injector: entry name or argument too long");
 	snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
 	t.mem = open(path, O_RDWR | O_CLOEXEC);

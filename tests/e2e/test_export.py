@@ -9,8 +9,9 @@ track per (host, pid) with a pid no other process has and its host in its
 name, thread tracks under a described process with that pid; names interned
 before use; slices balanced per track, none ending before it began, times
 never going back on a track; each flow id started exactly once and ended
-exactly once, not before it started (but for the recording race
-described at that check).  Every Chrome file (check_chrome):
+exactly once, not before it started (but for the clocks' disagreement
+described at that check; one that does fails with its evidence:
+flow_evidence).  Every Chrome file (check_chrome):
 JSON, every event with name, ph, ts, pid and tid, complete events with a
 duration >= 0 and nested per thread; process names with their host.
 
@@ -235,12 +236,12 @@ def check_perfetto(path, hosts=(), tree=None, sptrace=None):
           "flows started but not ended: %s; ended but not started: %s" %
           (sorted(set(flow_start) - set(flow_end))[:5],
            sorted(set(flow_end) - set(flow_start))[:5]))
-    # A message is recorded when its call returns: the receiver, woken by
-    # the send, may return and record before the sender does (by the
-    # sender's way back from the kernel, longer when it is preempted).  The
-    # times are kept as recorded, so an arrow may point back by that much;
-    # never by more than 50 ms here (all hosts are namespaces of one clock,
-    # but the machine may be busy).
+    # A send is stamped when its call began, a receive when it returned
+    # (trace_format.h, "Message events"), and the export writes each at its
+    # time (cmd_export.c, send_hoists): an arrow points back only by what
+    # the clocks disagree -- each process's TSC rate, the hosts' alignment
+    # (analysis/flows.c, rule 7) --, never by more than 50 ms here (all
+    # hosts are namespaces of one clock, but the machine may be busy).
     for fid in flow_start:
         if flow_end[fid][1] < flow_start[fid][1] - 50000000:
             fail("flow %s ends %d ns before it starts%s" %

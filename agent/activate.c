@@ -541,7 +541,17 @@ typedef struct watch {
 	const long *nrs;         /* the event's system calls */
 	int armed;
 	int n;                   /* in nrs */
+	int skip;                /* the thread the injector stopped, going back into
+				  * its call: armed apart */
 } watch;
+
+static bool event_call(const watch *w, long nr)
+{
+	for (int i = 0; i < w->n; i++)
+		if (nr == w->nrs[i])
+			return true;
+	return false;
+}
 
 static int watch_one(int tid, void *arg)
 {
@@ -549,40 +559,39 @@ static int watch_one(int tid, void *arg)
 	uint64_t pc;
 	long nr;
 
-	if (thread_syscall(tid, &nr, &pc) &&
-	    (nr == w->nrs[0] || nr == w->nrs[1] || (w->n > 2 && (nr == w->nrs[2] || nr == w->nrs[3]))) &&
+	if (tid != w->skip && thread_syscall(tid, &nr, &pc) && event_call(w, nr) &&
 	    arm_thread_bp(tid, pc, w->event, nr))
 		w->armed++;
 	return 0;
 }
 
-void ag_watch_blocked_calls(const char *event, int stopped)
+/*
+ * The thread the injector stopped goes back into its system call only when
+ * the injector lets it go and it gets a CPU -- on a busy machine long after
+ * the agent is here -- and meanwhile /proc shows it in none, or in the
+ * injector's own remote calls (its munmap).  Looked at there, it went
+ * unwatched: a receive the daemon waited for passed untraced, a pipe's
+ * helper answered the first traced request untraced and its counts named
+ * the next one's bytes (a receive matched to a send two seconds after it).
+ * So it is not looked at: the injector says which call it goes back into
+ * and where that call returns (stopped_nr, stopped_pc), and the breakpoint
+ * goes there at once -- the thread runs nothing at that address before the
+ * call returns.  A thread whose call had ended when it was stopped
+ * (stopped_nr -1) is looked at as the others are.
+ */
+void ag_watch_blocked_calls(const char *event, int stopped, long stopped_nr,
+			    uint64_t stopped_pc)
 {
 	static const long accept_nrs[] = { SYS_accept, SYS_accept4 };
 	/* a read: a receive if on a socket (or an awaited pipe), ag_event_fires */
 	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg, SYS_read, SYS_readv };
 	bool acc = strcmp(event, "accept") == 0;
-	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4 };
-	struct timespec nap = { 0, 500000 };
-	uint64_t pc;
-	long nr;
+	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4,
+		    stopped_nr >= 0 ? stopped : 0 };
 
-	/* The thread the injector stopped goes back into its system call when
-	 * let go -- on a busy machine, milliseconds later than the agent is
-	 * here: until then it is in none, and would not be watched (seen: a
-	 * receive the daemon waited for passed untraced; a pipe's helper
-	 * answered the first traced request untraced and its counts named the
-	 * next one's bytes).  /proc says "running", or "-1" (in the kernel, not
-	 * in a system call yet), or its read fails with EAGAIN, meanwhile.  At
-	 * most 50 ms: its call may also have ended meanwhile. */
-	for (int i = 0; stopped > 0 && i < 100; i++) {
-		int where = ag_thread_where(stopped, &nr, &pc);
-
-		if ((where == 1 && nr >= 0) || (where < 0 && errno != EAGAIN))
-			break;          /* in a system call, or gone */
-		nanosleep(&nap, NULL);
-	}
-
+	if (stopped > 0 && stopped_nr >= 0 && event_call(&w, stopped_nr) &&
+	    arm_thread_bp(stopped, stopped_pc, event, stopped_nr))
+		w.armed++;
 	ag_for_other_threads(watch_one, &w);
 	if (w.armed)
 		ag_log("%s: %d thread(s) already waiting in it are watched by a breakpoint", event,

@@ -280,9 +280,11 @@ void ag_activation_round(void);        /* a new activation */
  * a SIGTRAP handler if uc is not NULL. */
 void ag_walk_self(struct ucontext_t *uc);
 /* Attached: threads already in accept/recv get a breakpoint at its return;
- * `stopped`, the thread the injector stopped (0: none), is waited for in
- * its system call first. */
-void ag_watch_blocked_calls(const char *event, int stopped);
+ * `stopped`, the thread the injector stopped (0: none), by what the
+ * injector said: the call it goes back into (stopped_nr, -1: none) and the
+ * address that call returns to. */
+void ag_watch_blocked_calls(const char *event, int stopped, long stopped_nr,
+			    uint64_t stopped_pc);
 void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
 bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */

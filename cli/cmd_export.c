@@ -320,14 +320,112 @@ static const char *item_name(an_trace *t, const an_call *c, char *buf, size_t le
 	return an_event_name(c->id, buf, len);
 }
 
+/*
+ * A send is stamped when its call began (trace_format.h, "Message events")
+ * but recorded when the call returned, after what the call did meanwhile
+ * (the C library's calls around the system call, the agent's own work): in
+ * the thread's order it comes after items of later times.  Written there it
+ * was pushed to the last of them (times never go back on a track) -- to the
+ * call's return, after the receive of its own bytes when the writer waited
+ * for a CPU in its system call: an arrow pointing back (75 ms seen on a
+ * busy machine).  So it is written earlier, before the first item of its
+ * caller's body that began after it: at its own time.  `sibs` holds, for
+ * each call open at the item, the items of its body so far (one stack of
+ * (depth, index), a body's run on top of its caller's).
+ */
+typedef struct hoist {
+	size_t at;               /* written before item `at` */
+	size_t k;                /* the send's item */
+} hoist;
+
+static int hoist_cmp(const void *a, const void *b)
+{
+	const hoist *x = a, *y = b;
+
+	if (x->at != y->at)
+		return x->at < y->at ? -1 : 1;
+	return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/* The sends of calls[0..n) written earlier, sorted by where: *out, *nout. */
+static int send_hoists(const an_call *calls, size_t n, hoist **out, size_t *nout)
+{
+	size_t *sibs = malloc((n + 1) * sizeof *sibs), ns = 0;
+	hoist *h = NULL;
+	size_t nh = 0, cap = 0;
+
+	*out = NULL;
+	*nout = 0;
+	if (!sibs)
+		return -1;
+	for (size_t k = 0; k < n; k++) {
+		const an_call *c = &calls[k];
+		size_t at = k, top;
+
+		if (c->kind == AN_EXIT_ONLY)
+			continue;
+		while (ns && calls[sibs[ns - 1]].depth > c->depth)
+			ns--;                /* the bodies of calls closed before k */
+		if (c->kind == AN_EVENT && c->id == TRACE_EV_MSG_SEND) {
+			for (top = ns; top && calls[sibs[top - 1]].depth == c->depth &&
+			     calls[sibs[top - 1]].t0 > c->t0; top--)
+				at = sibs[top - 1];
+			if (at < k) {
+				if (sp_grow((void **)&h, &cap, nh + 1, sizeof *h)) {
+					free(h);
+					free(sibs);
+					return -1;
+				}
+				h[nh++] = (hoist){ at, k };
+			}
+		}
+		sibs[ns++] = k;
+	}
+	free(sibs);
+	if (nh)
+		qsort(h, nh, sizeof *h, hoist_cmp);
+	*out = h;
+	*nout = nh;
+	return 0;
+}
+
+/* Event or message item c of the thread, at t0 (in its caller: ends[depth -
+ * 1]); 0, -1 with errno (cannot write), -2 out of memory. */
+static int put_instant(ex_walk *x, size_t image, an_trace *t, const an_thread *th,
+		       ex_track *tr, const an_call *c, size_t depth, const int64_t *ends)
+{
+	int64_t t0 = an_realtime_ns(t, c->t0);
+	const an_msg *m = trace_event_is_msg(c->id) ? an_trace_msg(t, c->end) : NULL;
+	size_t nf = 0;
+	char buf[600];
+
+	if (!in_flow(x, image, th->tid, t0))
+		return 0;
+	/* times never go back on a track, and an event lies within its
+	 * caller: clamped, against clocks read on different CPUs */
+	if (t0 < tr->cursor)
+		t0 = tr->cursor;
+	if (depth && t0 > ends[depth - 1])
+		t0 = ends[depth - 1];
+	tr->cursor = t0;
+	if (m && flows_at(x, image, th->tid, c->t0, m->recv, &nf) < 0)
+		return -2;
+	x->done++;
+	return x->fmt->instant(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0,
+			       m && !m->recv ? x->fl : NULL, m && !m->recv ? nf : 0,
+			       m && m->recv ? x->fl : NULL, m && m->recv ? nf : 0);
+}
+
 /* One thread's call tree as begins, ends and instants (export.h's order). */
 static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *th, sp_err *err)
 {
 	an_call *calls;
-	size_t n, *stack = NULL, depth = 0;
+	size_t n, *stack = NULL, depth = 0, nh = 0, hi = 0;
 	int64_t *ends = NULL;
+	hoist *hs = NULL;
+	unsigned char *moved = NULL;
 	ex_track *tr;
-	int rc = -1;
+	int rc = -1, r;
 
 	if (x->flow) {
 		size_t p;
@@ -346,10 +444,13 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 	}
 	if (!(tr = thread_track(x, image, th)))
 		goto io;
-	if (!(stack = malloc(n * sizeof *stack)) || !(ends = malloc(n * sizeof *ends))) {
+	if (!(stack = malloc(n * sizeof *stack)) || !(ends = malloc(n * sizeof *ends)) ||
+	    !(moved = calloc(n, 1)) || send_hoists(calls, n, &hs, &nh) < 0) {
 		sp_fail(err, "out of memory");
 		goto done;
 	}
+	for (size_t k = 0; k < nh; k++)
+		moved[hs[k].k] = 1;
 	for (size_t i = 0; i <= n; i++) {
 		const an_call *c = i < n ? &calls[i] : NULL;
 		int64_t t0, t1;
@@ -364,8 +465,19 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 		}
 		if (!c)
 			break;
-		if (c->kind == AN_EXIT_ONLY)
+		/* the sends stamped before this item (send_hoists) */
+		for (; hi < nh && hs[hi].at == i; hi++)
+			if ((r = put_instant(x, image, t, th, tr, &calls[hs[hi].k], depth, ends)) < 0)
+				goto fail;
+		if (c->kind == AN_EXIT_ONLY || moved[i])
 			continue;
+		if (c->kind != AN_CALL) {
+			if ((r = put_instant(x, image, t, th, tr, c, depth, ends)) < 0)
+				goto fail;
+			if ((i & 0xffff) == 0)
+				progress(x, 0);
+			continue;
+		}
 		t0 = an_realtime_ns(t, c->t0);
 		if (!in_flow(x, image, th->tid, t0))
 			continue;
@@ -376,40 +488,26 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 		if (depth && t0 > ends[depth - 1])
 			t0 = ends[depth - 1];
 		tr->cursor = t0;
-		if (c->kind == AN_CALL) {
-			t1 = an_realtime_ns(t, c->t1);
-			if (t1 < t0)
-				t1 = t0;
-			if (depth && t1 > ends[depth - 1])
-				t1 = ends[depth - 1];
-			if (x->fmt->begin(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0,
-					  t1) < 0)
-				goto io;
-			stack[depth] = i;
-			ends[depth++] = t1;
-		} else {
-			const an_msg *m = trace_event_is_msg(c->id) ? an_trace_msg(t, c->end)
-								      : NULL;
-			size_t nf = 0;
-
-			if (m && flows_at(x, image, th->tid, c->t0, m->recv, &nf) < 0) {
-				sp_fail(err, "out of memory");
-				goto done;
-			}
-			if (x->fmt->instant(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0,
-					    m && !m->recv ? x->fl : NULL, m && !m->recv ? nf : 0,
-					    m && m->recv ? x->fl : NULL, m && m->recv ? nf : 0) < 0)
-				goto io;
-		}
-		if (c->kind == AN_CALL)
-			x->done += 2;
-		else
-			x->done++;
+		t1 = an_realtime_ns(t, c->t1);
+		if (t1 < t0)
+			t1 = t0;
+		if (depth && t1 > ends[depth - 1])
+			t1 = ends[depth - 1];
+		if (x->fmt->begin(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0, t1) < 0)
+			goto io;
+		stack[depth] = i;
+		ends[depth++] = t1;
+		x->done += 2;
 		if ((i & 0xffff) == 0)
 			progress(x, 0);
 	}
 	rc = 0;
 	goto done;
+fail:
+	if (r == -2) {
+		sp_fail(err, "out of memory");
+		goto done;
+	}
 io:
 	if (errno == EFBIG)
 		rc = -2;
@@ -418,6 +516,8 @@ io:
 done:
 	free(stack);
 	free(ends);
+	free(moved);
+	free(hs);
 	free(calls);
 	return rc;
 }

@@ -553,6 +553,24 @@ static void note_restart(tgt *t, bool *at_syscall)
 		*at_syscall = sc;
 }
 
+/* The kernel's codes for a system call it makes again itself when the
+ * thread goes back to user space with no handler to run (never seen by a
+ * program): include/linux/errno.h. */
+#define K_ERESTARTSYS 512
+#define K_ERESTARTNOINTR 513
+#define K_ERESTARTNOHAND 514
+#define K_ERESTART_RESTARTBLOCK 516
+
+/* Does the thread go back into its system call when let go (release): one
+ * our stop made fail with EINTR (made again), or one the kernel restarts? */
+static bool goes_back(const tgt *t)
+{
+	long long rax = (long long)t->regs.rax;
+
+	return t->restart || rax == -K_ERESTARTSYS || rax == -K_ERESTARTNOINTR ||
+	       rax == -K_ERESTARTNOHAND || rax == -K_ERESTART_RESTARTBLOCK;
+}
+
 /* Let the thread go with its registers as they were (and, if it was made
  * to return EINTR by our stop, its system call made again). */
 static void release(tgt *t)
@@ -954,7 +972,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 	if (inj_check(pid, err) || find_libc(pid, &base, &lo, &hi, libc_file, sizeof libc_file) ||
 	    resolve_syms(pid, base, libc_file, &s, err))
 		return -1;
-	if (strlen(o->entry) >= 64 || strlen(o->arg) + 32 >= DATA_SIZE - D_ARG)
+	if (strlen(o->entry) >= 64 || strlen(o->arg) + 96 >= DATA_SIZE - D_ARG)
 		return sp_fail(err, "injector: entry name or argument too long");
 	snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
 	t.mem = open(path, O_RDWR | O_CLOEXEC);
@@ -1019,7 +1037,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		uint64_t a_code[6] = { 0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
 				       (uint64_t)-1, 0 };
 		static const char memfd_name[] = "sptrace-agent";
-		char stopped[32];
+		char stopped[96];
 		uint64_t stack = 0, argp;
 		uint8_t block[256];
 
@@ -1071,11 +1089,20 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		memcpy(block + 48, &fd, 8);
 		memcpy(block + D_DLCLOSE, &s.dlclose, 8);
 		memcpy(block + D_ARGP, &argp, 8);
-		/* The argument says which thread we stopped, in a system call it
-		 * goes back into after us (the agent waits for it there before
-		 * it looks for threads blocked in a receive: agent/activate.c). */
-		snprintf(stopped, sizeof stopped, "%sstopped=%d\n",
-			 o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "", (int)t.tid);
+		/* The argument says which thread we stopped and, when it goes
+		 * back into its system call after us, that call's number and the
+		 * address it returns to: the agent watches a receive there from
+		 * the start (agent/activate.c, ag_watch_blocked_calls), however
+		 * late the thread gets back into it. */
+		if (goes_back(&t))
+			snprintf(stopped, sizeof stopped, "%sstopped=%d %lld %llx\n",
+				 o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "",
+				 (int)t.tid, (long long)t.regs.orig_rax,
+				 (unsigned long long)t.regs.rip);
+		else
+			snprintf(stopped, sizeof stopped, "%sstopped=%d\n",
+				 o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "",
+				 (int)t.tid);
 		snprintf((char *)block + D_PATH, 64, "/proc/self/fd/%d", (int)fd);
 		snprintf((char *)block + D_ENTRY, 64, "%s", o->entry);
 		if (mem_write(&t, data, block, sizeof block) ||
@@ -1095,6 +1122,16 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		}
 	}
 	rc = 0;
+	if (getenv("SPTRACE_TEST_INJECT_HOLD_MS")) {
+		/* Test knob: the thread held that long after the loader thread
+		 * was made (at most 1 s), so that a test has the agent started
+		 * before the thread is back in its system call, as on a busy
+		 * machine. */
+		long ms = strtol(getenv("SPTRACE_TEST_INJECT_HOLD_MS"), NULL, 10) % 1000;
+
+		if (ms > 0)
+			usleep((useconds_t)ms * 1000);
+	}
 release:
 	/* 3. as it was (our stack goes: the loader thread has its own) */
 	if (t.stack) {

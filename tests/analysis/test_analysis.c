@@ -53,17 +53,6 @@ static trace_site sites[S_COUNT];
 		}                                                                 \
 	} while (0)
 
-static void put_msg(tg_ring *r, uint32_t ev, uint64_t tsc, uint32_t chan, unsigned call,
-		    unsigned flags, uint64_t off, uint64_t len)
-{
-	uint64_t data[TRACE_MSG_NDATA];
-
-	trace_msg_pack(data, chan, call, flags, off, len);
-	tg_put(r, TRACE_EVENT, ev, tsc);
-	for (unsigned i = 0; i < TRACE_MSG_NDATA; i++)
-		tg_put_raw(r, trace_rec(TRACE_EVENT, TRACE_EV_MSG_DATA, data[i]));
-}
-
 /* 1. meta */
 static void test_meta(void)
 {
@@ -132,7 +121,7 @@ static void check_stream(const char *name, uint64_t cap, size_t n)
 		uint64_t tsc = T + i * 10;
 
 		if (pos == 4094 || (i % 997 == 500)) {
-			put_msg(&ring, TRACE_EV_MSG_SEND, tsc, 1, TRACE_CALL_WRITE, TRACE_MSG_RELATIVE,
+			tg_put_msg(&ring, TRACE_EV_MSG_SEND, tsc, 1, TRACE_CALL_WRITE, TRACE_MSG_RELATIVE,
 				i, 7);
 			tscs[pos] = tsc;
 			kinds[pos] = 3;
@@ -324,7 +313,7 @@ static void test_flows(void)
 	tg_ring_init(&r, 1234, 64, TG_TSC0);
 	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T);
 	tg_put(&r, TRACE_ENTRY, S_MAIN, T + 10);
-	put_msg(&r, TRACE_EV_MSG_SEND, T + 20, 1, TRACE_CALL_SEND, 0, 1000, 10);
+	tg_put_msg(&r, TRACE_EV_MSG_SEND, T + 20, 1, TRACE_CALL_SEND, 0, 1000, 10);
 	tg_put(&r, TRACE_EXIT, S_MAIN, T + 900);
 	tg_ring_write(&r, a, NULL, -1);
 	tg_ring_free(&r);
@@ -340,10 +329,10 @@ static void test_flows(void)
 	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T + 100);
 	tg_put(&r, TRACE_ENTRY, S_MAIN, T + 101);
 	tg_put(&r, TRACE_EVENT, TRACE_EV_RECV, T + 102);
-	put_msg(&r, TRACE_EV_MSG_RECV, T + 110, 1, TRACE_CALL_READ, 0, 1000, 4);
-	put_msg(&r, TRACE_EV_MSG_RECV, T + 120, 1, TRACE_CALL_READ, 0, 1004, 6);
-	put_msg(&r, TRACE_EV_MSG_SEND, T + 130, 1, TRACE_CALL_WRITE, 0, 500, 20);
-	put_msg(&r, TRACE_EV_MSG_RECV, T + 5000, 2, TRACE_CALL_READ, 0, 0, 8);
+	tg_put_msg(&r, TRACE_EV_MSG_RECV, T + 110, 1, TRACE_CALL_READ, 0, 1000, 4);
+	tg_put_msg(&r, TRACE_EV_MSG_RECV, T + 120, 1, TRACE_CALL_READ, 0, 1004, 6);
+	tg_put_msg(&r, TRACE_EV_MSG_SEND, T + 130, 1, TRACE_CALL_WRITE, 0, 500, 20);
+	tg_put_msg(&r, TRACE_EV_MSG_RECV, T + 5000, 2, TRACE_CALL_READ, 0, 0, 8);
 	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T + 5010);
 	tg_put(&r, TRACE_EXIT, S_MIDDLE, T + 5020);
 	tg_ring_write(&r, b, NULL, -1);
@@ -456,8 +445,8 @@ static void test_clocks(void)
 	tg_ring_init(&r, 1234, 64, TG_TSC0);
 	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T - 10);
 	tg_put(&r, TRACE_ENTRY, S_MAIN, T - 5);
-	put_msg(&r, TRACE_EV_MSG_SEND, T, 1, TRACE_CALL_SEND, 0, 0, 10);
-	put_msg(&r, TRACE_EV_MSG_RECV, T + 5, 1, TRACE_CALL_RECV, 0, 0, 20);
+	tg_put_msg(&r, TRACE_EV_MSG_SEND, T, 1, TRACE_CALL_SEND, 0, 0, 10);
+	tg_put_msg(&r, TRACE_EV_MSG_RECV, T + 5, 1, TRACE_CALL_RECV, 0, 0, 20);
 	tg_put(&r, TRACE_EXIT, S_MAIN, T + 50);
 	tg_ring_write(&r, a, NULL, -1);
 	tg_ring_free(&r);
@@ -467,8 +456,8 @@ static void test_clocks(void)
 	tg_ring_init(&r, 1234, 64, TG_TSC0);
 	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T + 8);
 	tg_put(&r, TRACE_ENTRY, S_MAIN, T + 9);
-	put_msg(&r, TRACE_EV_MSG_RECV, T + 10, 1, TRACE_CALL_RECV, 0, 0, 10);
-	put_msg(&r, TRACE_EV_MSG_SEND, T + 20, 1, TRACE_CALL_SEND, 0, 0, 20);
+	tg_put_msg(&r, TRACE_EV_MSG_RECV, T + 10, 1, TRACE_CALL_RECV, 0, 0, 10);
+	tg_put_msg(&r, TRACE_EV_MSG_SEND, T + 20, 1, TRACE_CALL_SEND, 0, 0, 20);
 	tg_put(&r, TRACE_EXIT, S_MAIN, T + 30);
 	tg_ring_write(&r, b, NULL, -1);
 	tg_ring_free(&r);

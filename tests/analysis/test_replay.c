@@ -473,6 +473,80 @@ static void test_events(void)
 	free(dir);
 }
 
+/* The "ts" of the first Chrome event of phase `ph` in json (microseconds),
+ * -1 if none. */
+static double chrome_ts(const char *json, const char *ph)
+{
+	char key[32];
+	const char *p;
+
+	snprintf(key, sizeof key, "\"ph\":\"%s\",\"ts\":", ph);
+	p = strstr(json, key);
+	return p ? strtod(p + strlen(key), NULL) : -1;
+}
+
+/*
+ * sptrace export: a send is stamped when its call began but recorded when
+ * the call returned, after the calls it made meanwhile (trace_format.h,
+ * "Message events").  Thread 1234's middle() writes 10 bytes into a pipe:
+ * the send stamped at 200 ns, leaf() (the C library around the system call)
+ * from 300 to 400 ns, the send recorded after it; thread 1235 reads them at
+ * 350 ns.  The arrow starts at 200 ns, inside middle() (written at the
+ * call's return, 400 ns, it pointed back to the receive).
+ */
+static void test_export_send(void)
+{
+	char *dir = standard_dir("export-send"), *out, *err;
+	char *argv[] = { (char *)sptrace, "export", dir, "--format", "chrome", "-o", "-", "-q",
+			 NULL };
+	static const char middle[] = "{\"name\":\"middle\",\"ph\":\"X\",\"ts\":";
+	trace_channel ch[2];
+	tg_ring r;
+	double s_ts, f_ts, begin;
+	const char *p;
+	int rc;
+
+	memset(ch, 0, sizeof ch);
+	ch[0].proto = 2;
+	ch[0].pid = sizeof(trace_channel);
+	ch[1] = (trace_channel){ .proto = TRACE_PROTO_PIPE, .pid = 1234, .inode = 777 };
+	tg_write(dir, "channels", ch, sizeof ch);
+	tg_ring_init(&r, 1234, 64, TG_TSC0);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T0);
+	tg_put(&r, TRACE_ENTRY, S_MAIN, T0 + 10);
+	tg_put(&r, TRACE_ENTRY, S_MIDDLE, T0 + 100);
+	tg_put(&r, TRACE_ENTRY, S_LEAF, T0 + 300);
+	tg_put(&r, TRACE_EXIT, S_LEAF, T0 + 400);
+	tg_put_msg(&r, TRACE_EV_MSG_SEND, T0 + 200, 1, TRACE_CALL_WRITE, 0, 0, 10);
+	tg_put(&r, TRACE_EXIT, S_MIDDLE, T0 + 500);
+	tg_put(&r, TRACE_EXIT, S_MAIN, T0 + 900);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+	tg_ring_init(&r, 1235, 64, TG_TSC0);
+	tg_put(&r, TRACE_EVENT, TRACE_EV_ACTIVATE, T0);
+	tg_put(&r, TRACE_ENTRY, S_WORKER, T0 + 50);
+	tg_put_msg(&r, TRACE_EV_MSG_RECV, T0 + 350, 1, TRACE_CALL_READ, 0, 0, 10);
+	tg_put(&r, TRACE_EXIT, S_WORKER, T0 + 800);
+	tg_ring_write(&r, dir, NULL, -1);
+	tg_ring_free(&r);
+
+	rc = tg_run(argv, &out, &err);
+	s_ts = chrome_ts(out, "s");
+	f_ts = chrome_ts(out, "f");
+	begin = (p = strstr(out, middle)) ? strtod(p + strlen(middle), NULL) : -1;
+	if (rc != 0 || s_ts < 0 || f_ts < 0 || begin < 0 || f_ts - s_ts < 0.149 ||
+	    f_ts - s_ts > 0.151 || s_ts - begin < 0.099 || s_ts - begin > 0.101) {
+		fprintf(stderr, "test_replay: FAIL: export-send: exit %d; the arrow from %.3f to "
+			"%.3f us (expected 0.150 us apart), middle() at %.3f us (the send 0.100 us "
+			"after)\n--- stdout:\n%s--- stderr:\n%s---\n", rc, s_ts, f_ts, begin, out,
+			err);
+		failures++;
+	}
+	free(out);
+	free(err);
+	free(dir);
+}
+
 /*
  * A coroutine (swapcontext): main's middle() switches to a new stack where
  * worker() runs and switches back from inside leaf(); the second middle()
@@ -792,6 +866,7 @@ int main(int argc, char **argv)
 	test_tail();
 	test_badsite();
 	test_events();
+	test_export_send();
 	test_contexts();
 	test_cxx();
 	test_errors();

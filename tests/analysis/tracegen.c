@@ -237,6 +237,17 @@ void tg_put_raw(tg_ring *r, uint64_t rec)
 	r->count++;
 }
 
+void tg_put_msg(tg_ring *r, uint32_t ev, uint64_t tsc, uint32_t chan, unsigned call,
+		unsigned flags, uint64_t off, uint64_t len)
+{
+	uint64_t data[TRACE_MSG_NDATA];
+
+	trace_msg_pack(data, chan, call, flags, off, len);
+	tg_put(r, TRACE_EVENT, ev, tsc);
+	for (unsigned i = 0; i < TRACE_MSG_NDATA; i++)
+		tg_put_raw(r, trace_rec(TRACE_EVENT, TRACE_EV_MSG_DATA, data[i]));
+}
+
 void tg_put(tg_ring *r, unsigned kind, uint32_t id, uint64_t tsc)
 {
 	if (tsc >> TRACE_TSC_LOW_BITS != r->epoch) {

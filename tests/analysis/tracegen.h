@@ -91,6 +91,10 @@ void tg_ring_init(tg_ring *r, uint32_t tid, uint64_t cap, uint64_t start_tsc);
 /* A record as the agent writes it: a SYNC first if the high bits changed. */
 void tg_put(tg_ring *r, unsigned kind, uint32_t id, uint64_t tsc);
 void tg_put_raw(tg_ring *r, uint64_t rec);
+/* A message (trace_format.h, "Message events"): its head, event `ev`
+ * (TRACE_EV_MSG_SEND or _RECV) at tsc, and its data records. */
+void tg_put_msg(tg_ring *r, uint32_t ev, uint64_t tsc, uint32_t chan, unsigned call,
+		unsigned flags, uint64_t off, uint64_t len);
 void tg_ring_header(const tg_ring *r, trace_ring_header *h);
 /* Write ring.<tid>: header `h` (NULL: the ring's own), then the records;
  * truncated to `size` bytes if size >= 0.  Frees nothing. */

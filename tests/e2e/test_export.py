@@ -9,8 +9,9 @@ track per (host, pid) with a pid no other process has and its host in its
 name, thread tracks under a described process with that pid; names interned
 before use; slices balanced per track, none ending before it began, times
 never going back on a track; each flow id started exactly once and ended
-exactly once, not before it started (but for the recording race
-described at that check).  Every Chrome file (check_chrome):
+exactly once, not before it started (but for the clocks' disagreement
+described at that check; one that does fails with its evidence:
+flow_evidence).  Every Chrome file (check_chrome):
 JSON, every event with name, ph, ts, pid and tid, complete events with a
 duration >= 0 and nested per thread; process names with their host.
 
@@ -118,10 +119,45 @@ def decode_perfetto(path):
     return parse_text(text)["packet"]
 
 
-def check_perfetto(path, hosts=()):
+CLOCK_KEYS = ("tsc_hz", "tsc0", "mono0_ns", "real0_ns", "tsc1", "mono1_ns", "attached",
+              "activated", "end", "propagated", "expect", "matched")
+
+
+def flow_evidence(sptrace, tree, procs, threads, fid, start, end):
+    """What a flow that goes back in time came from: its two ends (host,
+    pid, tid, event, time), each process's clock readings and propagation
+    lines (meta) and what its agent said of receives awaited and watched
+    (agent.log), and the hosts' clock alignment (`sptrace flows`)."""
+    out = []
+    for what, (track, ts, name) in (("start", start), ("end", end)):
+        pid, tid, puuid = threads[track]
+        pname = procs[puuid][1]
+        out.append("flow %s %s: %s thread %d, %r at %d ns" % (fid, what, pname, tid, name, ts))
+        m = re.match(r"^.+ \(host (.+), pid (\d+)\)$", pname)
+        d = os.path.join(tree, m.group(1), m.group(2)) if m else None
+        if not d or not os.path.isdir(d):
+            d = tree
+        for f, keep in (("meta", lambda l: l.split(" ", 1)[0] in CLOCK_KEYS),
+                        ("agent.log", lambda l: re.search(r"await|watched|expect|stopped|"
+                                                          r"propagation", l))):
+            try:
+                with open(os.path.join(d, f)) as fh:
+                    out += ["  %s: %s" % (f, l.rstrip()) for l in fh if keep(l)][:40]
+            except OSError as e:
+                out.append("  %s: %s" % (f, e))
+    if sptrace:
+        r = subprocess.run([sptrace, "flows", tree], capture_output=True, text=True,
+                           timeout=300)
+        out += [l for l in r.stdout.splitlines() if l.startswith("# ")][:20]
+    return "\n".join(out)
+
+
+def check_perfetto(path, hosts=(), tree=None, sptrace=None):
     """The semantic checks (the docstring); returns what the tests look at:
     {"procs": {uuid: (pid, name)}, "threads": {uuid: (pid, tid, proc uuid)},
-    "slices": {name: count}, "flows": {id: (start track, end track)}}."""
+    "slices": {name: count}, "flows": {id: (start track, end track)}}.
+    tree: the exported directory, for the evidence of a flow that goes back
+    (flow_evidence; sptrace for its clock alignment)."""
     packets = decode_perfetto(path)
     check(packets, "%s: no packet" % path)
     procs, threads, names = {}, {}, {}
@@ -190,26 +226,28 @@ def check_perfetto(path, hosts=()):
             check(typ == "TYPE_INSTANT" and name, "packet %d: event type %s" % (i, typ))
         for fid in ev.get("flow_ids", []):
             check(fid not in flow_start, "flow %s started twice" % fid)
-            flow_start[fid] = (track, ts)
+            flow_start[fid] = (track, ts, name)
         for fid in ev.get("terminating_flow_ids", []):
             check(fid not in flow_end, "flow %s ended twice" % fid)
-            flow_end[fid] = (track, ts)
+            flow_end[fid] = (track, ts, name)
     for track, st in stacks.items():
         check(not st, "track %s ends with %d slices open: %s" % (track, len(st), st[-3:]))
     check(set(flow_start) == set(flow_end),
           "flows started but not ended: %s; ended but not started: %s" %
           (sorted(set(flow_start) - set(flow_end))[:5],
            sorted(set(flow_end) - set(flow_start))[:5]))
-    # A message is recorded when its call returns: the receiver, woken by
-    # the send, may return and record before the sender does (by the
-    # sender's way back from the kernel, longer when it is preempted).  The
-    # times are kept as recorded, so an arrow may point back by that much;
-    # never by more than 50 ms here (all hosts are namespaces of one clock,
-    # but the machine may be busy).
+    # A send is stamped when its call began, a receive when it returned
+    # (trace_format.h, "Message events"), and the export writes each at its
+    # time (cmd_export.c, send_hoists): an arrow points back only by what
+    # the clocks disagree -- each process's TSC rate, the hosts' alignment
+    # (analysis/flows.c, rule 7) --, never by more than 50 ms here (all
+    # hosts are namespaces of one clock, but the machine may be busy).
     for fid in flow_start:
-        check(flow_end[fid][1] >= flow_start[fid][1] - 50000000,
-              "flow %s ends %d ns before it starts" %
-              (fid, flow_start[fid][1] - flow_end[fid][1]))
+        if flow_end[fid][1] < flow_start[fid][1] - 50000000:
+            fail("flow %s ends %d ns before it starts%s" %
+                 (fid, flow_start[fid][1] - flow_end[fid][1],
+                  "\n" + flow_evidence(sptrace, tree, procs, threads, fid, flow_start[fid],
+                                       flow_end[fid]) if tree else ""))
     # one pid per process, each (host, real pid) once, the host named
     pids = [pid for pid, _ in procs.values()]
     check(len(pids) == len(set(pids)), "two processes share a pid: %s" % sorted(pids))
@@ -400,7 +438,7 @@ def case_msgs(sptrace, msgs, tmp):
     host = meta_value(out, "host")
     pf = os.path.join(tmp, "msgs.pftrace")
     export(sptrace, out, "perfetto", pf, env)
-    got = check_perfetto(pf, [host])
+    got = check_perfetto(pf, [host], out, sptrace)
     # TCP both ways, the pipe, UDP both ways, the socketpair
     check(len(got["flows"]) >= 6, "%d message arrows, expected 6 or more" % len(got["flows"]))
     check(any(a != b for a, b in got["flows"].values()),
@@ -470,7 +508,7 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         _, a1, a2 = ts.addrs
         pf = os.path.join(tmp, "tiers.pftrace")
         export(sptrace, ts.out, "perfetto", pf)
-        got = check_perfetto(pf, names)
+        got = check_perfetto(pf, names, ts.out, sptrace)
         for host, pid in ((a1, ts.pids["frontend"]), (a2, ts.pids["backend"]),
                           (a2, ts.pids["monitor"])):
             check((host, pid) in got["real"], "no process %s:%d in %s" % (host, pid, got["real"]))

@@ -38,6 +38,12 @@ users).
   silent  the peer host's port 7470 accepts and never answers: the send waits
           at most --propagate-wait, and the daemon remembers the host for
           the next request, which does not wait
+  late    tiers with every injection holding its stopped thread 400 ms
+          after the agent's thread was made (SPTRACE_TEST_INJECT_HOLD_MS):
+          the agents start before the thread is back in its receive, as on
+          a busy machine; the helper, stopped in its read of the pipe, is
+          watched there all the same and traces every request from the
+          first (each check of tiers holds: its three reads of the pipe)
   nodaemon  without a spdaemon `run` traces the client alone, says nothing
           of propagation, and the requests are answered.
   unixdgram  a UNIX datagram socket: a python3 client sends to the path of a
@@ -169,10 +175,13 @@ def meta(d):
         return f.read()
 
 
-def case_tiers(sptrace, spdaemon, tier, tmp, mark=None, oobinline=False):
+def case_tiers(sptrace, spdaemon, tier, tmp, mark=None, oobinline=False, hold_ms=0):
     """mark: `run --mark`; oobinline: every server's listener SO_OOBINLINE, and
-    the monitor reads with recvmsg, asking IP_PKTINFO."""
+    the monitor reads with recvmsg, asking IP_PKTINFO; hold_ms: the daemons'
+    injector holds the stopped thread that long after it made the agent's."""
     env = ["TIER_OOBINLINE=1", "TIER_PKTINFO=1"] if oobinline else []
+    if hold_ms:
+        os.environ["SPTRACE_TEST_INJECT_HOLD_MS"] = str(hold_ms)   # the daemons inherit it
     oob = mark == "oob" and not oobinline    # the urgent byte is sent
     prog = reachable_copy(tier, tmp)
     kd = os.path.join(tmp, "keys")
@@ -288,6 +297,18 @@ def case_tiers(sptrace, spdaemon, tier, tmp, mark=None, oobinline=False):
             rr = run([sptrace, "replay", d])
             check(rr.returncode == 0 and all(f in rr.stdout for f in funcs),
                   "the %s's replay lacks %s: %r" % (name, funcs, (rr.stdout + rr.stderr)[-1500:]))
+            if name == "helper":
+                # stopped by the injector in its read of the pipe, it is
+                # watched there: the first request is traced too (missed, its
+                # counts named the next one's bytes: `flows` matched a
+                # receive to a send seconds after it)
+                reads = re.findall(r"read\(pipe \d+, bytes \d+\.\.\d+\)", rr.stdout)
+                with open(os.path.join(d, "agent.log")) as f:
+                    hlog = f.read()
+                check(len(reads) == len(requests) and
+                      "recv: 1 thread(s) already waiting in it are watched" in hlog,
+                      "the helper traced %d reads of its pipe for %d requests %s:\n%s" %
+                      (len(reads), len(requests), reads, hlog[-2000:]))
         collected(sptrace, hosts, tmp, out, {
             hosts.addrs[1]: [pids["frontend"], helper[0]],
             hosts.addrs[2]: [pids["backend"], pids["monitor"]]}, [pids["decoy"]])
@@ -1168,6 +1189,7 @@ def main():
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon,
          "oob": lambda *a: case_tiers(*a, mark="oob"), "unixdgram": case_unixdgram,
+         "late": lambda *a: case_tiers(*a, hold_ms=400),
          "oobinline": lambda *a: case_tiers(*a, mark="oob", oobinline=True), "chain": case_chain,
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent,

@@ -529,6 +529,7 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
  * happens there.
  */
 static bool arm_thread_bp(int tid, uint64_t addr, const char *event, long nr);
+static void disarm_thread_bp(int tid, uint64_t addr);
 
 /* Thread `tid` is in a system call: its number and the address it returns to. */
 static bool thread_syscall(int tid, long *nr, uint64_t *pc)
@@ -541,7 +542,16 @@ typedef struct watch {
 	const long *nrs;         /* the event's system calls */
 	int armed;
 	int n;                   /* in nrs */
+	int skip;                /* the injector's thread, watched already */
 } watch;
+
+static bool event_call(const watch *w, long nr)
+{
+	for (int i = 0; i < w->n; i++)
+		if (nr == w->nrs[i])
+			return true;
+	return false;
+}
 
 static int watch_one(int tid, void *arg)
 {
@@ -549,41 +559,75 @@ static int watch_one(int tid, void *arg)
 	uint64_t pc;
 	long nr;
 
-	if (thread_syscall(tid, &nr, &pc) &&
-	    (nr == w->nrs[0] || nr == w->nrs[1] || (w->n > 2 && (nr == w->nrs[2] || nr == w->nrs[3]))) &&
+	if (tid != w->skip && thread_syscall(tid, &nr, &pc) && event_call(w, nr) &&
 	    arm_thread_bp(tid, pc, w->event, nr))
 		w->armed++;
 	return 0;
 }
 
-void ag_watch_blocked_calls(const char *event, int stopped)
+/*
+ * The thread the injector stopped (stopped=TID NR PC, injector/inject.c):
+ *
+ *   1. The injector's stop interrupted its call NR (a receive blocked since
+ *      before the agent: a pipe's pre-forked reader in read), and it lets
+ *      the thread go with that call to be made again.  But the agent starts
+ *      on the loader thread, which the injector made before it let the
+ *      stopped one go: the agent may get here while the injector still
+ *      holds it (its last remote system call, made on the thread's own
+ *      syscall instruction: /proc says the thread is in munmap, returning
+ *      to PC), and, let go, the thread goes back into NR on its own
+ *      schedule -- on a busy machine, long after the agent is here; /proc
+ *      says it is in no system call meanwhile.  The look for threads
+ *      blocked in a receive (the other threads' way, watch_one) misses it
+ *      either way.  (Seen: the agent waited until the thread was in some
+ *      system call, at most 50 ms, then looked -- and took the injector's
+ *      munmap for it; a pre-forked reader's first read passed untraced,
+ *      uncounted in the readers' shared count, and the other reader's
+ *      reads were named 2 bytes short: propagate-pipe-readers, 15 runs in
+ *      100 beside two other propagation tests and two busy loops, the
+ *      missed reader's agent started in at most 16 ms each time.)
+ *   2. So its breakpoint goes at PC at once, without waiting: whenever the
+ *      thread runs its own code again, it passes PC first at the return of
+ *      NR (the injector's remote calls never run the instruction at PC: its
+ *      system calls stop at their exit).  The daemon answers the sender
+ *      only after this (the injector waits for the entry function's
+ *      return), so an awaited receive's bytes come after it.
+ *   3. Then one look: a thread found blocked in a system call at another
+ *      address, and no longer in the injector's hands (no tracer), ended NR
+ *      before the breakpoint (the program went on): the breakpoint goes (it
+ *      would fire in a later call of the C library's, which an interposer
+ *      may see too).  Found at PC, in none, or traced: kept.
+ *   4. The other threads are looked at as before (watch_one), the
+ *      injector's one skipped (two breakpoints would report one return
+ *      twice).
+ *
+ * Without NR and PC (the call ended before the stop, with its result: the
+ * thread does not go back into it), the thread is one of the others.
+ */
+void ag_watch_blocked_calls(const char *event, int stopped, long stopped_nr, uint64_t stopped_pc)
 {
 	static const long accept_nrs[] = { SYS_accept, SYS_accept4 };
 	/* a read: a receive if on a socket (or an awaited pipe), ag_event_fires */
 	static const long recv_nrs[] = { SYS_recvfrom, SYS_recvmsg, SYS_read, SYS_readv };
 	bool acc = strcmp(event, "accept") == 0;
-	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4 };
-	struct timespec nap = { 0, 500000 };
+	watch w = { event, acc ? accept_nrs : recv_nrs, 0, acc ? 2 : 4, 0 };
 	uint64_t pc;
 	long nr;
 
-	/* The thread the injector stopped goes back into its system call when
-	 * let go -- on a busy machine, milliseconds later than the agent is
-	 * here: until then it is in none, and would not be watched (seen: a
-	 * receive the daemon waited for passed untraced; a pipe's helper
-	 * answered the first traced request untraced and its counts named the
-	 * next one's bytes).  /proc says "running", or "-1" (in the kernel, not
-	 * in a system call yet), or its read fails with EAGAIN, meanwhile.  At
-	 * most 50 ms: its call may also have ended meanwhile. */
-	for (int i = 0; stopped > 0 && i < 100; i++) {
-		int where = ag_thread_where(stopped, &nr, &pc);
-
-		if ((where == 1 && nr >= 0) || (where < 0 && errno != EAGAIN))
-			break;          /* in a system call, or gone */
-		nanosleep(&nap, NULL);
+	if (stopped > 0 && stopped_pc && event_call(&w, stopped_nr) &&      /* point 2 */
+	    arm_thread_bp(stopped, stopped_pc, event, stopped_nr)) {
+		w.skip = stopped;
+		if (thread_syscall(stopped, &nr, &pc) && pc != stopped_pc &&
+		    !ag_thread_traced(stopped)) {
+			disarm_thread_bp(stopped, stopped_pc);                     /* point 3 */
+			ag_log("%s: thread %d, which the injector stopped in its call, ended it "
+			       "before the agent came (it waits in system call %ld now): not "
+			       "watched", event, stopped, nr);
+		} else {
+			w.armed++;
+		}
 	}
-
-	ag_for_other_threads(watch_one, &w);
+	ag_for_other_threads(watch_one, &w);                                  /* point 4 */
 	if (w.armed)
 		ag_log("%s: %d thread(s) already waiting in it are watched by a breakpoint", event,
 		       w.armed);
@@ -674,6 +718,15 @@ static void retire(bp *b)
 		ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
 		ag_fd_drop(fd);
 	}
+}
+
+/* Take out thread tid's breakpoint at addr, if it has not fired. */
+static void disarm_thread_bp(int tid, uint64_t addr)
+{
+	for (int i = 0; i < MAX_BPS; i++)
+		if (__atomic_load_n(&bps[i].tid, __ATOMIC_ACQUIRE) == tid && bps[i].addr == addr &&
+		    __atomic_load_n(&bps[i].fd, __ATOMIC_ACQUIRE) >= 0)
+			retire(&bps[i]);
 }
 
 /* sptrace stop (control thread; tracing is already off): wait for walks in

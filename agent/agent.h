@@ -186,6 +186,7 @@ int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
 /* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
  * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
 int ag_thread_where(int tid, long *nr, uint64_t *pc);
+bool ag_thread_traced(int tid);  /* held by a tracer (the injector) now */
 extern pid_t ag_self_pid;              /* a vfork child sees its parent's */
 bool ag_queue_sigtrap(int tid, const void *magic); /* an agent request (SI_QUEUE) */
 void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock held) */
@@ -280,9 +281,10 @@ void ag_activation_round(void);        /* a new activation */
  * a SIGTRAP handler if uc is not NULL. */
 void ag_walk_self(struct ucontext_t *uc);
 /* Attached: threads already in accept/recv get a breakpoint at its return;
- * `stopped`, the thread the injector stopped (0: none), is waited for in
- * its system call first. */
-void ag_watch_blocked_calls(const char *event, int stopped);
+ * `stopped`, the thread the injector stopped (0: none), gets one at once at
+ * stopped_pc when the injector interrupted its call stopped_nr there
+ * (stopped_pc 0: it did not). */
+void ag_watch_blocked_calls(const char *event, int stopped, long stopped_nr, uint64_t stopped_pc);
 void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
 bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */

@@ -859,7 +859,9 @@ static char attach_session[80], attach_wait[16]; /* ... "session=", "wait=" */
 static char attach_mark[16], env_mark[16];      /* ... "mark=", SPTRACE_MARK */
 static char attach_expect[4][200];              /* ... "expect=" */
 static int attach_nexpect;
-static int attach_stopped;                      /* ... "stopped=": the injector's thread */
+static int attach_stopped;                      /* ... "stopped=": the injector's thread, */
+static long attach_stopped_nr = -1;              /* the call it interrupted there, */
+static uint64_t attach_stopped_pc;               /* where that returns to (0: none) */
 static char env_session[80], env_wait[16];      /* SPTRACE_SESSION, ..._PROPAGATE_WAIT */
 static char join_list[AG_JOIN_MAX * 260];      /* SPTRACE_JOIN, or attach's "join=" lines */
 
@@ -1028,7 +1030,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	}
 	if (attached && (strcmp(on_event, "accept") == 0 || strcmp(on_event, "recv") == 0))
-		ag_watch_blocked_calls(on_event, attach_stopped);
+		ag_watch_blocked_calls(on_event, attach_stopped, attach_stopped_nr,
+				       attach_stopped_pc);
 	ag_log("dormant; waiting for '%s' (started in %.1f ms, %.1f ms of it the %u modules' "
 	       "%s)", on_event, (double)(ns(CLOCK_MONOTONIC) - t_start) / 1e6,
 	       (double)t_mod / 1e6, ag_module_count(),
@@ -1065,8 +1068,9 @@ __attribute__((constructor)) static void agent_init(void)
  * and "expect=tcp SRC SPORT DST DPORT OFFSET [oob]\n" (propagate.c);
  * "join=DIRECTIVE\n" for each join directive (trace_format.h, "Values");
  * from the injector "tsc_hz=HZ\n" (the counter's rate: no 2 ms of
- * measuring here) and "stopped=TID\n" (the thread it stopped:
- * ag_watch_blocked_calls).
+ * measuring here) and "stopped=TID[ NR PC]\n" (the thread it stopped, and
+ * the call it interrupted there, which the thread makes again, and the
+ * address, hexadecimal, that call returns to: ag_watch_blocked_calls).
  * Returns 0, or 1 when not tracing (the reason is in DIR/agent.log and
  * meta), 2 when the agent was started already.
  */
@@ -1106,8 +1110,18 @@ AG_EXPORT int sptrace_agent_attach(const char *config)
 			snprintf(attach_session, sizeof attach_session, "%.*s", (int)(len - 8), p + 8);
 		else if (len > 5 && strncmp(p, "wait=", 5) == 0)
 			snprintf(attach_wait, sizeof attach_wait, "%.*s", (int)(len - 5), p + 5);
-		else if (len > 8 && strncmp(p, "stopped=", 8) == 0)
-			attach_stopped = atoi(p + 8);
+		else if (len > 8 && strncmp(p, "stopped=", 8) == 0 && len < 80) {
+			char st[80];
+			unsigned long long pc;
+			long nr;
+
+			snprintf(st, sizeof st, "%.*s", (int)(len - 8), p + 8);
+			attach_stopped = atoi(st);
+			if (sscanf(st, "%*d %ld %llx", &nr, &pc) == 2 && nr >= 0) {
+				attach_stopped_nr = nr;
+				attach_stopped_pc = (uint64_t)pc;
+			}
+		}
 		else if (len > 7 && strncmp(p, "tsc_hz=", 7) == 0 && len < 40) {
 			char hz[40];
 

@@ -546,6 +546,26 @@ int ag_thread_where(int tid, long *nr, uint64_t *pc)
 	return 1;
 }
 
+/* Is thread `tid` held by a tracer now (TracerPid in its status: the
+ * injector, while it still makes its calls on the thread)? */
+bool ag_thread_traced(int tid)
+{
+	char path[64], buf[2048];
+	const char *tp;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/self/task/%d/status", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = pread(fd, buf, sizeof buf - 1, 0);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	tp = strstr(buf, "\nTracerPid:");
+	return tp && atoi(tp + 11) > 0;
+}
+
 /* A SIGTRAP for thread tid, code SI_QUEUE, carrying `magic` (the agent's
  * requests: activation walks, relocated windows).  False if not queued. */
 bool ag_queue_sigtrap(int tid, const void *magic)

@@ -1019,7 +1019,7 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		uint64_t a_code[6] = { 0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
 				       (uint64_t)-1, 0 };
 		static const char memfd_name[] = "sptrace-agent";
-		char stopped[32];
+		char stopped[80];
 		uint64_t stack = 0, argp;
 		uint8_t block[256];
 
@@ -1071,11 +1071,23 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		memcpy(block + 48, &fd, 8);
 		memcpy(block + D_DLCLOSE, &s.dlclose, 8);
 		memcpy(block + D_ARGP, &argp, 8);
-		/* The argument says which thread we stopped, in a system call it
-		 * goes back into after us (the agent waits for it there before
-		 * it looks for threads blocked in a receive: agent/activate.c). */
-		snprintf(stopped, sizeof stopped, "%sstopped=%d\n",
-			 o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "", (int)t.tid);
+		/* The argument says which thread we stopped, and, when our stop
+		 * interrupted its system call and it goes back into it after us
+		 * (we make it again, or the kernel restarts it: ERESTARTSYS,
+		 * ERESTARTNOINTR, ERESTARTNOHAND), that call's number and the
+		 * address it returns to: the agent watches that return at once,
+		 * however late the thread runs again (agent/activate.c,
+		 * ag_watch_blocked_calls). */
+		long long ax = (long long)t.regs.rax;
+		bool again = t.restart || (ax <= -512 && ax >= -514);
+		int at = snprintf(stopped, sizeof stopped, "%sstopped=%d",
+				  o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "",
+				  (int)t.tid);
+
+		if (again)
+			at += snprintf(stopped + at, sizeof stopped - (size_t)at, " %lld %llx",
+				       (long long)t.regs.orig_rax, (unsigned long long)t.regs.rip);
+		snprintf(stopped + at, sizeof stopped - (size_t)at, "\n");
 		snprintf((char *)block + D_PATH, 64, "/proc/self/fd/%d", (int)fd);
 		snprintf((char *)block + D_ENTRY, 64, "%s", o->entry);
 		if (mem_write(&t, data, block, sizeof block) ||

@@ -77,6 +77,11 @@ users).
           read names the bytes of its write
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
+  pipe-readers-slow  the same with the daemon's injector slowed (nice 19
+          on CPU 0 beside a busy loop, the readers on the other CPUs): a
+          reader's agent mostly starts while the injector still holds its
+          thread, blocked in its first read, and that read is seen all the
+          same
 
 usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES]
 """
@@ -871,6 +876,19 @@ def pipe_ranges(sptrace, d, call, ino):
             re.findall(r"%s\(pipe %d, bytes (\d+)\.\.(\d+)\)" % (call, ino), r.stdout)]
 
 
+def agent_logs(t, pids):
+    """The agent.log of each of pids traced in t ({pid: dir}), for a
+    failure's message."""
+    out = []
+    for pid in pids:
+        try:
+            with open(os.path.join(t[pid], "agent.log")) as f:
+                out.append("agent.log of %d:\n%s" % (pid, f.read()[-4000:]))
+        except (KeyError, OSError) as e:
+            out.append("agent.log of %d: %s" % (pid, e))
+    return "\n".join(out)
+
+
 def pipe_flows_clean(sptrace, cl, tmp, out, readers):
     """The pipe's session collected (the writer's trace `out`, the readers'
     on host 0): `sptrace flows` finds no property it violates."""
@@ -954,16 +972,68 @@ def case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes, fifo=False):
         cl.close()
 
 
-def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes):
+class SlowInjector:
+    """The daemon (its injector) made slow beside the processes it injects:
+    its threads at nice 19 on CPU 0, where a busy loop runs 20 ms and
+    rests 1 ms; the processes given to spare() run on the other CPUs.  The
+    injector then lets the thread it stopped go milliseconds after it made
+    the agent's loader thread, whose agent starts meanwhile
+    (agent/activate.c, ag_watch_blocked_calls).  Slower, never starved
+    (not SCHED_IDLE: other load on CPU 0 would stop it for long)."""
+
+    BUSY = ("import time\n"
+            "while True:\n"
+            "    t = time.monotonic()\n"
+            "    while time.monotonic() - t < 0.02:\n"
+            "        pass\n"
+            "    time.sleep(0.001)\n")
+
+    def __init__(self, daemon_pid):
+        self.pid = daemon_pid
+        self.busy = subprocess.Popen([sys.executable, "-c", self.BUSY],
+                                     preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+        self.daemon(19, {0})
+
+    def daemon(self, nice, cpus):
+        for tid in os.listdir("/proc/%d/task" % self.pid):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+            except ProcessLookupError:
+                pass                    # a thread that ended meanwhile
+
+    @staticmethod
+    def spare(pids):
+        others = os.sched_getaffinity(0) - {0}
+        for pid in pids:
+            if others:
+                os.sched_setaffinity(pid, others)
+
+    def close(self):
+        """The daemon as it was (collect, replay at full speed)."""
+        if self.busy.poll() is None:
+            self.busy.kill()
+            self.busy.wait()
+            self.daemon(0, os.sched_getaffinity(0))
+
+
+def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False):
     """Two pre-forked readers of one pipe (a user's server's workers) and a
     traced writer (root's) of 4 messages, each taken whole by one of them: both readers are
     injected, and each read names the bytes of the write that carried what
-    it read (their agents share the pipe's count), none before it."""
+    it read (their agents share the pipe's count), none before it.  slow:
+    the daemon's injector slowed beside them (SlowInjector): a reader's
+    agent mostly starts while the injector still holds its thread, blocked in its
+    read before (the agent that waited for that thread to be back in its
+    call missed the first read: 10 runs in 10)."""
     pipes = reachable_copy(pipes, tmp)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
     wfd = -1
+    slow_inj = None
     try:
+        if slow:
+            slow_inj = SlowInjector(cl.daemons[0].p.pid)
         rfd, wfd = os.pipe()
         ino = os.fstat(rfd).st_ino
         try:
@@ -978,10 +1048,17 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes):
         rd.stdin.flush()
         readers = [rd.pid] + children(rd.pid)
         check(len(readers) == 2, "the readers: %s" % readers)
+        if slow_inj:
+            slow_inj.spare(readers)
         msgs = ["ab", "cd", "ef", "gh"]
         out = os.path.join(tmp, "writer.trace")
-        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "writer", str(wfd)] + msgs,
+        # slow: the writer waits for the slowed injector as long as it takes
+        wait = ["--propagate-wait", "120000"] if slow else []
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out] + wait + ["--", pipes, "writer",
+                                                                   str(wfd)] + msgs,
                          timeout=300, pass_fds=[wfd])
+        if slow_inj:
+            slow_inj.close()
         check(w.returncode == 0, "the traced writer: %r %r\n%s" % (w.stdout, w.stderr,
                                                                     cl.logs()))
         os.close(wfd)
@@ -992,20 +1069,26 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes):
             if line.startswith("got "):
                 _, pid, data = line.split()
                 got.setdefault(int(pid), []).append(bytes.fromhex(data).decode())
-        check(sorted(sum(got.values(), [])) == msgs and len(got) == 2,
-              "the readers read %r, not each message whole, each some" % got)
         t = traces(cl.state(0), session_of(w.stderr))
+        check(sorted(sum(got.values(), [])) == msgs and len(got) == 2,
+              "the readers read %r, not each message whole, each some (their exit: %s)\n"
+              "%s\n%s" % (got, rd.returncode, agent_logs(t, readers), cl.logs()))
         wr = pipe_ranges(sptrace, out, "write", ino)
         check(len(wr) == len(msgs), "the writer's writes: %s" % wr)
         sent = dict(zip(wr, msgs))
+        named = {pid: pipe_ranges(sptrace, t[pid], "read", ino) for pid in readers if pid in t}
         for pid in readers:
             check(pid in t, "reader %d was not traced: %s\n%s" % (pid, t, cl.logs()))
-            rr = pipe_ranges(sptrace, t[pid], "read", ino)
+            rr = named[pid]
             check([sent.get(r) for r in rr] == got.get(pid, []),
-                  "reader %d read %r, but its reads name %s, the writer's writes %s" %
-                  (pid, got.get(pid), rr, sent))
+                  "reader %d read %r, but its reads name %s, the writer's writes %s\n"
+                  "every reader's reads: %s, named %s\n%s\n%s" %
+                  (pid, got.get(pid), rr, sent, got, named, agent_logs(t, readers),
+                   cl.logs()))
         pipe_flows_clean(sptrace, cl, tmp, out, readers)
     finally:
+        if slow_inj:
+            slow_inj.close()
         if wfd >= 0:
             os.close(wfd)
         kill_all(procs)
@@ -1194,6 +1277,7 @@ def main():
          "redis": case_redis, "policy": case_policy, "killed": case_killed,
          "unix": case_unix, "attach": case_attach, "silent": case_silent,
          "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers,
+         "pipe-readers-slow": lambda *a: case_pipe_readers(*a, slow=True),
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
          "pipe-writers": case_pipe_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,

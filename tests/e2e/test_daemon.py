@@ -73,14 +73,19 @@ class Daemon:
     def __init__(self, spdaemon, kd, state, extra=(), name="127.0.0.1", wrap=()):
         self.state = state
         self.log = os.path.join(state, "spdaemon.log")
-        self.p = subprocess.Popen(list(wrap) + [spdaemon, "--keys", kd, "--name", name,
-                                                "--state-dir", state, "--foreground"] +
-                                  list(extra),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # Its stderr (its log again, in the foreground, and a sanitizer's
+        # report) into a file beside the state directory: a pipe nobody
+        # reads while it runs fills at 64 KiB, and the daemon's next log
+        # line then blocks it for good, SIGTERM unanswered.
+        self.stderr_path = state.rstrip("/") + ".stderr"
+        with open(self.stderr_path, "w") as err:
+            self.p = subprocess.Popen(list(wrap) + [spdaemon, "--keys", kd, "--name", name,
+                                                    "--state-dir", state, "--foreground"] +
+                                      list(extra), stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + 30
         while "started" not in self.text():
             if self.p.poll() is not None:
-                fail("spdaemon exited (%d): %s" % (self.p.returncode, self.p.stderr.read()))
+                fail("spdaemon exited (%d): %s" % (self.p.returncode, self.stderr()))
             if time.monotonic() > deadline:
                 fail("spdaemon did not start within 30 s")
             time.sleep(0.05)
@@ -91,6 +96,10 @@ class Daemon:
                 return f.read()
         except FileNotFoundError:
             return ""
+
+    def stderr(self):
+        with open(self.stderr_path) as f:
+            return f.read()
 
     def wait_log(self, words, what):
         deadline = time.monotonic() + 10
@@ -108,7 +117,7 @@ class Daemon:
                 self.p.kill()
                 self.p.wait()
                 fail("spdaemon did not stop within 10 s of SIGTERM")
-            check_sanitizers(["spdaemon"], self.p.stderr.read())
+            check_sanitizers(["spdaemon"], self.stderr())
 
 
 def status_ok(sptrace, what, *args):

@@ -136,12 +136,17 @@ static uint64_t traps_retired;
  *      takes a slot (as in 1) with its tid, its own from then on, and never
  *      gives it back: a writer, or a starter finding every slot taken, frees
  *      it once tgkill(tid, 0) says the thread is gone.
+ *   7. Every slot taken (STARTING_SLOTS starts and ends at once): an end
+ *      goes on without one at once -- the holders may be ends whose
+ *      destructors wait for it -- and a start after FULL_TRIES yields; the
+ *      first such says so in agent.log.
  * Not covered: threads the C library starts by itself (timer and AIO
- * helpers), a thread started while the agent was dormant that is still in
- * its first steps when the activation patches, and the end of such a
- * thread when it returns from its start routine.
+ * helpers, popen's child), a thread started while the agent was dormant
+ * that is still in its first steps when the activation patches, and the
+ * end of such a thread when it returns from its start routine.
  */
-#define STARTING_SLOTS 64
+#define STARTING_SLOTS 256
+#define FULL_TRIES 1000                 /* step 7: a start's yields for a free slot */
 #define STARTING_STALE_NS 1000000000ull
 /* A start's token: the time, odd; an end's: its tid << 32 | ENDING | 1. */
 #define ENDING 2u
@@ -151,6 +156,7 @@ static __thread unsigned writing_depth __attribute__((tls_model("initial-exec"))
 static __thread int own_slots[2] __attribute__((tls_model("initial-exec"))) = { -1, -1 };
 static __thread uint8_t maybe_new __attribute__((tls_model("initial-exec"))) = 1;
 static uint64_t start_slots_reclaimed;
+static uint64_t unannounced;            /* step 7 */
 
 /* Test knob (SPTRACE_TEST_PATCH_DELAY_MS): hold every batch's int3s that
  * long, so that a test can make threads meet them. */
@@ -239,6 +245,8 @@ bool ag_start_self(void)
 
 static void begin(ag_start_slot *s, int n, uint64_t end_token)
 {
+	unsigned tries = 0;
+
 	for (int k = 0; k < n; k++)
 		s[k] = (ag_start_slot){ -1, 0 };
 	if (writing_depth)
@@ -260,9 +268,23 @@ static void begin(ag_start_slot *s, int n, uint64_t end_token)
 				own_slots[k] = s[k].i;
 			return;
 		}
+		bool full = k < n;
+
 		while (k-- > 0)
 			give_back(s[k]);
-		sched_yield();          /* a writer came, or 64 starts at once */
+		/* Every slot taken (step 7): an end never waits for one (the
+		 * holders may be ends waiting for it, in their destructors); a
+		 * start waits a while, then goes without. */
+		if (full && (end_token || ++tries > FULL_TRIES)) {
+			for (k = 0; k < n; k++)
+				s[k] = (ag_start_slot){ -1, 0 };
+			if (__atomic_fetch_add(&unannounced, 1, __ATOMIC_RELAXED) == 0)
+				ag_log("patch: %d threads were starting or ending at once: one went "
+				       "unannounced (code written meanwhile could meet it with every "
+				       "signal blocked)", STARTING_SLOTS);
+			return;
+		}
+		sched_yield();          /* a writer came, or every slot is taken */
 	}
 }
 

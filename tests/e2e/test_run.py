@@ -228,6 +228,22 @@ def case_churn(sptrace, prog, scenario, tmp):
           (scenario, trigger, "\n".join(t for t in trees if t.startswith("main"))))
 
 
+def case_ends_barrier(sptrace, prog, tmp):
+    """300 threads end at once, each one's destructor waiting at a barrier
+    for all the others: more ends than the agent has slots to announce
+    them (patch.c, step 7).  An end never waits for a slot -- an agent
+    whose ends waited for one hung here, the holders waiting for the
+    waiters -- and agent.log says one went unannounced."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "ends-barrier"])
+    trace = traced(sptrace, tdir, [prog, "ends-barrier"])
+    same_behaviour(native, trace, "ends-barrier")
+    with open(os.path.join(tdir, "agent.log")) as f:
+        log = f.read()
+    check("threads were starting or ending at once" in log,
+          "ends-barrier: agent.log does not say an end went unannounced:\n%s" % log)
+
+
 def case_short_hot(sptrace, prog, tmp):
     """A trap on a hot call (short_sites' `call *%rbx`, 2 x 2,000 times with
     a pause between) is put back after 64 hits: the program's output is the
@@ -1099,6 +1115,8 @@ def main():
             case_threads(sptrace, sys.argv[3], tmp)
         elif case == "short-hot":
             case_short_hot(sptrace, sys.argv[3], tmp)
+        elif case == "ends-barrier":
+            case_ends_barrier(sptrace, sys.argv[3], tmp)
         elif case in ("churn", "churn-detached"):
             case_churn(sptrace, sys.argv[3], case, tmp)
         elif case in CONF:

@@ -167,6 +167,46 @@ KEEP int churn(int detached)
 	return r;
 }
 
+/*
+ * 300 threads end at once and each one's thread-specific destructor waits
+ * for all the others at a barrier: the agent announces each end (patch.c,
+ * step 6) but must not make one wait for a free slot (step 7) -- the slots'
+ * holders are waiting for it.
+ */
+#define BARRIER_THREADS 300
+static pthread_barrier_t ends_barrier;
+static pthread_key_t ends_key;
+
+static void ends_destructor(void *v)
+{
+	(void)v;
+	pthread_barrier_wait(&ends_barrier);
+}
+
+KEEP void *ending_thread(void *arg)
+{
+	pthread_setspecific(ends_key, arg);
+	return arg;
+}
+
+KEEP int ends_at_barrier(void)
+{
+	static pthread_t t[BARRIER_THREADS];
+	pthread_attr_t attr;
+	int n = 0;
+
+	pthread_barrier_init(&ends_barrier, NULL, BARRIER_THREADS);
+	pthread_key_create(&ends_key, ends_destructor);
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 64 * 1024);
+	for (long i = 0; i < BARRIER_THREADS; i++)
+		n += pthread_create(&t[i], &attr, ending_thread, (void *)(i + 1)) == 0;
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	pthread_attr_destroy(&attr);
+	return n;
+}
+
 /* Timer signals arriving while traced code runs, the handler itself traced. */
 static volatile sig_atomic_t alarms;
 
@@ -632,6 +672,8 @@ int main(int argc, char **argv)
 		printf("%d\n", threads());
 	} else if (strcmp(what, "churn") == 0) {
 		printf("churn %d\n", churn(0));
+	} else if (strcmp(what, "ends-barrier") == 0) {
+		printf("ended %d\n", ends_at_barrier());
 	} else if (strcmp(what, "churn-detached") == 0) {
 		printf("churn %d\n", churn(1));
 	} else if (strcmp(what, "ucontext") == 0) {

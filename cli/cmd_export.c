@@ -389,6 +389,20 @@ static int send_hoists(const an_call *calls, size_t n, hoist **out, size_t *nout
 	return 0;
 }
 
+/* Where an item that began at t0 goes on track tr, its caller ending at
+ * ends[depth - 1]: times never go back on a track, and an item lies within
+ * its caller -- clamped, against clocks read on different CPUs.  The
+ * track's cursor moves there. */
+static int64_t place(ex_track *tr, const int64_t *ends, size_t depth, int64_t t0)
+{
+	if (t0 < tr->cursor)
+		t0 = tr->cursor;
+	if (depth && t0 > ends[depth - 1])
+		t0 = ends[depth - 1];
+	tr->cursor = t0;
+	return t0;
+}
+
 /* Event or message item c of the thread, at t0 (in its caller: ends[depth -
  * 1]); 0, -1 with errno (cannot write), -2 out of memory. */
 static int put_instant(ex_walk *x, size_t image, an_trace *t, const an_thread *th,
@@ -401,13 +415,7 @@ static int put_instant(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 
 	if (!in_flow(x, image, th->tid, t0))
 		return 0;
-	/* times never go back on a track, and an event lies within its
-	 * caller: clamped, against clocks read on different CPUs */
-	if (t0 < tr->cursor)
-		t0 = tr->cursor;
-	if (depth && t0 > ends[depth - 1])
-		t0 = ends[depth - 1];
-	tr->cursor = t0;
+	t0 = place(tr, ends, depth, t0);
 	if (m && flows_at(x, image, th->tid, c->t0, m->recv, &nf) < 0)
 		return -2;
 	x->done++;
@@ -481,13 +489,7 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 		t0 = an_realtime_ns(t, c->t0);
 		if (!in_flow(x, image, th->tid, t0))
 			continue;
-		/* times never go back on a track, and a call ends within its
-		 * caller: clamped, against clocks read on different CPUs */
-		if (t0 < tr->cursor)
-			t0 = tr->cursor;
-		if (depth && t0 > ends[depth - 1])
-			t0 = ends[depth - 1];
-		tr->cursor = t0;
+		t0 = place(tr, ends, depth, t0);
 		t1 = an_realtime_ns(t, c->t1);
 		if (t1 < t0)
 			t1 = t0;

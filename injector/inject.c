@@ -1094,15 +1094,13 @@ int inj_load(pid_t pid, const inj_opts *o, inj_result *r, sp_err *err)
 		 * address it returns to: the agent watches a receive there from
 		 * the start (agent/activate.c, ag_watch_blocked_calls), however
 		 * late the thread gets back into it. */
+		const char *nl = o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "";
+
 		if (goes_back(&t))
-			snprintf(stopped, sizeof stopped, "%sstopped=%d %lld %llx\n",
-				 o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "",
-				 (int)t.tid, (long long)t.regs.orig_rax,
-				 (unsigned long long)t.regs.rip);
+			snprintf(stopped, sizeof stopped, "%sstopped=%d %lld %llx\n", nl, (int)t.tid,
+				 (long long)t.regs.orig_rax, (unsigned long long)t.regs.rip);
 		else
-			snprintf(stopped, sizeof stopped, "%sstopped=%d\n",
-				 o->arg[0] && o->arg[strlen(o->arg) - 1] != '\n' ? "\n" : "",
-				 (int)t.tid);
+			snprintf(stopped, sizeof stopped, "%sstopped=%d\n", nl, (int)t.tid);
 		snprintf((char *)block + D_PATH, 64, "/proc/self/fd/%d", (int)fd);
 		snprintf((char *)block + D_ENTRY, 64, "%s", o->entry);
 		if (mem_write(&t, data, block, sizeof block) ||

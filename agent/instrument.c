@@ -287,7 +287,8 @@ static bool caller_sensitive(const ag_module *m, uint32_t func)
  */
 static bool signals_blocked(const ag_module *m, uint32_t func)
 {
-	static const char *const names[] = { "__spawni_child", "__spawnix", "start_thread" };
+	/* (start_thread's sites are all left alone: runs_in_thread_end) */
+	static const char *const names[] = { "__spawni_child", "__spawnix" };
 	const ca_func *f = ca_module_funcs(m->ca, NULL) + func;
 	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + f->addr);
 

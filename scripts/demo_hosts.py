@@ -17,11 +17,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
-from nslib import Hosts, in_own_netns  # noqa: E402
+from nslib import Hosts, build_workdir  # noqa: E402
 
 NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
 
@@ -31,15 +30,8 @@ def say(text):
 
 
 def main():
-    build = os.path.abspath(sys.argv[1])
-    in_own_netns()
-    sptrace = os.path.join(build, "cli", "sptrace")
-    spdaemon = os.path.join(build, "spdaemon", "spdaemon")
-    tmp = tempfile.mkdtemp(prefix="sptrace-demo-hosts.")
-    os.chmod(tmp, 0o755)
-    tier = os.path.join(tmp, "tier")
-    shutil.copy(os.path.join(build, "tests", "progs", "tier"), tier)
-    os.chmod(tier, 0o755)
+    sptrace, spdaemon, tmp, (tier,) = build_workdir(sys.argv[1], "sptrace-demo-hosts.",
+                                                    ["tier"])
     hosts = Hosts(3)
     daemons, servers = [], []
     try:

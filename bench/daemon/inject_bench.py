@@ -20,24 +20,19 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "e2e"))
-from nslib import Hosts, in_own_netns  # noqa: E402
+from nslib import Hosts, build_workdir  # noqa: E402
 
 
 def main():
     build = os.path.abspath(sys.argv[1])
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-    in_own_netns()
-    sptrace = os.path.join(build, "cli", "sptrace")
-    spdaemon = os.path.join(build, "spdaemon", "spdaemon")
+    sptrace, spdaemon, tmp, _ = build_workdir(build, "sptrace-inject-bench.")
     tool = os.path.join(build, "tests", "spdaemon", "spd_inject")
     target = os.path.join(build, "tests", "progs", "attach_target")
-    tmp = tempfile.mkdtemp(prefix="sptrace-inject-bench.")
-    os.chmod(tmp, 0o755)
     hosts = Hosts(2)
     daemons, times = [], {"local": [], "remote": []}
     agent_ms = []

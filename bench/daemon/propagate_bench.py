@@ -26,12 +26,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "e2e"))
-from nslib import Hosts, in_own_netns  # noqa: E402
+from nslib import Hosts, build_workdir  # noqa: E402
 
 USER = ["setpriv", "--reuid", "61001", "--regid", "61001", "--clear-groups"]
 
@@ -51,15 +50,9 @@ def med(v):
 
 
 def main():
-    build = os.path.abspath(sys.argv[1])
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-    in_own_netns()
-    sptrace = os.path.join(build, "cli", "sptrace")
-    spdaemon = os.path.join(build, "spdaemon", "spdaemon")
-    tmp = tempfile.mkdtemp(prefix="sptrace-prop-bench.")
-    os.chmod(tmp, 0o755)
-    tier = os.path.join(tmp, "tier")
-    shutil.copy(os.path.join(build, "tests", "progs", "tier"), tier)
+    sptrace, spdaemon, tmp, (tier,) = build_workdir(sys.argv[1], "sptrace-prop-bench.",
+                                                    ["tier"])
     hosts = Hosts(3)
     addrs = hosts.addrs
     daemons = []

@@ -10,8 +10,10 @@ them (namespaces left by a killed test are removed by the next one).
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from e2elib import fail
@@ -23,6 +25,26 @@ def in_own_netns():
         env = dict(os.environ, SPTRACE_TEST_NETNS="1")
         os.execvpe("unshare", ["unshare", "-n", "--", sys.executable] + sys.argv, env)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+
+def build_workdir(build, prefix, progs=()):
+    """For a script that runs hosts from a build directory (the daemon
+    benches, the demo): this process in a network namespace of its own
+    (in_own_netns), sptrace's and spdaemon's paths, a work directory others
+    may enter (the test users run what is in it) holding copies of the
+    build's tests/progs named in progs.  Returns (sptrace, spdaemon, tmp,
+    [the copies' paths])."""
+    build = os.path.abspath(build)
+    in_own_netns()
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(tmp, 0o755)
+    copies = []
+    for name in progs:
+        copies.append(os.path.join(tmp, name))
+        shutil.copy(os.path.join(build, "tests", "progs", name), copies[-1])
+        os.chmod(copies[-1], 0o755)
+    return (os.path.join(build, "cli", "sptrace"), os.path.join(build, "spdaemon", "spdaemon"),
+            tmp, copies)
 
 
 def _ip(*args):

@@ -317,6 +317,7 @@ void ag_signals_attached(const char *trapblocked); /* main.c: threads that block
 
 /* ---- instrument.c ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */
+int ag_instrument_root(ag_module *m, uint32_t func); /* a thread's start routine */
 /* The same, F first reached from a call in `caller` (of module cm): the
  * caller's other callees are likely next and join the batch. */
 int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller);

@@ -1153,9 +1153,21 @@ static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
 	return rc;
 }
 
+static int instrument(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller,
+		      uint64_t wait_ns);
+
 int ag_instrument(ag_module *m, uint32_t func)
 {
-	return ag_instrument_from(m, func, NULL, CA_NONE);
+	return instrument(m, func, NULL, CA_NONE, 2000000);
+}
+
+/* A thread's start routine, from ag_thread_start: the thread holds no lock
+ * of the program's yet, so it may wait for threads being started as long
+ * as patch.c allows (a second) -- a root put off would lose the thread's
+ * whole tree, its start routine being called once. */
+int ag_instrument_root(ag_module *m, uint32_t func)
+{
+	return instrument(m, func, NULL, CA_NONE, 1000000000);
 }
 
 /* The caller's direct callees in m that are not instrumented yet. */
@@ -1175,6 +1187,14 @@ static void add_siblings(todo *t, ag_module *m, uint32_t caller)
 
 int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller)
 {
+	return instrument(m, func, cm, caller, 2000000);
+}
+
+/* wait_ns: how long to wait for threads being started (patch.c) before the
+ * function is left for a later call. */
+static int instrument(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller,
+		      uint64_t wait_ns)
+{
 	size_t nfuncs;
 	todo *t = &work;
 	int rc = 0;
@@ -1187,10 +1207,11 @@ int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t call
 		return 0;
 	if (!ag_active())
 		return -1;
-	/* Threads being started (patch.c): not now if they stay for 2 ms, or
-	 * if this thread may be one of them.  Before the lock: a thread being
-	 * started may want it. */
-	if (ag_start_self() || !ag_patch_hold(2000000)) {
+	/* Threads being started (patch.c): not now if they stay for wait_ns
+	 * (2 ms but for a thread's root: this thread may hold a lock a starter
+	 * needs), or if this thread may be one of them.  Before the lock: a
+	 * thread being started may want it. */
+	if (ag_start_self() || !ag_patch_hold(wait_ns)) {
 		__atomic_add_fetch(&deferred, 1, __ATOMIC_RELAXED);
 		return -1;
 	}

@@ -75,7 +75,7 @@ static void *ag_thread_start(void *p)
 	site = ag_site_root(c.m, c.func);
 	ag_ring_put(ring, TRACE_EVENT, TRACE_EV_ACTIVATE);
 	ag_ring_put(ring, TRACE_ENTRY, site);
-	ag_instrument(c.m, c.func);
+	ag_instrument_root(c.m, c.func);
 	ag_leave(ring);
 	ret = c.start(c.arg);
 	if (ag_active())

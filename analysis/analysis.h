@@ -496,9 +496,10 @@ typedef struct an_flow_part {
 	int64_t work_start_ns;   /* the time of its first message when that was a
 				    receive (a request arrived: what the thread did
 				    before was waiting for it), else start_ns */
-	int64_t work_end_ns;     /* the time of its last message when that was a send
-				    (a request answered: what the thread does after,
-				    until its next flow, is waiting), else end_ns */
+	int64_t work_end_ns;     /* the return of its last message's call when that
+				    was a send (a request answered: what the thread
+				    does after, until its next flow, is waiting),
+				    else end_ns */
 } an_flow_part;
 
 typedef struct an_flow {
@@ -627,12 +628,15 @@ enum an_unit_kind {
 typedef struct an_cause {
 	const char **path;
 	size_t npath;
-	const char *kind;        /* "time" (a share of time) or "coverage" (a path
-				    taken, or not taken, unlike the others) */
+	const char *kind;        /* "time" (a share of time), "coverage" (a path
+				    taken, or not taken, unlike the others),
+				    "communication" (messages sent or received
+				    through a path) or "interval" (when the
+				    culprit showed) */
 	char why[256];
 } an_cause;
 
-#define AN_MAX_CAUSES 5
+#define AN_MAX_CAUSES 6
 
 typedef struct an_suspect {
 	int kind;                /* enum an_unit_kind: process, flow or host */
@@ -652,17 +656,24 @@ typedef struct an_suspect {
 	const char *nearest;     /* flows: the id of the flow it was compared with (its
 				    nearest neighbour, or with `normal` the nearest
 				    flow of the reference), else NULL */
-	an_cause causes[AN_MAX_CAUSES]; /* the evidence, the culprit's first */
+	an_cause causes[AN_MAX_CAUSES]; /* the evidence, the culprit's first; then, for
+					   the most suspect, when the culprit showed
+					   (kind "interval") */
 	size_t ncauses;
+	int64_t first_ns, last_ns;  /* the unit's first and last records (CLOCK_REALTIME,
+				       clocks aligned) */
+	int64_t interval_from_ns, interval_to_ns; /* the "interval" cause's, absolute; 0, 0:
+						     none */
 } an_suspect;
 
 typedef struct an_anomalies an_anomalies;
 
 /* Which profiles the distance compares (anomaly.c, point 2). */
 enum an_profile {
-	AN_PROFILE_COMPOSITE = 0,  /* time and coverage */
+	AN_PROFILE_COMPOSITE = 0,  /* time, coverage and communication */
 	AN_PROFILE_TIME,
 	AN_PROFILE_COVERAGE,
+	AN_PROFILE_COMMUNICATION,
 };
 
 typedef struct an_anomaly_opts {

@@ -30,10 +30,21 @@
  *         all look slow.
  *       - coverage: the set of call paths entered (in a flow: entered
  *         inside one of its parts).
+ *       - communication: the messages sent and received (trace_format.h's
+ *         message events, at their stamp: a call's start) by the call path
+ *         of the innermost call open at each, one way or the other: their
+ *         number and their bytes.  The number received is left out of the
+ *         distance: how a stream's bytes come in pieces is the kernel's
+ *         doing, not the program's.
  *     The composite distance between two units is the Manhattan distance of
  *     their time profiles (0..2) plus the Jaccard distance of their
- *     coverage (0..1: the paths only one has, over the paths either has);
- *     AN_PROFILE_TIME and AN_PROFILE_COVERAGE take one of the two alone.
+ *     coverage (0..1: the paths only one has, over the paths either has)
+ *     plus their communication distance (0..1: the mean of the Manhattan
+ *     distance of the messages sent by path and that of the bytes by path
+ *     and way, each over the two units' sums -- so twice the messages or a
+ *     reply ten times larger tells, not only a different spread);
+ *     AN_PROFILE_TIME, AN_PROFILE_COVERAGE and AN_PROFILE_COMMUNICATION
+ *     take one of the three alone.
  *  3. Fail-stop first (processes and flows; a host does not stop while its
  *     peers go on, but one of its processes may: by host, the host of the
  *     process the processes' point 3 names ranks first, with that
@@ -52,8 +63,10 @@
  *     composite distance to the unit's k-th nearest neighbour, k = |U|/4 (at
  *     least 1): a unit unlike most others scores high even when a few others
  *     are like it.  Units are compared with those of their role only -- the
- *     outermost function they spend most time in (a server's master and its
- *     workers, a parent and the children it forked, are not alike by
+ *     program (its file's name: a process's, the one a host spends most time
+ *     in, the one a flow starts in) and the outermost function they spend
+ *     most time in (a server's master and its workers, a parent and the
+ *     children it forked, a client's host and its servers', are not alike by
  *     design); a role of fewer than 3 units is not scored (0, said in its
  *     cause).  The scores cost a distance per pair of a role's units: a
  *     role of more than SAMPLE_ABOVE units compares each with about SAMPLE
@@ -75,8 +88,8 @@
  *     behaviour that REF also shows is near a unit of REF, and is not.  A
  *     unit whose role REF lacks is flagged with the largest distance, 3.
  *  6. The causes (against the nearest neighbour or nearest normal unit for
- *     time, against every other unit of the role -- or of REF -- for
- *     coverage):
+ *     time and communication, against every other unit of the role -- or of
+ *     REF -- for coverage):
  *       - time: the components of the difference between the time
  *         profiles, largest first (after the largest, only those of half a
  *         percent or more);
@@ -89,12 +102,32 @@
  *         rank by how exclusive they are (for a taken path, the share of
  *         others without it; for a path not taken, the share with it), then
  *         taken before not taken, then by the time the unit spent under
- *         them.
+ *         them;
+ *       - communication: the paths and ways whose messages differ most,
+ *         each by its part of the communication distance (COMM_MIN at
+ *         least).
  *     The culprit: the largest time difference when it is at least
  *     TIME_CLEAR of the unit's time, else the first path taken unlike the
- *     others if there is one, else the largest time difference.  The causes
- *     list the culprit's first, then the best of the other kind, then the
- *     rest alternating, so each kind of evidence is in the first three.
+ *     others if there is one, else the largest communication difference
+ *     when it is COMM_CLEAR at least, else the largest time difference (or,
+ *     without one, the first of the others).  The causes list the culprit's
+ *     first, then the best of each other kind, then the rest by turns, so
+ *     each kind of evidence is in the first three.
+ *  7. When (the anomalous time interval), for the INTERVAL_TOP most suspect
+ *     units that stand out (flagged, or a score of FLAG_FLOOR at least;
+ *     not a fail-stop, whose cause says when already): a second sweep of
+ *     the unit's windows collects where its culprit showed -- for a time
+ *     culprit, the stretches of time in the path itself; for a path taken
+ *     unlike the others, the time under it; for messages, their stamps.
+ *     The interval is the stretch of the unit's time where its time in the
+ *     path ran furthest beyond what the compared unit's share would put
+ *     there: each stretch in the path weighs its length times (1 - r) and
+ *     each gap between two costs its length times r, r the compared unit's
+ *     share of the path scaled to the unit's span (at most 0.95), and the
+ *     heaviest run wins (a maximum-sum run, one pass).  With r = 0 it runs
+ *     from the first stretch to the last; messages, from the first to the
+ *     last.  It is the unit's last cause (kind "interval"), with its bounds
+ *     in the suspect.
  */
 #include "an_internal.h"
 
@@ -110,12 +143,15 @@
 #define TIME_MIN 0.005               /* point 6: a time cause moves a share by this at least */
 #define COVER_RARE 0.10              /* point 6: taken by at most this share */
 #define COVER_USUAL 0.90             /* point 6: not taken, by at least this share */
-#define MAX_DIST 3.0                 /* point 5: the composite distance's bound */
+#define MAX_DIST 4.0                 /* point 5: the composite distance's bound */
 #define SAMPLE_ABOVE 4096            /* point 4: roles larger are sampled ... */
 #define SAMPLE 1024                  /* ... about this many of their units */
 #define TOP_EXACT 32                 /* ... and the most suspect scored again exactly */
 #define FLAG_FLOOR (2 * TIME_CLEAR)  /* point 5: the least threshold */
 #define MAX_EACH 4                   /* candidates of each kind kept for the causes */
+#define COMM_MIN 0.05                /* point 6: a communication cause moves its distance by this */
+#define COMM_CLEAR 0.25              /* point 6: and is the culprit from this on */
+#define INTERVAL_TOP 8               /* point 7: the most suspect units said when */
 
 typedef struct node {
 	uint32_t parent;                 /* AN_NONE: a root */
@@ -127,6 +163,19 @@ typedef struct entry {
 	double ns;
 } entry;
 
+/* A unit's messages through one call path, one way (point 2). */
+typedef struct comm {
+	uint32_t node;                   /* the innermost call open at the message */
+	uint32_t recv;                   /* 1 received, 0 sent */
+	uint64_t n, bytes;
+} comm;
+
+/* A unit's time in a program (point 4, hosts). */
+typedef struct prog_time {
+	uint32_t prog;                   /* a name */
+	double ns;
+} prog_time;
+
 typedef struct unit {
 	char *host;
 	uint32_t pid;
@@ -136,6 +185,13 @@ typedef struct unit {
 	entry *e;
 	size_t ne, cap;
 	double total;
+	map cidx;                        /* (node, recv) -> 1 + index in cm */
+	comm *cm;                        /* by (node, recv) once profiled */
+	size_t ncm, capcm;
+	uint64_t sends, bytes;           /* all its messages sent, bytes either way */
+	prog_time *pt;                   /* the programs it ran, their time */
+	size_t npt;
+	uint32_t prog;                   /* point 4: the program it spent most time in */
 	int64_t first_ns, last_ns;
 	uint32_t last_node;              /* point 3's culprit */
 	uint32_t role;                   /* point 4: a root node, AN_NONE if none */
@@ -154,13 +210,18 @@ typedef struct unit {
 #define SHARE_ONE (1u << 24)
 
 typedef struct dense {
-	uint32_t role;
+	uint32_t role, prog;
 	map col;                         /* node -> 1 + column */
 	size_t ncols, words, nrows;
 	uint32_t *share;                 /* nrows x ncols */
 	uint64_t *bits;                  /* nrows x words */
 	uint32_t *pop;                   /* nrows: paths entered */
 	uint32_t *unit_of;               /* nrows: each row's unit */
+	map ccol;                        /* (node, recv) -> 1 + communication column */
+	size_t nccols;
+	uint8_t *crecv;                  /* nccols: the column's messages were received */
+	uint32_t *cn;                    /* nrows x nccols: messages */
+	uint64_t *cb;                    /* nrows x nccols: bytes */
 	double threshold;                /* point 5, computed once */
 	int has_threshold;
 } dense;
@@ -170,6 +231,31 @@ typedef struct window {
 	int64_t t0, t1;
 	uint32_t unit;
 } window;
+
+/* A thread's window, kept for point 7. */
+typedef struct part_ref {
+	size_t image;
+	uint32_t tid;
+	window w;
+} part_ref;
+
+/* The kinds of evidence (point 6). */
+enum cause_kind { K_TIME, K_COVER, K_COMM, NKINDS };
+
+/* Point 7: a second sweep of one unit collects where its culprit's time
+ * went. */
+typedef struct segment {
+	int64_t t0, t1;
+} segment;
+
+typedef struct collect {
+	int kind;                        /* K_TIME: the time in the path itself; K_COVER:
+					    under it; K_COMM: its messages one way */
+	uint32_t node;
+	int recv;
+	segment *s;
+	size_t n, cap;
+} collect;
 
 struct an_anomalies {
 	int kind;
@@ -187,6 +273,9 @@ struct an_anomalies {
 	size_t ndn;
 	an_suspect *sus;
 	size_t nsus;
+	part_ref *parts;                 /* the session's units' windows (not REF's), by
+					    thread and start, for point 7 */
+	size_t nparts, capparts;
 };
 
 static uint32_t name_id(an_anomalies *a, const char *name)
@@ -249,6 +338,59 @@ static int add_time(unit *u, uint32_t nd, double ns)
 	return 0;
 }
 
+/* A message of `bytes` through call path nd, one way (point 2). */
+static int add_comm(unit *u, uint32_t nd, int recv, uint64_t bytes)
+{
+	map_slot *s = an_map_get(&u->cidx, nd, (uint64_t)recv);
+
+	if (!s)
+		return -1;
+	if (!s->val) {
+		if (u->ncm == u->capcm) {
+			size_t cap = u->capcm ? 2 * u->capcm : 8;
+			comm *c = realloc(u->cm, cap * sizeof *c);
+
+			if (!c)
+				return -1;
+			u->cm = c;
+			u->capcm = cap;
+		}
+		u->cm[u->ncm] = (comm){ nd, (uint32_t)recv, 0, 0 };
+		s->val = (uint32_t)++u->ncm;
+	}
+	u->cm[s->val - 1].n++;
+	u->cm[s->val - 1].bytes += bytes;
+	u->sends += !recv;
+	u->bytes += bytes;
+	return 0;
+}
+
+static const comm *comm_of(const unit *u, uint32_t nd, int recv)
+{
+	const map_slot *s = an_map_find(&u->cidx, nd, (uint64_t)recv);
+
+	return s ? &u->cm[s->val - 1] : NULL;
+}
+
+/* ns more of u's time in program prog (point 4, hosts). */
+static int add_prog(unit *u, uint32_t prog, double ns)
+{
+	size_t k;
+
+	for (k = 0; k < u->npt && u->pt[k].prog != prog; k++)
+		;
+	if (k == u->npt) {
+		prog_time *p = realloc(u->pt, (u->npt + 1) * sizeof *p);
+
+		if (!p)
+			return -1;
+		u->pt = p;
+		u->pt[u->npt++] = (prog_time){ prog, 0 };
+	}
+	u->pt[k].ns += ns;
+	return 0;
+}
+
 static double time_of(const unit *u, uint32_t nd)
 {
 	const map_slot *s = an_map_find(&u->idx, nd, 0);
@@ -303,12 +445,42 @@ typedef struct sweep {
 	an_anomalies *a;
 	const window *w;
 	size_t nw, at;
+	collect *col;                    /* point 7's sweep: collects, profiles nothing */
 } sweep;
+
+static bool under(const an_anomalies *a, uint32_t nd, uint32_t top)
+{
+	for (; nd != AN_NONE; nd = a->nodes[nd].parent)
+		if (nd == top)
+			return true;
+	return false;
+}
+
+/* Point 7: one more segment of the culprit's. */
+static int collect_add(collect *col, int64_t t0, int64_t t1)
+{
+	if (col->n == col->cap) {
+		size_t cap = col->cap ? 2 * col->cap : 64;
+		segment *s = realloc(col->s, cap * sizeof *s);
+
+		if (!s)
+			return -1;
+		col->s = s;
+		col->cap = cap;
+	}
+	col->s[col->n++] = (segment){ t0, t1 };
+	return 0;
+}
 
 /* Time [from, to) of the thread was spent in call path nd. */
 static int credit(sweep *sw, uint32_t nd, int64_t from, int64_t to)
 {
+	collect *col = sw->col;
+
 	if (to <= from)
+		return 0;
+	if (col && (col->kind == K_COMM || (col->kind == K_TIME ? nd != col->node
+					      : !under(sw->a, nd, col->node))))
 		return 0;
 	while (sw->at < sw->nw && sw->w[sw->at].t1 < from)
 		sw->at++;
@@ -316,7 +488,8 @@ static int credit(sweep *sw, uint32_t nd, int64_t from, int64_t to)
 		int64_t lo = from > sw->w[k].t0 ? from : sw->w[k].t0;
 		int64_t hi = to < sw->w[k].t1 ? to : sw->w[k].t1;
 
-		if (hi > lo && add_time(&sw->a->units[sw->w[k].unit], nd, (double)(hi - lo)) != 0)
+		if (hi > lo && (col ? collect_add(col, lo, hi)
+				: add_time(&sw->a->units[sw->w[k].unit], nd, (double)(hi - lo))) != 0)
 			return -1;
 	}
 	return 0;
@@ -332,6 +505,17 @@ static uint32_t unit_at(const sweep *sw, int64_t at, bool *inside)
 			return sw->w[k].unit;
 		}
 	return AN_NONE;
+}
+
+/* unit_at for a message, stamped at its call's start: the sweep may have
+ * gone past the window that holds it. */
+static uint32_t msg_unit_at(const sweep *sw, int64_t at, bool *inside)
+{
+	sweep back = *sw;
+
+	while (back.at > 0 && back.w[back.at - 1].t1 >= at)
+		back.at--;
+	return unit_at(&back, at, inside);
 }
 
 static bool start_func(const an_anomalies *a, const char *name)
@@ -358,7 +542,7 @@ static void note_last(unit *u, const an_call *c, uint32_t nd)
 /* Point 2 for one thread, its time split between the windows w (by start);
  * `whole`: the windows are one unit's, for point 3. */
 static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, const window *w,
-			  size_t nw, int whole, sp_err *err)
+			  size_t nw, int whole, collect *col, sp_err *err)
 {
 	an_call *c = NULL;
 	size_t n = 0, depth = 0;
@@ -366,7 +550,7 @@ static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, con
 		size_t item;
 		uint32_t node;
 	} *st = NULL;
-	sweep sw = { a, w, nw, 0 };
+	sweep sw = { a, w, nw, 0, col };
 	int64_t cur = INT64_MIN;
 	bool paused = false;             /* between AGENT_BEGIN and AGENT_END */
 	int rc = -1;
@@ -398,6 +582,21 @@ static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, con
 			cur = at > cur ? at : cur;
 			continue;
 		}
+		if (j < n && c[j].kind == AN_EVENT && trace_event_is_msg(c[j].id)) {
+			/* the communication profile: under the innermost open call */
+			const an_msg *m = an_trace_msg(t, c[j].end);
+			bool inside;
+			uint32_t ui = msg_unit_at(&sw, an_realtime_ns(t, c[j].t0), &inside);
+
+			if (!m || !depth || ui == AN_NONE)
+				continue;
+			if (!col ? add_comm(&a->units[ui], st[depth - 1].node, m->recv, m->len) != 0
+			    : col->kind == K_COMM && inside && st[depth - 1].node == col->node &&
+			      m->recv == col->recv &&
+			      collect_add(col, an_realtime_ns(t, c[j].t0), an_realtime_ns(t, c[j].t0)) != 0)
+				goto oom;
+			continue;
+		}
 		if (j == n || c[j].kind != AN_CALL)
 			continue;
 		paused = false;
@@ -419,7 +618,7 @@ static int thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, con
 		if (nd == AN_NONE)
 			goto oom;
 		st[depth++] = (struct open){ j, nd };
-		if (ui == AN_NONE)
+		if (ui == AN_NONE || col)
 			continue;
 		unit *u = &a->units[ui];
 
@@ -445,6 +644,30 @@ out:
 	return rc;
 }
 
+/* Point 7 sweeps a unit's windows again. */
+static int keep_part(an_anomalies *a, const part_ref *p)
+{
+	if (a->nparts == a->capparts) {
+		size_t cap = a->capparts ? 2 * a->capparts : 256;
+		part_ref *q = realloc(a->parts, cap * sizeof *q);
+
+		if (!q)
+			return -1;
+		a->parts = q;
+		a->capparts = cap;
+	}
+	a->parts[a->nparts++] = *p;
+	return 0;
+}
+
+/* A role's program (point 4): the file's name, wherever it ran from. */
+static const char *program_name(const char *path)
+{
+	const char *slash = path ? strrchr(path, '/') : NULL;
+
+	return slash ? slash + 1 : path ? path : "?";
+}
+
 /* Point 1 for processes and hosts: every thread whole to its unit. */
 static int whole_units(an_anomalies *a, an_session *s, int kind, int normal, sp_err *err)
 {
@@ -460,18 +683,21 @@ static int whole_units(an_anomalies *a, an_session *s, int kind, int normal, sp_
 
 			if (w.unit == AN_NONE)
 				return sp_fail(err, "out of memory for the processes");
-			if (thread_profile(a, t, th, &w, 1, kind == AN_UNITS_PROCESS, err) != 0)
+
+			double before = a->units[w.unit].total;
+			uint32_t prog = name_id(a, program_name(im->program));
+
+			if (thread_profile(a, t, th, &w, 1, kind == AN_UNITS_PROCESS, NULL, err) != 0)
 				return -1;
+			if (!normal && keep_part(a, &(part_ref){ i, th->tid, w }) != 0)
+				return sp_fail(err, "out of memory for the processes");
+			if (prog == AN_NONE ||
+			    add_prog(&a->units[w.unit], prog, a->units[w.unit].total - before) != 0)
+				return sp_fail(err, "out of memory for the processes");
 		}
 	}
 	return 0;
 }
-
-typedef struct part_ref {
-	size_t image;
-	uint32_t tid;
-	window w;
-} part_ref;
 
 static int by_thread_then_start(const void *x, const void *y)
 {
@@ -499,6 +725,9 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 
 		if (ui == AN_NONE)
 			goto oom;
+		/* its role's program: the one it started in */
+		if ((a->units[ui].prog = name_id(a, program_name(an_session_image(s, fl->image)->program))) == AN_NONE)
+			goto oom;
 		for (size_t k = 0; k < fl->nparts; k++) {
 			if (np == cap) {
 				size_t nc = cap ? 2 * cap : 256;
@@ -523,9 +752,12 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 
 		for (j = i; j < np && p[j].image == p[i].image && p[j].tid == p[i].tid; j++)
 			w[j - i] = p[j].w;
-		if (th && thread_profile(a, t, th, w, j - i, 0, err) != 0)
+		if (th && thread_profile(a, t, th, w, j - i, 0, NULL, err) != 0)
 			goto out;
 	}
+	for (size_t i = 0; !normal && i < np; i++)
+		if (keep_part(a, &p[i]) != 0)
+			goto oom;
 	rc = 0;
 	goto out;
 oom:
@@ -553,13 +785,20 @@ static int session_units(an_anomalies *a, an_session *s, int normal, sp_err *err
 	return rc;
 }
 
-/* Point 4: the root whose subtree took most of u's time. */
+/* Point 4: the role's program, and the root whose subtree took most of
+ * u's time. */
 static int role_of(const an_anomalies *a, unit *u)
 {
 	map roots = { 0 };
 	double best = -1;
 	double *sum = calloc(u->ne ? u->ne : 1, sizeof *sum);
 
+	for (size_t k = 0; k < u->npt; k++)
+		if (!k || u->pt[k].ns > best) {
+			best = u->pt[k].ns;
+			u->prog = u->pt[k].prog;
+		}
+	best = -1;
 	u->role = AN_NONE;
 	if (!sum)
 		return -1;
@@ -587,6 +826,11 @@ static int role_of(const an_anomalies *a, unit *u)
 	return 0;
 }
 
+static bool same_role(const unit *x, const unit *y)
+{
+	return x->role == y->role && x->prog == y->prog;
+}
+
 /* Point 2: the dense rows of every role (units without time get none). */
 static int make_dense(an_anomalies *a)
 {
@@ -596,7 +840,7 @@ static int make_dense(an_anomalies *a)
 
 		if (u->total <= 0)
 			continue;
-		for (k = 0; k < a->ndn && a->dn[k].role != u->role; k++)
+		for (k = 0; k < a->ndn && (a->dn[k].role != u->role || a->dn[k].prog != u->prog); k++)
 			;
 		if (k == a->ndn) {
 			dense *d = realloc(a->dn, (a->ndn + 1) * sizeof *d);
@@ -605,6 +849,7 @@ static int make_dense(an_anomalies *a)
 				return -1;
 			a->dn = d;
 			memset(&d[a->ndn], 0, sizeof *d);
+			d[a->ndn].prog = u->prog;
 			d[a->ndn++].role = u->role;
 		}
 		dense *d = &a->dn[k];
@@ -619,6 +864,14 @@ static int make_dense(an_anomalies *a)
 			if (!sl->val)
 				sl->val = (uint32_t)++d->ncols;
 		}
+		for (size_t e = 0; e < u->ncm; e++) {
+			map_slot *sl = an_map_get(&d->ccol, u->cm[e].node, u->cm[e].recv);
+
+			if (!sl)
+				return -1;
+			if (!sl->val)
+				sl->val = (uint32_t)++d->nccols;
+		}
 	}
 	for (size_t k = 0; k < a->ndn; k++) {
 		dense *d = &a->dn[k];
@@ -627,7 +880,10 @@ static int make_dense(an_anomalies *a)
 		if (!(d->share = calloc(d->nrows * d->ncols + 1, sizeof *d->share)) ||
 		    !(d->bits = calloc(d->nrows * d->words + 1, sizeof *d->bits)) ||
 		    !(d->pop = calloc(d->nrows + 1, sizeof *d->pop)) ||
-		    !(d->unit_of = calloc(d->nrows + 1, sizeof *d->unit_of)))
+		    !(d->unit_of = calloc(d->nrows + 1, sizeof *d->unit_of)) ||
+		    !(d->crecv = calloc(d->nccols + 1, sizeof *d->crecv)) ||
+		    !(d->cn = calloc(d->nrows * d->nccols + 1, sizeof *d->cn)) ||
+		    !(d->cb = calloc(d->nrows * d->nccols + 1, sizeof *d->cb)))
 			return -1;
 	}
 	for (size_t i = 0; i < a->nunits; i++) {
@@ -648,8 +904,32 @@ static int make_dense(an_anomalies *a)
 			b[c / 64] |= 1ull << (c % 64);
 		}
 		d->pop[u->row] = (uint32_t)u->ne;
+		for (size_t e = 0; e < u->ncm; e++) {
+			size_t c = an_map_find(&d->ccol, u->cm[e].node, u->cm[e].recv)->val - 1;
+
+			d->crecv[c] = (uint8_t)u->cm[e].recv;
+			d->cn[(size_t)u->row * d->nccols + c] = (uint32_t)u->cm[e].n;
+			d->cb[(size_t)u->row * d->nccols + c] = u->cm[e].bytes;
+		}
 	}
 	return 0;
+}
+
+/* Point 2: the communication distance of two units of a role (0..1). */
+static double comm_distance(const dense *d, const unit *x, const unit *y)
+{
+	const uint32_t *nx = d->cn + (size_t)x->row * d->nccols;
+	const uint32_t *ny = d->cn + (size_t)y->row * d->nccols;
+	const uint64_t *bx = d->cb + (size_t)x->row * d->nccols;
+	const uint64_t *by = d->cb + (size_t)y->row * d->nccols;
+	uint64_t tn = x->sends + y->sends, tb = x->bytes + y->bytes, dn = 0, db = 0;
+
+	for (size_t c = 0; c < d->nccols; c++) {
+		if (!d->crecv[c])
+			dn += nx[c] > ny[c] ? nx[c] - ny[c] : ny[c] - nx[c];
+		db += bx[c] > by[c] ? bx[c] - by[c] : by[c] - bx[c];
+	}
+	return ((tn ? (double)dn / (double)tn : 0) + (tb ? (double)db / (double)tb : 0)) / 2;
 }
 
 /* Point 2: the distance between two units of the same role (as a->profile
@@ -674,7 +954,16 @@ static double distance(const an_anomalies *a, const unit *x, const unit *y)
 	double t = (double)sum / SHARE_ONE;
 	double cov = either ? (double)(either - common) / (double)either : 0;
 
-	return a->profile == AN_PROFILE_TIME ? t : a->profile == AN_PROFILE_COVERAGE ? cov : t + cov;
+	switch (a->profile) {
+	case AN_PROFILE_TIME:
+		return t;
+	case AN_PROFILE_COVERAGE:
+		return cov;
+	case AN_PROFILE_COMMUNICATION:
+		return comm_distance(d, x, y);
+	default:
+		return t + cov + comm_distance(d, x, y);
+	}
 }
 
 /* The k-th smallest of v[0..n) (k from 0), v reordered. */
@@ -894,7 +1183,7 @@ static int add_cause(const an_anomalies *a, an_suspect *s, const cand *c, const 
 	an_cause *k = &s->causes[s->ncauses];
 
 	if (s->ncauses == AN_MAX_CAUSES)
-		return 0;
+		return 0;		/* cannot happen: callers keep count */
 	if (path_of(a, c->node, &k->path, &k->npath) != 0)
 		return -1;
 	k->kind = kind;
@@ -903,66 +1192,134 @@ static int add_cause(const an_anomalies *a, an_suspect *s, const cand *c, const 
 	return 0;
 }
 
-/* Point 6: the culprit and the causes of u, against v (time) and the
- * others (coverage). */
-static int causes(const an_anomalies *a, const unit *u, const unit *v, const map *count,
-		  int self_counted, size_t npeers, const char *others, an_suspect *s)
+/* Point 6, communication: the call paths whose messages differ most between
+ * u and v, each by its part of their communication distance. */
+static void comm_cands(const unit *u, const unit *v, cand *out, size_t *n)
 {
-	cand tc[MAX_EACH], cc[MAX_EACH];
-	size_t nt, nc, it = 0, ic = 0;
-	double tu = u->total > 0 ? u->total : 1, tv = v && v->total > 0 ? v->total : 1;
-	char un[96], vn[96], why[sizeof s->causes[0].why];
-	int cover_first;
+	double tn = (double)(u->sends + (v ? v->sends : 0));
+	double tb = (double)(u->bytes + (v ? v->bytes : 0));
 
-	time_cands(u, v, tc, &nt);
-	if (cover_cands(a, u, count, self_counted, npeers, cc, &nc) != 0)
-		return -1;
-	if (nc && nt == 1 && tc[0].key < TIME_MIN)
-		nt = 0;              /* a time difference that tells nothing */
-	cover_first = nc && cc[0].taken && (!nt || tc[0].key < TIME_CLEAR);
+	*n = 0;
+	for (size_t side = 0; side < 2; side++) {
+		/* side 0: u's paths; side 1: v's that u has not */
+		const unit *x = side ? v : u, *y = side ? u : v;
+
+		for (size_t i = 0; x && i < x->ncm; i++) {
+			const comm *c = &x->cm[i], *o = y ? comm_of(y, c->node, (int)c->recv) : NULL;
+			uint64_t on = o ? o->n : 0, ob = o ? o->bytes : 0;
+			double dn = c->recv ? 0 : (double)(c->n > on ? c->n - on : on - c->n);
+			double db = (double)(c->bytes > ob ? c->bytes - ob : ob - c->bytes);
+			double key = ((tn > 0 ? dn / tn : 0) + (tb > 0 ? db / tb : 0)) / 2;
+
+			if (side && o)
+				continue;
+			if (key >= COMM_MIN)
+				keep_best(out, n, (cand){ .node = c->node, .key = key,
+							  .taken = (int)c->recv }, time_better);
+		}
+	}
+}
+
+/* The culprit of point 6, for point 7. */
+typedef struct culprit {
+	int kind;                        /* enum cause_kind, -1: none */
+	uint32_t node;
+	int recv;                        /* communication: the messages' way */
+	double share;                    /* time: the compared unit's share of the path */
+} culprit;
+
+static const char *const kind_names[NKINDS] = { "time", "coverage", "communication" };
+
+/* A cause's words, for the cand c of kind k. */
+static void cause_why(const an_anomalies *a, int k, const cand *c, const unit *u, const unit *v,
+		      size_t npeers, const char *others, char *why, size_t len)
+{
+	double tu = u->total > 0 ? u->total : 1, tv = v && v->total > 0 ? v->total : 1;
+	char un[96], vn[96], more[64] = "";
+
+	(void)a;
 	unit_name(u, un, sizeof un);
 	if (v)
 		unit_name(v, vn, sizeof vn);
-	for (size_t r = 0; it < nt || ic < nc; r++) {
-		/* the culprit's kind first, then the other's best, then alternating */
-		int cover = r == 0 ? cover_first || !nt
-			    : r == 1 ? !cover_first : (r % 2 == 0) == cover_first;
+	if (k == K_TIME && v)
+		say(why, len, "%.1f%% of %s's traced time against %.1f%% of %s's, its nearest %s",
+		    100 * time_of(u, c->node) / tu, un, 100 * time_of(v, c->node) / tv, vn,
+		    v->normal ? "normal unit" : "neighbour");
+	else if (k == K_TIME)
+		say(why, len, "%.1f%% of %s's traced time", 100 * time_of(u, c->node) / tu, un);
+	else if (k == K_COMM) {
+		const comm *x = comm_of(u, c->node, c->taken), *y = comm_of(v, c->node, c->taken);
 
-		if (cover ? ic == nc : it == nt)
-			cover = !cover;
-		if (!cover) {
-			const cand *c = &tc[it++];
+		say(why, len, "%s %s %" PRIu64 " message%s (%" PRIu64 " bytes) here, its nearest %s "
+			 "%s %" PRIu64 " (%" PRIu64 " bytes)", un, c->taken ? "received" : "sent",
+		    x ? x->n : 0, x && x->n == 1 ? "" : "s", x ? x->bytes : 0,
+		    v->normal ? "normal unit" : "neighbour", vn, y ? y->n : 0, y ? y->bytes : 0);
+	} else {
+		if (c->merged)
+			say(more, sizeof more, " (and %zu more path%s ending in it)", c->merged,
+			    c->merged == 1 ? "" : "s");
+		if (c->taken)
+			say(why, len, "taken by %s and by %zu of the %zu other %s%s", un, c->count,
+			    npeers, others, more);
+		else
+			say(why, len, "not taken by %s, taken by %zu of the %zu other %s%s", un,
+			    c->count, npeers, others, more);
+	}
+}
 
-			if (v)
-				say(why, sizeof why, "%.1f%% of %s's traced time against %.1f%% of "
-					 "%s's, its nearest %s", 100 * time_of(u, c->node) / tu, un,
-					 100 * time_of(v, c->node) / tv, vn,
-					 v->normal ? "normal unit" : "neighbour");
-			else
-				say(why, sizeof why, "%.1f%% of %s's traced time", 100 *
-					 time_of(u, c->node) / tu, un);
-			if (add_cause(a, s, c, "time", why) != 0)
-				return -1;
-			if (r == 0 && path_of(a, c->node, &s->path, &s->npath) != 0)
-				return -1;
-		} else {
-			const cand *c = &cc[ic++];
-			char more[64] = "";
+/* Point 6: the culprit and the causes of u, against v (time,
+ * communication) and the others (coverage); the culprit in *cul. */
+static int causes(const an_anomalies *a, const unit *u, const unit *v, const map *count,
+		  int self_counted, size_t npeers, const char *others, an_suspect *s,
+		  culprit *cul)
+{
+	cand list[NKINDS][MAX_EACH];
+	size_t cnt[NKINDS], at[NKINDS] = { 0 };
+	char why[sizeof s->causes[0].why];
+	int first;
 
-			if (c->merged)
-				say(more, sizeof more, " (and %zu more path%s ending in it)",
-					 c->merged, c->merged == 1 ? "" : "s");
-			if (c->taken)
-				say(why, sizeof why, "taken by %s and by %zu of the %zu other %s%s",
-					 un, c->count, npeers, others, more);
-			else
-				say(why, sizeof why, "not taken by %s, taken by %zu of the %zu other "
-					 "%s%s", un, c->count, npeers, others, more);
-			if (add_cause(a, s, c, "coverage", why) != 0)
+	time_cands(u, v, list[K_TIME], &cnt[K_TIME]);
+	if (cover_cands(a, u, count, self_counted, npeers, list[K_COVER], &cnt[K_COVER]) != 0)
+		return -1;
+	comm_cands(u, v, list[K_COMM], &cnt[K_COMM]);
+	if (!v)
+		cnt[K_COMM] = 0;
+	if ((cnt[K_COVER] || cnt[K_COMM]) && cnt[K_TIME] == 1 && list[K_TIME][0].key < TIME_MIN)
+		cnt[K_TIME] = 0;     /* a time difference that tells nothing */
+	if (cnt[K_TIME] && list[K_TIME][0].key >= TIME_CLEAR)
+		first = K_TIME;
+	else if (cnt[K_COVER] && list[K_COVER][0].taken)
+		first = K_COVER;
+	else if (cnt[K_COMM] && list[K_COMM][0].key >= COMM_CLEAR)
+		first = K_COMM;
+	else
+		first = cnt[K_TIME] ? K_TIME : cnt[K_COVER] ? K_COVER : K_COMM;
+	cul->kind = -1;
+	/* the culprit's kind first, then the best of the others, then by turns */
+	for (size_t round = 0, r = 0;; round++) {
+		size_t before = s->ncauses;
+
+		for (int step = round ? 0 : -1; step < NKINDS; step++) {
+			int k = step < 0 ? first : step;
+
+			if ((round == 0 && step == first) || at[k] == cnt[k] ||
+			    s->ncauses == AN_MAX_CAUSES - 1)
+				continue;
+			const cand *c = &list[k][at[k]++];
+
+			cause_why(a, k, c, u, v, npeers, others, why, sizeof why);
+			if (add_cause(a, s, c, kind_names[k], why) != 0)
 				return -1;
-			if (r == 0 && path_of(a, c->node, &s->path, &s->npath) != 0)
+			if (r++)
+				continue;
+			if (path_of(a, c->node, &s->path, &s->npath) != 0)
 				return -1;
+			*cul = (culprit){ k, c->node, c->taken, 0 };
+			if (k == K_TIME && v)
+				cul->share = time_of(v, c->node) / (v->total > 0 ? v->total : 1);
 		}
+		if (round && s->ncauses == before)
+			break;
 	}
 	return 0;
 }
@@ -1012,7 +1369,7 @@ static int64_t median_last(const an_anomalies *a, const unit *u, double *tmp)
 
 	for (size_t j = 0; j < a->nunits; j++)
 		if (&a->units[j] != u && !a->units[j].normal && a->units[j].total > 0 &&
-		    a->units[j].role == u->role)
+		    same_role(&a->units[j], u))
 			tmp[n++] = (double)a->units[j].last_ns;
 	if (!n)
 		return u->last_ns;
@@ -1056,16 +1413,16 @@ static size_t failstop_unit(const an_anomalies *a, size_t nsus, double *tmp, int
 /* Per role, how many units (of the session, or of REF) entered each path:
  * counts[r] for the r-th role of roles[]. */
 typedef struct role_count {
-	uint32_t role;
+	uint32_t role, prog;
 	int normal;
 	size_t units;
 	map count;
 } role_count;
 
-static role_count *count_of(role_count *rc, size_t n, uint32_t role, int normal)
+static role_count *count_of(role_count *rc, size_t n, const unit *u, int normal)
 {
 	for (size_t i = 0; i < n; i++)
-		if (rc[i].role == role && rc[i].normal == normal)
+		if (rc[i].role == u->role && rc[i].prog == u->prog && rc[i].normal == normal)
 			return &rc[i];
 	return NULL;
 }
@@ -1084,9 +1441,10 @@ static int count_roles(const an_anomalies *a, role_count **out, size_t *n)
 
 		if (u->total <= 0)
 			continue;
-		if (!(r = count_of(rc, *n, u->role, u->normal))) {
+		if (!(r = count_of(rc, *n, u, u->normal))) {
 			r = &rc[(*n)++];
 			r->role = u->role;
+			r->prog = u->prog;
 			r->normal = u->normal;
 		}
 		r->units++;
@@ -1113,7 +1471,6 @@ static void free_roles(role_count *rc, size_t n)
 static double ref_threshold(an_anomalies *a, const unit *u, double *tmp)
 {
 	dense *dn = &a->dn[u->dense];
-	uint32_t role = u->role;
 	size_t n = 0;
 	double q1, q3, fence, worst = -1;
 
@@ -1126,12 +1483,12 @@ static double ref_threshold(an_anomalies *a, const unit *u, double *tmp)
 		const unit *x = &a->units[i];
 		double best = -1;
 
-		if (!x->normal || x->total <= 0 || x->role != role)
+		if (!x->normal || x->total <= 0 || !same_role(x, u))
 			continue;
 		for (size_t j = 0; j < a->nunits; j++) {
 			const unit *y = &a->units[j];
 
-			if (j == i || !y->normal || y->total <= 0 || y->role != role)
+			if (j == i || !y->normal || y->total <= 0 || !same_role(y, u))
 				continue;
 			double d = distance(a, x, y);
 
@@ -1198,7 +1555,7 @@ static size_t compare(const an_anomalies *a, size_t i, int normal, bool exact, d
 /* Point 4: the k-th nearest of the nd distances d (reordered), and the
  * causes against the nearest. */
 static int knn(const an_anomalies *a, const unit *u, an_suspect *sp, double *d, size_t nd,
-	       const unit *near, const role_count *rc)
+	       const unit *near, const role_count *rc, culprit *cul)
 {
 	size_t k = (nd + 1) / 4 ? (nd + 1) / 4 : 1;
 	char others[64];
@@ -1207,7 +1564,134 @@ static int knn(const an_anomalies *a, const unit *u, an_suspect *sp, double *d, 
 	sp->method = "knn-manhattan";
 	sp->score = kth(d, nd, (k <= nd ? k : nd) - 1);
 	sp->nearest = near ? near->flow : NULL;
-	return causes(a, u, near, &rc->count, 1, rc->units - 1, others, sp);
+	return causes(a, u, near, &rc->count, 1, rc->units - 1, others, sp, cul);
+}
+
+static int by_start(const void *x, const void *y)
+{
+	const segment *a = x, *b = y;
+
+	return a->t0 < b->t0 ? -1 : a->t0 > b->t0;
+}
+
+/*
+ * Point 7: when the culprit of unit ui (a suspect of the session, not of
+ * REF) showed, from a second sweep of its windows: the interval [*from,
+ * *to] and the time in the path inside it (*in).  0 when found, 1 when the
+ * path left no time in the unit, -1 with err.
+ */
+static int interval_of(an_anomalies *a, an_session *s, uint32_t ui, const culprit *cul,
+		       int64_t *from, int64_t *to, double *in, sp_err *err)
+{
+	const unit *u = &a->units[ui];
+	collect col = { cul->kind, cul->node, cul->recv, NULL, 0, 0 };
+	window *w = calloc(a->nparts ? a->nparts : 1, sizeof *w);
+	int rc = -1;
+
+	if (!w)
+		return sp_fail(err, "out of memory for the interval of a suspect");
+	for (size_t i = 0, j; i < a->nparts; i = j) {
+		const part_ref *p = &a->parts[i];
+		size_t nw = 0;
+
+		for (j = i; j < a->nparts && a->parts[j].image == p->image &&
+			    a->parts[j].tid == p->tid; j++)
+			if (a->parts[j].w.unit == ui)
+				w[nw++] = a->parts[j].w;
+		if (!nw)
+			continue;
+		an_trace *t = an_session_trace(s, p->image);
+		const an_thread *th = t ? an_trace_thread_by_tid(t, p->tid) : NULL;
+
+		if (th && thread_profile(a, t, th, w, nw, 0, &col, err) != 0)
+			goto out;
+	}
+	rc = 1;
+	if (!col.n)
+		goto out;
+	qsort(col.s, col.n, sizeof *col.s, by_start);
+	size_t m = 0;                    /* merged: threads overlap */
+
+	for (size_t i = 1; i < col.n; i++)
+		if (col.s[i].t0 <= col.s[m].t1)
+			col.s[m].t1 = col.s[i].t1 > col.s[m].t1 ? col.s[i].t1 : col.s[m].t1;
+		else
+			col.s[++m] = col.s[i];
+	col.n = m + 1;
+	/* the stretch holding the path's time beyond what the compared unit's
+	 * share of it would put there: each segment weighs its length times
+	 * (1 - r), each gap between two costs its length times r */
+	double r = 0, cur = 0, best = -1;
+	int64_t span = u->last_ns - u->first_ns, start = col.s[0].t0;
+
+	if (col.kind == K_TIME && span > 0)
+		r = cul->share * u->total / (double)span;
+	r = r < 0.95 ? r : 0.95;
+	*from = col.s[0].t0;
+	*to = col.kind == K_COMM ? col.s[col.n - 1].t1 : col.s[0].t1;
+	for (size_t i = 0; col.kind != K_COMM && i < col.n; i++) {
+		double gap = i ? r * (double)(col.s[i].t0 - col.s[i - 1].t1) : 0;
+		double len = (double)(col.s[i].t1 - col.s[i].t0) * (1 - r);
+
+		if (i && cur - gap > 0) {
+			cur += len - gap;
+		} else {
+			cur = len;
+			start = col.s[i].t0;
+		}
+		if (cur > best) {
+			best = cur;
+			*from = start;
+			*to = col.s[i].t1;
+		}
+	}
+	*in = 0;
+	for (size_t i = 0; i < col.n; i++)
+		if (col.s[i].t0 >= *from && col.s[i].t1 <= *to)
+			*in += (double)(col.s[i].t1 - col.s[i].t0);
+	rc = 0;
+out:
+	free(col.s);
+	free(w);
+	return rc;
+}
+
+/* Point 7 for suspect sp of unit ui: the interval as its last cause. */
+static int add_interval(an_anomalies *a, an_session *s, uint32_t ui, const culprit *cul,
+			an_suspect *sp, sp_err *err)
+{
+	const unit *u = &a->units[ui];
+	int64_t from = 0, to = 0;
+	double in = 0, ms = 1e-6 * (double)(u->last_ns - u->first_ns);
+	an_cause *c = &sp->causes[sp->ncauses];
+	char un[96];
+	int rc;
+
+	if (cul->kind < 0 || sp->ncauses == AN_MAX_CAUSES)
+		return 0;
+	if ((rc = interval_of(a, s, ui, cul, &from, &to, &in, err)) != 0)
+		return rc < 0 ? -1 : 0;
+	unit_name(u, un, sizeof un);
+	if (path_of(a, cul->node, &c->path, &c->npath) != 0)
+		return sp_fail(err, "out of memory");
+	c->kind = "interval";
+	sp->interval_from_ns = from;
+	sp->interval_to_ns = to;
+	double f = 1e-6 * (double)(from - u->first_ns), t = 1e-6 * (double)(to - u->first_ns);
+
+	if (cul->kind == K_TIME)
+		say(c->why, sizeof c->why, "from +%.1f ms to +%.1f ms of %s's %.1f ms: %.1f ms in "
+			 "this path, %.0f%% of that time (its compared unit spends %.1f%% of its time "
+			 "here)", f, t, un, ms, 1e-6 * in, to > from ? 100 * in / (double)(to - from)
+			 : 100.0, 100 * cul->share);
+	else if (cul->kind == K_COVER)
+		say(c->why, sizeof c->why, "taken from +%.1f ms to +%.1f ms of %s's %.1f ms",
+			 f, t, un, ms);
+	else
+		say(c->why, sizeof c->why, "its messages here went from +%.1f ms to +%.1f ms of "
+			 "%s's %.1f ms", f, t, un, ms);
+	sp->ncauses++;
+	return 0;
 }
 
 static void clear_causes(an_suspect *sp)
@@ -1228,6 +1712,14 @@ static int by_index_score(const void *x, const void *y, void *sus)
 	double sx = s[*(const uint32_t *)x].score, sy = s[*(const uint32_t *)y].score;
 
 	return sx < sy ? 1 : sx > sy ? -1 : 0;
+}
+
+/* Suspects' indexes in the order of their ranks (qsort_r, point 7). */
+static int by_index_rank(const void *x, const void *y, void *sus)
+{
+	const an_suspect *s = sus;
+
+	return by_score(&s[*(const uint32_t *)x], &s[*(const uint32_t *)y]);
 }
 
 /* Point 3 by host: the processes' fail-stop, if there is one (*pa, to be
@@ -1269,6 +1761,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 	size_t nsus = 0, failstop, nroles = 0;
 	role_count *roles = NULL;
 	uint32_t *sus_unit = NULL, *order = NULL;   /* a suspect's unit; suspects by score */
+	culprit *cul = NULL;                        /* a suspect's culprit */
 	bool sampled = false;
 	double *d = NULL;
 	int64_t gap = 0;
@@ -1290,6 +1783,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 	if (!(a->sus = calloc(nsus ? nsus : 1, sizeof *a->sus)) ||
 	    !(sus_unit = calloc(nsus ? nsus : 1, sizeof *sus_unit)) ||
 	    !(order = calloc(nsus ? nsus : 1, sizeof *order)) ||
+	    !(cul = calloc(nsus ? nsus : 1, sizeof *cul)) ||
 	    !(d = calloc(a->nunits ? 2 * a->nunits : 1, sizeof *d)) ||
 	    count_roles(a, &roles, &nroles) != 0 || make_dense(a) != 0)
 		goto oom;
@@ -1303,7 +1797,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 		unit *u = &a->units[i];
 		an_suspect *sp = &a->sus[a->nsus];
 		const unit *near = NULL;
-		const role_count *rc = count_of(roles, nroles, u->role, normal != NULL);
+		const role_count *rc = count_of(roles, nroles, u, normal != NULL);
 		size_t nd;
 		double best = 0;
 
@@ -1314,7 +1808,10 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 		sp->host = u->host;
 		sp->pid = u->pid;
 		sp->flagged = -1;
+		sp->first_ns = u->first_ns;
+		sp->last_ns = u->last_ns;
 		sus_unit[a->nsus] = (uint32_t)i;
+		cul[a->nsus].kind = -1;
 		nd = compare(a, i, normal != NULL, false, d, &near, &best);
 		if (pf && strcmp(u->host, pf->host) == 0) {
 			sp->failstop = sp->flagged = 1;
@@ -1364,11 +1861,11 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 			sp->flagged = !nd || sp->score > sp->threshold;
 			sp->nearest = near ? near->flow : NULL;
 			if (causes(a, u, near, rc ? &rc->count : &(map){ 0 }, 0, rc ? rc->units : 0,
-				   "units of the reference", sp) != 0)
+				   "units of the reference", sp, &cul[a->nsus]) != 0)
 				goto oom;
 		} else {
 			sampled |= a->dn[u->dense].nrows > SAMPLE_ABOVE;
-			if (knn(a, u, sp, d, nd, near, rc) != 0)
+			if (knn(a, u, sp, d, nd, near, rc, &cul[a->nsus]) != 0)
 				goto oom;
 		}
 		a->nsus++;
@@ -1389,16 +1886,29 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 			size_t nd = compare(a, i, 0, true, d, &near, &best);
 
 			clear_causes(sp);
-			if (knn(a, u, sp, d, nd, near, count_of(roles, nroles, u->role, 0)) != 0)
+			if (knn(a, u, sp, d, nd, near, count_of(roles, nroles, u, 0),
+				&cul[order[r]]) != 0)
 				goto oom;
 			done++;
 		}
+	}
+	/* Point 7: when, for the most suspect */
+	for (size_t q = 0; q < a->nsus; q++)
+		order[q] = (uint32_t)q;
+	qsort_r(order, a->nsus, sizeof *order, by_index_rank, a->sus);
+	for (size_t r = 0; r < a->nsus && r < INTERVAL_TOP; r++) {
+		an_suspect *sp = &a->sus[order[r]];
+
+		if (!sp->failstop && (sp->flagged == 1 || (sp->flagged < 0 && sp->score >= FLAG_FLOOR)) &&
+		    add_interval(a, s, sus_unit[order[r]], &cul[order[r]], sp, err) != 0)
+			goto fail;
 	}
 	qsort(a->sus, a->nsus, sizeof *a->sus, by_score);
 	free_roles(roles, nroles);
 	free(d);
 	free(sus_unit);
 	free(order);
+	free(cul);
 	an_anomalies_free(pa);
 	*out = a;
 	return 0;
@@ -1409,6 +1919,7 @@ fail:
 	free(d);
 	free(sus_unit);
 	free(order);
+	free(cul);
 	an_anomalies_free(pa);
 	an_anomalies_free(a);
 	return -1;
@@ -1444,14 +1955,22 @@ void an_anomalies_free(an_anomalies *a)
 		free(a->units[i].flow);
 		free(a->units[i].e);
 		an_map_free(&a->units[i].idx);
+		free(a->units[i].cm);
+		an_map_free(&a->units[i].cidx);
+		free(a->units[i].pt);
 	}
 	free(a->units);
+	free(a->parts);
 	for (size_t k = 0; k < a->ndn; k++) {
 		an_map_free(&a->dn[k].col);
 		free(a->dn[k].share);
 		free(a->dn[k].bits);
 		free(a->dn[k].pop);
 		free(a->dn[k].unit_of);
+		an_map_free(&a->dn[k].ccol);
+		free(a->dn[k].crecv);
+		free(a->dn[k].cn);
+		free(a->dn[k].cb);
 	}
 	free(a->dn);
 	for (size_t i = 0; i < a->nnames; i++)

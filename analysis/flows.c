@@ -160,7 +160,8 @@ typedef struct segment {
 	int64_t first_msg;       /* its first message's time, */
 	int first_is_recv;       /* whether it was a receive, */
 	int64_t last_msg;        /* its last message's time, */
-	int last_is_send;        /* and whether it was a send */
+	int last_is_send;        /* and whether it was a send, */
+	int64_t last_send_ret;   /* and then when that send returned */
 	int has_msg;
 	int64_t func_end;        /* a start function's call: its return */
 	int has_func_end;
@@ -717,6 +718,8 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 	int has_msg = 0, cur_activation = 0, cur_activate = 0, in_start = 0;
 	int in_scope = 0, scope_joined = 0;    /* rule 10 */
 	long before_scope = -1;
+	long ret_seg = -1;                     /* a send's segment, until the send returns */
+	int ret_open = 0;                      /* calls opened since that send */
 	uint64_t pending = 0;
 	int64_t pend_t0 = 0, pend_t1 = 0;
 	size_t first_seg = b->nsegs;
@@ -739,6 +742,14 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 		int64_t ns = an_realtime_ns(t, r.tsc);
 		long send = -1;
 		chan_key k;
+
+		if (ret_seg >= 0 && r.kind == TRACE_ENTRY)
+			ret_open++;
+		else if (ret_seg >= 0 && r.kind == TRACE_EXIT && !ret_open--) {
+			/* the return of the call the last send was made in */
+			b->segs[ret_seg].last_send_ret = ns;
+			ret_seg = -1;
+		}
 
 		if (r.kind == TRACE_ENTRY && site_is(b, &r, SITE_SCOPE) && !in_scope++) {
 			/* rule 10: a scope begins */
@@ -764,7 +775,7 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 					sg->first_is_recv = 0;
 					sg->has_msg = 1;
 				}
-				sg->last_msg = ns;
+				sg->last_msg = sg->last_send_ret = ns;
 				sg->last_is_send = 1;
 			} else if (v->role == VAL_TAKE) {
 				int cut = !in_scope || scope_joined;
@@ -924,8 +935,10 @@ static int thread_segments(build *b, size_t image, an_trace *t, uint32_t host,
 				sg->first_is_recv = r.id == TRACE_EV_MSG_RECV;
 				sg->has_msg = 1;
 			}
-			sg->last_msg = ns;
+			sg->last_msg = sg->last_send_ret = ns;
 			sg->last_is_send = r.id == TRACE_EV_MSG_SEND;
+			ret_seg = sg->last_is_send ? cur : -1;
+			ret_open = 0;
 		}
 	}
 	an_iter_close(it);
@@ -1152,7 +1165,9 @@ static int make_flows(build *b, sp_err *err)
 					sg->image, sg->pid, sg->tid, sg->t0, sg->t1, sg->events,
 					sg->first_is_recv ? sg->first_msg : sg->t0,
 					sg->has_func_end ? sg->func_end
-					: sg->last_is_send ? sg->last_msg : sg->t1 };
+					: !sg->last_is_send ? sg->t1
+					: sg->last_send_ret > sg->last_msg ? sg->last_send_ret
+					: sg->last_msg };
 			for (p = 0; p < fl->nprocs; p++)
 				if (fl->procs[p].pid == sg->pid && strcmp(fl->procs[p].host, h) == 0)
 					break;
@@ -1262,6 +1277,7 @@ static int align_clocks(build *b, sp_err *err)
 		sg->t1 += o;
 		sg->first_msg += o;
 		sg->last_msg += o;
+		sg->last_send_ret += o;
 		sg->func_end += o;
 	}
 	for (size_t i = 0; i < b->nsends; i++)

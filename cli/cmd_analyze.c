@@ -30,11 +30,16 @@ static const char help[] =
 	"    loop that calls nothing, or blocked): it ranks first, and its culprit\n"
 	"    is the call open at its last record (earliest-last-timestamp);\n"
 	"  - the others by a suspect score: the distance between their profiles\n"
-	"    (the share of time spent in each call path, and which call paths were\n"
-	"    taken) to their k-th nearest neighbour of the same role, k = a quarter\n"
-	"    of them (knn-manhattan); the culprit is the call path whose share\n"
-	"    differs most from the nearest one's, or a path taken unlike the\n"
-	"    others when no share differs by 10%.\n"
+	"    (the share of time spent in each call path, which call paths were\n"
+	"    taken, and the messages and bytes sent and received through each) to\n"
+	"    their k-th nearest neighbour of the same role (the same program and\n"
+	"    outermost function), k = a quarter of them (knn-manhattan); the\n"
+	"    culprit is the call path whose share differs most from the nearest\n"
+	"    one's, or a path taken unlike the others when no share differs by\n"
+	"    10%, or a path whose messages differ from the nearest one's;\n"
+	"  - for the most suspect, when: the interval of the unit's time that held\n"
+	"    its culprit (the stretch where its time in the path ran beyond the\n"
+	"    nearest one's share), its last cause (kind interval).\n"
 	"\n"
 	"When the most suspect is a flow, the table ends with its timed diff: its\n"
 	"calls aligned call by call with those of the flow it was compared with\n"
@@ -44,9 +49,11 @@ static const char help[] =
 	"  --by flow|process|host\n"
 	"                what to compare (default: the flows when there are 3 or more,\n"
 	"                as 'sptrace flows' lists them, else the processes)\n"
-	"  --profile composite|time|coverage\n"
+	"  --profile composite|time|coverage|communication\n"
 	"                what the distance compares: the share of time in each call\n"
-	"                path, which call paths were taken, or both (default)\n"
+	"                path, which call paths were taken, the messages sent (their\n"
+	"                number) and the bytes sent and received through each call\n"
+	"                path, or all three (default)\n"
 	"  --start FUNC  each call of FUNC (a job, a request handler; as replay names\n"
 	"                it) is a flow of its own, compared with the other calls of\n"
 	"                FUNC by the call paths under it (repeatable)\n"
@@ -63,8 +70,10 @@ static const char help[] =
 	"                \"flow\":S|null,\"host\":S,\"pid\":N,\"score\":X,\"method\":S,\n"
 	"                \"flagged\":true|false|null,\"threshold\":X|null,\n"
 	"                \"culprit\":{\"function\":S,\"path\":[S,...]},\n"
-	"                \"causes\":[{\"rank\":N,\"kind\":\"time\"|\"coverage\",\n"
-	"                \"path\":[S,...],\"why\":S}]}]}\n"
+	"                \"causes\":[{\"rank\":N,\"kind\":\"time\"|\"coverage\"|\n"
+	"                \"communication\"|\"interval\",\"path\":[S,...],\"why\":S}]}]};\n"
+	"                an interval cause adds \"from_ns\":N,\"to_ns\":N, from the\n"
+	"                unit's first record\n"
 	"  --top N       the N most suspect only (default: all)\n"
 	"  --html FILE   also write the analysis as one self-contained page: the\n"
 	"                ranked table, the culprits and causes, a timeline of the\n"
@@ -130,6 +139,10 @@ static void print_json(const an_anomalies *a, size_t top)
 			json_path(s->causes[k].path, s->causes[k].npath);
 			printf(",\"why\":");
 			cli_json_str(s->causes[k].why);
+			if (strcmp(s->causes[k].kind, "interval") == 0)
+				printf(",\"from_ns\":%" PRId64 ",\"to_ns\":%" PRId64,
+				       s->interval_from_ns - s->first_ns,
+				       s->interval_to_ns - s->first_ns);
 			putchar('}');
 		}
 		printf("]}");
@@ -266,9 +279,11 @@ int cmd_analyze(int argc, char **argv)
 				ao.profile = AN_PROFILE_TIME;
 			else if (strcmp(optarg, "coverage") == 0)
 				ao.profile = AN_PROFILE_COVERAGE;
+			else if (strcmp(optarg, "communication") == 0)
+				ao.profile = AN_PROFILE_COMMUNICATION;
 			else
-				return cli_error("analyze: --profile '%s': give composite, time or "
-						 "coverage", optarg), 2;
+				return cli_error("analyze: --profile '%s': give composite, time, "
+						 "coverage or communication", optarg), 2;
 			break;
 		case 'n': normal = optarg; break;
 		case 'r': oo.repo = optarg; break;

@@ -90,6 +90,7 @@ static const char style[] =
 	".sep{color:#999}.why{color:#555;font-size:13px}.kind{display:inline-block;"
 	"min-width:5em;color:#fff;background:#68a;border-radius:3px;padding:0 4px;"
 	"font-size:12px;text-align:center}.kind.coverage{background:#a86}"
+	".kind.communication{background:#6a7}.kind.interval{background:#888}"
 	".hl{background:#ffec99 !important}rect.hl{stroke:#000;stroke-width:2px}"
 	"line.hl{stroke:#d00;stroke-width:2.5px}svg text{font:11px sans-serif}"
 	"rect.part{cursor:pointer}line.arrow{stroke:#333;stroke-width:1px}"

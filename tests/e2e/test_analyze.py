@@ -226,6 +226,34 @@ def case_flows(sptrace, reqserver, case, tmp):
               (bad, show(sptrace, out)))
         check(top[0]["method"] == "knn-manhattan" and "slow_path" in top[0]["culprit"]["path"],
               "the slow flow's culprit: %r" % top[0])
+        # When: slow_path's work, after lookup's (a quarter of the request's
+        # work), to the end (the interval's bounds from the flow's start).
+        spans = [c for c in top[0]["causes"] if c["kind"] == "interval"]
+        f = run([sptrace, "flows", "--json", out])
+        dur = [x["duration_ns"] for x in json.loads(f.stdout)["flows"] if x["id"] == bad]
+        check(len(spans) == 1 and spans[0]["path"] == top[0]["culprit"]["path"] and dur,
+              "the slow flow has no interval cause for its culprit: %r" % top[0]["causes"])
+        lo, hi = spans[0]["from_ns"] / dur[0], spans[0]["to_ns"] / dur[0]
+        check(0.1 <= lo <= 0.4 and hi >= 0.9 and hi - lo >= 0.5,
+              "the slow flow's interval is %.2f..%.2f of its %d ns, not slow_path's part "
+              "(about 0.25..1): %r" % (lo, hi, dur[0], spans[0]))
+    elif case == "comm":
+        # A request answered byte by byte: the same work and call paths as
+        # the others, only its messages differ.
+        kinds = ["chatty" if i == 7 else "normal" for i in range(REQUESTS)]
+        serve(sptrace, reqserver, "thread", out, kinds)
+        bad = flow_of(sptrace, out, 7)
+        for opts in ((), ("--profile", "communication")):
+            top = analyze(sptrace, out, *opts)
+            check(top[0]["flow"] == bad, "the chatty request's flow %s is not ranked first "
+                  "(%s):\n%s" % (bad, " ".join(opts) or "composite", show(sptrace, out, *opts)))
+            first = top[0]["causes"][0]
+            check(first["kind"] == "communication" and "reply" in first["path"] and
+                  top[0]["culprit"]["path"] == first["path"] and "sent 5 messages" in first["why"],
+                  "the chatty flow's culprit is not its 5 sends in reply(): %r" % top[0])
+        check(top[0]["score"] >= 0.25 and all(x["score"] < 0.1 for x in top[1:]),
+              "communication scores: the chatty flow %.3f, the next %.3f" %
+              (top[0]["score"], top[1]["score"]))
     elif case == "coverage":
         kinds = ["cover" if i == 9 else "normal" for i in range(REQUESTS)]
         serve(sptrace, reqserver, "poll", out, kinds)
@@ -484,9 +512,11 @@ def case_hosts(sptrace, spdaemon, reqserver, tmp):
     import test_propagate as tp
 
     prog = os.path.join(tmp, "reqserver")
+    client = os.path.join(tmp, "reqclient")      # a program of its own, as in life
     os.chmod(tmp, 0o755)
-    shutil.copy(reqserver, prog)
-    os.chmod(prog, 0o755)
+    for p in (prog, client):
+        shutil.copy(reqserver, p)
+        os.chmod(p, 0o755)
     cl = tp.Cluster(sptrace, spdaemon, tmp, 5)
     servers = []
     try:
@@ -503,8 +533,8 @@ def case_hosts(sptrace, spdaemon, reqserver, tmp):
                                              else "normal"))
         bad = servers[(3 - 1) * 4 + 2]
         trace = os.path.join(tmp, "client.trace")
-        r = cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", trace, "--", prog, "client",
-                             "6"] + targets, timeout=600)
+        r = cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", trace, "--", client,
+                             "client", "6"] + targets, timeout=600)
         check(r.returncode == 0 and r.stdout == "answered 92 of 93\n",
               "the traced client: %d %r %r" % (r.returncode, r.stdout, r.stderr[-2000:]))
         for p in servers:
@@ -541,6 +571,13 @@ def case_hosts(sptrace, spdaemon, reqserver, tmp):
               top[0]["culprit"]["function"] == "spin_forever",
               "the host whose server looped (%s) is not ranked first with spin_forever:\n%s" %
               (addrs[3], text))
+        # The client's host runs another program: a role of its own, not
+        # scored against the servers' hosts.
+        mine = [x for x in top if x["host"] == addrs[0]]
+        check(len(mine) == 1 and mine[0]["score"] == 0 and
+              "not compared" in mine[0]["causes"][0]["why"],
+              "the client's host (%s) was compared with the servers' hosts: %r\n%s" %
+              (addrs[0], mine, text))
     finally:
         for p in servers:
             if p.poll() is None:
@@ -730,7 +767,7 @@ def main():
              "queue-attach": lambda tmp: case_queue_attach(sptrace, prog, tmp),
              "start": lambda tmp: case_start(sptrace, prog, tmp),
              "html": lambda tmp: case_html(sptrace, prog, extra[0], tmp)}
-    for c in ("flow-thread", "flow-poll", "coverage", "normal", "diff", "flow-hang"):
+    for c in ("flow-thread", "flow-poll", "coverage", "comm", "normal", "diff", "flow-hang"):
         cases[c] = lambda tmp, c=c: case_flows(sptrace, prog, c, tmp)
     for c in ("loop", "crash", "slow"):
         cases[c] = lambda tmp, c=c: case_workers(sptrace, prog, c, tmp)

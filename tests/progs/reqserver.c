@@ -24,6 +24,8 @@
  *           the coverage of call paths and hardly in their times
  *   rare    rare_report(): twice the work too, a normal but rare request
  *   loop    spin_forever(): a loop that calls nothing, never answered
+ *   chatty  the same work, its answer sent one byte per send() (reply()):
+ *           visible in the messages only, not in times or call paths
  *
  * `client` sends ROUNDS rounds of one request to each server in turn, one
  * connection each ("ID KIND\n"), waiting at most 2 s for each answer; a
@@ -152,17 +154,25 @@ static int read_line(int fd, char *buf, size_t len)
 	return (int)n;
 }
 
+/* Send the answer `out` to the request `in`: a chatty one byte by byte. */
+static KEEP void reply(int fd, const char *in, const char *out, int n)
+{
+	size_t piece = strstr(in, " chatty") ? 1 : (size_t)n;
+
+	for (size_t at = 0; at < (size_t)n; at += piece)
+		if (send(fd, out + at, piece < n - at ? piece : n - at, MSG_NOSIGNAL) < 0) {
+			perror("reqserver: send");
+			return;
+		}
+}
+
 static KEEP void *serve(void *arg)
 {
 	int fd = (int)(long)arg;
 	char in[128], out[64];
 
-	if (read_line(fd, in, sizeof in) > 0) {
-		int n = handle(in, out, sizeof out);
-
-		if (send(fd, out, (size_t)n, MSG_NOSIGNAL) < 0)
-			perror("reqserver: send");
-	}
+	if (read_line(fd, in, sizeof in) > 0)
+		reply(fd, in, out, handle(in, out, sizeof out));
 	close(fd);
 	return NULL;
 }
@@ -228,10 +238,7 @@ static KEEP void *worker(void *arg)
 	(void)arg;
 	while ((r = dequeue())) {
 		char out[64];
-		int n = handle(r->line, out, sizeof out);
-
-		if (send(r->fd, out, (size_t)n, MSG_NOSIGNAL) < 0)
-			perror("reqserver: send");
+		reply(r->fd, r->line, out, handle(r->line, out, sizeof out));
 		close(r->fd);
 		free(r);
 	}
@@ -311,12 +318,8 @@ static void serve_poll(int ls, int n)
 			buf[i][len[i]] = 0;
 			if (r > 0 && !memchr(buf[i], '\n', len[i]) && len[i] + 1 < sizeof buf[i])
 				continue;                   /* more of it to come */
-			if (r > 0) {
-				int k = handle(buf[i], out, sizeof out);
-
-				if (send(p[i].fd, out, (size_t)k, MSG_NOSIGNAL) < 0)
-					perror("reqserver: send");
-			}
+			if (r > 0)
+				reply(p[i].fd, buf[i], out, handle(buf[i], out, sizeof out));
 			close(p[i].fd);
 			p[i].fd = -1;
 			served++;

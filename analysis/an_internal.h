@@ -14,12 +14,17 @@
  *   calls.c     entries paired with exits: a thread's call tree
  *   session.c   processes of a trace: exec'd images, children, hosts
  *   flows.c     flows: activations followed across threads and messages
- *   anomaly.c   the process that behaved differently, and the likely cause
+ *   profile.c   the units of an analysis (flows, processes, hosts) and their
+ *               profiles: time, coverage, communication; roles; distances
+ *   anomaly.c   which unit behaved differently (fail-stop, suspect scores)
+ *   cause.c     the likely cause: evidence, culprit, when
  *   map.c       a small hash map
  */
 #ifndef AN_INTERNAL_H
 #define AN_INTERNAL_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "analysis.h"
@@ -157,5 +162,168 @@ int an_is_sync(uint64_t r);
 int an_add_reset(struct reset **r, size_t *n, size_t pos, uint64_t epoch);
 int an_seg_read(const char *ring_path, seg_data *sd, int want_chunks, sp_err *err);
 void an_dir_lost_add(const char *dir, an_lost *l);
+
+/* ---- profile.c, anomaly.c, cause.c: the units of an analysis, their
+ * profiles, scores and causes (the rules: anomaly.c's numbered points) ---- */
+
+#define TIME_CLEAR 0.10              /* point 6: a time culprit's share; point 5 */
+
+typedef struct node {
+	uint32_t parent;                 /* AN_NONE: a root */
+	uint32_t name;                   /* index in names */
+} node;
+
+typedef struct entry {
+	uint32_t node;
+	double ns;
+} entry;
+
+/* A unit's messages through one call path, one way (point 2). */
+typedef struct comm {
+	uint32_t node;                   /* the innermost call open at the message */
+	uint32_t recv;                   /* 1 received, 0 sent */
+	uint64_t n, bytes;
+} comm;
+
+/* A unit's time in a program (point 4, hosts). */
+typedef struct prog_time {
+	uint32_t prog;                   /* a name */
+	double ns;
+} prog_time;
+
+typedef struct unit {
+	char *host;
+	uint32_t pid;
+	char *flow;                      /* a flow's id, NULL otherwise */
+	int normal;                      /* from --normal REF */
+	map idx;                         /* node -> 1 + index in e: its coverage */
+	entry *e;
+	size_t ne, cap;
+	double total;
+	map cidx;                        /* (node, recv) -> 1 + index in cm */
+	comm *cm;                        /* by (node, recv) once profiled */
+	size_t ncm, capcm;
+	uint64_t sends, bytes;           /* all its messages sent, bytes either way */
+	prog_time *pt;                   /* the programs it ran, their time */
+	size_t npt;
+	uint32_t prog;                   /* point 4: the program it spent most time in */
+	int64_t first_ns, last_ns;
+	uint32_t last_node;              /* point 3's culprit */
+	uint32_t role;                   /* point 4: a root node, AN_NONE if none */
+	uint64_t last_open_t0;           /* the innermost open call's entry, or 0 */
+	uint64_t last_t1;
+	uint32_t dense, row;             /* its row in the dense profiles of its role */
+} unit;
+
+/*
+ * The profiles of a role's units as dense rows, for the distances (point
+ * 2): a column per call path any unit of the role entered, the time shares
+ * in fixed point (SHARE_ONE = all of a unit's time) and the coverage as a
+ * bit set.  A role's distances then cost a pass over two rows each, not a
+ * hash lookup per path.
+ */
+#define SHARE_ONE (1u << 24)
+
+typedef struct dense {
+	uint32_t role, prog;
+	map col;                         /* node -> 1 + column */
+	size_t ncols, words, nrows;
+	uint32_t *share;                 /* nrows x ncols */
+	uint64_t *bits;                  /* nrows x words */
+	uint32_t *pop;                   /* nrows: paths entered */
+	uint32_t *unit_of;               /* nrows: each row's unit */
+	map ccol;                        /* (node, recv) -> 1 + communication column */
+	size_t nccols;
+	uint8_t *crecv;                  /* nccols: the column's messages were received */
+	uint32_t *cn;                    /* nrows x nccols: messages */
+	uint64_t *cb;                    /* nrows x nccols: bytes */
+	double threshold;                /* point 5, computed once */
+	int has_threshold;
+} dense;
+
+/* The part of a thread's time that belongs to a unit (point 2). */
+typedef struct window {
+	int64_t t0, t1;
+	uint32_t unit;
+} window;
+
+/* A thread's window, kept for point 7. */
+typedef struct part_ref {
+	size_t image;
+	uint32_t tid;
+	window w;
+} part_ref;
+
+/* The kinds of evidence (point 6). */
+enum cause_kind { K_TIME, K_COVER, K_COMM, NKINDS };
+
+/* Point 7: a second sweep of one unit collects where its culprit's time
+ * went. */
+typedef struct stretch {
+	int64_t t0, t1;
+} stretch;
+
+typedef struct collect {
+	int kind;                        /* K_TIME: the time in the path itself; K_COVER:
+					    under it; K_COMM: its messages one way */
+	uint32_t node;
+	int recv;
+	stretch *s;
+	size_t n, cap;
+} collect;
+
+struct an_anomalies {
+	int kind;
+	int profile;                     /* enum an_profile */
+	an_flows_opts flow_opts;         /* start functions */
+	char **names;
+	size_t nnames;
+	map name_ids;                    /* (hash, 0) -> 1 + name index */
+	node *nodes;
+	size_t nnodes;
+	map node_ids;                    /* (parent + 1, name) -> 1 + node index */
+	unit *units;
+	size_t nunits;
+	dense *dn;
+	size_t ndn;
+	an_suspect *sus;
+	size_t nsus;
+	part_ref *parts;                 /* the session's units' windows (not REF's), by
+					    thread and start, for point 7 */
+	size_t nparts, capparts;
+};
+
+/* The culprit of point 6, for point 7. */
+typedef struct culprit {
+	int kind;                        /* enum cause_kind, -1: none */
+	uint32_t node;
+	int recv;                        /* communication: the messages' way */
+	double share;                    /* time: the compared unit's share of the path */
+} culprit;
+
+/* profile.c: units and their profiles (points 1, 2 and 4's roles) */
+uint32_t an_name_id(an_anomalies *a, const char *name);
+int an_units_profile(an_anomalies *a, an_session *s, int normal, sp_err *err);
+/* Point 7's second sweep of one thread: collects into col, profiles nothing. */
+int an_thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, const window *w,
+		      size_t nw, int whole, collect *col, sp_err *err);
+int an_unit_role(const an_anomalies *a, unit *u);
+bool an_same_role(const unit *x, const unit *y);
+int an_make_dense(an_anomalies *a);
+double an_distance(const an_anomalies *a, const unit *x, const unit *y);
+double an_time_of(const unit *u, uint32_t nd);
+bool an_covers(const unit *u, uint32_t nd);
+const comm *an_comm_of(const unit *u, uint32_t nd, int recv);
+int an_path_of(const an_anomalies *a, uint32_t nd, const char ***out, size_t *n);
+const char *an_unit_name(const unit *u, char *buf, size_t len);
+
+/* cause.c: the causes and the culprit (point 6), when (point 7) */
+__attribute__((format(printf, 3, 4)))
+void an_say(char *buf, size_t len, const char *fmt, ...);
+int an_causes(const an_anomalies *a, const unit *u, const unit *v, const map *count,
+	      int self_counted, size_t npeers, const char *others, an_suspect *s,
+	      culprit *cul);
+int an_add_interval(an_anomalies *a, an_session *s, uint32_t ui, const culprit *cul,
+		    an_suspect *sp, sp_err *err);
 
 #endif

@@ -275,6 +275,7 @@ typedef struct collect {
 struct an_anomalies {
 	int kind;
 	int profile;                     /* enum an_profile */
+	int sites;                       /* call paths name call sites (point 2) */
 	an_flows_opts flow_opts;         /* start functions */
 	char **names;
 	size_t nnames;

@@ -679,6 +679,8 @@ enum an_profile {
 typedef struct an_anomaly_opts {
 	int units;               /* enum an_unit_kind */
 	int profile;             /* enum an_profile */
+	int sites;               /* call paths name each call's site: "callee@caller+0xOFF"
+				    (two calls of f from one function are two paths) */
 	an_flows_opts flows;     /* start functions: each call a flow, and the
 				    root of the call paths under it */
 } an_anomaly_opts;

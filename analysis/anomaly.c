@@ -14,7 +14,9 @@
  *  2. A unit's profiles, from each thread's call tree swept in time: at
  *     every moment the innermost open call spends the time, under its call
  *     path (the functions from the thread's outermost traced call down, by
- *     name, so that units of different processes and hosts compare).
+ *     name, so that units of different processes and hosts compare; with
+ *     an_anomaly_opts.sites each by name and call site, "callee@caller+0xOFF",
+ *     link-time offsets, the same in every process of a binary).
  *       - time: the time spent in each call path, exclusive of the calls
  *         nested in it, as a fraction of the unit's traced time.  A flow
  *         owns a thread's time between its part's first and last records
@@ -502,6 +504,7 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 		return sp_fail(err, "out of memory");
 	a->kind = o ? o->units : AN_UNITS_AUTO;
 	a->profile = o ? o->profile : AN_PROFILE_COMPOSITE;
+	a->sites = o ? o->sites : 0;
 	if (o)
 		a->flow_opts = o->flows;
 	if (an_units_profile(a, s, 0, err) != 0 || (normal && an_units_profile(a, normal, 1, err) != 0))

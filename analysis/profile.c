@@ -254,6 +254,23 @@ static uint32_t msg_unit_at(const sweep *sw, int64_t at, bool *inside)
 	return unit_at(&back, at, inside);
 }
 
+/* Point 2 with call sites: the callee, '@', and where it was called from
+ * (the caller and the call's offset in it, link-time: the same in every
+ * process of the binary). */
+static const char *site_name(an_trace *t, uint32_t site, const char *name, char *buf,
+			     size_t len)
+{
+	const an_site_info *si = an_site(t, site);
+	const an_func *caller = si->caller != AN_NONE ? an_func_get(t, si->caller) : NULL;
+
+	if (caller && caller->name && si->addr >= caller->addr)
+		snprintf(buf, len, "%s@%s+%#" PRIx64, name ? name : "?", caller->name,
+			 si->addr - caller->addr);
+	else
+		snprintf(buf, len, "%s@%#" PRIx64, name ? name : "?", si->addr);
+	return buf;
+}
+
 static bool start_func(const an_anomalies *a, const char *name)
 {
 	for (size_t k = 0; name && k < a->flow_opts.nstart; k++)
@@ -343,7 +360,9 @@ int an_thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, const w
 		cur = start > cur ? start : cur;
 
 		const char *name = an_func_get(t, an_site(t, c[j].id)->callee)->name;
-		uint32_t nm = an_name_id(a, name ? name : "?");
+		char at[512];
+		uint32_t nm = an_name_id(a, a->sites ? site_name(t, c[j].id, name, at, sizeof at)
+					 : name ? name : "?");
 		/* a start function's call is the root of the paths under it */
 		uint32_t nd = nm == AN_NONE ? AN_NONE
 			      : node_id(a, depth && !start_func(a, name) ? st[depth - 1].node

@@ -184,7 +184,7 @@ int main(int argc, char **argv)
 		an_session *s;
 		an_flows *f;
 		an_anomalies *a;
-		an_anomaly_opts o = { AN_UNITS_FLOW, AN_PROFILE_COMPOSITE, { NULL, 0, NULL, 0 } };
+		an_anomaly_opts o = { .units = AN_UNITS_FLOW, .profile = AN_PROFILE_COMPOSITE };
 		sp_err err;
 		uint64_t t0 = now_ns();
 

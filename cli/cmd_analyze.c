@@ -54,6 +54,9 @@ static const char help[] =
 	"                path, which call paths were taken, the messages sent (their\n"
 	"                number) and the bytes sent and received through each call\n"
 	"                path, or all three (default)\n"
+	"  --sites       call paths name the call site of each call: callee@caller+0xOFF\n"
+	"                (two calls of one function from one caller are two paths; the\n"
+	"                culprit's \"function\" stays the callee's name)\n"
 	"  --start FUNC  each call of FUNC (a job, a request handler; as replay names\n"
 	"                it) is a flow of its own, compared with the other calls of\n"
 	"                FUNC by the call paths under it (repeatable)\n"
@@ -100,8 +103,21 @@ static void json_path(const char *const *path, size_t n)
 	putchar(']');
 }
 
-static void print_json(const an_anomalies *a, size_t top)
+/* The culprit's function: with --sites, the callee before its '@'. */
+static const char *function_of(const char *name, int sites, char *buf, size_t len)
 {
+	const char *at = sites ? strrchr(name, '@') : NULL;
+
+	if (!at)
+		return name;
+	snprintf(buf, len, "%.*s", (int)(at - name), name);
+	return buf;
+}
+
+static void print_json(const an_anomalies *a, size_t top, int sites)
+{
+	char fn[512];
+
 	printf("{\"anomalies\":[");
 	for (size_t i = 0; i < an_anomalies_count(a) && i < top; i++) {
 		const an_suspect *s = an_anomalies_get(a, i);
@@ -125,7 +141,7 @@ static void print_json(const an_anomalies *a, size_t top)
 		printf(",\"culprit\":");
 		if (s->npath) {
 			printf("{\"function\":");
-			cli_json_str(s->path[s->npath - 1]);
+			cli_json_str(function_of(s->path[s->npath - 1], sites, fn, sizeof fn));
 			printf(",\"path\":");
 			json_path(s->path, s->npath);
 			putchar('}');
@@ -234,6 +250,7 @@ int cmd_analyze(int argc, char **argv)
 		{ "by", required_argument, 0, 'b' },    { "profile", required_argument, 0, 'p' },
 		{ "html", required_argument, 0, 'H' },  { "start", required_argument, 0, 's' },
 		{ "join", required_argument, 0, 'J' },  { "help", no_argument, 0, 'h' },
+		{ "sites", no_argument, 0, 'S' },
 		{ 0, 0, 0, 0 },
 	};
 	an_open_opts oo = { 0 };
@@ -244,7 +261,8 @@ int cmd_analyze(int argc, char **argv)
 	sp_err err;
 	char *end;
 	const char *starts[CLI_MAX_START], *joins[CLI_JOIN_MAX];
-	an_anomaly_opts ao = { AN_UNITS_AUTO, AN_PROFILE_COMPOSITE, { NULL, 0, joins, 0 } };
+	an_anomaly_opts ao = { .units = AN_UNITS_AUTO, .profile = AN_PROFILE_COMPOSITE,
+			       .flows = { NULL, 0, joins, 0 } };
 	int c, json = 0, rc = 0;
 
 	optind = 1;
@@ -253,6 +271,7 @@ int cmd_analyze(int argc, char **argv)
 		switch (c) {
 		case 'j': json = 1; break;
 		case 'H': html = optarg; break;
+		case 'S': ao.sites = 1; break;
 		case 's':
 			if (cli_add_start("analyze", &ao.flows, starts, optarg))
 				return 2;
@@ -325,7 +344,7 @@ int cmd_analyze(int argc, char **argv)
 		return cli_error("analyze: %s", err.msg);
 	}
 	if (json) {
-		print_json(a, top);
+		print_json(a, top, ao.sites);
 	} else {
 		print_table(argv[optind], a, top);
 		if (cli_analyze_diff(stdout, s, ref, a, &ao.flows) < 0)

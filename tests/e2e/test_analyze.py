@@ -254,6 +254,27 @@ def case_flows(sptrace, reqserver, case, tmp):
         check(top[0]["score"] >= 0.25 and all(x["score"] < 0.1 for x in top[1:]),
               "communication scores: the chatty flow %.3f, the next %.3f" %
               (top[0]["score"], top[1]["score"]))
+    elif case == "sites":
+        # lookup() called from another call site of handle(): the same call
+        # paths by function, another by call site.
+        kinds = ["alt" if i == 9 else "normal" for i in range(REQUESTS)]
+        serve(sptrace, reqserver, "thread", out, kinds)
+        bad = flow_of(sptrace, out, 9)
+        plain = {x["flow"]: x for x in analyze(sptrace, out)}
+        check(not [c for c in plain[bad]["causes"] if c["kind"] == "coverage"],
+              "without --sites, the other call site's flow %s has paths of its own: %r" %
+              (bad, plain[bad]))
+        top = analyze(sptrace, out, "--sites")
+        check(top[0]["flow"] == bad, "with --sites, the flow (%s) whose lookup() was called from "
+              "another site is not first:\n%s" % (bad, show(sptrace, out, "--sites")))
+        taken = [c["path"] for c in top[0]["causes"] if c["kind"] == "coverage" and
+                 c["why"].startswith("taken by")]
+        check(len(taken) == 1 and taken[0][-1].startswith("lookup@handle+0x") and
+              taken[0][0].startswith("serve@"),
+              "the other call site is not a coverage cause of its own: %r" % top[0]["causes"])
+        check("@" not in top[0]["culprit"]["function"] and
+              top[0]["culprit"]["path"][-1].startswith(top[0]["culprit"]["function"] + "@"),
+              "the culprit's function is not the callee's plain name: %r" % top[0]["culprit"])
     elif case == "coverage":
         kinds = ["cover" if i == 9 else "normal" for i in range(REQUESTS)]
         serve(sptrace, reqserver, "poll", out, kinds)
@@ -767,7 +788,8 @@ def main():
              "queue-attach": lambda tmp: case_queue_attach(sptrace, prog, tmp),
              "start": lambda tmp: case_start(sptrace, prog, tmp),
              "html": lambda tmp: case_html(sptrace, prog, extra[0], tmp)}
-    for c in ("flow-thread", "flow-poll", "coverage", "comm", "normal", "diff", "flow-hang"):
+    for c in ("flow-thread", "flow-poll", "coverage", "comm", "sites", "normal", "diff",
+              "flow-hang"):
         cases[c] = lambda tmp, c=c: case_flows(sptrace, prog, c, tmp)
     for c in ("loop", "crash", "slow"):
         cases[c] = lambda tmp, c=c: case_workers(sptrace, prog, c, tmp)

@@ -24,6 +24,8 @@
  *           the coverage of call paths and hardly in their times
  *   rare    rare_report(): twice the work too, a normal but rare request
  *   loop    spin_forever(): a loop that calls nothing, never answered
+ *   alt     the same work, lookup() called from another call site of
+ *           handle(): one path with the others unless call sites count
  *   chatty  the same work, its answer sent one byte per send() (reply()):
  *           visible in the messages only, not in times or call paths
  *
@@ -124,7 +126,14 @@ static KEEP int handle(const char *in, char *out, size_t len)
 
 	if (parse_request(in, &id, kind, sizeof kind) != 0)
 		return snprintf(out, len, "bad request\n");
-	sink += lookup(id, strcmp(kind, "cover") == 0);
+	if (strcmp(kind, "alt") == 0) {
+		/* the same work from another call site */
+		__asm__ volatile("" ::: "memory");
+		sink += lookup(id, 0);
+		__asm__ volatile("nop");
+	} else {
+		sink += lookup(id, strcmp(kind, "cover") == 0);
+	}
 	if (strcmp(kind, "slow") == 0)
 		slow_path();
 	if (strcmp(kind, "rare") == 0)

@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "codeanalysis.h"
 #include "sp.h"
@@ -694,5 +695,34 @@ int an_anomalies_kind(const an_anomalies *a);
 size_t an_anomalies_count(const an_anomalies *a);
 const an_suspect *an_anomalies_get(const an_anomalies *a, size_t i);
 void an_anomalies_free(an_anomalies *a);
+
+
+/* ---- exports (export.c; writers export_perfetto.c, export_chrome.c) ---- */
+
+/*
+ * The session as a file a trace viewer opens: "perfetto" (Perfetto's
+ * TrackEvent protobuf: a track per process and thread, a slice per call, an
+ * instant per event and message, a flow arrow from each send to the receive
+ * that read it) or "chrome" (Trace Event JSON).  Pids unique per file (a
+ * second host's pid gets a number above the kernel's largest), the host in
+ * each process's name, times each host's CLOCK_REALTIME (aligned, rule 7).
+ */
+typedef struct an_export_opts {
+	const char *format;      /* "perfetto" or "chrome" */
+	const char *flow;        /* only this flow's records (an_flow.id), or NULL */
+	uint64_t max_bytes;      /* refuse to write more; 0: no limit */
+	/* about once a second while it runs, and at the end when it took one at
+	 * least (NULL: none) */
+	void (*progress)(void *arg, uint64_t done, uint64_t total, uint64_t bytes);
+	void *arg;
+} an_export_opts;
+
+#define AN_EXPORT_TOO_BIG (-2)
+
+/* 0; -1 with err (an unknown format or flow, out of memory, a write's
+ * error); AN_EXPORT_TOO_BIG: the file would pass max_bytes (refused before
+ * any work when the records alone would, else stopped: what out holds is
+ * not a whole file). */
+int an_export(an_session *s, FILE *out, const an_export_opts *o, sp_err *err);
 
 #endif

@@ -100,6 +100,12 @@ void cli_kernel_abandon(cli_kernel *k);
 
 /* Print "sptrace: <message>" to stderr (printf style); returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* An output file written beside itself (PATH.XXXXXX, *tmp) and renamed over
+ * PATH once complete, so that a failure leaves PATH as it was: NULL after
+ * a message naming `cmd`.  cli_finish_beside closes f and, when `ok`,
+ * renames it (0; 1 after a message when it cannot); else removes it (1). */
+FILE *cli_create_beside(const char *cmd, const char *path, char **tmp);
+int cli_finish_beside(const char *cmd, FILE *f, char *tmp, const char *path, int ok);
 
 /* One line on `out` per region of code the agent left alone because a
  * language runtime manages it (meta's "runtime" lines), and per module the

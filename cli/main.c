@@ -63,6 +63,58 @@ int cli_error(const char *fmt, ...)
 	return 1;
 }
 
+FILE *cli_create_beside(const char *cmd, const char *path, char **tmp)
+{
+	size_t len = strlen(path);
+	mode_t mask;
+	FILE *f;
+	int fd;
+
+	if (!(*tmp = malloc(len + 8))) {
+		cli_error("%s: %s: out of memory", cmd, path);
+		return NULL;
+	}
+	memcpy(*tmp, path, len);
+	memcpy(*tmp + len, ".XXXXXX", 8);
+	if ((fd = mkstemp(*tmp)) < 0) {
+		cli_error("%s: %s: cannot create %s beside it: %s", cmd, path, *tmp,
+			  strerror(errno));
+		free(*tmp);
+		*tmp = NULL;
+		return NULL;
+	}
+	/* the file is the user's, readable as a file they made would be */
+	mask = umask(0);
+	umask(mask);
+	if (fchmod(fd, 0644 & ~mask) != 0 || !(f = fdopen(fd, "w"))) {
+		cli_error("%s: %s: %s", cmd, *tmp, strerror(errno));
+		close(fd);
+		unlink(*tmp);
+		free(*tmp);
+		*tmp = NULL;
+		return NULL;
+	}
+	return f;
+}
+
+int cli_finish_beside(const char *cmd, FILE *f, char *tmp, const char *path, int ok)
+{
+	int e = 0;
+
+	if (ok && (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0))
+		e = errno ? errno : EIO;
+	if (fclose(f) != 0 && ok && !e)
+		e = errno;
+	if (ok && !e && rename(tmp, path) != 0)
+		e = errno;
+	if (!ok || e)
+		unlink(tmp);
+	free(tmp);
+	if (e)
+		return cli_error("%s: cannot write %s: %s", cmd, path, strerror(e));
+	return ok ? 0 : 1;
+}
+
 static int progress_shown;
 
 void cli_progress(const char *what, size_t done, size_t total)

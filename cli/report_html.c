@@ -409,50 +409,16 @@ int cli_analyze_html(const char *path, const char *dir, an_session *s, an_sessio
 {
 	an_flows *fl = NULL;
 	sp_err err;
-	size_t len = strlen(path);
-	char *tmp = malloc(len + 8);
-	int fd, rc = -1;
-	FILE *f;
+	char *tmp;
+	FILE *f = cli_create_beside("analyze: --html", path, &tmp);
 
-	if (!tmp)
-		return cli_error("analyze: --html %s: out of memory", path);
-	memcpy(tmp, path, len);
-	memcpy(tmp + len, ".XXXXXX", 8);
-	if ((fd = mkstemp(tmp)) < 0) {
-		cli_error("analyze: --html %s: cannot create %s beside it: %s", path, tmp,
-			  strerror(errno));
-		free(tmp);
+	if (!f)
 		return -1;
-	}
-	if (!(f = fdopen(fd, "w"))) {
-		close(fd);
-		goto fail;
-	}
 	if (an_flows_build_opts(s, fo, &fl, &err) != 0) {
 		fprintf(stderr, "sptrace: analyze: warning: no timeline in %s: %s\n", path, err.msg);
 		fl = NULL;
 	}
 	page(f, dir, s, ref, a, fl, fo, top);
 	an_flows_free(fl);
-	/* the page is the user's, readable as a file they made would be */
-	mode_t mask = umask(0);
-
-	umask(mask);
-	fchmod(fileno(f), 0644 & ~mask);
-	if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
-		fclose(f);
-		goto fail;
-	}
-	if (fclose(f) != 0)
-		goto fail;
-	if (rename(tmp, path) != 0)
-		goto fail;
-	rc = 0;
-	free(tmp);
-	return rc;
-fail:
-	cli_error("analyze: --html %s: %s", path, strerror(errno));
-	unlink(tmp);
-	free(tmp);
-	return -1;
+	return cli_finish_beside("analyze: --html", f, tmp, path, 1) ? -1 : 0;
 }

@@ -238,7 +238,7 @@ def check_perfetto(path, hosts=(), tree=None, sptrace=None):
            sorted(set(flow_end) - set(flow_start))[:5]))
     # A send is stamped when its call began, a receive when it returned
     # (trace_format.h, "Message events"), and the export writes each at its
-    # time (cmd_export.c, send_hoists): an arrow points back only by what
+    # time (analysis/export.c, send_hoists): an arrow points back only by what
     # the clocks disagree -- each process's TSC rate, the hosts' alignment
     # (analysis/flows.c, rule 7) --, never by more than 50 ms here (all
     # hosts are namespaces of one clock, but the machine may be busy).
@@ -423,6 +423,16 @@ def case_server(sptrace, tier, tmp):
              "0.001"], env=env)
     check(r.returncode == 1 and "would be over 0.001 MB" in r.stderr and "--max-size" in r.stderr
           and not os.path.exists(big), "--max-size 0.001: %r" % r.stderr)
+    # a file that existed is left as it was when the export fails
+    with open(js, "rb") as f:
+        before = f.read()
+    for opts in (["--max-size", "0.001"], ["--flow", "f99"]):
+        r = run([sptrace, "export", out, "--format", "chrome", "-o", js] + opts, env=env)
+        with open(js, "rb") as f:
+            check(r.returncode == 1 and f.read() == before and
+                  not [n for n in os.listdir(tmp) if n.startswith("server.json.")],
+                  "a failed export (%s) changed %s or left a file beside it: %r" %
+                  (" ".join(opts), js, r.stderr))
     r = run([sptrace, "export", out, "--format", "perfetto", "-o", big, "--max-size", "1"],
             env=env)
     check(r.returncode == 0, "--max-size 1: %r" % r.stderr)

@@ -12,7 +12,7 @@
  * record of the session, written from integer nanoseconds with three
  * decimals: exact, so nesting in nanoseconds stays nesting in the file.
  */
-#include "export.h"
+#include "an_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>

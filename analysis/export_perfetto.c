@@ -17,7 +17,7 @@
  *   4. a message instant carries flow_ids (a send: its matches) or
  *      terminating_flow_ids (a receive): Perfetto draws the arrow.
  */
-#include "export.h"
+#include "an_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -356,11 +356,13 @@ typedef struct ex_format {
 	int (*process)(ex_writer *w, uint64_t uuid, int32_t pid, const char *name);
 	int (*thread)(ex_writer *w, uint64_t uuid, uint64_t process_uuid, int32_t pid,
 		      int32_t tid, const char *name);
-	/* a call: entered at t0, ends at t1 (given again to end) */
-	int (*begin)(ex_writer *w, uint64_t track, const char *name, int64_t t0, int64_t t1);
+	/* a call: entered at t0, ends at t1 (given again to end); `corr`: the
+	 * number of the flow it belongs to (f3: 3), 0 if none */
+	int (*begin)(ex_writer *w, uint64_t track, const char *name, int64_t t0, int64_t t1,
+		     uint64_t corr);
 	int (*end)(ex_writer *w, uint64_t track, int64_t t1);
 	/* an event; a message starts the flows `out` and ends the flows `in` */
-	int (*instant)(ex_writer *w, uint64_t track, const char *name, int64_t t,
+	int (*instant)(ex_writer *w, uint64_t track, const char *name, int64_t t, uint64_t corr,
 		       const uint64_t *out, size_t nout, const uint64_t *in, size_t nin);
 	/* 0 after the last bytes were written; frees w either way */
 	int (*close)(ex_writer *w);

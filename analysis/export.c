@@ -54,6 +54,8 @@ typedef struct ex_walk {
 	size_t neps;
 	uint64_t *fl;            /* flows_at's */
 	size_t capfl;
+	struct tpart *tp;        /* the thread's parts of flows, by start (corr_at) */
+	size_t ntp, captp;
 	const an_export_opts *o;
 	/* progress */
 	uint64_t total, done;
@@ -236,6 +238,58 @@ static int flows_at(ex_walk *x, size_t image, uint32_t tid, uint64_t tsc, int re
 	return 0;
 }
 
+/* ---- correlation: the flow each item belongs to ---- */
+
+struct tpart {
+	int64_t t0, t1;
+	uint64_t flow;           /* its number: f3 is 3 */
+};
+
+static int tpart_cmp(const void *a, const void *b)
+{
+	const struct tpart *x = a, *y = b;
+
+	return x->t0 < y->t0 ? -1 : x->t0 > y->t0;
+}
+
+/* The parts of flows on thread (image, tid), into x->tp by start. */
+static int thread_parts(ex_walk *x, size_t image, uint32_t tid)
+{
+	x->ntp = 0;
+	for (size_t i = 0; i < an_flows_count(x->flows); i++) {
+		const an_flow *fl = an_flows_get(x->flows, i);
+		uint64_t num = strtoull(fl->id + 1, NULL, 10);
+
+		for (size_t k = 0; k < fl->nparts; k++) {
+			const an_flow_part *p = &fl->parts[k];
+
+			if (p->image != image || p->tid != tid)
+				continue;
+			if (sp_grow((void **)&x->tp, &x->captp, x->ntp + 1, sizeof *x->tp))
+				return -1;
+			x->tp[x->ntp++] = (struct tpart){ p->start_ns, p->end_ns, num };
+		}
+	}
+	qsort(x->tp, x->ntp, sizeof *x->tp, tpart_cmp);
+	return 0;
+}
+
+/* The number of the flow whose part of the thread holds time ns, 0 if none. */
+static uint64_t corr_at(const ex_walk *x, int64_t ns)
+{
+	size_t lo = 0, hi = x->ntp;
+
+	while (lo < hi) {               /* the first part starting after ns */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (x->tp[mid].t0 <= ns)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo && ns <= x->tp[lo - 1].t1 ? x->tp[lo - 1].flow : 0;
+}
+
 /* ---- the walk ---- */
 
 static void progress(ex_walk *x, int last)
@@ -376,6 +430,7 @@ static int put_instant(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 		return -2;
 	x->done++;
 	return x->fmt->instant(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0,
+			       corr_at(x, an_realtime_ns(t, c->t0)),
 			       m && !m->recv ? x->fl : NULL, m && !m->recv ? nf : 0,
 			       m && m->recv ? x->fl : NULL, m && m->recv ? nf : 0);
 }
@@ -408,6 +463,10 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 	}
 	if (!(tr = thread_track(x, image, th)))
 		goto io;
+	if (thread_parts(x, image, th->tid) < 0) {
+		sp_fail(err, "out of memory");
+		goto done;
+	}
 	if (!(stack = malloc(n * sizeof *stack)) || !(ends = malloc(n * sizeof *ends)) ||
 	    !(moved = calloc(n, 1)) || send_hoists(calls, n, &hs, &nh) < 0) {
 		sp_fail(err, "out of memory");
@@ -451,7 +510,8 @@ static int walk_thread(ex_walk *x, size_t image, an_trace *t, const an_thread *t
 			t1 = t0;
 		if (depth && t1 > ends[depth - 1])
 			t1 = ends[depth - 1];
-		if (x->fmt->begin(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0, t1) < 0)
+		if (x->fmt->begin(x->w, tr->uuid, item_name(t, c, buf, sizeof buf), t0, t1,
+				  corr_at(x, an_realtime_ns(t, c->t0))) < 0)
 			goto io;
 		stack[depth] = i;
 		ends[depth++] = t1;
@@ -538,6 +598,7 @@ static void walk_free(ex_walk *x)
 {
 	free(x->eps);
 	free(x->fl);
+	free(x->tp);
 	an_flows_free(x->flows);
 	free(x->ids);
 	free(x->procs);

@@ -132,12 +132,20 @@ static int ch_thread(ex_writer *w, uint64_t uuid, uint64_t process_uuid, int32_t
 	return put(w, "}}");
 }
 
-static int ch_begin(ex_writer *w, uint64_t uuid, const char *name, int64_t t0, int64_t t1)
+/* A flow's events name it in their args ("flow":"f3"). */
+static int put_flow(ex_writer *w, uint64_t corr)
+{
+	return corr ? put(w, ",\"args\":{\"flow\":\"f%" PRIu64 "\"}", corr) : 0;
+}
+
+static int ch_begin(ex_writer *w, uint64_t uuid, const char *name, int64_t t0, int64_t t1,
+		    uint64_t corr)
 {
 	const track *t = &w->tracks[uuid];
 
 	if (head(w, name, "X", t0, t->pid, t->tid) < 0 ||
-	    put(w, ",\"cat\":\"call\",\"dur\":") < 0 || put_us(w, t1 - t0) < 0)
+	    put(w, ",\"cat\":\"call\",\"dur\":") < 0 || put_us(w, t1 - t0) < 0 ||
+	    put_flow(w, corr) < 0)
 		return -1;
 	return put(w, "}");
 }
@@ -148,12 +156,14 @@ static int ch_end(ex_writer *w, uint64_t track, int64_t t1)
 }
 
 static int ch_instant(ex_writer *w, uint64_t uuid, const char *name, int64_t ts,
-		      const uint64_t *out, size_t nout, const uint64_t *in, size_t nin)
+		      uint64_t corr, const uint64_t *out, size_t nout, const uint64_t *in,
+		      size_t nin)
 {
 	const track *t = &w->tracks[uuid];
 
 	if (head(w, name, "i", ts, t->pid, t->tid) < 0 ||
-	    put(w, ",\"cat\":\"event\",\"s\":\"t\"}") < 0)
+	    put(w, ",\"cat\":\"event\",\"s\":\"t\"") < 0 || put_flow(w, corr) < 0 ||
+	    put(w, "}") < 0)
 		return -1;
 	for (size_t i = 0; i < nout; i++)
 		if (head(w, "message", "s", ts, t->pid, t->tid) < 0 ||

@@ -15,7 +15,9 @@
  *   3. tracks are described (TrackDescriptor: a process, a thread under it)
  *      before their first event, as export.h promises;
  *   4. a message instant carries flow_ids (a send: its matches) or
- *      terminating_flow_ids (a receive): Perfetto draws the arrow.
+ *      terminating_flow_ids (a receive): Perfetto draws the arrow;
+ *   5. a slice or instant of a flow (a request) carries its correlation_id,
+ *      the flow's number (f3: 3), on every host: the UI links them.
  */
 #include "an_internal.h"
 
@@ -172,7 +174,7 @@ static int pf_thread(ex_writer *w, uint64_t uuid, uint64_t process_uuid, int32_t
 
 /* One TrackEvent packet; name NULL for a slice's end. */
 static int event(ex_writer *w, uint64_t track, Perfetto__Protos__TrackEvent__Type type,
-		 const char *name, int64_t t, const uint64_t *out, size_t nout,
+		 const char *name, int64_t t, uint64_t corr, const uint64_t *out, size_t nout,
 		 const uint64_t *in, size_t nin)
 {
 	Perfetto__Protos__TracePacket p = PERFETTO__PROTOS__TRACE_PACKET__INIT;
@@ -203,6 +205,8 @@ static int event(ex_writer *w, uint64_t track, Perfetto__Protos__TrackEvent__Typ
 			p.interned_data = &id;
 		}
 	}
+	ev.has_correlation_id = corr != 0;
+	ev.correlation_id = corr;
 	ev.n_flow_ids = nout;
 	ev.flow_ids = (uint64_t *)out;
 	ev.n_terminating_flow_ids = nin;
@@ -211,23 +215,25 @@ static int event(ex_writer *w, uint64_t track, Perfetto__Protos__TrackEvent__Typ
 	return emit(w, &p, name != NULL);
 }
 
-static int pf_begin(ex_writer *w, uint64_t track, const char *name, int64_t t0, int64_t t1)
+static int pf_begin(ex_writer *w, uint64_t track, const char *name, int64_t t0, int64_t t1,
+		    uint64_t corr)
 {
 	return event(w, track, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN, name, t0,
-		     NULL, 0, NULL, 0);
+		     corr, NULL, 0, NULL, 0);
 }
 
 static int pf_end(ex_writer *w, uint64_t track, int64_t t1)
 {
 	return event(w, track, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END, NULL, t1,
-		     NULL, 0, NULL, 0);
+		     0, NULL, 0, NULL, 0);
 }
 
 static int pf_instant(ex_writer *w, uint64_t track, const char *name, int64_t t,
-		      const uint64_t *out, size_t nout, const uint64_t *in, size_t nin)
+		      uint64_t corr, const uint64_t *out, size_t nout, const uint64_t *in,
+		      size_t nin)
 {
-	return event(w, track, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT, name, t, out,
-		     nout, in, nin);
+	return event(w, track, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT, name, t, corr,
+		     out, nout, in, nin);
 }
 
 static int pf_close(ex_writer *w)

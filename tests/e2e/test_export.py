@@ -161,7 +161,7 @@ def check_perfetto(path, hosts=(), tree=None, sptrace=None):
     packets = decode_perfetto(path)
     check(packets, "%s: no packet" % path)
     procs, threads, names = {}, {}, {}
-    stacks, last_ts, slices = {}, {}, {}
+    stacks, last_ts, slices, corr = {}, {}, {}, {}
     flow_start, flow_end = {}, {}
     seqs = set()
     for i, p in enumerate(packets):
@@ -218,6 +218,7 @@ def check_perfetto(path, hosts=(), tree=None, sptrace=None):
             check(name, "packet %d: a slice without a name" % i)
             st.append((ts, name))
             slices[name] = slices.get(name, 0) + 1
+            corr.setdefault(name, []).append(one(ev, "correlation_id"))
         elif typ == "TYPE_SLICE_END":
             check(st, "packet %d: a slice end with no slice open on track %s" % (i, track))
             t0, _ = st.pop()
@@ -261,7 +262,7 @@ def check_perfetto(path, hosts=(), tree=None, sptrace=None):
     check(len(tids) == len(set(tids)), "two threads share a tid: %s" % sorted(tids))
     for h in hosts:
         check(any(r[0] == h for r in real), "no process of host %s in %s" % (h, real))
-    return {"procs": procs, "threads": threads, "slices": slices,
+    return {"procs": procs, "threads": threads, "slices": slices, "corr": corr,
             "flows": {f: (flow_start[f][0], flow_end[f][0]) for f in flow_start},
             "real": real}
 
@@ -277,7 +278,7 @@ def check_chrome(path, hosts=()):
         fail("%s is not JSON: %s" % (path, e))
     events = doc.get("traceEvents")
     check(isinstance(events, list) and events, "%s: no traceEvents" % path)
-    xs, procs, per_thread, flows = {}, {}, {}, {}
+    xs, procs, per_thread, flows, xflows = {}, {}, {}, {}, {}
     for e in events:
         check(all(k in e for k in ("name", "ph", "ts", "pid", "tid")) and
               isinstance(e["name"], str) and e["name"] and isinstance(e["ts"], (int, float)) and
@@ -286,6 +287,7 @@ def check_chrome(path, hosts=()):
             check(isinstance(e.get("dur"), (int, float)) and e["dur"] >= 0,
                   "a complete event without a duration >= 0: %r" % e)
             xs[e["name"]] = xs.get(e["name"], 0) + 1
+            xflows.setdefault(e["name"], []).append(e.get("args", {}).get("flow"))
             per_thread.setdefault((e["pid"], e["tid"]), []).append(e)
         elif e["ph"] == "M" and e["name"] == "process_name":
             check(e["pid"] not in procs, "pid %d named twice" % e["pid"])
@@ -309,7 +311,7 @@ def check_chrome(path, hosts=()):
     for h in hosts:
         check(any(("(host %s," % h) in n for n in procs.values()),
               "no process of host %s in %s" % (h, procs))
-    return {"X": xs, "procs": procs, "flows": len(flows)}
+    return {"X": xs, "procs": procs, "flows": len(flows), "xflows": xflows}
 
 
 # ---- cases ----
@@ -370,6 +372,12 @@ def case_server(sptrace, tier, tmp):
     got = check_perfetto(pf, [host])
     check(got["slices"].get("backend_line") == 6, "backend_line: %s slices, expected 6" %
           got["slices"].get("backend_line"))
+    # each request's slices carry its flow's number as their correlation id
+    f = run([sptrace, "flows", "--json", out], env=env)
+    ids = {fl["id"] for fl in json.loads(f.stdout)["flows"]}
+    corr = got["corr"]["backend_line"]
+    check(len(set(corr)) == 6 and all(c and "f" + c in ids for c in corr),
+          "backend_line's correlation ids %r are not six of the flows %r" % (corr, sorted(ids)))
     check(got["real"] == [(host, pid)], "processes %s, expected %s:%d" % (got["real"], host, pid))
     js = os.path.join(tmp, "server.json")
     export(sptrace, out, "chrome", js, env)
@@ -377,12 +385,18 @@ def case_server(sptrace, tier, tmp):
     check(got["X"].get("backend_line") == 6, "chrome backend_line: %s, expected 6" %
           got["X"].get("backend_line"))
     check(got["X"].get("work", 0) >= 6, "chrome work: %s" % got["X"].get("work"))
+    check(len(set(got["xflows"]["backend_line"])) == 6 and
+          all(f in ids for f in got["xflows"]["backend_line"]),
+          "chrome backend_line's flows %r" % got["xflows"]["backend_line"])
 
     # one flow: the third request (tests/e2e/test_flows.py's f3)
     export(sptrace, out, "perfetto", pf, env, ["--flow", "f3"])
     got = check_perfetto(pf, [host])
     check(got["slices"].get("backend_line") == 1, "--flow f3: backend_line %s, expected 1" %
           got["slices"].get("backend_line"))
+    check({c for cs in got["corr"].values() for c in cs} <= {"3", None} and
+          got["corr"]["backend_line"] == ["3"],
+          "--flow f3: correlation ids %r" % got["corr"])
     export(sptrace, out, "chrome", js, env, ["--flow", "f3"])
     got = check_chrome(js, [host])
     check(got["X"].get("backend_line") == 1, "chrome --flow f3: backend_line %s" %
@@ -531,6 +545,11 @@ def case_tiers(sptrace, spdaemon, tier, tmp):
         check(got["slices"].get("backend_line") == 3 and got["slices"].get("serve_line") == 3,
               "backend_line %s, serve_line %s: expected 3 each" %
               (got["slices"].get("backend_line"), got["slices"].get("serve_line")))
+        # the frontend's and the backend's slices of the client's requests
+        # carry the same flow's correlation id, across hosts
+        sc, bc = set(got["corr"]["serve_line"]), set(got["corr"]["backend_line"])
+        check(None not in sc and sc == bc, "correlation ids: serve_line (frontend) %r, "
+              "backend_line (backend) %r" % (sc, bc))
         js = os.path.join(tmp, "tiers.json")
         export(sptrace, ts.out, "chrome", js)
         got = check_chrome(js, names)

@@ -161,7 +161,42 @@ static unsigned hue(const char *s)
 	return (unsigned)(an_hash_str(s) % 360);
 }
 
-static int timeline(FILE *f, an_session *s, const an_flows *fl)
+/* The intervals of the most suspect flows (anomaly.c, point 7): a red band
+ * under each of their bars, over the stretch where the culprit showed. */
+static void intervals(FILE *f, const an_anomalies *a, const an_flows *fl, const lane *l,
+		      size_t nl, int64_t t0, int64_t span)
+{
+	for (size_t i = 0; i < an_anomalies_count(a) && i < CAUSE_UNITS; i++) {
+		const an_suspect *sp = an_anomalies_get(a, i);
+		const an_flow *fw = NULL;
+
+		if (!sp->flow || !sp->interval_to_ns)
+			continue;
+		for (size_t k = 0; k < an_flows_count(fl) && !fw; k++)
+			if (strcmp(an_flows_get(fl, k)->id, sp->flow) == 0)
+				fw = an_flows_get(fl, k);
+		for (size_t k = 0; fw && k < fw->nparts; k++) {
+			const an_flow_part *p = &fw->parts[k];
+			long ln = lane_of(l, nl, p->image, p->tid);
+			int64_t lo = p->start_ns > sp->interval_from_ns ? p->start_ns
+				     : sp->interval_from_ns;
+			int64_t hi = p->end_ns < sp->interval_to_ns ? p->end_ns : sp->interval_to_ns;
+
+			if (ln < 0 || hi < lo)
+				continue;
+			double x0 = x_of(lo, t0, span), x1 = x_of(hi, t0, span);
+
+			fprintf(f, "<rect class=interval data-u='%s' x=%.1f y=%ld width=%.1f height=3 "
+				"fill='#d00'><title>%s: when its culprit showed, +%.3f ms to +%.3f ms"
+				"</title></rect>\n", fw->id, x0, ln * LANE_H + LANE_H - 3,
+				x1 - x0 < 1 ? 1 : x1 - x0, fw->id,
+				(double)(sp->interval_from_ns - sp->first_ns) / 1e6,
+				(double)(sp->interval_to_ns - sp->first_ns) / 1e6);
+		}
+	}
+}
+
+static int timeline(FILE *f, an_session *s, const an_flows *fl, const an_anomalies *a)
 {
 	lane *l = NULL;
 	size_t nl = 0, cap = 0, nparts = 0, lanes_left = 0;
@@ -253,6 +288,7 @@ static int timeline(FILE *f, an_session *s, const an_flows *fl)
 				fw->id, fw->event, (double)(p->end_ns - p->start_ns) / 1e6, p->events);
 		}
 	}
+	intervals(f, a, fl, l, nl, t0, span);
 	for (size_t i = 0; i < an_flows_nmatches(fl) && i < MAX_ARROWS; i++) {
 		const an_msg_match *m = an_flows_match(fl, i);
 		long ls = lane_of(l, nl, m->send_image, m->send_tid);
@@ -400,7 +436,7 @@ static void page(FILE *f, const char *dir, an_session *s, an_session *ref,
 	timed_diff(f, s, ref, a, fo);
 	fputs("<h2>Timeline</h2>\n", f);
 	if (fl)
-		timeline(f, s, fl);
+		timeline(f, s, fl, a);
 	fprintf(f, "<script>%s</script>\n</body></html>\n", script);
 }
 

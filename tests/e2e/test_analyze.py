@@ -437,6 +437,9 @@ def case_html(sptrace, reqserver, msgs, tmp):
     check(len(bars) >= REQUESTS and {b[1] for b in bars if b[0]} == {slow},
           "timeline bars: %d, highlighted %r" % (len(bars), {b[1] for b in bars if b[0]}))
     check('id="selected">%s<' % slow in dom, "the page does not say %s is selected" % slow)
+    bands = re.findall(r'<rect class="interval( hl)?" data-u="([^"]*)"', dom)
+    check((" hl", slow) in bands, "no highlighted interval band under %s's bar: %r" %
+          (slow, bands))
     check(re.search(r'<table class="crit( hl)?" data-u="%s"><caption>critical path of %s' %
                     (slow, slow), dom), "no critical path for %s on the page" % slow)
     # the screenshot, for whoever reads the test log

@@ -9,20 +9,40 @@
  *      window (XGrabKey), for each combination of the lock modifiers (Caps,
  *      Num, Scroll Lock) so that they do not hide it.  The chord goes to us
  *      alone: the focused program does not see it.
- *   2. the kernel module's keyboard notifier, when $DISPLAY is not set and
- *      /dev/sptrace exists (kagent/keys.c): the chord, as Linux input key
- *      codes, is registered with SPK_IOC_KEY_CHORD and the device polls
- *      readable once it was pressed.  It sees every keyboard the kernel
- *      has (a console, a VM's PS/2 keyboard), and the key still goes
- *      where it went.  The device has one opener at a time, so it cannot
- *      serve a `--kernel` command (which holds it already).
- *   (evdev devices are issue 15's next backend; not built yet)
- * None available: an error that names what was looked for.
+ *   2. evdev, when $DISPLAY is not set and some event device under
+ *      /dev/input is readable and has the chord's keys (EVIOCGBIT): the
+ *      key and, for each of the chord's modifiers, its left or right key.
+ *      Each such keyboard is read on its own (keychord.c tracks its
+ *      modifiers; a Ctrl held on one keyboard does not make a T on another
+ *      Ctrl-T).  No EVIOCGRAB: the key still goes where it went.
+ *      Named with the devices: "evdev: /dev/input/event0 (AT Translated
+ *      Set 2 keyboard)".  Keyboards plugged in later are not read (no
+ *      watch on /dev/input); one unplugged is dropped with a word on
+ *      stderr.  This command is often root: /dev/input is opened
+ *      O_NOFOLLOW and must be root's and writable by root alone, and each
+ *      eventN must be a character device of the input major owned by
+ *      root, checked before the open (fstatat, no link followed) and
+ *      again on the opened descriptor; a link or anything else is skipped.
+ *   3. the kernel module's keyboard notifier, when /dev/sptrace exists
+ *      (kagent/keys.c): the chord, as Linux input key codes, is
+ *      registered with SPK_IOC_KEY_CHORD and the device polls readable
+ *      once it was pressed.  It sees every keyboard the kernel has (a
+ *      console, a VM's PS/2 keyboard, one plugged in later), and the key
+ *      still goes where it went.  The device has one opener at a time, so
+ *      it cannot serve a `--kernel` command (which holds it already).
+ * Why evdev before the module: evdev needs nothing loaded that the system
+ * does not have already, holds nothing exclusively (two commands can wait
+ * for chords, and `run --kernel --on key` works, the module's one opener
+ * being the --kernel side), and reads what the notifier would; the module
+ * serves where no keyboard is readable through evdev (its module not
+ * loaded, as in the kernel guest) or for keyboards plugged in later.
+ * None available: an error that names all three and what was found.
  *
  * CHORD: modifiers and a key joined by '-' or '+': Ctrl-Alt-T, ctrl+shift+F12.
  * Modifiers: Ctrl (Control), Alt, Shift, Super (Win, Meta); the key an X
- * keysym name (T, F12, Return, space); the kernel backend knows the keys
- * of a US keyboard's main block, F1-F12 and the navigation keys (keycodes[]).
+ * keysym name (T, F12, Return, space); the evdev and kernel backends know
+ * the keys of a US keyboard's main block, F1-F12 and the navigation keys
+ * (keycodes[]).
  */
 #include "cli.h"
 
@@ -36,8 +56,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+#include <linux/input.h>
+#include <linux/major.h>
 #include <X11/XKBlib.h>
 #include <X11/Xlib.h>
 #include <X11/keysym.h>
@@ -45,8 +71,21 @@
 
 #include "../kagent/sptrace_kagent.h"
 
+/* One keyboard the evdev backend reads. */
+struct evdev_kbd {
+	int fd;                  /* -1 once unplugged */
+	char path[32];           /* /dev/input/eventN */
+	char name[128];          /* EVIOCGNAME's */
+	struct cli_keychord k;
+};
+
 struct cli_hotkey {
 	int kfd;                 /* /dev/sptrace (the kernel backend), or -1 */
+	int efd;                 /* evdev: an epoll set of kbd[]'s fds, or -1 */
+	struct evdev_kbd *kbd;
+	size_t nkbd;
+	const char *cmd;
+	char backend[512];       /* evdev's name, with its devices */
 	Display *dpy;            /* the X11 backend's, or NULL */
 	Window root;
 	KeyCode code;
@@ -156,29 +195,192 @@ static const struct {
 	{ XK_slash, KEY_SLASH },
 };
 
-/* The kernel module's keyboard notifier: the chord registered on
- * /dev/sptrace, which then polls readable at each press. */
-static cli_hotkey *open_kernel(const char *cmd, const char *chord, unsigned mods, KeySym sym)
+/* sym's Linux key code (keycodes[]), or 0. */
+static unsigned key_code(KeySym sym)
 {
-	struct spk_key_chord kc = { 0, 0 };
-	cli_hotkey *h;
-
 	for (size_t i = 0; i < sizeof keycodes / sizeof *keycodes; i++)
 		if (keycodes[i].sym == sym)
-			kc.code = keycodes[i].code;
-	if (!kc.code) {
-		cli_error("%s: --on key %s: the kernel module's keyboard notifier (the backend without "
-			  "$DISPLAY) knows no key '%s': use a letter, a digit, F1-F12, Return, space, "
-			  "Tab, Escape or a navigation key", cmd, chord, XKeysymToString(sym));
-		return NULL;
-	}
-	kc.mods = (mods & ControlMask ? SPK_MOD_CTRL : 0) | (mods & Mod1Mask ? SPK_MOD_ALT : 0) |
-		  (mods & ShiftMask ? SPK_MOD_SHIFT : 0) | (mods & Mod4Mask ? SPK_MOD_SUPER : 0);
-	if (!(h = calloc(1, sizeof *h))) {
+			return keycodes[i].code;
+	return 0;
+}
+
+/* X modifier masks as SPK_MOD_* (the evdev and kernel backends'). */
+static unsigned spk_mods(unsigned mods)
+{
+	return (mods & ControlMask ? SPK_MOD_CTRL : 0) | (mods & Mod1Mask ? SPK_MOD_ALT : 0) |
+	       (mods & ShiftMask ? SPK_MOD_SHIFT : 0) | (mods & Mod4Mask ? SPK_MOD_SUPER : 0);
+}
+
+static cli_hotkey *new_hotkey(const char *cmd, const char *chord)
+{
+	cli_hotkey *h = calloc(1, sizeof *h);
+
+	if (!h) {
 		cli_error("%s: out of memory", cmd);
 		return NULL;
 	}
+	h->kfd = h->efd = -1;
+	h->cmd = cmd;
 	snprintf(h->chord, sizeof h->chord, "%s", chord);
+	return h;
+}
+
+#define BIT_SET(bits, n) ((bits)[(n) / 8] >> ((n) % 8) & 1)
+
+/* The keys that give each SPK_MOD_*: a keyboard has the modifier if it
+ * has either. */
+static const struct {
+	unsigned mod;
+	unsigned short left, right;
+} mod_pairs[] = {
+	{ SPK_MOD_CTRL, KEY_LEFTCTRL, KEY_RIGHTCTRL }, { SPK_MOD_ALT, KEY_LEFTALT, KEY_RIGHTALT },
+	{ SPK_MOD_SHIFT, KEY_LEFTSHIFT, KEY_RIGHTSHIFT },
+	{ SPK_MOD_SUPER, KEY_LEFTMETA, KEY_RIGHTMETA },
+};
+
+/* /dev/input/NAME opened if it is an input device of root's with the
+ * chord's keys (the checks of the head comment): its fd, kb filled; else
+ * -1, with `why` set when it could not be opened. */
+static int open_keyboard(int dfd, const char *name, unsigned code, unsigned mods,
+			 struct evdev_kbd *kb, char *why, size_t len)
+{
+	unsigned char ev[EV_MAX / 8 + 1] = { 0 }, keys[KEY_MAX / 8 + 1] = { 0 };
+	struct stat st, fst;
+	int fd;
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISCHR(st.st_mode) ||
+	    st.st_uid != 0 || major(st.st_rdev) != INPUT_MAJOR)
+		return -1;
+	fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+	if (fd < 0) {
+		snprintf(why, len, "/dev/input/%.20s: cannot open it: %s%s", name, strerror(errno),
+			 errno == EACCES ? " (the input devices are root's and the input group's)"
+			 : "");
+		return -1;
+	}
+	if (fstat(fd, &fst) != 0 || !S_ISCHR(fst.st_mode) || fst.st_uid != 0 ||
+	    fst.st_rdev != st.st_rdev ||
+	    ioctl(fd, EVIOCGBIT(0, sizeof ev), ev) < 0 || !BIT_SET(ev, EV_KEY) ||
+	    ioctl(fd, EVIOCGBIT(EV_KEY, sizeof keys), keys) < 0 || !BIT_SET(keys, code))
+		goto skip;
+	for (size_t i = 0; i < sizeof mod_pairs / sizeof *mod_pairs; i++)
+		if ((mods & mod_pairs[i].mod) && !BIT_SET(keys, mod_pairs[i].left) &&
+		    !BIT_SET(keys, mod_pairs[i].right))
+			goto skip;
+	snprintf(kb->path, sizeof kb->path, "/dev/input/%.20s", name);
+	if (ioctl(fd, EVIOCGNAME(sizeof kb->name), kb->name) < 0)
+		snprintf(kb->name, sizeof kb->name, "no name");
+	kb->name[sizeof kb->name - 1] = 0;
+	cli_keychord_init(&kb->k, code, mods);
+	/* the modifiers held already (keychord.c's rule 3) */
+	memset(keys, 0, sizeof keys);
+	if (ioctl(fd, EVIOCGKEY(sizeof keys), keys) >= 0)
+		cli_keychord_sync(&kb->k, keys, sizeof keys);
+	return fd;
+skip:
+	close(fd);
+	return -1;
+}
+
+/* evdev: every keyboard under /dev/input with the chord's keys, polled
+ * through one epoll set.  NULL with `why` (for the error that names every
+ * backend) when there is none; NULL and *said = 1 after an error said. */
+static cli_hotkey *open_evdev(const char *cmd, const char *chord, unsigned code, unsigned mods,
+			      char *why, size_t len, int *said)
+{
+	char open_why[256] = "";
+	unsigned seen = 0;
+	struct dirent *e;
+	struct stat st;
+	cli_hotkey *h;
+	DIR *d;
+	int dfd;
+
+	dfd = open("/dev/input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return snprintf(why, len, "/dev/input: %s%s", strerror(errno), errno == ENOENT ?
+				" (no event devices: is the evdev module loaded?)" : ""), NULL;
+	if (fstat(dfd, &st) != 0 || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		close(dfd);
+		return snprintf(why, len, "/dev/input is not root's alone: not read"), NULL;
+	}
+	if (!(d = fdopendir(dfd))) {
+		close(dfd);
+		return snprintf(why, len, "/dev/input: %s", strerror(errno)), NULL;
+	}
+	if (!(h = new_hotkey(cmd, chord))) {
+		closedir(d);
+		return *said = 1, NULL;
+	}
+	while ((e = readdir(d))) {
+		struct evdev_kbd kb, *more;
+		int fd;
+
+		if (strncmp(e->d_name, "event", 5) != 0 || !isdigit((unsigned char)e->d_name[5]) ||
+		    strlen(e->d_name) > 20)
+			continue;
+		seen++;
+		fd = open_keyboard(dirfd(d), e->d_name, code, mods, &kb, open_why, sizeof open_why);
+		if (fd < 0)
+			continue;
+		if (!(more = realloc(h->kbd, (h->nkbd + 1) * sizeof *more))) {
+			close(fd);
+			continue;
+		}
+		kb.fd = fd;
+		h->kbd = more;
+		h->kbd[h->nkbd++] = kb;
+	}
+	closedir(d);
+	if (!h->nkbd) {
+		if (!seen)
+			snprintf(why, len, "/dev/input has no event device (is the evdev module "
+				 "loaded?)");
+		else if (*open_why)
+			snprintf(why, len, "%s", open_why);
+		else
+			snprintf(why, len, "none of /dev/input's %u event devices has the chord's "
+				 "keys", seen);
+		cli_hotkey_close(h);
+		return NULL;
+	}
+	/* close-on-exec: the set and the devices are ours, not the traced program's */
+	if ((h->efd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+		cli_error("%s: --on key %s: cannot create an epoll set: %s", cmd, chord,
+			  strerror(errno));
+		cli_hotkey_close(h);
+		return *said = 1, NULL;
+	}
+	snprintf(h->backend, sizeof h->backend, "evdev: ");
+	for (size_t i = 0, full = 0; i < h->nkbd; i++) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
+		size_t used = strlen(h->backend);
+
+		if (epoll_ctl(h->efd, EPOLL_CTL_ADD, h->kbd[i].fd, &ev) != 0) {
+			cli_error("%s: --on key %s: cannot watch %s: %s", cmd, chord, h->kbd[i].path,
+				  strerror(errno));
+			cli_hotkey_close(h);
+			return *said = 1, NULL;
+		}
+		if (used + strlen(h->kbd[i].path) + strlen(h->kbd[i].name) + 32 < sizeof h->backend)
+			snprintf(h->backend + used, sizeof h->backend - used, "%s%s (%s)",
+				 i ? ", " : "", h->kbd[i].path, h->kbd[i].name);
+		else if (!full++)
+			snprintf(h->backend + used, sizeof h->backend - used, " and %zu more",
+				 h->nkbd - i);
+	}
+	return h;
+}
+
+/* The kernel module's keyboard notifier: the chord registered on
+ * /dev/sptrace, which then polls readable at each press. */
+static cli_hotkey *open_kernel(const char *cmd, const char *chord, unsigned code, unsigned mods)
+{
+	struct spk_key_chord kc = { code, mods };
+	cli_hotkey *h;
+
+	if (!(h = new_hotkey(cmd, chord)))
+		return NULL;
 	/* close-on-exec: the device is ours, not the traced program's */
 	h->kfd = open(SPK_DEVICE, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (h->kfd < 0) {
@@ -210,12 +412,8 @@ static cli_hotkey *open_x11(const char *cmd, const char *chord, unsigned mods, K
 					  LockMask | Mod2Mask | Mod5Mask };
 	cli_hotkey *h;
 
-	if (!(h = calloc(1, sizeof *h))) {
-		cli_error("%s: out of memory", cmd);
+	if (!(h = new_hotkey(cmd, chord)))
 		return NULL;
-	}
-	h->kfd = -1;
-	snprintf(h->chord, sizeof h->chord, "%s", chord);
 	if (!(h->dpy = XOpenDisplay(display))) {
 		cli_error("%s: --on key %s: cannot open the X display '%s' (is the X server up, and "
 			  "may this user use it?)", cmd, chord, display);
@@ -257,9 +455,11 @@ static cli_hotkey *open_x11(const char *cmd, const char *chord, unsigned mods, K
 cli_hotkey *cli_hotkey_open(const char *cmd, const char *chord)
 {
 	const char *display = getenv("DISPLAY");
-	unsigned mods;
+	unsigned mods, code;
 	KeySym sym;
-	char why[256];
+	char why[256], evdev_why[320] = "";
+	cli_hotkey *h;
+	int said = 0;
 
 	if (parse_chord(chord, &mods, &sym, why, sizeof why) < 0) {
 		cli_error("%s: --on key %s: %s", cmd, chord, why);
@@ -267,30 +467,78 @@ cli_hotkey *cli_hotkey_open(const char *cmd, const char *chord)
 	}
 	if (display && *display)
 		return open_x11(cmd, chord, mods, sym, display);
+	if (!(code = key_code(sym))) {
+		cli_error("%s: --on key %s: without $DISPLAY (evdev, the kernel module's keyboard "
+			  "notifier) no key '%s' is known: use a letter, a digit, F1-F12, Return, "
+			  "space, Tab, Escape or a navigation key", cmd, chord, XKeysymToString(sym));
+		return NULL;
+	}
+	if ((h = open_evdev(cmd, chord, code, spk_mods(mods), evdev_why, sizeof evdev_why, &said)) ||
+	    said)
+		return h;
 	if (access(SPK_DEVICE, F_OK) == 0)
-		return open_kernel(cmd, chord, mods, sym);
+		return open_kernel(cmd, chord, code, spk_mods(mods));
 	cli_error("%s: --on key %s: no keyboard to listen to: $DISPLAY is not set (the X11 "
-		  "backend), and %s does not exist (the kernel module's keyboard notifier: load "
-		  "it, as root, with 'insmod DIR/sptrace_kagent.ko'); evdev devices are not read "
-		  "yet; run it in the X session, or use --on signal and 'sptrace activate PID'",
-		  cmd, chord, SPK_DEVICE);
+		  "backend); evdev: %s; and %s does not exist (the kernel module's keyboard "
+		  "notifier: load it, as root, with 'insmod DIR/sptrace_kagent.ko'); run it in the "
+		  "X session, as root, or use --on signal and 'sptrace activate PID'",
+		  cmd, chord, evdev_why, SPK_DEVICE);
 	return NULL;
 }
 
 const char *cli_hotkey_backend(const cli_hotkey *h)
 {
-	return h->dpy ? "X11" : "the kernel module's keyboard notifier";
+	return h->dpy ? "X11" : h->efd >= 0 ? h->backend : "the kernel module's keyboard notifier";
 }
 
 int cli_hotkey_fd(const cli_hotkey *h)
 {
-	return h->dpy ? ConnectionNumber(h->dpy) : h->kfd;
+	return h->dpy ? ConnectionNumber(h->dpy) : h->efd >= 0 ? h->efd : h->kfd;
+}
+
+/* evdev: the chord's presses in what each keyboard has to read. */
+static int evdev_pressed(cli_hotkey *h)
+{
+	int hits = 0;
+
+	for (size_t i = 0; i < h->nkbd; i++) {
+		struct evdev_kbd *kb = &h->kbd[i];
+		struct input_event ev[64];
+		ssize_t n;
+
+		if (kb->fd < 0)
+			continue;
+		/* nonblocking: EAGAIN once read; evdev returns whole events */
+		while ((n = read(kb->fd, ev, sizeof ev)) >= (ssize_t)sizeof *ev)
+			for (size_t j = 0; j < (size_t)n / sizeof *ev; j++) {
+				int r = cli_keychord_event(&kb->k, ev[j].type, ev[j].code,
+							   ev[j].value);
+				unsigned char keys[KEY_MAX / 8 + 1] = { 0 };
+
+				if (r > 0 && hits < INT_MAX)
+					hits++;
+				else if (r < 0 && ioctl(kb->fd, EVIOCGKEY(sizeof keys), keys) >= 0)
+					cli_keychord_sync(&kb->k, keys, sizeof keys);
+			}
+		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			/* ENODEV: unplugged.  Closing takes it out of the epoll set,
+			 * which would otherwise poll readable (EPOLLHUP) for ever. */
+			fprintf(stderr, "sptrace: %s: --on key %s: %s (%s) is gone (%s): the chord "
+				"is no longer read from it\n", h->cmd, h->chord, kb->path, kb->name,
+				strerror(errno));
+			close(kb->fd);
+			kb->fd = -1;
+		}
+	}
+	return hits;
 }
 
 int cli_hotkey_pressed(cli_hotkey *h)
 {
 	int hits = 0;
 
+	if (h->efd >= 0)
+		return evdev_pressed(h);
 	if (!h->dpy) {
 		uint64_t n = 0;
 
@@ -326,8 +574,14 @@ void cli_hotkey_close(cli_hotkey *h)
 	if (h->dpy) {
 		XUngrabKey(h->dpy, h->code, AnyModifier, h->root);
 		XCloseDisplay(h->dpy);
-	} else {
-		close(h->kfd);   /* the module unregisters the notifier */
 	}
+	if (h->kfd >= 0)
+		close(h->kfd);   /* the module unregisters the notifier */
+	for (size_t i = 0; i < h->nkbd; i++)
+		if (h->kbd[i].fd >= 0)
+			close(h->kbd[i].fd);
+	if (h->efd >= 0)
+		close(h->efd);
+	free(h->kbd);
 	free(h);
 }

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""`--on key CHORD` through evdev, in Debian's kernel under qemu
+(tests/kagent/guest.sh), one boot: the guest has no $DISPLAY; its
+sptrace_kagent module is unloaded first (no /dev/sptrace: not the module's
+notifier) and the kernel's evdev.ko loaded, which gives qemu's PS/2
+keyboard a /dev/input/eventN.  The chords are typed on that keyboard
+through qemu's monitor (guest.sh --sendkey).  tests/progs/ticker.c calls
+tick() every 10 ms until its standard input closes.
+
+  backend   `sptrace run --on key Ctrl-Alt-T -- ticker` says it waits for
+            the chord through "evdev: /dev/input/eventN (AT Translated Set
+            2 keyboard)"; a symbolic link planted beside it
+            (/dev/input/event99 -> eventN) is not followed, so not named
+  exact     Ctrl-Alt-Shift-T and Ctrl-T (more and fewer modifiers) start
+            nothing: no activated line in meta, no "pressed"
+  press     Ctrl-Alt-T starts tracing: meta's activated line, "Ctrl-Alt-T
+            pressed" once; the program ends normally and replay shows its
+            tick() calls, fewer than the ticks it made (only after the press)
+  attach    `sptrace attach PID --on key Ctrl-Alt-T` on a running ticker:
+            it waits through evdev, the chord starts tracing, attach ends
+            with the process and replay shows tick()
+  fds       the traced program holds none of the keyboards (close-on-exec):
+            no /dev/input link among /proc/PID/fd while sptrace waits
+
+usage: test_kagent_evdev.py GUEST_SH TICKER
+"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_kagent import boot, check, failures, one, values  # noqa: E402  (the guest's @@ lines)
+
+GUEST = r'''
+set -u
+wait_for() {  # FILE PATTERN TENTHS
+	n=0
+	until grep -q "$2" "$1" 2>/dev/null || [ $n -ge $3 ]; do sleep 0.1; n=$((n + 1)); done
+}
+rmmod sptrace_kagent; echo "@@rmmod $? $(ls /dev/sptrace 2>&1)"
+insmod /lib/modules/evdev.ko; echo "@@insmod $?"
+n=0; until ls /dev/input/event* > /dev/null 2>&1 || [ $n -ge 100 ]; do sleep 0.1; n=$((n + 1)); done
+ls -l /dev/input | sed 's/^/@@dev /'
+grep '^N: ' /proc/bus/input/devices | sed 's/^/@@input /'
+first=$(cd /dev/input && ls event* | head -1)
+ln -s "$first" /dev/input/event99
+mkfifo in
+sptrace run --on key Ctrl-Alt-T -o key.data -- ./ticker < in > ticker.out 2> run.err &
+P=$!
+exec 3> in
+wait_for ticker.out ready 1200
+wait_for run.err 'waits for' 600
+sed 's/^/@@waiting /' run.err
+T=$(pidof ticker)
+echo "@@ticker-input-fds $(ls -l /proc/$T/fd | grep -c /dev/input)"
+echo "@@wrong-more"
+sleep 3
+echo "@@wrong-fewer"
+sleep 3
+echo "@@activated-before $(grep -c '^activated ' key.data/meta 2>/dev/null)"
+echo "@@press"
+wait_for key.data/meta '^activated ' 900
+echo "@@activated-after $(grep -c '^activated ' key.data/meta 2>/dev/null)"
+sleep 2
+exec 3>&-
+wait $P
+echo "@@run-status $?"
+sed 's/^/@@run-err /' run.err
+sed 's/^/@@ticker /' ticker.out
+sptrace replay key.data > replay.txt 2>&1
+echo "@@replay-status $?"
+echo "@@tick-calls $(grep -c 'tick();' replay.txt)"
+head -20 replay.txt | sed 's/^/@@replay /'
+mkfifo in2
+./ticker < in2 > ticker2.out &
+T=$!
+exec 4> in2
+wait_for ticker2.out ready 600
+sptrace attach $T --on key Ctrl-Alt-T -o att.data > att.out 2> att.err 4>&- &
+A=$!
+wait_for att.out 'tracing starts when' 1200
+sed 's/^/@@att-waiting /' att.out
+echo "@@press-attach"
+wait_for att.data/meta '^activated ' 900
+echo "@@att-activated $(grep -c '^activated ' att.data/meta 2>/dev/null)"
+sleep 2
+exec 4>&-
+wait $T
+wait $A
+echo "@@att-status $?"
+sed 's/^/@@att-out /' att.out
+sed 's/^/@@att-err /' att.err
+echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
+'''
+
+
+def main():
+    guest, ticker = sys.argv[1], sys.argv[2]
+    out = boot([guest, '--add', ticker,
+                '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
+                '--sendkey', '@@wrong-fewer', 'ctrl-t',
+                '--sendkey', '@@press', 'ctrl-alt-t',
+                '--sendkey', '@@press-attach', 'ctrl-alt-t', GUEST],
+               # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
+               env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
+                   'SPTRACE_GUEST_TIMEOUT', '240')))
+    if out is None:
+        return 1
+    err = ' / '.join(values(out, 'run-err'))
+    setup = '\n'.join(values(out, 'dev') + values(out, 'input'))
+    check((one(out, 'rmmod') or '').startswith('0 ') and one(out, 'insmod') == '0',
+          f'the module unloaded ({one(out, "rmmod")}), evdev loaded ({one(out, "insmod")})')
+
+    # backend
+    waiting = ' '.join(values(out, 'waiting'))
+    m = re.search(r'waits for Ctrl-Alt-T \(evdev: (/dev/input/event\d+) \(AT Translated Set 2 '
+                  r'keyboard\)\)', waiting)
+    check(m is not None, 'run waits for the chord through evdev and names the keyboard: ' +
+          (waiting or err) + '\n' + setup)
+    check('event99' not in waiting, 'the planted link /dev/input/event99 is not followed: ' +
+          waiting)
+    check(one(out, 'ticker-input-fds') == '0', 'the traced program holds no /dev/input device '
+          f'({one(out, "ticker-input-fds")} fds)')
+    # exact
+    check(one(out, 'activated-before') == '0',
+          f'Ctrl-Alt-Shift-T and Ctrl-T start nothing ({one(out, "activated-before")} '
+          'activated lines before Ctrl-Alt-T)')
+    # press
+    check(one(out, 'activated-after') == '1',
+          f'Ctrl-Alt-T starts tracing ({one(out, "activated-after")} activated lines)')
+    check(err.count('Ctrl-Alt-T pressed') == 1, 'one press said: ' + err)
+    check(one(out, 'run-status') == '0', 'sptrace run --on key succeeded: ' + err)
+    ticks = re.search(r'ticks (\d+)', ' '.join(values(out, 'ticker')))
+    calls = int(one(out, 'tick-calls') or 0)
+    check(one(out, 'replay-status') == '0' and calls > 5 and ticks and calls < int(ticks.group(1)),
+          f'replay shows tick() {calls} times, of {ticks.group(1) if ticks else "?"} ticks: only '
+          'after the press\n' + '\n'.join(values(out, 'replay')))
+    # attach
+    att = ' / '.join(values(out, 'att-out') + values(out, 'att-err'))
+    check(re.search(r'tracing starts when Ctrl-Alt-T is pressed \(evdev: /dev/input/event\d+ '
+                    r'\(AT Translated Set 2 keyboard\)\)', ' '.join(values(out, 'att-waiting')))
+          is not None, 'attach waits for the chord through evdev: ' + att)
+    check(one(out, 'att-activated') == '1', f'the chord starts tracing the attached process '
+          f'({one(out, "att-activated")} activated lines)')
+    check(one(out, 'att-status') == '0' and 'has ended' in att, 'attach ends with the process: '
+          f'{one(out, "att-status")} {att}')
+    n = int(one(out, 'att-tick-calls') or 0)
+    check(n > 5, f'replay of the attached trace shows tick() {n} times')
+
+    print(f'{len(failures)} failed')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -33,9 +33,12 @@ from test_kagent import boot, check, failures, one, values  # noqa: E402  (the g
 
 GUEST = r'''
 set -u
-wait_for() {  # FILE PATTERN TENTHS
+wait_for() {  # FILE PATTERN TENTHS [PID: no longer once it has ended]
 	n=0
-	until grep -q "$2" "$1" 2>/dev/null || [ $n -ge $3 ]; do sleep 0.1; n=$((n + 1)); done
+	until grep -q "$2" "$1" 2>/dev/null || [ $n -ge $3 ]; do
+		[ -z "${4:-}" ] || kill -0 "$4" 2>/dev/null || return 0
+		sleep 0.1; n=$((n + 1))
+	done
 }
 rmmod sptrace_kagent; echo "@@rmmod $? $(ls /dev/sptrace 2>&1)"
 insmod /lib/modules/evdev.ko; echo "@@insmod $?"
@@ -47,19 +50,19 @@ ln -s "$first" /dev/input/event99
 mkfifo in
 sptrace run --on key Ctrl-Alt-T -o key.data -- ./ticker < in > ticker.out 2> run.err &
 P=$!
-exec 3> in
-wait_for ticker.out ready 1200
-wait_for run.err 'waits for' 600
+exec 3<> in           # read-write: never blocks, should run fail before the program
+wait_for ticker.out ready 1200 $P
+wait_for run.err 'waits for' 600 $P
 sed 's/^/@@waiting /' run.err
 T=$(pidof ticker)
-echo "@@ticker-input-fds $(ls -l /proc/$T/fd | grep -c /dev/input)"
+[ -n "$T" ] && echo "@@ticker-input-fds $(ls -l /proc/$T/fd | grep -c /dev/input)"
 echo "@@wrong-more"
 sleep 3
 echo "@@wrong-fewer"
 sleep 3
 echo "@@activated-before $(grep -c '^activated ' key.data/meta 2>/dev/null)"
 echo "@@press"
-wait_for key.data/meta '^activated ' 900
+wait_for key.data/meta '^activated ' 900 $P
 echo "@@activated-after $(grep -c '^activated ' key.data/meta 2>/dev/null)"
 sleep 2
 exec 3>&-
@@ -74,14 +77,14 @@ head -20 replay.txt | sed 's/^/@@replay /'
 mkfifo in2
 ./ticker < in2 > ticker2.out &
 T=$!
-exec 4> in2
+exec 4<> in2
 wait_for ticker2.out ready 600
 sptrace attach $T --on key Ctrl-Alt-T -o att.data > att.out 2> att.err 4>&- &
 A=$!
-wait_for att.out 'tracing starts when' 1200
+wait_for att.out 'tracing starts when' 1200 $A
 sed 's/^/@@att-waiting /' att.out
 echo "@@press-attach"
-wait_for att.data/meta '^activated ' 900
+wait_for att.data/meta '^activated ' 900 $A
 echo "@@att-activated $(grep -c '^activated ' att.data/meta 2>/dev/null)"
 sleep 2
 exec 4>&-
@@ -117,7 +120,7 @@ def main():
                   r'keyboard\)\)', waiting)
     check(m is not None, 'run waits for the chord through evdev and names the keyboard: ' +
           (waiting or err) + '\n' + setup)
-    check('event99' not in waiting, 'the planted link /dev/input/event99 is not followed: ' +
+    check(m is not None and 'event99' not in waiting, 'the planted link /dev/input/event99 is not followed: ' +
           waiting)
     check(one(out, 'ticker-input-fds') == '0', 'the traced program holds no /dev/input device '
           f'({one(out, "ticker-input-fds")} fds)')

@@ -21,6 +21,10 @@ tick() every 10 ms until its standard input closes.
             with the process and replay shows tick()
   fds       the traced program holds none of the keyboards (close-on-exec):
             no /dev/input link among /proc/PID/fd while sptrace waits
+  kernel    the module loaded again: `run --kernel --on key` still waits
+            through evdev (the module's one opener is --kernel's side), the
+            chord starts tracing and replay shows the program's system
+            calls followed into the kernel (__x64_sys_*)
 
 usage: test_kagent_evdev.py GUEST_SH TICKER
 """
@@ -94,6 +98,25 @@ echo "@@att-status $?"
 sed 's/^/@@att-out /' att.out
 sed 's/^/@@att-err /' att.err
 echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
+insmod /lib/modules/sptrace_kagent.ko; echo "@@insmod-kagent $?"
+mkfifo in3
+sptrace run --kernel --on key Ctrl-Alt-T -o kern.data -- ./ticker < in3 > ticker3.out 2> kern.err &
+K=$!
+exec 5<> in3
+wait_for ticker3.out ready 1200 $K
+wait_for kern.err 'waits for' 600 $K
+sed 's/^/@@kern-waiting /' kern.err
+echo "@@press-kernel"
+wait_for kern.data/meta '^activated ' 900 $K
+echo "@@kern-activated $(grep -c '^activated ' kern.data/meta 2>/dev/null)"
+sleep 2
+exec 5>&-
+wait $K
+echo "@@kern-status $?"
+sed 's/^/@@kern-err /' kern.err
+sptrace replay kern.data > kern.txt 2>&1
+echo "@@kern-tick-calls $(grep -c 'tick();' kern.txt)"
+echo "@@kern-kernel-calls $(grep -c '__x64_sys_' kern.txt)"
 '''
 
 
@@ -103,7 +126,8 @@ def main():
                 '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
                 '--sendkey', '@@wrong-fewer', 'ctrl-t',
                 '--sendkey', '@@press', 'ctrl-alt-t',
-                '--sendkey', '@@press-attach', 'ctrl-alt-t', GUEST],
+                '--sendkey', '@@press-attach', 'ctrl-alt-t',
+                '--sendkey', '@@press-kernel', 'ctrl-alt-t', GUEST],
                # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
                env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
                    'SPTRACE_GUEST_TIMEOUT', '240')))
@@ -149,6 +173,19 @@ def main():
           f'{one(out, "att-status")} {att}')
     n = int(one(out, 'att-tick-calls') or 0)
     check(n > 5, f'replay of the attached trace shows tick() {n} times')
+
+    # kernel
+    kern = ' / '.join(values(out, 'kern-err'))
+    check(one(out, 'insmod-kagent') == '0' and
+          re.search(r'waits for Ctrl-Alt-T \(evdev: /dev/input/event\d+ ',
+                    ' '.join(values(out, 'kern-waiting'))) is not None,
+          'with the module loaded again, run --kernel --on key waits through evdev (the '
+          'module\'s device is --kernel\'s): ' + kern)
+    n, k = int(one(out, 'kern-tick-calls') or 0), int(one(out, 'kern-kernel-calls') or 0)
+    check(one(out, 'kern-activated') == '1' and one(out, 'kern-status') == '0' and n > 5 and k > 0,
+          f'the chord starts tracing, kernel calls included ({one(out, "kern-activated")} '
+          f'activated lines, status {one(out, "kern-status")}, {n} tick() and {k} system '
+          'calls in replay): ' + kern)
 
     print(f'{len(failures)} failed')
     return 1 if failures else 0

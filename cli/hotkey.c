@@ -16,13 +16,17 @@
  *      modifiers; a Ctrl held on one keyboard does not make a T on another
  *      Ctrl-T).  No EVIOCGRAB: the key still goes where it went.
  *      Named with the devices: "evdev: /dev/input/event0 (AT Translated
- *      Set 2 keyboard)".  Keyboards plugged in later are not read (no
- *      watch on /dev/input); one unplugged is dropped with a word on
- *      stderr.  This command is often root: /dev/input is opened
- *      O_NOFOLLOW and must be root's and writable by root alone, and each
- *      eventN must be a character device of the input major owned by
- *      root, checked before the open (fstatat, no link followed) and
- *      again on the opened descriptor; a link or anything else is skipped.
+ *      Set 2 keyboard)".  A keyboard plugged in later is read too (an
+ *      inotify watch on /dev/input: an eventN created or changed -- udev
+ *      may give it to the input group after devtmpfs made it -- is tried
+ *      as at the start) and said on stderr; one unplugged (ENODEV) is
+ *      closed, which takes it out of the epoll set, also said.  At least
+ *      one keyboard must be there at the start for evdev to be chosen.
+ *      This command is often root: /dev/input is opened O_NOFOLLOW and
+ *      must be root's and writable by root alone, and each eventN must be
+ *      a character device of the input major owned by root, checked
+ *      before the open (fstatat, no link followed) and again on the
+ *      opened descriptor; a link or anything else is skipped.
  *   3. the kernel module's keyboard notifier, when /dev/sptrace exists
  *      (kagent/keys.c): the chord, as Linux input key codes, is
  *      registered with SPK_IOC_KEY_CHORD and the device polls readable
@@ -35,7 +39,7 @@
  * for chords, and `run --kernel --on key` works, the module's one opener
  * being the --kernel side), and reads what the notifier would; the module
  * serves where no keyboard is readable through evdev (its module not
- * loaded, as in the kernel guest) or for keyboards plugged in later.
+ * loaded, as in the kernel guest).
  * None available: an error that names all three and what was found.
  *
  * CHORD: modifiers and a key joined by '-' or '+': Ctrl-Alt-T, ctrl+shift+F12.
@@ -58,6 +62,7 @@
 #include <strings.h>
 #include <dirent.h>
 #include <sys/epoll.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -81,8 +86,11 @@ struct evdev_kbd {
 
 struct cli_hotkey {
 	int kfd;                 /* /dev/sptrace (the kernel backend), or -1 */
-	int efd;                 /* evdev: an epoll set of kbd[]'s fds, or -1 */
-	struct evdev_kbd *kbd;
+	int efd;                 /* evdev: an epoll set of kbd[]'s fds and ifd, or -1 */
+	int ifd;                 /* evdev: inotify, watching /dev/input, or -1 */
+	DIR *dir;                /* evdev: /dev/input */
+	unsigned ev_code, ev_mods; /* evdev: the chord, KEY_* and SPK_MOD_* */
+	struct evdev_kbd *kbd;   /* evdev: the keyboards, those unplugged with fd -1 */
 	size_t nkbd;
 	const char *cmd;
 	char backend[512];       /* evdev's name, with its devices */
@@ -219,7 +227,7 @@ static cli_hotkey *new_hotkey(const char *cmd, const char *chord)
 		cli_error("%s: out of memory", cmd);
 		return NULL;
 	}
-	h->kfd = h->efd = -1;
+	h->kfd = h->efd = h->ifd = -1;
 	h->cmd = cmd;
 	snprintf(h->chord, sizeof h->chord, "%s", chord);
 	return h;
@@ -282,14 +290,47 @@ skip:
 	return -1;
 }
 
+/* An evdev node's name: eventN (short: the path fits evdev_kbd's). */
+static int event_name(const char *name)
+{
+	return strncmp(name, "event", 5) == 0 && isdigit((unsigned char)name[5]) &&
+	       strlen(name) <= 20;
+}
+
+/* /dev/input/NAME added to h's keyboards and to its epoll set if
+ * open_keyboard takes it: its index, else -1. */
+static int add_keyboard(cli_hotkey *h, const char *name, char *why, size_t len)
+{
+	struct evdev_kbd kb, *more;
+	int fd = open_keyboard(dirfd(h->dir), name, h->ev_code, h->ev_mods, &kb, why, len);
+
+	if (fd < 0)
+		return -1;
+	if (!(more = realloc(h->kbd, (h->nkbd + 1) * sizeof *more))) {
+		close(fd);
+		return -1;
+	}
+	kb.fd = fd;
+	h->kbd = more;
+	if (epoll_ctl(h->efd, EPOLL_CTL_ADD, fd, &(struct epoll_event){ .events = EPOLLIN })) {
+		snprintf(why, len, "cannot watch %s: %s", kb.path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	h->kbd[h->nkbd] = kb;
+	return (int)h->nkbd++;
+}
+
 /* evdev: every keyboard under /dev/input with the chord's keys, polled
- * through one epoll set.  NULL with `why` (for the error that names every
+ * through one epoll set, with an inotify watch on /dev/input for those
+ * plugged in later.  NULL with `why` (for the error that names every
  * backend) when there is none; NULL and *said = 1 after an error said. */
 static cli_hotkey *open_evdev(const char *cmd, const char *chord, unsigned code, unsigned mods,
 			      char *why, size_t len, int *said)
 {
 	char open_why[256] = "";
 	unsigned seen = 0;
+	int watch_errno = 0;
 	struct dirent *e;
 	struct stat st;
 	cli_hotkey *h;
@@ -312,26 +353,35 @@ static cli_hotkey *open_evdev(const char *cmd, const char *chord, unsigned code,
 		closedir(d);
 		return *said = 1, NULL;
 	}
-	while ((e = readdir(d))) {
-		struct evdev_kbd kb, *more;
-		int fd;
-
-		if (strncmp(e->d_name, "event", 5) != 0 || !isdigit((unsigned char)e->d_name[5]) ||
-		    strlen(e->d_name) > 20)
-			continue;
-		seen++;
-		fd = open_keyboard(dirfd(d), e->d_name, code, mods, &kb, open_why, sizeof open_why);
-		if (fd < 0)
-			continue;
-		if (!(more = realloc(h->kbd, (h->nkbd + 1) * sizeof *more))) {
-			close(fd);
-			continue;
-		}
-		kb.fd = fd;
-		h->kbd = more;
-		h->kbd[h->nkbd++] = kb;
+	h->dir = d;
+	h->ev_code = code;
+	h->ev_mods = mods;
+	/* close-on-exec: the set, the watch and the devices are ours, not
+	 * the traced program's */
+	if ((h->efd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+		cli_error("%s: --on key %s: cannot create an epoll set: %s", cmd, chord,
+			  strerror(errno));
+		cli_hotkey_close(h);
+		return *said = 1, NULL;
 	}
-	closedir(d);
+	/* The watch before the scan, so that a keyboard plugged in between
+	 * is not missed (seen twice at worst: evdev_plug skips one read
+	 * already).  By path: /dev/input is root's alone (checked above), and
+	 * a link there is not followed. */
+	if ((h->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0 ||
+	    inotify_add_watch(h->ifd, "/dev/input", IN_CREATE | IN_ATTRIB | IN_MOVED_TO |
+			      IN_ONLYDIR | IN_DONT_FOLLOW) < 0 ||
+	    epoll_ctl(h->efd, EPOLL_CTL_ADD, h->ifd, &(struct epoll_event){ .events = EPOLLIN })) {
+		watch_errno = errno;
+		if (h->ifd >= 0)
+			close(h->ifd);
+		h->ifd = -1;
+	}
+	while ((e = readdir(d)))
+		if (event_name(e->d_name)) {
+			seen++;
+			add_keyboard(h, e->d_name, open_why, sizeof open_why);
+		}
 	if (!h->nkbd) {
 		if (!seen)
 			snprintf(why, len, "/dev/input has no event device (is the evdev module "
@@ -344,24 +394,13 @@ static cli_hotkey *open_evdev(const char *cmd, const char *chord, unsigned code,
 		cli_hotkey_close(h);
 		return NULL;
 	}
-	/* close-on-exec: the set and the devices are ours, not the traced program's */
-	if ((h->efd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
-		cli_error("%s: --on key %s: cannot create an epoll set: %s", cmd, chord,
-			  strerror(errno));
-		cli_hotkey_close(h);
-		return *said = 1, NULL;
-	}
+	if (h->ifd < 0)
+		fprintf(stderr, "sptrace: %s: --on key %s: keyboards plugged in later will not be "
+			"read (cannot watch /dev/input: %s)\n", cmd, chord, strerror(watch_errno));
 	snprintf(h->backend, sizeof h->backend, "evdev: ");
 	for (size_t i = 0, full = 0; i < h->nkbd; i++) {
-		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
 		size_t used = strlen(h->backend);
 
-		if (epoll_ctl(h->efd, EPOLL_CTL_ADD, h->kbd[i].fd, &ev) != 0) {
-			cli_error("%s: --on key %s: cannot watch %s: %s", cmd, chord, h->kbd[i].path,
-				  strerror(errno));
-			cli_hotkey_close(h);
-			return *said = 1, NULL;
-		}
 		if (used + strlen(h->kbd[i].path) + strlen(h->kbd[i].name) + 32 < sizeof h->backend)
 			snprintf(h->backend + used, sizeof h->backend - used, "%s%s (%s)",
 				 i ? ", " : "", h->kbd[i].path, h->kbd[i].name);
@@ -496,11 +535,56 @@ int cli_hotkey_fd(const cli_hotkey *h)
 	return h->dpy ? ConnectionNumber(h->dpy) : h->efd >= 0 ? h->efd : h->kfd;
 }
 
+/* evdev: /dev/input/NAME, plugged in, read too unless it is already. */
+static void evdev_plug(cli_hotkey *h, const char *name)
+{
+	char why[256], path[64];
+	int k;
+
+	if (!event_name(name))
+		return;
+	snprintf(path, sizeof path, "/dev/input/%s", name);
+	for (size_t i = 0; i < h->nkbd; i++)
+		if (h->kbd[i].fd >= 0 && strcmp(h->kbd[i].path, path) == 0)
+			return;
+	if ((k = add_keyboard(h, name, why, sizeof why)) >= 0)
+		fprintf(stderr, "sptrace: %s: --on key %s: %s (%s) plugged in: read too\n",
+			h->cmd, h->chord, h->kbd[k].path, h->kbd[k].name);
+}
+
+/* evdev: the keyboards plugged in since, from the watch's events (a node
+ * is made root's 0600 by devtmpfs, then perhaps given to the input group:
+ * created or changed, it is tried).  Events lost (the queue overflowed):
+ * the whole directory is looked at again. */
+static void evdev_plugged(cli_hotkey *h)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t n;
+
+	while ((n = read(h->ifd, buf, sizeof buf)) > 0)
+		for (char *p = buf; p < buf + n; p += sizeof(struct inotify_event) +
+		     ((struct inotify_event *)p)->len) {
+			const struct inotify_event *ie = (const struct inotify_event *)p;
+
+			if (ie->mask & IN_Q_OVERFLOW) {
+				struct dirent *e;
+
+				rewinddir(h->dir);
+				while ((e = readdir(h->dir)))
+					evdev_plug(h, e->d_name);
+			} else if (ie->len) {
+				evdev_plug(h, ie->name);
+			}
+		}
+}
+
 /* evdev: the chord's presses in what each keyboard has to read. */
 static int evdev_pressed(cli_hotkey *h)
 {
 	int hits = 0;
 
+	if (h->ifd >= 0)
+		evdev_plugged(h);
 	for (size_t i = 0; i < h->nkbd; i++) {
 		struct evdev_kbd *kb = &h->kbd[i];
 		struct input_event ev[64];
@@ -580,8 +664,12 @@ void cli_hotkey_close(cli_hotkey *h)
 	for (size_t i = 0; i < h->nkbd; i++)
 		if (h->kbd[i].fd >= 0)
 			close(h->kbd[i].fd);
+	if (h->ifd >= 0)
+		close(h->ifd);
 	if (h->efd >= 0)
 		close(h->efd);
+	if (h->dir)
+		closedir(h->dir);
 	free(h->kbd);
 	free(h);
 }

@@ -21,12 +21,17 @@ tick() every 10 ms until its standard input closes.
             with the process and replay shows tick()
   fds       the traced program holds none of the keyboards (close-on-exec):
             no /dev/input link among /proc/PID/fd while sptrace waits
+  plug      uinput loaded: a keyboard vkbd plugs in while `run --on key`
+            waits is read too (said once); on it, Ctrl-T and
+            Ctrl-Alt-Shift-T start nothing and Ctrl-Alt-T starts tracing;
+            unplugged, it is said gone once, and the PS/2 keyboard's
+            Ctrl-Alt-T still stops tracing
   kernel    the module loaded again: `run --kernel --on key` still waits
             through evdev (the module's one opener is --kernel's side), the
             chord starts tracing and replay shows the program's system
             calls followed into the kernel (__x64_sys_*)
 
-usage: test_kagent_evdev.py GUEST_SH TICKER
+usage: test_kagent_evdev.py GUEST_SH TICKER VKBD
 """
 import os
 import re
@@ -98,6 +103,38 @@ echo "@@att-status $?"
 sed 's/^/@@att-out /' att.out
 sed 's/^/@@att-err /' att.err
 echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
+insmod /lib/modules/uinput.ko; echo "@@insmod-uinput $?"
+mkfifo in4 vk
+sptrace run --on key Ctrl-Alt-T -o hot.data -- ./ticker < in4 > ticker4.out 2> hot.err &
+H=$!
+exec 6<> in4
+wait_for ticker4.out ready 1200 $H
+wait_for hot.err 'waits for' 600 $H
+./vkbd < vk > vkbd.out 2>&1 &
+V=$!
+exec 7<> vk
+wait_for hot.err 'plugged in' 200 $H
+echo ctrl-t >&7
+echo ctrl-alt-shift-t >&7
+wait_for vkbd.out 'typed 4' 200 $V
+sleep 1
+echo "@@hot-activated-wrong $(grep -c '^activated ' hot.data/meta 2>/dev/null)"
+echo ctrl-alt-t >&7
+wait_for hot.data/meta '^activated ' 200 $H
+echo "@@hot-activated $(grep -c '^activated ' hot.data/meta 2>/dev/null)"
+exec 7>&-
+wait $V
+echo "@@vkbd-status $?"
+wait_for hot.err 'is gone' 200 $H
+sleep 1
+echo "@@press-hot"
+wait_for hot.data/meta '^stopped ' 300 $H
+echo "@@hot-stopped $(grep -c '^stopped ' hot.data/meta 2>/dev/null)"
+exec 6>&-
+wait $H
+echo "@@hot-status $?"
+sed 's/^/@@hot-err /' hot.err
+sed 's/^/@@vkbd /' vkbd.out
 insmod /lib/modules/sptrace_kagent.ko; echo "@@insmod-kagent $?"
 mkfifo in3
 sptrace run --kernel --on key Ctrl-Alt-T -o kern.data -- ./ticker < in3 > ticker3.out 2> kern.err &
@@ -121,12 +158,13 @@ echo "@@kern-kernel-calls $(grep -c '__x64_sys_' kern.txt)"
 
 
 def main():
-    guest, ticker = sys.argv[1], sys.argv[2]
-    out = boot([guest, '--add', ticker,
+    guest, ticker, vkbd = sys.argv[1], sys.argv[2], sys.argv[3]
+    out = boot([guest, '--add', ticker, '--add', vkbd,
                 '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
                 '--sendkey', '@@wrong-fewer', 'ctrl-t',
                 '--sendkey', '@@press', 'ctrl-alt-t',
                 '--sendkey', '@@press-attach', 'ctrl-alt-t',
+                '--sendkey', '@@press-hot', 'ctrl-alt-t',
                 '--sendkey', '@@press-kernel', 'ctrl-alt-t', GUEST],
                # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
                env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
@@ -174,6 +212,22 @@ def main():
     n = int(one(out, 'att-tick-calls') or 0)
     check(n > 5, f'replay of the attached trace shows tick() {n} times')
 
+    # plug
+    hot = ' / '.join(values(out, 'hot-err'))
+    check(one(out, 'insmod-uinput') == '0' and
+          hot.count('(sptrace test keyboard) plugged in: read too') == 1,
+          'a keyboard plugged in while run waits is read too: ' + hot)
+    check(one(out, 'hot-activated-wrong') == '0', 'on it, Ctrl-T and Ctrl-Alt-Shift-T start '
+          f'nothing ({one(out, "hot-activated-wrong")} activated lines)')
+    check(one(out, 'hot-activated') == '1', 'on it, Ctrl-Alt-T starts tracing '
+          f'({one(out, "hot-activated")} activated lines)')
+    check(one(out, 'vkbd-status') == '0' and hot.count('(sptrace test keyboard) is gone') == 1,
+          'unplugged, it is said gone once (its descriptor out of the epoll set): ' + hot +
+          ' / vkbd: ' + ' / '.join(values(out, 'vkbd')))
+    check(one(out, 'hot-stopped') == '1' and one(out, 'hot-status') == '0' and
+          hot.count('Ctrl-Alt-T pressed') == 2, 'the PS/2 keyboard still read after the '
+          f'unplug: its Ctrl-Alt-T stops tracing ({one(out, "hot-stopped")} stopped lines, '
+          f'status {one(out, "hot-status")}): ' + hot)
     # kernel
     kern = ' / '.join(values(out, 'kern-err'))
     check(one(out, 'insmod-kagent') == '0' and

@@ -203,6 +203,19 @@ int cli_hotkey_fd(const cli_hotkey *h);
 int cli_hotkey_pressed(cli_hotkey *h);
 int cli_hotkey_wait(cli_hotkey *h, int timeout_ms);
 void cli_hotkey_close(cli_hotkey *h);
+/* keychord.c: one keyboard's side of a chord, fed its input events (the
+ * rules are above its code).  code: the chord's key, a KEY_* code; mods:
+ * SPK_MOD_* (kagent/sptrace_kagent.h).  event: 1 when this event presses
+ * the chord, -1 when the keys' state must be read again (EVIOCGKEY) and
+ * given to sync, else 0.  sync: the modifiers held, from EVIOCGKEY's bits. */
+struct cli_keychord {
+	unsigned code, mods;
+	unsigned held;           /* bit i: the i-th modifier key is down */
+	int dropped;             /* events lost: skipping to the next SYN_REPORT */
+};
+void cli_keychord_init(struct cli_keychord *k, unsigned code, unsigned mods);
+int cli_keychord_event(struct cli_keychord *k, unsigned type, unsigned code, int value);
+void cli_keychord_sync(struct cli_keychord *k, const unsigned char *keys, size_t len);
 /* The key chord of an --on value ("key CHORD"), or of "key" followed by
  * argv[*optind] (which it then takes); NULL if the event is not a key. */
 const char *cli_key_chord(const char *on, int argc, char **argv, int *optind);

@@ -9,20 +9,44 @@
  *      window (XGrabKey), for each combination of the lock modifiers (Caps,
  *      Num, Scroll Lock) so that they do not hide it.  The chord goes to us
  *      alone: the focused program does not see it.
- *   2. the kernel module's keyboard notifier, when $DISPLAY is not set and
- *      /dev/sptrace exists (kagent/keys.c): the chord, as Linux input key
- *      codes, is registered with SPK_IOC_KEY_CHORD and the device polls
- *      readable once it was pressed.  It sees every keyboard the kernel
- *      has (a console, a VM's PS/2 keyboard), and the key still goes
- *      where it went.  The device has one opener at a time, so it cannot
- *      serve a `--kernel` command (which holds it already).
- *   (evdev devices are issue 15's next backend; not built yet)
- * None available: an error that names what was looked for.
+ *   2. evdev, when $DISPLAY is not set and some event device under
+ *      /dev/input is readable and has the chord's keys (EVIOCGBIT): the
+ *      key and, for each of the chord's modifiers, its left or right key.
+ *      Each such keyboard is read on its own (keychord.c tracks its
+ *      modifiers; a Ctrl held on one keyboard does not make a T on another
+ *      Ctrl-T).  No EVIOCGRAB: the key still goes where it went.
+ *      Named with the devices: "evdev: /dev/input/event0 (AT Translated
+ *      Set 2 keyboard)".  A keyboard plugged in later is read too (an
+ *      inotify watch on /dev/input: an eventN created or changed -- udev
+ *      may give it to the input group after devtmpfs made it -- is tried
+ *      as at the start) and said on stderr; one unplugged (ENODEV) is
+ *      closed, which takes it out of the epoll set, also said.  At least
+ *      one keyboard must be there at the start for evdev to be chosen.
+ *      This command is often root: /dev/input is opened O_NOFOLLOW and
+ *      must be root's and writable by root alone, and each eventN must be
+ *      a character device of the input major owned by root, checked
+ *      before the open (fstatat, no link followed) and again on the
+ *      opened descriptor; a link or anything else is skipped.
+ *   3. the kernel module's keyboard notifier, when /dev/sptrace exists
+ *      (kagent/keys.c): the chord, as Linux input key codes, is
+ *      registered with SPK_IOC_KEY_CHORD and the device polls readable
+ *      once it was pressed.  It sees every keyboard the kernel has (a
+ *      console, a VM's PS/2 keyboard, one plugged in later), and the key
+ *      still goes where it went.  The device has one opener at a time, so
+ *      it cannot serve a `--kernel` command (which holds it already).
+ * Why evdev before the module: evdev needs nothing loaded that the system
+ * does not have already, holds nothing exclusively (two commands can wait
+ * for chords, and `run --kernel --on key` works, the module's one opener
+ * being the --kernel side), and reads what the notifier would; the module
+ * serves where no keyboard is readable through evdev (its module not
+ * loaded, as in the kernel guest).
+ * None available: an error that names all three and what was found.
  *
  * CHORD: modifiers and a key joined by '-' or '+': Ctrl-Alt-T, ctrl+shift+F12.
  * Modifiers: Ctrl (Control), Alt, Shift, Super (Win, Meta); the key an X
- * keysym name (T, F12, Return, space); the kernel backend knows the keys
- * of a US keyboard's main block, F1-F12 and the navigation keys (keycodes[]).
+ * keysym name (T, F12, Return, space); the evdev and kernel backends know
+ * the keys of a US keyboard's main block, F1-F12 and the navigation keys
+ * (keycodes[]).
  */
 #include "cli.h"
 
@@ -36,8 +60,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <sys/epoll.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+#include <linux/input.h>
+#include <linux/major.h>
 #include <X11/XKBlib.h>
 #include <X11/Xlib.h>
 #include <X11/keysym.h>
@@ -45,8 +76,24 @@
 
 #include "../kagent/sptrace_kagent.h"
 
+/* One keyboard the evdev backend reads. */
+struct evdev_kbd {
+	int fd;                  /* -1 once unplugged */
+	char path[32];           /* /dev/input/eventN */
+	char name[128];          /* EVIOCGNAME's */
+	struct cli_keychord k;
+};
+
 struct cli_hotkey {
 	int kfd;                 /* /dev/sptrace (the kernel backend), or -1 */
+	int efd;                 /* evdev: an epoll set of kbd[]'s fds and ifd, or -1 */
+	int ifd;                 /* evdev: inotify, watching /dev/input, or -1 */
+	DIR *dir;                /* evdev: /dev/input */
+	unsigned ev_code, ev_mods; /* evdev: the chord, KEY_* and SPK_MOD_* */
+	struct evdev_kbd *kbd;   /* evdev: the keyboards, those unplugged with fd -1 */
+	size_t nkbd;
+	const char *cmd;
+	char backend[512];       /* evdev's name, with its devices */
 	Display *dpy;            /* the X11 backend's, or NULL */
 	Window root;
 	KeyCode code;
@@ -156,29 +203,223 @@ static const struct {
 	{ XK_slash, KEY_SLASH },
 };
 
-/* The kernel module's keyboard notifier: the chord registered on
- * /dev/sptrace, which then polls readable at each press. */
-static cli_hotkey *open_kernel(const char *cmd, const char *chord, unsigned mods, KeySym sym)
+/* sym's Linux key code (keycodes[]), or 0. */
+static unsigned key_code(KeySym sym)
 {
-	struct spk_key_chord kc = { 0, 0 };
-	cli_hotkey *h;
-
 	for (size_t i = 0; i < sizeof keycodes / sizeof *keycodes; i++)
 		if (keycodes[i].sym == sym)
-			kc.code = keycodes[i].code;
-	if (!kc.code) {
-		cli_error("%s: --on key %s: the kernel module's keyboard notifier (the backend without "
-			  "$DISPLAY) knows no key '%s': use a letter, a digit, F1-F12, Return, space, "
-			  "Tab, Escape or a navigation key", cmd, chord, XKeysymToString(sym));
-		return NULL;
-	}
-	kc.mods = (mods & ControlMask ? SPK_MOD_CTRL : 0) | (mods & Mod1Mask ? SPK_MOD_ALT : 0) |
-		  (mods & ShiftMask ? SPK_MOD_SHIFT : 0) | (mods & Mod4Mask ? SPK_MOD_SUPER : 0);
-	if (!(h = calloc(1, sizeof *h))) {
+			return keycodes[i].code;
+	return 0;
+}
+
+/* X modifier masks as SPK_MOD_* (the evdev and kernel backends'). */
+static unsigned spk_mods(unsigned mods)
+{
+	return (mods & ControlMask ? SPK_MOD_CTRL : 0) | (mods & Mod1Mask ? SPK_MOD_ALT : 0) |
+	       (mods & ShiftMask ? SPK_MOD_SHIFT : 0) | (mods & Mod4Mask ? SPK_MOD_SUPER : 0);
+}
+
+static cli_hotkey *new_hotkey(const char *cmd, const char *chord)
+{
+	cli_hotkey *h = calloc(1, sizeof *h);
+
+	if (!h) {
 		cli_error("%s: out of memory", cmd);
 		return NULL;
 	}
+	h->kfd = h->efd = h->ifd = -1;
+	h->cmd = cmd;
 	snprintf(h->chord, sizeof h->chord, "%s", chord);
+	return h;
+}
+
+#define BIT_SET(bits, n) ((bits)[(n) / 8] >> ((n) % 8) & 1)
+
+/* The keys that give each SPK_MOD_*: a keyboard has the modifier if it
+ * has either. */
+static const struct {
+	unsigned mod;
+	unsigned short left, right;
+} mod_pairs[] = {
+	{ SPK_MOD_CTRL, KEY_LEFTCTRL, KEY_RIGHTCTRL }, { SPK_MOD_ALT, KEY_LEFTALT, KEY_RIGHTALT },
+	{ SPK_MOD_SHIFT, KEY_LEFTSHIFT, KEY_RIGHTSHIFT },
+	{ SPK_MOD_SUPER, KEY_LEFTMETA, KEY_RIGHTMETA },
+};
+
+/* /dev/input/NAME opened if it is an input device of root's with the
+ * chord's keys (the checks of the head comment): its fd, kb filled; else
+ * -1, with `why` set when it could not be opened. */
+static int open_keyboard(int dfd, const char *name, unsigned code, unsigned mods,
+			 struct evdev_kbd *kb, char *why, size_t len)
+{
+	unsigned char ev[EV_MAX / 8 + 1] = { 0 }, keys[KEY_MAX / 8 + 1] = { 0 };
+	struct stat st, fst;
+	int fd;
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISCHR(st.st_mode) ||
+	    st.st_uid != 0 || major(st.st_rdev) != INPUT_MAJOR)
+		return -1;
+	fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+	if (fd < 0) {
+		snprintf(why, len, "/dev/input/%.20s: cannot open it: %s%s", name, strerror(errno),
+			 errno == EACCES ? " (the input devices are root's and the input group's)"
+			 : "");
+		return -1;
+	}
+	if (fstat(fd, &fst) != 0 || !S_ISCHR(fst.st_mode) || fst.st_uid != 0 ||
+	    fst.st_rdev != st.st_rdev ||
+	    ioctl(fd, EVIOCGBIT(0, sizeof ev), ev) < 0 || !BIT_SET(ev, EV_KEY) ||
+	    ioctl(fd, EVIOCGBIT(EV_KEY, sizeof keys), keys) < 0 || !BIT_SET(keys, code))
+		goto skip;
+	for (size_t i = 0; i < sizeof mod_pairs / sizeof *mod_pairs; i++)
+		if ((mods & mod_pairs[i].mod) && !BIT_SET(keys, mod_pairs[i].left) &&
+		    !BIT_SET(keys, mod_pairs[i].right))
+			goto skip;
+	snprintf(kb->path, sizeof kb->path, "/dev/input/%.20s", name);
+	if (ioctl(fd, EVIOCGNAME(sizeof kb->name), kb->name) < 0)
+		snprintf(kb->name, sizeof kb->name, "no name");
+	kb->name[sizeof kb->name - 1] = 0;
+	cli_keychord_init(&kb->k, code, mods);
+	/* the modifiers held already (keychord.c's rule 3) */
+	memset(keys, 0, sizeof keys);
+	if (ioctl(fd, EVIOCGKEY(sizeof keys), keys) >= 0)
+		cli_keychord_sync(&kb->k, keys, sizeof keys);
+	return fd;
+skip:
+	close(fd);
+	return -1;
+}
+
+/* An evdev node's name: eventN (short: the path fits evdev_kbd's). */
+static int event_name(const char *name)
+{
+	return strncmp(name, "event", 5) == 0 && isdigit((unsigned char)name[5]) &&
+	       strlen(name) <= 20;
+}
+
+/* /dev/input/NAME added to h's keyboards and to its epoll set if
+ * open_keyboard takes it: its index, else -1. */
+static int add_keyboard(cli_hotkey *h, const char *name, char *why, size_t len)
+{
+	struct evdev_kbd kb, *more;
+	int fd = open_keyboard(dirfd(h->dir), name, h->ev_code, h->ev_mods, &kb, why, len);
+
+	if (fd < 0)
+		return -1;
+	if (!(more = realloc(h->kbd, (h->nkbd + 1) * sizeof *more))) {
+		close(fd);
+		return -1;
+	}
+	kb.fd = fd;
+	h->kbd = more;
+	if (epoll_ctl(h->efd, EPOLL_CTL_ADD, fd, &(struct epoll_event){ .events = EPOLLIN })) {
+		snprintf(why, len, "cannot watch %s: %s", kb.path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	h->kbd[h->nkbd] = kb;
+	return (int)h->nkbd++;
+}
+
+/* evdev: every keyboard under /dev/input with the chord's keys, polled
+ * through one epoll set, with an inotify watch on /dev/input for those
+ * plugged in later.  NULL with `why` (for the error that names every
+ * backend) when there is none; NULL and *said = 1 after an error said. */
+static cli_hotkey *open_evdev(const char *cmd, const char *chord, unsigned code, unsigned mods,
+			      char *why, size_t len, int *said)
+{
+	char open_why[256] = "";
+	unsigned seen = 0;
+	int watch_errno = 0;
+	struct dirent *e;
+	struct stat st;
+	cli_hotkey *h;
+	DIR *d;
+	int dfd;
+
+	dfd = open("/dev/input", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return snprintf(why, len, "/dev/input: %s%s", strerror(errno), errno == ENOENT ?
+				" (no event devices: is the evdev module loaded?)" : ""), NULL;
+	if (fstat(dfd, &st) != 0 || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		close(dfd);
+		return snprintf(why, len, "/dev/input is not root's alone: not read"), NULL;
+	}
+	if (!(d = fdopendir(dfd))) {
+		close(dfd);
+		return snprintf(why, len, "/dev/input: %s", strerror(errno)), NULL;
+	}
+	if (!(h = new_hotkey(cmd, chord))) {
+		closedir(d);
+		return *said = 1, NULL;
+	}
+	h->dir = d;
+	h->ev_code = code;
+	h->ev_mods = mods;
+	/* close-on-exec: the set, the watch and the devices are ours, not
+	 * the traced program's */
+	if ((h->efd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+		cli_error("%s: --on key %s: cannot create an epoll set: %s", cmd, chord,
+			  strerror(errno));
+		cli_hotkey_close(h);
+		return *said = 1, NULL;
+	}
+	/* The watch before the scan, so that a keyboard plugged in between
+	 * is not missed (seen twice at worst: evdev_plug skips one read
+	 * already).  By path: /dev/input is root's alone (checked above), and
+	 * a link there is not followed. */
+	if ((h->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0 ||
+	    inotify_add_watch(h->ifd, "/dev/input", IN_CREATE | IN_ATTRIB | IN_MOVED_TO |
+			      IN_ONLYDIR | IN_DONT_FOLLOW) < 0 ||
+	    epoll_ctl(h->efd, EPOLL_CTL_ADD, h->ifd, &(struct epoll_event){ .events = EPOLLIN })) {
+		watch_errno = errno;
+		if (h->ifd >= 0)
+			close(h->ifd);
+		h->ifd = -1;
+	}
+	while ((e = readdir(d)))
+		if (event_name(e->d_name)) {
+			seen++;
+			add_keyboard(h, e->d_name, open_why, sizeof open_why);
+		}
+	if (!h->nkbd) {
+		if (!seen)
+			snprintf(why, len, "/dev/input has no event device (is the evdev module "
+				 "loaded?)");
+		else if (*open_why)
+			snprintf(why, len, "%s", open_why);
+		else
+			snprintf(why, len, "none of /dev/input's %u event devices has the chord's "
+				 "keys", seen);
+		cli_hotkey_close(h);
+		return NULL;
+	}
+	if (h->ifd < 0)
+		fprintf(stderr, "sptrace: %s: --on key %s: keyboards plugged in later will not be "
+			"read (cannot watch /dev/input: %s)\n", cmd, chord, strerror(watch_errno));
+	snprintf(h->backend, sizeof h->backend, "evdev: ");
+	for (size_t i = 0, full = 0; i < h->nkbd; i++) {
+		size_t used = strlen(h->backend);
+
+		if (used + strlen(h->kbd[i].path) + strlen(h->kbd[i].name) + 32 < sizeof h->backend)
+			snprintf(h->backend + used, sizeof h->backend - used, "%s%s (%s)",
+				 i ? ", " : "", h->kbd[i].path, h->kbd[i].name);
+		else if (!full++)
+			snprintf(h->backend + used, sizeof h->backend - used, " and %zu more",
+				 h->nkbd - i);
+	}
+	return h;
+}
+
+/* The kernel module's keyboard notifier: the chord registered on
+ * /dev/sptrace, which then polls readable at each press. */
+static cli_hotkey *open_kernel(const char *cmd, const char *chord, unsigned code, unsigned mods)
+{
+	struct spk_key_chord kc = { code, mods };
+	cli_hotkey *h;
+
+	if (!(h = new_hotkey(cmd, chord)))
+		return NULL;
 	/* close-on-exec: the device is ours, not the traced program's */
 	h->kfd = open(SPK_DEVICE, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (h->kfd < 0) {
@@ -210,12 +451,8 @@ static cli_hotkey *open_x11(const char *cmd, const char *chord, unsigned mods, K
 					  LockMask | Mod2Mask | Mod5Mask };
 	cli_hotkey *h;
 
-	if (!(h = calloc(1, sizeof *h))) {
-		cli_error("%s: out of memory", cmd);
+	if (!(h = new_hotkey(cmd, chord)))
 		return NULL;
-	}
-	h->kfd = -1;
-	snprintf(h->chord, sizeof h->chord, "%s", chord);
 	if (!(h->dpy = XOpenDisplay(display))) {
 		cli_error("%s: --on key %s: cannot open the X display '%s' (is the X server up, and "
 			  "may this user use it?)", cmd, chord, display);
@@ -257,9 +494,11 @@ static cli_hotkey *open_x11(const char *cmd, const char *chord, unsigned mods, K
 cli_hotkey *cli_hotkey_open(const char *cmd, const char *chord)
 {
 	const char *display = getenv("DISPLAY");
-	unsigned mods;
+	unsigned mods, code;
 	KeySym sym;
-	char why[256];
+	char why[256], evdev_why[320] = "";
+	cli_hotkey *h;
+	int said = 0;
 
 	if (parse_chord(chord, &mods, &sym, why, sizeof why) < 0) {
 		cli_error("%s: --on key %s: %s", cmd, chord, why);
@@ -267,30 +506,123 @@ cli_hotkey *cli_hotkey_open(const char *cmd, const char *chord)
 	}
 	if (display && *display)
 		return open_x11(cmd, chord, mods, sym, display);
+	if (!(code = key_code(sym))) {
+		cli_error("%s: --on key %s: without $DISPLAY (evdev, the kernel module's keyboard "
+			  "notifier) no key '%s' is known: use a letter, a digit, F1-F12, Return, "
+			  "space, Tab, Escape or a navigation key", cmd, chord, XKeysymToString(sym));
+		return NULL;
+	}
+	if ((h = open_evdev(cmd, chord, code, spk_mods(mods), evdev_why, sizeof evdev_why, &said)) ||
+	    said)
+		return h;
 	if (access(SPK_DEVICE, F_OK) == 0)
-		return open_kernel(cmd, chord, mods, sym);
+		return open_kernel(cmd, chord, code, spk_mods(mods));
 	cli_error("%s: --on key %s: no keyboard to listen to: $DISPLAY is not set (the X11 "
-		  "backend), and %s does not exist (the kernel module's keyboard notifier: load "
-		  "it, as root, with 'insmod DIR/sptrace_kagent.ko'); evdev devices are not read "
-		  "yet; run it in the X session, or use --on signal and 'sptrace activate PID'",
-		  cmd, chord, SPK_DEVICE);
+		  "backend); evdev: %s; and %s does not exist (the kernel module's keyboard "
+		  "notifier: load it, as root, with 'insmod DIR/sptrace_kagent.ko'); run it in the "
+		  "X session, as root, or use --on signal and 'sptrace activate PID'",
+		  cmd, chord, evdev_why, SPK_DEVICE);
 	return NULL;
 }
 
 const char *cli_hotkey_backend(const cli_hotkey *h)
 {
-	return h->dpy ? "X11" : "the kernel module's keyboard notifier";
+	return h->dpy ? "X11" : h->efd >= 0 ? h->backend : "the kernel module's keyboard notifier";
 }
 
 int cli_hotkey_fd(const cli_hotkey *h)
 {
-	return h->dpy ? ConnectionNumber(h->dpy) : h->kfd;
+	return h->dpy ? ConnectionNumber(h->dpy) : h->efd >= 0 ? h->efd : h->kfd;
+}
+
+/* evdev: /dev/input/NAME, plugged in, read too unless it is already. */
+static void evdev_plug(cli_hotkey *h, const char *name)
+{
+	char why[256], path[64];
+	int k;
+
+	if (!event_name(name))
+		return;
+	snprintf(path, sizeof path, "/dev/input/%s", name);
+	for (size_t i = 0; i < h->nkbd; i++)
+		if (h->kbd[i].fd >= 0 && strcmp(h->kbd[i].path, path) == 0)
+			return;
+	if ((k = add_keyboard(h, name, why, sizeof why)) >= 0)
+		fprintf(stderr, "sptrace: %s: --on key %s: %s (%s) plugged in: read too\n",
+			h->cmd, h->chord, h->kbd[k].path, h->kbd[k].name);
+}
+
+/* evdev: the keyboards plugged in since, from the watch's events (a node
+ * is made root's 0600 by devtmpfs, then perhaps given to the input group:
+ * created or changed, it is tried).  Events lost (the queue overflowed):
+ * the whole directory is looked at again. */
+static void evdev_plugged(cli_hotkey *h)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t n;
+
+	while ((n = read(h->ifd, buf, sizeof buf)) > 0)
+		for (char *p = buf; p < buf + n; p += sizeof(struct inotify_event) +
+		     ((struct inotify_event *)p)->len) {
+			const struct inotify_event *ie = (const struct inotify_event *)p;
+
+			if (ie->mask & IN_Q_OVERFLOW) {
+				struct dirent *e;
+
+				rewinddir(h->dir);
+				while ((e = readdir(h->dir)))
+					evdev_plug(h, e->d_name);
+			} else if (ie->len) {
+				evdev_plug(h, ie->name);
+			}
+		}
+}
+
+/* evdev: the chord's presses in what each keyboard has to read. */
+static int evdev_pressed(cli_hotkey *h)
+{
+	int hits = 0;
+
+	if (h->ifd >= 0)
+		evdev_plugged(h);
+	for (size_t i = 0; i < h->nkbd; i++) {
+		struct evdev_kbd *kb = &h->kbd[i];
+		struct input_event ev[64];
+		ssize_t n;
+
+		if (kb->fd < 0)
+			continue;
+		/* nonblocking: EAGAIN once read; evdev returns whole events */
+		while ((n = read(kb->fd, ev, sizeof ev)) >= (ssize_t)sizeof *ev)
+			for (size_t j = 0; j < (size_t)n / sizeof *ev; j++) {
+				int r = cli_keychord_event(&kb->k, ev[j].type, ev[j].code,
+							   ev[j].value);
+				unsigned char keys[KEY_MAX / 8 + 1] = { 0 };
+
+				if (r > 0 && hits < INT_MAX)
+					hits++;
+				else if (r < 0 && ioctl(kb->fd, EVIOCGKEY(sizeof keys), keys) >= 0)
+					cli_keychord_sync(&kb->k, keys, sizeof keys);
+			}
+		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			/* ENODEV: unplugged.  Closing takes it out of the epoll set,
+			 * which would otherwise poll readable (EPOLLHUP) for ever. */
+			fprintf(stderr, "sptrace: %s: --on key %s: %s (%s) is gone (%s): the chord "
+				"is no longer read from it\n", h->cmd, h->chord, kb->path, kb->name,
+				strerror(errno));
+			close(kb->fd);
+			kb->fd = -1;
+		}
+	}
+	return hits;
 }
 
 int cli_hotkey_pressed(cli_hotkey *h)
 {
 	int hits = 0;
 
+	if (h->efd >= 0)
+		return evdev_pressed(h);
 	if (!h->dpy) {
 		uint64_t n = 0;
 
@@ -326,8 +658,18 @@ void cli_hotkey_close(cli_hotkey *h)
 	if (h->dpy) {
 		XUngrabKey(h->dpy, h->code, AnyModifier, h->root);
 		XCloseDisplay(h->dpy);
-	} else {
-		close(h->kfd);   /* the module unregisters the notifier */
 	}
+	if (h->kfd >= 0)
+		close(h->kfd);   /* the module unregisters the notifier */
+	for (size_t i = 0; i < h->nkbd; i++)
+		if (h->kbd[i].fd >= 0)
+			close(h->kbd[i].fd);
+	if (h->ifd >= 0)
+		close(h->ifd);
+	if (h->efd >= 0)
+		close(h->efd);
+	if (h->dir)
+		closedir(h->dir);
+	free(h->kbd);
 	free(h);
 }

@@ -21,7 +21,11 @@
 #   - vmlinux-6.1.0-NN-amd64: the ELF inside /boot/vmlinuz-6.1.0-NN-amd64
 #     (its xz stream); the kernel has CONFIG_PVH, so qemu boots it directly
 #   - base.cpio: busybox-static, the module, sptrace and its agent, and the
-#     shared libraries ldd names for them
+#     shared libraries ldd names for them; and the kernel's own evdev.ko
+#     and uinput.ko at /lib/modules/, not loaded (without evdev the guest
+#     has no /dev/input: `insmod /lib/modules/evdev.ko` gives the PS/2
+#     keyboard's /dev/input/eventN, which devtmpfs makes; uinput lets a
+#     test plug in a keyboard of its own)
 # Each call appends a small archive with the commands and the --add files.
 #
 # Exit status: the commands'; 124 when the guest did not finish within
@@ -118,7 +122,11 @@ fi
 
 # ---- the base initramfs
 base=$cache/base.cpio
-inputs=("$sptrace_bin" "$agent_so" "$ko" "$0" /bin/busybox)
+kmods=(/usr/lib/modules/"$kver"/kernel/drivers/input/{evdev.ko,misc/uinput.ko})
+for m in "${kmods[@]}"; do
+	[ -f "$m" ] || die "$m is missing (one of the kernel's modules, in linux-image-$kver)"
+done
+inputs=("$sptrace_bin" "$agent_so" "$ko" "$0" /bin/busybox "${kmods[@]}")
 stale=0
 [ -f "$base" ] || stale=1
 for f in "${inputs[@]}"; do
@@ -132,6 +140,7 @@ if [ $stale = 1 ]; then
 	cp "$sptrace_bin" "$stage/usr/local/bin/sptrace"
 	cp "$agent_so" "$stage/usr/local/lib/sptrace/libsptrace-agent.so"
 	cp "$ko" "$stage/lib/modules/sptrace_kagent.ko"
+	cp "${kmods[@]}" "$stage/lib/modules/"
 	# The shared libraries, at the paths the loader looks for them.
 	for lib in $( { ldd "$sptrace_bin"; ldd "$agent_so"; } | grep -o '/[^ ]*' | sort -u); do
 		mkdir -p "$stage$(dirname "$lib")"

@@ -471,6 +471,7 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 {
 	part_ref *p = NULL;
 	window *w = NULL;
+	int64_t *w0 = NULL;              /* each unit's first window */
 	size_t np = 0, cap = 0;
 	int rc = -1;
 
@@ -510,6 +511,18 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 		if (th && an_thread_profile(a, t, th, w, j - i, 0, NULL, err) != 0)
 			goto out;
 	}
+	/* a flow begins with its first window: a call entered before it (a
+	 * poll() waiting for the request) is counted from the window on */
+	if (!(w0 = malloc((a->nunits + 1) * sizeof *w0)))
+		goto oom;
+	for (size_t i = 0; i < a->nunits; i++)
+		w0[i] = INT64_MAX;
+	for (size_t i = 0; i < np; i++)
+		if (p[i].w.t0 < w0[p[i].w.unit])
+			w0[p[i].w.unit] = p[i].w.t0;
+	for (size_t i = 0; i < a->nunits; i++)
+		if (w0[i] != INT64_MAX && a->units[i].first_ns < w0[i])
+			a->units[i].first_ns = w0[i];
 	for (size_t i = 0; !normal && i < np; i++)
 		if (keep_part(a, &p[i]) != 0)
 			goto oom;
@@ -518,6 +531,7 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 oom:
 	sp_fail(err, "out of memory for the flows' profiles");
 out:
+	free(w0);
 	free(w);
 	free(p);
 	return rc;

@@ -53,6 +53,16 @@
  *     connected UNIX socket's record names its peer's inode (unix_peer),
  *     also asked once.  shutdown() and a receive that finds the end of a
  *     stream are messages of no bytes at the current offset.
+ *  6. A pipe's traced writers that are no one family -- programs exec'd
+ *     apart, processes that opened a named pipe each -- share one sent
+ *     count too: the session's, a file spdaemon makes (propagate.c,
+ *     points 15 to 17).  A writer's channel takes it when its first traced
+ *     write asks about the pipe (before_send: the answer names it and that
+ *     write's first byte in it), or when it is classified in a process
+ *     whose parent took it before the fork (ag_pipe_sent); the family's
+ *     count is left then -- a member forked earlier takes the session's
+ *     when it asks, on its own first traced write.  Every traced write adds
+ *     its length to it with one atomic add, when its call returned.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the
  * control thread (no ring): they are never messages.  Its descriptors are
@@ -113,7 +123,8 @@ typedef struct chan {
 	uint64_t inode;
 	uint8_t peer[16];              /* the key's peer (AF_UNIX: a hash of the path) */
 	uint64_t off[2];               /* bytes (streams) or datagrams, per direction */
-	volatile uint64_t *send_shared; /* a pipe's sent count, its forked family's (point 5) */
+	volatile uint64_t *send_shared; /* a pipe's sent count, its forked family's (point 5)
+	                                 * or its traced writers' (point 6) */
 	volatile uint64_t *recv_shared; /* a pipe's received count, its readers' (point 5) */
 	uint64_t recv_base;            /* ... from the writer's offset recv_base */
 	volatile uint8_t recv_counted; /* the next receive is at off[DIR_RECV], counted */
@@ -878,16 +889,18 @@ static uint64_t classify(int fd, unsigned dir, uint64_t len)
 			tc.base[DIR_SEND] = (uint64_t)queued;
 		c = chan_get(&k, &tc, TRACE_PROTO_PIPE, false);
 		pipe_slot *ps = c ? pipe_slot_of(st.st_ino, tc.base[DIR_SEND]) : NULL;
+		/* point 6: the session's writers', which the parent joined */
+		volatile uint64_t *sent = c ? ag_pipe_sent(st.st_ino) : NULL;
+		volatile uint64_t *none = NULL;
 
-		if (ps) {                       /* the family's counts (point 5) */
-			volatile uint64_t *none = NULL;
-
-			__atomic_compare_exchange_n(&c->send_shared, &none, &ps->off[DIR_SEND], false,
+		if (sent || ps)                 /* the family's counts (point 5) */
+			__atomic_compare_exchange_n(&c->send_shared, &none,
+						    sent ? sent : &ps->off[DIR_SEND], false,
 						    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
-			none = NULL;
+		none = NULL;
+		if (ps)
 			__atomic_compare_exchange_n(&c->recv_shared, &none, &ps->off[DIR_RECV], false,
 						    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
-		}
 		goto done;
 	}
 	if (!S_ISSOCK(st.st_mode) ||
@@ -1236,6 +1249,10 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 				fc.offset = __atomic_load_n(&c->off[DIR_SEND], __ATOMIC_RELAXED);
 			}
 			int mark = ag_propagate_ask(&fc);
+
+			/* point 6: the count the pipe's traced writers share */
+			if (fc.kind == AG_FLOW_PIPE && fc.sent)
+				__atomic_store_n(&c->send_shared, fc.sent, __ATOMIC_RELEASE);
 
 			/* the mark's byte takes a sequence number, as the kernel counts */
 			if (mark == AG_MARK_OOB && ag_mark_send(fd) == 0)

@@ -154,13 +154,53 @@
  *     own recvmsg never sees the option's control message: msgs.c takes it
  *     out of the program's buffer (ag_mark_strip).
  *
+ * A pipe's traced writers (the sending side's count):
+ *
+ * 15. Writers of one pipe that are one process and the children it forks
+ *     count its bytes together in memory they share (msgs.c, point 5).
+ *     Others -- programs exec'd apart, processes that opened a named pipe
+ *     each, a descriptor passed over a UNIX socket -- count them in the
+ *     session's SESSION/pipe-INODE-sent, a file spdaemon makes (inject.c:
+ *     writers_count) for the first writer that asks about the pipe (point
+ *     2), of its user: 64 bytes, the count, then the inode.  The first
+ *     asker's count goes in as it stands (its OFFSET: the bytes queued
+ *     ahead of its send); a later asker's send is the count's value when
+ *     the daemon reads it, and that is the OFFSET the readers are told
+ *     (point 5), not the asker's own count.  The answer names the file and
+ *     that offset (InjectReply.sent_count, sent_offset).
+ * 16. The asker maps it before its bytes go (sent_count_of): only a file
+ *     named pipe-INODE-sent for its own pipe, in a directory of root's that
+ *     no other user may write (the daemon's session directory), regular,
+ *     its own user's, one link, 64 bytes, naming its inode -- nothing
+ *     another user could have put there, whoever answers at the daemon's
+ *     socket -- opened, mapped and closed at once (raw system calls, as
+ *     point 6's count; its descriptor a low number for that instant, as
+ *     the daemon's socket's), errno as the program left it.  Its channel's sent count
+ *     is that one from then (msgs.c: before_send, point 6): every traced
+ *     write of any of them adds its length with one atomic add, so each
+ *     write names the bytes it carried, in the order the reader reads them.
+ * 17. The mapping goes into a table of the process (ag_pipe_sent), which a
+ *     fork copies with the mapping: a child forked after its parent took
+ *     the count adds to it from its first write; one forked before takes it
+ *     when it asks, on its own first traced write (its channel table is its
+ *     own).  One page per pipe a process writes, for good.
+ *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
  * mistaken for an earlier one of the same bytes; a UNIX socket with several
- * readers, a pipe's readers of different users, and traced writers of one
- * pipe that are not one process and its forked children count their bytes
- * each alone; a UNIX stream's sender cannot see what is queued at its peer,
+ * readers or writers, a pipe's readers of different users, a pipe's traced
+ * writers of another user than the session's count's (point 15) or of
+ * another session, and one whose daemon did not answer in time (while
+ * others took the count), count their bytes each alone; a write's bytes
+ * are counted when its call returns, so two writers (or two readers, point
+ * 6) whose calls race between one's return and the other's add name each
+ * other's bytes, and so does a reader following already when another
+ * writer's bytes reach the pipe between the daemon's read of the count for
+ * a later asker and that reader's arming (it lines up on the asker's
+ * OFFSET, point 6); bytes an untraced writer puts into the pipe after the
+ * first traced write are counted by its readers, not by its writers; a UNIX
+ * stream's sender cannot see what is queued at its peer,
  * so it names no OFFSET and the reader's count stays its own (exact when
  * nothing was queued); each awaited pipe read maps its shared count for
  * good (a page per request that reached this process); a receiving program
@@ -207,6 +247,21 @@ static volatile int program_oob;         /* the program used MSG_OOB (msgs.c) */
 static volatile uint64_t no_daemon_until;
 static volatile int no_daemon_said;
 static volatile uint64_t next_id = 1;
+
+/* SESSION/pipe-INODE-sent (spdaemon/inject.c: writers_count), mapped by
+ * the agent of each traced writer of the pipe (points 15 to 17). */
+typedef struct sent_count {
+	volatile uint64_t sent;          /* the writers' count: the next byte written */
+	uint64_t inode;                  /* the pipe's */
+	uint64_t unused[6];
+} sent_count;
+
+#define MAX_SENT 64
+static struct {
+	volatile uint64_t inode;         /* 0: free; set after count */
+	sent_count *count;
+} sents[MAX_SENT];                       /* point 17: copied by fork with the mappings */
+static volatile unsigned nsents;
 
 /* SESSION/pipe-INODE (spdaemon/inject.c: pipe_counts), mapped by the agent
  * of each reader of the pipe (point 6). */
@@ -518,6 +573,74 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	return 0;
 }
 
+volatile uint64_t *ag_pipe_sent(uint64_t inode)
+{
+	unsigned n = __atomic_load_n(&nsents, __ATOMIC_ACQUIRE);
+
+	for (unsigned i = 0; inode && i < n && i < MAX_SENT; i++)
+		if (__atomic_load_n(&sents[i].inode, __ATOMIC_ACQUIRE) == inode)
+			return &sents[i].count->sent;
+	return NULL;
+}
+
+/* Point 16: the count at `path` the daemon named for pipe `inode`, mapped
+ * (once per process: point 17); NULL, and why, if it is not the daemon's
+ * count of this pipe for this process's user. */
+static volatile uint64_t *sent_count_of(const char *path, uint64_t inode, char *why, size_t len)
+{
+	volatile uint64_t *have = ag_pipe_sent(inode);
+	char dir[4200], name[48];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+	sent_count *sc;
+	long fd;
+
+	if (have)
+		return have;
+	snprintf(name, sizeof name, "/pipe-%llu-sent", (unsigned long long)inode);
+	if (!slash || slash == path || strcmp(slash, name) != 0 ||
+	    (size_t)(slash - path) >= sizeof dir) {
+		snprintf(why, len, "%.200s is not this pipe's count", path);
+		return NULL;
+	}
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	if (sys(SYS_stat, (long)dir, (long)&st, 0, 0, 0) != 0 || !S_ISDIR(st.st_mode) ||
+	    st.st_uid != 0 || (st.st_mode & 022)) {
+		snprintf(why, len, "%.200s is not a directory that root alone writes", dir);
+		return NULL;
+	}
+	fd = sys(SYS_open, (long)path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0, 0, 0);
+	if (fd < 0) {
+		snprintf(why, len, "%.200s: %s", path, strerror((int)-fd));
+		return NULL;
+	}
+	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid() || st.st_nlink != 1 || st.st_size != (off_t)sizeof *sc) {
+		sys(SYS_close, fd, 0, 0, 0, 0);
+		snprintf(why, len, "%.200s is not a count of %zu bytes of uid %u", path, sizeof *sc,
+			 (unsigned)geteuid());
+		return NULL;
+	}
+	sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+	sys(SYS_close, fd, 0, 0, 0, 0);
+	if (sc == MAP_FAILED || sc->inode != inode) {
+		if (sc != MAP_FAILED)
+			munmap(sc, sizeof *sc);
+		snprintf(why, len, "%.200s: cannot map it, or it counts another pipe", path);
+		return NULL;
+	}
+	unsigned i = __atomic_fetch_add(&nsents, 1, __ATOMIC_ACQ_REL);
+
+	if (i < MAX_SENT) {
+		sents[i].count = sc;
+		__atomic_store_n(&sents[i].inode, inode, __ATOMIC_RELEASE);
+	} else {
+		__atomic_store_n(&nsents, MAX_SENT, __ATOMIC_RELEASE);
+	}
+	return &sc->sent;
+}
+
 /* Point 3: a channel whose peer sent us the traced request -- a TCP
  * connection by its 4-tuple, a UNIX stream socket by its inode (the request
  * came in on it) or its peer's (the sender's, awaited before the accept). */
@@ -631,6 +754,25 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	double ms = (double)(now_ns() - t0) / 1e6;
 	char off[40];
 
+	if (rc == 0 && fc->kind == AG_FLOW_PIPE && rep->body_case ==
+	    SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {                 /* points 15, 16 */
+		const char *path = rep->inject_reply->sent_count;
+		char no[300] = "";
+
+		if (path && *path && (fc->sent = sent_count_of(path, fc->inode, no, sizeof no))) {
+			if (rep->inject_reply->sent_offset != fc->offset)
+				ag_log("propagation: %s: its traced writers count its bytes together "
+				       "(%.200s): this send is their byte %llu (this process counted "
+				       "%llu)", what, path,
+				       (unsigned long long)rep->inject_reply->sent_offset,
+				       (unsigned long long)fc->offset);
+			fc->offset = rep->inject_reply->sent_offset;
+		} else {
+			ag_log("propagation: %s: this process counts its bytes alone (%s); a reader's "
+			       "reads may name other bytes than another traced writer's writes", what,
+			       no[0] ? no : "the spdaemon names no count of its writers: see its log");
+		}
+	}
 	snprintf(off, sizeof off, fc->kind == AG_FLOW_TCP ? "offset %s%lu" : fc->kind == AG_FLOW_UDP ||
 		 fc->kind == AG_FLOW_UNIXDGRAM ? "hash %s%lx" : "%s%lu", fc->at_offset ? "" : "~",
 		 (unsigned long)fc->offset);

@@ -28,7 +28,9 @@
  *      0700; the directories above it are root's and only traversable by
  *      others (0711), so no user can see or touch another's trace.  For a
  *      pipe, SESSION/pipe-INODE too: the count of its bytes that its
- *      readers' agents share (pipe_counts).
+ *      readers' agents share (pipe_counts); and, before any of that,
+ *      SESSION/pipe-INODE-sent: the count its traced writers' agents
+ *      share, whose value names the requester's send (writers_count).
  *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
  *      request that follows a traced send (`follow`, from an agent): the
  *      receive of that send (expect=, agent/propagate.c), and the agent
@@ -229,8 +231,8 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
  * line ends in " oob" when the sender would mark the send by an urgent
  * byte (point 9); a UDP line in " ipopt SEQ" when the datagram would carry
  * the IP option SEQ (point 13: `ipopt`, the probe said options arrive). */
-static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch, bool ipopt,
-			char *out, size_t len)
+static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch,
+			uint64_t offset, bool ipopt, char *out, size_t len)
 {
 	char s[INET6_ADDRSTRLEN], t[INET6_ADDRSTRLEN], off[24] = "-";
 
@@ -240,15 +242,15 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 		return;
 	}
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
-		if (q->at_offset)       /* the writer's count, for the reader's (agent) */
-			snprintf(off, sizeof off, " %llu", (unsigned long long)q->offset);
+		if (q->at_offset)       /* the writers' count, for the reader's (agent) */
+			snprintf(off, sizeof off, " %llu", (unsigned long long)offset);
 		snprintf(out, len, "%s %llu%s", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
 			 (unsigned long long)ch->inode, q->at_offset ? off : "");
 		return;
 	}
 	if (ch->kind == SPD_CH_UNIX_DGRAM) {
 		if (q->at_offset)
-			snprintf(off, sizeof off, "%llx", (unsigned long long)q->offset);
+			snprintf(off, sizeof off, "%llx", (unsigned long long)offset);
 		if (ch->inode)
 			snprintf(out, len, "unixdgram %llu %s", (unsigned long long)ch->inode, off);
 		return;
@@ -259,7 +261,7 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 	inet_ntop(ch->dst.family, ch->dst.addr, t, sizeof t);
 	if (q->at_offset)
 		snprintf(off, sizeof off, ch->kind == SPD_CH_TCP ? "%llu" : "%llx",
-			 (unsigned long long)q->offset);
+			 (unsigned long long)offset);
 	snprintf(out, len, "%s %s %u %s %u %s%s", ch->kind == SPD_CH_TCP ? "tcp" : "udp", s,
 		 ch->src.port, t, ch->dst.port, off,
 		 ch->kind == SPD_CH_TCP && q->mark && strcmp(q->mark, "oob") == 0 ? " oob" : "");
@@ -895,9 +897,9 @@ again:
 	spd_frame_free(rep);
 }
 
-/* Step 2, pipes: does pid hold the pipe's read end?  (A writer that shares
- * the inode receives nothing from it.) */
-static bool reads_pipe(pid_t pid, uint64_t inode)
+/* Step 2, pipes: does pid hold the pipe's read end (reading), or its write
+ * end?  (A writer that shares the inode receives nothing from it.) */
+static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
 {
 	char path[64], link[64], want[40], info[512];
 	struct dirent *e;
@@ -938,10 +940,99 @@ static bool reads_pipe(pid_t pid, uint64_t inode)
 		info[n] = '\0';
 		const char *f = strstr(info, "flags:");
 
-		found = f && sscanf(f + 6, " %o", &flags) == 1 && (flags & O_ACCMODE) == O_RDONLY;
+		found = f && sscanf(f + 6, " %o", &flags) == 1 &&
+			((flags & O_ACCMODE) == O_RDONLY) == reading;
 	}
 	closedir(d);
 	return found;
+}
+
+/* Step 5, a pipe's writers: SESSION/pipe-INODE-sent, the count of the
+ * pipe's bytes that its traced writers' agents share (agent/msgs.c, point
+ * 6; agent/propagate.c, points 15 to 17): writers that are not one process
+ * and its forked children -- programs exec'd apart, processes that opened
+ * a named pipe each -- name each byte alike, as its reader sees it.  64
+ * bytes: the count, then the pipe's inode.  The first request for the pipe
+ * in the session makes it, 0600, for the requester's user, holding the
+ * requester's own count (the request's offset: the bytes queued ahead of
+ * its send); each later one takes the count as it stands now as its send's
+ * first byte, which the readers await instead of the request's offset.
+ * Made and read under one lock, with pwrite and pread only (never mapped
+ * here: its user may truncate it).  A requester of another user than the
+ * count's, one that does not hold the pipe's write end itself (no count
+ * made for a pipe a user does not write), or from another host, gets none
+ * and counts alone.  Answers "" or the count's absolute path, and *offset. */
+static void writers_count(const spd_daemon *d, const spd_conn *c,
+			  const Sptrace__Spd__InjectRequest *q, const spd_channel *ch,
+			  char *path, size_t len, uint64_t *offset)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	uint64_t v[8] = { q->offset, ch->inode };
+	char name[48];
+	struct stat st;
+	sp_err err;
+	int sfd, fd;
+
+	path[0] = '\0';
+	*offset = q->offset;
+	if (ch->kind != SPD_CH_PIPE || !q->follow || !q->at_offset || c->remote)
+		return;
+	if (!holds_pipe_end(c->pid, ch->inode, false)) {
+		spd_log("%s: inject session %s: pid %d holds no write end of pipe %llu: no count "
+			"of its writers", c->peer, q->session, (int)c->pid,
+			(unsigned long long)ch->inode);
+		return;
+	}
+	if ((sfd = spd_session_open(d, q->session, 1, &err)) < 0) {
+		spd_log("%s: inject session %s: %s; the pipe's writers count its bytes alone",
+			c->peer, q->session, err.msg);
+		return;
+	}
+	snprintf(name, sizeof name, "pipe-%llu-sent", (unsigned long long)ch->inode);
+	pthread_mutex_lock(&lock);
+	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		if (pwrite(fd, v, sizeof v, 0) != (ssize_t)sizeof v ||
+		    fchown(fd, c->uid, (gid_t)-1) != 0) {
+			spd_log("%s/sessions/%s/%s: %s; the pipe's writers count its bytes alone",
+				d->state_dir, q->session, name, strerror(errno));
+			unlinkat(sfd, name, 0);
+			goto out;
+		}
+	} else if (errno != EEXIST ||
+		   (fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0 ||
+		   fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof v) {
+		spd_log("%s/sessions/%s/%s: not a count of %zu bytes%s%s; pid %d counts the pipe's "
+			"bytes alone", d->state_dir, q->session, name, sizeof v, fd < 0 ? ": " : "",
+			fd < 0 ? strerror(errno) : "", (int)c->pid);
+		goto out;
+	} else if (st.st_uid != c->uid) {
+		spd_log("%s: inject session %s: pipe %llu: its writers that count together are uid "
+			"%u's; pid %d (uid %u) counts its bytes alone", c->peer, q->session,
+			(unsigned long long)ch->inode, (unsigned)st.st_uid, (int)c->pid,
+			(unsigned)c->uid);
+		goto out;
+	} else {
+		/* the agents add to it atomically: two equal reads are not torn */
+		uint64_t a = 0, b = 1;
+
+		for (int i = 0; i < 100 && a != b; i++)
+			if (pread(fd, &a, 8, 0) != 8 || pread(fd, &b, 8, 0) != 8 ||
+			    pread(fd, &v[1], 8, 8) != 8 || v[1] != ch->inode)
+				goto out;
+		if (a != b)
+			goto out;
+		*offset = a;
+	}
+	snprintf(path, len, "%s/sessions/%s/%s", d->state_abs, q->session, name);
+	spd_log("%s: inject session %s: pipe %llu: pid %d's send is byte %llu of the count its "
+		"writers share (%s)", c->peer, q->session, (unsigned long long)ch->inode,
+		(int)c->pid, (unsigned long long)*offset, path);
+out:
+	pthread_mutex_unlock(&lock);
+	if (fd >= 0)
+		close(fd);
+	close(sfd);
 }
 
 static bool seen(const pid_t *v, size_t n, pid_t pid)
@@ -963,7 +1054,8 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	char *strings = NULL;
 	size_t ndone = 0;
 	spd_channel ch;
-	char expect[300];
+	char expect[300], sent[4400];
+	uint64_t offset;
 	double t0 = now_ms(), holders_ms = 0, inject_ms = 0;
 	int rounds = 0;
 
@@ -995,8 +1087,9 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		if (spd_channel_inodes(&ch, ino, 2, &ni, NULL, err) == 0 && ni == 1)
 			ch.inode = ino[0];
 	}
+	writers_count(d, c, q, &ch, sent, sizeof sent, &offset);
 	if (q->follow)
-		expect_line(q, &ch, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
+		expect_line(q, &ch, offset, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
 	targets = calloc(SPD_MAX_TARGETS, sizeof *targets);
 	tp = calloc(SPD_MAX_TARGETS, sizeof *tp);
 	strings = malloc(SPD_MAX_TARGETS * (dirlen + whylen));
@@ -1025,7 +1118,7 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		for (size_t i = 0; ni && i < np && ndone < SPD_MAX_TARGETS; i++) {
 			if (seen(done, ndone, pids[i]) || pids[i] == getpid() ||
 			    (!c->remote && pids[i] == c->pid) ||
-			    (ch.kind == SPD_CH_PIPE && !reads_pipe(pids[i], ch.inode)))
+			    (ch.kind == SPD_CH_PIPE && !holds_pipe_end(pids[i], ch.inode, true)))
 				continue;
 			char *dir = strings + ndone * (dirlen + whylen), *why = dir + dirlen;
 			Sptrace__Spd__InjectReply__Target *t = &targets[ndone];
@@ -1057,6 +1150,8 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	rep.n_targets = ndone;
 	rep.targets = tp;
 	rep.host = d->name;
+	rep.sent_count = sent;
+	rep.sent_offset = offset;
 	spd_log("%s: inject session %s: answered in %.1f ms (%d round%s of looking for holders: "
 		"%.1f ms; the agents: %.1f ms)", c->peer, q->session, now_ms() - t0, rounds,
 		rounds == 1 ? "" : "s", holders_ms, inject_ms);

@@ -75,6 +75,9 @@ users).
   pipe-fifo  pipe-backlog over a named pipe (mkfifo)
   pipe-writers  two writers of one pipe forked by a traced process: each
           read names the bytes of its write
+  pipe-fifo-writers  two writers of one named pipe that share no memory
+          (a traced shell's children, exec'd apart), taking turns: each
+          read names the bytes of its write, whichever writer's
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
   pipe-readers-slow  the same with the daemon's injector slowed (nice 19
@@ -86,6 +89,7 @@ users).
 usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES]
 """
 
+import errno
 import os
 import re
 import shutil
@@ -1201,6 +1205,107 @@ def case_pipe_fifo(sptrace, spdaemon, tier, tmp, pipes):
     case_pipe_backlog(sptrace, spdaemon, tier, tmp, pipes, fifo=True)
 
 
+def open_turns(path, proc):
+    """The write end of control FIFO `path`, once `proc`'s side opened it to
+    read (bounded: proc may have ended first)."""
+    for _ in range(3000):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            return fd
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+        if proc.poll() is not None:
+            fail("%s ended before it read %s: %r" % (proc.args, path,
+                                                      proc.communicate(timeout=60)))
+        time.sleep(0.1)
+    fail("no one opened %s to read within 300 s" % path)
+
+
+def case_pipe_fifo_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """Two unrelated traced writers of one named pipe -- programs a traced
+    shell exec'd apart, sharing no memory, each opening the pipe by its
+    path -- taking turns, 2 messages each, to a reader (untraced) that the
+    first one's first write injects: the second one's request gets the
+    count the session's writers share (SESSION/pipe-INODE-sent), so each
+    read names the bytes of the write that carried them, whichever
+    writer's (each writer counting alone, the second one named its first
+    write 0..2, as the first one had)."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    turns = []
+    wfd = -1
+    try:
+        path = os.path.join(tmp, "fifo")
+        os.mkfifo(path)
+        ino = os.stat(path).st_ino
+        rd = cl.hosts.popen(0, [pipes, "reader", path, "1"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        # a write end of this script's (it writes nothing): no end of file
+        # for the reader between the writers
+        wfd = os.open(path, os.O_WRONLY)
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        ctl = [os.path.join(tmp, "turn%d" % i) for i in (1, 2)]
+        for c in ctl:
+            os.mkfifo(c)
+        out = os.path.join(tmp, "writers.trace")
+        msgs = ["ab", "cd", "ef", "gh"]
+        sh = "%s stepwriter %s %s %s <%s & %s stepwriter %s %s %s <%s; wait" % (
+            pipes, path, msgs[0], msgs[2], ctl[0], pipes, path, msgs[1], msgs[3], ctl[1])
+        w = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", "sh", "-c", sh],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(w)
+        turns = [open_turns(c, w) for c in ctl]
+        wrote = {}
+        got = []
+        for i, m in enumerate(msgs):
+            os.write(turns[i % 2], b"\n")
+            line = w.stdout.readline()
+            mm = re.match(r"wrote (\d+) \d+$", line)
+            check(mm, "writer %d did not write %s: %r" % (i % 2 + 1, m, line))
+            wrote.setdefault(int(mm.group(1)), []).append(m)
+            line = rd.stdout.readline()
+            check(line.startswith("got "), "the reader did not read %s: %r" % (m, line))
+            got.append(bytes.fromhex(line.split()[2]).decode())
+        for fd in turns:
+            os.close(fd)
+        turns = []
+        wout, werr = w.communicate(timeout=300)
+        os.close(wfd)
+        wfd = -1
+        check(w.returncode == 0, "the traced writers: %r %r\n%s" % (wout, werr, cl.logs()))
+        rd.communicate(timeout=60)
+        check(got == msgs and len(wrote) == 2,
+              "the reader read %r, the writers wrote %s" % (got, wrote))
+        t = traces(cl.state(0), session_of(werr))
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        sent, each = {}, {}
+        for pid, ms in wrote.items():
+            # an image the shell exec'd: OUT/exec.PID.N
+            d = [os.path.join(out, n) for n in os.listdir(out)
+                 if re.match(r"exec\.%d\.\d+$" % pid, n)]
+            check(len(d) == 1, "writer %d's trace in %s: %s" % (pid, out, os.listdir(out)))
+            each[pid] = pipe_ranges(sptrace, d[0], "write", ino)
+            check(len(each[pid]) == len(ms), "writer %d's writes: %s" % (pid, each[pid]))
+            sent.update(zip(each[pid], ms))
+        rr = pipe_ranges(sptrace, t[rd.pid], "read", ino)
+        check(len(sent) == 4 and [sent.get(x) for x in rr] == got,
+              "the reads %s name other bytes than the writes %s (writer: its writes)\n%s\n%s" %
+              (rr, each, agent_logs(t, [rd.pid]), cl.logs()))
+        pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
+    finally:
+        for fd in turns + [wfd]:
+            if fd >= 0:
+                os.close(fd)
+        kill_all(procs)
+        cl.close()
+
+
 class TiersSession:
     """The tiers application over three namespace hosts, a request of the
     client on host 0 followed (`sptrace run --on start`), its servers
@@ -1279,7 +1384,7 @@ def main():
          "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers,
          "pipe-readers-slow": lambda *a: case_pipe_readers(*a, slow=True),
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
-         "pipe-writers": case_pipe_writers}[case](
+         "pipe-writers": case_pipe_writers, "pipe-fifo-writers": case_pipe_fifo_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

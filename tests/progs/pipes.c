@@ -1,6 +1,7 @@
 /*
  * pipes.c — a writer and readers of one pipe, for the propagation
- * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers).
+ * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers,
+ * pipe-writers, pipe-fifo-writers).
  *
  *   pipes reader PIPE K     (PIPE: a path, or the number of an inherited
  *                            descriptor)
@@ -19,8 +20,13 @@
  *       opens PIPE and forks K writers one after the other (pre-forked
  *       workers sharing the descriptor), writer j writing MSG j, j + K, ...
  *       as `writer` does.
+ *   pipes stepwriter PIPE MSG...
+ *       `writer`, each MSG only after a line on its standard input (the
+ *       test says whose turn it is), printing "wrote PID N" once the
+ *       readers took it (stops at the input's end).
  */
 #include <ctype.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,27 +74,36 @@ read:
 	return 0;
 }
 
-/* Write msgs[0], msgs[step], ... of n into fd, each taken before the next. */
-static int write_msgs(int fd, int n, char **msgs, int step)
+/* Write msgs[0], msgs[step], ... of n into fd, each taken before the next
+ * (turns: each after a line on stdin). */
+static int write_msgs(int fd, int n, char **msgs, int step, bool turns)
 {
+	char line[16];
 	int q;
 
 	for (int i = 0; i < n; i += step) {
 		size_t len = strlen(msgs[i]);
 
+		if (turns && !fgets(line, sizeof line, stdin))
+			return 0;
 		if (write(fd, msgs[i], len) != (ssize_t)len) {
 			perror("pipes: write");
 			return 1;
 		}
-		printf("wrote %d\n", i + 1);
+		if (!turns)
+			printf("wrote %d\n", i + 1);
 		fflush(stdout);
 		for (int t = 0; t < 60000 && ioctl(fd, FIONREAD, &q) == 0 && q > 0; t++)
 			usleep(1000);
+		if (turns) {                    /* the reader took it: the next turn */
+			printf("wrote %d %d\n", (int)getpid(), i + 1);
+			fflush(stdout);
+		}
 	}
 	return 0;
 }
 
-static int writer(const char *path, int n, char **msgs)
+static int writer(const char *path, int n, char **msgs, bool turns)
 {
 	int fd = pipe_fd(path, O_WRONLY), rc;
 
@@ -96,7 +111,7 @@ static int writer(const char *path, int n, char **msgs)
 		perror("pipes: open");
 		return 1;
 	}
-	rc = write_msgs(fd, n, msgs, 1);
+	rc = write_msgs(fd, n, msgs, 1, turns);
 	close(fd);
 	return rc;
 }
@@ -114,7 +129,7 @@ static int writers(const char *path, int k, int n, char **msgs)
 		pid_t p = fork();
 
 		if (p == 0)
-			_exit(write_msgs(fd, n - j, msgs + j, k));
+			_exit(write_msgs(fd, n - j, msgs + j, k, false));
 		if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st))
 			rc = 1;
 	}
@@ -127,9 +142,12 @@ int main(int argc, char **argv)
 	if (argc == 4 && strcmp(argv[1], "reader") == 0)
 		return reader(argv[2], atoi(argv[3]));
 	if (argc >= 4 && strcmp(argv[1], "writer") == 0)
-		return writer(argv[2], argc - 3, argv + 3);
+		return writer(argv[2], argc - 3, argv + 3, false);
+	if (argc >= 4 && strcmp(argv[1], "stepwriter") == 0)
+		return writer(argv[2], argc - 3, argv + 3, true);
 	if (argc >= 5 && strcmp(argv[1], "writers") == 0)
 		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4);
-	fprintf(stderr, "usage: pipes reader PIPE K | writer PIPE MSG... | writers PIPE K MSG...\n");
+	fprintf(stderr, "usage: pipes reader PIPE K | writer PIPE MSG... | writers PIPE K MSG... | "
+		"stepwriter PIPE MSG...\n");
 	return 2;
 }

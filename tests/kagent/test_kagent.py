@@ -111,6 +111,25 @@ def one(out, key):
     return v[0] if v else None
 
 
+def check_chord_run(out, err):
+    """A guest's `sptrace run --on key Ctrl-Alt-T -- ticker` (its @@ lines,
+    its stderr `err`), typed the wrong chords Ctrl-Alt-Shift-T and Ctrl-T and
+    then Ctrl-Alt-T: nothing started before, one activation at the chord,
+    tick() traced only after it."""
+    check(one(out, 'activated-before') == '0',
+          f'Ctrl-Alt-Shift-T and Ctrl-T start nothing ({one(out, "activated-before")} '
+          'activated lines before Ctrl-Alt-T)')
+    check(one(out, 'activated-after') == '1',
+          f'Ctrl-Alt-T starts tracing ({one(out, "activated-after")} activated lines)')
+    check(err.count('Ctrl-Alt-T pressed') == 1, 'one press said: ' + err)
+    check(one(out, 'run-status') == '0', 'sptrace run --on key succeeded: ' + err)
+    ticks = re.search(r'ticks (\d+)', ' '.join(values(out, 'ticker')))
+    calls = int(one(out, 'tick-calls') or 0)
+    check(one(out, 'replay-status') == '0' and calls > 5 and ticks and calls < int(ticks.group(1)),
+          f'replay shows tick() {calls} times, of {ticks.group(1) if ticks else "?"} ticks: only '
+          'after the press\n' + '\n'.join(values(out, 'replay')))
+
+
 def calls(replay_lines):
     """Each call in the replay with the names of its ancestors, outermost
     first: [(tid, [ancestor..., name])]."""

@@ -482,7 +482,9 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 		if (ui == AN_NONE)
 			goto oom;
 		/* its role's program: the one it started in */
-		if ((a->units[ui].prog = an_name_id(a, program_name(an_session_image(s, fl->image)->program))) == AN_NONE)
+		const char *prog = program_name(an_session_image(s, fl->image)->program);
+
+		if ((a->units[ui].prog = an_name_id(a, prog)) == AN_NONE)
 			goto oom;
 		for (size_t k = 0; k < fl->nparts; k++) {
 			if (np == cap) {

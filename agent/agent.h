@@ -131,10 +131,6 @@ void ag_modules_fork_unlock(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
 void ag_modules_register_late(void);         /* at exit: name the ones not seen yet in meta */
-void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
-void ag_meta_untraced(const char *name, const char *why); /* main.c: an "untraced" line */
-void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), once loaded */
-void ag_meta_changed(void);  /* "changed" lines for sites left alone since the last (main.c) */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */
 bool ag_agent_code_holds(uint64_t addr);     /* addr is in the agent's own code */
 /* addr is in code a language runtime manages (never patched or stubbed) */
@@ -155,14 +151,6 @@ void ag_ring_put(trace_ring_header *r, unsigned kind, uint32_t id); /* from C */
  * records must not go back in time). */
 void ag_ring_put_at(trace_ring_header *r, unsigned kind, uint32_t id, uint64_t tsc);
 
-/* Agent code running on an application thread brackets itself with these:
- * meanwhile the thread's TLS ring is NULL, so traced code the agent calls
- * (libc) records nothing, and nested slow paths answer "skip".  ag_enter
- * returns the thread's ring (NULL if none yet); ag_leave installs one. */
-trace_ring_header *ag_enter(void);
-void ag_leave(trace_ring_header *ring);
-bool ag_active(void);                      /* activated and not stopped */
-bool ag_busy(void);                        /* agent code runs on this thread */
 void ag_ring_sync(trace_ring_header *r, uint64_t tsc); /* SYNC record + epoch */
 void ag_ring_put_key(trace_ring_header *r, uint32_t event, uint64_t key); /* CTX_* events */
 /* Two payload records (events ev1 and ev2) taken at once: a COUNT pair. */
@@ -175,23 +163,7 @@ void ag_rings_close_all(void);
 void ag_rings_event_all(uint32_t event);   /* an event in every ring */
 int ag_rings_init(void);
 void ag_forked_child(void);                /* atfork: drop the parent's rings */
-int ag_threads_init(void);                 /* atfork handler */
-/* fn(tid) for every thread but this one and the control thread, until it
- * returns non-zero; how many it was called for. */
-int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg);
-void ag_threads_preopen(void);             /* their /proc files, opened now (control.c) */
-/* The C library's pthread_create, past the agent's interposer (threads.c). */
-int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
-			   void *(*start)(void *), void *arg);
-/* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
- * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
-int ag_thread_where(int tid, long *nr, uint64_t *pc);
 extern pid_t ag_self_pid;              /* a vfork child sees its parent's */
-bool ag_queue_sigtrap(int tid, const void *magic); /* an agent request (SI_QUEUE) */
-void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock held) */
-void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
-void ag_pools_after_fork(void);     /* ... the child maps the copies */
-void ag_patch_after_fork(void);
 /* Ring size in bytes (SPTRACE_RING_BYTES); outside 8 KiB..64 GiB: logged,
  * the default kept. */
 void ag_ring_set_size(uint64_t bytes);
@@ -212,6 +184,9 @@ bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
 uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable from the code */
 uint64_t ag_pool_tramp(ag_pool *p);            /* slow-path entry, rel32-reachable */
 bool ag_pool_holds(uint64_t addr);             /* addr is in some pool's code */
+void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock held) */
+void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
+void ag_pools_after_fork(void);     /* ... the child maps the copies */
 
 /* ---- patch.c ---- */
 typedef struct ag_patch {
@@ -265,11 +240,12 @@ int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool ever
 void ag_trap_disarm(void);
 struct sigaction;
 int ag_trap_chain(const struct sigaction *act, struct sigaction *old); /* the program's SIGTRAP */
-int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
 #ifndef TRAP_PERF
 #define TRAP_PERF 6     /* si_code of a perf event's SIGTRAP (Linux 5.13) */
 #endif
+void ag_patch_after_fork(void);
+bool ag_trap_nested(void);                  /* patch.c: a SIGTRAP inside the agent's SIGTRAP handler */
 
 /* ---- activate.c: activation in the middle of a run ---- */
 int ag_activate_init(void);            /* return-stub pool (at start) */
@@ -298,8 +274,7 @@ typedef struct ag_reloc {
 void ag_reloc_queue(ag_reloc *r);      /* its int3 is in: upgrade later (instrument lock held) */
 void ag_reloc_forget(void);            /* a stop (instrument lock held) */
 bool ag_reloc_gave_up(void);           /* a round failed: windows are not used */
-void ag_reloc_upgrade(void);           /* the control thread, now and then */
-void ag_control_wake(void);            /* ... and soon after this (control.c) */
+void ag_reloc_upgrade(void);           /* control thread: now and then, after ag_control_wake */
 bool ag_reloc_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded);
 
@@ -307,13 +282,12 @@ void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded);
 void ag_signals_init(void);            /* the C library's mask functions */
 void ag_signals_fatal_init(void);      /* record fatal signals (default actions) */
 void ag_signals_stay_out(void);        /* a debugged process: pass every call on */
-bool ag_trap_nested(void);                  /* patch.c: a SIGTRAP inside the agent's SIGTRAP handler */
-void ag_note_fatal(int sig, int code, uint64_t addr, uint64_t pc, uint64_t sp); /* main.c: a "fatal" line in meta */
 bool ag_trap_program_blocked(void);    /* this thread's program believes SIGTRAP blocked */
 void ag_trap_hold(void);               /* raise SIGTRAP again when it unblocks it */
 uint8_t ag_trap_view_get(void);        /* threads.c: the creator's belief ... */
 void ag_trap_view_set(uint8_t blocked); /* ... is the new thread's */
 void ag_signals_attached(const char *trapblocked); /* main.c: threads that blocked SIGTRAP before the attach */
+int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
 /* ---- instrument.c ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */
@@ -461,6 +435,7 @@ typedef struct ag_indirect_site {
 } ag_indirect_site;
 
 extern __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));
+/* A call through an indirect site to a target its cache lacks (instrument.c). */
 uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 /* Area slots: fixed size, 1024-aligned within the pool (so an address in
  * an area finds its slot by masking), code first, three words at the end. */
@@ -492,20 +467,17 @@ extern char ag_tramp_end[];       /* after the three (ag_tramp_slow comes first)
 
 /* ---- x86_64/context.S: getcontext, setcontext, swapcontext ---- */
 enum { AG_CTX_GET = 0, AG_CTX_SET = 1, AG_CTX_SWAP = 2 };
-/* threads.c: record the switch; returns the C library's function to go on to */
-uint64_t ag_context_note(unsigned which, const void *a, const void *b) AG_HIDDEN;
 
 /* AG_SLOW_ROTATE carries the record's index in the request's low 56 bits;
  * its answer: store the record (1) or not (0). */
 enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIRECT = 4,
        AG_SLOW_ROTATE = 5 };
-uint64_t ag_slow(uint64_t request) AG_HIDDEN;   /* the answer goes back in r11 */
-uint64_t ag_root_return(void) AG_HIDDEN;
 
 /* ---- control.c ---- */
 int ag_control_start(void);            /* FIFO, registry link, control thread */
 void ag_control_stop(void);
 int ag_control_tid(void);              /* the control thread's id, 0 before it runs */
+void ag_control_wake(void);            /* the control thread looks at relocated windows soon */
 
 /* ---- main.c ---- */
 void ag_deactivate(const char *why);   /* restore all code; dormant again */
@@ -516,18 +488,37 @@ const char *ag_on_event(void);         /* the activation event, as given */
 /* meta: "exec SUB PID PATH" (pid: the image's process, this one or a child) */
 void ag_note_exec(const char *sub, const char *path, pid_t pid);
 void ag_note_exec_failed(const char *sub);
+void ag_meta_module(const ag_module *m);     /* its "module" line in meta */
+void ag_meta_untraced(const char *name, const char *why); /* main.c: an "untraced" line */
+void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), once loaded */
+void ag_meta_changed(void);  /* "changed" lines for sites left alone since the last (main.c) */
+/* Agent code running on an application thread brackets itself with these:
+ * meanwhile the thread's TLS ring is NULL, so traced code the agent calls
+ * (libc) records nothing, and nested slow paths answer "skip".  ag_enter
+ * returns the thread's ring (NULL if none yet); ag_leave installs one. */
+trace_ring_header *ag_enter(void);
+void ag_leave(trace_ring_header *ring);
+bool ag_active(void);                      /* activated and not stopped */
+bool ag_busy(void);                        /* agent code runs on this thread */
+void ag_note_fatal(int sig, int code, uint64_t addr, uint64_t pc, uint64_t sp); /* main.c: a "fatal" line in meta */
+uint64_t ag_slow(uint64_t request) AG_HIDDEN;   /* the answer goes back in r11 */
+uint64_t ag_root_return(void) AG_HIDDEN;
+bool ag_event_wanted(const char *what);   /* the agent waits for this event */
+/* main.c; uc: the SIGTRAP context when the event was caught by a breakpoint */
+void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
+void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
+int64_t ag_tls_offset(void);
+int64_t ag_tls_target_offset(void);
 
 /* ---- events.c: activation by what a thread does (accept, recv; the
  * interposers are msgs.c's) ---- */
-bool ag_event_wanted(const char *what);   /* the agent waits for this event */
 bool ag_may_trace(void);                  /* --threads event: this thread may record */
 bool ag_may_trace_get(void);              /* ... as it was set for this thread */
 void ag_may_trace_set(bool yes);
 void ag_event_only(bool yes);             /* only threads set so may record */
 /* msgs.c's interposers returned; data: the rc bytes received, or NULL */
 void ag_event_after(const char *what, long rc, int fd, const void *data);
-/* main.c; uc: the SIGTRAP context when the event was caught by a breakpoint */
-void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
+bool ag_event_fires(const char *what, int fd, long rc, const void *data);   /* events.c */
 
 /* ---- hooks.c ---- */
 void ag_hooks_install(void);           /* attached: GOT slots to the interposers */
@@ -586,17 +577,6 @@ bool ag_expecting(void);                  /* some awaited receive is still await
 bool ag_expect_mode(void);                /* only awaited receives start tracing */
 bool ag_expect_match(int fd, long rc, const void *data); /* the awaited receive? (uses it up) */
 void ag_came_from_fd(int fd);             /* tracing began at a receive on fd */
-bool ag_event_fires(const char *what, int fd, long rc, const void *data);   /* events.c */
-void ag_msgs_received(int fd, long nr, long rc);   /* msgs.c: a receive no interposer saw */
-bool ag_fd_is_socket(int fd);             /* msgs.c: one fstat, errno kept */
-uint64_t ag_unix_peer(uint64_t inode);    /* msgs.c: a UNIX socket's peer's inode, 0 unknown */
-/* msgs.c: where a TCP socket's received stream stands now (the next byte
- * the program reads, as an absolute offset); 0, or -1 when unknown. */
-int ag_tcp_received(int fd, uint64_t *end);
-/* msgs.c: fd's received offset is `end` after a receive of rc bytes (a mark
- * the program never saw came before them): its channel's count follows. */
-void ag_msgs_resync(int fd, uint64_t end, long rc);
-void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 
 /* ---- fds.c: the agent's own descriptors (the rules: fds.c) ---- */
 void ag_fds_init(void);                /* the C library's close, dup2, ... */
@@ -635,11 +615,34 @@ void ag_msgs_preopen(void);            /* its netlink socket, while the program 
 /* sendfile by both its names, whatever _FILE_OFFSET_BITS makes of it */
 ssize_t ag_sendfile(int out, int in, off_t *off, size_t n) __asm__("sendfile") AG_EXPORT;
 ssize_t ag_sendfile64(int out, int in, off_t *off, size_t n) __asm__("sendfile64") AG_EXPORT;
+void ag_msgs_received(int fd, long nr, long rc);   /* msgs.c: a receive no interposer saw */
+bool ag_fd_is_socket(int fd);             /* msgs.c: one fstat, errno kept */
+uint64_t ag_unix_peer(uint64_t inode);    /* msgs.c: a UNIX socket's peer's inode, 0 unknown */
+/* msgs.c: where a TCP socket's received stream stands now (the next byte
+ * the program reads, as an absolute offset); 0, or -1 when unknown. */
+int ag_tcp_received(int fd, uint64_t *end);
+/* msgs.c: fd's received offset is `end` after a receive of rc bytes (a mark
+ * the program never saw came before them): its channel's count follows. */
+void ag_msgs_resync(int fd, uint64_t end, long rc);
 
 /* ---- exec.c ---- */
 void ag_exec_init(const char *ring_bytes);
 extern char ag_dir[4096];
-int64_t ag_tls_offset(void);
-int64_t ag_tls_target_offset(void);
+
+/* ---- threads.c: the program's threads (their start, where each stands) ---- */
+int ag_threads_init(void);                 /* atfork handler */
+/* fn(tid) for every thread but this one and the control thread, until it
+ * returns non-zero; how many it was called for. */
+int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg);
+void ag_threads_preopen(void);             /* their /proc files, opened now (control.c) */
+/* The C library's pthread_create, past the agent's interposer (threads.c). */
+int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
+			   void *(*start)(void *), void *arg);
+/* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
+ * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
+int ag_thread_where(int tid, long *nr, uint64_t *pc);
+bool ag_queue_sigtrap(int tid, const void *magic); /* an agent request (SI_QUEUE) */
+/* threads.c: record the switch; returns the C library's function to go on to */
+uint64_t ag_context_note(unsigned which, const void *a, const void *b) AG_HIDDEN;
 
 #endif

@@ -602,6 +602,9 @@ int an_flows_critical_path(const an_flows *f, size_t i, an_crit_step **out, size
 const an_clock *an_flows_clock(const an_flows *f, size_t i);
 size_t an_flows_count(const an_flows *f);
 const an_flow *an_flows_get(const an_flows *f, size_t i);
+/* The flow of this id ("f3"), its index in *index (may be NULL); NULL if
+ * none. */
+const an_flow *an_flows_find(const an_flows *f, const char *id, size_t *index);
 size_t an_flows_nmatches(const an_flows *f);
 const an_msg_match *an_flows_match(const an_flows *f, size_t i);
 void an_flows_free(an_flows *f);

@@ -185,10 +185,7 @@ static int message_ends(ex_walk *x, const char *flow, sp_err *err)
 
 	if (an_flows_build(x->s, &x->flows, err) < 0)
 		return -1;
-	for (size_t i = 0; flow && i < an_flows_count(x->flows) && !x->flow; i++)
-		if (strcmp(an_flows_get(x->flows, i)->id, flow) == 0)
-			x->flow = an_flows_get(x->flows, i);
-	if (flow && !x->flow)
+	if (flow && !(x->flow = an_flows_find(x->flows, flow, NULL)))
 		return sp_fail(err, "flow %s: no such flow (this trace has %zu: f1..f%zu; see "
 			       "'sptrace flows DIR')", flow, an_flows_count(x->flows),
 			       an_flows_count(x->flows));

@@ -1367,6 +1367,19 @@ const an_flow *an_flows_get(const an_flows *f, size_t i)
 	return i < f->n ? &f->f[i] : NULL;
 }
 
+const an_flow *an_flows_find(const an_flows *f, const char *id, size_t *index)
+{
+	char *end;
+	unsigned long long n = id[0] == 'f' ? strtoull(id + 1, &end, 10) : 0;
+
+	/* the ids are "f1", "f2", ... in the order of the flows */
+	if (!n || *end || n > f->n || strcmp(f->f[n - 1].id, id) != 0)
+		return NULL;
+	if (index)
+		*index = (size_t)n - 1;
+	return &f->f[n - 1];
+}
+
 size_t an_flows_nmatches(const an_flows *f) { return f->nm; }
 
 size_t an_flows_nclocks(const an_flows *f) { return f->nclocks; }

@@ -215,10 +215,7 @@ static int show_flow(an_session *s, const an_flows *fl, const char *id)
 	size_t nd = 0;
 	sp_err err;
 
-	for (size_t i = 0; i < an_flows_count(fl) && !f; i++)
-		if (strcmp(an_flows_get(fl, i)->id, id) == 0)
-			f = an_flows_get(fl, i);
-	if (!f)
+	if (!(f = an_flows_find(fl, id, NULL)))
 		return cli_error("flows: --flow %s: no such flow (this trace has %zu: f1..f%zu)", id,
 				 an_flows_count(fl), an_flows_count(fl)), 2;
 	if (an_merge_open(s, &m, &err) < 0)

@@ -326,18 +326,10 @@ static int flow_lines(an_session *s, const an_flow *f, line **out, size_t *n)
 	return 0;
 }
 
-static const an_flow *flow_by_id(const an_flows *fl, const char *id)
-{
-	for (size_t i = 0; i < an_flows_count(fl); i++)
-		if (strcmp(an_flows_get(fl, i)->id, id) == 0)
-			return an_flows_get(fl, i);
-	return NULL;
-}
-
 int cli_flow_diff(FILE *out, an_session *s, const an_flows *fl, const char *id, an_session *s2,
 		  const an_flows *fl2, const char *id2, double min_change)
 {
-	const an_flow *a = flow_by_id(fl, id), *b = flow_by_id(fl2, id2);
+	const an_flow *a = an_flows_find(fl, id, NULL), *b = an_flows_find(fl2, id2, NULL);
 	side A = { 0 }, B = { 0 };
 	step *st = NULL;
 	size_t ns;

@@ -168,13 +168,9 @@ static void intervals(FILE *f, const an_anomalies *a, const an_flows *fl, const 
 {
 	for (size_t i = 0; i < an_anomalies_count(a) && i < CAUSE_UNITS; i++) {
 		const an_suspect *sp = an_anomalies_get(a, i);
-		const an_flow *fw = NULL;
+		const an_flow *fw = sp->flow && sp->interval_to_ns ? an_flows_find(fl, sp->flow, NULL)
+				    : NULL;
 
-		if (!sp->flow || !sp->interval_to_ns)
-			continue;
-		for (size_t k = 0; k < an_flows_count(fl) && !fw; k++)
-			if (strcmp(an_flows_get(fl, k)->id, sp->flow) == 0)
-				fw = an_flows_get(fl, k);
 		for (size_t k = 0; fw && k < fw->nparts; k++) {
 			const an_flow_part *p = &fw->parts[k];
 			long ln = lane_of(l, nl, p->image, p->tid);
@@ -318,11 +314,10 @@ static void critical(FILE *f, an_session *s, const an_flows *fl, const char *id)
 	size_t n, i;
 	sp_err err;
 
-	for (i = 0; i < an_flows_count(fl) && strcmp(an_flows_get(fl, i)->id, id) != 0; i++)
-		;
-	if (i == an_flows_count(fl) || an_flows_critical_path(fl, i, &st, &n, &err) < 0 || !n)
+	const an_flow *fw = an_flows_find(fl, id, &i);
+
+	if (!fw || an_flows_critical_path(fl, i, &st, &n, &err) < 0 || !n)
 		return;
-	const an_flow *fw = an_flows_get(fl, i);
 
 	fprintf(f, "<table class=crit data-u='%s'><caption>critical path of %s: where its time "
 		"went</caption><tr><th>from (ms)</th><th>to (ms)</th><th>on</th></tr>\n", id, id);

@@ -231,27 +231,25 @@ static int credit(sweep *sw, uint32_t nd, int64_t from, int64_t to)
 	return 0;
 }
 
-/* The unit whose window holds time `at` (records before a window belong to
- * the one that follows), AN_NONE past the last. */
-static uint32_t unit_at(const sweep *sw, int64_t at, bool *inside)
+/* The window that holds time `at` (records before a window belong to the
+ * one that follows), NULL past the last. */
+static const window *window_at(const sweep *sw, int64_t at)
 {
 	for (size_t k = sw->at; k < sw->nw; k++)
-		if (sw->w[k].t1 >= at) {
-			*inside = sw->w[k].t0 <= at;
-			return sw->w[k].unit;
-		}
-	return AN_NONE;
+		if (sw->w[k].t1 >= at)
+			return &sw->w[k];
+	return NULL;
 }
 
-/* unit_at for a message, stamped at its call's start: the sweep may have
+/* window_at for a message, stamped at its call's start: the sweep may have
  * gone past the window that holds it. */
-static uint32_t msg_unit_at(const sweep *sw, int64_t at, bool *inside)
+static const window *msg_window_at(const sweep *sw, int64_t at)
 {
 	sweep back = *sw;
 
 	while (back.at > 0 && back.w[back.at - 1].t1 >= at)
 		back.at--;
-	return unit_at(&back, at, inside);
+	return window_at(&back, at);
 }
 
 /* Point 2 with call sites: the callee, '@', and where it was called from
@@ -338,16 +336,20 @@ int an_thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, const w
 		if (j < n && c[j].kind == AN_EVENT && trace_event_is_msg(c[j].id)) {
 			/* the communication profile: under the innermost open call */
 			const an_msg *m = an_trace_msg(t, c[j].end);
-			bool inside;
-			uint32_t ui = msg_unit_at(&sw, an_realtime_ns(t, c[j].t0), &inside);
+			int64_t at = an_realtime_ns(t, c[j].t0);
+			const window *win = msg_window_at(&sw, at);
 
-			if (!m || !depth || ui == AN_NONE)
+			if (!m || !depth || !win)
 				continue;
-			if (!col ? add_comm(&a->units[ui], st[depth - 1].node, m->recv, m->len) != 0
-			    : col->kind == K_COMM && inside && st[depth - 1].node == col->node &&
-			      m->recv == col->recv &&
-			      collect_add(col, an_realtime_ns(t, c[j].t0), an_realtime_ns(t, c[j].t0)) != 0)
+			uint32_t nd = st[depth - 1].node;
+
+			if (!col) {
+				if (add_comm(&a->units[win->unit], nd, m->recv, m->len) != 0)
+					goto oom;
+			} else if (col->kind == K_COMM && win->t0 <= at && nd == col->node &&
+				   m->recv == col->recv && collect_add(col, at, at) != 0) {
 				goto oom;
+			}
 			continue;
 		}
 		if (j == n || c[j].kind != AN_CALL)
@@ -367,20 +369,22 @@ int an_thread_profile(an_anomalies *a, an_trace *t, const an_thread *th, const w
 		uint32_t nd = nm == AN_NONE ? AN_NONE
 			      : node_id(a, depth && !start_func(a, name) ? st[depth - 1].node
 					: AN_NONE, nm);
-		bool inside = false;
-		uint32_t ui = unit_at(&sw, start, &inside);
+		const window *win = window_at(&sw, start);
 
 		if (nd == AN_NONE)
 			goto oom;
 		st[depth++] = (struct open){ j, nd };
-		if (ui == AN_NONE || col)
+		if (!win || col)
 			continue;
-		unit *u = &a->units[ui];
+		unit *u = &a->units[win->unit];
+		bool inside = win->t0 <= start;
 
 		if (add_time(u, nd, 0) != 0)
 			goto oom;
-		if (start < u->first_ns)
-			u->first_ns = start;
+		/* a call entered before its window (a poll() waiting for the
+		 * request) counts from the window on */
+		if ((inside ? start : win->t0) < u->first_ns)
+			u->first_ns = inside ? start : win->t0;
 		if (end > u->last_ns)
 			u->last_ns = end;
 		/* point 3: a process's last call; a flow's calls entered inside its
@@ -471,7 +475,6 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 {
 	part_ref *p = NULL;
 	window *w = NULL;
-	int64_t *w0 = NULL;              /* each unit's first window */
 	size_t np = 0, cap = 0;
 	int rc = -1;
 
@@ -513,18 +516,6 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 		if (th && an_thread_profile(a, t, th, w, j - i, 0, NULL, err) != 0)
 			goto out;
 	}
-	/* a flow begins with its first window: a call entered before it (a
-	 * poll() waiting for the request) is counted from the window on */
-	if (!(w0 = malloc((a->nunits + 1) * sizeof *w0)))
-		goto oom;
-	for (size_t i = 0; i < a->nunits; i++)
-		w0[i] = INT64_MAX;
-	for (size_t i = 0; i < np; i++)
-		if (p[i].w.t0 < w0[p[i].w.unit])
-			w0[p[i].w.unit] = p[i].w.t0;
-	for (size_t i = 0; i < a->nunits; i++)
-		if (w0[i] != INT64_MAX && a->units[i].first_ns < w0[i])
-			a->units[i].first_ns = w0[i];
 	for (size_t i = 0; !normal && i < np; i++)
 		if (keep_part(a, &p[i]) != 0)
 			goto oom;
@@ -533,7 +524,6 @@ static int flow_units(an_anomalies *a, an_session *s, const an_flows *f, int nor
 oom:
 	sp_fail(err, "out of memory for the flows' profiles");
 out:
-	free(w0);
 	free(w);
 	free(p);
 	return rc;

@@ -664,8 +664,8 @@ typedef struct an_suspect {
 					   the most suspect, when the culprit showed
 					   (kind "interval") */
 	size_t ncauses;
-	int64_t first_ns, last_ns;  /* the unit's first and last records (CLOCK_REALTIME,
-				       clocks aligned) */
+	int64_t first_ns;           /* the unit's first record (CLOCK_REALTIME, clocks
+				       aligned), where the interval's offsets count from */
 	int64_t interval_from_ns, interval_to_ns; /* the "interval" cause's, absolute; 0, 0:
 						     none */
 } an_suspect;

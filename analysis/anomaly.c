@@ -543,7 +543,6 @@ int an_anomalies_find(an_session *s, an_session *normal, const an_anomaly_opts *
 		sp->pid = u->pid;
 		sp->flagged = -1;
 		sp->first_ns = u->first_ns;
-		sp->last_ns = u->last_ns;
 		sus_unit[a->nsus] = (uint32_t)i;
 		cul[a->nsus].kind = -1;
 		nd = compare(a, i, normal != NULL, false, d, &near, &best);

@@ -189,23 +189,23 @@ static int add_cause(const an_anomalies *a, an_suspect *s, const cand *c, const 
  * u and v, each by its part of their communication distance. */
 static void comm_cands(const unit *u, const unit *v, cand *out, size_t *n)
 {
-	double tn = (double)(u->sends + (v ? v->sends : 0));
-	double tb = (double)(u->bytes + (v ? v->bytes : 0));
+	double tn = (double)(u->sends + v->sends), tb = (double)(u->bytes + v->bytes);
 
 	*n = 0;
 	for (size_t side = 0; side < 2; side++) {
 		/* side 0: u's paths; side 1: v's that u has not */
 		const unit *x = side ? v : u, *y = side ? u : v;
 
-		for (size_t i = 0; x && i < x->ncm; i++) {
-			const comm *c = &x->cm[i], *o = y ? an_comm_of(y, c->node, (int)c->recv) : NULL;
+		for (size_t i = 0; i < x->ncm; i++) {
+			const comm *c = &x->cm[i], *o = an_comm_of(y, c->node, (int)c->recv);
+
+			if (side && o)
+				continue;
 			uint64_t on = o ? o->n : 0, ob = o ? o->bytes : 0;
 			double dn = c->recv ? 0 : (double)(c->n > on ? c->n - on : on - c->n);
 			double db = (double)(c->bytes > ob ? c->bytes - ob : ob - c->bytes);
 			double key = ((tn > 0 ? dn / tn : 0) + (tb > 0 ? db / tb : 0)) / 2;
 
-			if (side && o)
-				continue;
 			if (key >= COMM_MIN)
 				keep_best(out, n, (cand){ .node = c->node, .key = key,
 							  .taken = (int)c->recv }, time_better);
@@ -216,13 +216,12 @@ static void comm_cands(const unit *u, const unit *v, cand *out, size_t *n)
 static const char *const kind_names[NKINDS] = { "time", "coverage", "communication" };
 
 /* A cause's words, for the cand c of kind k. */
-static void cause_why(const an_anomalies *a, int k, const cand *c, const unit *u, const unit *v,
-		      size_t npeers, const char *others, char *why, size_t len)
+static void cause_why(int k, const cand *c, const unit *u, const unit *v, size_t npeers,
+		      const char *others, char *why, size_t len)
 {
 	double tu = u->total > 0 ? u->total : 1, tv = v && v->total > 0 ? v->total : 1;
 	char un[96], vn[96], more[64] = "";
 
-	(void)a;
 	an_unit_name(u, un, sizeof un);
 	if (v)
 		an_unit_name(v, vn, sizeof vn);
@@ -266,9 +265,9 @@ int an_causes(const an_anomalies *a, const unit *u, const unit *v, const map *co
 	time_cands(u, v, list[K_TIME], &cnt[K_TIME]);
 	if (cover_cands(a, u, count, self_counted, npeers, list[K_COVER], &cnt[K_COVER]) != 0)
 		return -1;
-	comm_cands(u, v, list[K_COMM], &cnt[K_COMM]);
-	if (!v)
-		cnt[K_COMM] = 0;
+	cnt[K_COMM] = 0;
+	if (v)                   /* messages: against the compared unit */
+		comm_cands(u, v, list[K_COMM], &cnt[K_COMM]);
 	if ((cnt[K_COVER] || cnt[K_COMM]) && cnt[K_TIME] == 1 && list[K_TIME][0].key < TIME_MIN)
 		cnt[K_TIME] = 0;     /* a time difference that tells nothing */
 	if (cnt[K_TIME] && list[K_TIME][0].key >= TIME_CLEAR)
@@ -292,7 +291,7 @@ int an_causes(const an_anomalies *a, const unit *u, const unit *v, const map *co
 				continue;
 			const cand *c = &list[k][at[k]++];
 
-			cause_why(a, k, c, u, v, npeers, others, why, sizeof why);
+			cause_why(k, c, u, v, npeers, others, why, sizeof why);
 			if (add_cause(a, s, c, kind_names[k], why) != 0)
 				return -1;
 			if (r++)
@@ -370,7 +369,7 @@ static int interval_of(an_anomalies *a, an_session *s, uint32_t ui, const culpri
 		r = cul->share * u->total / (double)span;
 	r = r < 0.95 ? r : 0.95;
 	*from = col.s[0].t0;
-	*to = col.kind == K_COMM ? col.s[col.n - 1].t1 : col.s[0].t1;
+	*to = col.s[col.kind == K_COMM ? col.n - 1 : 0].t1;   /* messages: first to last */
 	for (size_t i = 0; col.kind != K_COMM && i < col.n; i++) {
 		double gap = i ? r * (double)(col.s[i].t0 - col.s[i - 1].t1) : 0;
 		double len = (double)(col.s[i].t1 - col.s[i].t0) * (1 - r);

@@ -246,6 +246,16 @@ static const struct {
 	{ SPK_MOD_SUPER, KEY_LEFTMETA, KEY_RIGHTMETA },
 };
 
+/* The keys held now on keyboard fd, into its chord tracker (keychord.c's
+ * rule 3: at the open, and after events were dropped). */
+static void resync(int fd, struct cli_keychord *k)
+{
+	unsigned char keys[KEY_MAX / 8 + 1] = { 0 };
+
+	if (ioctl(fd, EVIOCGKEY(sizeof keys), keys) >= 0)
+		cli_keychord_sync(k, keys, sizeof keys);
+}
+
 /* /dev/input/NAME opened if it is an input device of root's with the
  * chord's keys (the checks of the head comment): its fd, kb filled; else
  * -1, with `why` set when it could not be opened. */
@@ -280,10 +290,7 @@ static int open_keyboard(int dfd, const char *name, unsigned code, unsigned mods
 		snprintf(kb->name, sizeof kb->name, "no name");
 	kb->name[sizeof kb->name - 1] = 0;
 	cli_keychord_init(&kb->k, code, mods);
-	/* the modifiers held already (keychord.c's rule 3) */
-	memset(keys, 0, sizeof keys);
-	if (ioctl(fd, EVIOCGKEY(sizeof keys), keys) >= 0)
-		cli_keychord_sync(&kb->k, keys, sizeof keys);
+	resync(fd, &kb->k);             /* the modifiers held already */
 	return fd;
 skip:
 	close(fd);
@@ -597,12 +604,11 @@ static int evdev_pressed(cli_hotkey *h)
 			for (size_t j = 0; j < (size_t)n / sizeof *ev; j++) {
 				int r = cli_keychord_event(&kb->k, ev[j].type, ev[j].code,
 							   ev[j].value);
-				unsigned char keys[KEY_MAX / 8 + 1] = { 0 };
 
 				if (r > 0 && hits < INT_MAX)
 					hits++;
-				else if (r < 0 && ioctl(kb->fd, EVIOCGKEY(sizeof keys), keys) >= 0)
-					cli_keychord_sync(&kb->k, keys, sizeof keys);
+				else if (r < 0)
+					resync(kb->fd, &kb->k);
 			}
 		if (n < 0 && errno != EAGAIN && errno != EINTR) {
 			/* ENODEV: unplugged.  Closing takes it out of the epoll set,

@@ -111,6 +111,74 @@ def one(out, key):
     return v[0] if v else None
 
 
+# The guest's shell, shared by the key tests.  wait_for FILE PATTERN TENTHS
+# [PID]: until FILE has PATTERN, at most TENTHS tenths of a second, and no
+# longer once PID has ended.
+GUEST_WAIT_FOR = r'''
+wait_for() {  # FILE PATTERN TENTHS [PID: no longer once it has ended]
+	n=0
+	until grep -q "$2" "$1" 2>/dev/null || [ $n -ge $3 ]; do
+		[ -z "${4:-}" ] || kill -0 "$4" 2>/dev/null || return 0
+		sleep 0.1; n=$((n + 1))
+	done
+}
+'''
+
+# `sptrace run --on key Ctrl-Alt-T -- ./ticker`, typed the wrong chords at
+# @@wrong-more and @@wrong-fewer, then the chord at @@press
+# (check_chord_run reads it); then `sptrace attach PID --on key Ctrl-Alt-T`
+# on a running ticker, the chord at @@press-attach (the @@att- lines).  A
+# test puts lines of its own at #@after-waiting (once run waits).
+CHORD_RUN_ATTACH = r'''
+mkfifo in
+sptrace run --on key Ctrl-Alt-T -o key.data -- ./ticker < in > ticker.out 2> run.err &
+P=$!
+exec 3<> in           # read-write: never blocks, should run fail before the program
+wait_for ticker.out ready 1200 $P
+wait_for run.err 'waits for' 600 $P
+sed 's/^/@@waiting /' run.err
+#@after-waiting
+echo "@@wrong-more"
+sleep 3
+echo "@@wrong-fewer"
+sleep 3
+echo "@@activated-before $(grep -c '^activated ' key.data/meta 2>/dev/null)"
+echo "@@press"
+wait_for key.data/meta '^activated ' 900 $P
+echo "@@activated-after $(grep -c '^activated ' key.data/meta 2>/dev/null)"
+sleep 2
+exec 3>&-
+wait $P
+echo "@@run-status $?"
+sed 's/^/@@run-err /' run.err
+sed 's/^/@@ticker /' ticker.out
+sptrace replay key.data > replay.txt 2>&1
+echo "@@replay-status $?"
+echo "@@tick-calls $(grep -c 'tick();' replay.txt)"
+head -20 replay.txt | sed 's/^/@@replay /'
+mkfifo in2
+./ticker < in2 > ticker2.out &
+T=$!
+exec 4<> in2
+wait_for ticker2.out ready 600
+sptrace attach $T --on key Ctrl-Alt-T -o att.data > att.out 2> att.err 4>&- &
+A=$!
+wait_for att.out 'tracing starts when' 1200 $A
+sed 's/^/@@att-waiting /' att.out
+echo "@@press-attach"
+wait_for att.data/meta '^activated ' 900 $A
+echo "@@att-activated $(grep -c '^activated ' att.data/meta 2>/dev/null)"
+sleep 2
+exec 4>&-
+wait $T
+wait $A
+echo "@@att-status $?"
+sed 's/^/@@att-out /' att.out
+sed 's/^/@@att-err /' att.err
+echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
+'''
+
+
 def check_chord_run(out, err):
     """A guest's `sptrace run --on key Ctrl-Alt-T -- ticker` (its @@ lines,
     its stderr `err`), typed the wrong chords Ctrl-Alt-Shift-T and Ctrl-T and

@@ -38,17 +38,15 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_kagent import boot, check, check_chord_run, failures, one, values  # noqa: E402  (the guest's @@ lines)
+from test_kagent import (  # noqa: E402  (the guest's @@ lines)
+    CHORD_RUN_ATTACH, GUEST_WAIT_FOR, boot, check, check_chord_run, failures, one, values)
 
-GUEST = r'''
-set -u
-wait_for() {  # FILE PATTERN TENTHS [PID: no longer once it has ended]
-	n=0
-	until grep -q "$2" "$1" 2>/dev/null || [ $n -ge $3 ]; do
-		[ -z "${4:-}" ] || kill -0 "$4" 2>/dev/null || return 0
-		sleep 0.1; n=$((n + 1))
-	done
-}
+# the chord typed on the guest's PS/2 keyboard, read through evdev; the
+# traced program never holds an input device
+AFTER_WAITING = r'''T=$(pidof ticker)
+[ -n "$T" ] && echo "@@ticker-input-fds $(ls -l /proc/$T/fd | grep -c /dev/input)"
+'''
+GUEST = 'set -u\n' + GUEST_WAIT_FOR + r'''
 rmmod sptrace_kagent; echo "@@rmmod $? $(ls /dev/sptrace 2>&1)"
 insmod /lib/modules/evdev.ko; echo "@@insmod $?"
 n=0; until ls /dev/input/event* > /dev/null 2>&1 || [ $n -ge 100 ]; do sleep 0.1; n=$((n + 1)); done
@@ -56,53 +54,7 @@ ls -l /dev/input | sed 's/^/@@dev /'
 grep '^N: ' /proc/bus/input/devices | sed 's/^/@@input /'
 first=$(cd /dev/input && ls event* | head -1)
 ln -s "$first" /dev/input/event99
-mkfifo in
-sptrace run --on key Ctrl-Alt-T -o key.data -- ./ticker < in > ticker.out 2> run.err &
-P=$!
-exec 3<> in           # read-write: never blocks, should run fail before the program
-wait_for ticker.out ready 1200 $P
-wait_for run.err 'waits for' 600 $P
-sed 's/^/@@waiting /' run.err
-T=$(pidof ticker)
-[ -n "$T" ] && echo "@@ticker-input-fds $(ls -l /proc/$T/fd | grep -c /dev/input)"
-echo "@@wrong-more"
-sleep 3
-echo "@@wrong-fewer"
-sleep 3
-echo "@@activated-before $(grep -c '^activated ' key.data/meta 2>/dev/null)"
-echo "@@press"
-wait_for key.data/meta '^activated ' 900 $P
-echo "@@activated-after $(grep -c '^activated ' key.data/meta 2>/dev/null)"
-sleep 2
-exec 3>&-
-wait $P
-echo "@@run-status $?"
-sed 's/^/@@run-err /' run.err
-sed 's/^/@@ticker /' ticker.out
-sptrace replay key.data > replay.txt 2>&1
-echo "@@replay-status $?"
-echo "@@tick-calls $(grep -c 'tick();' replay.txt)"
-head -20 replay.txt | sed 's/^/@@replay /'
-mkfifo in2
-./ticker < in2 > ticker2.out &
-T=$!
-exec 4<> in2
-wait_for ticker2.out ready 600
-sptrace attach $T --on key Ctrl-Alt-T -o att.data > att.out 2> att.err 4>&- &
-A=$!
-wait_for att.out 'tracing starts when' 1200 $A
-sed 's/^/@@att-waiting /' att.out
-echo "@@press-attach"
-wait_for att.data/meta '^activated ' 900 $A
-echo "@@att-activated $(grep -c '^activated ' att.data/meta 2>/dev/null)"
-sleep 2
-exec 4>&-
-wait $T
-wait $A
-echo "@@att-status $?"
-sed 's/^/@@att-out /' att.out
-sed 's/^/@@att-err /' att.err
-echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
+''' + CHORD_RUN_ATTACH.replace('#@after-waiting\n', AFTER_WAITING) + r'''
 insmod /lib/modules/uinput.ko; echo "@@insmod-uinput $?"
 mkfifo in4 vk
 sptrace run --on key Ctrl-Alt-T -o hot.data -- ./ticker < in4 > ticker4.out 2> hot.err &

@@ -30,59 +30,10 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_kagent import boot, check, check_chord_run, failures, one, values  # noqa: E402  (the guest's @@ lines)
+from test_kagent import (  # noqa: E402  (the guest's @@ lines)
+    CHORD_RUN_ATTACH, GUEST_WAIT_FOR, boot, check, check_chord_run, failures, one, values)
 
-GUEST = r'''
-set -u
-wait_for() {  # FILE PATTERN TENTHS
-	n=0
-	until grep -q "$2" "$1" 2>/dev/null || [ $n -ge $3 ]; do sleep 0.1; n=$((n + 1)); done
-}
-mkfifo in
-sptrace run --on key Ctrl-Alt-T -o key.data -- ./ticker < in > ticker.out 2> run.err &
-P=$!
-exec 3> in
-wait_for ticker.out ready 1200
-wait_for run.err 'waits for' 600
-sed 's/^/@@waiting /' run.err
-echo "@@wrong-more"
-sleep 3
-echo "@@wrong-fewer"
-sleep 3
-echo "@@activated-before $(grep -c '^activated ' key.data/meta 2>/dev/null)"
-echo "@@press"
-wait_for key.data/meta '^activated ' 900
-echo "@@activated-after $(grep -c '^activated ' key.data/meta 2>/dev/null)"
-sleep 2
-exec 3>&-
-wait $P
-echo "@@run-status $?"
-sed 's/^/@@run-err /' run.err
-sed 's/^/@@ticker /' ticker.out
-sptrace replay key.data > replay.txt 2>&1
-echo "@@replay-status $?"
-echo "@@tick-calls $(grep -c 'tick();' replay.txt)"
-head -20 replay.txt | sed 's/^/@@replay /'
-mkfifo in2
-./ticker < in2 > ticker2.out &
-T=$!
-exec 4> in2
-wait_for ticker2.out ready 600
-sptrace attach $T --on key Ctrl-Alt-T -o att.data > att.out 2> att.err 4>&- &
-A=$!
-wait_for att.out 'tracing starts when' 1200
-sed 's/^/@@att-waiting /' att.out
-echo "@@press-attach"
-wait_for att.data/meta '^activated ' 900
-echo "@@att-activated $(grep -c '^activated ' att.data/meta 2>/dev/null)"
-sleep 2
-exec 4>&-
-wait $T
-wait $A
-echo "@@att-status $?"
-sed 's/^/@@att-out /' att.out
-sed 's/^/@@att-err /' att.err
-echo "@@att-tick-calls $(sptrace replay att.data 2>&1 | grep -c 'tick();')"
+GUEST = 'set -u\n' + GUEST_WAIT_FOR + CHORD_RUN_ATTACH.replace('#@after-waiting\n', '') + r'''
 mkfifo in3
 sptrace run --flight-recorder --on key Ctrl-Alt-T -o fr.data -- ./ticker < in3 > ticker3.out 2> fr.err &
 F=$!

@@ -509,6 +509,9 @@ void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
 int64_t ag_tls_offset(void);
 int64_t ag_tls_target_offset(void);
+/* CLOCK_MONOTONIC through the system call: the vDSO reads the TSC, which
+ * some threads cannot (tsc.c); async-signal-safe. */
+uint64_t ag_mono_ns(void);
 
 /* ---- events.c: activation by what a thread does (accept, recv; the
  * interposers are msgs.c's) ---- */

@@ -162,16 +162,6 @@ static uint64_t unannounced;            /* step 7 */
  * long, so that a test can make threads meet them. */
 static uint64_t test_delay_ns;
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	/* the system call: the vDSO reads the TSC, which some threads cannot
-	 * (tsc.c), and this may run in a signal handler */
-	syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Step 6: slot i, holding t, is a thread's end and the thread is gone:
  * free it.  True if so. */
 static bool reclaim_ended(int i, uint64_t t)
@@ -257,7 +247,7 @@ static void begin(ag_start_slot *s, int n, uint64_t end_token)
 
 		while (__atomic_load_n(&writing, __ATOMIC_ACQUIRE))
 			sched_yield();
-		token = end_token ? end_token : (mono_ns() & ~(uint64_t)ENDING) | 1;
+		token = end_token ? end_token : (ag_mono_ns() & ~(uint64_t)ENDING) | 1;
 		for (; k < n; k++) {
 			s[k].token = token;
 			if ((s[k].i = take_slot(token)) < 0)
@@ -324,7 +314,7 @@ bool ag_patch_hold(uint64_t wait_ns)
 			if (!t || own(i) || reclaim_ended(i, t))
 				continue;
 			if (!now)
-				now = mono_ns();
+				now = ag_mono_ns();
 			if (!(t & ENDING) && now > t && now - t > STARTING_STALE_NS &&
 			    __atomic_compare_exchange_n(&starting[i], &t, 0, false, __ATOMIC_SEQ_CST,
 							__ATOMIC_RELAXED)) {

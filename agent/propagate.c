@@ -315,14 +315,6 @@ static long sys(long nr, long a, long b, long c, long d, long e)
 	return rc;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	sys(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&t, 0, 0, 0);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 /* Point 1. */
 void ag_propagate_init(const char *name, const char *wait, const char *mark)
 {
@@ -485,7 +477,7 @@ static int io_all(int fd, uint8_t *buf, size_t len, bool out, uint64_t deadline)
 			done += (size_t)rc;
 			continue;
 		}
-		if (rc == 0 || (rc != -EINTR && rc != -EAGAIN) || now_ns() >= deadline)
+		if (rc == 0 || (rc != -EINTR && rc != -EAGAIN) || ag_mono_ns() >= deadline)
 			return -1;
 	}
 	return 0;
@@ -515,7 +507,7 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
 				      strlen(SPD_SOCKET));
-	uint64_t deadline = now_ns() + (uint64_t)wait_ms * 1000000ull;
+	uint64_t deadline = ag_mono_ns() + (uint64_t)wait_ms * 1000000ull;
 	struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
 	uint8_t head[4];
 	uint32_t n;
@@ -676,7 +668,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	Sptrace__Spd__Endpoint src = SPTRACE__SPD__ENDPOINT__INIT, dst = SPTRACE__SPD__ENDPOINT__INIT;
 	uint8_t req[512], local[16], peer[16];
 	char from[64], to[64], what[160], where[160], why[200] = "";
-	uint64_t t0 = now_ns();
+	uint64_t t0 = ag_mono_ns();
 	arena ar = { 0 };
 	size_t len;
 	int rc, saved = errno;
@@ -751,7 +743,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		return -1;
 	}
 	rc = exchange(req, len, &ar, &rep, why, sizeof why);
-	double ms = (double)(now_ns() - t0) / 1e6;
+	double ms = (double)(ag_mono_ns() - t0) / 1e6;
 	char off[40];
 
 	if (rc == 0 && fc->kind == AG_FLOW_PIPE && rep->body_case ==
@@ -777,7 +769,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		 fc->kind == AG_FLOW_UNIXDGRAM ? "hash %s%lx" : "%s%lu", fc->at_offset ? "" : "~",
 		 (unsigned long)fc->offset);
 	if (rc == -2) {
-		no_daemon_until = now_ns() + NO_DAEMON_NS;
+		no_daemon_until = ag_mono_ns() + NO_DAEMON_NS;
 		if (!__atomic_exchange_n(&no_daemon_said, 1, __ATOMIC_RELAXED))
 			ag_log("propagation: %s: %s; the agent asks again in 10 s at the earliest "
 			       "(start spdaemon to follow requests across processes)", what, why);
@@ -1154,7 +1146,7 @@ int ag_expect_add(const char *line)
 		       "'pipe|unix|unixfrom INODE'", line);
 		return -1;
 	}
-	e.until = now_ns() + EXPECT_NS;
+	e.until = ag_mono_ns() + EXPECT_NS;
 	__atomic_store_n(&expect_mode, 1, __ATOMIC_RELEASE);
 	for (int i = 0; i < MAX_EXPECT; i++) {
 		int zero = 0;
@@ -1530,7 +1522,7 @@ bool ag_expect_match(int fd, long rc, const void *data)
 		return false;
 	}
 	what_fd(fd, &w);
-	uint64_t now = now_ns();
+	uint64_t now = ag_mono_ns();
 
 	for (int i = 0; i < MAX_EXPECT && !hit && w.kind; i++) {
 		expect *e = &expects[i];

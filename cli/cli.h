@@ -207,7 +207,9 @@ void cli_hotkey_close(cli_hotkey *h);
  * rules are above its code).  code: the chord's key, a KEY_* code; mods:
  * SPK_MOD_* (kagent/sptrace_kagent.h).  event: 1 when this event presses
  * the chord, -1 when the keys' state must be read again (EVIOCGKEY) and
- * given to sync, else 0.  sync: the modifiers held, from EVIOCGKEY's bits. */
+ * given to sync, else 0.  sync: the modifiers held, from EVIOCGKEY's bits.
+ * fits: a keyboard whose keys (EVIOCGBIT's bits) has the chord's key and,
+ * for each of its modifiers, the left or the right one. */
 struct cli_keychord {
 	unsigned code, mods;
 	unsigned held;           /* bit i: the i-th modifier key is down */
@@ -216,6 +218,7 @@ struct cli_keychord {
 void cli_keychord_init(struct cli_keychord *k, unsigned code, unsigned mods);
 int cli_keychord_event(struct cli_keychord *k, unsigned type, unsigned code, int value);
 void cli_keychord_sync(struct cli_keychord *k, const unsigned char *keys, size_t len);
+int cli_keychord_fits(const struct cli_keychord *k, const unsigned char *keys, size_t len);
 /* The key chord of an --on value ("key CHORD"), or of "key" followed by
  * argv[*optind] (which it then takes); NULL if the event is not a key. */
 const char *cli_key_chord(const char *on, int argc, char **argv, int *optind);

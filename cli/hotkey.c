@@ -235,17 +235,6 @@ static cli_hotkey *new_hotkey(const char *cmd, const char *chord)
 
 #define BIT_SET(bits, n) ((bits)[(n) / 8] >> ((n) % 8) & 1)
 
-/* The keys that give each SPK_MOD_*: a keyboard has the modifier if it
- * has either. */
-static const struct {
-	unsigned mod;
-	unsigned short left, right;
-} mod_pairs[] = {
-	{ SPK_MOD_CTRL, KEY_LEFTCTRL, KEY_RIGHTCTRL }, { SPK_MOD_ALT, KEY_LEFTALT, KEY_RIGHTALT },
-	{ SPK_MOD_SHIFT, KEY_LEFTSHIFT, KEY_RIGHTSHIFT },
-	{ SPK_MOD_SUPER, KEY_LEFTMETA, KEY_RIGHTMETA },
-};
-
 /* The keys held now on keyboard fd, into its chord tracker (keychord.c's
  * rule 3: at the open, and after events were dropped). */
 static void resync(int fd, struct cli_keychord *k)
@@ -276,20 +265,17 @@ static int open_keyboard(int dfd, const char *name, unsigned code, unsigned mods
 			 : "");
 		return -1;
 	}
+	cli_keychord_init(&kb->k, code, mods);
 	if (fstat(fd, &fst) != 0 || !S_ISCHR(fst.st_mode) || fst.st_uid != 0 ||
 	    fst.st_rdev != st.st_rdev ||
 	    ioctl(fd, EVIOCGBIT(0, sizeof ev), ev) < 0 || !BIT_SET(ev, EV_KEY) ||
-	    ioctl(fd, EVIOCGBIT(EV_KEY, sizeof keys), keys) < 0 || !BIT_SET(keys, code))
+	    ioctl(fd, EVIOCGBIT(EV_KEY, sizeof keys), keys) < 0 ||
+	    !cli_keychord_fits(&kb->k, keys, sizeof keys))
 		goto skip;
-	for (size_t i = 0; i < sizeof mod_pairs / sizeof *mod_pairs; i++)
-		if ((mods & mod_pairs[i].mod) && !BIT_SET(keys, mod_pairs[i].left) &&
-		    !BIT_SET(keys, mod_pairs[i].right))
-			goto skip;
 	snprintf(kb->path, sizeof kb->path, "/dev/input/%.20s", name);
 	if (ioctl(fd, EVIOCGNAME(sizeof kb->name), kb->name) < 0)
 		snprintf(kb->name, sizeof kb->name, "no name");
 	kb->name[sizeof kb->name - 1] = 0;
-	cli_keychord_init(&kb->k, code, mods);
 	resync(fd, &kb->k);             /* the modifiers held already */
 	return fd;
 skip:

@@ -29,12 +29,7 @@
 static const struct {
 	unsigned short code;
 	unsigned mod;
-} mod_keys[] = {
-	{ KEY_LEFTCTRL, SPK_MOD_CTRL },   { KEY_RIGHTCTRL, SPK_MOD_CTRL },
-	{ KEY_LEFTALT, SPK_MOD_ALT },     { KEY_RIGHTALT, SPK_MOD_ALT },
-	{ KEY_LEFTSHIFT, SPK_MOD_SHIFT }, { KEY_RIGHTSHIFT, SPK_MOD_SHIFT },
-	{ KEY_LEFTMETA, SPK_MOD_SUPER },  { KEY_RIGHTMETA, SPK_MOD_SUPER },
-};
+} mod_keys[] = { SPK_MOD_KEYS };
 
 void cli_keychord_init(struct cli_keychord *k, unsigned code, unsigned mods)
 {
@@ -80,13 +75,25 @@ int cli_keychord_event(struct cli_keychord *k, unsigned type, unsigned code, int
 	return code == k->code && value == 1 && held_mods(k) == k->mods;   /* rule 2 */
 }
 
+static int has_key(const unsigned char *keys, size_t len, unsigned c)
+{
+	return c / 8 < len && (keys[c / 8] >> (c % 8) & 1);
+}
+
+int cli_keychord_fits(const struct cli_keychord *k, const unsigned char *keys, size_t len)
+{
+	unsigned mods = 0;
+
+	for (unsigned i = 0; i < sizeof mod_keys / sizeof *mod_keys; i++)
+		if (has_key(keys, len, mod_keys[i].code))
+			mods |= mod_keys[i].mod;
+	return has_key(keys, len, k->code) && (mods & k->mods) == k->mods;
+}
+
 void cli_keychord_sync(struct cli_keychord *k, const unsigned char *keys, size_t len)
 {
 	k->held = 0;
-	for (unsigned i = 0; i < sizeof mod_keys / sizeof *mod_keys; i++) {
-		unsigned c = mod_keys[i].code;
-
-		if (c / 8 < len && (keys[c / 8] >> (c % 8) & 1))
+	for (unsigned i = 0; i < sizeof mod_keys / sizeof *mod_keys; i++)
+		if (has_key(keys, len, mod_keys[i].code))
 			k->held |= 1u << i;
-	}
 }

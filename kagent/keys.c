@@ -44,12 +44,7 @@
 static const struct {
 	u16 code;
 	u16 mod;
-} mod_keys[] = {
-	{ KEY_LEFTCTRL, SPK_MOD_CTRL },   { KEY_RIGHTCTRL, SPK_MOD_CTRL },
-	{ KEY_LEFTALT, SPK_MOD_ALT },     { KEY_RIGHTALT, SPK_MOD_ALT },
-	{ KEY_LEFTSHIFT, SPK_MOD_SHIFT }, { KEY_RIGHTSHIFT, SPK_MOD_SHIFT },
-	{ KEY_LEFTMETA, SPK_MOD_SUPER },  { KEY_RIGHTMETA, SPK_MOD_SUPER },
-};
+} mod_keys[] = { SPK_MOD_KEYS };
 
 static u32 chord;               /* code | mods << 16; 0: none (step 1) */
 static u32 held;                /* bit i: mod_keys[i] is down (step 2) */

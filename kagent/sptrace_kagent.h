@@ -105,6 +105,14 @@ struct spk_probe_req {
 #define SPK_MOD_ALT   0x2u
 #define SPK_MOD_SHIFT 0x4u
 #define SPK_MOD_SUPER 0x8u      /* the Windows / Meta key */
+/* The modifier keys (KEY_*) and the SPK_MOD_* each holds down, left and
+ * right: an initializer of { code, mod } pairs, for the module's notifier
+ * (kagent/keys.c) and the evdev backend's tracker (cli/keychord.c). */
+#define SPK_MOD_KEYS \
+	{ KEY_LEFTCTRL, SPK_MOD_CTRL },   { KEY_RIGHTCTRL, SPK_MOD_CTRL }, \
+	{ KEY_LEFTALT, SPK_MOD_ALT },     { KEY_RIGHTALT, SPK_MOD_ALT }, \
+	{ KEY_LEFTSHIFT, SPK_MOD_SHIFT }, { KEY_RIGHTSHIFT, SPK_MOD_SHIFT }, \
+	{ KEY_LEFTMETA, SPK_MOD_SUPER },  { KEY_RIGHTMETA, SPK_MOD_SUPER }
 struct spk_key_chord {
 	__u32 code;
 	__u32 mods;             /* SPK_MOD_* */

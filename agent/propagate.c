@@ -257,6 +257,7 @@ typedef struct sent_count {
 } sent_count;
 
 #define MAX_SENT 64
+#define COUNT_FILE_BYTES 64              /* spdaemon/inject.c: a count file's size */
 static struct {
 	volatile uint64_t inode;         /* 0: free; set after count */
 	sent_count *count;
@@ -271,6 +272,9 @@ typedef struct pipe_count {
 	volatile uint64_t read;          /* bytes every reader read since */
 	volatile uint64_t offset;        /* the writer's OFFSET it was set for */
 } pipe_count;
+
+_Static_assert(sizeof(sent_count) == COUNT_FILE_BYTES && sizeof(pipe_count) <= COUNT_FILE_BYTES,
+	       "a count is what spdaemon makes");
 
 typedef struct expect {
 	volatile int state;              /* 0 free, 1 being written, 2 waiting */
@@ -575,24 +579,22 @@ volatile uint64_t *ag_pipe_sent(uint64_t inode)
 	return NULL;
 }
 
-/* Point 16: the count at `path` the daemon named for pipe `inode`, mapped
- * (once per process: point 17); NULL, and why, if it is not the daemon's
- * count of this pipe for this process's user. */
-static volatile uint64_t *sent_count_of(const char *path, uint64_t inode, char *why, size_t len)
+/* A count spdaemon made in the session's directory (points 6 and 16),
+ * mapped: only a file in a directory of root's that no other user may
+ * write, regular, this process's user's, one link, COUNT_FILE_BYTES long --
+ * nothing another user could have put there, whoever answers at the
+ * daemon's socket -- opened, mapped and closed at once (raw system calls;
+ * its descriptor a low number for that instant); NULL, and why, if not. */
+static void *map_count(const char *path, char *why, size_t len)
 {
-	volatile uint64_t *have = ag_pipe_sent(inode);
-	char dir[4200], name[48];
+	char dir[4200];
 	const char *slash = strrchr(path, '/');
 	struct stat st;
-	sent_count *sc;
+	void *p;
 	long fd;
 
-	if (have)
-		return have;
-	snprintf(name, sizeof name, "/pipe-%llu-sent", (unsigned long long)inode);
-	if (!slash || slash == path || strcmp(slash, name) != 0 ||
-	    (size_t)(slash - path) >= sizeof dir) {
-		snprintf(why, len, "%.200s is not this pipe's count", path);
+	if (!slash || slash == path || (size_t)(slash - path) >= sizeof dir) {
+		snprintf(why, len, "%.200s is not a count's path", path);
 		return NULL;
 	}
 	memcpy(dir, path, (size_t)(slash - path));
@@ -608,18 +610,43 @@ static volatile uint64_t *sent_count_of(const char *path, uint64_t inode, char *
 		return NULL;
 	}
 	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_uid != geteuid() || st.st_nlink != 1 || st.st_size != (off_t)sizeof *sc) {
+	    st.st_uid != geteuid() || st.st_nlink != 1 || st.st_size != COUNT_FILE_BYTES) {
 		sys(SYS_close, fd, 0, 0, 0, 0);
-		snprintf(why, len, "%.200s is not a count of %zu bytes of uid %u", path, sizeof *sc,
-			 (unsigned)geteuid());
+		snprintf(why, len, "%.200s is not a count of %d bytes of uid %u", path,
+			 COUNT_FILE_BYTES, (unsigned)geteuid());
 		return NULL;
 	}
-	sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+	p = mmap(NULL, COUNT_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
 	sys(SYS_close, fd, 0, 0, 0, 0);
-	if (sc == MAP_FAILED || sc->inode != inode) {
-		if (sc != MAP_FAILED)
-			munmap(sc, sizeof *sc);
-		snprintf(why, len, "%.200s: cannot map it, or it counts another pipe", path);
+	if (p == MAP_FAILED) {
+		snprintf(why, len, "%.200s: cannot map it", path);
+		return NULL;
+	}
+	return p;
+}
+
+/* Point 16: the count at `path` the daemon named for pipe `inode`, mapped
+ * (once per process: point 17); NULL, and why, if it is not the daemon's
+ * count of this pipe for this process's user. */
+static volatile uint64_t *sent_count_of(const char *path, uint64_t inode, char *why, size_t len)
+{
+	volatile uint64_t *have = ag_pipe_sent(inode);
+	const char *slash = strrchr(path, '/');
+	char name[48];
+	sent_count *sc;
+
+	if (have)
+		return have;
+	snprintf(name, sizeof name, "/pipe-%llu-sent", (unsigned long long)inode);
+	if (!slash || strcmp(slash, name) != 0) {
+		snprintf(why, len, "%.200s is not this pipe's count", path);
+		return NULL;
+	}
+	if (!(sc = map_count(path, why, len)))
+		return NULL;
+	if (sc->inode != inode) {
+		munmap(sc, COUNT_FILE_BYTES);
+		snprintf(why, len, "%.200s counts another pipe", path);
 		return NULL;
 	}
 	unsigned i = __atomic_fetch_add(&nsents, 1, __ATOMIC_ACQ_REL);
@@ -1017,33 +1044,17 @@ void ag_mark_strip(int fd, struct msghdr *m)
  * could have put there. */
 static pipe_count *pipe_count_of(uint64_t inode, uint64_t offset, uint64_t base)
 {
-	char path[4200];
-	struct stat st;
+	char path[4200], why[300];
 	char *slash;
 	pipe_count *pc;
-	long fd;
 
 	snprintf(path, sizeof path, "%s", ag_dir);
 	slash = strrchr(path, '/');
 	if (!slash || slash == path)
 		return NULL;
-	*slash = '\0';
-	if (sys(SYS_stat, (long)path, (long)&st, 0, 0, 0) != 0 || st.st_uid != 0 ||
-	    (st.st_mode & 022))
-		return NULL;
 	snprintf(slash, sizeof path - (size_t)(slash - path), "/pipe-%llu",
 		 (unsigned long long)inode);
-	fd = sys(SYS_open, (long)path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0, 0, 0);
-	if (fd < 0)
-		return NULL;
-	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_uid != geteuid() || st.st_size < (off_t)sizeof *pc) {
-		sys(SYS_close, fd, 0, 0, 0, 0);
-		return NULL;
-	}
-	pc = mmap(NULL, sizeof *pc, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
-	sys(SYS_close, fd, 0, 0, 0, 0);
-	if (pc == MAP_FAILED)
+	if (!(pc = map_count(path, why, sizeof why)))
 		return NULL;
 	uint64_t zero = 0;
 
@@ -1057,7 +1068,7 @@ static pipe_count *pipe_count_of(uint64_t inode, uint64_t offset, uint64_t base)
 	for (int i = 0; i < 1000000 && __atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2; i++)
 		__builtin_ia32_pause();
 	if (__atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2 || pc->offset != offset) {
-		munmap(pc, sizeof *pc);
+		munmap(pc, COUNT_FILE_BYTES);
 		return NULL;
 	}
 	return pc;

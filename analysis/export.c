@@ -255,7 +255,7 @@ static int thread_parts(ex_walk *x, size_t image, uint32_t tid)
 	x->ntp = 0;
 	for (size_t i = 0; i < an_flows_count(x->flows); i++) {
 		const an_flow *fl = an_flows_get(x->flows, i);
-		uint64_t num = strtoull(fl->id + 1, NULL, 10);
+		uint64_t num = i + 1;            /* its id's number: f1, f2, ... in order */
 
 		for (size_t k = 0; k < fl->nparts; k++) {
 			const an_flow_part *p = &fl->parts[k];

@@ -130,51 +130,56 @@ static void on_stop_signal(int sig)
 	stop_following = 1;
 }
 
-/* --kernel: copy the module's rings while pid lives (^C or SIGTERM end it
- * sooner), then write the kernel's records into the trace. */
-static int follow_kernel(cli_kernel *k, pid_t pid, const char *absdir, const char *dir)
+/* After the agent is in, attach stays while pid lives if it has work:
+ * --kernel copies the module's rings (^C or SIGTERM end it sooner, the
+ * agent tracing on), then writes the kernel's records into the trace;
+ * --on key toggles tracing at each press of the chord.  Both can run in
+ * one loop: the chord's wait is the loop's pause when nothing was copied. */
+static int follow(pid_t pid, cli_kernel *k, cli_hotkey *hk, const char *chord,
+		  const char *absdir, const char *dir)
 {
 	struct sigaction sa = { .sa_handler = on_stop_signal };
-	int pfd = (int)syscall(SYS_pidfd_open, pid, 0), busy = 0, rc;
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0), busy = 0, presses = 0, rc = 0;
 
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	printf("sptrace: recording pid %d's kernel calls until it ends (^C: now)\n", (int)pid);
-	fflush(stdout);
+	if (k) {
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		printf("sptrace: recording pid %d's kernel calls until it ends (^C: now)\n",
+		       (int)pid);
+		fflush(stdout);
+	}
 	while (!stop_following) {
+		int pause_ms = busy ? 0 : k ? 1 : 200;
+
+		if (hk) {
+			for (int n = cli_hotkey_wait(hk, pause_ms); n > 0; n--) {
+				fprintf(stderr, "sptrace: %s pressed\n", chord);
+				rc |= cli_control_pid(presses++ % 2 == 0, pid, 5);
+			}
+			pause_ms = 0;
+		}
 		if (pfd >= 0) {
 			struct pollfd p = { pfd, POLLIN, 0 };
 
-			if (poll(&p, 1, busy ? 0 : 1) > 0)
+			if (poll(&p, 1, pause_ms) > 0)
 				break;          /* it has ended */
 		} else if (kill(pid, 0) != 0 && errno == ESRCH) {
 			break;
-		} else if (!busy) {
-			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+		} else if (pause_ms) {
+			nanosleep(&(struct timespec){ 0, pause_ms * 1000000L }, NULL);
 		}
-		busy = cli_kernel_poll(k);
+		busy = k && cli_kernel_poll(k);
 	}
 	if (pfd >= 0)
 		close(pfd);
-	rc = cli_kernel_finish(k, absdir);
+	cli_hotkey_close(hk);
+	if (!k) {
+		printf("sptrace: pid %d has ended\n", (int)pid);
+		return rc;
+	}
+	rc |= cli_kernel_finish(k, absdir);
 	printf("sptrace: %s; trace in %s\n", stop_following ? "stopped recording the kernel's "
 	       "part (the agent traces on)" : "the process has ended", dir);
-	return rc;
-}
-
-/* --on key: toggle tracing at each press of the chord until pid ends. */
-static int await_chord(cli_hotkey *hk, const char *chord, pid_t pid)
-{
-	int presses = 0, rc = 0;
-
-	while (kill(pid, 0) == 0 || errno != ESRCH) {
-		for (int n = cli_hotkey_wait(hk, 200); n > 0; n--) {
-			fprintf(stderr, "sptrace: %s pressed\n", chord);
-			rc |= cli_control_pid(presses++ % 2 == 0, pid, 5);
-		}
-	}
-	cli_hotkey_close(hk);
-	printf("sptrace: pid %d has ended\n", (int)pid);
 	return rc;
 }
 
@@ -278,10 +283,6 @@ int cmd_attach(int argc, char **argv)
 	if (*end || pidl <= 0 || pidl > INT32_MAX)
 		return cli_error("attach: '%s' is not a process id", argv[optind]), 2;
 	pid = (pid_t)pidl;
-	if (chord && kernel)
-		return cli_error("attach: --on key and --kernel together are not supported yet: "
-				 "attach waits for the chord and for the kernel's records in turn; "
-				 "use 'sptrace run --kernel --on key' or one of the two"), 2;
 	if (chord) {
 		if (cli_hotkey_check("attach", chord))
 			return 2;
@@ -291,8 +292,6 @@ int cmd_attach(int argc, char **argv)
 		return 2;
 	if (strcmp(on, "now") == 0)
 		on = "timer 0";
-	if (chord && !(hk = cli_hotkey_open("attach", chord)))
-		return 2;
 	if (inj_check(pid, &err))
 		return cli_error("attach: %s", err.msg);
 	if (inj_has_mapping(pid, "sptrace-agent") == 1)
@@ -320,6 +319,12 @@ int cmd_attach(int argc, char **argv)
 	/* The module first: without it the previous trace keeps its place. */
 	if (kernel && !(kern = cli_kernel_start("attach", kernel_calls, indirect)))
 		return 1;
+	/* After the module: its keyboard backend is then known to be taken
+	 * by --kernel (hotkey.c says so), and another backend serves. */
+	if (chord && !(hk = cli_hotkey_open("attach", chord))) {
+		cli_kernel_abandon(kern);
+		return 2;
+	}
 	if (cli_find_agent("attach", agent, sizeof agent) ||
 	    cli_prepare_trace_dir("attach", dir, &owner, absdir)) {
 		cli_kernel_abandon(kern);
@@ -381,7 +386,7 @@ int cmd_attach(int argc, char **argv)
 		printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
 		       "tracing %.1f ms later; trace in %s\n", (int)pid, r.total_ms, (int)r.tid,
 		       r.pause_ms, ms, absdir);
-		return kern ? follow_kernel(kern, pid, absdir, dir) : 0;
+		return kern ? follow(pid, kern, NULL, NULL, absdir, dir) : 0;
 	}
 	if (hk) {
 		printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); "
@@ -390,11 +395,11 @@ int cmd_attach(int argc, char **argv)
 		       "trace in %s\n", (int)pid, r.total_ms, (int)r.tid, r.pause_ms, chord,
 		       cli_hotkey_backend(hk), (int)pid, absdir);
 		fflush(stdout);
-		return await_chord(hk, chord, pid);
+		return follow(pid, kern, hk, chord, absdir, dir);
 	}
 	printf("sptrace: attached to pid %d in %.1f ms (thread %d stopped for %.2f ms); %s; trace "
 	       "in %s\n", (int)pid, r.total_ms, (int)r.tid, r.pause_ms,
 	       strcmp(on, "signal") == 0 ? "dormant until 'sptrace activate'"
 	       : "dormant until the event", absdir);
-	return kern ? follow_kernel(kern, pid, absdir, dir) : 0;
+	return kern ? follow(pid, kern, NULL, NULL, absdir, dir) : 0;
 }

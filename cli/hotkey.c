@@ -36,8 +36,8 @@
  *      it cannot serve a `--kernel` command (which holds it already).
  * Why evdev before the module: evdev needs nothing loaded that the system
  * does not have already, holds nothing exclusively (two commands can wait
- * for chords, and `run --kernel --on key` works, the module's one opener
- * being the --kernel side), and reads what the notifier would; the module
+ * for chords, and `run|attach --kernel --on key` work, the module's one
+ * opener being the --kernel side), and reads what the notifier would; the module
  * serves where no keyboard is readable through evdev (its module not
  * loaded, as in the kernel guest).
  * None available: an error that names all three and what was found.

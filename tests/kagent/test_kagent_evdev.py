@@ -30,6 +30,10 @@ tick() every 10 ms until its standard input closes.
             through evdev (the module's one opener is --kernel's side), the
             chord starts tracing and replay shows the program's system
             calls followed into the kernel (__x64_sys_*)
+  katt      `sptrace attach PID --kernel --on key Ctrl-Alt-T` on a running
+            ticker: it waits through evdev, the chord starts tracing,
+            attach ends with the process and replay shows tick() and the
+            system calls in the kernel
 
 usage: test_kagent_evdev.py GUEST_SH TICKER VKBD
 """
@@ -106,6 +110,28 @@ sed 's/^/@@kern-err /' kern.err
 sptrace replay kern.data > kern.txt 2>&1
 echo "@@kern-tick-calls $(grep -c 'tick();' kern.txt)"
 echo "@@kern-kernel-calls $(grep -c '__x64_sys_' kern.txt)"
+mkfifo in5
+./ticker < in5 > ticker5.out &
+T5=$!
+exec 8<> in5
+wait_for ticker5.out ready 600
+sptrace attach $T5 --kernel --on key Ctrl-Alt-T -o katt.data > katt.out 2> katt.err 8>&- &
+KA=$!
+wait_for katt.out 'tracing starts when' 1200 $KA
+sed 's/^/@@katt-waiting /' katt.out
+echo "@@press-katt"
+wait_for katt.data/meta '^activated ' 900 $KA
+echo "@@katt-activated $(grep -c '^activated ' katt.data/meta 2>/dev/null)"
+sleep 2
+exec 8>&-
+wait $T5
+wait $KA
+echo "@@katt-status $?"
+sed 's/^/@@katt-out /' katt.out
+sed 's/^/@@katt-err /' katt.err
+sptrace replay katt.data > katt.txt 2>&1
+echo "@@katt-tick-calls $(grep -c 'tick();' katt.txt)"
+echo "@@katt-kernel-calls $(grep -c '__x64_sys_' katt.txt)"
 '''
 
 
@@ -117,7 +143,8 @@ def main():
                 '--sendkey', '@@press', 'ctrl-alt-t',
                 '--sendkey', '@@press-attach', 'ctrl-alt-t',
                 '--sendkey', '@@press-hot', 'ctrl-alt-t',
-                '--sendkey', '@@press-kernel', 'ctrl-alt-t', GUEST],
+                '--sendkey', '@@press-kernel', 'ctrl-alt-t',
+                '--sendkey', '@@press-katt', 'ctrl-alt-t', GUEST],
                # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
                env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
                    'SPTRACE_GUEST_TIMEOUT', '240')))
@@ -179,6 +206,18 @@ def main():
           f'the chord starts tracing, kernel calls included ({one(out, "kern-activated")} '
           f'activated lines, status {one(out, "kern-status")}, {n} tick() and {k} system '
           'calls in replay): ' + kern)
+    # attach --kernel --on key: one loop waits for the chord and copies the
+    # module's rings
+    katt = ' / '.join(values(out, 'katt-out') + values(out, 'katt-err'))
+    check(re.search(r'tracing starts when Ctrl-Alt-T is pressed \(evdev: /dev/input/event\d+ ',
+                    ' '.join(values(out, 'katt-waiting'))) is not None,
+          'attach --kernel --on key waits for the chord through evdev: ' + katt)
+    n, k = int(one(out, 'katt-tick-calls') or 0), int(one(out, 'katt-kernel-calls') or 0)
+    check(one(out, 'katt-activated') == '1' and one(out, 'katt-status') == '0' and n > 5 and
+          k > 0 and 'the process has ended' in katt,
+          f'the chord starts tracing the attached process, kernel calls included '
+          f'({one(out, "katt-activated")} activated lines, status {one(out, "katt-status")}, '
+          f'{n} tick() and {k} system calls in replay): ' + katt)
 
     print(f'{len(failures)} failed')
     return 1 if failures else 0

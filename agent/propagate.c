@@ -185,14 +185,38 @@
  *     when it asks, on its own first traced write (its channel table is its
  *     own).  One page per pipe a process writes, for good.
  *
+ * A UNIX stream socket's traced writers (the same count):
+ *
+ * 18. Writers of one connected UNIX stream socket -- a parent and the
+ *     programs it exec'd, a client's two processes, each holding the socket
+ *     -- count the bytes into its peer in SESSION/unix-INODE-sent, INODE the
+ *     receiving socket's (the one the request names: each direction of the
+ *     connection its own count, keyed by the socket it flows into), made
+ *     and mapped as points 15 to 17 say (writers_count, map_count): the
+ *     request names the sending socket too (Channel.src_inode), which the
+ *     asker must hold for the daemon to make or hand out the count.  A
+ *     UNIX stream's sender cannot see what is queued at its peer, so the
+ *     first asker names no OFFSET (point 5): the count starts at its own
+ *     count, and the reader's at the awaited read (its own, exact when
+ *     nothing was queued); a later asker's send is the count's value,
+ *     which the daemon does name to the readers (`unix INODE OFFSET`), so
+ *     a reader following already lines up on the writers' count (point 6).
+ *     A forked writer cannot ask: its UNIX peer stays unknown (msgs.c:
+ *     unix_peer, point 1) -- unless its parent took the count before the
+ *     fork (the table, point 17, keyed by the kind and the inode).
+ *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
- * mistaken for an earlier one of the same bytes; a UNIX socket with several
- * readers or writers, a pipe's readers of different users, a pipe's traced
- * writers of another user than the session's count's (point 15) or of
- * another session, and one whose daemon did not answer in time (while
- * others took the count), count their bytes each alone; a write's bytes
+ * mistaken for an earlier one of the same bytes; a UNIX stream socket's
+ * several readers (pre-forked workers holding one accepted connection:
+ * no SESSION/unix-INODE count for readers yet), its writers forked after
+ * the agent came (point 18), a pipe's readers of different users, a pipe's
+ * or a UNIX socket's traced writers of another user than the session's
+ * count's (points 15, 18) or of another session, and one whose daemon did
+ * not answer in time (while others took the count), count their bytes each
+ * alone (the count files are the first requester's user's: another user's
+ * agent refuses them, map_count); a write's bytes
  * are counted when its call returns, so two writers (or two readers, point
  * 6) whose calls race between one's return and the other's add name each
  * other's bytes, and so does a reader following already when another
@@ -200,9 +224,9 @@
  * a later asker and that reader's arming (it lines up on the asker's
  * OFFSET, point 6); bytes an untraced writer puts into the pipe after the
  * first traced write are counted by its readers, not by its writers; a UNIX
- * stream's sender cannot see what is queued at its peer,
+ * stream's first traced writer cannot see what is queued at its peer,
  * so it names no OFFSET and the reader's count stays its own (exact when
- * nothing was queued); each awaited pipe read maps its shared count for
+ * nothing was queued: point 18); each awaited pipe read maps its shared count for
  * good (a page per request that reached this process); a receiving program
  * that sets SO_OOBINLINE or reads MSG_OOB after its agent took the mark
  * would see it (checked at arming only); only the followed datagram carries
@@ -248,8 +272,9 @@ static volatile uint64_t no_daemon_until;
 static volatile int no_daemon_said;
 static volatile uint64_t next_id = 1;
 
-/* SESSION/pipe-INODE-sent (spdaemon/inject.c: writers_count), mapped by
- * the agent of each traced writer of the pipe (points 15 to 17). */
+/* SESSION/pipe-INODE-sent, or a UNIX stream's SESSION/unix-INODE-sent
+ * (spdaemon/inject.c: writers_count), mapped by the agent of each traced
+ * writer of the channel (points 15 to 18). */
 typedef struct sent_count {
 	volatile uint64_t sent;          /* the writers' count: the next byte written */
 	uint64_t inode;                  /* the pipe's */
@@ -259,7 +284,8 @@ typedef struct sent_count {
 #define MAX_SENT 64
 #define COUNT_FILE_BYTES 64              /* spdaemon/inject.c: a count file's size */
 static struct {
-	volatile uint64_t inode;         /* 0: free; set after count */
+	volatile uint64_t inode;         /* 0: free; set after count and kind */
+	int kind;                        /* AG_FLOW_PIPE, AG_FLOW_UNIX (point 18) */
 	sent_count *count;
 } sents[MAX_SENT];                       /* point 17: copied by fork with the mappings */
 static volatile unsigned nsents;
@@ -569,12 +595,13 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	return 0;
 }
 
-volatile uint64_t *ag_pipe_sent(uint64_t inode)
+volatile uint64_t *ag_pipe_sent(int kind, uint64_t inode)
 {
 	unsigned n = __atomic_load_n(&nsents, __ATOMIC_ACQUIRE);
 
 	for (unsigned i = 0; inode && i < n && i < MAX_SENT; i++)
-		if (__atomic_load_n(&sents[i].inode, __ATOMIC_ACQUIRE) == inode)
+		if (__atomic_load_n(&sents[i].inode, __ATOMIC_ACQUIRE) == inode &&
+		    sents[i].kind == kind)
 			return &sents[i].count->sent;
 	return NULL;
 }
@@ -625,34 +652,38 @@ static void *map_count(const char *path, char *why, size_t len)
 	return p;
 }
 
-/* Point 16: the count at `path` the daemon named for pipe `inode`, mapped
- * (once per process: point 17); NULL, and why, if it is not the daemon's
- * count of this pipe for this process's user. */
-static volatile uint64_t *sent_count_of(const char *path, uint64_t inode, char *why, size_t len)
+/* Point 16: the count at `path` the daemon named for pipe `inode` (kind
+ * AG_FLOW_PIPE) or the UNIX stream into socket `inode` (AG_FLOW_UNIX,
+ * point 18), mapped (once per process: point 17); NULL, and why, if it is
+ * not the daemon's count of this channel for this process's user. */
+static volatile uint64_t *sent_count_of(int kind, const char *path, uint64_t inode, char *why,
+					size_t len)
 {
-	volatile uint64_t *have = ag_pipe_sent(inode);
+	volatile uint64_t *have = ag_pipe_sent(kind, inode);
 	const char *slash = strrchr(path, '/');
 	char name[48];
 	sent_count *sc;
 
 	if (have)
 		return have;
-	snprintf(name, sizeof name, "/pipe-%llu-sent", (unsigned long long)inode);
+	snprintf(name, sizeof name, "/%s-%llu-sent", kind == AG_FLOW_PIPE ? "pipe" : "unix",
+		 (unsigned long long)inode);
 	if (!slash || strcmp(slash, name) != 0) {
-		snprintf(why, len, "%.200s is not this pipe's count", path);
+		snprintf(why, len, "%.200s is not this channel's count", path);
 		return NULL;
 	}
 	if (!(sc = map_count(path, why, len)))
 		return NULL;
 	if (sc->inode != inode) {
 		munmap(sc, COUNT_FILE_BYTES);
-		snprintf(why, len, "%.200s counts another pipe", path);
+		snprintf(why, len, "%.200s counts another channel", path);
 		return NULL;
 	}
 	unsigned i = __atomic_fetch_add(&nsents, 1, __ATOMIC_ACQ_REL);
 
 	if (i < MAX_SENT) {
 		sents[i].count = sc;
+		sents[i].kind = kind;
 		__atomic_store_n(&sents[i].inode, inode, __ATOMIC_RELEASE);
 	} else {
 		__atomic_store_n(&nsents, MAX_SENT, __ATOMIC_RELEASE);
@@ -731,10 +762,10 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
 		ch.inode = fc->inode;
-		if (!fc->inode) {                 /* not accepted yet */
+		if (!fc->inode)                   /* not accepted yet */
 			ch.path = (char *)fc->path;
+		if (fc->kind == AG_FLOW_UNIX)     /* the writers' count holds it (point 18) */
 			ch.src_inode = fc->src_inode;
-		}
 		snprintf(what, sizeof what, fc->inode ? "%s %lu" : "%s %lu -> %s", kinds[fc->kind],
 			 (unsigned long)(fc->inode ? fc->inode : fc->src_inode), fc->path);
 		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
@@ -773,12 +804,13 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	double ms = (double)(ag_mono_ns() - t0) / 1e6;
 	char off[40];
 
-	if (rc == 0 && fc->kind == AG_FLOW_PIPE && rep->body_case ==
-	    SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {                 /* points 15, 16 */
+	if (rc == 0 && (fc->kind == AG_FLOW_PIPE || (fc->kind == AG_FLOW_UNIX && fc->inode)) &&
+	    rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {  /* points 15, 16, 18 */
 		const char *path = rep->inject_reply->sent_count;
 		char no[300] = "";
 
-		if (path && *path && (fc->sent = sent_count_of(path, fc->inode, no, sizeof no))) {
+		if (path && *path &&
+		    (fc->sent = sent_count_of(fc->kind, path, fc->inode, no, sizeof no))) {
 			if (rep->inject_reply->sent_offset != fc->offset)
 				ag_log("propagation: %s: its traced writers count its bytes together "
 				       "(%.200s): this send is their byte %llu (this process counted "

@@ -30,7 +30,9 @@
  *      pipe, SESSION/pipe-INODE too: the count of its bytes that its
  *      readers' agents share (pipe_counts); and, before any of that,
  *      SESSION/pipe-INODE-sent: the count its traced writers' agents
- *      share, whose value names the requester's send (writers_count).
+ *      share, whose value names the requester's send (writers_count); for
+ *      a UNIX stream socket, SESSION/unix-INODE-sent, INODE the receiving
+ *      socket's (agent/propagate.c, point 18).
  *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
  *      request that follows a traced send (`follow`, from an agent): the
  *      receive of that send (expect=, agent/propagate.c), and the agent
@@ -105,10 +107,11 @@ static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, 
 	memset(ch, 0, sizeof *ch);
 	ch->kind = (spd_channel_kind)q->channel->kind;
 	ch->inode = q->channel->inode;
+	if (ch->kind == SPD_CH_UNIX)
+		ch->src_inode = q->channel->src_inode;
 	if (ch->kind == SPD_CH_UNIX && !ch->inode && q->channel->path && q->channel->path[0] &&
 	    q->channel->src_inode && strlen(q->channel->path) < sizeof ch->path) {
 		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path);
-		ch->src_inode = q->channel->src_inode;
 		return 0;
 	}
 	if (ch->kind == SPD_CH_UNIX_DGRAM && !ch->inode && q->channel->path &&
@@ -232,7 +235,7 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
  * byte (point 9); a UDP line in " ipopt SEQ" when the datagram would carry
  * the IP option SEQ (point 13: `ipopt`, the probe said options arrive). */
 static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch,
-			uint64_t offset, bool ipopt, char *out, size_t len)
+			uint64_t offset, bool named, bool ipopt, char *out, size_t len)
 {
 	char s[INET6_ADDRSTRLEN], t[INET6_ADDRSTRLEN], off[24] = "-";
 
@@ -242,10 +245,10 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 		return;
 	}
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
-		if (q->at_offset)       /* the writers' count, for the reader's (agent) */
+		if (named)              /* the writers' count, for the reader's (agent) */
 			snprintf(off, sizeof off, " %llu", (unsigned long long)offset);
 		snprintf(out, len, "%s %llu%s", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
-			 (unsigned long long)ch->inode, q->at_offset ? off : "");
+			 (unsigned long long)ch->inode, named ? off : "");
 		return;
 	}
 	if (ch->kind == SPD_CH_UNIX_DGRAM) {
@@ -949,7 +952,7 @@ static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
 
 /* Step 5, a pipe's writers: SESSION/pipe-INODE-sent, the count of the
  * pipe's bytes that its traced writers' agents share (agent/msgs.c, point
- * 6; agent/propagate.c, points 15 to 17): writers that are not one process
+ * 6; agent/propagate.c, points 15 to 18): writers that are not one process
  * and its forked children -- programs exec'd apart, processes that opened
  * a named pipe each -- name each byte alike, as its reader sees it.  64
  * bytes: the count, then the pipe's inode.  The first request for the pipe
@@ -957,17 +960,23 @@ static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
  * requester's own count (the request's offset: the bytes queued ahead of
  * its send); each later one takes the count as it stands now as its send's
  * first byte, which the readers await instead of the request's offset.
- * Made and read under one lock, with pwrite and pread only (never mapped
- * here: its user may truncate it).  A requester of another user than the
- * count's, one that does not hold the pipe's write end itself (no count
- * made for a pipe a user does not write), or from another host, gets none
- * and counts alone.  Answers "" or the count's absolute path, and *offset. */
+ * A UNIX stream socket's writers the same way (point 18), forked ones
+ * too: SESSION/unix-INODE-sent, INODE the receiving socket's (the bytes
+ * into it); the first requester's count is its own (it names no offset),
+ * and only a later one's send is named to the readers (*named).  Made and
+ * read under one lock, with pwrite and pread only (never mapped here: its
+ * user may truncate it).  A requester of another user than the count's,
+ * one that does not hold the pipe's write end (or the sending socket it
+ * names) itself (no count made for a channel a user does not write), or
+ * from another host, gets none and counts alone.  Answers "" or the
+ * count's absolute path, and *offset. */
 static void writers_count(const spd_daemon *d, const spd_conn *c,
 			  const Sptrace__Spd__InjectRequest *q, const spd_channel *ch,
-			  char *path, size_t len, uint64_t *offset)
+			  char *path, size_t len, uint64_t *offset, bool *named)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	uint64_t v[8] = { q->offset, ch->inode };
+	const char *kind = ch->kind == SPD_CH_PIPE ? "pipe" : "unix";
 	char name[48];
 	struct stat st;
 	sp_err err;
@@ -975,40 +984,45 @@ static void writers_count(const spd_daemon *d, const spd_conn *c,
 
 	path[0] = '\0';
 	*offset = q->offset;
-	if (ch->kind != SPD_CH_PIPE || !q->follow || !q->at_offset || c->remote)
+	*named = q->at_offset;
+	if ((ch->kind != SPD_CH_PIPE || !q->at_offset) &&
+	    (ch->kind != SPD_CH_UNIX || !ch->inode || !ch->src_inode))
 		return;
-	if (!holds_pipe_end(c->pid, ch->inode, false)) {
-		spd_log("%s: inject session %s: pid %d holds no write end of pipe %llu: no count "
-			"of its writers", c->peer, q->session, (int)c->pid,
+	if (!q->follow || c->remote)
+		return;
+	if (ch->kind == SPD_CH_PIPE ? !holds_pipe_end(c->pid, ch->inode, false)
+	    : !spd_pid_holds(c->pid, ch->src_inode)) {
+		spd_log("%s: inject session %s: pid %d holds no write end of %s %llu: no count "
+			"of its writers", c->peer, q->session, (int)c->pid, kind,
 			(unsigned long long)ch->inode);
 		return;
 	}
 	if ((sfd = spd_session_open(d, q->session, 1, &err)) < 0) {
-		spd_log("%s: inject session %s: %s; the pipe's writers count its bytes alone",
-			c->peer, q->session, err.msg);
+		spd_log("%s: inject session %s: %s; the %s's writers count its bytes alone",
+			c->peer, q->session, err.msg, kind);
 		return;
 	}
-	snprintf(name, sizeof name, "pipe-%llu-sent", (unsigned long long)ch->inode);
+	snprintf(name, sizeof name, "%s-%llu-sent", kind, (unsigned long long)ch->inode);
 	pthread_mutex_lock(&lock);
 	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd >= 0) {
 		if (pwrite(fd, v, sizeof v, 0) != (ssize_t)sizeof v ||
 		    fchown(fd, c->uid, (gid_t)-1) != 0) {
-			spd_log("%s/sessions/%s/%s: %s; the pipe's writers count its bytes alone",
-				d->state_dir, q->session, name, strerror(errno));
+			spd_log("%s/sessions/%s/%s: %s; the %s's writers count its bytes alone",
+				d->state_dir, q->session, name, strerror(errno), kind);
 			unlinkat(sfd, name, 0);
 			goto out;
 		}
 	} else if (errno != EEXIST ||
 		   (fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0 ||
 		   fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof v) {
-		spd_log("%s/sessions/%s/%s: not a count of %zu bytes%s%s; pid %d counts the pipe's "
+		spd_log("%s/sessions/%s/%s: not a count of %zu bytes%s%s; pid %d counts the %s's "
 			"bytes alone", d->state_dir, q->session, name, sizeof v, fd < 0 ? ": " : "",
-			fd < 0 ? strerror(errno) : "", (int)c->pid);
+			fd < 0 ? strerror(errno) : "", (int)c->pid, kind);
 		goto out;
 	} else if (st.st_uid != c->uid) {
-		spd_log("%s: inject session %s: pipe %llu: its writers that count together are uid "
-			"%u's; pid %d (uid %u) counts its bytes alone", c->peer, q->session,
+		spd_log("%s: inject session %s: %s %llu: its writers that count together are uid "
+			"%u's; pid %d (uid %u) counts its bytes alone", c->peer, q->session, kind,
 			(unsigned long long)ch->inode, (unsigned)st.st_uid, (int)c->pid,
 			(unsigned)c->uid);
 		goto out;
@@ -1023,10 +1037,11 @@ static void writers_count(const spd_daemon *d, const spd_conn *c,
 		if (a != b)
 			goto out;
 		*offset = a;
+		*named = true;
 	}
 	snprintf(path, len, "%s/sessions/%s/%s", d->state_abs, q->session, name);
-	spd_log("%s: inject session %s: pipe %llu: pid %d's send is byte %llu of the count its "
-		"writers share (%s)", c->peer, q->session, (unsigned long long)ch->inode,
+	spd_log("%s: inject session %s: %s %llu: pid %d's send is byte %llu of the count its "
+		"writers share (%s)", c->peer, q->session, kind, (unsigned long long)ch->inode,
 		(int)c->pid, (unsigned long long)*offset, path);
 out:
 	pthread_mutex_unlock(&lock);
@@ -1056,6 +1071,7 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	spd_channel ch;
 	char expect[300], sent[4400];
 	uint64_t offset;
+	bool named;
 	double t0 = now_ms(), holders_ms = 0, inject_ms = 0;
 	int rounds = 0;
 
@@ -1087,9 +1103,9 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		if (spd_channel_inodes(&ch, ino, 2, &ni, NULL, err) == 0 && ni == 1)
 			ch.inode = ino[0];
 	}
-	writers_count(d, c, q, &ch, sent, sizeof sent, &offset);
+	writers_count(d, c, q, &ch, sent, sizeof sent, &offset, &named);
 	if (q->follow)
-		expect_line(q, &ch, offset, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
+		expect_line(q, &ch, offset, named, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
 	targets = calloc(SPD_MAX_TARGETS, sizeof *targets);
 	tp = calloc(SPD_MAX_TARGETS, sizeof *tp);
 	strings = malloc(SPD_MAX_TARGETS * (dirlen + whylen));

@@ -1,10 +1,11 @@
 /*
  * pipes.c — a writer and readers of one pipe, for the propagation
  * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers,
- * pipe-writers, pipe-fifo-writers).
+ * pipe-writers, pipe-fifo-writers) and of a connected UNIX stream socket
+ * (unix-writers: PIPE the number of an inherited socket, each end's).
  *
  *   pipes reader PIPE K     (PIPE: a path, or the number of an inherited
- *                            descriptor)
+ *                            descriptor: a pipe's or a socket's)
  *       opens PIPE for reading, forks K - 1 more readers sharing that end
  *       (pre-forked workers, reading at once), prints "ready" and waits for
  *       a line on its standard input before it reads too; each reader
@@ -14,7 +15,8 @@
  *   pipes writer PIPE MSG...
  *       opens PIPE for writing and writes each MSG in one write, printing
  *       "wrote N" after each, and waits until the readers took it all
- *       (FIONREAD is 0) before the next one: each read takes one message
+ *       (FIONREAD is 0; a socket's SIOCOUTQ) before the next one: each
+ *       read takes one message
  *       -- the first read also what was queued before the writer came.
  *   pipes writers PIPE K MSG...
  *       opens PIPE and forks K writers one after the other (pre-forked
@@ -31,7 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,7 +83,11 @@ read:
 static int write_msgs(int fd, int n, char **msgs, int step, bool turns)
 {
 	char line[16];
+	struct stat st;
 	int q;
+	/* what its readers have not taken yet: a pipe's queue, a socket's
+	 * bytes its peer has not read */
+	unsigned long queued = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? SIOCOUTQ : FIONREAD;
 
 	for (int i = 0; i < n; i += step) {
 		size_t len = strlen(msgs[i]);
@@ -93,7 +101,7 @@ static int write_msgs(int fd, int n, char **msgs, int step, bool turns)
 		if (!turns)
 			printf("wrote %d\n", i + 1);
 		fflush(stdout);
-		for (int t = 0; t < 60000 && ioctl(fd, FIONREAD, &q) == 0 && q > 0; t++)
+		for (int t = 0; t < 60000 && ioctl(fd, queued, &q) == 0 && q > 0; t++)
 			usleep(1000);
 		if (turns) {                    /* the reader took it: the next turn */
 			printf("wrote %d %d\n", (int)getpid(), i + 1);

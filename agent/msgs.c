@@ -1233,6 +1233,9 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 				fc.inode = tc.flags & TRACE_CHAN_PEER_INODE ? tc.peer_inode
 					   : unix_peer(c->inode);
 				fc.src_inode = c->inode;        /* came-from (propagate.c) */
+				/* its own count: its peer's queue is not seen
+				 * (propagate.c, point 18) */
+				fc.at_offset = fc.inode != 0;
 				fc.offset = __atomic_load_n(c->send_shared ? c->send_shared
 							    : &c->off[DIR_SEND], __ATOMIC_RELAXED);
 				if (!fc.inode)

@@ -74,7 +74,8 @@
  *     OFFSET below the backlog (another writer's bytes queued after the
  *     sender looked) leaves the reader's count its own.  Several readers
  *     of one pipe (pre-forked workers) each read part of it: their agents
- *     share the count in the daemon's SESSION/pipe-INODE (pipe_count_of),
+ *     share the count in the daemon's SESSION/pipe-INODE (pipe_count_of;
+ *     of a UNIX stream socket, SESSION/unix-INODE, INODE theirs: point 18),
  *     which the first one to arm sets to the writer's OFFSET less its
  *     backlog, and each read's first byte is that base plus the bytes all
  *     of them read before it -- exact while two readers' reads do not
@@ -185,38 +186,39 @@
  *     when it asks, on its own first traced write (its channel table is its
  *     own).  One page per pipe a process writes, for good.
  *
- * A UNIX stream socket's traced writers (the same count):
+ * A UNIX stream socket's traced writers and readers (the same counts):
  *
  * 18. Writers of one connected UNIX stream socket -- a parent and the
  *     programs it exec'd, a client's two processes, each holding the socket
- *     -- count the bytes into its peer in SESSION/unix-INODE-sent, INODE the
- *     receiving socket's (the one the request names: each direction of the
- *     connection its own count, keyed by the socket it flows into), made
- *     and mapped as points 15 to 17 say (writers_count, map_count): the
- *     request names the sending socket too (Channel.src_inode), which the
- *     asker must hold for the daemon to make or hand out the count.  A
- *     UNIX stream's sender cannot see what is queued at its peer, so the
- *     first asker names no OFFSET (point 5): the count starts at its own
- *     count, and the reader's at the awaited read (its own, exact when
- *     nothing was queued); a later asker's send is the count's value,
- *     which the daemon does name to the readers (`unix INODE OFFSET`), so
- *     a reader following already lines up on the writers' count (point 6).
- *     A forked writer cannot ask: its UNIX peer stays unknown (msgs.c:
- *     unix_peer, point 1) -- unless its parent took the count before the
- *     fork (the table, point 17, keyed by the kind and the inode).
+ *     -- count the bytes into its peer in SESSION/unix-INODE-sent, and its
+ *     readers -- pre-forked workers holding one accepted connection --
+ *     count the bytes they read in SESSION/unix-INODE, INODE the receiving
+ *     socket's in both (the one the request names: each direction of the
+ *     connection its own counts, keyed by the socket it flows into), made
+ *     and mapped as points 6 and 15 to 17 say for pipes (writers_count,
+ *     pipe_counts, map_count): the request names the sending socket too
+ *     (Channel.src_inode), which the asker must hold for the daemon to make
+ *     or hand out the writers' count.  A UNIX stream's sender cannot see
+ *     what is queued at its peer (a pipe's FIONREAD, point 5): its OFFSET is
+ *     its own count, from 0 at its first traced send, which the readers
+ *     take as the end of the bytes queued when they armed -- exact when
+ *     those were its own earlier bytes or none; an OFFSET below them leaves
+ *     each reader's count its own (point 6).  A later writer's OFFSET is
+ *     the writers' count's value, as with pipes.  A forked writer cannot
+ *     ask: its UNIX peer stays unknown (msgs.c: unix_peer, point 1) --
+ *     unless its parent took the count before the fork (the table, point
+ *     17, keyed by the kind and the inode).
  *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
  * mistaken for an earlier one of the same bytes; a UNIX stream socket's
- * several readers (pre-forked workers holding one accepted connection:
- * no SESSION/unix-INODE count for readers yet), its writers forked after
- * the agent came (point 18), a pipe's readers of different users, a pipe's
- * or a UNIX socket's traced writers of another user than the session's
- * count's (points 15, 18) or of another session, and one whose daemon did
- * not answer in time (while others took the count), count their bytes each
- * alone (the count files are the first requester's user's: another user's
- * agent refuses them, map_count); a write's bytes
+ * writers forked after the agent came (point 18), a pipe's or UNIX
+ * socket's readers of different users, its traced writers of another user
+ * than the session's count's (points 15, 18) or of another session, and
+ * one whose daemon did not answer in time (while others took the count),
+ * count their bytes each alone (a count file is its first requester's
+ * user's: another user's agent refuses it, map_count); a write's bytes
  * are counted when its call returns, so two writers (or two readers, point
  * 6) whose calls race between one's return and the other's add name each
  * other's bytes, and so does a reader following already when another
@@ -224,9 +226,9 @@
  * a later asker and that reader's arming (it lines up on the asker's
  * OFFSET, point 6); bytes an untraced writer puts into the pipe after the
  * first traced write are counted by its readers, not by its writers; a UNIX
- * stream's first traced writer cannot see what is queued at its peer,
- * so it names no OFFSET and the reader's count stays its own (exact when
- * nothing was queued: point 18); each awaited pipe read maps its shared count for
+ * stream's first traced writer cannot see what is queued at its peer: its
+ * OFFSET is its own count, wrong when another process's bytes are queued
+ * and fewer than it (point 18); each awaited pipe read maps its shared count for
  * good (a page per request that reached this process); a receiving program
  * that sets SO_OOBINLINE or reads MSG_OOB after its agent took the mark
  * would see it (checked at arming only); only the followed datagram carries
@@ -1074,7 +1076,7 @@ void ag_mark_strip(int fd, struct msghdr *m)
  * root alone writes (spdaemon's session directory, the parent of a trace it
  * injected), a regular file of this process's user: nothing another user
  * could have put there. */
-static pipe_count *pipe_count_of(uint64_t inode, uint64_t offset, uint64_t base)
+static pipe_count *pipe_count_of(int kind, uint64_t inode, uint64_t offset, uint64_t base)
 {
 	char path[4200], why[300];
 	char *slash;
@@ -1084,8 +1086,8 @@ static pipe_count *pipe_count_of(uint64_t inode, uint64_t offset, uint64_t base)
 	slash = strrchr(path, '/');
 	if (!slash || slash == path)
 		return NULL;
-	snprintf(slash, sizeof path - (size_t)(slash - path), "/pipe-%llu",
-		 (unsigned long long)inode);
+	snprintf(slash, sizeof path - (size_t)(slash - path), "/%s-%llu",
+		 kind == AG_FLOW_PIPE ? "pipe" : "unix", (unsigned long long)inode);
 	if (!(pc = map_count(path, why, sizeof why)))
 		return NULL;
 	uint64_t zero = 0;
@@ -1154,8 +1156,8 @@ int ag_expect_add(const char *line)
 			       "counts %llu): nothing to await", line, (unsigned long long)have);
 			return 0;
 		}
-		if (e.kind == AG_FLOW_PIPE && e.at_offset)
-			e.shared = pipe_count_of(inode, e.offset, e.offset - e.backlog);
+		if (e.at_offset)
+			e.shared = pipe_count_of(e.kind, inode, e.offset, e.offset - e.backlog);
 	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s %u", kind, a, &sp, b, &dp, last,
 			       mark, &seq)) >= 6 && (nf == 6 || (nf == 7 && strcmp(mark, "oob") == 0) ||
 						     (nf == 8 && strcmp(mark, "ipopt") == 0 && seq)) &&

@@ -31,8 +31,8 @@
  *      readers' agents share (pipe_counts); and, before any of that,
  *      SESSION/pipe-INODE-sent: the count its traced writers' agents
  *      share, whose value names the requester's send (writers_count); for
- *      a UNIX stream socket, SESSION/unix-INODE-sent, INODE the receiving
- *      socket's (agent/propagate.c, point 18).
+ *      a UNIX stream socket, SESSION/unix-INODE and unix-INODE-sent, INODE
+ *      the receiving socket's (agent/propagate.c, point 18).
  *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
  *      request that follows a traced send (`follow`, from an agent): the
  *      receive of that send (expect=, agent/propagate.c), and the agent
@@ -235,7 +235,7 @@ static int target_dir(const spd_daemon *d, const char *session, pid_t pid, uid_t
  * byte (point 9); a UDP line in " ipopt SEQ" when the datagram would carry
  * the IP option SEQ (point 13: `ipopt`, the probe said options arrive). */
 static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel *ch,
-			uint64_t offset, bool named, bool ipopt, char *out, size_t len)
+			uint64_t offset, bool ipopt, char *out, size_t len)
 {
 	char s[INET6_ADDRSTRLEN], t[INET6_ADDRSTRLEN], off[24] = "-";
 
@@ -245,10 +245,10 @@ static void expect_line(const Sptrace__Spd__InjectRequest *q, const spd_channel 
 		return;
 	}
 	if (ch->kind == SPD_CH_PIPE || ch->kind == SPD_CH_UNIX) {
-		if (named)              /* the writers' count, for the reader's (agent) */
+		if (q->at_offset)       /* the writers' count, for the reader's (agent) */
 			snprintf(off, sizeof off, " %llu", (unsigned long long)offset);
 		snprintf(out, len, "%s %llu%s", ch->kind == SPD_CH_PIPE ? "pipe" : "unix",
-			 (unsigned long long)ch->inode, named ? off : "");
+			 (unsigned long long)ch->inode, q->at_offset ? off : "");
 		return;
 	}
 	if (ch->kind == SPD_CH_UNIX_DGRAM) {
@@ -461,7 +461,8 @@ static __attribute__((noinline)) int tell_to_follow(const char *dir, uid_t uid, 
 
 /* Step 5, pipes: SESSION/pipe-INODE, the count of the pipe's bytes that its
  * readers' agents share (agent/propagate.c, point 6: pre-forked readers of
- * one pipe), made for the first reader's user -- 64 bytes of zeros, 0600,
+ * one pipe; of one UNIX stream socket, SESSION/unix-INODE: point 18), made
+ * for the first reader's user -- 64 bytes of zeros, 0600,
  * in a directory only root writes.  Made once per session and pipe; a
  * reader of another user cannot open it and counts alone, as every reader
  * does when it is missing. */
@@ -473,16 +474,17 @@ static void pipe_counts(const spd_daemon *d, const char *session, const char *ex
 	sp_err err;
 	int sfd, fd;
 
-	if (!expect || sscanf(expect, "pipe %llu %llu", &ino, &off) != 2 ||
+	if (!expect || (sscanf(expect, "pipe %llu %llu", &ino, &off) != 2 &&
+			sscanf(expect, "unix %llu %llu", &ino, &off) != 2) ||
 	    (sfd = spd_session_open(d, session, 1, &err)) < 0)
 		return;
-	snprintf(name, sizeof name, "pipe-%llu", ino);
+	snprintf(name, sizeof name, "%.4s-%llu", expect, ino);
 	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	close(sfd);
 	if (fd < 0)
 		return;                 /* made for an earlier reader */
 	if (ftruncate(fd, 64) != 0 || fchown(fd, uid, gid) != 0)
-		spd_log("%s/sessions/%s/%s: %s; the pipe's readers count its bytes alone",
+		spd_log("%s/sessions/%s/%s: %s; the channel's readers count its bytes alone",
 			d->state_dir, session, name, strerror(errno));
 	close(fd);
 }
@@ -960,10 +962,9 @@ static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
  * requester's own count (the request's offset: the bytes queued ahead of
  * its send); each later one takes the count as it stands now as its send's
  * first byte, which the readers await instead of the request's offset.
- * A UNIX stream socket's writers the same way (point 18), forked ones
- * too: SESSION/unix-INODE-sent, INODE the receiving socket's (the bytes
- * into it); the first requester's count is its own (it names no offset),
- * and only a later one's send is named to the readers (*named).  Made and
+ * A UNIX stream socket's writers the same way (point 18):
+ * SESSION/unix-INODE-sent, INODE the receiving socket's (the bytes into
+ * it), the first requester's offset its own count.  Made and
  * read under one lock, with pwrite and pread only (never mapped here: its
  * user may truncate it).  A requester of another user than the count's,
  * one that does not hold the pipe's write end (or the sending socket it
@@ -972,7 +973,7 @@ static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
  * count's absolute path, and *offset. */
 static void writers_count(const spd_daemon *d, const spd_conn *c,
 			  const Sptrace__Spd__InjectRequest *q, const spd_channel *ch,
-			  char *path, size_t len, uint64_t *offset, bool *named)
+			  char *path, size_t len, uint64_t *offset)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	uint64_t v[8] = { q->offset, ch->inode };
@@ -984,11 +985,8 @@ static void writers_count(const spd_daemon *d, const spd_conn *c,
 
 	path[0] = '\0';
 	*offset = q->offset;
-	*named = q->at_offset;
-	if ((ch->kind != SPD_CH_PIPE || !q->at_offset) &&
-	    (ch->kind != SPD_CH_UNIX || !ch->inode || !ch->src_inode))
-		return;
-	if (!q->follow || c->remote)
+	if ((ch->kind != SPD_CH_PIPE && (ch->kind != SPD_CH_UNIX || !ch->inode || !ch->src_inode)) ||
+	    !q->follow || !q->at_offset || c->remote)
 		return;
 	if (ch->kind == SPD_CH_PIPE ? !holds_pipe_end(c->pid, ch->inode, false)
 	    : !spd_pid_holds(c->pid, ch->src_inode)) {
@@ -1037,7 +1035,6 @@ static void writers_count(const spd_daemon *d, const spd_conn *c,
 		if (a != b)
 			goto out;
 		*offset = a;
-		*named = true;
 	}
 	snprintf(path, len, "%s/sessions/%s/%s", d->state_abs, q->session, name);
 	spd_log("%s: inject session %s: %s %llu: pid %d's send is byte %llu of the count its "
@@ -1071,7 +1068,6 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	spd_channel ch;
 	char expect[300], sent[4400];
 	uint64_t offset;
-	bool named;
 	double t0 = now_ms(), holders_ms = 0, inject_ms = 0;
 	int rounds = 0;
 
@@ -1103,9 +1099,9 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		if (spd_channel_inodes(&ch, ino, 2, &ni, NULL, err) == 0 && ni == 1)
 			ch.inode = ino[0];
 	}
-	writers_count(d, c, q, &ch, sent, sizeof sent, &offset, &named);
+	writers_count(d, c, q, &ch, sent, sizeof sent, &offset);
 	if (q->follow)
-		expect_line(q, &ch, offset, named, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
+		expect_line(q, &ch, offset, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
 	targets = calloc(SPD_MAX_TARGETS, sizeof *targets);
 	tp = calloc(SPD_MAX_TARGETS, sizeof *tp);
 	strings = malloc(SPD_MAX_TARGETS * (dirlen + whylen));

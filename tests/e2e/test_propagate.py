@@ -83,6 +83,8 @@ users).
           injected reader of the other end: they count its bytes together
           (the session's count file), so each read names the bytes of its
           write, whichever writer's
+  unix-readers  pipe-readers over a connected UNIX stream socket (a
+          socketpair): the readers hold one end, the writer the other
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
   pipe-readers-slow  the same with the daemon's injector slowed (nice 19
@@ -878,12 +880,14 @@ def case_silent(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
-def pipe_ranges(sptrace, d, call, ino):
-    """The byte ranges of trace d's `call`s (read, write) on pipe ino."""
+def pipe_ranges(sptrace, d, call, ino, chan=None):
+    """The byte ranges of trace d's `call`s (read, write) on pipe ino (or
+    on the channel replay names `chan`: "unix 5 -> 6")."""
     r = run([sptrace, "replay", d], timeout=300)
     check(r.returncode == 0, "replay %s: %r" % (d, r.stderr[-1000:]))
     return [(int(a), int(b)) for a, b in
-            re.findall(r"%s\(pipe %d, bytes (\d+)\.\.(\d+)\)" % (call, ino), r.stdout)]
+            re.findall(r"%s\(%s, bytes (\d+)\.\.(\d+)\)" % (call, re.escape(
+                chan or "pipe %d" % ino)), r.stdout)]
 
 
 def agent_logs(t, pids):
@@ -1027,11 +1031,14 @@ class SlowInjector:
             self.daemon(0, os.sched_getaffinity(0))
 
 
-def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False):
+def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=False):
     """Two pre-forked readers of one pipe (a user's server's workers) and a
     traced writer (root's) of 4 messages, each taken whole by one of them: both readers are
     injected, and each read names the bytes of the write that carried what
-    it read (their agents share the pipe's count), none before it.  slow:
+    it read (their agents share the pipe's count), none before it.  unix:
+    the readers hold one end of a connected UNIX stream socketpair, the
+    writer the other (SESSION/unix-INODE; each reader counting alone, the
+    second one named its first read 0..2 as the first one had).  slow:
     the daemon's injector slowed beside them (SlowInjector): a reader's
     agent mostly starts while the injector still holds its thread, blocked in its
     read before (the agent that waited for that thread to be back in its
@@ -1044,8 +1051,15 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False):
     try:
         if slow:
             slow_inj = SlowInjector(cl.daemons[0].p.pid)
-        rfd, wfd = os.pipe()
-        ino = os.fstat(rfd).st_ino
+        if unix:
+            a, b = socketpair_in(cl.hosts, 0)
+            rfd, wfd = b.detach(), a.detach()
+            wino, ino = os.fstat(wfd).st_ino, os.fstat(rfd).st_ino
+            rchan, wchan = "unix %d <- %d" % (ino, wino), "unix %d -> %d" % (wino, ino)
+        else:
+            rfd, wfd = os.pipe()
+            ino = os.fstat(rfd).st_ino
+            rchan = wchan = None
         try:
             rd = cl.hosts.popen(0, USER + [pipes, "reader", str(rfd), "2"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -1083,10 +1097,11 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False):
         check(sorted(sum(got.values(), [])) == msgs and len(got) == 2,
               "the readers read %r, not each message whole, each some (their exit: %s)\n"
               "%s\n%s" % (got, rd.returncode, agent_logs(t, readers), cl.logs()))
-        wr = pipe_ranges(sptrace, out, "write", ino)
+        wr = pipe_ranges(sptrace, out, "write", ino, wchan)
         check(len(wr) == len(msgs), "the writer's writes: %s" % wr)
         sent = dict(zip(wr, msgs))
-        named = {pid: pipe_ranges(sptrace, t[pid], "read", ino) for pid in readers if pid in t}
+        named = {pid: pipe_ranges(sptrace, t[pid], "read", ino, rchan) for pid in readers
+                 if pid in t}
         for pid in readers:
             check(pid in t, "reader %d was not traced: %s\n%s" % (pid, t, cl.logs()))
             rr = named[pid]
@@ -1479,7 +1494,8 @@ def main():
          "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers,
          "pipe-readers-slow": lambda *a: case_pipe_readers(*a, slow=True),
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
-         "pipe-writers": case_pipe_writers, "unix-writers": case_unix_writers, "pipe-fifo-writers": case_pipe_fifo_writers}[case](
+         "pipe-writers": case_pipe_writers, "unix-writers": case_unix_writers,
+         "unix-readers": lambda *a: case_pipe_readers(*a, unix=True), "pipe-fifo-writers": case_pipe_fifo_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

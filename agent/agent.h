@@ -563,9 +563,9 @@ bool ag_propagating(void);
  * ch->mark_seq, put it on the datagram (ag_mark_udp); else 0, or -1. */
 int ag_propagate_ask(ag_flow_chan *ch);
 /* The count the traced writers of pipe `inode` (kind AG_FLOW_PIPE), or of
- * the UNIX stream whose receiving socket is `inode` (AG_FLOW_UNIX), share
- * (propagate.c, points 17 and 18), mapped by this process or the one that
- * forked it; NULL: none yet. */
+ * the UNIX stream from socket `inode` (AG_FLOW_UNIX: the sending one's),
+ * share (propagate.c, points 17 and 18), mapped by this process or the one
+ * that forked it; NULL: none yet. */
 volatile uint64_t *ag_pipe_sent(int kind, uint64_t inode);
 enum { AG_MARK_OOB = 1, AG_MARK_IPOPT = 2 };
 int ag_mark_send(int fd);                 /* the urgent byte, before a traced send: 0 or -1 */

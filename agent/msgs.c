@@ -59,8 +59,8 @@
  *     points 15 to 17).  So do a connected UNIX stream socket's traced
  *     writers that are programs exec'd apart: the count of the bytes into
  *     its peer socket (propagate.c, point 18); one forked after the agent
- *     came knows no peer (unix_peer, point 1), asks nothing and counts
- *     alone, unless its parent took the count before the fork.  A writer's channel takes it when its first traced write asks
+ *     came knows no peer (unix_peer, point 1) and asks nothing: it takes
+ *     the count its parent took before the fork, else counts alone.  A writer's channel takes it when its first traced write asks
  *     about the channel (before_send: the answer names it and that write's
  *     first byte in it), or when it is classified in a process whose
  *     parent took it before the fork (ag_pipe_sent); the family's count is
@@ -955,9 +955,10 @@ static uint64_t classify(int fd, unsigned dir, uint64_t len)
 		k.peer_known = 1;
 	}
 	c = chan_get(&k, &tc, proto, dgram);
-	/* point 6: the count its traced writers share, which the parent took */
-	volatile uint64_t *sent = c && proto == TRACE_PROTO_UNIX_STREAM && tc.peer_inode ?
-				  ag_pipe_sent(AG_FLOW_UNIX, tc.peer_inode) : NULL;
+	/* point 6: the count its traced writers share, which the parent took
+	 * (by this socket: a forked child knows no peer) */
+	volatile uint64_t *sent = c && proto == TRACE_PROTO_UNIX_STREAM && connected ?
+				  ag_pipe_sent(AG_FLOW_UNIX, st.st_ino) : NULL;
 	volatile uint64_t *none = NULL;
 
 	if (sent)

@@ -205,15 +205,17 @@
  *     those were its own earlier bytes or none; an OFFSET below them leaves
  *     each reader's count its own (point 6).  A later writer's OFFSET is
  *     the writers' count's value, as with pipes.  A forked writer cannot
- *     ask: its UNIX peer stays unknown (msgs.c: unix_peer, point 1) --
- *     unless its parent took the count before the fork (the table, point
- *     17, keyed by the kind and the inode).
+ *     ask: its UNIX peer stays unknown (msgs.c: unix_peer, point 1) -- but
+ *     it takes the count its parent took before the fork: the table (point
+ *     17) keys a UNIX stream's count by the sending socket's inode, which
+ *     it knows (a stream socket has one peer: the same channel).
  *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
  * mistaken for an earlier one of the same bytes; a UNIX stream socket's
- * writers forked after the agent came (point 18), a pipe's or UNIX
+ * writers forked after the agent came but before their parent's first
+ * traced write on it (point 18), a pipe's or UNIX
  * socket's readers of different users, its traced writers of another user
  * than the session's count's (points 15, 18) or of another session, and
  * one whose daemon did not answer in time (while others took the count),
@@ -286,8 +288,9 @@ typedef struct sent_count {
 #define MAX_SENT 64
 #define COUNT_FILE_BYTES 64              /* spdaemon/inject.c: a count file's size */
 static struct {
-	volatile uint64_t inode;         /* 0: free; set after count and kind */
-	int kind;                        /* AG_FLOW_PIPE, AG_FLOW_UNIX (point 18) */
+	volatile uint64_t inode;         /* the pipe's, the sending UNIX socket's (point
+	                                  * 18); 0: free; set after count and kind */
+	int kind;                        /* AG_FLOW_PIPE, AG_FLOW_UNIX */
 	sent_count *count;
 } sents[MAX_SENT];                       /* point 17: copied by fork with the mappings */
 static volatile unsigned nsents;
@@ -655,13 +658,15 @@ static void *map_count(const char *path, char *why, size_t len)
 }
 
 /* Point 16: the count at `path` the daemon named for pipe `inode` (kind
- * AG_FLOW_PIPE) or the UNIX stream into socket `inode` (AG_FLOW_UNIX,
- * point 18), mapped (once per process: point 17); NULL, and why, if it is
- * not the daemon's count of this channel for this process's user. */
-static volatile uint64_t *sent_count_of(int kind, const char *path, uint64_t inode, char *why,
-					size_t len)
+ * AG_FLOW_PIPE) or the UNIX stream from socket `src` into socket `inode`
+ * (AG_FLOW_UNIX, point 18), mapped (once per process: point 17); NULL, and
+ * why, if it is not the daemon's count of this channel for this process's
+ * user. */
+static volatile uint64_t *sent_count_of(int kind, const char *path, uint64_t inode,
+					uint64_t src, char *why, size_t len)
 {
-	volatile uint64_t *have = ag_pipe_sent(kind, inode);
+	uint64_t key = kind == AG_FLOW_PIPE ? inode : src;
+	volatile uint64_t *have = ag_pipe_sent(kind, key);
 	const char *slash = strrchr(path, '/');
 	char name[48];
 	sent_count *sc;
@@ -686,7 +691,7 @@ static volatile uint64_t *sent_count_of(int kind, const char *path, uint64_t ino
 	if (i < MAX_SENT) {
 		sents[i].count = sc;
 		sents[i].kind = kind;
-		__atomic_store_n(&sents[i].inode, inode, __ATOMIC_RELEASE);
+		__atomic_store_n(&sents[i].inode, key, __ATOMIC_RELEASE);
 	} else {
 		__atomic_store_n(&nsents, MAX_SENT, __ATOMIC_RELEASE);
 	}
@@ -812,7 +817,8 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		char no[300] = "";
 
 		if (path && *path &&
-		    (fc->sent = sent_count_of(fc->kind, path, fc->inode, no, sizeof no))) {
+		    (fc->sent = sent_count_of(fc->kind, path, fc->inode, fc->src_inode, no,
+					      sizeof no))) {
 			if (rep->inject_reply->sent_offset != fc->offset)
 				ag_log("propagation: %s: its traced writers count its bytes together "
 				       "(%.200s): this send is their byte %llu (this process counted "

@@ -85,6 +85,9 @@ users).
           write, whichever writer's
   unix-readers  pipe-readers over a connected UNIX stream socket (a
           socketpair): the readers hold one end, the writer the other
+  unix-forked-writers  a traced writer of a UNIX stream socket and the child
+          it forks after its first write: the child, which knows no peer,
+          counts with its parent, so each read names the bytes of its write
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
   pipe-readers-slow  the same with the daemon's injector slowed (nice 19
@@ -1309,6 +1312,63 @@ def case_unix_writers(sptrace, spdaemon, tier, tmp, pipes):
         cl.close()
 
 
+def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """A traced process writes one message into a connected UNIX stream
+    socket (one end of a socketpair), then forks a child that writes two
+    more, to an injected reader of its peer: the child knows no peer
+    (msgs.c, unix_peer) and asks nothing, but takes the writers' count its
+    parent took (SESSION/unix-INODE-sent), so each read names the bytes of
+    its write (counting alone, the child named its first write 0..2, as the
+    parent had)."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wsock, rsock = socketpair_in(cl.hosts, 0)
+    try:
+        wino, rino = os.fstat(wsock.fileno()).st_ino, os.fstat(rsock.fileno()).st_ino
+        rfd = rsock.fileno()
+        rd = cl.hosts.popen(0, [pipes, "reader", str(rfd), "1"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, pass_fds=[rfd])
+        rsock.close()                 # the reader alone holds the receiving end
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        msgs = ["ab", "cd", "ef"]
+        out = os.path.join(tmp, "writers.trace")
+        wfd = wsock.fileno()
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "leadwriters", str(wfd),
+                             "1"] + msgs, timeout=300, pass_fds=[wfd])
+        check(w.returncode == 0, "the traced writers: %r %r\n%s" % (w.stdout, w.stderr,
+                                                                     cl.logs()))
+        wsock.close()                 # the reader's end of stream
+        rout, _ = rd.communicate(timeout=60)
+        got = [bytes.fromhex(l.split()[2]).decode() for l in rout.splitlines()
+               if l.startswith("got ")]
+        check(got == msgs, "the reader read %r" % got)
+        t = traces(cl.state(0), session_of(w.stderr))
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        r = run([sptrace, "replay", out], timeout=300)
+        by_tid = {}
+        for tid, a, b in re.findall(r"\[ *(\d+)\] .*write\(unix %d(?: -> %d)?, bytes "
+                                    r"(\d+)\.\.(\d+)\)" % (wino, rino), r.stdout):
+            by_tid.setdefault(int(tid), []).append((int(a), int(b)))
+        check(sorted(len(v) for v in by_tid.values()) == [1, 2],
+              "the writes, by thread (the parent's one, the child's two): %s" % by_tid)
+        parent, child = sorted(by_tid.values(), key=len)
+        sent = dict(zip(parent + child, msgs))
+        reads = pipe_ranges(sptrace, t[rd.pid], "read", rino, "unix %d <- %d" % (rino, wino))
+        check(len(sent) == 3 and [sent.get(x) for x in reads] == got,
+              "the reads %s name other bytes than the writes: the parent's %s, the child's %s"
+              "\n%s\n%s" % (reads, parent, child, agent_logs(t, [rd.pid]), cl.logs()))
+        pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
+    finally:
+        wsock.close()
+        rsock.close()
+        kill_all(procs)
+        cl.close()
+
+
 def case_pipe_fifo(sptrace, spdaemon, tier, tmp, pipes):
     """pipe-backlog over a named pipe (mkfifo): its holders' descriptors name
     its path, not its inode."""
@@ -1495,7 +1555,8 @@ def main():
          "pipe-readers-slow": lambda *a: case_pipe_readers(*a, slow=True),
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
          "pipe-writers": case_pipe_writers, "unix-writers": case_unix_writers,
-         "unix-readers": lambda *a: case_pipe_readers(*a, unix=True), "pipe-fifo-writers": case_pipe_fifo_writers}[case](
+         "unix-readers": lambda *a: case_pipe_readers(*a, unix=True),
+         "unix-forked-writers": case_unix_forked_writers, "pipe-fifo-writers": case_pipe_fifo_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

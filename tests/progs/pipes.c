@@ -2,7 +2,8 @@
  * pipes.c — a writer and readers of one pipe, for the propagation
  * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers,
  * pipe-writers, pipe-fifo-writers) and of a connected UNIX stream socket
- * (unix-writers: PIPE the number of an inherited socket, each end's).
+ * (unix-writers, unix-readers, unix-forked-writers: PIPE the number of an
+ * inherited socket, each end's).
  *
  *   pipes reader PIPE K     (PIPE: a path, or the number of an inherited
  *                            descriptor: a pipe's or a socket's)
@@ -22,6 +23,9 @@
  *       opens PIPE and forks K writers one after the other (pre-forked
  *       workers sharing the descriptor), writer j writing MSG j, j + K, ...
  *       as `writer` does.
+ *   pipes leadwriters PIPE K MSG...
+ *       `writers` after the parent wrote the first MSG itself (its first
+ *       write, before any fork), the children the others.
  *   pipes stepwriter PIPE MSG...
  *       `writer`, each MSG only after a line on its standard input (the
  *       test says whose turn it is), printing "wrote PID N" once the
@@ -124,7 +128,7 @@ static int writer(const char *path, int n, char **msgs, bool turns)
 	return rc;
 }
 
-static int writers(const char *path, int k, int n, char **msgs)
+static int writers(const char *path, int k, int n, char **msgs, bool lead)
 {
 	int fd = pipe_fd(path, O_WRONLY), st, rc = 0;
 
@@ -132,6 +136,10 @@ static int writers(const char *path, int k, int n, char **msgs)
 		perror("pipes: open");
 		return 1;
 	}
+	if (lead && (rc = write_msgs(fd, 1, msgs, 1, false)) == 0)
+		n--, msgs++;
+	if (rc)
+		return rc;
 	for (int j = 0; j < k && j < n; j++) {
 		fflush(stdout);
 		pid_t p = fork();
@@ -154,8 +162,10 @@ int main(int argc, char **argv)
 	if (argc >= 4 && strcmp(argv[1], "stepwriter") == 0)
 		return writer(argv[2], argc - 3, argv + 3, true);
 	if (argc >= 5 && strcmp(argv[1], "writers") == 0)
-		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4);
+		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, false);
+	if (argc >= 6 && strcmp(argv[1], "leadwriters") == 0)
+		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, true);
 	fprintf(stderr, "usage: pipes reader PIPE K | writer PIPE MSG... | writers PIPE K MSG... | "
-		"stepwriter PIPE MSG...\n");
+		"stepwriter PIPE MSG... | leadwriters PIPE K MSG...\n");
 	return 2;
 }

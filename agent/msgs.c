@@ -60,13 +60,14 @@
  *     writers that are programs exec'd apart: the count of the bytes into
  *     its peer socket (propagate.c, point 18); one forked after the agent
  *     came knows no peer (unix_peer, point 1) and asks nothing: it takes
- *     the count its parent took before the fork, else counts alone.  A writer's channel takes it when its first traced write asks
- *     about the channel (before_send: the answer names it and that write's
- *     first byte in it), or when it is classified in a process whose
- *     parent took it before the fork (ag_pipe_sent); the family's count is
- *     left then -- a member forked earlier takes the session's when it
- *     asks, on its own first traced write.  Every traced write adds its
- *     length to it with one atomic add, when its call returned.
+ *     the count its parent took before the fork, else counts alone.  A
+ *     writer's channel takes it when its first traced write asks about the
+ *     channel (before_send: the answer names it and that write's first
+ *     byte in it), or when it is classified in a process whose parent took
+ *     it before the fork (ag_pipe_sent); the family's count is left then --
+ *     a pipe's member forked earlier takes the session's when it asks, on
+ *     its own first traced write.  Every traced write adds its length to it
+ *     with one atomic add, when its call returned.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the
  * control thread (no ring): they are never messages.  Its descriptors are

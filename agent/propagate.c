@@ -215,11 +215,11 @@
  * the channel after arming; a UNIX datagram matched by its content hash is
  * mistaken for an earlier one of the same bytes; a UNIX stream socket's
  * writers forked after the agent came but before their parent's first
- * traced write on it (point 18), a pipe's or UNIX
- * socket's readers of different users, its traced writers of another user
- * than the session's count's (points 15, 18) or of another session, and
- * one whose daemon did not answer in time (while others took the count),
- * count their bytes each alone (a count file is its first requester's
+ * traced write on it (point 18), a pipe's or UNIX socket's readers of
+ * different users or traced writers of another user than the session's
+ * count's (points 15, 18) or of another session, and one whose daemon did
+ * not answer in time (while others took the count), count their bytes
+ * each alone (a count file is its first requester's
  * user's: another user's agent refuses it, map_count); a write's bytes
  * are counted when its call returns, so two writers (or two readers, point
  * 6) whose calls race between one's return and the other's add name each
@@ -281,7 +281,7 @@ static volatile uint64_t next_id = 1;
  * writer of the channel (points 15 to 18). */
 typedef struct sent_count {
 	volatile uint64_t sent;          /* the writers' count: the next byte written */
-	uint64_t inode;                  /* the pipe's */
+	uint64_t inode;                  /* the pipe's, the receiving UNIX socket's */
 	uint64_t unused[6];
 } sent_count;
 

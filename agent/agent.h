@@ -547,10 +547,10 @@ typedef struct ag_flow_chan {
 	                                * (ag_propagate_ask sets it) */
 	uint64_t offset;               /* TCP: the stream's absolute offset of the send's
 	                                * first byte; UDP, UNIX datagrams: the datagram's
-	                                * content hash; a pipe: the writers' count of it
-	                                * (ag_propagate_ask may set it: point 16) */
-	volatile uint64_t *sent;       /* a pipe: the count its traced writers share, or
-	                                * NULL (ag_propagate_ask sets it: point 16) */
+	                                * content hash; a pipe, a UNIX stream: the writers'
+	                                * count of it (ag_propagate_ask may set it: point 16) */
+	volatile uint64_t *sent;       /* a pipe, a UNIX stream: the count its traced writers
+	                                * share, or NULL (ag_propagate_ask sets it: point 16) */
 } ag_flow_chan;
 uint64_t ag_flow_hash(const void *data, size_t n, uint64_t h);   /* FNV-1a, from h (propagate.c) */
 void ag_propagate_init(const char *session, const char *wait_ms, const char *mark);
@@ -562,9 +562,11 @@ bool ag_propagating(void);
  * byte, send it now (ag_mark_send); AG_MARK_IPOPT: they await the IP option
  * ch->mark_seq, put it on the datagram (ag_mark_udp); else 0, or -1. */
 int ag_propagate_ask(ag_flow_chan *ch);
-/* The count pipe `inode`'s traced writers share (propagate.c, point 17),
- * mapped by this process or the one that forked it; NULL: none yet. */
-volatile uint64_t *ag_pipe_sent(uint64_t inode);
+/* The count the traced writers of pipe `inode` (kind AG_FLOW_PIPE), or of
+ * the UNIX stream from socket `inode` (AG_FLOW_UNIX: the sending one's),
+ * share (propagate.c, points 17 and 18), mapped by this process or the one
+ * that forked it; NULL: none yet. */
+volatile uint64_t *ag_pipe_sent(int kind, uint64_t inode);
 enum { AG_MARK_OOB = 1, AG_MARK_IPOPT = 2 };
 int ag_mark_send(int fd);                 /* the urgent byte, before a traced send: 0 or -1 */
 void ag_mark_udp(int fd, uint32_t seq);   /* the IP option on fd until its next send ends */

@@ -56,13 +56,18 @@
  *  6. A pipe's traced writers that are no one family -- programs exec'd
  *     apart, processes that opened a named pipe each -- share one sent
  *     count too: the session's, a file spdaemon makes (propagate.c,
- *     points 15 to 17).  A writer's channel takes it when its first traced
- *     write asks about the pipe (before_send: the answer names it and that
- *     write's first byte in it), or when it is classified in a process
- *     whose parent took it before the fork (ag_pipe_sent); the family's
- *     count is left then -- a member forked earlier takes the session's
- *     when it asks, on its own first traced write.  Every traced write adds
- *     its length to it with one atomic add, when its call returned.
+ *     points 15 to 17).  So do a connected UNIX stream socket's traced
+ *     writers that are programs exec'd apart: the count of the bytes into
+ *     its peer socket (propagate.c, point 18); one forked after the agent
+ *     came knows no peer (unix_peer, point 1) and asks nothing: it takes
+ *     the count its parent took before the fork, else counts alone.  A
+ *     writer's channel takes it when its first traced write asks about the
+ *     channel (before_send: the answer names it and that write's first
+ *     byte in it), or when it is classified in a process whose parent took
+ *     it before the fork (ag_pipe_sent); the family's count is left then --
+ *     a pipe's member forked earlier takes the session's when it asks, on
+ *     its own first traced write.  Every traced write adds its length to it
+ *     with one atomic add, when its call returned.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the
  * control thread (no ring): they are never messages.  Its descriptors are
@@ -124,7 +129,8 @@ typedef struct chan {
 	uint8_t peer[16];              /* the key's peer (AF_UNIX: a hash of the path) */
 	uint64_t off[2];               /* bytes (streams) or datagrams, per direction */
 	volatile uint64_t *send_shared; /* a pipe's sent count, its forked family's (point 5)
-	                                 * or its traced writers' (point 6) */
+	                                 * or its traced writers' (point 6); a UNIX stream's
+	                                 * traced writers' (point 6) */
 	volatile uint64_t *recv_shared; /* a pipe's received count, its readers' (point 5) */
 	uint64_t recv_base;            /* ... from the writer's offset recv_base */
 	volatile uint8_t recv_counted; /* the next receive is at off[DIR_RECV], counted */
@@ -890,7 +896,7 @@ static uint64_t classify(int fd, unsigned dir, uint64_t len)
 		c = chan_get(&k, &tc, TRACE_PROTO_PIPE, false);
 		pipe_slot *ps = c ? pipe_slot_of(st.st_ino, tc.base[DIR_SEND]) : NULL;
 		/* point 6: the session's writers', which the parent joined */
-		volatile uint64_t *sent = c ? ag_pipe_sent(st.st_ino) : NULL;
+		volatile uint64_t *sent = c ? ag_pipe_sent(AG_FLOW_PIPE, st.st_ino) : NULL;
 		volatile uint64_t *none = NULL;
 
 		if (sent || ps)                 /* the family's counts (point 5) */
@@ -950,6 +956,15 @@ static uint64_t classify(int fd, unsigned dir, uint64_t len)
 		k.peer_known = 1;
 	}
 	c = chan_get(&k, &tc, proto, dgram);
+	/* point 6: the count its traced writers share, which the parent took
+	 * (by this socket: a forked child knows no peer) */
+	volatile uint64_t *sent = c && proto == TRACE_PROTO_UNIX_STREAM && connected ?
+				  ag_pipe_sent(AG_FLOW_UNIX, st.st_ino) : NULL;
+	volatile uint64_t *none = NULL;
+
+	if (sent)
+		__atomic_compare_exchange_n(&c->send_shared, &none, sent, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_RELAXED);
 	if (c && !connected) {
 		fd_set_word(fd, ST_UNCONN, (uint32_t)(c - chans));
 		return fd_word(fd);
@@ -1220,6 +1235,11 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 				fc.inode = tc.flags & TRACE_CHAN_PEER_INODE ? tc.peer_inode
 					   : unix_peer(c->inode);
 				fc.src_inode = c->inode;        /* came-from (propagate.c) */
+				/* its own count: its peer's queue is not seen
+				 * (propagate.c, point 18) */
+				fc.at_offset = fc.inode != 0;
+				fc.offset = __atomic_load_n(c->send_shared ? c->send_shared
+							    : &c->off[DIR_SEND], __ATOMIC_RELAXED);
 				if (!fc.inode)
 					peer_path(fd, fc.path, sizeof fc.path);
 			} else if (c->proto == TRACE_PROTO_UNIX_DGRAM) {
@@ -1250,8 +1270,8 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 			}
 			int mark = ag_propagate_ask(&fc);
 
-			/* point 6: the count the pipe's traced writers share */
-			if (fc.kind == AG_FLOW_PIPE && fc.sent)
+			/* point 6: the count the channel's traced writers share */
+			if ((fc.kind == AG_FLOW_PIPE || fc.kind == AG_FLOW_UNIX) && fc.sent)
 				__atomic_store_n(&c->send_shared, fc.sent, __ATOMIC_RELEASE);
 
 			/* the mark's byte takes a sequence number, as the kernel counts */

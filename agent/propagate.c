@@ -74,7 +74,8 @@
  *     OFFSET below the backlog (another writer's bytes queued after the
  *     sender looked) leaves the reader's count its own.  Several readers
  *     of one pipe (pre-forked workers) each read part of it: their agents
- *     share the count in the daemon's SESSION/pipe-INODE (pipe_count_of),
+ *     share the count in the daemon's SESSION/pipe-INODE (pipe_count_of;
+ *     of a UNIX stream socket, SESSION/unix-INODE, INODE theirs: point 18),
  *     which the first one to arm sets to the writer's OFFSET less its
  *     backlog, and each read's first byte is that base plus the bytes all
  *     of them read before it -- exact while two readers' reads do not
@@ -185,14 +186,41 @@
  *     when it asks, on its own first traced write (its channel table is its
  *     own).  One page per pipe a process writes, for good.
  *
+ * A UNIX stream socket's traced writers and readers (the same counts):
+ *
+ * 18. Writers of one connected UNIX stream socket -- a parent and the
+ *     programs it exec'd, a client's two processes, each holding the socket
+ *     -- count the bytes into its peer in SESSION/unix-INODE-sent, and its
+ *     readers -- pre-forked workers holding one accepted connection --
+ *     count the bytes they read in SESSION/unix-INODE, INODE the receiving
+ *     socket's in both (the one the request names: each direction of the
+ *     connection its own counts, keyed by the socket it flows into), made
+ *     and mapped as points 6 and 15 to 17 say for pipes (writers_count,
+ *     pipe_counts, map_count): the request names the sending socket too
+ *     (Channel.src_inode), which the asker must hold for the daemon to make
+ *     or hand out the writers' count.  A UNIX stream's sender cannot see
+ *     what is queued at its peer (a pipe's FIONREAD, point 5): its OFFSET is
+ *     its own count, from 0 at its first traced send, which the readers
+ *     take as the end of the bytes queued when they armed -- exact when
+ *     those were its own earlier bytes or none; an OFFSET below them leaves
+ *     each reader's count its own (point 6).  A later writer's OFFSET is
+ *     the writers' count's value, as with pipes.  A forked writer cannot
+ *     ask: its UNIX peer stays unknown (msgs.c: unix_peer, point 1) -- but
+ *     it takes the count its parent took before the fork: the table (point
+ *     17) keys a UNIX stream's count by the sending socket's inode, which
+ *     it knows (a stream socket has one peer: the same channel).
+ *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
- * mistaken for an earlier one of the same bytes; a UNIX socket with several
- * readers or writers, a pipe's readers of different users, a pipe's traced
- * writers of another user than the session's count's (point 15) or of
- * another session, and one whose daemon did not answer in time (while
- * others took the count), count their bytes each alone; a write's bytes
+ * mistaken for an earlier one of the same bytes; a UNIX stream socket's
+ * writers forked after the agent came but before their parent's first
+ * traced write on it (point 18), a pipe's or UNIX socket's readers of
+ * different users or traced writers of another user than the session's
+ * count's (points 15, 18) or of another session, and one whose daemon did
+ * not answer in time (while others took the count), count their bytes
+ * each alone (a count file is its first requester's
+ * user's: another user's agent refuses it, map_count); a write's bytes
  * are counted when its call returns, so two writers (or two readers, point
  * 6) whose calls race between one's return and the other's add name each
  * other's bytes, and so does a reader following already when another
@@ -200,9 +228,9 @@
  * a later asker and that reader's arming (it lines up on the asker's
  * OFFSET, point 6); bytes an untraced writer puts into the pipe after the
  * first traced write are counted by its readers, not by its writers; a UNIX
- * stream's sender cannot see what is queued at its peer,
- * so it names no OFFSET and the reader's count stays its own (exact when
- * nothing was queued); each awaited pipe read maps its shared count for
+ * stream's first traced writer cannot see what is queued at its peer: its
+ * OFFSET is its own count, wrong when another process's bytes are queued
+ * and fewer than it (point 18); each awaited pipe read maps its shared count for
  * good (a page per request that reached this process); a receiving program
  * that sets SO_OOBINLINE or reads MSG_OOB after its agent took the mark
  * would see it (checked at arming only); only the followed datagram carries
@@ -248,18 +276,21 @@ static volatile uint64_t no_daemon_until;
 static volatile int no_daemon_said;
 static volatile uint64_t next_id = 1;
 
-/* SESSION/pipe-INODE-sent (spdaemon/inject.c: writers_count), mapped by
- * the agent of each traced writer of the pipe (points 15 to 17). */
+/* SESSION/pipe-INODE-sent, or a UNIX stream's SESSION/unix-INODE-sent
+ * (spdaemon/inject.c: writers_count), mapped by the agent of each traced
+ * writer of the channel (points 15 to 18). */
 typedef struct sent_count {
 	volatile uint64_t sent;          /* the writers' count: the next byte written */
-	uint64_t inode;                  /* the pipe's */
+	uint64_t inode;                  /* the pipe's, the receiving UNIX socket's */
 	uint64_t unused[6];
 } sent_count;
 
 #define MAX_SENT 64
 #define COUNT_FILE_BYTES 64              /* spdaemon/inject.c: a count file's size */
 static struct {
-	volatile uint64_t inode;         /* 0: free; set after count */
+	volatile uint64_t inode;         /* the pipe's, the sending UNIX socket's (point
+	                                  * 18); 0: free; set after count and kind */
+	int kind;                        /* AG_FLOW_PIPE, AG_FLOW_UNIX */
 	sent_count *count;
 } sents[MAX_SENT];                       /* point 17: copied by fork with the mappings */
 static volatile unsigned nsents;
@@ -569,12 +600,13 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	return 0;
 }
 
-volatile uint64_t *ag_pipe_sent(uint64_t inode)
+volatile uint64_t *ag_pipe_sent(int kind, uint64_t inode)
 {
 	unsigned n = __atomic_load_n(&nsents, __ATOMIC_ACQUIRE);
 
 	for (unsigned i = 0; inode && i < n && i < MAX_SENT; i++)
-		if (__atomic_load_n(&sents[i].inode, __ATOMIC_ACQUIRE) == inode)
+		if (__atomic_load_n(&sents[i].inode, __ATOMIC_ACQUIRE) == inode &&
+		    sents[i].kind == kind)
 			return &sents[i].count->sent;
 	return NULL;
 }
@@ -625,35 +657,41 @@ static void *map_count(const char *path, char *why, size_t len)
 	return p;
 }
 
-/* Point 16: the count at `path` the daemon named for pipe `inode`, mapped
- * (once per process: point 17); NULL, and why, if it is not the daemon's
- * count of this pipe for this process's user. */
-static volatile uint64_t *sent_count_of(const char *path, uint64_t inode, char *why, size_t len)
+/* Point 16: the count at `path` the daemon named for pipe `inode` (kind
+ * AG_FLOW_PIPE) or the UNIX stream from socket `src` into socket `inode`
+ * (AG_FLOW_UNIX, point 18), mapped (once per process: point 17); NULL, and
+ * why, if it is not the daemon's count of this channel for this process's
+ * user. */
+static volatile uint64_t *sent_count_of(int kind, const char *path, uint64_t inode,
+					uint64_t src, char *why, size_t len)
 {
-	volatile uint64_t *have = ag_pipe_sent(inode);
+	uint64_t key = kind == AG_FLOW_PIPE ? inode : src;
+	volatile uint64_t *have = ag_pipe_sent(kind, key);
 	const char *slash = strrchr(path, '/');
 	char name[48];
 	sent_count *sc;
 
 	if (have)
 		return have;
-	snprintf(name, sizeof name, "/pipe-%llu-sent", (unsigned long long)inode);
+	snprintf(name, sizeof name, "/%s-%llu-sent", kind == AG_FLOW_PIPE ? "pipe" : "unix",
+		 (unsigned long long)inode);
 	if (!slash || strcmp(slash, name) != 0) {
-		snprintf(why, len, "%.200s is not this pipe's count", path);
+		snprintf(why, len, "%.200s is not this channel's count", path);
 		return NULL;
 	}
 	if (!(sc = map_count(path, why, len)))
 		return NULL;
 	if (sc->inode != inode) {
 		munmap(sc, COUNT_FILE_BYTES);
-		snprintf(why, len, "%.200s counts another pipe", path);
+		snprintf(why, len, "%.200s counts another channel", path);
 		return NULL;
 	}
 	unsigned i = __atomic_fetch_add(&nsents, 1, __ATOMIC_ACQ_REL);
 
 	if (i < MAX_SENT) {
 		sents[i].count = sc;
-		__atomic_store_n(&sents[i].inode, inode, __ATOMIC_RELEASE);
+		sents[i].kind = kind;
+		__atomic_store_n(&sents[i].inode, key, __ATOMIC_RELEASE);
 	} else {
 		__atomic_store_n(&nsents, MAX_SENT, __ATOMIC_RELEASE);
 	}
@@ -731,10 +769,10 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
 		ch.inode = fc->inode;
-		if (!fc->inode) {                 /* not accepted yet */
+		if (!fc->inode)                   /* not accepted yet */
 			ch.path = (char *)fc->path;
+		if (fc->kind == AG_FLOW_UNIX)     /* the writers' count holds it (point 18) */
 			ch.src_inode = fc->src_inode;
-		}
 		snprintf(what, sizeof what, fc->inode ? "%s %lu" : "%s %lu -> %s", kinds[fc->kind],
 			 (unsigned long)(fc->inode ? fc->inode : fc->src_inode), fc->path);
 		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
@@ -773,12 +811,14 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	double ms = (double)(ag_mono_ns() - t0) / 1e6;
 	char off[40];
 
-	if (rc == 0 && fc->kind == AG_FLOW_PIPE && rep->body_case ==
-	    SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {                 /* points 15, 16 */
+	if (rc == 0 && (fc->kind == AG_FLOW_PIPE || (fc->kind == AG_FLOW_UNIX && fc->inode)) &&
+	    rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {  /* points 15, 16, 18 */
 		const char *path = rep->inject_reply->sent_count;
 		char no[300] = "";
 
-		if (path && *path && (fc->sent = sent_count_of(path, fc->inode, no, sizeof no))) {
+		if (path && *path &&
+		    (fc->sent = sent_count_of(fc->kind, path, fc->inode, fc->src_inode, no,
+					      sizeof no))) {
 			if (rep->inject_reply->sent_offset != fc->offset)
 				ag_log("propagation: %s: its traced writers count its bytes together "
 				       "(%.200s): this send is their byte %llu (this process counted "
@@ -1042,7 +1082,7 @@ void ag_mark_strip(int fd, struct msghdr *m)
  * root alone writes (spdaemon's session directory, the parent of a trace it
  * injected), a regular file of this process's user: nothing another user
  * could have put there. */
-static pipe_count *pipe_count_of(uint64_t inode, uint64_t offset, uint64_t base)
+static pipe_count *pipe_count_of(int kind, uint64_t inode, uint64_t offset, uint64_t base)
 {
 	char path[4200], why[300];
 	char *slash;
@@ -1052,8 +1092,8 @@ static pipe_count *pipe_count_of(uint64_t inode, uint64_t offset, uint64_t base)
 	slash = strrchr(path, '/');
 	if (!slash || slash == path)
 		return NULL;
-	snprintf(slash, sizeof path - (size_t)(slash - path), "/pipe-%llu",
-		 (unsigned long long)inode);
+	snprintf(slash, sizeof path - (size_t)(slash - path), "/%s-%llu",
+		 kind == AG_FLOW_PIPE ? "pipe" : "unix", (unsigned long long)inode);
 	if (!(pc = map_count(path, why, sizeof why)))
 		return NULL;
 	uint64_t zero = 0;
@@ -1122,8 +1162,8 @@ int ag_expect_add(const char *line)
 			       "counts %llu): nothing to await", line, (unsigned long long)have);
 			return 0;
 		}
-		if (e.kind == AG_FLOW_PIPE && e.at_offset)
-			e.shared = pipe_count_of(inode, e.offset, e.offset - e.backlog);
+		if (e.at_offset)
+			e.shared = pipe_count_of(e.kind, inode, e.offset, e.offset - e.backlog);
 	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s %u", kind, a, &sp, b, &dp, last,
 			       mark, &seq)) >= 6 && (nf == 6 || (nf == 7 && strcmp(mark, "oob") == 0) ||
 						     (nf == 8 && strcmp(mark, "ipopt") == 0 && seq)) &&

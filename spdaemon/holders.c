@@ -474,6 +474,20 @@ static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n,
 	return found;
 }
 
+bool spd_pid_holds(pid_t pid, uint64_t inode)
+{
+	char name[16];
+	int procfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	bool yes;
+
+	if (procfd < 0)
+		return false;
+	snprintf(name, sizeof name, "%d", (int)pid);
+	yes = holds(procfd, name, &inode, 1, false);
+	close(procfd);
+	return yes;
+}
+
 int spd_holders(const uint64_t *inodes, size_t n, bool fifos, pid_t *pids, size_t max,
 		size_t *npids, sp_err *err)
 {

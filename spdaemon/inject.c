@@ -30,7 +30,9 @@
  *      pipe, SESSION/pipe-INODE too: the count of its bytes that its
  *      readers' agents share (pipe_counts); and, before any of that,
  *      SESSION/pipe-INODE-sent: the count its traced writers' agents
- *      share, whose value names the requester's send (writers_count).
+ *      share, whose value names the requester's send (writers_count); for
+ *      a UNIX stream socket, SESSION/unix-INODE and unix-INODE-sent, INODE
+ *      the receiving socket's (agent/propagate.c, point 18).
  *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
  *      request that follows a traced send (`follow`, from an agent): the
  *      receive of that send (expect=, agent/propagate.c), and the agent
@@ -105,10 +107,11 @@ static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, 
 	memset(ch, 0, sizeof *ch);
 	ch->kind = (spd_channel_kind)q->channel->kind;
 	ch->inode = q->channel->inode;
+	if (ch->kind == SPD_CH_UNIX)
+		ch->src_inode = q->channel->src_inode;
 	if (ch->kind == SPD_CH_UNIX && !ch->inode && q->channel->path && q->channel->path[0] &&
 	    q->channel->src_inode && strlen(q->channel->path) < sizeof ch->path) {
 		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path);
-		ch->src_inode = q->channel->src_inode;
 		return 0;
 	}
 	if (ch->kind == SPD_CH_UNIX_DGRAM && !ch->inode && q->channel->path &&
@@ -458,7 +461,8 @@ static __attribute__((noinline)) int tell_to_follow(const char *dir, uid_t uid, 
 
 /* Step 5, pipes: SESSION/pipe-INODE, the count of the pipe's bytes that its
  * readers' agents share (agent/propagate.c, point 6: pre-forked readers of
- * one pipe), made for the first reader's user -- 64 bytes of zeros, 0600,
+ * one pipe; of one UNIX stream socket, SESSION/unix-INODE: point 18), made
+ * for the first reader's user -- 64 bytes of zeros, 0600,
  * in a directory only root writes.  Made once per session and pipe; a
  * reader of another user cannot open it and counts alone, as every reader
  * does when it is missing. */
@@ -470,16 +474,17 @@ static void pipe_counts(const spd_daemon *d, const char *session, const char *ex
 	sp_err err;
 	int sfd, fd;
 
-	if (!expect || sscanf(expect, "pipe %llu %llu", &ino, &off) != 2 ||
+	if (!expect || (sscanf(expect, "pipe %llu %llu", &ino, &off) != 2 &&
+			sscanf(expect, "unix %llu %llu", &ino, &off) != 2) ||
 	    (sfd = spd_session_open(d, session, 1, &err)) < 0)
 		return;
-	snprintf(name, sizeof name, "pipe-%llu", ino);
+	snprintf(name, sizeof name, "%.4s-%llu", expect, ino);
 	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	close(sfd);
 	if (fd < 0)
 		return;                 /* made for an earlier reader */
 	if (ftruncate(fd, 64) != 0 || fchown(fd, uid, gid) != 0)
-		spd_log("%s/sessions/%s/%s: %s; the pipe's readers count its bytes alone",
+		spd_log("%s/sessions/%s/%s: %s; the channel's readers count its bytes alone",
 			d->state_dir, session, name, strerror(errno));
 	close(fd);
 }
@@ -949,7 +954,7 @@ static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
 
 /* Step 5, a pipe's writers: SESSION/pipe-INODE-sent, the count of the
  * pipe's bytes that its traced writers' agents share (agent/msgs.c, point
- * 6; agent/propagate.c, points 15 to 17): writers that are not one process
+ * 6; agent/propagate.c, points 15 to 18): writers that are not one process
  * and its forked children -- programs exec'd apart, processes that opened
  * a named pipe each -- name each byte alike, as its reader sees it.  64
  * bytes: the count, then the pipe's inode.  The first request for the pipe
@@ -957,17 +962,22 @@ static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
  * requester's own count (the request's offset: the bytes queued ahead of
  * its send); each later one takes the count as it stands now as its send's
  * first byte, which the readers await instead of the request's offset.
- * Made and read under one lock, with pwrite and pread only (never mapped
- * here: its user may truncate it).  A requester of another user than the
- * count's, one that does not hold the pipe's write end itself (no count
- * made for a pipe a user does not write), or from another host, gets none
- * and counts alone.  Answers "" or the count's absolute path, and *offset. */
+ * A UNIX stream socket's writers the same way (point 18):
+ * SESSION/unix-INODE-sent, INODE the receiving socket's (the bytes into
+ * it), the first requester's offset its own count.  Made and
+ * read under one lock, with pwrite and pread only (never mapped here: its
+ * user may truncate it).  A requester of another user than the count's,
+ * one that does not hold the pipe's write end (or the sending socket it
+ * names) itself (no count made for a channel a user does not write), or
+ * from another host, gets none and counts alone.  Answers "" or the
+ * count's absolute path, and *offset. */
 static void writers_count(const spd_daemon *d, const spd_conn *c,
 			  const Sptrace__Spd__InjectRequest *q, const spd_channel *ch,
 			  char *path, size_t len, uint64_t *offset)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	uint64_t v[8] = { q->offset, ch->inode };
+	const char *kind = ch->kind == SPD_CH_PIPE ? "pipe" : "unix";
 	char name[48];
 	struct stat st;
 	sp_err err;
@@ -975,40 +985,42 @@ static void writers_count(const spd_daemon *d, const spd_conn *c,
 
 	path[0] = '\0';
 	*offset = q->offset;
-	if (ch->kind != SPD_CH_PIPE || !q->follow || !q->at_offset || c->remote)
+	if ((ch->kind != SPD_CH_PIPE && (ch->kind != SPD_CH_UNIX || !ch->inode || !ch->src_inode)) ||
+	    !q->follow || !q->at_offset || c->remote)
 		return;
-	if (!holds_pipe_end(c->pid, ch->inode, false)) {
-		spd_log("%s: inject session %s: pid %d holds no write end of pipe %llu: no count "
-			"of its writers", c->peer, q->session, (int)c->pid,
+	if (ch->kind == SPD_CH_PIPE ? !holds_pipe_end(c->pid, ch->inode, false)
+	    : !spd_pid_holds(c->pid, ch->src_inode)) {
+		spd_log("%s: inject session %s: pid %d holds no write end of %s %llu: no count "
+			"of its writers", c->peer, q->session, (int)c->pid, kind,
 			(unsigned long long)ch->inode);
 		return;
 	}
 	if ((sfd = spd_session_open(d, q->session, 1, &err)) < 0) {
-		spd_log("%s: inject session %s: %s; the pipe's writers count its bytes alone",
-			c->peer, q->session, err.msg);
+		spd_log("%s: inject session %s: %s; the %s's writers count its bytes alone",
+			c->peer, q->session, err.msg, kind);
 		return;
 	}
-	snprintf(name, sizeof name, "pipe-%llu-sent", (unsigned long long)ch->inode);
+	snprintf(name, sizeof name, "%s-%llu-sent", kind, (unsigned long long)ch->inode);
 	pthread_mutex_lock(&lock);
 	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd >= 0) {
 		if (pwrite(fd, v, sizeof v, 0) != (ssize_t)sizeof v ||
 		    fchown(fd, c->uid, (gid_t)-1) != 0) {
-			spd_log("%s/sessions/%s/%s: %s; the pipe's writers count its bytes alone",
-				d->state_dir, q->session, name, strerror(errno));
+			spd_log("%s/sessions/%s/%s: %s; the %s's writers count its bytes alone",
+				d->state_dir, q->session, name, strerror(errno), kind);
 			unlinkat(sfd, name, 0);
 			goto out;
 		}
 	} else if (errno != EEXIST ||
 		   (fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0 ||
 		   fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof v) {
-		spd_log("%s/sessions/%s/%s: not a count of %zu bytes%s%s; pid %d counts the pipe's "
+		spd_log("%s/sessions/%s/%s: not a count of %zu bytes%s%s; pid %d counts the %s's "
 			"bytes alone", d->state_dir, q->session, name, sizeof v, fd < 0 ? ": " : "",
-			fd < 0 ? strerror(errno) : "", (int)c->pid);
+			fd < 0 ? strerror(errno) : "", (int)c->pid, kind);
 		goto out;
 	} else if (st.st_uid != c->uid) {
-		spd_log("%s: inject session %s: pipe %llu: its writers that count together are uid "
-			"%u's; pid %d (uid %u) counts its bytes alone", c->peer, q->session,
+		spd_log("%s: inject session %s: %s %llu: its writers that count together are uid "
+			"%u's; pid %d (uid %u) counts its bytes alone", c->peer, q->session, kind,
 			(unsigned long long)ch->inode, (unsigned)st.st_uid, (int)c->pid,
 			(unsigned)c->uid);
 		goto out;
@@ -1025,8 +1037,8 @@ static void writers_count(const spd_daemon *d, const spd_conn *c,
 		*offset = a;
 	}
 	snprintf(path, len, "%s/sessions/%s/%s", d->state_abs, q->session, name);
-	spd_log("%s: inject session %s: pipe %llu: pid %d's send is byte %llu of the count its "
-		"writers share (%s)", c->peer, q->session, (unsigned long long)ch->inode,
+	spd_log("%s: inject session %s: %s %llu: pid %d's send is byte %llu of the count its "
+		"writers share (%s)", c->peer, q->session, kind, (unsigned long long)ch->inode,
 		(int)c->pid, (unsigned long long)*offset, path);
 out:
 	pthread_mutex_unlock(&lock);

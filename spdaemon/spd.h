@@ -60,7 +60,7 @@ typedef struct spd_channel {
 	spd_endpoint src, dst;
 	uint64_t inode;
 	char path[108];              /* UNIX, not accepted yet: the listener's (proto) */
-	uint64_t src_inode;          /*   and the sender's socket */
+	uint64_t src_inode;          /* UNIX: the sender's socket */
 } spd_channel;
 
 /* The socket (or pipe) inodes on this host that receive what `ch` carries
@@ -73,6 +73,8 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
  * pipes' too, one stat per descriptor naming a path). */
 int spd_holders(const uint64_t *inodes, size_t n, bool fifos, pid_t *pids, size_t max,
 		size_t *npids, sp_err *err);
+/* Does pid hold a descriptor of socket or pipe `inode`? */
+bool spd_pid_holds(pid_t pid, uint64_t inode);
 
 /*
  * frame.c — the protocol's frames (proto/spd.proto says how they look).

@@ -78,6 +78,16 @@ users).
   pipe-fifo-writers  two writers of one named pipe that share no memory
           (a traced shell's children, exec'd apart), taking turns: each
           read names the bytes of its write, whichever writer's
+  unix-writers  two writers of one connected UNIX stream socket (one end of
+          a socketpair), exec'd one after the other by a traced shell, to an
+          injected reader of the other end: they count its bytes together
+          (the session's count file), so each read names the bytes of its
+          write, whichever writer's
+  unix-readers  pipe-readers over a connected UNIX stream socket (a
+          socketpair): the readers hold one end, the writer the other
+  unix-forked-writers  a traced writer of a UNIX stream socket and the child
+          it forks after its first write: the child, which knows no peer,
+          counts with its parent, so each read names the bytes of its write
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
   pipe-readers-slow  the same with the daemon's injector slowed (nice 19
@@ -93,6 +103,7 @@ import errno
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -872,12 +883,14 @@ def case_silent(sptrace, spdaemon, tier, tmp):
         cl.close()
 
 
-def pipe_ranges(sptrace, d, call, ino):
-    """The byte ranges of trace d's `call`s (read, write) on pipe ino."""
+def pipe_ranges(sptrace, d, call, ino, chan=None):
+    """The byte ranges of trace d's `call`s (read, write) on pipe ino (or
+    on the channel replay names `chan`: "unix 5 -> 6")."""
     r = run([sptrace, "replay", d], timeout=300)
     check(r.returncode == 0, "replay %s: %r" % (d, r.stderr[-1000:]))
     return [(int(a), int(b)) for a, b in
-            re.findall(r"%s\(pipe %d, bytes (\d+)\.\.(\d+)\)" % (call, ino), r.stdout)]
+            re.findall(r"%s\(%s, bytes (\d+)\.\.(\d+)\)" % (call, re.escape(
+                chan or "pipe %d" % ino)), r.stdout)]
 
 
 def agent_logs(t, pids):
@@ -1021,11 +1034,14 @@ class SlowInjector:
             self.daemon(0, os.sched_getaffinity(0))
 
 
-def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False):
+def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=False):
     """Two pre-forked readers of one pipe (a user's server's workers) and a
     traced writer (root's) of 4 messages, each taken whole by one of them: both readers are
     injected, and each read names the bytes of the write that carried what
-    it read (their agents share the pipe's count), none before it.  slow:
+    it read (their agents share the pipe's count), none before it.  unix:
+    the readers hold one end of a connected UNIX stream socketpair, the
+    writer the other (SESSION/unix-INODE; each reader counting alone, the
+    second one named its first read 0..2 as the first one had).  slow:
     the daemon's injector slowed beside them (SlowInjector): a reader's
     agent mostly starts while the injector still holds its thread, blocked in its
     read before (the agent that waited for that thread to be back in its
@@ -1038,8 +1054,15 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False):
     try:
         if slow:
             slow_inj = SlowInjector(cl.daemons[0].p.pid)
-        rfd, wfd = os.pipe()
-        ino = os.fstat(rfd).st_ino
+        if unix:
+            a, b = socketpair_in(cl.hosts, 0)
+            rfd, wfd = b.detach(), a.detach()
+            wino, ino = os.fstat(wfd).st_ino, os.fstat(rfd).st_ino
+            rchan, wchan = "unix %d <- %d" % (ino, wino), "unix %d -> %d" % (wino, ino)
+        else:
+            rfd, wfd = os.pipe()
+            ino = os.fstat(rfd).st_ino
+            rchan = wchan = None
         try:
             rd = cl.hosts.popen(0, USER + [pipes, "reader", str(rfd), "2"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -1077,10 +1100,11 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False):
         check(sorted(sum(got.values(), [])) == msgs and len(got) == 2,
               "the readers read %r, not each message whole, each some (their exit: %s)\n"
               "%s\n%s" % (got, rd.returncode, agent_logs(t, readers), cl.logs()))
-        wr = pipe_ranges(sptrace, out, "write", ino)
+        wr = pipe_ranges(sptrace, out, "write", ino, wchan)
         check(len(wr) == len(msgs), "the writer's writes: %s" % wr)
         sent = dict(zip(wr, msgs))
-        named = {pid: pipe_ranges(sptrace, t[pid], "read", ino) for pid in readers if pid in t}
+        named = {pid: pipe_ranges(sptrace, t[pid], "read", ino, rchan) for pid in readers
+                 if pid in t}
         for pid in readers:
             check(pid in t, "reader %d was not traced: %s\n%s" % (pid, t, cl.logs()))
             rr = named[pid]
@@ -1195,6 +1219,152 @@ def case_pipe_writers(sptrace, spdaemon, tier, tmp, pipes):
     finally:
         if wfd >= 0:
             os.close(wfd)
+        kill_all(procs)
+        cl.close()
+
+
+def socketpair_in(hosts, i):
+    """A connected UNIX stream socketpair of host i's network namespace
+    (sock_diag, the agents' and the daemon's, sees only its own): made with
+    this thread in it for the instant, then back."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/self/ns/net", os.O_RDONLY)
+    there = os.open("/run/netns/" + hosts.names[i], os.O_RDONLY)
+    try:
+        if libc.setns(there, 0x40000000) != 0:          # CLONE_NEWNET
+            fail("setns %s: %s" % (hosts.names[i], os.strerror(ctypes.get_errno())))
+        try:
+            return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        finally:
+            check(libc.setns(own, 0x40000000) == 0, "setns back: %s" %
+                  os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(own)
+        os.close(there)
+
+
+def case_unix_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """Two writers of one connected UNIX stream socket -- programs a traced
+    shell exec'd one after the other, sharing no memory, 2 messages each --
+    to an injected reader of its peer (a socketpair's two ends): the second
+    one's request gets the count the session's writers share
+    (SESSION/unix-INODE-sent), so each read names the bytes of the write
+    that carried them (each writer counting alone, the second one named its
+    first write 0..2, as the first one had)."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wsock, rsock = socketpair_in(cl.hosts, 0)
+    try:
+        wino, rino = os.fstat(wsock.fileno()).st_ino, os.fstat(rsock.fileno()).st_ino
+        rfd = rsock.fileno()
+        rd = cl.hosts.popen(0, [pipes, "reader", str(rfd), "1"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, pass_fds=[rfd])
+        rsock.close()                 # the reader alone holds the receiving end
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        msgs = ["ab", "cd", "ef", "gh"]
+        out = os.path.join(tmp, "writers.trace")
+        wfd = wsock.fileno()
+        sh = "%s writer %d %s %s & echo $!; wait; %s writer %d %s %s & echo $!; wait" % (
+            pipes, wfd, msgs[0], msgs[1], pipes, wfd, msgs[2], msgs[3])
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", "sh", "-c", sh], timeout=300,
+                         pass_fds=[wfd])
+        check(w.returncode == 0, "the traced writers: %r %r\n%s" % (w.stdout, w.stderr,
+                                                                     cl.logs()))
+        wsock.close()                 # the reader's end of stream
+        rout, _ = rd.communicate(timeout=60)
+        got = [bytes.fromhex(l.split()[2]).decode() for l in rout.splitlines()
+               if l.startswith("got ")]
+        check(got == msgs, "the reader read %r" % got)
+        pids = [int(l) for l in w.stdout.splitlines() if l.isdigit()]
+        check(len(pids) == 2, "the writers' pids: %r" % w.stdout)
+        t = traces(cl.state(0), session_of(w.stderr))
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        sent, each = {}, {}
+        for pid, ms in zip(pids, (msgs[:2], msgs[2:])):
+            # an image the shell exec'd: OUT/exec.PID.N
+            d = [os.path.join(out, n) for n in os.listdir(out)
+                 if re.match(r"exec\.%d\.\d+$" % pid, n)]
+            check(len(d) == 1, "writer %d's trace in %s: %s" % (pid, out, os.listdir(out)))
+            r = run([sptrace, "replay", d[0]], timeout=300)
+            each[pid] = [(int(a), int(b)) for a, b in
+                         re.findall(r"write\(unix %d -> %d, bytes (\d+)\.\.(\d+)\)" %
+                                    (wino, rino), r.stdout)]
+            check(len(each[pid]) == len(ms), "writer %d's writes: %s\n%s" %
+                  (pid, each[pid], r.stdout[-2000:]))
+            sent.update(zip(each[pid], ms))
+        rr = run([sptrace, "replay", t[rd.pid]], timeout=300)
+        reads = [(int(a), int(b)) for a, b in
+                 re.findall(r"read\(unix %d <- %d, bytes (\d+)\.\.(\d+)\)" % (rino, wino),
+                            rr.stdout)]
+        check(len(sent) == 4 and [sent.get(x) for x in reads] == got,
+              "the reads %s name other bytes than the writes %s (writer: its writes)\n%s\n%s" %
+              (reads, each, agent_logs(t, [rd.pid]), cl.logs()))
+        pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
+    finally:
+        wsock.close()
+        rsock.close()
+        kill_all(procs)
+        cl.close()
+
+
+def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """A traced process writes one message into a connected UNIX stream
+    socket (one end of a socketpair), then forks a child that writes two
+    more, to an injected reader of its peer: the child knows no peer
+    (msgs.c, unix_peer) and asks nothing, but takes the writers' count its
+    parent took (SESSION/unix-INODE-sent), so each read names the bytes of
+    its write (counting alone, the child named its first write 0..2, as the
+    parent had)."""
+    os.chmod(tmp, 0o755)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    wsock, rsock = socketpair_in(cl.hosts, 0)
+    try:
+        wino, rino = os.fstat(wsock.fileno()).st_ino, os.fstat(rsock.fileno()).st_ino
+        rfd = rsock.fileno()
+        rd = cl.hosts.popen(0, [pipes, "reader", str(rfd), "1"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, pass_fds=[rfd])
+        rsock.close()                 # the reader alone holds the receiving end
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        msgs = ["ab", "cd", "ef"]
+        out = os.path.join(tmp, "writers.trace")
+        wfd = wsock.fileno()
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "leadwriters", str(wfd),
+                             "1"] + msgs, timeout=300, pass_fds=[wfd])
+        check(w.returncode == 0, "the traced writers: %r %r\n%s" % (w.stdout, w.stderr,
+                                                                     cl.logs()))
+        wsock.close()                 # the reader's end of stream
+        rout, _ = rd.communicate(timeout=60)
+        got = [bytes.fromhex(l.split()[2]).decode() for l in rout.splitlines()
+               if l.startswith("got ")]
+        check(got == msgs, "the reader read %r" % got)
+        t = traces(cl.state(0), session_of(w.stderr))
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        r = run([sptrace, "replay", out], timeout=300)
+        by_tid = {}
+        for tid, a, b in re.findall(r"\[ *(\d+)\] .*write\(unix %d(?: -> %d)?, bytes "
+                                    r"(\d+)\.\.(\d+)\)" % (wino, rino), r.stdout):
+            by_tid.setdefault(int(tid), []).append((int(a), int(b)))
+        check(sorted(len(v) for v in by_tid.values()) == [1, 2],
+              "the writes, by thread (the parent's one, the child's two): %s" % by_tid)
+        parent, child = sorted(by_tid.values(), key=len)
+        sent = dict(zip(parent + child, msgs))
+        reads = pipe_ranges(sptrace, t[rd.pid], "read", rino, "unix %d <- %d" % (rino, wino))
+        check(len(sent) == 3 and [sent.get(x) for x in reads] == got,
+              "the reads %s name other bytes than the writes: the parent's %s, the child's %s"
+              "\n%s\n%s" % (reads, parent, child, agent_logs(t, [rd.pid]), cl.logs()))
+        pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
+    finally:
+        wsock.close()
+        rsock.close()
         kill_all(procs)
         cl.close()
 
@@ -1384,7 +1554,9 @@ def main():
          "pipe-backlog": case_pipe_backlog, "pipe-readers": case_pipe_readers,
          "pipe-readers-slow": lambda *a: case_pipe_readers(*a, slow=True),
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
-         "pipe-writers": case_pipe_writers, "pipe-fifo-writers": case_pipe_fifo_writers}[case](
+         "pipe-writers": case_pipe_writers, "unix-writers": case_unix_writers,
+         "unix-readers": lambda *a: case_pipe_readers(*a, unix=True),
+         "unix-forked-writers": case_unix_forked_writers, "pipe-fifo-writers": case_pipe_fifo_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

@@ -1,10 +1,12 @@
 /*
  * pipes.c — a writer and readers of one pipe, for the propagation
  * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers,
- * pipe-writers, pipe-fifo-writers).
+ * pipe-writers, pipe-fifo-writers) and of a connected UNIX stream socket
+ * (unix-writers, unix-readers, unix-forked-writers: PIPE the number of an
+ * inherited socket, each end's).
  *
  *   pipes reader PIPE K     (PIPE: a path, or the number of an inherited
- *                            descriptor)
+ *                            descriptor: a pipe's or a socket's)
  *       opens PIPE for reading, forks K - 1 more readers sharing that end
  *       (pre-forked workers, reading at once), prints "ready" and waits for
  *       a line on its standard input before it reads too; each reader
@@ -14,12 +16,16 @@
  *   pipes writer PIPE MSG...
  *       opens PIPE for writing and writes each MSG in one write, printing
  *       "wrote N" after each, and waits until the readers took it all
- *       (FIONREAD is 0) before the next one: each read takes one message
+ *       (FIONREAD is 0; a socket's SIOCOUTQ) before the next one: each
+ *       read takes one message
  *       -- the first read also what was queued before the writer came.
  *   pipes writers PIPE K MSG...
  *       opens PIPE and forks K writers one after the other (pre-forked
  *       workers sharing the descriptor), writer j writing MSG j, j + K, ...
  *       as `writer` does.
+ *   pipes leadwriters PIPE K MSG...
+ *       `writers` after the parent wrote the first MSG itself (its first
+ *       write, before any fork), the children the others.
  *   pipes stepwriter PIPE MSG...
  *       `writer`, each MSG only after a line on its standard input (the
  *       test says whose turn it is), printing "wrote PID N" once the
@@ -31,7 +37,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,7 +87,11 @@ read:
 static int write_msgs(int fd, int n, char **msgs, int step, bool turns)
 {
 	char line[16];
+	struct stat st;
 	int q;
+	/* what its readers have not taken yet: a pipe's queue, a socket's
+	 * bytes its peer has not read */
+	unsigned long queued = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? SIOCOUTQ : FIONREAD;
 
 	for (int i = 0; i < n; i += step) {
 		size_t len = strlen(msgs[i]);
@@ -93,7 +105,7 @@ static int write_msgs(int fd, int n, char **msgs, int step, bool turns)
 		if (!turns)
 			printf("wrote %d\n", i + 1);
 		fflush(stdout);
-		for (int t = 0; t < 60000 && ioctl(fd, FIONREAD, &q) == 0 && q > 0; t++)
+		for (int t = 0; t < 60000 && ioctl(fd, queued, &q) == 0 && q > 0; t++)
 			usleep(1000);
 		if (turns) {                    /* the reader took it: the next turn */
 			printf("wrote %d %d\n", (int)getpid(), i + 1);
@@ -116,7 +128,7 @@ static int writer(const char *path, int n, char **msgs, bool turns)
 	return rc;
 }
 
-static int writers(const char *path, int k, int n, char **msgs)
+static int writers(const char *path, int k, int n, char **msgs, bool lead)
 {
 	int fd = pipe_fd(path, O_WRONLY), st, rc = 0;
 
@@ -124,6 +136,10 @@ static int writers(const char *path, int k, int n, char **msgs)
 		perror("pipes: open");
 		return 1;
 	}
+	if (lead && (rc = write_msgs(fd, 1, msgs, 1, false)) == 0)
+		n--, msgs++;
+	if (rc)
+		return rc;
 	for (int j = 0; j < k && j < n; j++) {
 		fflush(stdout);
 		pid_t p = fork();
@@ -146,8 +162,10 @@ int main(int argc, char **argv)
 	if (argc >= 4 && strcmp(argv[1], "stepwriter") == 0)
 		return writer(argv[2], argc - 3, argv + 3, true);
 	if (argc >= 5 && strcmp(argv[1], "writers") == 0)
-		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4);
+		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, false);
+	if (argc >= 6 && strcmp(argv[1], "leadwriters") == 0)
+		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, true);
 	fprintf(stderr, "usage: pipes reader PIPE K | writer PIPE MSG... | writers PIPE K MSG... | "
-		"stepwriter PIPE MSG...\n");
+		"stepwriter PIPE MSG... | leadwriters PIPE K MSG...\n");
 	return 2;
 }

@@ -354,7 +354,8 @@ static int resolve(ag_module *m, const ca_site *s, enum cp_route route, callee *
 		c->named = target - c->m->bias;
 		return runtime_func(c->m, c->func) ? -2 : 0;
 	}
-	if (route != CP_ROUTE_DIRECT)
+	/* A tail jump to a stub of unknown form: to the stub itself, as named. */
+	if (route != CP_ROUTE_DIRECT && !(route == CP_ROUTE_PLT && s->kind == CA_SITE_TAIL_DIRECT))
 		return -1;
 	c->m = m;
 	c->func = s->callee;

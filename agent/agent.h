@@ -89,10 +89,10 @@
 #define AG_EXPORT __attribute__((visibility("default")))
 #define AG_HIDDEN __attribute__((visibility("hidden")))
 
-/* ---- memory that never goes through malloc (arena.c in main.c) ---- */
+/* ---- main.c: memory that never goes through malloc ---- */
 void *ag_alloc(size_t n);          /* zeroed, never freed; NULL when out of memory */
 
-/* ---- logging to the trace directory's agent.log (async-signal-safe) ---- */
+/* ---- main.c: logging to the trace directory's agent.log (async-signal-safe) ---- */
 void ag_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- the trace's files (main.c): made with the trace's mode, 0600 or,
@@ -418,24 +418,9 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word);
 
-/* ---- x86_64/sites.c: encoding and decoding at the sites themselves ---- */
-uint64_t ag_x86_plt_slot(uint64_t stub);       /* the GOT slot a PLT stub jumps through */
-/* `call/jmp *OP` at `at` as `mov OP,%r11` into spec->load*; false: not that form */
-bool ag_x86_load_of_call(const uint8_t *c, size_t len, uint64_t at, bool jump,
-			 ag_area_spec *spec);
-/* buf's rel32 at `at`, moved from address `from` to `to`; false: out of reach */
-bool ag_x86_reaim_rel32(uint8_t *buf, size_t at, uint64_t from, uint64_t to);
-bool ag_x86_one_byte_insn(uint8_t b);          /* a window may not start with one */
-bool ag_x86_outermost_frame(const uint8_t *code, uint64_t size); /* [endbr64] xor %ebp,%ebp */
-/* A tail jump's form (rel8 with a springboard, else rel32; *cond: a jcc) */
-bool ag_x86_tail_jump(const uint8_t *code, bool springboard, bool *cond, uint8_t *cc);
-/* The site's jump to rx (board non-zero: through a springboard, *sb): 0, 1, -1 */
-int ag_x86_site_patch(uint64_t site, uint8_t len, uint64_t board, uint64_t rx, ag_patch *p,
-		      ag_patch *sb);
-/* An int3 at `at` redirected to rx; jump: a relocated window's later jmp */
-bool ag_x86_trap_patch(uint64_t at, uint64_t rx, ag_patch *p, ag_patch *jump);
-void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site); /* a slot's last words */
-
+/* ---- what the areas use besides their code: indirect sites' caches
+ * (core/core.h) and their miss (instrument.c), ag_tls_target (main.c),
+ * the slots' layout ---- */
 /* An indirect site's cache (pool data, rip-reachable from its area), and
  * what the indirect slow path needs about the site (its mod: the caller's
  * ag_module): core.h, whose cp_indirect_miss fills the cache. */
@@ -455,6 +440,24 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 #define AG_SLOT_SITE (AG_AREA_MAX - 32)  /* the site id its exit records (0: varies) */
 #define AG_SLOT_CODE (AG_AREA_MAX - 32)  /* room for code */
 #define AG_SLOT_MAGIC_VALUE 0x5350545241524541ull /* "AERARTPS" */
+
+/* ---- x86_64/sites.c: encoding and decoding at the sites themselves ---- */
+uint64_t ag_x86_plt_slot(uint64_t stub);       /* the GOT slot a PLT stub jumps through */
+/* `call/jmp *OP` at `at` as `mov OP,%r11` into spec->load*; false: not that form */
+bool ag_x86_load_of_call(const uint8_t *c, size_t len, uint64_t at, bool jump,
+			 ag_area_spec *spec);
+/* buf's rel32 at `at`, moved from address `from` to `to`; false: out of reach */
+bool ag_x86_reaim_rel32(uint8_t *buf, size_t at, uint64_t from, uint64_t to);
+bool ag_x86_one_byte_insn(uint8_t b);          /* a window may not start with one */
+bool ag_x86_outermost_frame(const uint8_t *code, uint64_t size); /* [endbr64] xor %ebp,%ebp */
+/* A tail jump's form (rel8 with a springboard, else rel32; *cond: a jcc) */
+bool ag_x86_tail_jump(const uint8_t *code, bool springboard, bool *cond, uint8_t *cc);
+/* The site's jump to rx (board non-zero: through a springboard, *sb): 0, 1, -1 */
+int ag_x86_site_patch(uint64_t site, uint8_t len, uint64_t board, uint64_t rx, ag_patch *p,
+		      ag_patch *sb);
+/* An int3 at `at` redirected to rx; jump: a relocated window's later jmp */
+bool ag_x86_trap_patch(uint64_t at, uint64_t rx, ag_patch *p, ag_patch *jump);
+void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site); /* a slot's last words */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
 /* Find or load the process's unwinder (libgcc_s), before the first pool. */
@@ -477,6 +480,7 @@ extern char ag_tramp_end[];       /* after the three (ag_tramp_slow comes first)
 /* ---- x86_64/context.S: getcontext, setcontext, swapcontext ---- */
 enum { AG_CTX_GET = 0, AG_CTX_SET = 1, AG_CTX_SWAP = 2 };
 
+/* ---- the slow-path requests (tramp.S hands them to main.c's ag_slow) ---- */
 /* AG_SLOW_ROTATE carries the record's index in the request's low 56 bits;
  * its answer: store the record (1) or not (0). */
 enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIRECT = 4,

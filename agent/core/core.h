@@ -24,6 +24,9 @@
  *     an indirect site's (site, callee) pairs get ids as calls miss its
  *     cache: eight per site, then one shared table (cp_indirect_miss).
  *
+ * Its names are prefixed cp_ (the agent's are ag_): the kernel module, which
+ * shares it, has its own (spk_).
+ *
  * The core holds no lock of its own but the pair table's: cp_instrument
  * runs under the platform's instrument lock, cp_indirect_miss under the
  * indirect site's (taken through cp_plat_lock).

@@ -495,7 +495,8 @@ static void view_of(ag_module *m, cp_view *v)
 /*
  * A callee reached through an indirect site for the first time (or after
  * another one): instrument it if it is a function of a traced module, give
- * the (site, callee) pair a site id, and point the site's cache at it.
+ * the (site, callee) pair a site id, and point the site's cache at it
+ * (core.c's cp_indirect_miss decides; cp_plat_* below act).
  */
 uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
 {
@@ -509,7 +510,8 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
  * Build the area for one site and fill its patch.  A springboard site gets a
  * second patch, *sb: the 5-byte `jmp area` written into dead padding, which
  * must be in place before the site's 2-byte jump points to it.
- * Returns 0, 1 (with a springboard), -1 to leave the site alone.
+ * Returns 0, 1 (with a springboard), -1 to leave the site alone (*why: how
+ * the core counts it, if at all).
  */
 static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan plan,
 		   enum cp_route route, ag_patch *p, ag_patch *sb, enum cp_skip *why)
@@ -889,7 +891,8 @@ int ag_instrument_root(ag_module *m, uint32_t func)
 	return instrument(m, func, NULL, CA_NONE, 1000000000);
 }
 
-/* The caller's direct callees in m that are not instrumented yet. */
+/* F reached from a call in `caller` (of module cm): the caller's other
+ * direct callees join the batch when cm is m (core.c, the look-ahead). */
 int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller)
 {
 	return instrument(m, func, cm, caller, 2000000);
@@ -907,7 +910,7 @@ static int instrument(ag_module *m, uint32_t func, ag_module *cm, uint32_t calle
 	ca_module_funcs(m->ca, &nfuncs);
 	if (func >= nfuncs || runtime_func(m, func) || !ag_module_ready(m))
 		return -1;
-	/* Published with release below: done already, no lock to wait for. */
+	/* Published with release by cp_instrument: done already, no lock to wait for. */
 	if (__atomic_load_n(&m->func_state[func], __ATOMIC_ACQUIRE) & AG_FUNC_INSTRUMENTED)
 		return 0;
 	if (!ag_active())

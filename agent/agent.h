@@ -9,7 +9,11 @@
  *
  *   main.c        configuration, activation, slow paths, the end of the trace
  *   modules.c     loaded modules and their code analysis (the repository)
- *   instrument.c  instrument(F): patch areas for F's sites, the sites file
+ *   core/         the propagation core, freestanding: which sites of F are
+ *                 patched and how, the look-ahead, site ids, indirect-call
+ *                 caches (core.h: its platform interface)
+ *   instrument.c  the core's user-space platform: patch areas for F's
+ *                 sites, the sites file, glibc policy, join directives
  *   patch.c       live code patching (int3-first protocol), SIGTRAP, the
  *                 activation trap (hardware breakpoint)
  *   pool.c        executable memory within +-2 GiB of a module
@@ -28,6 +32,7 @@
  *   msgs.c        message events: sends and receives on sockets and pipes
  *   propagate.c   a traced send followed to its receivers through spdaemon
  *   x86_64/       the instruction-level parts: area code (emit.c),
+ *                 the sites' jumps, traps and decoding (sites.c),
  *                 trampolines (tramp.S), unwind information (unwind.c),
  *                 the context-switch stubs (context.S)
  *
@@ -78,15 +83,16 @@
 #include <sys/types.h>
 
 #include "codeanalysis.h"
+#include "core/core.h"
 #include "trace_format.h"
 
 #define AG_EXPORT __attribute__((visibility("default")))
 #define AG_HIDDEN __attribute__((visibility("hidden")))
 
-/* ---- memory that never goes through malloc (arena.c in main.c) ---- */
+/* ---- main.c: memory that never goes through malloc ---- */
 void *ag_alloc(size_t n);          /* zeroed, never freed; NULL when out of memory */
 
-/* ---- logging to the trace directory's agent.log (async-signal-safe) ---- */
+/* ---- main.c: logging to the trace directory's agent.log (async-signal-safe) ---- */
 void ag_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- the trace's files (main.c): made with the trace's mode, 0600 or,
@@ -108,7 +114,8 @@ typedef struct ag_module {
 	/* A function's .cold/.part fragments (its code, placed elsewhere): the
 	 * first, then each one's next; CA_NONE ends.  NULL when unknown. */
 	uint32_t *first_fragment, *next_fragment;
-	struct site_saved **site_saved; /* per site: its patch, kept across activations */
+	void **site_saved;       /* per site: its patch, kept across activations
+	                          * (instrument.c's site_saved; core.h: cp_view.saved) */
 	volatile bool no_pool;   /* no room for areas near it: not traced, said once */
 	/* Sites left alone because their bytes are not those the analysis saw
 	 * (instrument.c), and how many of them meta has been told about. */
@@ -116,7 +123,7 @@ typedef struct ag_module {
 } ag_module;
 
 enum {
-	AG_FUNC_INSTRUMENTED = 1,
+	AG_FUNC_INSTRUMENTED = CP_FUNC_INSTRUMENTED,
 };
 
 extern char ag_repo_dir[4096];               /* "" : the default repository */
@@ -189,12 +196,9 @@ void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
 void ag_pools_after_fork(void);     /* ... the child maps the copies */
 
 /* ---- patch.c ---- */
-typedef struct ag_patch {
-	uint64_t addr;           /* where */
-	uint8_t len;
-	uint8_t old[16], new[16];
-	uint64_t redirect;       /* where a thread hitting the pending int3 goes */
-} ag_patch;
+/* One patch: where, the old and new bytes, where a thread hitting the
+ * pending int3 goes (core.h). */
+typedef cp_patch ag_patch;
 
 /* defer_membarrier: the control thread registers (ag_patch_register) */
 int ag_patch_init(char *err, size_t errlen, bool defer_membarrier);
@@ -289,7 +293,7 @@ void ag_trap_view_set(uint8_t blocked); /* ... is the new thread's */
 void ag_signals_attached(const char *trapblocked); /* main.c: threads that blocked SIGTRAP before the attach */
 int ag_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
-/* ---- instrument.c ---- */
+/* ---- instrument.c: the core's platform (core/core.h) ---- */
 int ag_instrument(ag_module *m, uint32_t func);   /* patch F's sites; 0 ok */
 int ag_instrument_root(ag_module *m, uint32_t func); /* a thread's start routine */
 /* The same, F first reached from a call in `caller` (of module cm): the
@@ -414,28 +418,18 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word);
 
-/* An indirect site's cache (pool data, rip-reachable from its area). */
-typedef struct ag_indirect_cache {
-	uint64_t target;         /* last callee seen */
-	uint64_t entry_word;     /* (id << 2) | TRACE_ENTRY for it */
-	uint64_t exit_word;      /* (id << 2) | TRACE_EXIT */
-	uint64_t untraced;       /* last callee seen in runtime-managed code: called
-	                          * untraced, with the caller's return address */
-} ag_indirect_cache;
-
-/* What the indirect slow path needs about the site. */
-typedef struct ag_indirect_site {
-	ag_module *m;            /* caller's module */
-	uint32_t site;           /* index in its ca sites */
-	ag_indirect_cache *cache;
-	uint32_t known_ids[8];   /* ids already handed out for this site ... */
-	uint64_t known_targets[8]; /* ... and their targets */
-	volatile int lock;
-	struct ag_indirect_site *next; /* all of them (a forked child frees their locks) */
-} ag_indirect_site;
+/* ---- what the areas use besides their code: indirect sites' caches
+ * (core/core.h) and their miss (instrument.c), ag_tls_target (main.c),
+ * the slots' layout ---- */
+/* An indirect site's cache (pool data, rip-reachable from its area), and
+ * what the indirect slow path needs about the site (its mod: the caller's
+ * ag_module): core.h, whose cp_indirect_miss fills the cache. */
+typedef cp_indirect_cache ag_indirect_cache;
+typedef cp_indirect_site ag_indirect_site;
 
 extern __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));
-/* A call through an indirect site to a target its cache lacks (instrument.c). */
+/* A call through an indirect site to a target its cache lacks (instrument.c,
+ * through core.c's cp_indirect_miss). */
 uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 /* Area slots: fixed size, 1024-aligned within the pool (so an address in
  * an area finds its slot by masking), code first, three words at the end. */
@@ -446,6 +440,24 @@ uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
 #define AG_SLOT_SITE (AG_AREA_MAX - 32)  /* the site id its exit records (0: varies) */
 #define AG_SLOT_CODE (AG_AREA_MAX - 32)  /* room for code */
 #define AG_SLOT_MAGIC_VALUE 0x5350545241524541ull /* "AERARTPS" */
+
+/* ---- x86_64/sites.c: encoding and decoding at the sites themselves ---- */
+uint64_t ag_x86_plt_slot(uint64_t stub);       /* the GOT slot a PLT stub jumps through */
+/* `call/jmp *OP` at `at` as `mov OP,%r11` into spec->load*; false: not that form */
+bool ag_x86_load_of_call(const uint8_t *c, size_t len, uint64_t at, bool jump,
+			 ag_area_spec *spec);
+/* buf's rel32 at `at`, moved from address `from` to `to`; false: out of reach */
+bool ag_x86_reaim_rel32(uint8_t *buf, size_t at, uint64_t from, uint64_t to);
+bool ag_x86_one_byte_insn(uint8_t b);          /* a window may not start with one */
+bool ag_x86_outermost_frame(const uint8_t *code, uint64_t size); /* [endbr64] xor %ebp,%ebp */
+/* A tail jump's form (rel8 with a springboard, else rel32; *cond: a jcc) */
+bool ag_x86_tail_jump(const uint8_t *code, bool springboard, bool *cond, uint8_t *cc);
+/* The site's jump to rx (board non-zero: through a springboard, *sb): 0, 1, -1 */
+int ag_x86_site_patch(uint64_t site, uint8_t len, uint64_t board, uint64_t rx, ag_patch *p,
+		      ag_patch *sb);
+/* An int3 at `at` redirected to rx; jump: a relocated window's later jmp */
+bool ag_x86_trap_patch(uint64_t at, uint64_t rx, ag_patch *p, ag_patch *jump);
+void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site); /* a slot's last words */
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
 /* Find or load the process's unwinder (libgcc_s), before the first pool. */
@@ -468,6 +480,7 @@ extern char ag_tramp_end[];       /* after the three (ag_tramp_slow comes first)
 /* ---- x86_64/context.S: getcontext, setcontext, swapcontext ---- */
 enum { AG_CTX_GET = 0, AG_CTX_SET = 1, AG_CTX_SWAP = 2 };
 
+/* ---- the slow-path requests (tramp.S hands them to main.c's ag_slow) ---- */
 /* AG_SLOW_ROTATE carries the record's index in the request's low 56 bits;
  * its answer: store the record (1) or not (0). */
 enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIRECT = 4,

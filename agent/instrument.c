@@ -1,33 +1,29 @@
 /*
- * instrument.c — instrument(F): give every call site of F a patch area and
- * patch the sites, so the next call F makes is seen and propagates tracing
- * to the callee before the callee runs.
+ * instrument.c — the user-space platform of the propagation core
+ * (agent/core/core.h): the core decides which sites of a reached function
+ * are patched and how; this file gives each such site its patch area (in
+ * its module's pool, x86_64/emit.c), its patch (x86_64/sites.c) and its
+ * trace site id, described in the sites file (trace_format.h) before any
+ * record can name it.  It also holds the glibc policy the core asks about
+ * (functions that read their own frame, run at a thread's end or with every
+ * signal blocked, find their caller from the return address), the callee
+ * lookup through GOT slots and the agent's interposers, the join
+ * directives, and what is kept across activations.
  *
- * Each site that gets an area also gets a trace site id, described in the
- * sites file (trace_format.h) before any record can name it.
+ * Calls through a GOT slot (PLT, -fno-plt): the slot already holds the
+ * callee (the agent runs programs with LD_BIND_NOW), which may live in
+ * another module -- that is how tracing crosses into shared libraries.
+ * Indirect calls get a per-site cache (emit.c); short ones a springboard,
+ * a relocated window (relocate.c) or, last, an int3 on the call (a signal
+ * per call; put back once hot).
  *
- * Sites patched so far:
- *   direct calls and tail jumps to a function of the same module;
- *   calls and tail jumps through the PLT, and calls through a GOT slot
- *   (-fno-plt): the slot already holds the callee (the agent runs programs
- *   with LD_BIND_NOW), which may live in another module -- that is how
- *   tracing crosses into shared libraries;
- *   indirect calls through registers or memory (a per-site cache, emit.c);
- *   with a 5-byte patch, a springboard in dead padding or a relocated
- *   window (relocate.c),
- *   or, last, an int3 on the call (a signal per call; put back once hot);
- *   indirect tail jumps where the analysis saw the frame torn down (ENTRY
- *   only).
- * Not: other indirect jumps (a computed goto may keep r11, the flags or the
- * red zone live); they are left untouched and counted in the log.
- *
- * Nor anything of code a language runtime manages (CA_FUNC_RUNTIME: Go's
- * text, V8's builtins), whose stack walks read return addresses: its
- * functions are never instrumented, and a call into it is not traced -- a
- * direct or PLT site is left alone, an indirect site's area calls such a
- * target with the caller's own return address on the stack (emit.c).  The
- * C functions such a runtime calls (CA_FUNC_RUNTIME_ENTRY) are reached by
- * nothing traced: they are instrumented at each activation instead.
+ * Code a language runtime manages (CA_FUNC_RUNTIME: Go's text, V8's
+ * builtins), whose stack walks read return addresses, is never
+ * instrumented, and a call into it is not traced -- a direct or PLT site is
+ * left alone, an indirect site's area calls such a target with the
+ * caller's own return address on the stack (emit.c).  The C functions such
+ * a runtime calls (CA_FUNC_RUNTIME_ENTRY) are reached by nothing traced:
+ * they are instrumented at each activation instead.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,11 +43,7 @@ static char sites_path[4200];
  * both writing into the same trace, never hand out the same id. */
 static volatile uint32_t *next_site;
 static volatile int instr_lock;
-static uint64_t skipped_kind, skipped_plan, skipped_unresolved;
-static uint64_t tail_internal;   /* "tail jumps" that went within their function */
-static uint64_t skipped_runtime; /* sites calling into runtime-managed code */
 static uint64_t deferred;        /* instrumentations put off: threads being started */
-static uint64_t untraced_misses; /* indirect calls that found such a target */
 static ag_indirect_site *indirect_sites;
 
 /*
@@ -164,29 +156,12 @@ uint32_t ag_site_root(ag_module *m, uint32_t func)
 
 static void lock(void)
 {
-	while (__atomic_exchange_n(&instr_lock, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
+	cp_plat_lock(&instr_lock);
 }
 
 static void unlock(void)
 {
-	__atomic_store_n(&instr_lock, 0, __ATOMIC_RELEASE);
-}
-
-/* The GOT slot a PLT stub jumps through: [endbr64] [bnd] jmp *disp32(%rip). */
-static uint64_t plt_slot(uint64_t stub)
-{
-	const uint8_t *p = (const uint8_t *)(uintptr_t)stub;
-	int32_t disp;
-
-	if (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa)
-		p += 4;
-	if (p[0] == 0xf2)
-		p++;
-	if (p[0] != 0xff || p[1] != 0x25)
-		return 0;
-	memcpy(&disp, p + 2, 4);
-	return (uint64_t)(uintptr_t)(p + 6) + (uint64_t)(int64_t)disp;
+	cp_plat_unlock(&instr_lock);
 }
 
 /*
@@ -290,13 +265,9 @@ static bool signals_blocked(const ag_module *m, uint32_t func)
 	/* (start_thread's sites are all left alone: runs_in_thread_end) */
 	static const char *const names[] = { "__spawni_child", "__spawnix" };
 	const ca_func *f = ca_module_funcs(m->ca, NULL) + func;
-	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + f->addr);
 
-	if (f->size >= 6 && memcmp(code, "\xf3\x0f\x1e\xfa", 4) == 0)
-		code += 4;                      /* endbr64 */
-	if (code[0] == 0x31 && code[1] == 0xed)
-		return true;                    /* xor %ebp,%ebp: a thread's or process's start */
-	return named_one_of(m, func, names, sizeof names / sizeof *names);
+	return ag_x86_outermost_frame((const uint8_t *)(uintptr_t)(m->bias + f->addr), f->size) ||
+	       named_one_of(m, func, names, sizeof names / sizeof *names);
 }
 
 /*
@@ -352,17 +323,15 @@ typedef struct callee {
 	uint64_t slot;      /* run-time GOT slot, 0 for a direct site */
 } callee;
 
-static int resolve(ag_module *m, const ca_site *s, callee *c)
+static int resolve(ag_module *m, const ca_site *s, enum cp_route route, callee *c)
 {
-	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
 	uint64_t target;
 
 	memset(c, 0, sizeof *c);
-	if (s->kind == CA_SITE_PLT || (s->kind == CA_SITE_TAIL_DIRECT && s->callee != CA_NONE &&
-				       (funcs[s->callee].flags & CA_FUNC_PLT)))
-		c->slot = plt_slot(m->bias + s->target);
-	else if (s->kind == CA_SITE_INDIRECT_RIP && s->import != CA_NONE)
-		c->slot = m->bias + s->target;  /* a GOT slot (-fno-plt); else a variable */
+	if (route == CP_ROUTE_PLT)
+		c->slot = ag_x86_plt_slot(m->bias + s->target);
+	else if (route == CP_ROUTE_GOT)
+		c->slot = m->bias + s->target;  /* a GOT slot (-fno-plt) */
 	if (c->slot) {
 		target = *(volatile uint64_t *)(uintptr_t)c->slot;
 		/* An agent interposer (pthread_create, sigaction, swapcontext,
@@ -385,7 +354,8 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 		c->named = target - c->m->bias;
 		return runtime_func(c->m, c->func) ? -2 : 0;
 	}
-	if ((s->kind != CA_SITE_DIRECT && s->kind != CA_SITE_TAIL_DIRECT) || s->callee == CA_NONE)
+	/* A tail jump to a stub of unknown form: to the stub itself, as named. */
+	if (route != CP_ROUTE_DIRECT && !(route == CP_ROUTE_PLT && s->kind == CA_SITE_TAIL_DIRECT))
 		return -1;
 	c->m = m;
 	c->func = s->callee;
@@ -394,76 +364,29 @@ static int resolve(ag_module *m, const ca_site *s, callee *c)
 	return runtime_func(m, c->func) ? -2 : 0;
 }
 
-static int site_patch(ag_module *m, const ca_site *s, uint8_t *rx, ag_patch *p, ag_patch *sb);
-static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, ag_patch *p);
-static bool one_byte_insn(uint8_t b);
-
-/* The words at the end of an area slot (agent.h): the site id of its exit
- * record (0 for an indirect site, whose id depends on the callee), the
- * caller's return address S+len, the magic that marks a call area, and
- * S+len-1 for the unwinder. */
-static void slot_words(uint8_t *rw, uint64_t ret, uint32_t site)
-{
-	uint64_t magic = AG_SLOT_MAGIC_VALUE, ra = ret - 1, id = site;
-
-	memcpy(rw + AG_SLOT_SITE, &id, 8);
-	memcpy(rw + AG_SLOT_RET, &ret, 8);
-	memcpy(rw + AG_SLOT_MAGIC, &magic, 8);
-	memcpy(rw + AG_SLOT_RA, &ra, 8);
-}
-
-static bool is_indirect(const ca_site *s)
-{
-	return s->kind == CA_SITE_INDIRECT_REG || s->kind == CA_SITE_INDIRECT_MEM ||
-	       (s->kind == CA_SITE_INDIRECT_RIP && s->import == CA_NONE) ||
-	       s->kind == CA_SITE_TAIL_INDIRECT;
-}
-
-/*
- * `call *OP` (ff /2) or `jmp *OP` (ff /4) re-encoded as `mov OP,%r11`:
- * [3e] [REX] ff /op modrm [sib] [disp]
- * becomes REX.W|R|X|B 8b modrm' [sib] [disp] with the reg field set to r11.
- * Returns the length, 0 if the instruction is not of that form.
- */
-static size_t load_of_call(const uint8_t *c, size_t len, unsigned op, uint8_t *out, uint8_t *rip_at)
-{
-	size_t i = 0, n;
-	uint8_t rex = 0, modrm;
-
-	if (i < len && c[i] == 0x3e)
-		i++;                            /* notrack */
-	if (i < len && (c[i] & 0xf0) == 0x40)
-		rex = c[i++];
-	if (i + 1 >= len || c[i] != 0xff || ((c[i + 1] >> 3) & 7) != op)
-		return 0;
-	modrm = c[i + 1];
-	out[0] = (uint8_t)(0x4c | (rex & 0x03));           /* REX.W + R, keep X and B */
-	out[1] = 0x8b;
-	out[2] = (uint8_t)((modrm & 0xc7) | (3 << 3));      /* reg = r11 (with REX.R) */
-	n = len - (i + 2);
-	memcpy(out + 3, c + i + 2, n);
-	*rip_at = (modrm & 0xc7) == 0x05 ? 3 : 0;           /* mod 00, rm 101: rip+disp32 */
-	return 3 + n;
-}
-
-/* tramp.S reads these fields (its fast path for a known callee). */
 _Static_assert(offsetof(ag_indirect_site, cache) == 16, "IS_CACHE in tramp.S");
 _Static_assert(offsetof(ag_indirect_site, known_ids) == 24, "IS_KNOWN_IDS in tramp.S");
 _Static_assert(offsetof(ag_indirect_site, known_targets) == 56, "IS_KNOWN_TARGETS in tramp.S");
 _Static_assert(AG_SLOW_INDIRECT == 4 && TRACE_ENTRY == 0 && TRACE_EXIT == 1, "tramp.S");
+_Static_assert((int)CP_WORD_ENTRY == (int)TRACE_ENTRY && (int)CP_WORD_EXIT == (int)TRACE_EXIT,
+	       "core.c's cache words");
+
+static int site_patch(ag_module *m, const ca_site *s, enum cp_plan plan, uint8_t *rx,
+		      ag_patch *p, ag_patch *sb);
+static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, ag_patch *p);
 _Static_assert(offsetof(ag_indirect_cache, entry_word) == 8 &&
 	       offsetof(ag_indirect_cache, exit_word) == 16, "tramp.S");
 _Static_assert(offsetof(ag_indirect_cache, untraced) == 24, "emit.c: cache + 24");
 
 /* An indirect call: the callee is known only at run time (see emit.c). */
-static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb)
+static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan plan,
+			    ag_patch *p, ag_patch *sb, enum cp_skip *why)
 {
 	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + s->addr);
 	ag_indirect_site *is = ag_alloc(sizeof *is);
 	ag_indirect_cache *cache = (ag_indirect_cache *)ag_pool_data(m->pool, sizeof *cache);
 	uint8_t scratch[2 * AG_AREA_MAX], *rx, *rw;
 	ag_area_spec spec;
-	uint64_t ra;
 	size_t len;
 
 	if (!is || !cache)
@@ -471,19 +394,11 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	memset(&spec, 0, sizeof spec);
 	bool tail = s->kind == CA_SITE_TAIL_INDIRECT;
 
-	spec.load_len = (uint8_t)load_of_call(code, s->len, tail ? 4 : 2, spec.load,
-					      &spec.load_rip_at);
-	if (!spec.load_len) {
-		skipped_kind++;
+	if (!ag_x86_load_of_call(code, s->len, m->bias + s->addr, tail, &spec)) {
+		*why = CP_SKIP_KIND;
 		return -1;
 	}
-	if (spec.load_rip_at) {
-		int32_t disp;
-
-		memcpy(&disp, code + s->len - 4, 4);
-		spec.load_rip_target = m->bias + s->addr + s->len + (uint64_t)(int64_t)disp;
-	}
-	*is = (ag_indirect_site){ .m = m, .site = si, .cache = cache, .next = indirect_sites };
+	*is = (ag_indirect_site){ .mod = m, .site = si, .cache = cache, .next = indirect_sites };
 	indirect_sites = is;     /* under the instrument lock */
 	saved_cache = cache;
 	if (!ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
@@ -502,7 +417,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 	}
 	bool window = s->method == CA_PATCH_RELOCATE && s->reloc_rip != CA_RELOC_RIP_UNKNOWN &&
 		      !ag_reloc_gave_up() &&
-		      !one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
+		      !ag_x86_one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
 
 	if (window) {
 		/* The instructions before the call run first in the area, right
@@ -513,15 +428,9 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 		if (s->reloc_rip && s->reloc_rip - 1u + 4 <= spec.prefix_len) {
 			/* A RIP-relative operand, re-aimed: the copy sits
 			 * (rx + 4) - window bytes further on. */
-			int32_t d;
-			int64_t nd;
-
-			memcpy(&d, spec.prefix + s->reloc_rip - 1, 4);
-			nd = (int64_t)d - (int64_t)((uint64_t)(uintptr_t)rx + 4 - (m->bias + s->patch_addr));
-			if (nd == (int32_t)nd)
-				memcpy(spec.prefix + s->reloc_rip - 1, &(int32_t){ (int32_t)nd }, 4);
-			else
-				window = false;
+			window = ag_x86_reaim_rel32(spec.prefix, s->reloc_rip - 1u,
+						    m->bias + s->patch_addr,
+						    (uint64_t)(uintptr_t)rx + 4);
 		} else if (s->reloc_rip) {
 			window = false;
 		}
@@ -533,27 +442,11 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, ag_patc
 		ag_log("instrument: indirect area of %zu bytes overflows its slot", len);
 		return -1;
 	}
-	ra = spec.site + s->len - 1;
 	memcpy(rw, scratch, len);
-	slot_words(rw, ra + 1, 0);
-	if (s->method == CA_PATCH_RELOCATE || s->method == CA_PATCH_TRAP)
+	ag_x86_slot_words(rw, spec.site + s->len, 0);
+	if (plan == CP_PLAN_TRAP)
 		return trap_patch(m, s, window, rx, p);
-	return site_patch(m, s, rx, p, sb);
-}
-
-/*
- * Opcodes of one-byte instructions (push/pop, nop/xchg, cdq, lahf/sahf,
- * string instructions without prefix, leave, flag instructions...).  A
- * window that starts with one is not used: a thread standing right after
- * the window's int3 must be one that executed it (see the SIGTRAP handler
- * in patch.c), never one that ran the old instruction.
- */
-static bool one_byte_insn(uint8_t b)
-{
-	return (b >= 0x50 && b <= 0x5f) || (b >= 0x90 && b <= 0x99) || (b >= 0x9b && b <= 0x9f) ||
-	       (b >= 0xa4 && b <= 0xa7) || (b >= 0xaa && b <= 0xaf) || (b >= 0x6c && b <= 0x6f) ||
-	       (b >= 0xec && b <= 0xef) || b == 0xc9 || b == 0xcc || b == 0xd7 || b == 0xf4 ||
-	       b == 0xf5 || (b >= 0xf8 && b <= 0xfd);
+	return site_patch(m, s, plan, rx, p, sb);
 }
 
 /*
@@ -567,166 +460,61 @@ static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, 
 {
 	uint64_t at = m->bias + (window ? s->patch_addr : s->addr);
 	ag_reloc *r = NULL;
-	int64_t rel = (int64_t)((uint64_t)(uintptr_t)rx - (at + 5));
 
-	if (window) {
-		r = ag_alloc(sizeof *r);
-		if (!r || rel != (int32_t)rel)
-			return -1;
-	}
-	if (ag_trap_site_add(at, (uint64_t)(uintptr_t)rx, !window))
+	if (window && !(r = ag_alloc(sizeof *r)))
 		return -1;
-	memset(p, 0, sizeof *p);
-	p->addr = at;
-	p->len = 1;
-	memcpy(p->old, (const void *)(uintptr_t)at, window ? 5 : 1);
-	p->new[0] = 0xcc;
-	p->redirect = (uint64_t)(uintptr_t)rx;
-	if (window) {
-		*r = (ag_reloc){ .start = at, .end = m->bias + s->addr + s->len,
-				 .copy = (uint64_t)(uintptr_t)rx + 4, .jump = *p };
-		r->jump.len = 5;
-		r->jump.new[0] = 0xe9;
-		memcpy(r->jump.new + 1, &(int32_t){ (int32_t)rel }, 4);
+	if (!ag_x86_trap_patch(at, (uint64_t)(uintptr_t)rx, p, r ? &r->jump : NULL) ||
+	    ag_trap_site_add(at, (uint64_t)(uintptr_t)rx, !window))
+		return -1;
+	if (r) {
+		r->start = at;
+		r->end = m->bias + s->addr + s->len;
+		r->copy = (uint64_t)(uintptr_t)rx + 4;
 		saved_reloc = r;
 	}
 	return 0;
 }
 
-/*
- * Ids of (indirect site, callee) pairs beyond a site's first eight, in one
- * table for all sites: a megamorphic site (a dispatch over many types)
- * must not take a new id -- and a record in the sites file -- at every
- * miss.  Under its own lock (a miss holds only its site's lock).
- */
-#define PAIR_SLOTS (1u << 16)                 /* a power of two */
-
-typedef struct pair {
-	const ag_indirect_site *is;
-	uint64_t target;
-	uint32_t id;
-} pair;
-
-static pair *pairs;
-static uint32_t npairs;
-static volatile int pair_lock;
-
-static size_t pair_hash(const ag_indirect_site *is, uint64_t target)
+/* Module m as the core sees it (core.h). */
+static void view_of(ag_module *m, cp_view *v)
 {
-	return (size_t)((((uint64_t)(uintptr_t)is ^ target) * 0x9e3779b97f4a7c15ull) >> 48) &
-	       (PAIR_SLOTS - 1);
-}
+	size_t nfuncs;
 
-/* The pair's id, else a new one from make(); 0 if none can be had. */
-static uint32_t pair_id(const ag_indirect_site *is, uint64_t target, const trace_site *ts)
-{
-	uint32_t id = 0;
-	size_t h = pair_hash(is, target);
-
-	while (__atomic_exchange_n(&pair_lock, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
-	if (!pairs)
-		pairs = ag_alloc(PAIR_SLOTS * sizeof *pairs);
-	if (pairs) {
-		while (pairs[h].is && !(pairs[h].is == is && pairs[h].target == target))
-			h = (h + 1) & (PAIR_SLOTS - 1);
-		if (pairs[h].is) {
-			id = pairs[h].id;
-		} else {
-			id = new_site(ts);
-			if (id && npairs < PAIR_SLOTS / 4 * 3) {
-				pairs[h] = (pair){ is, target, id };
-				npairs++;
-			}
-		}
-	}
-	__atomic_store_n(&pair_lock, 0, __ATOMIC_RELEASE);
-	return id;
+	v->mod = m;
+	v->index = m->index;
+	v->bias = m->bias;
+	v->funcs = ca_module_funcs(m->ca, &nfuncs);
+	v->nfuncs = (uint32_t)nfuncs;
+	v->sites = ca_module_sites(m->ca, NULL);
+	v->func_state = m->func_state;
+	v->first_fragment = m->first_fragment;
+	v->next_fragment = m->next_fragment;
+	v->saved = m->site_saved;
 }
 
 /*
  * A callee reached through an indirect site for the first time (or after
  * another one): instrument it if it is a function of a traced module, give
- * the (site, callee) pair a site id, and point the site's cache at it.
+ * the (site, callee) pair a site id, and point the site's cache at it
+ * (core.c's cp_indirect_miss decides; cp_plat_* below act).
  */
 uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target)
 {
-	const ca_site *s = ca_module_sites(is->m->ca, NULL) + is->site;
-	const ca_func *funcs = ca_module_funcs(is->m->ca, NULL);
-	uint32_t id = 0;
-	size_t k;
+	cp_view v;
 
-	while (__atomic_exchange_n(&is->lock, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
-	if (s->kind == CA_SITE_TAIL_INDIRECT) {
-		uint64_t lo = is->m->bias + funcs[s->func].addr, hi = lo + funcs[s->func].size;
-
-		if (target >= lo && target < hi) {
-			/* A jump within F (computed goto): not a call, no record. */
-			__atomic_add_fetch(&tail_internal, 1, __ATOMIC_RELAXED);
-			__atomic_store_n(&is->cache->entry_word, 0, __ATOMIC_RELAXED);
-			__atomic_store_n(&is->cache->target, target, __ATOMIC_RELEASE);
-			__atomic_store_n(&is->lock, 0, __ATOMIC_RELEASE);
-			return 1;
-		}
-	}
-	if (ag_runtime_code(target)) {
-		/* Into runtime-managed code: no record, and the area calls it
-		 * with the caller's return address (answer 2, see emit.c). */
-		__atomic_add_fetch(&untraced_misses, 1, __ATOMIC_RELAXED);
-		__atomic_store_n(&is->cache->untraced, target, __ATOMIC_RELEASE);
-		__atomic_store_n(&is->lock, 0, __ATOMIC_RELEASE);
-		return 2;
-	}
-	for (k = 0; k < 8 && is->known_ids[k]; k++)
-		if (is->known_targets[k] == target) {
-			id = is->known_ids[k];
-			break;
-		}
-	if (!id) {
-		ag_module *cm = ag_module_of(target);
-		uint32_t f = cm ? ca_func_at(cm->ca, target - cm->bias) : CA_NONE;
-		trace_site ts;
-
-		if (f != CA_NONE && (ca_module_funcs(cm->ca, NULL)[f].addr != target - cm->bias ||
-				     runtime_func(cm, f)))
-			f = CA_NONE;
-		memset(&ts, 0, sizeof ts);
-		ts.caller_module = is->m->index;
-		ts.callee_module = f != CA_NONE ? cm->index : UINT32_MAX;
-		ts.site_addr = s->addr;
-		ts.caller_func = funcs[s->func].addr;
-		ts.callee_func = f != CA_NONE ? target - cm->bias : target;
-		ts.kind = s->kind;
-		if (f != CA_NONE)
-			ag_instrument(cm, f);
-		id = k < 8 ? new_site(&ts) : pair_id(is, target, &ts);
-		if (id && k < 8) {
-			is->known_targets[k] = target;
-			is->known_ids[k] = id;
-		}
-	}
-	if (id) {
-		ag_budget_indirect_id(id);
-		/* Words first, target last: a reader that sees the new target
-		 * mostly sees its words too (see emit.c for why a race is harmless). */
-		__atomic_store_n(&is->cache->entry_word, ((uint64_t)id << 2) | TRACE_ENTRY,
-				 __ATOMIC_RELAXED);
-		__atomic_store_n(&is->cache->exit_word, ((uint64_t)id << 2) | TRACE_EXIT,
-				 __ATOMIC_RELAXED);
-		__atomic_store_n(&is->cache->target, target, __ATOMIC_RELEASE);
-	}
-	__atomic_store_n(&is->lock, 0, __ATOMIC_RELEASE);
-	return 1;
+	view_of(is->mod, &v);
+	return cp_indirect_miss(&v, is, target);
 }
 
 /*
  * Build the area for one site and fill its patch.  A springboard site gets a
  * second patch, *sb: the 5-byte `jmp area` written into dead padding, which
  * must be in place before the site's 2-byte jump points to it.
- * Returns 0, 1 (with a springboard), -1 to leave the site alone.
+ * Returns 0, 1 (with a springboard), -1 to leave the site alone (*why: how
+ * the core counts it, if at all).
  */
-static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_patch *sb)
+static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan plan,
+		   enum cp_route route, ag_patch *p, ag_patch *sb, enum cp_skip *why)
 {
 	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
 	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + s->addr);
@@ -738,16 +526,16 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 	size_t len;
 	callee c;
 
-	if (is_indirect(s))
-		return prepare_indirect(m, s, si, p, sb);
-	switch (resolve(m, s, &c)) {
+	if (route == CP_ROUTE_INDIRECT)
+		return prepare_indirect(m, s, si, plan, p, sb, why);
+	switch (resolve(m, s, route, &c)) {
 	case 0:
 		break;
 	case -2:
-		skipped_runtime++;
+		*why = CP_SKIP_RUNTIME;
 		return -1;
 	default:
-		skipped_unresolved++;
+		*why = CP_SKIP_UNRESOLVED;
 		return -1;
 	}
 	if (!ag_module_ready(c.m))
@@ -794,20 +582,12 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 	spec.slow_instr = ag_pool_tramp(m->pool);
 	spec.callee_ref = ref;
 	spec.tls_offset = ag_tls_offset();
-	if (tail && s->method == CA_PATCH_SPRINGBOARD) {
-		/* jmp rel8 (eb) or jcc rel8 (7x): the jump itself stays, retargeted
-		 * to the springboard, so the area is reached only when taken. */
-		if (code[0] != 0xeb && (code[0] & 0xf0) != 0x70)
-			return -1;
-	} else if (tail) {
-		/* jmp rel32 (e9) or jcc rel32 (0f 8x) */
-		if (code[0] == 0x0f && (code[1] & 0xf0) == 0x80) {
-			spec.cond = true;
-			spec.cond_code = code[1] & 0x0f;
-		} else if (code[0] != 0xe9) {
-			return -1;
-		}
-	}
+	/* With a springboard, a jmp/jcc rel8 stays, retargeted to the
+	 * springboard, so the area is reached only when taken; else a jmp/jcc
+	 * rel32, whose condition the area tests. */
+	if (tail && !ag_x86_tail_jump(code, plan == CP_PLAN_SPRINGBOARD, &spec.cond,
+				      &spec.cond_code))
+		return -1;
 	/* A tail jump through the PLT goes to the stub: it jumps on via the slot. */
 	if (tail)
 		spec.callee = c.slot ? m->bias + s->target : c.entry;
@@ -843,61 +623,19 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, ag_patch *p, ag_
 			return -1;
 		}
 		memcpy(rw, scratch, len);
-		slot_words(rw, spec.site + s->len, spec.site_id);
+		ag_x86_slot_words(rw, spec.site + s->len, spec.site_id);
 	}
-	return site_patch(m, s, rx, p, sb);
+	return site_patch(m, s, plan, rx, p, sb);
 }
 
 /* The patch that sends site s to the area at rx (directly or through a
  * springboard).  Returns 0, 1 (with a springboard in *sb), -1. */
-static int site_patch(ag_module *m, const ca_site *s, uint8_t *rx, ag_patch *p, ag_patch *sb)
+static int site_patch(ag_module *m, const ca_site *s, enum cp_plan plan, uint8_t *rx,
+		      ag_patch *p, ag_patch *sb)
 {
-	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + s->addr);
-	int64_t rel;
-
-	memset(p, 0, sizeof *p);
-	p->addr = m->bias + s->addr;
-	p->len = s->len;
-	memcpy(p->old, code, s->len);
-	if (s->method == CA_PATCH_SPRINGBOARD) {
-		uint64_t at = m->bias + s->patch_addr;
-		int64_t d8 = (int64_t)(at - (p->addr + 2));
-
-		memset(sb, 0, sizeof *sb);
-		sb->addr = at;
-		sb->len = 5;
-		memcpy(sb->old, (const void *)(uintptr_t)at, 5);
-		rel = (int64_t)((uint64_t)(uintptr_t)rx - (at + 5));
-		if (rel != (int32_t)rel || d8 != (int8_t)d8)
-			return -1;
-		sb->new[0] = 0xe9;
-		memcpy(sb->new + 1, &(int32_t){ (int32_t)rel }, 4);
-		sb->redirect = (uint64_t)(uintptr_t)rx;
-		/* A jmp/jcc rel8 stays the same jump, retargeted to the springboard;
-		 * a short indirect call becomes jmp rel8. */
-		p->new[0] = (p->old[0] == 0xeb || (p->old[0] & 0xf0) == 0x70) ? p->old[0] : 0xeb;
-		p->new[1] = (uint8_t)(int8_t)d8;
-		p->redirect = at;
-		return 1;
-	}
-	rel = (int64_t)((uint64_t)(uintptr_t)rx - (p->addr + 5));
-	if (rel != (int32_t)rel)
-		return -1;
-	p->new[0] = 0xe9;                                  /* jmp rel32 area */
-	memcpy(p->new + 1, &(int32_t){ (int32_t)rel }, 4);
-	memset(p->new + 5, 0xcc, s->len - 5u);             /* never executed */
-	p->redirect = (uint64_t)(uintptr_t)rx;
-	return 0;
-}
-
-/* Publish a batch: springboards first (a site may jump to one only once it
- * is whole), then the sites.  (The areas' unwind information was registered
- * with their pool.) */
-static int flush(ag_patch *batch, size_t nb, ag_patch *boards, size_t nsb)
-{
-	if (nb == 0)
-		return 0;
-	return ag_patch_apply(boards, nsb) || ag_patch_apply(batch, nb);
+	return ag_x86_site_patch(m->bias + s->addr, s->len,
+				 plan == CP_PLAN_SPRINGBOARD ? m->bias + s->patch_addr : 0,
+				 (uint64_t)(uintptr_t)rx, p, sb);
 }
 
 /*
@@ -926,28 +664,6 @@ static bool code_as_analysed(const ag_module *m, const ca_site *s)
 	return h == s->code;
 }
 
-static bool patchable(const ca_site *s)
-{
-	switch (s->kind) {
-	case CA_SITE_DIRECT:
-	case CA_SITE_PLT:
-	case CA_SITE_INDIRECT_RIP:
-	case CA_SITE_INDIRECT_REG:
-	case CA_SITE_INDIRECT_MEM:
-		return true;
-	case CA_SITE_TAIL_INDIRECT:
-		/* Only where the frame is torn down (the analysis read the CFA):
-		 * an unresolved computed goto inside a function with a frame looks
-		 * the same, and there the red zone, r11 and the flags may be live. */
-		return s->flags & CA_SITEF_TAILPOS;
-	case CA_SITE_TAIL_DIRECT:
-		return !(s->flags & CA_SITEF_COND) || s->method == CA_PATCH_DIRECT ||
-		       s->method == CA_PATCH_SPRINGBOARD;
-	default:
-		return false;
-	}
-}
-
 static void save_site(ag_module *m, uint32_t si, const ag_patch *p, const ag_patch *sb)
 {
 	site_saved *sv;
@@ -965,6 +681,126 @@ static void save_site(ag_module *m, uint32_t si, const ag_patch *p, const ag_pat
 	sv->next = all_saved;
 	all_saved = sv;
 	m->site_saved[si] = sv;
+}
+
+/* ---- the platform of agent/core (core.h) in user space ---- */
+
+void *cp_plat_alloc(size_t n)
+{
+	return ag_alloc(n);
+}
+
+void cp_plat_lock(volatile int *l)
+{
+	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+		__builtin_ia32_pause();
+}
+
+void cp_plat_unlock(volatile int *l)
+{
+	__atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
+/* (The areas' unwind information was registered with their pool.) */
+int cp_plat_apply(cp_patch *p, size_t n)
+{
+	return ag_patch_apply(p, n);
+}
+
+uint32_t cp_plat_site_new(const cp_site_desc *d)
+{
+	trace_site ts = { .caller_module = d->caller_module, .callee_module = d->callee_module,
+			  .site_addr = d->site_addr, .caller_func = d->caller_func,
+			  .callee_func = d->callee_func, .kind = d->kind, .flags = d->flags };
+
+	return new_site(&ts);
+}
+
+bool cp_plat_func_skipped(void *mod, uint32_t func)
+{
+	return reads_own_frame(mod, func) || runs_in_thread_end(mod, func);
+}
+
+bool cp_plat_signals_blocked(void *mod, uint32_t func)
+{
+	return signals_blocked(mod, func);
+}
+
+bool cp_plat_code_matches(void *mod, uint32_t si)
+{
+	ag_module *m = mod;
+	const ca_site *s = ca_module_sites(m->ca, NULL) + si;
+
+	if (code_as_analysed(m, s))
+		return true;
+	if (m->sites_changed++ == 0)
+		ag_log("module %s: site %#lx left alone: its bytes are not those the "
+		       "analysis saw (more such sites are counted at the end)",
+		       m->path, (unsigned long)(m->bias + s->addr));
+	return false;
+}
+
+int cp_plat_prepare(void *mod, uint32_t si, enum cp_plan plan, enum cp_route route,
+		    cp_patch *p, cp_patch *sb, enum cp_skip *why)
+{
+	ag_module *m = mod;
+	int r;
+
+	saved_flag = NULL;
+	saved_cache = NULL;
+	saved_reloc = NULL;
+	r = prepare(m, ca_module_sites(m->ca, NULL) + si, si, plan, route, p, sb, why);
+	if (r >= 0) {
+		save_site(m, si, p, r == 1 ? sb : NULL);
+		if (saved_reloc)
+			ag_reloc_queue(saved_reloc);
+	}
+	return r;
+}
+
+int cp_plat_reuse(void *mod, uint32_t si, void *saved, cp_patch *p, cp_patch *sb)
+{
+	site_saved *sv = saved;
+
+	(void)mod;
+	(void)si;
+	if ((sv->reloc && ag_reloc_gave_up()) || ag_trap_site_retired(sv->p.addr))
+		return -1;
+	*p = sv->p;
+	if (sv->has_sb)
+		*sb = sv->sb;
+	if (sv->reloc)
+		ag_reloc_queue(sv->reloc);
+	return sv->has_sb;
+}
+
+void cp_plat_lookup(uint64_t target, cp_target *t)
+{
+	ag_module *cm = ag_module_of(target);
+	uint32_t f = cm ? ca_func_at(cm->ca, target - cm->bias) : CA_NONE;
+
+	if (f != CA_NONE && (ca_module_funcs(cm->ca, NULL)[f].addr != target - cm->bias ||
+			     runtime_func(cm, f)))
+		f = CA_NONE;
+	t->mod = cm;
+	t->index = cm ? cm->index : UINT32_MAX;
+	t->func = f;
+	t->named = cm ? target - cm->bias : target;
+}
+
+bool cp_plat_runtime_code(uint64_t target)
+{
+	return ag_runtime_code(target);
+}
+
+void cp_plat_reached(void *mod, uint32_t func)
+{
+	ag_instrument(mod, func);
+}
+
+void cp_plat_indirect_id(uint32_t id)
+{
+	ag_budget_indirect_id(id);
 }
 
 /* Forget which functions are instrumented (see site_saved). */
@@ -1013,7 +849,7 @@ int ag_instrument_stop(void)
  * instrument lock the forking thread held) stayed in the parent. */
 void ag_instrument_after_fork(void)
 {
-	pair_lock = 0;
+	cp_after_fork();
 	sites_lock = 0;
 	for (ag_indirect_site *is = indirect_sites; is; is = is->next)
 		is->lock = 0;
@@ -1038,121 +874,6 @@ void ag_instrument_restart(void)
 	unlock();
 }
 
-/*
- * instrument(F), with look-ahead: F's direct callees in the same module,
- * and when F was reached from a call in C, C's other direct callees (the
- * calls C makes next), join the batch -- with the .cold/.part fragments of
- * all of them, which are their code too.  The cost of a batch is mostly
- * fixed -- three writes to /proc/self/mem and three core serialisations --
- * so reaching those functions then costs nothing more; functions reached
- * through them start the next batch.
- */
-#define LOOKAHEAD_MAX 1024
-#define SEEN_SLOTS 4096                 /* a power of two, > 2 * LOOKAHEAD_MAX */
-
-/* The batch's functions (under the instrument lock, so static). */
-typedef struct todo {
-	uint32_t func[LOOKAHEAD_MAX];
-	uint8_t depth[LOOKAHEAD_MAX];
-	uint32_t n;
-	uint64_t seen[SEEN_SLOTS];      /* (round << 32) | (func + 1): already listed */
-	uint64_t round;
-} todo;
-
-static todo work;
-
-static void todo_add(todo *t, ag_module *m, uint32_t f, uint8_t depth)
-{
-	uint64_t key = t->round << 32 | (uint64_t)(f + 1);
-	size_t h = (f * 2654435761u) & (SEEN_SLOTS - 1);
-
-	if (t->n >= LOOKAHEAD_MAX || (m->func_state[f] & AG_FUNC_INSTRUMENTED) ||
-	    runtime_func(m, f))
-		return;
-	while ((t->seen[h] >> 32) == t->round) {
-		if (t->seen[h] == key)
-			return;
-		h = (h + 1) & (SEEN_SLOTS - 1);
-	}
-	t->seen[h] = key;
-	t->func[t->n] = f;
-	t->depth[t->n++] = depth;
-}
-
-/* Under the instrument lock. */
-static ag_patch batch[1024], boards[1024];
-static size_t nb, nsb;
-
-static int add_sites(ag_module *m, uint32_t func, todo *t, uint8_t depth)
-{
-	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
-	const ca_site *sites = ca_module_sites(m->ca, NULL);
-	int rc = 0;
-
-	if (m->first_fragment)
-		for (uint32_t c = m->first_fragment[func]; c != CA_NONE; c = m->next_fragment[c])
-			todo_add(t, m, c, depth);
-	if (reads_own_frame(m, func) || runs_in_thread_end(m, func)) {
-		skipped_plan += funcs[func].nsites;
-		return 0;
-	}
-	for (uint32_t i = 0; i < funcs[func].nsites; i++) {
-		uint32_t si = funcs[func].first_site + i;
-		const ca_site *s = &sites[si];
-
-		if (!patchable(s)) {
-			skipped_kind++;
-			continue;
-		}
-		if (!(s->method == CA_PATCH_DIRECT && s->len >= 5) &&
-		    !(s->method == CA_PATCH_SPRINGBOARD &&
-		      (s->kind == CA_SITE_TAIL_DIRECT || is_indirect(s))) &&
-		    !((s->method == CA_PATCH_RELOCATE || s->method == CA_PATCH_TRAP) &&
-		      is_indirect(s) && !signals_blocked(m, func))) {
-			skipped_plan++;
-			continue;
-		}
-		if (depth == 0 && (s->kind == CA_SITE_DIRECT || s->kind == CA_SITE_TAIL_DIRECT) &&
-		    s->callee != CA_NONE && !(funcs[s->callee].flags & CA_FUNC_PLT))
-			todo_add(t, m, s->callee, 1);
-		site_saved *sv = m->site_saved ? m->site_saved[si] : NULL;
-
-		if (sv && ((sv->reloc && ag_reloc_gave_up()) || ag_trap_site_retired(sv->p.addr))) {
-			skipped_plan++;         /* a window not used any more, a hot trap */
-		} else if (sv) {
-			/* Patched in an earlier activation: the same area again. */
-			batch[nb++] = sv->p;
-			if (sv->has_sb)
-				boards[nsb++] = sv->sb;
-			if (sv->reloc)
-				ag_reloc_queue(sv->reloc);
-		} else if (!code_as_analysed(m, s)) {
-			if (m->sites_changed++ == 0)
-				ag_log("module %s: site %#lx left alone: its bytes are not those the "
-				       "analysis saw (more such sites are counted at the end)",
-				       m->path, (unsigned long)(m->bias + s->addr));
-		} else {
-			saved_flag = NULL;
-			saved_cache = NULL;
-			saved_reloc = NULL;
-			int r = prepare(m, s, si, &batch[nb], &boards[nsb]);
-
-			if (r >= 0) {
-				save_site(m, si, &batch[nb], r == 1 ? &boards[nsb] : NULL);
-				if (saved_reloc)
-					ag_reloc_queue(saved_reloc);
-				nb++;
-				nsb += r == 1;
-			}
-		}
-		if (nb == sizeof batch / sizeof *batch) {
-			rc |= flush(batch, nb, boards, nsb);
-			nb = nsb = 0;
-		}
-	}
-	return rc;
-}
-
 static int instrument(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller,
 		      uint64_t wait_ns);
 
@@ -1170,21 +891,8 @@ int ag_instrument_root(ag_module *m, uint32_t func)
 	return instrument(m, func, NULL, CA_NONE, 1000000000);
 }
 
-/* The caller's direct callees in m that are not instrumented yet. */
-static void add_siblings(todo *t, ag_module *m, uint32_t caller)
-{
-	const ca_func *funcs = ca_module_funcs(m->ca, NULL);
-	const ca_site *sites = ca_module_sites(m->ca, NULL);
-
-	for (uint32_t i = 0; i < funcs[caller].nsites; i++) {
-		const ca_site *s = &sites[funcs[caller].first_site + i];
-
-		if ((s->kind == CA_SITE_DIRECT || s->kind == CA_SITE_TAIL_DIRECT) &&
-		    s->callee != CA_NONE && !(funcs[s->callee].flags & CA_FUNC_PLT))
-			todo_add(t, m, s->callee, 1);
-	}
-}
-
+/* F reached from a call in `caller` (of module cm): the caller's other
+ * direct callees join the batch when cm is m (core.c, the look-ahead). */
 int ag_instrument_from(ag_module *m, uint32_t func, ag_module *cm, uint32_t caller)
 {
 	return instrument(m, func, cm, caller, 2000000);
@@ -1196,13 +904,13 @@ static int instrument(ag_module *m, uint32_t func, ag_module *cm, uint32_t calle
 		      uint64_t wait_ns)
 {
 	size_t nfuncs;
-	todo *t = &work;
-	int rc = 0;
+	cp_view v;
+	int rc;
 
 	ca_module_funcs(m->ca, &nfuncs);
 	if (func >= nfuncs || runtime_func(m, func) || !ag_module_ready(m))
 		return -1;
-	/* Published with release below: done already, no lock to wait for. */
+	/* Published with release by cp_instrument: done already, no lock to wait for. */
 	if (__atomic_load_n(&m->func_state[func], __ATOMIC_ACQUIRE) & AG_FUNC_INSTRUMENTED)
 		return 0;
 	if (!ag_active())
@@ -1221,19 +929,8 @@ static int instrument(ag_module *m, uint32_t func, ag_module *cm, uint32_t calle
 		ag_patch_release();
 		return (m->func_state[func] & AG_FUNC_INSTRUMENTED) ? 0 : -1;
 	}
-	nb = nsb = 0;
-	t->n = 0;
-	t->round++;
-	todo_add(t, m, func, 0);
-	if (cm == m && caller != CA_NONE && caller < nfuncs)
-		add_siblings(t, m, caller);
-	for (uint32_t k = 0; k < t->n; k++)
-		rc |= add_sites(m, t->func[k], t, t->depth[k]);
-	rc |= flush(batch, nb, boards, nsb);
-	nb = nsb = 0;
-	/* Published last: areas that test these flags now go straight on. */
-	for (uint32_t k = 0; k < t->n; k++)
-		__atomic_store_n(&m->func_state[t->func[k]], AG_FUNC_INSTRUMENTED, __ATOMIC_RELEASE);
+	view_of(m, &v);
+	rc = cp_instrument(&v, func, cm == m ? caller : CA_NONE);
 	unlock();
 	ag_patch_release();
 	return rc;
@@ -1271,16 +968,18 @@ uint64_t ag_instrument_deferred(void)
 
 uint64_t ag_instrument_skipped_runtime(uint64_t *indirect)
 {
-	*indirect = untraced_misses;
-	return skipped_runtime;
+	*indirect = cp_stats_get()->untraced;
+	return cp_stats_get()->skipped[CP_SKIP_RUNTIME];
 }
 
 void ag_instrument_stats(uint64_t *sites, uint64_t *kind, uint64_t *plan, uint64_t *unresolved,
 			 uint64_t *internal)
 {
-	*internal = tail_internal;
+	const cp_stats *st = cp_stats_get();
+
+	*internal = st->tail_internal;
 	*sites = next_site ? *next_site - 1 : 0;
-	*kind = skipped_kind;
-	*plan = skipped_plan;
-	*unresolved = skipped_unresolved;
+	*kind = st->skipped[CP_SKIP_KIND];
+	*plan = st->skipped[CP_SKIP_PLAN];
+	*unresolved = st->skipped[CP_SKIP_UNRESOLVED];
 }

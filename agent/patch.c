@@ -517,7 +517,7 @@ static void on_trap_body(int sig, siginfo_t *si, void *ctx)
 	 * one, and stands after the int3: first do what the int3 asked.  (No
 	 * thread stands legitimately right after one of these bytes: a site's
 	 * int3 covers the first byte of a longer instruction, and a window
-	 * never starts with a one-byte instruction, see instrument.c.)
+	 * never starts with a one-byte instruction, see x86_64/sites.c.)
 	 */
 	if (si->si_code == SI_QUEUE || si->si_code == TRAP_PERF) {
 		uint64_t after = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];

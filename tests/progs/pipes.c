@@ -169,7 +169,7 @@ int main(int argc, char **argv)
 	if (argc >= 5 && strcmp(argv[1], "userwriter") == 0) {
 		uid_t u = (uid_t)atoi(argv[2]);
 
-		if (setgroups(0, NULL) != 0 || setresgid(u, u, u) != 0 || setresuid(u, u, u) != 0) {
+		if (setgroups(0, NULL) != 0 || setgid(u) != 0 || setuid(u) != 0) {
 			perror("pipes: becoming the user");
 			return 1;
 		}

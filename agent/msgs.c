@@ -54,9 +54,9 @@
  *     also asked once.  shutdown() and a receive that finds the end of a
  *     stream are messages of no bytes at the current offset.
  *  6. A pipe's traced writers that are no one family -- programs exec'd
- *     apart, processes that opened a named pipe each -- share one sent
- *     count too: the session's, a file spdaemon makes (propagate.c,
- *     points 15 to 17).  So do a connected UNIX stream socket's traced
+ *     apart, processes that opened a named pipe each, of any users --
+ *     share one sent count too: the session's, which spdaemon keeps and
+ *     passes with its answer (propagate.c, points 15 to 17).  So do a connected UNIX stream socket's traced
  *     writers that are programs exec'd apart: the count of the bytes into
  *     its peer socket (propagate.c, point 18); one forked after the agent
  *     came knows no peer (unix_peer, point 1) and asks nothing: it takes

@@ -160,23 +160,25 @@
  * 15. Writers of one pipe that are one process and the children it forks
  *     count its bytes together in memory they share (msgs.c, point 5).
  *     Others -- programs exec'd apart, processes that opened a named pipe
- *     each, a descriptor passed over a UNIX socket -- count them in the
- *     session's SESSION/pipe-INODE-sent, a file spdaemon makes (inject.c:
- *     writers_count) for the first writer that asks about the pipe (point
- *     2), of its user: 64 bytes, the count, then the inode.  The first
- *     asker's count goes in as it stands (its OFFSET: the bytes queued
- *     ahead of its send); a later asker's send is the count's value when
- *     the daemon reads it, and that is the OFFSET the readers are told
- *     (point 5), not the asker's own count.  The answer names the file and
- *     that offset (InjectReply.sent_count, sent_offset).
- * 16. The asker maps it before its bytes go (sent_count_of): only a file
- *     named pipe-INODE-sent for its own pipe, in a directory of root's that
- *     no other user may write (the daemon's session directory), regular,
- *     its own user's, one link, 64 bytes, naming its inode -- nothing
- *     another user could have put there, whoever answers at the daemon's
- *     socket -- opened, mapped and closed at once (raw system calls, as
- *     point 6's count; its descriptor a low number for that instant, as
- *     the daemon's socket's), errno as the program left it.  Its channel's sent count
+ *     each, a descriptor passed over a UNIX socket, of any users -- count
+ *     them in the session's count of the pipe's writers, 64 bytes (the
+ *     count, then the inode) that spdaemon keeps (inject.c: writers_count)
+ *     from the first writer that asks about the pipe (point 2) on.  The
+ *     first asker's count goes in as it stands (its OFFSET: the bytes
+ *     queued ahead of its send); a later asker's send is the count's value
+ *     when the daemon reads it, and that is the OFFSET the readers are told
+ *     (point 5), not the asker's own count.  The answer names that offset
+ *     (InjectReply.sent_offset), and the daemon passes the count with it to
+ *     an asker that holds the pipe's write end: a descriptor (SCM_RIGHTS)
+ *     of a memfd of root's, sealed against shrinking and growing.
+ * 16. The asker takes the descriptor with the answer's first bytes
+ *     (recv_head: MSG_CMSG_CLOEXEC; any other descriptor closed at once)
+ *     and maps it before its bytes go (sent_count_of): only a regular file
+ *     of root's, sealed so (no mapping of it can fault, whoever else holds
+ *     it), 64 bytes, naming its inode -- opened by nobody but the daemon,
+ *     never reached by a path -- then closes it (raw system calls; its
+ *     number a low one for that instant, as the daemon's socket's), errno
+ *     as the program left it.  Its channel's sent count
  *     is that one from then (msgs.c: before_send, point 6): every traced
  *     write of any of them adds its length with one atomic add, so each
  *     write names the bytes it carried, in the order the reader reads them.
@@ -190,13 +192,13 @@
  *
  * 18. Writers of one connected UNIX stream socket -- a parent and the
  *     programs it exec'd, a client's two processes, each holding the socket
- *     -- count the bytes into its peer in SESSION/unix-INODE-sent, and its
+ *     -- count the bytes into its peer in the daemon's count, and its
  *     readers -- pre-forked workers holding one accepted connection --
  *     count the bytes they read in SESSION/unix-INODE, INODE the receiving
  *     socket's in both (the one the request names: each direction of the
  *     connection its own counts, keyed by the socket it flows into), made
  *     and mapped as points 6 and 15 to 17 say for pipes (writers_count,
- *     pipe_counts, map_count): the request names the sending socket too
+ *     pipe_counts, map_count_fd): the request names the sending socket too
  *     (Channel.src_inode), which the asker must hold for the daemon to make
  *     or hand out the writers' count.  A UNIX stream's sender cannot see
  *     what is queued at its peer (a pipe's FIONREAD, point 5): its OFFSET is
@@ -216,11 +218,12 @@
  * mistaken for an earlier one of the same bytes; a UNIX stream socket's
  * writers forked after the agent came but before their parent's first
  * traced write on it (point 18), a pipe's or UNIX socket's readers of
- * different users or traced writers of another user than the session's
- * count's (points 15, 18) or of another session, and one whose daemon did
- * not answer in time (while others took the count), count their bytes
- * each alone (a count file is its first requester's
- * user's: another user's agent refuses it, map_count); a write's bytes
+ * different users (the readers' count file is its first reader's user's:
+ * another user's agent refuses it, map_count), traced writers of another
+ * session, and one whose daemon did not answer in time (while others took
+ * the count), count their bytes each alone; so do the writers of a channel
+ * once the daemon keeps SPD_MAX_COUNTS writers' counts (inject.c: kept
+ * for its life, lost when it restarts); a write's bytes
  * are counted when its call returns, so two writers (or two readers, point
  * 6) whose calls race between one's return and the other's add name each
  * other's bytes, and so does a reader following already when another
@@ -276,7 +279,7 @@ static volatile uint64_t no_daemon_until;
 static volatile int no_daemon_said;
 static volatile uint64_t next_id = 1;
 
-/* SESSION/pipe-INODE-sent, or a UNIX stream's SESSION/unix-INODE-sent
+/* The writers' count of a pipe or a UNIX stream's receiving socket
  * (spdaemon/inject.c: writers_count), mapped by the agent of each traced
  * writer of the channel (points 15 to 18). */
 typedef struct sent_count {
@@ -535,9 +538,43 @@ static void format_addr(int family, const uint8_t *addr, uint16_t port, char *ou
 
 static __thread volatile int ask_fd __attribute__((tls_model("initial-exec"))) = -1;
 
-/* Point 2: the exchange with the daemon; 0 and *reply, or -1 and why. */
+/* Point 16: the answer's length, and the descriptor that comes with it
+ * (SCM_RIGHTS, close-on-exec: the writers' count) in *cfd, or -1; any
+ * other descriptor that came is closed at once. */
+static int recv_head(int fd, uint8_t *head, int *cfd, uint64_t deadline)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(4 * sizeof(int))];
+	} u;
+	struct iovec io = { .iov_base = head, .iov_len = 4 };
+	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = u.b,
+			    .msg_controllen = sizeof u.b };
+	long rc;
+
+	do
+		rc = sys(SYS_recvmsg, fd, (long)&m, MSG_CMSG_CLOEXEC, 0, 0);
+	while ((rc == -EINTR || rc == -EAGAIN) && ag_mono_ns() < deadline);
+	for (struct cmsghdr *cm = rc > 0 ? CMSG_FIRSTHDR(&m) : NULL; cm; cm = CMSG_NXTHDR(&m, cm))
+		for (size_t k = 0; cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		     k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+			int x;
+
+			memcpy(&x, CMSG_DATA(cm) + k * sizeof(int), sizeof x);
+			if (*cfd < 0)
+				*cfd = x;
+			else
+				sys(SYS_close, x, 0, 0, 0, 0);
+		}
+	if (rc <= 0)
+		return -1;
+	return io_all(fd, head + rc, 4 - (size_t)rc, false, deadline);
+}
+
+/* Point 2: the exchange with the daemon; 0 and *reply (and *cfd, point 16,
+ * or -1: the caller closes it), or -1 and why. */
 static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Frame **reply,
-		    char *why, size_t whylen)
+		    int *cfd, char *why, size_t whylen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
@@ -569,25 +606,23 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	}
 	head[0] = (uint8_t)(len >> 24), head[1] = (uint8_t)(len >> 16);
 	head[2] = (uint8_t)(len >> 8), head[3] = (uint8_t)len;
+	*cfd = -1;
 	if (io_all(fd, head, 4, true, deadline) || io_all(fd, (uint8_t *)req, len, true, deadline) ||
-	    io_all(fd, head, 4, false, deadline)) {
+	    recv_head(fd, head, cfd, deadline)) {
 		snprintf(why, whylen, "the spdaemon did not answer within %u ms", wait_ms);
-		ag_fd_drop(ask_fd);
-		return -1;
+		goto fail;
 	}
 	n = (uint32_t)head[0] << 24 | (uint32_t)head[1] << 16 | (uint32_t)head[2] << 8 | head[3];
 	if (n > SPD_FRAME_MAX || n > ar->size / 2) {
 		snprintf(why, whylen, "the spdaemon's answer is %u bytes: too long", n);
-		ag_fd_drop(ask_fd);
-		return -1;
+		goto fail;
 	}
 	uint8_t *buf = ar->base + ar->size - n;
 
 	ar->size -= n;
 	if (io_all(fd, buf, n, false, deadline)) {
 		snprintf(why, whylen, "the spdaemon did not answer within %u ms", wait_ms);
-		ag_fd_drop(ask_fd);
-		return -1;
+		goto fail;
 	}
 	ag_fd_drop(ask_fd);
 	ProtobufCAllocator alloc = { arena_alloc, arena_free, ar };
@@ -595,9 +630,16 @@ static int exchange(const uint8_t *req, size_t len, arena *ar, Sptrace__Spd__Fra
 	*reply = sptrace__spd__frame__unpack(&alloc, n, buf);
 	if (!*reply) {
 		snprintf(why, whylen, "the spdaemon's answer does not parse");
-		return -1;
+		goto drop;
 	}
 	return 0;
+fail:
+	ag_fd_drop(ask_fd);
+drop:
+	if (*cfd >= 0)
+		sys(SYS_close, *cfd, 0, 0, 0, 0);
+	*cfd = -1;
+	return -1;
 }
 
 volatile uint64_t *ag_pipe_sent(int kind, uint64_t inode)
@@ -611,12 +653,41 @@ volatile uint64_t *ag_pipe_sent(int kind, uint64_t inode)
 	return NULL;
 }
 
-/* A count spdaemon made in the session's directory (points 6 and 16),
+/* A count spdaemon made, mapped from its descriptor `fd` (not closed
+ * here): the readers' (`path`, point 6) a regular file of this process's
+ * user with one link; the writers' (path NULL, point 16) a memfd of root's
+ * sealed against shrinking and growing (no mapping of it can fault,
+ * whoever else holds it); COUNT_FILE_BYTES long.  NULL, and why, if not. */
+static void *map_count_fd(long fd, const char *path, char *why, size_t len)
+{
+	struct stat st;
+	long seals;
+	void *p;
+
+	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size != COUNT_FILE_BYTES ||
+	    (path ? st.st_uid != geteuid() || st.st_nlink != 1
+	     : st.st_uid != 0 || (seals = sys(SYS_fcntl, fd, F_GET_SEALS, 0, 0, 0)) < 0 ||
+	       (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))) {
+		snprintf(why, len, "%.200s is not a count of %d bytes %s", path ? path :
+			 "the spdaemon's descriptor", COUNT_FILE_BYTES, path ? "of this user" :
+			 "of root's, sealed");
+		return NULL;
+	}
+	p = mmap(NULL, COUNT_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+	if (p == MAP_FAILED) {
+		snprintf(why, len, "%.200s: cannot map it", path ? path : "the writers' count");
+		return NULL;
+	}
+	return p;
+}
+
+/* The readers' count spdaemon made in the session's directory (point 6),
  * mapped: only a file in a directory of root's that no other user may
- * write, regular, this process's user's, one link, COUNT_FILE_BYTES long --
- * nothing another user could have put there, whoever answers at the
- * daemon's socket -- opened, mapped and closed at once (raw system calls;
- * its descriptor a low number for that instant); NULL, and why, if not. */
+ * write (map_count_fd says the rest) -- nothing another user could have
+ * put there, whoever answers at the daemon's socket -- opened, mapped and
+ * closed at once (raw system calls; its descriptor a low number for that
+ * instant); NULL, and why, if not. */
 static void *map_count(const char *path, char *why, size_t len)
 {
 	char dir[4200];
@@ -641,49 +712,34 @@ static void *map_count(const char *path, char *why, size_t len)
 		snprintf(why, len, "%.200s: %s", path, strerror((int)-fd));
 		return NULL;
 	}
-	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_uid != geteuid() || st.st_nlink != 1 || st.st_size != COUNT_FILE_BYTES) {
-		sys(SYS_close, fd, 0, 0, 0, 0);
-		snprintf(why, len, "%.200s is not a count of %d bytes of uid %u", path,
-			 COUNT_FILE_BYTES, (unsigned)geteuid());
-		return NULL;
-	}
-	p = mmap(NULL, COUNT_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
+	p = map_count_fd(fd, path, why, len);
 	sys(SYS_close, fd, 0, 0, 0, 0);
-	if (p == MAP_FAILED) {
-		snprintf(why, len, "%.200s: cannot map it", path);
-		return NULL;
-	}
 	return p;
 }
 
-/* Point 16: the count at `path` the daemon named for pipe `inode` (kind
- * AG_FLOW_PIPE) or the UNIX stream from socket `src` into socket `inode`
- * (AG_FLOW_UNIX, point 18), mapped (once per process: point 17); NULL, and
- * why, if it is not the daemon's count of this channel for this process's
- * user. */
-static volatile uint64_t *sent_count_of(int kind, const char *path, uint64_t inode,
-					uint64_t src, char *why, size_t len)
+/* Point 16: the count the daemon passed (its descriptor `cfd`, closed by
+ * the caller) for pipe `inode` (kind AG_FLOW_PIPE) or the UNIX stream from
+ * socket `src` into socket `inode` (AG_FLOW_UNIX, point 18), mapped (once
+ * per process: point 17); NULL, and why, if it is not a count of this
+ * channel. */
+static volatile uint64_t *sent_count_of(int kind, int cfd, uint64_t inode, uint64_t src,
+					char *why, size_t len)
 {
 	uint64_t key = kind == AG_FLOW_PIPE ? inode : src;
 	volatile uint64_t *have = ag_pipe_sent(kind, key);
-	const char *slash = strrchr(path, '/');
-	char name[48];
 	sent_count *sc;
 
 	if (have)
 		return have;
-	snprintf(name, sizeof name, "/%s-%llu-sent", kind == AG_FLOW_PIPE ? "pipe" : "unix",
-		 (unsigned long long)inode);
-	if (!slash || strcmp(slash, name) != 0) {
-		snprintf(why, len, "%.200s is not this channel's count", path);
+	if (cfd < 0) {
+		snprintf(why, len, "the spdaemon passed no count of its writers: see its log");
 		return NULL;
 	}
-	if (!(sc = map_count(path, why, len)))
+	if (!(sc = map_count_fd(cfd, NULL, why, len)))
 		return NULL;
 	if (sc->inode != inode) {
 		munmap(sc, COUNT_FILE_BYTES);
-		snprintf(why, len, "%.200s counts another channel", path);
+		snprintf(why, len, "the spdaemon's count counts another channel");
 		return NULL;
 	}
 	unsigned i = __atomic_fetch_add(&nsents, 1, __ATOMIC_ACQ_REL);
@@ -736,7 +792,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	uint64_t t0 = ag_mono_ns();
 	arena ar = { 0 };
 	size_t len;
-	int rc, saved = errno;
+	int rc, cfd = -1, saved = errno;
 
 	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc) ||
 	    (fc->kind == AG_FLOW_UNIX && !fc->inode && (!fc->src_inode || !fc->path[0])) ||
@@ -807,7 +863,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		errno = saved;
 		return -1;
 	}
-	rc = exchange(req, len, &ar, &rep, why, sizeof why);
+	rc = exchange(req, len, &ar, &rep, &cfd, why, sizeof why);
 	double ms = (double)(ag_mono_ns() - t0) / 1e6;
 	char off[40];
 
@@ -816,8 +872,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		const char *path = rep->inject_reply->sent_count;
 		char no[300] = "";
 
-		if (path && *path &&
-		    (fc->sent = sent_count_of(fc->kind, path, fc->inode, fc->src_inode, no,
+		if ((fc->sent = sent_count_of(fc->kind, cfd, fc->inode, fc->src_inode, no,
 					      sizeof no))) {
 			if (rep->inject_reply->sent_offset != fc->offset)
 				ag_log("propagation: %s: its traced writers count its bytes together "
@@ -829,9 +884,11 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		} else {
 			ag_log("propagation: %s: this process counts its bytes alone (%s); a reader's "
 			       "reads may name other bytes than another traced writer's writes", what,
-			       no[0] ? no : "the spdaemon names no count of its writers: see its log");
+			       no);
 		}
 	}
+	if (cfd >= 0)
+		sys(SYS_close, cfd, 0, 0, 0, 0);
 	snprintf(off, sizeof off, fc->kind == AG_FLOW_TCP ? "offset %s%lu" : fc->kind == AG_FLOW_UDP ||
 		 fc->kind == AG_FLOW_UNIXDGRAM ? "hash %s%lx" : "%s%lu", fc->at_offset ? "" : "~",
 		 (unsigned long)fc->offset);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #include <openssl/ssl.h>
 
@@ -113,11 +114,47 @@ int spd_frame_read(spd_conn *c, Sptrace__Spd__Frame **out, sp_err *err)
 	return *out ? 1 : -1;
 }
 
+/* The frame's first bytes carry `fd` (SCM_RIGHTS): a local connection's
+ * only, never a remote one's (no TLS, no other host). */
+static int write_with_fd(spd_conn *c, const uint8_t *buf, size_t n, int fd, sp_err *err)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec io = { .iov_base = (void *)buf, .iov_len = n };
+	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = u.b,
+			    .msg_controllen = sizeof u.b };
+	struct cmsghdr *cm;
+	ssize_t r;
+
+	memset(&u, 0, sizeof u);
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	do
+		r = sendmsg(c->fd, &m, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	if (r <= 0)
+		return sp_fail(err, "%s: cannot send: %s", c->peer, r < 0 ? strerror(errno) : "");
+	return write_exact(c, buf + r, n - (size_t)r, err);
+}
+
 int spd_frame_write(spd_conn *c, Sptrace__Spd__Frame *f, sp_err *err)
+{
+	return spd_frame_write_fd(c, f, -1, err);
+}
+
+int spd_frame_write_fd(spd_conn *c, Sptrace__Spd__Frame *f, int fd, sp_err *err)
 {
 	size_t len;
 	uint8_t *buf;
 	int rc;
+
+	if (fd >= 0 && (c->ssl || c->remote))
+		return sp_fail(err, "%s: a descriptor goes to a local peer only", c->peer);
 
 	f->version = SPD_PROTOCOL_VERSION;
 	len = sptrace__spd__frame__get_packed_size(f);
@@ -130,7 +167,7 @@ int spd_frame_write(spd_conn *c, Sptrace__Spd__Frame *f, sp_err *err)
 	buf[2] = (uint8_t)(len >> 8);
 	buf[3] = (uint8_t)len;
 	sptrace__spd__frame__pack(f, buf + 4);
-	rc = write_exact(c, buf, len + 4, err);
+	rc = fd >= 0 ? write_with_fd(c, buf, len + 4, fd, err) : write_exact(c, buf, len + 4, err);
 	free(buf);
 	return rc;
 }

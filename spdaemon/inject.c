@@ -28,11 +28,12 @@
  *      0700; the directories above it are root's and only traversable by
  *      others (0711), so no user can see or touch another's trace.  For a
  *      pipe, SESSION/pipe-INODE too: the count of its bytes that its
- *      readers' agents share (pipe_counts); and, before any of that,
- *      SESSION/pipe-INODE-sent: the count its traced writers' agents
- *      share, whose value names the requester's send (writers_count); for
- *      a UNIX stream socket, SESSION/unix-INODE and unix-INODE-sent, INODE
- *      the receiving socket's (agent/propagate.c, point 18).
+ *      readers' agents share (pipe_counts); and, before any of that, the
+ *      count its traced writers' agents share, whose value names the
+ *      requester's send: a sealed memfd of the daemon's whose descriptor
+ *      goes with the answer (writers_count); for a UNIX stream socket,
+ *      SESSION/unix-INODE and the writers' count of it, INODE the
+ *      receiving socket's (agent/propagate.c, point 18).
  *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
  *      request that follows a traced send (`follow`, from an agent): the
  *      receive of that send (expect=, agent/propagate.c), and the agent
@@ -76,6 +77,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -952,38 +954,45 @@ static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
 	return found;
 }
 
-/* Step 5, a pipe's writers: SESSION/pipe-INODE-sent, the count of the
- * pipe's bytes that its traced writers' agents share (agent/msgs.c, point
- * 6; agent/propagate.c, points 15 to 18): writers that are not one process
- * and its forked children -- programs exec'd apart, processes that opened
- * a named pipe each -- name each byte alike, as its reader sees it.  64
- * bytes: the count, then the pipe's inode.  The first request for the pipe
- * in the session makes it, 0600, for the requester's user, holding the
- * requester's own count (the request's offset: the bytes queued ahead of
- * its send); each later one takes the count as it stands now as its send's
- * first byte, which the readers await instead of the request's offset.
- * A UNIX stream socket's writers the same way (point 18):
- * SESSION/unix-INODE-sent, INODE the receiving socket's (the bytes into
- * it), the first requester's offset its own count.  Made and
- * read under one lock, with pwrite and pread only (never mapped here: its
- * user may truncate it).  A requester of another user than the count's,
- * one that does not hold the pipe's write end (or the sending socket it
- * names) itself (no count made for a channel a user does not write), or
- * from another host, gets none and counts alone.  Answers "" or the
- * count's absolute path, and *offset. */
-static void writers_count(const spd_daemon *d, const spd_conn *c,
-			  const Sptrace__Spd__InjectRequest *q, const spd_channel *ch,
-			  char *path, size_t len, uint64_t *offset)
+/* Step 5, a pipe's writers: the count of the pipe's bytes that its traced
+ * writers' agents share (agent/msgs.c, point 6; agent/propagate.c, points
+ * 15 to 18): writers that are not one process and its forked children --
+ * programs exec'd apart, processes that opened a named pipe each, of any
+ * users -- name each byte alike, as its reader sees it.  64 bytes: the
+ * count, then the pipe's inode, in a memfd of the daemon's, sealed so that
+ * nobody can shrink or grow it (an agent's mapping never faults), kept for
+ * the daemon's life in `counts` (one per session and channel, at most
+ * SPD_MAX_COUNTS).  The first request for the pipe in the session makes
+ * it, holding the requester's own count (the request's offset: the bytes
+ * queued ahead of its send); each later one takes the count as it stands
+ * now as its send's first byte, which the readers await instead of the
+ * request's offset.  A UNIX stream socket's writers the same way (point
+ * 18), keyed by the receiving socket's inode (the bytes into it).  Read
+ * under one lock with pread only (never mapped here).  Only a local
+ * requester that holds the pipe's write end (or the sending socket it
+ * names) itself gets it: its descriptor goes with the answer (*fd,
+ * spd_frame_write_fd), logged with who got it; another (remote, or not a
+ * writer) gets none and counts alone.  Answers *fd (the table's: not to be
+ * closed) or -1, the count's name (for the logs) and *offset. */
+#define SPD_MAX_COUNTS 256
+static void writers_count(const spd_conn *c, const Sptrace__Spd__InjectRequest *q,
+			  const spd_channel *ch, char *label, size_t len, uint64_t *offset,
+			  int *fd)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static struct {
+		char session[65];
+		int kind;
+		uint64_t inode;
+		int fd;
+	} counts[SPD_MAX_COUNTS];
+	static size_t ncounts;
 	uint64_t v[8] = { q->offset, ch->inode };
 	const char *kind = ch->kind == SPD_CH_PIPE ? "pipe" : "unix";
-	char name[48];
-	struct stat st;
-	sp_err err;
-	int sfd, fd;
+	size_t i;
 
-	path[0] = '\0';
+	label[0] = '\0';
+	*fd = -1;
 	*offset = q->offset;
 	if ((ch->kind != SPD_CH_PIPE && (ch->kind != SPD_CH_UNIX || !ch->inode || !ch->src_inode)) ||
 	    !q->follow || !q->at_offset || c->remote)
@@ -995,56 +1004,53 @@ static void writers_count(const spd_daemon *d, const spd_conn *c,
 			(unsigned long long)ch->inode);
 		return;
 	}
-	if ((sfd = spd_session_open(d, q->session, 1, &err)) < 0) {
-		spd_log("%s: inject session %s: %s; the %s's writers count its bytes alone",
-			c->peer, q->session, err.msg, kind);
-		return;
-	}
-	snprintf(name, sizeof name, "%s-%llu-sent", kind, (unsigned long long)ch->inode);
+	snprintf(label, len, "session %s's %s-%llu-sent", q->session, kind,
+		 (unsigned long long)ch->inode);
 	pthread_mutex_lock(&lock);
-	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd >= 0) {
-		if (pwrite(fd, v, sizeof v, 0) != (ssize_t)sizeof v ||
-		    fchown(fd, c->uid, (gid_t)-1) != 0) {
-			spd_log("%s/sessions/%s/%s: %s; the %s's writers count its bytes alone",
-				d->state_dir, q->session, name, strerror(errno), kind);
-			unlinkat(sfd, name, 0);
+	for (i = 0; i < ncounts; i++)
+		if (counts[i].kind == (int)ch->kind && counts[i].inode == ch->inode &&
+		    strcmp(counts[i].session, q->session) == 0)
+			break;
+	if (i == ncounts) {
+		int m = ncounts < SPD_MAX_COUNTS ? memfd_create("sptrace-count", MFD_CLOEXEC |
+								 MFD_ALLOW_SEALING) : -1;
+
+		if (m < 0 || pwrite(m, v, sizeof v, 0) != (ssize_t)sizeof v ||
+		    fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+			spd_log("%s: inject session %s: %s %llu: %s; pid %d counts its bytes alone",
+				c->peer, q->session, kind, (unsigned long long)ch->inode,
+				m < 0 && ncounts == SPD_MAX_COUNTS ? "the daemon holds as many "
+				"writers' counts as it keeps" : strerror(errno), (int)c->pid);
+			if (m >= 0)
+				close(m);
+			label[0] = '\0';
 			goto out;
 		}
-	} else if (errno != EEXIST ||
-		   (fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0 ||
-		   fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof v) {
-		spd_log("%s/sessions/%s/%s: not a count of %zu bytes%s%s; pid %d counts the %s's "
-			"bytes alone", d->state_dir, q->session, name, sizeof v, fd < 0 ? ": " : "",
-			fd < 0 ? strerror(errno) : "", (int)c->pid, kind);
-		goto out;
-	} else if (st.st_uid != c->uid) {
-		spd_log("%s: inject session %s: %s %llu: its writers that count together are uid "
-			"%u's; pid %d (uid %u) counts its bytes alone", c->peer, q->session, kind,
-			(unsigned long long)ch->inode, (unsigned)st.st_uid, (int)c->pid,
-			(unsigned)c->uid);
-		goto out;
+		snprintf(counts[i].session, sizeof counts[i].session, "%s", q->session);
+		counts[i].kind = (int)ch->kind;
+		counts[i].inode = ch->inode;
+		counts[i].fd = m;
+		ncounts++;
 	} else {
 		/* the agents add to it atomically: two equal reads are not torn */
 		uint64_t a = 0, b = 1;
 
-		for (int i = 0; i < 100 && a != b; i++)
-			if (pread(fd, &a, 8, 0) != 8 || pread(fd, &b, 8, 0) != 8 ||
-			    pread(fd, &v[1], 8, 8) != 8 || v[1] != ch->inode)
-				goto out;
-		if (a != b)
+		for (int k = 0; k < 100 && a != b; k++)
+			if (pread(counts[i].fd, &a, 8, 0) != 8 || pread(counts[i].fd, &b, 8, 0) != 8)
+				break;
+		if (a != b) {
+			label[0] = '\0';
 			goto out;
+		}
 		*offset = a;
 	}
-	snprintf(path, len, "%s/sessions/%s/%s", d->state_abs, q->session, name);
-	spd_log("%s: inject session %s: %s %llu: pid %d's send is byte %llu of the count its "
-		"writers share (%s)", c->peer, q->session, kind, (unsigned long long)ch->inode,
-		(int)c->pid, (unsigned long long)*offset, path);
+	*fd = counts[i].fd;
+	spd_log("%s: inject session %s: %s %llu: pid %d (uid %u) gets the count its writers "
+		"share (%s): its send is byte %llu", c->peer, q->session, kind,
+		(unsigned long long)ch->inode, (int)c->pid, (unsigned)c->uid, label,
+		(unsigned long long)*offset);
 out:
 	pthread_mutex_unlock(&lock);
-	if (fd >= 0)
-		close(fd);
-	close(sfd);
 }
 
 static bool seen(const pid_t *v, size_t n, pid_t pid)
@@ -1066,8 +1072,9 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	char *strings = NULL;
 	size_t ndone = 0;
 	spd_channel ch;
-	char expect[300], sent[4400];
+	char expect[300], sent[160];
 	uint64_t offset;
+	int count_fd;
 	double t0 = now_ms(), holders_ms = 0, inject_ms = 0;
 	int rounds = 0;
 
@@ -1099,7 +1106,7 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		if (spd_channel_inodes(&ch, ino, 2, &ni, NULL, err) == 0 && ni == 1)
 			ch.inode = ino[0];
 	}
-	writers_count(d, c, q, &ch, sent, sizeof sent, &offset);
+	writers_count(c, q, &ch, sent, sizeof sent, &offset, &count_fd);
 	if (q->follow)
 		expect_line(q, &ch, offset, ipopt_ok(d, c, q, &ch), expect, sizeof expect);
 	targets = calloc(SPD_MAX_TARGETS, sizeof *targets);
@@ -1170,7 +1177,7 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	f.id = req->id;
 	f.body_case = SPTRACE__SPD__FRAME__BODY_INJECT_REPLY;
 	f.inject_reply = &rep;
-	spd_frame_write(c, &f, err);
+	spd_frame_write_fd(c, &f, count_fd, err);
 out:
 	free(strings);
 	free(tp);

@@ -103,6 +103,8 @@ typedef struct spd_conn {
 int spd_frame_read(spd_conn *c, Sptrace__Spd__Frame **out, sp_err *err);
 /* Send `f` (its version is set here). */
 int spd_frame_write(spd_conn *c, Sptrace__Spd__Frame *f, sp_err *err);
+/* The same, `fd` (>= 0) passed with it (SCM_RIGHTS): a local peer only. */
+int spd_frame_write_fd(spd_conn *c, Sptrace__Spd__Frame *f, int fd, sp_err *err);
 /* A frame from its bytes (no length prefix): the check every frame read
  * passes (size, parse, a known body).  NULL with a message. */
 Sptrace__Spd__Frame *spd_frame_decode(const uint8_t *buf, size_t len, const char *peer,

@@ -78,10 +78,12 @@ users).
   pipe-fifo-writers  two writers of one named pipe that share no memory
           (a traced shell's children, exec'd apart), taking turns: each
           read names the bytes of its write, whichever writer's
+  pipe-users-writers  pipe-fifo-writers with writers of two users (61001,
+          61002): they count the pipe's bytes together all the same
   unix-writers  two writers of one connected UNIX stream socket (one end of
           a socketpair), exec'd one after the other by a traced shell, to an
           injected reader of the other end: they count its bytes together
-          (the session's count file), so each read names the bytes of its
+          (the session's count, the daemon's), so each read names the bytes of its
           write, whichever writer's
   unix-readers  pipe-readers over a connected UNIX stream socket (a
           socketpair): the readers hold one end, the writer the other
@@ -1249,7 +1251,7 @@ def case_unix_writers(sptrace, spdaemon, tier, tmp, pipes):
     shell exec'd one after the other, sharing no memory, 2 messages each --
     to an injected reader of its peer (a socketpair's two ends): the second
     one's request gets the count the session's writers share
-    (SESSION/unix-INODE-sent), so each read names the bytes of the write
+    (the daemon's), so each read names the bytes of the write
     that carried them (each writer counting alone, the second one named its
     first write 0..2, as the first one had)."""
     os.chmod(tmp, 0o755)
@@ -1317,7 +1319,7 @@ def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
     socket (one end of a socketpair), then forks a child that writes two
     more, to an injected reader of its peer: the child knows no peer
     (msgs.c, unix_peer) and asks nothing, but takes the writers' count its
-    parent took (SESSION/unix-INODE-sent), so each read names the bytes of
+    parent took (the daemon's), so each read names the bytes of
     its write (counting alone, the child named its first write 0..2, as the
     parent had)."""
     os.chmod(tmp, 0o755)
@@ -1398,7 +1400,7 @@ def case_pipe_fifo_writers(sptrace, spdaemon, tier, tmp, pipes):
     shell exec'd apart, sharing no memory, each opening the pipe by its
     path -- taking turns, 2 messages each, to a reader (untraced) that the
     first one's first write injects: the second one's request gets the
-    count the session's writers share (SESSION/pipe-INODE-sent), so each
+    count the session's writers share (the daemon's), so each
     read names the bytes of the write that carried them, whichever
     writer's (each writer counting alone, the second one named its first
     write 0..2, as the first one had)."""
@@ -1468,6 +1470,91 @@ def case_pipe_fifo_writers(sptrace, spdaemon, tier, tmp, pipes):
               "the reads %s name other bytes than the writes %s (writer: its writes)\n%s\n%s" %
               (rr, each, agent_logs(t, [rd.pid]), cl.logs()))
         pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
+    finally:
+        for fd in turns + [wfd]:
+            if fd >= 0:
+                os.close(fd)
+        kill_all(procs)
+        cl.close()
+
+
+def case_pipe_users_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """pipe-fifo-writers with writers of two users: a traced shell (root's)
+    runs two writers that become uid 61001 and uid 61002, taking
+    turns on one named pipe, to a reader of uid 61001 that the first one's
+    first write injects.  The second user's request gets the writers'
+    count all the same (a sealed memfd of the daemon's, passed with the
+    answer), so each read names the bytes of the write that carried them,
+    whichever user's (with a count file of the first user's, the second
+    user's agent counted alone and named its first write 0..2, as the first
+    one had)."""
+    pipes = reachable_copy(pipes, tmp)
+    cl = Cluster(sptrace, spdaemon, tmp, 1)
+    procs = []
+    turns = []
+    wfd = -1
+    try:
+        path = os.path.join(tmp, "fifo")
+        os.mkfifo(path)
+        os.chmod(path, 0o666)
+        ino = os.stat(path).st_ino
+        rd = cl.hosts.popen(0, USER + [pipes, "reader", path, "1"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+        procs.append(rd)
+        check(rd.stdout.readline() == "ready\n", "the reader did not start")
+        wfd = os.open(path, os.O_WRONLY)
+        rd.stdin.write("go\n")
+        rd.stdin.flush()
+        ctl = [os.path.join(tmp, "turn%d" % i) for i in (1, 2)]
+        for c in ctl:
+            os.mkfifo(c)
+        out = os.path.join(tmp, "writers.trace")
+        msgs = ["ab", "cd", "ef", "gh"]
+        sh = "%s userwriter 61001 %s %s %s <%s & %s userwriter 61002 %s %s %s <%s; wait" % (
+            pipes, path, msgs[0], msgs[2], ctl[0], pipes, path, msgs[1], msgs[3], ctl[1])
+        w = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", "sh", "-c", sh],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(w)
+        turns = [open_turns(c, w) for c in ctl]
+        wrote = {}
+        got = []
+        for i, m in enumerate(msgs):
+            os.write(turns[i % 2], b"\n")
+            line = w.stdout.readline()
+            mm = re.match(r"wrote (\d+) \d+$", line)
+            if not mm:
+                w.kill()
+                fail("writer %d did not write %s: %r %r" % (i % 2 + 1, m, line,
+                                                            w.communicate()[1][-2000:]))
+            wrote.setdefault(int(mm.group(1)), []).append(m)
+            line = rd.stdout.readline()
+            check(line.startswith("got "), "the reader did not read %s: %r" % (m, line))
+            got.append(bytes.fromhex(line.split()[2]).decode())
+        for fd in turns:
+            os.close(fd)
+        turns = []
+        wout, werr = w.communicate(timeout=300)
+        os.close(wfd)
+        wfd = -1
+        check(w.returncode == 0, "the traced writers: %r %r\n%s" % (wout, werr, cl.logs()))
+        rd.communicate(timeout=60)
+        check(got == msgs and len(wrote) == 2,
+              "the reader read %r, the writers wrote %s" % (got, wrote))
+        t = traces(cl.state(0), session_of(werr))
+        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
+        sent, each = {}, {}
+        for pid, ms in wrote.items():
+            # an image the shell exec'd: OUT/exec.PID.N
+            d = [os.path.join(out, n) for n in os.listdir(out)
+                 if re.match(r"exec\.%d\.\d+$" % pid, n)]
+            check(len(d) == 1, "writer %d's trace in %s: %s" % (pid, out, os.listdir(out)))
+            each[pid] = pipe_ranges(sptrace, d[0], "write", ino)
+            check(len(each[pid]) == len(ms), "writer %d's writes: %s" % (pid, each[pid]))
+            sent.update(zip(each[pid], ms))
+        rr = pipe_ranges(sptrace, t[rd.pid], "read", ino)
+        check(len(sent) == 4 and [sent.get(x) for x in rr] == got,
+              "the reads %s name other bytes than the writes %s (writer: its writes)\n%s\n%s" %
+              (rr, each, agent_logs(t, [rd.pid]), cl.logs()))
     finally:
         for fd in turns + [wfd]:
             if fd >= 0:
@@ -1556,7 +1643,8 @@ def main():
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
          "pipe-writers": case_pipe_writers, "unix-writers": case_unix_writers,
          "unix-readers": lambda *a: case_pipe_readers(*a, unix=True),
-         "unix-forked-writers": case_unix_forked_writers, "pipe-fifo-writers": case_pipe_fifo_writers}[case](
+         "unix-forked-writers": case_unix_forked_writers, "pipe-fifo-writers": case_pipe_fifo_writers,
+         "pipe-users-writers": case_pipe_users_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)
     finally:

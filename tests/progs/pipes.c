@@ -1,7 +1,7 @@
 /*
  * pipes.c — a writer and readers of one pipe, for the propagation
  * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers,
- * pipe-writers, pipe-fifo-writers) and of a connected UNIX stream socket
+ * pipe-writers, pipe-fifo-writers, pipe-users-writers) and of a connected UNIX stream socket
  * (unix-writers, unix-readers, unix-forked-writers: PIPE the number of an
  * inherited socket, each end's).
  *
@@ -30,6 +30,10 @@
  *       `writer`, each MSG only after a line on its standard input (the
  *       test says whose turn it is), printing "wrote PID N" once the
  *       readers took it (stops at the input's end).
+ *   pipes userwriter UID PIPE MSG...
+ *       `stepwriter` as user and group UID (no other groups), which it
+ *       becomes first, without an exec: its agent's trace stays where it
+ *       was (pipe-users-writers).
  */
 #include <ctype.h>
 #include <stdbool.h>
@@ -38,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
+#include <grp.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -161,11 +166,20 @@ int main(int argc, char **argv)
 		return writer(argv[2], argc - 3, argv + 3, false);
 	if (argc >= 4 && strcmp(argv[1], "stepwriter") == 0)
 		return writer(argv[2], argc - 3, argv + 3, true);
+	if (argc >= 5 && strcmp(argv[1], "userwriter") == 0) {
+		uid_t u = (uid_t)atoi(argv[2]);
+
+		if (setgroups(0, NULL) != 0 || setgid(u) != 0 || setuid(u) != 0) {
+			perror("pipes: becoming the user");
+			return 1;
+		}
+		return writer(argv[3], argc - 4, argv + 4, true);
+	}
 	if (argc >= 5 && strcmp(argv[1], "writers") == 0)
 		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, false);
 	if (argc >= 6 && strcmp(argv[1], "leadwriters") == 0)
 		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, true);
 	fprintf(stderr, "usage: pipes reader PIPE K | writer PIPE MSG... | writers PIPE K MSG... | "
-		"stepwriter PIPE MSG... | leadwriters PIPE K MSG...\n");
+		"stepwriter PIPE MSG... | userwriter UID PIPE MSG... | leadwriters PIPE K MSG...\n");
 	return 2;
 }

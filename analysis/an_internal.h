@@ -171,12 +171,13 @@ void an_dir_lost_add(const char *dir, an_lost *l);
 typedef struct pack_blk {
 	off_t off;               /* file offset of its header */
 	trace_pack_block h;
+	int bad;                 /* damaged: its records are read raw, or lost */
 } pack_blk;
 
 typedef struct pack_data {
 	char path[PATH_MAX];     /* packed.<tid> */
 	int fd;                  /* open while blocks are read; -1: no file */
-	pack_blk *blks;          /* the valid blocks, in order */
+	pack_blk *blks;          /* the whole blocks, in order */
 	size_t nblks, cap;
 	uint64_t end;            /* index after the last valid block's records */
 	off_t size, valid_len;   /* the file's bytes; those of the valid blocks */

@@ -251,26 +251,45 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 		}
 		if (it->pk.end > top)
 			top = it->pk.end;   /* (a header that says less than the blocks) */
-		from = an_pack_raw_from(fd, &h, it->pk.end, top);
-		it->n = (size_t)(it->pk.end + (top - from));
+		size_t pos = 0, ngaps = 0, gaps[2 * 64];
+
 		it->sites = t->sites;
 		it->nsites = t->nsites;
-		it->first_sync = it->guess_from = it->n;
 		it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
-		for (size_t k = 0; k < it->pk.nblks; k++)
-			if (add_piece(it, (size_t)it->pk.blks[k].h.first, it->pk.blks[k].h.n,
-				      it->pk.fd, 0, 0, (long)k))
-				goto nomem;
-		if (top > from && add_piece(it, (size_t)it->pk.end, top - from, fd,
-					    (off_t)(h.header_size + from * 8), 0, -1))
-			goto nomem;
-		if (from > it->pk.end && top > from) {
-			/* Records lost between: the high bits anew. */
-			uint64_t epoch = epoch_after_gap(it, it->pk.end, top - from, h.epoch,
-							 &it->first_sync);
+		/* The blocks; a damaged one's records raw where they still are
+		 * (records lost before them: a gap, see step 2), then the tail. */
+		for (size_t k = 0; k <= it->pk.nblks; k++) {
+			const pack_blk *b = k < it->pk.nblks ? &it->pk.blks[k] : NULL;
+			uint64_t first = b ? b->h.first : it->pk.end, end = b ? first + b->h.n : top;
 
-			it->guess_from = it->pk.end;
-			if (an_add_reset(&it->resets, &it->nresets, it->pk.end, epoch))
+			if (b && !b->bad) {
+				if (add_piece(it, pos, b->h.n, it->pk.fd, 0, 0, (long)k))
+					goto nomem;
+				pos += b->h.n;
+				continue;
+			}
+			from = an_pack_raw_from(fd, &h, first, end);
+			if (end <= from)
+				continue;
+			if (from > first && ngaps < sizeof gaps / sizeof *gaps / 2) {
+				gaps[2 * ngaps] = pos;
+				gaps[2 * ngaps++ + 1] = (size_t)(end - from);
+			}
+			if (add_piece(it, pos, end - from, fd, (off_t)(h.header_size + from * 8), 0, -1))
+				goto nomem;
+			pos += end - from;
+		}
+		it->n = pos;
+		it->first_sync = it->guess_from = it->n;
+		for (size_t g = 0; g < ngaps; g++) {
+			size_t fs;
+			uint64_t epoch = epoch_after_gap(it, gaps[2 * g], gaps[2 * g + 1], h.epoch, &fs);
+
+			if (g == 0) {
+				it->guess_from = gaps[0];
+				it->first_sync = fs;
+			}
+			if (an_add_reset(&it->resets, &it->nresets, gaps[2 * g], epoch))
 				goto nomem;
 		}
 		if (kernel_records(it, th, err) < 0)

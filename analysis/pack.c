@@ -232,8 +232,10 @@ void an_pack_free(pack_data *pd)
  * The valid blocks of packed.<tid> beside ring_path (point 3), from the
  * start.  With check 0 only the headers and the file's size are looked at
  * (the writer, which wrote them); with 1 each block is read and its crc
- * checked too.  The first block that fails ends the list: pd->bad is then
- * its offset and pd->why says what is wrong.  No file: no blocks.  -1 only
+ * checked too.  A block whole but damaged (its checksum) is listed with
+ * `bad` set, and the next ones are read; one that is not whole (cut short,
+ * not a block) ends the list.  pd->bad is the first failing block's
+ * offset, and pd->why says what is wrong with it.  No file: no blocks.  -1 only
  * when the file exists and cannot be read (err).
  */
 int an_pack_scan(const char *ring_path, pack_data *pd, int check, int fd_rw, sp_err *err)
@@ -262,6 +264,7 @@ int an_pack_scan(const char *ring_path, pack_data *pd, int check, int fd_rw, sp_
 	while (off < st.st_size) {
 		trace_pack_block b;
 		const char *why = NULL;
+		int damaged = 0;        /* whole, but its data is not what it wrote */
 
 		if (st.st_size - off < (off_t)sizeof b)
 			why = "a block header cut short (the writer was stopped while writing it?)";
@@ -293,18 +296,20 @@ int an_pack_scan(const char *ring_path, pack_data *pd, int check, int fd_rw, sp_
 				why = "cannot read its data";
 			else if (block_crc(&b, z) != b.crc)
 				why = "its checksum does not match (a damaged file)";
+			damaged = why != NULL;
 		}
-		if (why) {
+		if (why && pd->bad < 0) {
 			pd->bad = off;
 			snprintf(pd->why, sizeof pd->why, "%s", why);
-			break;
 		}
+		if (why && !damaged)
+			break;
 		if (sp_grow((void **)&pd->blks, &pd->cap, pd->nblks + 1, sizeof *pd->blks)) {
 			free(z);
 			an_pack_free(pd);
 			return sp_fail(err, "%s: out of memory", pd->path);
 		}
-		pd->blks[pd->nblks++] = (pack_blk){ off, b };
+		pd->blks[pd->nblks++] = (pack_blk){ off, b, damaged };
 		pd->end = b.first + b.n;
 		off += (off_t)(sizeof b + b.zlen);
 	}

@@ -327,8 +327,14 @@ static int packed_lost(an_trace *t, const char *path, int fd, const trace_ring_h
 		an_warn(t, "%s", e.msg);
 		return 0;
 	}
+	for (size_t k = 0; k < pd.nblks; k++)
+		if (pd.blks[k].bad) {
+			uint64_t first = pd.blks[k].h.first, end = first + pd.blks[k].h.n;
+
+			*lost += an_pack_raw_from(fd, h, first, end) - first;
+		}
 	from = an_pack_raw_from(fd, h, pd.end, top);
-	*lost = from - pd.end;
+	*lost += from - pd.end;
 	if (pd.bad >= 0)
 		an_warn(t, "%s: the block at offset %lld is unreadable: %s; records from %" PRIu64
 			" on are read from %s%s", pd.path, (long long)pd.bad, pd.why, pd.end, path,

@@ -369,6 +369,51 @@ uint64_t an_pack_raw_from(int ring_fd, const trace_ring_header *h, uint64_t end,
 }
 
 /*
+ * The writer's memory of the files it packed: where each one's blocks end
+ * (file identity, length, records), so that a file whose length is what
+ * it left is not read again at each call (sptrace run calls every 50 ms,
+ * and a file has a block per chunk: thousands with small chunks).  A file
+ * of another length is scanned.
+ */
+#define PACK_CACHE 1024
+static struct pack_cached {
+	dev_t dev;
+	ino_t ino;
+	off_t len;
+	uint64_t end;
+} pack_cache[PACK_CACHE];
+
+static struct pack_cached *cache_slot(const struct stat *st)
+{
+	return &pack_cache[((uint64_t)st->st_ino * 0x9e3779b97f4a7c15ull) >> 54];
+}
+
+static void cache_put(const struct stat *st, off_t len, uint64_t end)
+{
+	*cache_slot(st) = (struct pack_cached){ st->st_dev, st->st_ino, len, end };
+}
+
+static int scan_cached(const char *ring_path, pack_data *pd, int pfd, const struct stat *pst,
+		       sp_err *err)
+{
+	const struct pack_cached *c = cache_slot(pst);
+
+	if (c->len && c->dev == pst->st_dev && c->ino == pst->st_ino && c->len == pst->st_size) {
+		memset(pd, 0, sizeof *pd);
+		an_pack_path(ring_path, pd->path, sizeof pd->path);
+		pd->fd = pfd;
+		pd->bad = -1;
+		pd->size = pd->valid_len = c->len;
+		pd->end = c->end;
+		return 0;
+	}
+	if (an_pack_scan(ring_path, pd, 0, pfd, err) < 0)
+		return -1;
+	cache_put(pst, pd->valid_len, pd->end);
+	return 0;
+}
+
+/*
  * sptrace run's side (point 2).  The ring file's records below `to` -- the
  * chunks the agent is done with, or when the file is process `gone`'s
  * (which can write no more) every record it holds -- that are not in packed.<tid> yet are encoded
@@ -430,7 +475,7 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 		close(fd);
 		return sp_fail(err, "%s: cannot give it the ring's owner: %s", pd.path, strerror(e));
 	}
-	if (an_pack_scan(ring_path, &pd, 0, pfd, err) < 0) {
+	if (scan_cached(ring_path, &pd, pfd, &pst, err) < 0) {
 		close(fd);
 		return -1;
 	}
@@ -493,6 +538,7 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 		}
 		pd.valid_len += (off_t)(sizeof b + zlen);
 		pd.end = first + n;
+		cache_put(&pst, pd.valid_len, pd.end);
 		packed += (int64_t)n;
 		/* Point 2: the raw records go only now.  A file system that
 		 * cannot punch keeps them (readers take the block). */

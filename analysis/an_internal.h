@@ -11,6 +11,7 @@
  *   msgs.c      the channels file; message and channel texts
  *   rings.c     ring headers and drained segments (seg.<tid>)
  *   iter.c      a thread's records, streamed, with full timestamps
+ *   pack.c      packed.<tid>: sptrace run's compact blocks, written and read
  *   calls.c     entries paired with exits: a thread's call tree
  *   session.c   processes of a trace: exec'd images, children, hosts
  *   flows.c     flows: activations followed across threads and messages

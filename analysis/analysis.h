@@ -161,7 +161,7 @@ void an_trace_lost(const an_trace *t, an_lost *l);
 /* One sentence, no newline: "N of M records lost in T of U threads: why". */
 void an_lost_text(const an_lost *l, char *buf, size_t len);
 
-/* `sptrace run`'s compaction (trace_format.h, "Packed blocks"): the records
+/* `sptrace run`'s compaction (pack.c; trace_format.h, "Packed blocks"): the records
  * of the ring file ring_path (a file of every record) that the agent is
  * done with -- all of them when the file is process `gone`'s (0: none;
  * AN_PACK_DEAD: any process no longer running), which can write no more --

@@ -338,39 +338,6 @@ static void trim_rings(const char *dir, pid_t pid, int depth)
 	closedir(d);
 }
 
-/*
- * Compaction (trace_format.h, "Packed blocks"): every file of every record
- * in DIR and its exec'd images' subdirectories has its finished chunks
- * packed (an_pack_ring); those of process `gone` (0: none), which can
- * write no more, all their records.  0, or -1 once an error was said (the
- * caller stops compacting: the records stay raw, as with --no-compact).
- */
-static int pack_rings(const char *dir, pid_t gone, int depth)
-{
-	char path[PATH_MAX];
-	struct dirent *de;
-	DIR *d = opendir(dir);
-	int rc = 0;
-
-	if (!d)
-		return 0;
-	while (rc == 0 && (de = readdir(d))) {
-		sp_err err;
-
-		if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
-			continue;
-		if (depth < 16 && strncmp(de->d_name, "exec.", 5) == 0)
-			rc = pack_rings(path, gone, depth + 1);
-		else if (strncmp(de->d_name, "ring.", 5) == 0 && an_pack_ring(path, gone, &err) < 0) {
-			cli_error("run: %s; the records left are kept as written (8 bytes each)",
-				  err.msg);
-			rc = -1;
-		}
-	}
-	closedir(d);
-	return rc < 0 ? -1 : 0;
-}
-
 /* End like the program did: same status, or the same signal (no core of
  * our own: the program already dumped one if it was going to). */
 static int end_like(int status)
@@ -651,7 +618,7 @@ int cmd_run(int argc, char **argv)
 		 * default: filled in about 30 ms at full rate, so the page cache
 		 * holds a few chunks per thread at most). */
 		if (compact && sp_now_ns() - last_pack >= 50000000ull) {
-			if (pack_rings(absdir, 0, 0) < 0)
+			if (cli_pack_rings(absdir, 0, 0) < 0)
 				compact = 0;
 			last_pack = sp_now_ns();
 		}
@@ -673,7 +640,7 @@ int cmd_run(int argc, char **argv)
 	}
 	trim_rings(absdir, pid, 0);
 	if (compact)
-		pack_rings(absdir, pid, 0);
+		cli_pack_rings(absdir, pid, 0);
 	end_traces(absdir, status);
 	if (kern)
 		cli_kernel_finish(kern, absdir);
@@ -685,28 +652,4 @@ int cmd_run(int argc, char **argv)
 	cli_say_lost_dir("run", absdir, NULL);
 	fprintf(stderr, "sptrace: trace of pid %d in %s\n", (int)pid, dir);
 	return end_like(status);
-}
-
-static const char pack_help[] =
-	"usage: sptrace pack DIR\n"
-	"\n"
-	"Store the records of the trace in DIR compactly, as 'sptrace run' does\n"
-	"itself while the program runs (unless --no-compact): each thread's\n"
-	"ring.<tid> file of every record is re-encoded into DIR/packed.<tid>\n"
-	"(about 2-4 bytes a call instead of 16) and the records packed are freed\n"
-	"in ring.<tid>.  For a trace made with --no-compact, or one whose\n"
-	"'sptrace run' was killed before it could pack the rest.  The files of a\n"
-	"process still running are packed up to the chunk its threads are\n"
-	"writing; rings (--flight-recorder) are left as they are.  Every reader\n"
-	"reads both forms.\n";
-
-int cmd_pack(int argc, char **argv)
-{
-	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
-		return fputs(pack_help, stdout), 0;
-	if (argc != 2 || argv[1][0] == '-')
-		return cli_error("pack: usage: sptrace pack DIR; see 'sptrace pack --help'"), 2;
-	if (access(argv[1], F_OK) != 0)
-		return cli_error("pack: %s: %s", argv[1], strerror(errno)), 1;
-	return pack_rings(argv[1], AN_PACK_DEAD, 0) < 0 ? 1 : 0;
 }

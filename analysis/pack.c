@@ -550,6 +550,13 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 			goto out;
 		}
 	}
+	/* The process is gone: the chunk it had mapped ahead holds no record
+	 * (trim_rings cuts it off its own process's files; a child's stay). */
+	if (final && packed >= 0 && pd.end == to && to == h.count &&
+	    (uint64_t)st.st_size > h.header_size + to * 8)
+		(void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)(h.header_size + to * 8),
+				st.st_size - (off_t)(h.header_size + to * 8));
 out:
 	free(raw);
 	free(cols);

@@ -639,8 +639,8 @@ int cmd_run(int argc, char **argv)
 		return end_like(status);
 	}
 	trim_rings(absdir, pid, 0);
-	if (compact)
-		cli_pack_rings(absdir, pid, 0);
+	if (compact)      /* (the program's files, and those of children gone too) */
+		cli_pack_rings(absdir, AN_PACK_DEAD, 0);
 	end_traces(absdir, status);
 	if (kern)
 		cli_kernel_finish(kern, absdir);

@@ -348,16 +348,21 @@ int an_pack_decode(const pack_data *pd, size_t k, uint64_t *rec, const char **wh
 
 /*
  * Where ring.<tid>'s raw records go on after the packed ones: index `end`,
- * unless the bytes there were punched out (their block is missing or
- * invalid: point 3): then the first index whose bytes are still in the
- * file (SEEK_DATA), or `top` when none are.  Records in between are lost.
+ * unless the bytes there were punched out or cut off (their block is
+ * missing or invalid: points 3, 5): then the first index whose bytes are
+ * still in the file (SEEK_DATA), or `top` when none are.  Records in between are lost.
  */
 uint64_t an_pack_raw_from(int ring_fd, const trace_ring_header *h, uint64_t end, uint64_t top)
 {
 	uint64_t r = 0;
 	off_t at = (off_t)(h->header_size + end * 8), data;
+	struct stat st;
 
-	if (end >= top || an_read_full(ring_fd, &r, 8, at) < 0 || r != 0)
+	if (end >= top)
+		return end;
+	if (fstat(ring_fd, &st) == 0 && at >= st.st_size)
+		return top;     /* past the file's end (point 5) */
+	if (an_read_full(ring_fd, &r, 8, at) < 0 || r != 0)
 		return end;
 	data = lseek(ring_fd, at, SEEK_DATA);
 	if (data < 0)
@@ -550,13 +555,15 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 			goto out;
 		}
 	}
-	/* The process is gone: the chunk it had mapped ahead holds no record
-	 * (trim_rings cuts it off its own process's files; a child's stay). */
-	if (final && packed >= 0 && pd.end == to && to == h.count &&
-	    (uint64_t)st.st_size > h.header_size + to * 8)
-		(void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				(off_t)(h.header_size + to * 8),
-				st.st_size - (off_t)(h.header_size + to * 8));
+	/* The process is gone and every record is packed: the file is cut to
+	 * its header (point 5), nothing but holes and the chunk mapped ahead
+	 * after it. */
+	if (final && packed >= 0 && pd.end == h.count && h.count <= h.kept_end &&
+	    st.st_size > (off_t)h.header_size && ftruncate(fd, (off_t)h.header_size) < 0) {
+		packed = sp_fail(err, "%s: cannot cut it to its header: %s", ring_path,
+				 strerror(errno));
+		goto out;
+	}
 out:
 	free(raw);
 	free(cols);

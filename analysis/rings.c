@@ -119,7 +119,7 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 {
 	struct stat st;
 	int fd = sp_open_regular(path, 1);
-	uint64_t need;
+	uint64_t need, pend, slots;
 
 	if (fd < 0)
 		return sp_fail(err, "%s: cannot open: %s", path, sp_open_why(errno));
@@ -203,10 +203,12 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 			       (long long)st.st_size, h->capacity, need);
 	}
 	*said = h->count;
-	h->count = ring_written(fd, h, file_slots(h, (uint64_t)st.st_size),
-				h->chunk ? packed_end(path) : 0);
-	if (h->chunk && h->kept_end > file_slots(h, (uint64_t)st.st_size))
-		h->kept_end = file_slots(h, (uint64_t)st.st_size);  /* the file's end */
+	pend = h->chunk ? packed_end(path) : 0;
+	slots = file_slots(h, (uint64_t)st.st_size);
+	h->count = ring_written(fd, h, slots, pend);
+	if (h->chunk && h->kept_end > (slots > pend ? slots : pend))
+		h->kept_end = slots > pend ? slots : pend;  /* the file's end, or the
+							     * packed blocks' */
 	return fd;
 }
 

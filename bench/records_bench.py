@@ -51,6 +51,22 @@ def ring_chunk(path):
     return v[13] if v[1] >= 2 else 0
 
 
+def packed_records(path):
+    """The records packed.<tid>'s blocks hold (trace_format.h, "Packed
+    blocks": a 48-byte header, magic, first, n, zlen, ...), counted from 0."""
+    end = 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(48)
+            if len(b) < 48:
+                return end
+            magic, first, n, zlen = struct.unpack_from("<QQII", b)
+            if magic != 0x314b434150505354 or first != end:
+                return end
+            end = first + n
+            f.seek(zlen, 1)
+
+
 def ring_stats(tdir):
     """(written, kept, allocated bytes) over every ring.<tid> (and seg.<tid>
     of an old trace) below tdir."""
@@ -64,10 +80,12 @@ def ring_stats(tdir):
         size += st.st_blocks * 512
         written += count
         if chunk:
-            kept += min(count, kept_end, (st.st_size - hsize) // 8)
+            held = (st.st_size - hsize) // 8
             packed = os.path.join(os.path.dirname(path), "packed." + os.path.basename(path)[5:])
             if os.path.exists(packed):
                 size += os.stat(packed).st_blocks * 512
+                held = max(held, packed_records(packed))
+            kept += min(count, kept_end, held)
         else:
             seg = os.path.join(os.path.dirname(path), "seg." + os.path.basename(path)[5:])
             segn, end = 0, 0

@@ -447,6 +447,9 @@ static inline void trace_msg_unpack(const uint64_t data[TRACE_MSG_NDATA], uint32
  *     exited (a stack kept by encoder and decoder alike, TRACE_PACK_STACK
  *     deep, reset at each block) names it by depth instead of by id.  The
  *     decoded records are the raw 64-bit ones exactly, zero slots included.
+ *  5. Once the process is gone and all of a file's records are packed,
+ *     ring.<tid> is cut to its header: records a file does not hold are
+ *     lost only if no valid block holds them either.
  */
 #define TRACE_PACK_MAGIC 0x314b434150505354ull /* "TSPPACK1" little-endian */
 #define TRACE_PACK_STACK 4096

@@ -439,7 +439,8 @@ static void test_chunked(void)
  * are finished.  Packing them (an_pack_ring, as `sptrace run` does while
  * the process runs) must give the same records as the raw file, with
  * chunks 0-2 freed in ring.<tid>; packing again adds nothing; packing once
- * the process is gone packs the rest.  Then the second block damaged (a
+ * the process is gone packs the rest and cuts ring.<tid> to its header
+ * (nothing lost, nothing said).  Then the second block damaged (a
  * flipped byte: its 512 records, punched, counted lost, the next blocks
  * read), and cut short (the blocks from there on are gone: 1024 records
  * lost): said, with packed.<tid> and the block's offset; the rest read.
@@ -502,7 +503,7 @@ static void write_packable(const char *dir, const uint64_t *all, uint64_t count)
 	h.count = count;
 	h.kept_end = ~0ull;
 	h.pid = (uint32_t)getpid();     /* running: only finished chunks are packed */
-	h.tid = h.pid;
+	h.tid = 1234;
 	h.start_tsc = all[0] >> 2 << TRACE_TSC_LOW_BITS;
 	for (uint64_t i = 0; i < count; i++)   /* the last SYNC's, as the agent keeps it */
 		if (all[i] && trace_rec_kind(all[i]) == TRACE_SYNC)
@@ -530,6 +531,7 @@ static void test_packed(void)
 	uint64_t tsc = 5 * P - 3000, high = tsc >> TRACE_TSC_LOW_BITS;
 	char *raw = tg_dir(root, "packed-raw"), *pk = tg_dir(root, "packed"), path[4200];
 	char *lost = tg_dir(root, "packed-lost");
+	an_trace *t;
 	uint32_t stack[64];
 	unsigned sp = 0;
 	sp_err err;
@@ -574,7 +576,21 @@ static void test_packed(void)
 	got = an_pack_ring(path, (int)getpid(), &err);
 	CHECK(got == PK_CHUNK + 100, "packed, gone: %" PRId64 " records packed, expected %d",
 	      got, PK_CHUNK + 100);
+	{
+		struct stat st;
+
+		CHECK(stat(path, &st) == 0 && st.st_size == TRACE_RING_HEADER_SIZE,
+		      "packed, gone: ring.1234 is %lld bytes, expected cut to its header",
+		      (long long)st.st_size);
+	}
 	same_records("packed, gone", pk, raw);
+	if ((t = open_ok(pk))) {
+		CHECK(an_trace_thread(t, 0)->lost == 0 && an_trace_nwarnings(t) == 0,
+		      "packed, gone: %" PRIu64 " lost, %zu warnings (%s), expected none",
+		      an_trace_thread(t, 0)->lost, an_trace_nwarnings(t),
+		      an_trace_nwarnings(t) ? an_trace_warning(t, 0) : "");
+		an_trace_close(t);
+	}
 
 	/* Block 1 (records 512-1023) damaged: expected, those records zero
 	 * (skipped as holes; lost), and the SYNC at 1024 so they come back
@@ -583,7 +599,6 @@ static void test_packed(void)
 		static uint64_t holed[4 * PK_CHUNK + 100];
 		char ppath[4200];
 		off_t off1;
-		an_trace *t;
 		int fd, said = 0;
 		trace_pack_block b;
 

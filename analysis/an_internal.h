@@ -184,6 +184,7 @@ typedef struct pack_data {
 	off_t size, valid_len;   /* the file's bytes; those of the valid blocks */
 	off_t bad;               /* the first invalid block's offset; -1: none */
 	char why[96];            /* ... what is wrong with it */
+	int cut;                 /* ... it is the file's last, cut short */
 } pack_data;
 
 void an_pack_path(const char *ring_path, char *out, size_t len);

@@ -46,8 +46,10 @@
  *      and its AGENT_END (the agent's own system calls), and those while
  *      no traced call is open (before the first, after the root's return:
  *      the loader's, the agent's start and end, exit handlers untraced).
- * A file that keeps every record (trace_format.h) is one piece: its
- * records in order, up to kept_end.
+ * A file that keeps every record (trace_format.h) is a piece per block of
+ * packed.<tid> (decoded whole when the window reaches it), then one piece
+ * of the raw records after them, up to kept_end; a damaged block is read
+ * raw where its records still are, and those punched out are a gap.
  */
 #define WINDOW 4096
 
@@ -244,6 +246,7 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 		 * of packed.<tid>, then the raw ones from where they resume
 		 * (trace_format.h, "Packed blocks", point 3). */
 		uint64_t top = h.count < h.kept_end ? h.count : h.kept_end, from;
+		size_t pos = 0, ngaps = 0, gaps[2 * 64];
 
 		if (an_pack_scan(th->path, &it->pk, 1, -1, err) < 0) {
 			an_iter_close(it);
@@ -251,7 +254,6 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 		}
 		if (it->pk.end > top)
 			top = it->pk.end;   /* (a header that says less than the blocks) */
-		size_t pos = 0, ngaps = 0, gaps[2 * 64];
 
 		it->sites = t->sites;
 		it->nsites = t->nsites;

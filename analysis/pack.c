@@ -263,11 +263,11 @@ int an_pack_scan(const char *ring_path, pack_data *pd, int check, int fd_rw, sp_
 	pd->size = st.st_size;
 	while (off < st.st_size) {
 		trace_pack_block b;
-		const char *why = NULL;
+		const char *why = NULL, *cut = NULL;
 		int damaged = 0;        /* whole, but its data is not what it wrote */
 
 		if (st.st_size - off < (off_t)sizeof b)
-			why = "a block header cut short (the writer was stopped while writing it?)";
+			why = cut = "a block header cut short (the writer was stopped while writing it?)";
 		else if (an_read_full(pd->fd, &b, sizeof b, off) < 0)
 			why = "cannot read its header";
 		else if (b.magic != TRACE_PACK_MAGIC)
@@ -279,7 +279,7 @@ int an_pack_scan(const char *ring_path, pack_data *pd, int check, int fd_rw, sp_
 			 b.zlen > ZSTD_compressBound((size_t)b.n * COL_MAX_PER_REC))
 			why = "a corrupt header";
 		else if (st.st_size - off - (off_t)sizeof b < (off_t)b.zlen)
-			why = "cut short (the writer was stopped while writing it?)";
+			why = cut = "cut short (the writer was stopped while writing it?)";
 		else if (check) {
 			if (zcap < b.zlen) {
 				void *nz = realloc(z, b.zlen);
@@ -300,6 +300,7 @@ int an_pack_scan(const char *ring_path, pack_data *pd, int check, int fd_rw, sp_
 		}
 		if (why && pd->bad < 0) {
 			pd->bad = off;
+			pd->cut = cut != NULL;
 			snprintf(pd->why, sizeof pd->why, "%s", why);
 		}
 		if (why && !damaged)
@@ -458,6 +459,10 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 		to = h.kept_end;
 	if (to > slots)
 		to = slots;
+	if (to == 0) {
+		close(fd);
+		return 0;       /* nothing to pack (yet), or all of it packed (point 5) */
+	}
 	an_pack_path(ring_path, pd.path, sizeof pd.path);
 	pfd = open(pd.path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
 		   st.st_mode & 0666);
@@ -485,7 +490,13 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 		return -1;
 	}
 	/* A block cut short by a writer that was stopped: its records are
-	 * still raw (point 2); it goes. */
+	 * still raw (point 2); it goes.  Anything else wrong after the valid
+	 * blocks is damage this writer did not do: it leaves the file alone. */
+	if (pd.size > pd.valid_len && !pd.cut) {
+		packed = sp_fail(err, "%s: damaged at offset %lld (%s): nothing more is packed "
+				 "into it", pd.path, (long long)pd.valid_len, pd.why);
+		goto out;
+	}
 	if (pd.size > pd.valid_len && ftruncate(pd.fd, pd.valid_len) < 0) {
 		int e = errno;
 

@@ -27,7 +27,9 @@ tests/progs/hotthreads.c: THREADS threads calling a small function.
             read back; and a trace made with --no-compact (16 bytes a call),
             packed afterwards by `sptrace pack` (at most 4 bytes a call in
             the records' files), gives replay, report, flows
-            and export the same output as before, byte for byte.
+            and export the same output as before, byte for byte; and
+            sptrace run killed -9 while it packs: the packed and the raw
+            records are read together, every call once.
 (kill9 reads the agent's raw files itself: it runs with --no-compact.)
 """
 
@@ -313,6 +315,36 @@ def case_compact(sptrace, prog, tmp):
               (cmd[0], len(outs[0]), len(outs[1])))
     print("compact: --no-compact %.2f bytes per call in the records' files, packed %.3f; "
           "replay, report, flows and export alike" % (raw_per_call, pk_per_call))
+
+    # sptrace run killed while it packs: what it packed and what it had not
+    # yet (raw) are read together, every call once.
+    died = os.path.join(tmp, "died")
+    n = 4000000
+    p = subprocess.Popen([sptrace, "run", "-o", died, "--", prog, "2", str(n)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    child = None
+    while time.monotonic() < deadline and p.poll() is None:
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                              text=True).stdout.split()
+        if kids and any(os.path.getsize(f) for f in glob.glob(os.path.join(died, "packed.*"))):
+            child = int(kids[0])
+            break
+        time.sleep(0.02)
+    check(child is not None, "compact: sptrace run packed nothing within 60 s (or the "
+          "program ended first: exit %s)" % p.poll())
+    p.kill()
+    p.wait()
+    while time.monotonic() < deadline and os.path.exists("/proc/%d" % child):
+        time.sleep(0.1)
+    check(not os.path.exists("/proc/%d" % child), "compact: the program did not end")
+    calls, rep = report_calls(sptrace, died, env)
+    check(calls.get("leaf") == 2 * n and "lost" not in rep.stderr,
+          "compact: after sptrace run was killed, report counts %s calls of leaf, expected "
+          "%d:\n%s" % (calls.get("leaf"), 2 * n, (rep.stderr + rep.stdout)[:3000]))
+    print("compact: sptrace run killed while packing: %d calls read, from %d packed and %d "
+          "raw files" % (calls["leaf"], len(glob.glob(os.path.join(died, "packed.*"))),
+                         len(rings(died))))
 
 
 def main():

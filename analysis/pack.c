@@ -75,22 +75,16 @@ static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
  * below the top, for d < avail. */
 typedef struct pstack {
 	uint32_t st[TRACE_PACK_STACK];
-	uint64_t sp;
-	unsigned avail;
 } pstack;
 
-static void push(pstack *s, uint32_t id)
-{
-	s->st[s->sp++ & STACK_MASK] = id;
-	if (s->avail < TRACE_PACK_STACK)
-		s->avail++;
-}
-
-static void pop(pstack *s, unsigned n)
-{
-	s->sp -= n;
-	s->avail -= n;
-}
+/* (Kept in locals by the loops below, stored back at the end: through
+ * the struct, every byte the loops write could alias them.) */
+#define PUSH(st, sp, avail, id)                                               \
+	do {                                                                  \
+		(st)[(sp)++ & STACK_MASK] = (id);                             \
+		if ((avail) < TRACE_PACK_STACK)                               \
+			(avail)++;                                            \
+	} while (0)
 
 /* Point 4's columns of n records into cols (n * COL_MAX_PER_REC bytes):
  * contiguous, their lengths into ncol. */
@@ -98,10 +92,10 @@ static void encode(const uint64_t *rec, uint32_t n, uint8_t *cols, uint32_t ncol
 {
 	uint8_t *k = cols, *id0 = cols + n, *id = id0, *dl0 = id0 + 4 * (size_t)n, *dl = dl0;
 	uint8_t *pl0 = dl0 + 6 * (size_t)n, *pl = pl0;
-	uint64_t prev = 0;
+	uint64_t prev = 0, sp = 0;
+	uint32_t *st = s->st;
+	unsigned avail = 0;
 
-	s->sp = 0;
-	s->avail = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t r = rec[i], t = r >> TRACE_TSC_SHIFT;
 		uint32_t site = trace_rec_id(r);
@@ -115,15 +109,16 @@ static void encode(const uint64_t *rec, uint32_t n, uint8_t *cols, uint32_t ncol
 		case TRACE_ENTRY:
 			*k++ = TRACE_PACK_ENTRY;
 			id = put_varint(id, site);
-			push(s, site);
+			PUSH(st, sp, avail, site);
 			break;
 		case TRACE_EXIT:
-			for (d = 0; d < 16 && d < s->avail; d++)
-				if (s->st[(s->sp - 1 - d) & STACK_MASK] == site)
+			for (d = 0; d < 16 && d < avail; d++)
+				if (st[(sp - 1 - d) & STACK_MASK] == site)
 					break;
-			if (d < 16 && d < s->avail) {
+			if (d < 16 && d < avail) {
 				*k++ = d ? (uint8_t)(TRACE_PACK_EXIT_DEEP + d) : TRACE_PACK_EXIT_TOP;
-				pop(s, d + 1);
+				sp -= d + 1;
+				avail -= d + 1;
 			} else {
 				*k++ = TRACE_PACK_EXIT_ID;
 				id = put_varint(id, site);
@@ -153,10 +148,10 @@ static int decode(const uint8_t *cols, const uint32_t ncol[4], uint32_t n, uint6
 {
 	const uint8_t *k = cols, *id = cols + ncol[0], *id_end = id + ncol[1];
 	const uint8_t *dl = id_end, *dl_end = dl + ncol[2], *pl = dl_end, *pl_end = pl + ncol[3];
-	uint64_t prev = 0, v, w;
+	uint64_t prev = 0, v, w, sp = 0;
+	uint32_t *st = s->st;
+	unsigned avail = 0;
 
-	s->sp = 0;
-	s->avail = 0;
 	*why = "its columns are inconsistent";
 	if (ncol[0] != n)
 		return -1;
@@ -182,16 +177,17 @@ static int decode(const uint8_t *cols, const uint32_t ncol[4], uint32_t n, uint6
 				return -1;
 			site = (uint32_t)v;
 			if (c == TRACE_PACK_ENTRY)
-				push(s, site);
+				PUSH(st, sp, avail, site);
 			break;
 		default:
 			if (c != TRACE_PACK_EXIT_TOP && (c <= TRACE_PACK_EXIT_DEEP || c >= TRACE_PACK_EXIT_DEEP + 16))
 				return -1;
 			d = c == TRACE_PACK_EXIT_TOP ? 0 : c - TRACE_PACK_EXIT_DEEP;
-			if (d >= s->avail)
+			if (d >= avail)
 				return -1;
-			site = s->st[(s->sp - 1 - d) & STACK_MASK];
-			pop(s, d + 1);
+			site = st[(sp - 1 - d) & STACK_MASK];
+			sp -= d + 1;
+			avail -= d + 1;
 			break;
 		}
 		if (get_varint(&dl, dl_end, &v) || v > TSC_MASK)

@@ -11,6 +11,7 @@
  *   msgs.c      the channels file; message and channel texts
  *   rings.c     ring headers and drained segments (seg.<tid>)
  *   iter.c      a thread's records, streamed, with full timestamps
+ *   pack.c      packed.<tid>: sptrace run's compact blocks, written and read
  *   calls.c     entries paired with exits: a thread's call tree
  *   session.c   processes of a trace: exec'd images, children, hosts
  *   flows.c     flows: activations followed across threads and messages
@@ -25,6 +26,7 @@
 #ifndef AN_INTERNAL_H
 #define AN_INTERNAL_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -165,6 +167,31 @@ int an_is_sync(uint64_t r);
 int an_add_reset(struct reset **r, size_t *n, size_t pos, uint64_t epoch);
 int an_seg_read(const char *ring_path, seg_data *sd, int want_chunks, sp_err *err);
 void an_dir_lost_add(const char *dir, an_lost *l);
+
+/* ---- pack.c: packed.<tid> (trace_format.h, "Packed blocks") ---- */
+typedef struct pack_blk {
+	off_t off;               /* file offset of its header */
+	trace_pack_block h;
+	int bad;                 /* damaged: its records are read raw, or lost */
+} pack_blk;
+
+typedef struct pack_data {
+	char path[PATH_MAX];     /* packed.<tid> */
+	int fd;                  /* open while blocks are read; -1: no file */
+	pack_blk *blks;          /* the whole blocks, in order */
+	size_t nblks, cap;
+	uint64_t end;            /* index after the last valid block's records */
+	off_t size, valid_len;   /* the file's bytes; those of the valid blocks */
+	off_t bad;               /* the first invalid block's offset; -1: none */
+	char why[96];            /* ... what is wrong with it */
+	int cut;                 /* ... it is the file's last, cut short */
+} pack_data;
+
+void an_pack_path(const char *ring_path, char *out, size_t len);
+int an_pack_scan(const char *ring_path, pack_data *pd, int check, int fd_rw, sp_err *err);
+int an_pack_decode(const pack_data *pd, size_t k, uint64_t *rec, const char **why);
+uint64_t an_pack_raw_from(int ring_fd, const trace_ring_header *h, uint64_t end, uint64_t top);
+void an_pack_free(pack_data *pd);
 
 /* ---- profile.c, anomaly.c, cause.c: the units of an analysis, their
  * profiles, scores and causes (the rules: anomaly.c's numbered points) ---- */

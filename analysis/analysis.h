@@ -161,6 +161,16 @@ void an_trace_lost(const an_trace *t, an_lost *l);
 /* One sentence, no newline: "N of M records lost in T of U threads: why". */
 void an_lost_text(const an_lost *l, char *buf, size_t len);
 
+/* `sptrace run`'s compaction (pack.c; trace_format.h, "Packed blocks"): the records
+ * of the ring file ring_path (a file of every record) that the agent is
+ * done with -- all of them when the file is process `gone`'s (0: none;
+ * AN_PACK_DEAD: any process no longer running), which can write no more --
+ * are encoded into packed.<tid> beside it and
+ * punched out of it.  Returns the records packed by this call (0: none, or
+ * not such a file), or -1 (err). */
+#define AN_PACK_DEAD (-1)
+int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err);
+
 size_t an_trace_nthreads(const an_trace *t);
 const an_thread *an_trace_thread(const an_trace *t, size_t i);
 /* The thread with this tid, NULL if the trace has none. */

@@ -46,8 +46,10 @@
  *      and its AGENT_END (the agent's own system calls), and those while
  *      no traced call is open (before the first, after the root's return:
  *      the loader's, the agent's start and end, exit handlers untraced).
- * A file that keeps every record (trace_format.h) is one piece: its
- * records in order, up to kept_end.
+ * A file that keeps every record (trace_format.h) is a piece per block of
+ * packed.<tid> (decoded whole when the window reaches it), then one piece
+ * of the raw records after them, up to kept_end; a damaged block is read
+ * raw where its records still are, and those punched out are a gap.
  */
 #define WINDOW 4096
 
@@ -57,11 +59,15 @@ typedef struct piece {
 	int fd;
 	off_t off;               /* a chunk: file offset of its first record */
 	int ring;                /* the ring's part: slots wrap at ring_cap */
+	long blk;                /* a block of packed.<tid> (its index); -1: raw */
 } piece;
 
 struct an_iter {
 	const char *path;        /* the ring file, for messages */
 	int seg_fd, ring_fd;
+	pack_data pk;            /* packed.<tid>'s valid blocks (a file of every record) */
+	uint64_t *dec;           /* the records of block dec_blk, decoded */
+	long dec_blk;
 	piece *pieces;
 	size_t npieces, cur;     /* cur: the piece the window last read from */
 	uint64_t ring_from;      /* record index of the ring part's first record */
@@ -103,6 +109,24 @@ static int window_fill(an_iter *it, size_t i)
 			uint64_t in = i + got - p->pos, want = p->pos + p->n - (i + got);
 			off_t off = p->off + (off_t)(in * 8);
 
+			if (p->blk >= 0) {
+				const char *why;
+
+				if (it->dec_blk != p->blk) {
+					free(it->dec);
+					it->dec_blk = -1;
+					it->dec = malloc(p->n * 8);
+					if (!it->dec || an_pack_decode(&it->pk, (size_t)p->blk, it->dec,
+								       &why) < 0)
+						return -1;
+					it->dec_blk = p->blk;
+				}
+				if (want > WINDOW - got)
+					want = WINDOW - got;
+				memcpy(it->win + got, it->dec + in, want * 8);
+				got += want;
+				continue;
+			}
 			if (p->ring) {
 				uint64_t slot = (it->ring_from + in) & (it->ring_cap - 1);
 
@@ -152,13 +176,13 @@ static uint64_t epoch_after_gap(an_iter *it, size_t from, uint64_t n, uint64_t f
 	return fallback;
 }
 
-static int add_piece(an_iter *it, size_t pos, uint64_t n, int fd, off_t off, int ring)
+static int add_piece(an_iter *it, size_t pos, uint64_t n, int fd, off_t off, int ring, long blk)
 {
 	piece *np = realloc(it->pieces, (it->npieces + 1) * sizeof *np);
 
 	if (!np)
 		return -1;
-	np[it->npieces++] = (piece){ pos, n, fd, off, ring };
+	np[it->npieces++] = (piece){ pos, n, fd, off, ring, blk };
 	it->pieces = np;
 	return 0;
 }
@@ -215,15 +239,61 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 	it->path = th->path;
 	it->seg_fd = sd.fd;
 	it->ring_fd = fd;
+	it->pk.fd = -1;
+	it->dec_blk = -1;
 	if (h.chunk) {
-		/* Every record in order, up to what the file keeps: one piece. */
-		it->n = (size_t)(h.count < h.kept_end ? h.count : h.kept_end);
+		/* Every record in order, up to what the file keeps: the blocks
+		 * of packed.<tid>, then the raw ones from where they resume
+		 * (trace_format.h, "Packed blocks", point 3). */
+		uint64_t top = h.count < h.kept_end ? h.count : h.kept_end, from;
+		size_t pos = 0, ngaps = 0, gaps[2 * 64];
+
+		if (an_pack_scan(th->path, &it->pk, 1, -1, err) < 0) {
+			an_iter_close(it);
+			return -1;
+		}
+		if (it->pk.end > top)
+			top = it->pk.end;   /* (a header that says less than the blocks) */
+
 		it->sites = t->sites;
 		it->nsites = t->nsites;
-		it->first_sync = it->guess_from = it->n;
 		it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
-		if (it->n && add_piece(it, 0, it->n, fd, (off_t)h.header_size, 0))
-			goto nomem;
+		/* The blocks; a damaged one's records raw where they still are
+		 * (records lost before them: a gap, see step 2), then the tail. */
+		for (size_t k = 0; k <= it->pk.nblks; k++) {
+			const pack_blk *b = k < it->pk.nblks ? &it->pk.blks[k] : NULL;
+			uint64_t first = b ? b->h.first : it->pk.end, end = b ? first + b->h.n : top;
+
+			if (b && !b->bad) {
+				if (add_piece(it, pos, b->h.n, it->pk.fd, 0, 0, (long)k))
+					goto nomem;
+				pos += b->h.n;
+				continue;
+			}
+			from = an_pack_raw_from(fd, &h, first, end);
+			if (end <= from)
+				continue;
+			if (from > first && ngaps < sizeof gaps / sizeof *gaps / 2) {
+				gaps[2 * ngaps] = pos;
+				gaps[2 * ngaps++ + 1] = (size_t)(end - from);
+			}
+			if (add_piece(it, pos, end - from, fd, (off_t)(h.header_size + from * 8), 0, -1))
+				goto nomem;
+			pos += end - from;
+		}
+		it->n = pos;
+		it->first_sync = it->guess_from = it->n;
+		for (size_t g = 0; g < ngaps; g++) {
+			size_t fs;
+			uint64_t epoch = epoch_after_gap(it, gaps[2 * g], gaps[2 * g + 1], h.epoch, &fs);
+
+			if (g == 0) {
+				it->guess_from = gaps[0];
+				it->first_sync = fs;
+			}
+			if (an_add_reset(&it->resets, &it->nresets, gaps[2 * g], epoch))
+				goto nomem;
+		}
 		if (kernel_records(it, th, err) < 0)
 			return -1;
 		*out = it;
@@ -245,9 +315,9 @@ int an_iter_open(an_trace *t, const an_thread *th, an_iter **out, sp_err *err)
 	/* The ring starts with a SYNC; start_tsc covers a writer that did not. */
 	it->high = h.start_tsc >> TRACE_TSC_LOW_BITS;
 	for (size_t k = 0; k < sd.nchunks; k++)
-		if (add_piece(it, sd.chunks[k].pos, sd.chunks[k].n, sd.fd, sd.chunks[k].off, 0))
+		if (add_piece(it, sd.chunks[k].pos, sd.chunks[k].n, sd.fd, sd.chunks[k].off, 0, -1))
 			goto nomem;
-	if (nring && add_piece(it, sd.n, nring, fd, 0, 1))
+	if (nring && add_piece(it, sd.n, nring, fd, 0, 1, -1))
 		goto nomem;
 	/* Step 2. */
 	for (size_t k = 0; k < sd.nchunks; k++)
@@ -486,6 +556,8 @@ void an_iter_close(an_iter *it)
 	if (it->ring_fd >= 0)
 		close(it->ring_fd);
 	free(it->pieces);
+	free(it->dec);
+	an_pack_free(&it->pk);
 	free(it->resets);
 	free(it->krecs);
 	free(it);

@@ -72,16 +72,19 @@ static uint64_t file_slots(const trace_ring_header *h, uint64_t size)
  * the count is one past the last slot written.  Reads only two slots unless
  * the count is wrong.
  */
-static uint64_t ring_written(int fd, const trace_ring_header *h, uint64_t slots)
+static uint64_t ring_written(int fd, const trace_ring_header *h, uint64_t slots, uint64_t floor)
 {
 	uint64_t top = h->count > slots ? slots : h->count, buf[1024];
 
-	if (top == 0 || !slot_zero(fd, h, top - 1) || (top > 1 && !slot_zero(fd, h, top - 2)))
+	if (top <= floor || !slot_zero(fd, h, top - 1) || (top > floor + 1 && !slot_zero(fd, h, top - 2)))
 		return h->count;        /* (a file of every record cut short keeps its last
-					 * slots written: its count stands, the rest is lost) */
-	while (top > 0) {
+					 * slots written: its count stands, the rest is lost;
+					 * records below floor are in packed.<tid>) */
+	while (top > floor) {
 		uint64_t n = top < 1024 ? top : 1024;
 
+		if (n > top - floor)
+			n = top - floor;
 		if (an_read_full(fd, buf, n * 8, (off_t)(h->header_size + (top - n) * 8)) < 0)
 			return h->count;        /* shrank: the caller's read says so */
 		for (uint64_t i = n; i > 0; i--)
@@ -89,7 +92,23 @@ static uint64_t ring_written(int fd, const trace_ring_header *h, uint64_t slots)
 				return top - n + i;
 		top -= n;
 	}
-	return 0;
+	return floor;
+}
+
+/* The records of a file of every record that packed.<tid> holds
+ * (trace_format.h, "Packed blocks"): the end of its valid blocks, from
+ * their headers. */
+static uint64_t packed_end(const char *path)
+{
+	pack_data pd;
+	sp_err e;
+	uint64_t end;
+
+	if (an_pack_scan(path, &pd, 0, -1, &e) < 0)
+		return 0;
+	end = pd.end;
+	an_pack_free(&pd);
+	return end;
 }
 
 /* Open a ring file and check its header against its size.  -2: an empty
@@ -100,7 +119,7 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 {
 	struct stat st;
 	int fd = sp_open_regular(path, 1);
-	uint64_t need;
+	uint64_t need, pend, slots;
 
 	if (fd < 0)
 		return sp_fail(err, "%s: cannot open: %s", path, sp_open_why(errno));
@@ -184,9 +203,12 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 			       (long long)st.st_size, h->capacity, need);
 	}
 	*said = h->count;
-	h->count = ring_written(fd, h, file_slots(h, (uint64_t)st.st_size));
-	if (h->chunk && h->kept_end > file_slots(h, (uint64_t)st.st_size))
-		h->kept_end = file_slots(h, (uint64_t)st.st_size);  /* the file's end */
+	pend = h->chunk ? packed_end(path) : 0;
+	slots = file_slots(h, (uint64_t)st.st_size);
+	h->count = ring_written(fd, h, slots, pend);
+	if (h->chunk && h->kept_end > (slots > pend ? slots : pend))
+		h->kept_end = slots > pend ? slots : pend;  /* the file's end, or the
+							     * packed blocks' */
 	return fd;
 }
 
@@ -291,6 +313,38 @@ static uint64_t thread_lost(const trace_ring_header *h, const seg_data *sd)
 	return h->count - (h->count - ring_from) - sd->n;
 }
 
+/* Records of a file of every record neither in a valid block of
+ * packed.<tid> nor raw in the file any more (punched, and their block is
+ * damaged or gone: trace_format.h, "Packed blocks", point 3), into *lost;
+ * a damaged block is said.  -1: out of memory. */
+static int packed_lost(an_trace *t, const char *path, int fd, const trace_ring_header *h,
+		       uint64_t *lost)
+{
+	uint64_t top = h->count < h->kept_end ? h->count : h->kept_end, from;
+	pack_data pd;
+	sp_err e;
+
+	*lost = 0;
+	if (an_pack_scan(path, &pd, 1, -1, &e) < 0) {
+		an_warn(t, "%s", e.msg);
+		return 0;
+	}
+	for (size_t k = 0; k < pd.nblks; k++)
+		if (pd.blks[k].bad) {
+			uint64_t first = pd.blks[k].h.first, end = first + pd.blks[k].h.n;
+
+			*lost += an_pack_raw_from(fd, h, first, end) - first;
+		}
+	from = an_pack_raw_from(fd, h, pd.end, top);
+	*lost += from - pd.end;
+	if (pd.bad >= 0)
+		an_warn(t, "%s: the block at offset %lld is unreadable: %s; records from %" PRIu64
+			" on are read from %s%s", pd.path, (long long)pd.bad, pd.why, pd.end, path,
+			*lost ? ", where some were freed already: counted lost" : "");
+	an_pack_free(&pd);
+	return 0;
+}
+
 static int thread_cmp(const void *a, const void *b)
 {
 	const an_thread *x = a, *y = b;
@@ -309,7 +363,7 @@ int an_read_rings(an_trace *t, sp_err *err)
 	if (!d)
 		return sp_fail(err, "%s: cannot list: %s", t->dir, strerror(errno));
 	while (rc == 0 && (de = readdir(d))) {
-		uint64_t ftid, said;
+		uint64_t ftid, said, plost = 0;
 		an_thread *th;
 		int fd;
 
@@ -330,6 +384,11 @@ int an_read_rings(an_trace *t, sp_err *err)
 		}
 		if (fd < 0) {
 			rc = -1;
+			break;
+		}
+		if (h.chunk && packed_lost(t, path, fd, &h, &plost) < 0) {
+			close(fd);
+			rc = sp_fail(err, "out of memory");
 			break;
 		}
 		close(fd);
@@ -372,7 +431,7 @@ int an_read_rings(an_trace *t, sp_err *err)
 				rc = -1;
 				break;
 			}
-			th->lost = thread_lost(&h, &sd);
+			th->lost = thread_lost(&h, &sd) + (h.chunk ? plost : 0);
 			th->drained = sd.n;
 			if (th->lost)
 				th->lost_why = h.chunk ? (h.kept_errno ? AN_LOST_GROW : AN_LOST_CUT)

@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
 """records_bench.py — every record kept (issue 16), measured side by side.
 
-    bench/records_bench.py [--rounds N] [--old OLD_SPTRACE] BUILD > bench/RECORDS.md
+    bench/records_bench.py [--rounds N] [--old OLD_SPTRACE] [--earlier FILE] BUILD \
+        > bench/RECORDS.md
 
 BUILD is a meson build directory of this tree (cli/sptrace,
 tests/progs/hotthreads).  For each workload, rounds of: the program alone,
-`sptrace run --flight-recorder`, `sptrace run` (every record kept), and with
---old the same `sptrace run` of an older sptrace (its copying drain), one
-after the other in each round, on this shared, noisy machine.  Times are of
-the whole command (wall clock, medians, minimums); records come from the
+`sptrace run --flight-recorder`, `sptrace run` (every record kept, packed
+into packed.<tid> while the program runs), `sptrace run --no-compact` (every
+record kept as the agent writes it, 8 bytes each), and with --old the same
+`sptrace run` of an older sptrace (OLD_SPTRACE: e.g. main's, before the
+packing), one after the other in each round, on this shared, noisy machine.
+Times are of the whole command (wall clock, medians, minimums; the packing
+of the records left when the program ends included); records come from the
 ring headers (trace_format.h): written = the counts, kept = what the files
-hold, lost = the rest; bytes per call = the ring files' allocated size
-divided by the calls the records describe (records / 2).
+hold, lost = the rest; bytes per call = the records' files' allocated size
+(ring.<tid>, packed.<tid>, seg.<tid>) divided by the calls the records
+describe (records / 2).  --earlier FILE: the results of an earlier run
+(the RECORDS.md this one replaces) are kept below, under "Earlier runs".
 
 A third part compares the fast path alone: bench/agent/calls.c `flat`
 (one empty function called N times, its loop timed by the thread's CPU
@@ -45,6 +51,22 @@ def ring_chunk(path):
     return v[13] if v[1] >= 2 else 0
 
 
+def packed_records(path):
+    """The records packed.<tid>'s blocks hold (trace_format.h, "Packed
+    blocks": a 48-byte header, magic, first, n, zlen, ...), counted from 0."""
+    end = 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(48)
+            if len(b) < 48:
+                return end
+            magic, first, n, zlen = struct.unpack_from("<QQII", b)
+            if magic != 0x314b434150505354 or first != end:
+                return end
+            end = first + n
+            f.seek(zlen, 1)
+
+
 def ring_stats(tdir):
     """(written, kept, allocated bytes) over every ring.<tid> (and seg.<tid>
     of an old trace) below tdir."""
@@ -58,7 +80,12 @@ def ring_stats(tdir):
         size += st.st_blocks * 512
         written += count
         if chunk:
-            kept += min(count, kept_end, (st.st_size - hsize) // 8)
+            held = (st.st_size - hsize) // 8
+            packed = os.path.join(os.path.dirname(path), "packed." + os.path.basename(path)[5:])
+            if os.path.exists(packed):
+                size += os.stat(packed).st_blocks * 512
+                held = max(held, packed_records(packed))
+            kept += min(count, kept_end, held)
         else:
             seg = os.path.join(os.path.dirname(path), "seg." + os.path.basename(path)[5:])
             segn, end = 0, 0
@@ -102,6 +129,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--old", help="an older sptrace (with the copying drain)")
     ap.add_argument("--calls", type=int, default=10000000, help="per thread")
+    ap.add_argument("--earlier", help="an earlier RECORDS.md, kept below")
     a = ap.parse_args()
     sptrace = os.path.abspath(os.path.join(a.build, "cli", "sptrace"))
     hot = os.path.abspath(os.path.join(a.build, "tests", "progs", "hotthreads"))
@@ -114,7 +142,7 @@ def main():
                       ["/usr/bin/python3.11", os.path.join(HERE, "agent", "workload.py"), "2"],
                       None))
     modes = [("native", None), ("flight", [sptrace, "run", "--flight-recorder"]),
-             ("keep", [sptrace, "run"])]
+             ("keep", [sptrace, "run"]), ("raw", [sptrace, "run", "--no-compact"])]
     if a.old:
         modes.append(("old", [os.path.abspath(a.old), "run"]))
     started = time.time()
@@ -161,12 +189,17 @@ def main():
                    time.time() - started, a.rounds))
     w("- machine: %d CPUs, shared with other jobs (load average when done: %s)\n" %
       (os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3])))
-    w("- command: `bench/records_bench.py --rounds %d%s %s`\n\n" %
-      (a.rounds, " --old OLD" if a.old else "", a.build))
+    w("- command: `bench/records_bench.py --rounds %d%s --calls %d%s %s > "
+      "bench/RECORDS.md`%s\n\n" %
+      (a.rounds, " --old OLD" if a.old else "", a.calls,
+       " --earlier bench/RECORDS.md.old" if a.earlier else "", a.build,
+       "; OLD: %s" % a.old if a.old else ""))
     w("Modes: **native** (the program alone), **flight** (`sptrace run --flight-recorder`: "
       "each thread's newest 16 MB), **keep** (`sptrace run`: every record, the agent "
-      "growing each thread's file itself)%s.\n\n" %
-      (", **old** (`sptrace run` of the older sptrace: its copying drain)" if a.old else ""))
+      "growing each thread's file itself, `sptrace run` packing each finished chunk into "
+      "packed.<tid>: trace_format.h, \"Packed blocks\"), **raw** (`sptrace run "
+      "--no-compact`: every record as the agent wrote it, 8 bytes each)%s.\n\n" %
+      (", **old** (`sptrace run` of OLD, an older sptrace)" if a.old else ""))
     w("| workload | mode | wall s median (min) | ÷ native | ÷ flight | user s | system s | "
       "records written | kept | lost | bytes per call on disk |\n"
       "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -190,10 +223,12 @@ def main():
             else:
                 line += " | | | |"
             w(line + "\n")
-    w("\nUser and system s: CPU time of the command's whole process tree (medians).  "
-      "The system time of **keep** over **flight** is the kernel's work for the pages "
-      "of the growing files (allocating page-cache pages, faulting them in, writing "
-      "them back); it grows with the bytes written, 16 per call in this format.\n")
+    w("\nUser and system s: CPU time of the command's whole process tree (medians): "
+      "the program's, the agent's and sptrace run's (its packing).  The system time of "
+      "**raw** over **flight** is the kernel's work for the pages of the growing files "
+      "(allocating page-cache pages, faulting them in, writing them back), 16 bytes per "
+      "call; **keep** frees each chunk before it is written back (its pages are dropped "
+      "from the page cache by the punched hole).\n")
     w("\nPer round (wall s):\n\n")
     for name, _, _ in loads:
         w("- %s: %s\n" % (name, "; ".join(
@@ -206,6 +241,12 @@ def main():
           "old %.2f ns (min %.2f): ratio %.3f (min ÷ min %.3f).\n" %
           (n, min(fast["new"]), o, min(fast["old"]), n / o,
            min(fast["new"]) / min(fast["old"])))
+    if a.earlier:
+        w("\n## Earlier runs\n\n")
+        with open(a.earlier) as f:
+            lines = f.read().splitlines()
+        for line in lines[1:]:
+            w(("#" + line if line.startswith("#") else line) + "\n")
 
 
 if __name__ == "__main__":

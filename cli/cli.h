@@ -22,12 +22,19 @@ int cmd_flows(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 int cmd_activate(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_keys(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_collect(int argc, char **argv);
+
+/* cmd_pack.c: pack the files of every record in DIR and its exec'd images'
+ * subdirectories (an_pack_ring): their finished chunks, and every record of
+ * process `gone`'s (AN_PACK_DEAD: of any process no longer running).  0, or
+ * -1 once an error was said. */
+int cli_pack_rings(const char *dir, int gone, int depth);
 
 /* lost.c: say the records the trace lost, first: a warning on stderr and,
  * with `out`, a "# WARNING: ..." line there.  1 when some were lost.  The

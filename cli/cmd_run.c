@@ -104,6 +104,11 @@ static const char help[] =
 	"                      kept: each thread's file DIR/ring.<tid> grows as the\n"
 	"                      thread writes (8 bytes per record; a full disk ends\n"
 	"                      what is kept, and every reader says so first)\n"
+	"  --no-compact        without --flight-recorder: leave the records as the\n"
+	"                      agent wrote them.  By default sptrace run re-encodes\n"
+	"                      each chunk of records a thread has finished into\n"
+	"                      DIR/packed.<tid> (about 2-4 bytes a call instead of\n"
+	"                      16) and frees it in ring.<tid>, while the program runs\n"
 	"  --kernel            also record the kernel functions the program's system\n"
 	"                      calls run, nested under the calls (needs root and\n"
 	"                      sptrace's kernel module: /dev/sptrace, see kagent/)\n"
@@ -359,7 +364,7 @@ int cmd_run(int argc, char **argv)
 		{ "kernel-calls", required_argument, 0, 'C' }, { "join", required_argument, 0, 'J' },
 		{ "mark", required_argument, 0, 'M' },
 		{ "budget", required_argument, 0, 'B' },
-		{ "kernel-indirect", no_argument, 0, 'I' },
+		{ "kernel-indirect", no_argument, 0, 'I' }, { "no-compact", no_argument, 0, 'P' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *joins[CLI_JOIN_MAX];
@@ -369,7 +374,8 @@ int cmd_run(int argc, char **argv)
 	int propagate = 1, kernel = 0, indirect = 0, go[2] = { -1, -1 };
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
-	int flight = 0;
+	int flight = 0, compact = 1;
+	uint64_t last_pack;
 	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start", *chord = NULL;
 	cli_hotkey *hk = NULL;
@@ -407,6 +413,7 @@ int cmd_run(int argc, char **argv)
 				 "%s%s", join_env[0] ? "\n" : "", optarg);
 			break;
 		case 'F': flight = 1; break;
+		case 'P': compact = 0; break;
 		case 'B':
 			if (cli_budget("run", optarg, budget, sizeof budget))
 				return 2;
@@ -585,8 +592,10 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "sptrace: pid %d waits for %s (%s): tracing starts when it is "
 			"pressed; pressed again, it stops, and so on\n", (int)pid, chord,
 			cli_hotkey_backend(hk));
+	compact = compact && !flight;
+	last_pack = sp_now_ns();
 	for (;;) {
-		pid_t w = waitpid(pid, &status, kern || hk ? WNOHANG : 0);
+		pid_t w = waitpid(pid, &status, kern || hk || compact ? WNOHANG : 0);
 		int busy = 0;
 
 		if (w == pid)
@@ -605,8 +614,18 @@ int cmd_run(int argc, char **argv)
 				": tracing resumes" : ": the flight recorder is frozen");
 			cli_control_pid(activate, pid, 5);
 		}
+		/* Compaction: every 50 ms (a chunk of a thread is 8 MiB by
+		 * default: filled in about 30 ms at full rate, so the page cache
+		 * holds a few chunks per thread at most). */
+		if (compact && sp_now_ns() - last_pack >= 50000000ull) {
+			if (cli_pack_rings(absdir, 0, 0) < 0)
+				compact = 0;
+			last_pack = sp_now_ns();
+		}
 		if (kern && !hk && !busy)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+		else if (compact && !kern && !hk)
+			nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
 	}
 	cli_hotkey_close(hk);
 	snprintf(meta, sizeof meta, "%s/meta", absdir);
@@ -620,6 +639,8 @@ int cmd_run(int argc, char **argv)
 		return end_like(status);
 	}
 	trim_rings(absdir, pid, 0);
+	if (compact)      /* (the program's files, and those of children gone too) */
+		cli_pack_rings(absdir, AN_PACK_DEAD, 0);
 	end_traces(absdir, status);
 	if (kern)
 		cli_kernel_finish(kern, absdir);

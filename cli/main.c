@@ -28,6 +28,7 @@ static const cli_cmd commands[] = {
 	{ "report", cmd_report, "time per function: total, self, calls" },
 	{ "flows", cmd_flows, "separate a trace's records into flows (per request or job)" },
 	{ "analyze", cmd_analyze, "the process that behaved differently, and the likely cause" },
+	{ "pack", cmd_pack, "store a trace's records compactly (what sptrace run does itself)" },
 	{ "export", cmd_export, "write a trace for Perfetto or chrome://tracing" },
 	{ "keys", cmd_keys, "make the cluster CA and hosts' certificates for spdaemon" },
 	{ "status", cmd_status, "ask this host's or other hosts' spdaemon who it is" },

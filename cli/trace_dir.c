@@ -71,7 +71,7 @@ int cli_find_agent(const char *cmd, char *out, size_t len)
  *      with O_NOFOLLOW|O_DIRECTORY and checked (fstat) to be the entry just
  *      looked at; entries go with unlinkat, which never follows a link;
  *   2. removes only what a trace holds, each of its own type: ring.*,
- *      seg.*, sites, meta and agent.log (files), control (a FIFO), exec.*
+ *      seg.*, packed.*, sites, meta and agent.log (files), control (a FIFO), exec.*
  *      and spawn.* (the directories of exec'd and spawned images);
  *   3. keeps to one file system and one owner, the top directory's, which
  *      must be the caller or the user the trace was made for;
@@ -96,6 +96,7 @@ static mode_t trace_entry_type(const char *name)
 	if (strcmp(name, "control") == 0)
 		return S_IFIFO;
 	if (strncmp(name, "ring.", 5) == 0 || strncmp(name, "seg.", 4) == 0 ||
+	    strncmp(name, "packed.", 7) == 0 ||
 	    strcmp(name, "sites") == 0 || strcmp(name, "channels") == 0 ||
 	    strcmp(name, "meta") == 0 || strcmp(name, "agent.log") == 0)
 		return S_IFREG;

@@ -19,6 +19,10 @@
  *                   (the header's `chunk`, see "Rings and chunks" below):
  *                   a ring (flight-recorder mode) or every record in order
  *                   (`sptrace run`, the default).
+ *   packed.<tid>    `sptrace run` (the default mode, unless --no-compact):
+ *                   ring.<tid>'s records re-encoded compactly, in blocks
+ *                   (trace_pack_block, "Packed blocks" below); the raw
+ *                   records a block holds are punched out of ring.<tid>.
  *   channels        the channel table: one fixed-size trace_channel record
  *                   per channel id (a socket or pipe the program sent or
  *                   received on), appended like sites; absent in traces of
@@ -405,6 +409,72 @@ static inline void trace_msg_unpack(const uint64_t data[TRACE_MSG_NDATA], uint32
  * agent writes no zero record (kind ENTRY needs a site id, and 0 is none),
  * so readers skip zero records.
  */
+
+/*
+ * Packed blocks (packed.<tid>).  `sptrace run` (cli/cmd_run.c, with
+ * analysis/pack.c) re-encodes the chunks a thread has finished -- those
+ * below limit - chunk, which the agent has unmapped -- and, once the
+ * process is gone, the rest.  Nothing in the traced thread's path changes.
+ *
+ *  1. packed.<tid> is a sequence of blocks, each a trace_pack_block and its
+ *     zlen bytes; block k holds records [first, first + n) of ring.<tid>,
+ *     the first block's first is 0 and each next one starts where the one
+ *     before ended.
+ *  2. A block is written whole (pwrite at the file's end), then the bytes of
+ *     its records in ring.<tid> are freed (fallocate PUNCH_HOLE, KEEP_SIZE:
+ *     the file keeps its size and reads zeros there).  So a record is always
+ *     in one of the two: in a valid block, or still raw.  A writer that dies
+ *     between leaves a block whose records are also raw (readers take the
+ *     block); one that dies while writing leaves a partial block, which
+ *     fails point 3 and is cut off by the next writer.
+ *  3. A block is valid when all its bytes are in the file, its magic is
+ *     TRACE_PACK_MAGIC, its first is the end of the block before, and crc
+ *     (zlib crc32 of the header with crc 0, then the zlen bytes) matches.
+ *     Readers take the valid blocks from the start, then ring.<tid>'s raw
+ *     records from the end of the last one; an invalid block is reported
+ *     (file, offset) and its records are read raw, or counted lost where
+ *     they were punched.
+ *  4. The zlen bytes are a zstd frame of four columns, of ncol[0..3] bytes,
+ *     one after the other:
+ *       kinds     one byte per record: TRACE_PACK_* below
+ *       ids       LEB128 varints: the site id of ENTRY and unmatched EXIT
+ *                 records, the id field of EVENT and SYNC records
+ *       deltas    LEB128 varints: ENTRY and EXIT records' TSC bits 0..37
+ *                 minus the previous ENTRY or EXIT's in the block, modulo
+ *                 2^38 (the first: minus 0)
+ *       payloads  LEB128 varints: the 38 high bits of EVENT and SYNC records
+ *     An EXIT whose site is that of one of the last 16 ENTRY records not yet
+ *     exited (a stack kept by encoder and decoder alike, TRACE_PACK_STACK
+ *     deep, reset at each block) names it by depth instead of by id.  The
+ *     decoded records are the raw 64-bit ones exactly, zero slots included.
+ *  5. Once the process is gone and all of a file's records are packed,
+ *     ring.<tid> is cut to its header: records a file does not hold are
+ *     lost only if no valid block holds them either.
+ */
+#define TRACE_PACK_MAGIC 0x314b434150505354ull /* "TSPPACK1" little-endian */
+#define TRACE_PACK_STACK 4096
+#define TRACE_PACK_MAX_RECORDS (1u << 24)   /* a block holds at most this many */
+enum {
+	TRACE_PACK_ENTRY = 0,     /* ENTRY: an id, a delta; pushed on the stack */
+	TRACE_PACK_EXIT_TOP = 1,  /* EXIT of the stack's top entry: a delta; popped */
+	TRACE_PACK_EVENT = 2,     /* EVENT: an id, a payload */
+	TRACE_PACK_SYNC = 3,      /* SYNC: an id, a payload */
+	TRACE_PACK_ZERO = 4,      /* a zero slot (taken, never written) */
+	TRACE_PACK_EXIT_ID = 5,   /* EXIT of no entry on the stack: an id, a delta */
+	TRACE_PACK_EXIT_DEEP = 16, /* + d (1..15): EXIT of the entry d below the top:
+				   * a delta; d + 1 entries popped */
+};
+
+typedef struct trace_pack_block {
+	uint64_t magic;          /* TRACE_PACK_MAGIC */
+	uint64_t first;          /* index of its first record in ring.<tid> */
+	uint32_t n;              /* records, 1..TRACE_PACK_MAX_RECORDS */
+	uint32_t zlen;           /* bytes that follow */
+	uint32_t ncol[4];        /* bytes of each column, decompressed */
+	uint32_t crc;            /* point 3 */
+	uint32_t reserved;       /* 0 */
+} trace_pack_block;
+_Static_assert(sizeof(trace_pack_block) == 48, "pack block header size");
 
 /* The header of a ring file.  The agent keeps `count` current after every
  * record, so a reader of a crashed process's ring knows where the newest

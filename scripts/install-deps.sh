@@ -10,6 +10,8 @@ packages=(
 	meson ninja-build gcc g++ clang libclang-rt-14-dev pkg-config
 	libcapstone-dev libelf-dev libdwarf-dev
 	libprotobuf-c-dev protobuf-c-compiler zlib1g-dev libssl-dev
+	# sptrace run's packed records (analysis/pack.c: the CLI and readers only)
+	libzstd-dev
 	# tests: a program that uses the libraries the agent uses too (tp_libs)
 	liblzma-dev
 	# tests: binutils for objdump/readelf/strip, real programs to analyse,

@@ -13,6 +13,10 @@
  *      a gap counted lost, a chunk cut short;
  *   2c. chunked: a file of every record (format version 2): holes skipped,
  *      records past kept_end or past a cut file's end counted lost;
+ *   2d. packed: the same file's finished chunks packed into packed.<tid>
+ *      (sptrace run's compaction), then the raw chunks: the same records;
+ *      all of it packed once the process is gone; a block damaged or cut
+ *      short said with its file and offset, its punched records lost;
  *   3. clocks: TSC to nanoseconds at a non-1 GHz rate;
  *   4. calls: nesting, unwinding on a mismatched exit, exits without entry,
  *      calls without exit, tail jumps (no exit of their own); holes in the
@@ -31,7 +35,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "analysis.h"
@@ -422,6 +428,224 @@ static void test_chunked(void)
 		an_trace_close(t);
 	}
 	free(dir);
+}
+
+/*
+ * 2d. Packed blocks (trace_format.h, "Packed blocks").  A file of every
+ * record with chunks of 512 (a page of records apiece, so punched chunks
+ * are holes), 4 chunks and 100 records written: nested calls, exits of
+ * entries deep in the stack and of none, events, a zero slot, SYNCs, a
+ * TSC wrap.  The agent's window is chunks 3 and 4 (limit 2048): chunks 0-2
+ * are finished.  Packing them (an_pack_ring, as `sptrace run` does while
+ * the process runs) must give the same records as the raw file, with
+ * chunks 0-2 freed in ring.<tid>; packing again adds nothing; packing once
+ * the process is gone packs the rest and cuts ring.<tid> to its header
+ * (nothing lost, nothing said).  Then the second block damaged (a
+ * flipped byte: its 512 records, punched, counted lost, the next blocks
+ * read), and cut short (the blocks from there on are gone: 1024 records
+ * lost): said, with packed.<tid> and the block's offset; the rest read.
+ */
+#define PK_CHUNK 512
+
+static size_t collect(const char *dir, an_record *out, size_t max)
+{
+	an_trace *t = open_ok(dir);
+	an_iter *it;
+	an_record r;
+	sp_err err;
+	size_t n = 0;
+
+	if (!t)
+		return 0;
+	if (an_iter_open(t, an_trace_thread(t, 0), &it, &err) < 0) {
+		CHECK(0, "%s: %s", dir, err.msg);
+		an_trace_close(t);
+		return 0;
+	}
+	while (an_iter_next(it, &r))
+		if (n < max)
+			out[n++] = r;
+	an_iter_close(it);
+	an_trace_close(t);
+	return n;
+}
+
+static void same_records(const char *what, const char *dir, const char *want_dir)
+{
+	static an_record got[8 * PK_CHUNK], want[8 * PK_CHUNK];
+	size_t n = collect(dir, got, 8 * PK_CHUNK), m = collect(want_dir, want, 8 * PK_CHUNK);
+	size_t bad = 0;
+
+	CHECK(n == m && n > 0, "%s: %zu records, expected %zu", what, n, m);
+	for (size_t i = 0; i < n && i < m; i++)
+		if (memcmp(&got[i], &want[i], sizeof got[i]) && bad++ < 3)
+			CHECK(0, "%s: record %zu is kind %u id %u tsc %#" PRIx64 ", expected kind %u "
+			      "id %u tsc %#" PRIx64, what, i, got[i].kind, got[i].id, got[i].tsc,
+			      want[i].kind, want[i].id, want[i].tsc);
+}
+
+static void write_packable(const char *dir, const uint64_t *all, uint64_t count)
+{
+	char path[4200];
+	trace_ring_header h;
+	FILE *f;
+
+	tg_meta(dir, prog, "");
+	tg_write_sites(dir, sites, S_COUNT);
+	memset(&h, 0, sizeof h);
+	h.magic = TRACE_RING_MAGIC;
+	h.version = TRACE_FORMAT_VERSION;
+	h.header_size = TRACE_RING_HEADER_SIZE;
+	h.capacity = 2 * PK_CHUNK;
+	h.mask = 2 * PK_CHUNK - 1;
+	h.chunk = PK_CHUNK;
+	h.limit = 4 * PK_CHUNK;
+	h.count = count;
+	h.kept_end = ~0ull;
+	h.pid = (uint32_t)getpid();     /* running: only finished chunks are packed */
+	h.tid = 1234;
+	h.start_tsc = all[0] >> 2 << TRACE_TSC_LOW_BITS;
+	for (uint64_t i = 0; i < count; i++)   /* the last SYNC's, as the agent keeps it */
+		if (all[i] && trace_rec_kind(all[i]) == TRACE_SYNC)
+			h.epoch = trace_sync_high(all[i]);
+	snprintf(path, sizeof path, "%s/packed.1234", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/ring.1234", dir);
+	f = fopen(path, "w");
+	if (!f || fwrite(&h, sizeof h, 1, f) != 1 || fwrite(all, 8, count, f) != count)
+		tg_die("cannot write %s", path);
+	fclose(f);
+}
+
+static long file_blocks(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (long)st.st_blocks : -1;
+}
+
+static void test_packed(void)
+{
+	static uint64_t all[4 * PK_CHUNK + 100];
+	const uint64_t n = 4 * PK_CHUNK + 100, P = 1ull << 38;
+	uint64_t tsc = 5 * P - 3000, high = tsc >> TRACE_TSC_LOW_BITS;
+	char *raw = tg_dir(root, "packed-raw"), *pk = tg_dir(root, "packed"), path[4200];
+	char *lost = tg_dir(root, "packed-lost");
+	an_trace *t;
+	uint32_t stack[64];
+	unsigned sp = 0;
+	sp_err err;
+	int64_t got;
+
+	all[0] = trace_sync_rec(high);
+	for (uint64_t i = 1; i < n; i++) {
+		tsc += 1 + (i * 7919) % 13;
+		if (tsc >> TRACE_TSC_LOW_BITS != high || i == 2 * PK_CHUNK) {
+			high = tsc >> TRACE_TSC_LOW_BITS;
+			all[i] = trace_sync_rec(high);   /* a wrap; and one where chunk 2 starts */
+			continue;
+		}
+		if (i == 700)
+			all[i] = 0;                                        /* a zero slot */
+		else if (i % 97 == 0)
+			all[i] = trace_rec(TRACE_EVENT, TRACE_EV_SIGNAL, tsc);
+		else if (i % 89 == 0)
+			all[i] = trace_rec(TRACE_EXIT, S_HOOK, tsc);     /* on no entry */
+		else if (sp && (sp == 64 || (i * 31) % 5 < 2)) {
+			unsigned d = i % 11 == 0 && sp > 3 ? 2 : 0;        /* below the top */
+
+			sp -= d;
+			all[i] = trace_rec(TRACE_EXIT, stack[--sp], tsc);
+		} else {
+			stack[sp] = S_MIDDLE + (uint32_t)((i * 13) % (S_COUNT - 2));
+			all[i] = trace_rec(TRACE_ENTRY, stack[sp++], tsc);
+		}
+	}
+	write_packable(raw, all, n);
+	write_packable(pk, all, n);
+	snprintf(path, sizeof path, "%s/ring.1234", pk);
+	got = an_pack_ring(path, 0, &err);
+	CHECK(got == 3 * PK_CHUNK, "packed: %" PRId64 " records packed (%s), expected %d", got,
+	      got < 0 ? err.msg : "", 3 * PK_CHUNK);
+	CHECK(file_blocks(path) * 512 <= TRACE_RING_HEADER_SIZE + (long)(PK_CHUNK + 100) * 8 + 4096,
+	      "packed: ring.1234 holds %ld bytes, expected its packed chunks freed",
+	      file_blocks(path) * 512);
+	same_records("packed, running", pk, raw);
+	got = an_pack_ring(path, 0, &err);
+	CHECK(got == 0, "packed again: %" PRId64 " records packed, expected 0", got);
+	got = an_pack_ring(path, (int)getpid(), &err);
+	CHECK(got == PK_CHUNK + 100, "packed, gone: %" PRId64 " records packed, expected %d",
+	      got, PK_CHUNK + 100);
+	{
+		struct stat st;
+
+		CHECK(stat(path, &st) == 0 && st.st_size == TRACE_RING_HEADER_SIZE,
+		      "packed, gone: ring.1234 is %lld bytes, expected cut to its header",
+		      (long long)st.st_size);
+	}
+	same_records("packed, gone", pk, raw);
+	if ((t = open_ok(pk))) {
+		CHECK(an_trace_thread(t, 0)->lost == 0 && an_trace_nwarnings(t) == 0,
+		      "packed, gone: %" PRIu64 " lost, %zu warnings (%s), expected none",
+		      an_trace_thread(t, 0)->lost, an_trace_nwarnings(t),
+		      an_trace_nwarnings(t) ? an_trace_warning(t, 0) : "");
+		an_trace_close(t);
+	}
+
+	/* Block 1 (records 512-1023) damaged: expected, those records zero
+	 * (skipped as holes; lost), and the SYNC at 1024 so they come back
+	 * alike.  Written fresh: blocks 0-2 packed, chunk 3 raw. */
+	for (int cut = 0; cut < 2; cut++) {
+		static uint64_t holed[4 * PK_CHUNK + 100];
+		char ppath[4200];
+		off_t off1;
+		int fd, said = 0;
+		trace_pack_block b;
+
+		memcpy(holed, all, sizeof all);
+		/* (cut short, block 2 goes too: its records were punched) */
+		memset(holed + PK_CHUNK, 0, (cut ? 2 : 1) * PK_CHUNK * 8);
+		write_packable(lost, holed, n);
+		write_packable(pk, all, n);
+		if (an_pack_ring(path, 0, &err) != 3 * PK_CHUNK)
+			CHECK(0, "packed, damaged: %s", err.msg);
+		snprintf(ppath, sizeof ppath, "%s/packed.1234", pk);
+		fd = open(ppath, O_RDWR);
+		if (fd < 0 || pread(fd, &b, sizeof b, 0) != (ssize_t)sizeof b)
+			tg_die("cannot read %s", ppath);
+		off1 = (off_t)(sizeof b + b.zlen);
+		if (cut) {
+			if (ftruncate(fd, off1 + (off_t)sizeof b + 3) < 0)
+				tg_die("cannot cut %s", ppath);
+		} else {
+			char c;
+
+			if (pread(fd, &c, 1, off1 + (off_t)sizeof b + 5) != 1)
+				tg_die("cannot read %s", ppath);
+			c ^= 0x10;
+			if (pwrite(fd, &c, 1, off1 + (off_t)sizeof b + 5) != 1)
+				tg_die("cannot write %s", ppath);
+		}
+		close(fd);
+		same_records(cut ? "packed, cut short" : "packed, damaged", pk, lost);
+		if ((t = open_ok(pk))) {
+			char want[4300];
+
+			snprintf(want, sizeof want, "packed.1234: the block at offset %lld is "
+				 "unreadable: %s", (long long)off1, cut ? "cut short" :
+				 "its checksum does not match");
+			for (size_t i = 0; i < an_trace_nwarnings(t); i++)
+				said |= strstr(an_trace_warning(t, i), want) != NULL;
+			CHECK(said && an_trace_thread(t, 0)->lost == (cut ? 2u : 1u) * PK_CHUNK,
+			      "packed, %s: said %d ('%s' expected), %" PRIu64 " lost, expected %d",
+			      cut ? "cut short" : "damaged", said, want,
+			      an_trace_thread(t, 0)->lost, (cut ? 2 : 1) * PK_CHUNK);
+			an_trace_close(t);
+		}
+	}
+	free(raw);
+	free(pk);
+	free(lost);
 }
 
 /* 3. Clocks at 3 GHz. */
@@ -1074,6 +1298,7 @@ int main(int argc, char **argv)
 	test_tsc();
 	test_segments();
 	test_chunked();
+	test_packed();
 	test_clocks();
 	test_calls();
 	test_tail_and_holes();

@@ -21,6 +21,16 @@ tests/progs/hotthreads.c: THREADS threads calling a small function.
             program runs on as natively (no SIGXFSZ), the records up to the
             limit are kept, and the readers say first how many were lost
             and why.
+  compact   sptrace run packs the records (trace_format.h, "Packed
+            blocks"): 4 threads x 1 M calls take at most 4 bytes a call on
+            disk (the trace directory's allocated blocks), every call is
+            read back; and a trace made with --no-compact (16 bytes a call),
+            packed afterwards by `sptrace pack` (at most 4 bytes a call in
+            the records' files), gives replay, report, flows
+            and export the same output as before, byte for byte; and
+            sptrace run killed -9 while it packs: the packed and the raw
+            records are read together, every call once.
+(kill9 reads the agent's raw files itself: it runs with --no-compact.)
 """
 
 import glob
@@ -55,6 +65,22 @@ def records(path, h):
         f.seek(h["hsize"])
         data = f.read(h["count"] * 8)
     return struct.unpack("<%dQ" % (len(data) // 8), data)
+
+
+def packed_records(path):
+    """The records packed.<tid>'s blocks hold (trace_format.h, "Packed
+    blocks": a 48-byte header, magic, first, n, zlen, ...), counted from 0."""
+    end = 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(48)
+            if len(b) < 48:
+                return end
+            magic, first, n, zlen = struct.unpack_from("<QQII", b)
+            if magic != 0x314b434150505354 or first != end:
+                return end
+            end = first + n
+            f.seek(zlen, 1)
 
 
 def rings(tdir):
@@ -93,8 +119,11 @@ def check_kept(sptrace, tdir, env, what):
               "chunk %d): the agent kept a ring" % (what, path, h["version"], h["chunk"]))
         check(h["kept_end"] == NO_END, "%s: %s: records from %d on lost (errno %d)" %
               (what, path, h["kept_end"], h["kept_errno"]))
-        check(h["size"] >= h["hsize"] + 8 * h["count"],
-              "%s: %s: %d bytes cannot hold its %d records" % (what, path, h["size"], h["count"]))
+        packed = os.path.join(tdir, "packed." + os.path.basename(path)[5:])
+        check(h["size"] >= h["hsize"] + 8 * h["count"] or
+              (os.path.exists(packed) and packed_records(packed) == h["count"]),
+              "%s: %s: %d bytes cannot hold its %d records, and no packed.<tid> holds them" %
+              (what, path, h["size"], h["count"]))
     return heads
 
 
@@ -124,8 +153,8 @@ def case_kill9(sptrace, prog, tmp):
     tdir = os.path.join(tmp, "trace")
     # Analysed first, so that the run starts tracing at once.
     run([sptrace, "run", "-o", os.path.join(tmp, "warm"), "--", prog, "1", "10"], env=env)
-    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--ring-size", "1", "--", prog, "4", "0",
-                          "spin"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--ring-size", "1", "--no-compact", "--",
+                          prog, "4", "0", "spin"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     deadline = time.monotonic() + 60
     child = None
@@ -222,12 +251,108 @@ def case_fsize(sptrace, prog, tmp):
     check_said_first(sptrace, tdir, env, "fsize", ["could not grow", "File too large"])
 
 
+def disk_bytes(tdir, records_only=False):
+    """Bytes the trace takes on disk: its files' allocated blocks (with
+    records_only, those of the records' files, ring.* and packed.*, alone:
+    a trace of few calls is mostly its sites and channels files)."""
+    total = 0
+    for base, _, files in os.walk(tdir):
+        for name in files:
+            if not records_only or name.startswith(("ring.", "packed.")):
+                total += os.lstat(os.path.join(base, name)).st_blocks * 512
+    return total
+
+
+def case_compact(sptrace, prog, tmp):
+    env = private_repo_env(tmp)
+    threads, n = 4, 1000000
+    tdir = os.path.join(tmp, "trace")
+    r = run([sptrace, "run", "-o", tdir, "--", prog, str(threads), str(n)], env=env)
+    check(r.returncode == 0, "compact: traced hotthreads: %s" % r.stderr[-2000:])
+    heads = check_kept(sptrace, tdir, env, "compact")
+    written = sum(h["count"] for h in heads.values())
+    packed = glob.glob(os.path.join(tdir, "packed.*"))
+    per_call = disk_bytes(tdir) / (written / 2)
+    check(packed and per_call <= 4,
+          "compact: %.2f bytes per call on disk (%d bytes, %d records written; packed "
+          "files: %r), expected at most 4" % (per_call, disk_bytes(tdir), written, packed))
+    calls, rep = report_calls(sptrace, tdir, env)
+    check(calls.get("leaf") == threads * n,
+          "compact: report counts %s calls of leaf, expected %d:\n%s" %
+          (calls.get("leaf"), threads * n, (rep.stderr + rep.stdout)[:3000]))
+    print("compact: %.3f bytes per call on disk, leaf called %d times" % (per_call, calls["leaf"]))
+
+    # The same records raw and packed: every reader's output alike.
+    raw = os.path.join(tmp, "raw")
+    r = run([sptrace, "run", "-o", raw, "--no-compact", "--", prog, "2", "300000"], env=env)
+    check(r.returncode == 0, "compact: --no-compact run: %s" % r.stderr[-2000:])
+    check(not glob.glob(os.path.join(raw, "packed.*")), "compact: --no-compact packed")
+    raw_per_call = disk_bytes(raw, True) / (sum(h["count"] for h in map(header, rings(raw))) / 2)
+    packed_dir = os.path.join(tmp, "packed")
+    shutil.copytree(raw, packed_dir, symlinks=True)
+    r = run([sptrace, "pack", packed_dir], env=env)
+    check(r.returncode == 0 and glob.glob(os.path.join(packed_dir, "packed.*")),
+          "compact: sptrace pack: %d %s" % (r.returncode, r.stderr[-2000:]))
+    pk_per_call = disk_bytes(packed_dir, True) / (sum(h["count"] for h in map(header,
+                                                                         rings(packed_dir))) / 2)
+    check(pk_per_call <= 4, "compact: sptrace pack left %.2f bytes per call in the records' "
+          "files" % pk_per_call)
+    for cmd in (["replay"], ["report"], ["flows"], ["export", "--format", "chrome", "-o"]):
+        outs = []
+        for d in (raw, packed_dir):
+            args = [sptrace] + cmd
+            if cmd[0] == "export":
+                args += [d + ".json"]
+            r = run(args + [d], env=env)
+            check(r.returncode == 0, "compact: %s %s: %s" % (cmd[0], d, r.stderr[-2000:]))
+            out = r.stdout
+            if cmd[0] == "export":
+                with open(d + ".json") as f:
+                    out = f.read()
+            outs.append(out.replace(d, "DIR").replace(os.path.basename(d), "DIR"))
+        check(outs[0] == outs[1] and len(outs[0]) > 200,
+              "compact: %s gives another output for the packed trace (%d and %d bytes)" %
+              (cmd[0], len(outs[0]), len(outs[1])))
+    print("compact: --no-compact %.2f bytes per call in the records' files, packed %.3f; "
+          "replay, report, flows and export alike" % (raw_per_call, pk_per_call))
+
+    # sptrace run killed while it packs: what it packed and what it had not
+    # yet (raw) are read together, every call once.
+    died = os.path.join(tmp, "died")
+    n = 4000000
+    p = subprocess.Popen([sptrace, "run", "-o", died, "--", prog, "2", str(n)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    child = None
+    while time.monotonic() < deadline and p.poll() is None:
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                              text=True).stdout.split()
+        if kids and any(os.path.getsize(f) for f in glob.glob(os.path.join(died, "packed.*"))):
+            child = int(kids[0])
+            break
+        time.sleep(0.02)
+    check(child is not None, "compact: sptrace run packed nothing within 60 s (or the "
+          "program ended first: exit %s)" % p.poll())
+    p.kill()
+    p.wait()
+    while time.monotonic() < deadline and os.path.exists("/proc/%d" % child):
+        time.sleep(0.1)
+    check(not os.path.exists("/proc/%d" % child), "compact: the program did not end")
+    calls, rep = report_calls(sptrace, died, env)
+    check(calls.get("leaf") == 2 * n and "lost" not in rep.stderr,
+          "compact: after sptrace run was killed, report counts %s calls of leaf, expected "
+          "%d:\n%s" % (calls.get("leaf"), 2 * n, (rep.stderr + rep.stdout)[:3000]))
+    print("compact: sptrace run killed while packing: %d calls read, from %d packed and %d "
+          "raw files" % (calls["leaf"], len(glob.glob(os.path.join(died, "packed.*"))),
+                         len(rings(died))))
+
+
 def main():
     if len(sys.argv) != 4:
-        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize HOTTHREADS")
+        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact HOTTHREADS")
     sptrace, case, prog = sys.argv[1:]
     cases = {"threads": case_threads, "kill9": case_kill9, "lost": case_lost,
-             "fsize": case_fsize}
+             "fsize": case_fsize, "compact": case_compact}
     check(case in cases, "unknown case %s" % case)
     tmp = tempfile.mkdtemp(prefix="sptrace-e2e-records-")
     try:

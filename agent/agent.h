@@ -26,6 +26,7 @@
  *   budget.c      the overhead budget: hot, short callees counted, not timed
  *   activate.c    activation in mid-run: stack walks, return stubs
  *   control.c     sptrace stop/activate, the timer; modules dlopen'd later
+ *   creds.c       the control thread's capabilities follow the program's
  *   exec.c        the agent carried into an exec'd image
  *   hooks.c       the interposers' table; GOT hooks when attached
  *   fds.c         the agent's descriptors, out of the program's reach
@@ -50,7 +51,9 @@
  *     the program's handlers, masks, signalfd or sigwait (signals.c, and the
  *     injector for threads that blocked it before an attach).
  *  3. Threads: one control thread, which takes none of the program's
- *     signals (control.c); no other.
+ *     signals (control.c) and holds the capabilities the program's thread
+ *     holds, so glibc's process-wide setuid finds it agree (creds.c); no
+ *     other.
  *  4. Child processes: none -- no analysis with a child process inside the
  *     program (modules.c: source lines are read outside).
  *  5. Return addresses: a runtime that walks its stacks by them (Go, V8)
@@ -490,7 +493,19 @@ enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIR
 int ag_control_start(void);            /* FIFO, registry link, control thread */
 void ag_control_stop(void);
 int ag_control_tid(void);              /* the control thread's id, 0 before it runs */
+bool ag_control_serving(void);         /* it runs in this process: creds.c mirrors to it */
 void ag_control_wake(void);            /* the control thread looks at relocated windows soon */
+
+/* ---- creds.c: the control thread holds the program thread's capabilities ---- */
+void ag_creds_serve(void);             /* control thread: make the posted call on itself */
+extern uint64_t ag_real_syscall;       /* the C library's syscall(), for x86_64/context.S */
+/* context.S's syscall() jumps to these: SYS_capset and SYS_prctl; any
+ * call before the C library's syscall() is known */
+long ag_syscall_creds(long nr, long a, long b, long c, long d, long e, long f);
+long ag_syscall_raw(long nr, long a, long b, long c, long d, long e, long f);
+struct __user_cap_header_struct;
+struct __user_cap_data_struct;
+int capset(struct __user_cap_header_struct *head, struct __user_cap_data_struct *data) AG_EXPORT;
 
 /* ---- main.c ---- */
 void ag_deactivate(const char *why);   /* restore all code; dormant again */

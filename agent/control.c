@@ -52,10 +52,18 @@ static volatile int fifo_fd = -1;
 static pid_t owner;             /* the process that registered them (not a forked child) */
 static volatile int control_ready;
 static volatile int control_tid;
+static volatile int serving;      /* in its loop: it serves creds.c's mirrors */
 
 int ag_control_tid(void)
 {
 	return control_tid;
+}
+
+/* Is this process's control thread alive (not a forked child's copy of
+ * the variables) and past its start? */
+bool ag_control_serving(void)
+{
+	return __atomic_load_n(&serving, __ATOMIC_ACQUIRE) && getpid() == owner;
 }
 
 /* Wait for a command, checking for newly loaded modules meanwhile. */
@@ -129,6 +137,7 @@ static void *control_main(void *arg)
 	 * it runs may be instrumented). */
 	ag_enter();
 	control_tid = (int)syscall(SYS_gettid);
+	__atomic_store_n(&serving, 1, __ATOMIC_RELEASE);
 	/* The descriptors this thread keeps (the registry dir's, the FIFO's)
 	 * are opened while the program still waits for it (preloaded: before
 	 * main goes on).  Each takes
@@ -147,8 +156,12 @@ static void *control_main(void *arg)
 	if (fifo_fd < 0) {
 		ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
 		       fifo, strerror(errno));
+		ag_creds_serve();
+		__atomic_store_n(&serving, 0, __ATOMIC_RELEASE);
+		ag_creds_serve();
 		return NULL;
 	}
+	ag_creds_serve();
 	ag_modules_load();      /* attached: the repository entries (modules.c) */
 	for (;;) {
 		struct pollfd p[2];
@@ -169,6 +182,7 @@ static void *control_main(void *arg)
 		} else {
 			r = poll(p, 2, 200);
 		}
+		ag_creds_serve();       /* first: a program thread waits for it */
 		if (r > 0 && (p[1].revents & POLLIN)) {
 			/* Windows wait for their jumps: let the batch fill a little
 			 * (the thread that queued them is instrumenting on). */

@@ -116,6 +116,9 @@ static hook hooks[] = {
 	{ "fcntl", (void *)ag_fcntl, 0 },
 	{ "fcntl64", (void *)ag_fcntl64, 0 },
 	{ "prctl", (void *)prctl, 0 },
+	/* creds.c: the control thread's capabilities follow the program's */
+	{ "capset", (void *)capset, 0 },
+	{ "syscall", (void *)syscall, 0 },
 };
 
 #define NHOOKS (sizeof hooks / sizeof *hooks)

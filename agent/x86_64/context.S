@@ -46,4 +46,29 @@
 	CONTEXT_STUB setcontext, 1
 	CONTEXT_STUB swapcontext, 2
 
+/*
+ * syscall(): the C library's, but for SYS_capset (126) and SYS_prctl (157),
+ * which go to ag_syscall_creds (creds.c: the control thread mirrors what
+ * they change).  Jumped to, not called: the caller's frame and arguments
+ * reach the function as they would the C library's (the seventh on the
+ * stack, at 8(%rsp)), and a clone returning on another stack returns from
+ * the C library's own.  Until the agent's constructor found the C
+ * library's, ag_syscall_raw makes the call.
+ */
+	.globl	syscall
+	.type	syscall, @function
+syscall:
+	.cfi_startproc
+	endbr64
+	cmp	$126, %rdi
+	je	ag_syscall_creds
+	cmp	$157, %rdi
+	je	ag_syscall_creds
+	mov	ag_real_syscall(%rip), %r11
+	test	%r11, %r11
+	jz	ag_syscall_raw
+	jmp	*%r11
+	.cfi_endproc
+	.size	syscall, .-syscall
+
 	.section .note.GNU-stack,"",@progbits

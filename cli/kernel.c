@@ -101,6 +101,8 @@ struct cli_kernel {
 	struct spk_site *sites; /* indirect calls found */
 	size_t nsites, capsites, sites_sent, watched;
 	size_t found;           /* functions found through indirect calls */
+	/* the module core's counts when it was opened (one opener at a time) */
+	uint64_t core_misses0, core_reached0, core_ids0;
 	int indirect;           /* --kernel-indirect: watch the indirect calls */
 };
 
@@ -590,6 +592,9 @@ static int open_device(cli_kernel *k)
 				 "it", k->cmd, info.version, info.ring_bytes, SPK_VERSION);
 	}
 	k->nrings = info.nrings;
+	k->core_misses0 = info.core_misses;
+	k->core_reached0 = info.core_reached;
+	k->core_ids0 = info.core_ids;
 	k->rings = calloc(k->nrings, sizeof *k->rings);
 	k->pos = calloc(k->nrings, sizeof *k->pos);
 	if (!k->rings || !k->pos) {
@@ -1055,6 +1060,12 @@ outside:
 	if (k->found)
 		fprintf(stderr, "; %zu functions found through indirect calls while it ran and "
 			"hooked from their next call on", k->found);
+	if (info.core_misses > k->core_misses0)
+		fprintf(stderr, "; the module's propagation core (agent/core) took %" PRIu64
+			" misses of indirect sites' caches, kept %" PRIu64 " targets to hook, "
+			"gave %" PRIu64 " (site, callee) ids", (uint64_t)info.core_misses - k->core_misses0,
+			(uint64_t)info.core_reached - k->core_reached0,
+			(uint64_t)info.core_ids - k->core_ids0);
 	if (lost)
 		fprintf(stderr, "; %" PRIu64 " lost (a ring came round before it was read)", lost);
 	if (info.missed_depth)

@@ -11,9 +11,15 @@
  *     context, may sleep).
  *  2. The kprobe's handler runs before the instruction, so the register
  *     holds the target.  Out of scope (any other thread group) it returns
- *     at once.  For a traced thread, a target not hooked yet (probes.c's
- *     table) is kept in a small set under a raw spinlock (the handler may
- *     run with interrupts off); nothing is patched here -- patching sleeps.
+ *     at once.  For a traced thread, a target the site's cache holds (the
+ *     last one it called) needs nothing more; another goes to the
+ *     propagation core the user-space agent runs too (cp_indirect_miss,
+ *     agent/core/core.c; the kernel's platform is core_plat.c): the core
+ *     knows the site's targets (eight, then its shared pair table), and a
+ *     new one it asks to have reached -- here, a target not hooked yet
+ *     (probes.c's table) is kept in a small set under a raw spinlock (the
+ *     handler may run with interrupts off); nothing is patched here --
+ *     patching sleeps.  The core then points the cache at the target.
  *  3. User space takes the kept targets (SPK_IOC_TARGETS) while the program
  *     runs, looks each up in its symbols and hooks it, with what it calls,
  *     through SPK_IOC_PROBE (a new batch: probes.c, step 2).  The call
@@ -32,12 +38,23 @@
 #include <linux/stddef.h>
 #include <linux/vmalloc.h>
 
+#include "core.h"
+
 #include "kagent.h"
 
 struct site {
 	struct kprobe kp;
 	u32 off;                /* the register's offset in pt_regs */
+	cp_indirect_site is;    /* the core's state of the site ... */
+	cp_indirect_cache cache; /* ... and its cache (target: last one seen) */
 };
+
+/* The sites as the core sees them: one "module" (the kernel), whose site i
+ * is sites[i]; their calling function is not known here (user space found
+ * it), so one function without an extent stands for all of them. */
+static ca_site *ca_sites;
+static ca_func ca_caller;
+cp_view spk_core_view = { .funcs = &ca_caller, .nfuncs = 1 };
 
 static struct site *sites;
 static struct kprobe **kps;     /* the same, for the batch unregister */
@@ -63,8 +80,7 @@ static const u32 reg_off[SPK_NREGS] = {
 static int on_site(struct kprobe *kp, struct pt_regs *regs)
 {
 	struct site *s;
-	unsigned long t, flags;
-	u32 i;
+	unsigned long t;
 
 	/* Not spk_scope_has_current(): an int3's handler runs as an NMI does,
 	 * never in_task().  An interrupt on a traced thread's CPU may pass
@@ -73,15 +89,23 @@ static int on_site(struct kprobe *kp, struct pt_regs *regs)
 		return 0;
 	s = container_of(kp, struct site, kp);
 	t = *(unsigned long *)((char *)regs + s->off);
-	if (spk_probes_known(t))
-		return 0;
+	if (smp_load_acquire(&s->cache.target) != t)
+		spk_core_miss(&spk_core_view, &s->is, t);
+	return 0;
+}
+
+/* Step 2, for the core (core_plat.c's cp_plat_reached). */
+void spk_targets_keep(unsigned long t)
+{
+	unsigned long flags;
+	u32 i;
+
 	raw_spin_lock_irqsave(&kept_lock, flags);
 	for (i = 0; i < nkept && kept[i] != t; i++)
 		;
 	if (i == nkept && nkept < SPK_MAX_TARGETS)
 		kept[nkept++] = t;
 	raw_spin_unlock_irqrestore(&kept_lock, flags);
-	return 0;
 }
 
 int spk_sites_add(struct spk_site *req, u32 n)
@@ -90,14 +114,18 @@ int spk_sites_add(struct spk_site *req, u32 n)
 	if (!sites) {
 		sites = vzalloc(SPK_MAX_SITES * sizeof *sites);
 		kps = vzalloc(SPK_MAX_SITES * sizeof *kps);
-		if (!sites || !kps) {
+		ca_sites = vzalloc(SPK_MAX_SITES * sizeof *ca_sites);
+		if (!sites || !kps || !ca_sites || spk_core_prepare()) {
 			vfree(sites);
 			vfree(kps);
+			vfree(ca_sites);
 			sites = NULL;
 			kps = NULL;
+			ca_sites = NULL;
 			mutex_unlock(&sites_lock);
 			return -ENOMEM;
 		}
+		spk_core_view.sites = ca_sites;
 	}
 	for (u32 i = 0; i < n; i++) {
 		struct site *s;
@@ -112,6 +140,10 @@ int spk_sites_add(struct spk_site *req, u32 n)
 		}
 		s = &sites[nsites];
 		memset(s, 0, sizeof *s);
+		ca_sites[nsites] = (ca_site){ .addr = req[i].addr, .callee = CA_NONE, .import = CA_NONE,
+					      .kind = CA_SITE_INDIRECT_REG, .func = 0 };
+		s->is.site = nsites;
+		s->is.cache = &s->cache;
 		s->kp.addr = (kprobe_opcode_t *)(uintptr_t)req[i].addr;
 		s->kp.pre_handler = on_site;
 		s->off = reg_off[req[i].reg];
@@ -149,8 +181,11 @@ void spk_sites_clear(void)
 	nsites = 0;
 	vfree(sites);
 	vfree(kps);
+	vfree(ca_sites);
 	sites = NULL;
 	kps = NULL;
+	ca_sites = NULL;
+	spk_core_view.sites = NULL;
 	mutex_unlock(&sites_lock);
 	raw_spin_lock_irqsave(&kept_lock, flags);
 	nkept = 0;

@@ -11,6 +11,11 @@
  *   indirect.c the kprobes on indirect calls that find their targets
  *   ring.c    the per-CPU rings records go into
  *   keys.c    the keyboard notifier counting a chord's presses (--on key)
+ *   core.c    agent/core/core.c, the propagation core the user-space agent
+ *             runs too (copied in by build.sh; kagent/core_shim/ maps its
+ *             stdint.h, stdbool.h, stddef.h to <linux/types.h>)
+ *   core_plat.c the kernel's cp_plat_* for it: what the module takes from
+ *             the core (the indirect calls' misses) and what not, and why
  */
 #ifndef KAGENT_H
 #define KAGENT_H
@@ -38,7 +43,7 @@ u32 spk_scope_count(void);
 int spk_probes_add(const u64 *addrs, s32 *result, u32 n);
 void spk_probes_clear(void);           /* unhook every one (may sleep) */
 u32 spk_probes_count(void);
-bool spk_probes_known(unsigned long addr);  /* hooked (any context) */
+s32 spk_probes_index(unsigned long addr);   /* its index if hooked, else -1 (any context) */
 void spk_probes_missed(u64 *depth, u64 *nested);
 
 /* ---- shadow.c (and return.S) ---- */
@@ -53,6 +58,17 @@ u64 spk_shadow_missed(void);
 int spk_sites_add(struct spk_site *sites, u32 n);  /* SPK_IOC_SITES (may sleep) */
 u32 spk_targets_take(u64 *out, u32 cap);           /* SPK_IOC_TARGETS */
 void spk_sites_clear(void);            /* unregister every one (may sleep) */
+void spk_targets_keep(unsigned long t);   /* for SPK_IOC_TARGETS (any context) */
+
+/* ---- core_plat.c (the files that include core.h first) ---- */
+int spk_core_prepare(void);            /* the core's arena (process context) */
+void spk_core_exit(void);              /* at unload */
+void spk_core_stats(u64 *misses, u64 *reached, u64 *ids, u64 *pairs);
+#ifdef SPTRACE_CORE_H
+extern cp_view spk_core_view;          /* indirect.c's sites as the core sees them */
+/* A watched site's target its core cache lacks: cp_indirect_miss, counted. */
+void spk_core_miss(const cp_view *m, cp_indirect_site *is, u64 target);
+#endif
 
 /* ---- ring.c ---- */
 int spk_rings_init(void);

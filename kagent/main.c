@@ -138,6 +138,8 @@ static long spk_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		info.hits = spk_rings_hits();
 		spk_probes_missed(&info.missed_depth, &info.missed_nested);
 		info.patched = spk_probes_count();
+		spk_core_stats(&info.core_misses, &info.core_reached, &info.core_ids,
+			       &info.core_pairs);
 		return copy_to_user(u, &info, sizeof info) ? -EFAULT : 0;
 	case SPK_IOC_PROBE:
 		return ioc_probe(u);
@@ -234,6 +236,7 @@ static void __exit spk_exit(void)
 	spk_scope_clear();
 	spk_sites_clear();
 	spk_probes_clear();
+	spk_core_exit();
 	spk_scope_exit();
 	spk_shadow_exit();
 	spk_rings_exit();

@@ -18,7 +18,9 @@
  *     calls and tail jumps in it -- to a bounded depth, leaving out the
  *     thunks and the locking and scheduling primitives.  This is the
  *     look-ahead of the user-space agent made in advance: every function
- *     the flow can reach from those entries within the depth.
+ *     the flow can reach from those entries within the depth.  (The
+ *     agent's own look-ahead, cp_instrument in the propagation core the
+ *     module shares, cannot run here: core_plat.c says why.)
  *  2. SPK_IOC_PROBE hands the entry addresses down; here, in process
  *     context, each is checked against a scratch ftrace_ops (ftrace refuses
  *     what has no __fentry__ site: assembly, notrace, inlined), then the
@@ -258,9 +260,9 @@ void spk_probes_clear(void)
 	mutex_unlock(&probes_lock);
 }
 
-bool notrace spk_probes_known(unsigned long addr)
+s32 notrace spk_probes_index(unsigned long addr)
 {
-	return READ_ONCE(fhash) && lookup(addr) >= 0;
+	return READ_ONCE(fhash) ? lookup(addr) : -1;
 }
 
 u32 spk_probes_count(void)

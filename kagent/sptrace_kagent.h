@@ -37,7 +37,7 @@
 #include <linux/types.h>
 
 #define SPK_DEVICE "/dev/sptrace"
-#define SPK_VERSION 2
+#define SPK_VERSION 3
 #define SPK_RING_MAGIC 0x31474e49524b5053ull  /* "SPKRING1" little-endian */
 #define SPK_RING_HEADER 4096
 #define SPK_RING_RECS (1u << 18)               /* 4 MiB of records per CPU */
@@ -82,6 +82,12 @@ struct spk_info {
 	__u64 missed_nested;    /* traced calls made while the module's own code
 				 * ran on that thread (not recorded) */
 	__u64 patched;          /* functions hooked now, all openers (0 after close) */
+	/* The propagation core (agent/core/core.c, kagent/core_plat.c), since
+	 * the module was loaded: */
+	__u64 core_misses;      /* indirect calls whose site's cache lacked the target */
+	__u64 core_reached;     /* of them, targets the core had kept for hooking */
+	__u64 core_ids;         /* (site, callee) ids it handed out */
+	__u64 core_pairs;       /* of them, in its shared table (beyond a site's eight) */
 };
 
 /* SPK_IOC_PROBE: hook each of n entry addresses (through ftrace: see

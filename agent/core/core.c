@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * core.c — the propagation core: which sites of a reached function are
  * patched and how, the look-ahead batch, site ids across activations, and

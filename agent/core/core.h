@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * core.h — the agent's propagation core and the platform interface it runs on.
  *
@@ -195,8 +196,12 @@ bool cp_plat_runtime_code(uint64_t target);    /* code a language runtime manage
  * takes its lock, waits for what it must, calls cp_instrument). */
 void cp_plat_reached(void *mod, uint32_t func);
 void cp_plat_indirect_id(uint32_t id);         /* an id indirect calls record now */
-/* GCC and clang may emit calls to these even freestanding (struct copies). */
+/* GCC and clang may emit calls to these even freestanding (struct copies).
+ * The kernel module has its own (<linux/string.h>, macros under
+ * FORTIFY_SOURCE: declaring them again would expand them). */
+#ifndef __KERNEL__
 void *memcpy(void *d, const void *s, size_t n);
 void *memset(void *d, int c, size_t n);
+#endif
 
 #endif

@@ -76,6 +76,7 @@ echo "@@ftrace-after-second $(grep -c . /sys/kernel/debug/tracing/enabled_functi
 sptrace run --kernel -o during2.data -- ./kcalls cat /sys/kernel/debug/kprobes/list > during2.out 2>/dev/null
 echo "@@kprobes-during-plain $? $(grep -c . during2.out)"
 rmmod sptrace_kagent; echo "@@rmmod $?"
+dmesg | grep -E 'WARNING:|BUG:' | sed 's/^/@@kwarn /'
 echo "@@kprobes-after-rmmod $(grep -c . /sys/kernel/debug/kprobes/list)"
 echo "@@ftrace-after-rmmod $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
 sptrace run --kernel -- ./kcalls > nomod.out 2> nomod.err
@@ -294,6 +295,20 @@ def main():
               f'(of 20 calls; the first ones reveal the target)')
     check('found through indirect calls' in ' '.join(values(out, 'ind-err')),
           'the summary counts the functions found through indirect calls')
+    # The module's indirect-call decisions are the propagation core's
+    # (agent/core/core.c's cp_indirect_miss, kagent/core_plat.c): its counts.
+    m = re.search(r'propagation core \(agent/core\) took (\d+) misses of indirect sites\' '
+                  r'caches, kept (\d+) targets to hook, gave (\d+) \(site, callee\) ids',
+                  ' '.join(values(out, 'ind-err')))
+    check(m is not None and int(m.group(1)) > 0 and 0 < int(m.group(2)) <= int(m.group(1))
+          and int(m.group(3)) > 0,
+          'the summary names the module core\'s counts (misses, kept, ids): ' +
+          (m.group(0) if m else 'no such line'))
+
+    # The module's own warnings (core_plat.c's cp_plat_* that only
+    # cp_instrument calls warn if ever reached) and the kernel's.
+    check(not values(out, 'kwarn'), 'no kernel WARNING or BUG while the module ran: ' +
+          (' / '.join(values(out, 'kwarn')) or 'none'))
 
     # attach
     check(one(out, 'attach-status') == '0' and one(out, 'attached-status') == '0',

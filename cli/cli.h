@@ -32,9 +32,10 @@ int cmd_collect(int argc, char **argv);
 
 /* cmd_pack.c: pack the files of every record in DIR and its exec'd images'
  * subdirectories (an_pack_ring): their finished chunks, and every record of
- * process `gone`'s (AN_PACK_DEAD: of any process no longer running).  0, or
- * -1 once an error was said. */
-int cli_pack_rings(const char *dir, int gone, int depth);
+ * process `gone`'s (AN_PACK_DEAD: of any process no longer running); only
+ * directories of the caller's that no one else may write.  0, or -1 once
+ * an error was said. */
+int cli_pack_rings(const char *dir, int gone);
 
 /* lost.c: say the records the trace lost, first: a warning on stderr and,
  * with `out`, a "# WARNING: ..." line there.  1 when some were lost.  The

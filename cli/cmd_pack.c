@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,38 +22,73 @@
  * in DIR and its exec'd images' subdirectories has its finished chunks
  * packed (an_pack_ring); those of process `gone` (0: none; AN_PACK_DEAD:
  * any process no longer running), which can write no more, all their
- * records.  0, or -1 once an error was said (the
- * caller stops compacting: the records stay raw, as with --no-compact).
+ * records.
+ *
+ * Root never follows a path another user could have planted, and packing
+ * writes (packed.<tid> made, ring.<tid> cut):
+ *   1. each directory is opened without following a link (O_NOFOLLOW |
+ *      O_DIRECTORY, from its parent's descriptor) and packed only if it is
+ *      the caller's and no one else may write into it (no group or other
+ *      write bit): nothing in it is another user's doing;
+ *   2. its files are reached through that descriptor (/proc/self/fd/N/NAME),
+ *      so a directory renamed or replaced meanwhile is never entered by
+ *      name; an_pack_ring opens each without following a link;
+ *   3. a directory that fails 1 is left as it is, its records raw (every
+ *      reader reads them), and said once where nothing repeats the walk
+ *      (`sptrace pack`, and run's last pass: `gone` AN_PACK_DEAD).
+ * 0, or -1 once an error was said (the caller stops compacting: the records
+ * stay raw, as with --no-compact).
  */
-int cli_pack_rings(const char *dir, int gone, int depth)
+static int pack_dir(int dfd, const char *shown, int gone, int depth)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], sub[PATH_MAX];
 	struct dirent *de;
-	DIR *d = opendir(dir);
+	struct stat st;
+	DIR *d;
 	int rc = 0;
 
-	if (!d)
+	if (fstat(dfd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
+		if (gone == AN_PACK_DEAD)
+			cli_error("pack: %s: %s: left as it is (its records stay raw; every reader "
+				  "reads them); pack it as its owner", shown,
+				  st.st_uid != geteuid() ? "not yours" : "others may write into it");
+		close(dfd);
 		return 0;
+	}
+	if (!(d = fdopendir(dfd))) {
+		close(dfd);
+		return 0;
+	}
 	while (rc == 0 && (de = readdir(d))) {
 		sp_err err;
 
-		if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
-			continue;
 		if (depth < 16 && strncmp(de->d_name, "exec.", 5) == 0) {
-			struct stat st;
+			int sfd = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
-			/* (a directory of its own, never through a link) */
-			if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-				rc = cli_pack_rings(path, gone, depth + 1);
+			if (sfd >= 0 && (size_t)snprintf(sub, sizeof sub, "%s/%s", shown,
+							 de->d_name) < sizeof sub)
+				rc = pack_dir(sfd, sub, gone, depth + 1);
+			else if (sfd >= 0)
+				close(sfd);
 		} else if (strncmp(de->d_name, "ring.", 5) == 0 &&
+			   (size_t)snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dirfd(d),
+					    de->d_name) < sizeof path &&
 			   an_pack_ring(path, gone, &err) < 0) {
-			cli_error("%s: %s; the records not packed yet stay as written (8 bytes "
-				  "each)", gone == AN_PACK_DEAD ? "pack" : "run", err.msg);
+			cli_error("%s: %s: %s; the records not packed yet stay as written (8 bytes "
+				  "each)", gone == AN_PACK_DEAD ? "pack" : "run", shown, err.msg);
 			rc = -1;
 		}
 	}
 	closedir(d);
 	return rc < 0 ? -1 : 0;
+}
+
+int cli_pack_rings(const char *dir, int gone)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	return dfd < 0 ? 0 : pack_dir(dfd, dir, gone, 0);
 }
 
 static const char pack_help[] =
@@ -76,5 +112,5 @@ int cmd_pack(int argc, char **argv)
 		return cli_error("pack: usage: sptrace pack DIR; see 'sptrace pack --help'"), 2;
 	if (access(argv[1], F_OK) != 0)
 		return cli_error("pack: %s: %s", argv[1], strerror(errno)), 1;
-	return cli_pack_rings(argv[1], AN_PACK_DEAD, 0) < 0 ? 1 : 0;
+	return cli_pack_rings(argv[1], AN_PACK_DEAD) < 0 ? 1 : 0;
 }

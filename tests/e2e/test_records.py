@@ -316,6 +316,28 @@ def case_compact(sptrace, prog, tmp):
     print("compact: --no-compact %.2f bytes per call in the records' files, packed %.3f; "
           "replay, report, flows and export alike" % (raw_per_call, pk_per_call))
 
+    # Root packs no directory another user controls (cmd_pack.c, point 1):
+    # one of uid 61001's, and one of root's that others may write into, are
+    # left as they are and said.
+    if os.geteuid() == 0:
+        for name, fix in (("theirs", lambda d: subprocess.run(["chown", "-R", "61001", d],
+                                                              check=True)),
+                          ("writable", lambda d: os.chmod(d, 0o777))):
+            d = os.path.join(tmp, name)
+            shutil.copytree(raw, d, symlinks=True)
+            fix(d)
+            before = {f: os.path.getsize(f) for f in rings(d)}
+            r = run([sptrace, "pack", d], env=env)
+            said = "not yours" if name == "theirs" else "others may write into it"
+            check(r.returncode == 0 and not glob.glob(os.path.join(d, "packed.*")) and
+                  before == {f: os.path.getsize(f) for f in rings(d)} and said in r.stderr,
+                  "compact: root's sptrace pack wrote into %s (a directory %s): exit %d, "
+                  "packed %r, stderr %r" % (d, said, r.returncode,
+                                            glob.glob(os.path.join(d, "packed.*")),
+                                            r.stderr[-1000:]))
+        print("compact: root's sptrace pack leaves another user's directory, and one "
+              "others may write, as they are")
+
     # sptrace run killed while it packs: what it packed and what it had not
     # yet (raw) are read together, every call once.
     died = os.path.join(tmp, "died")

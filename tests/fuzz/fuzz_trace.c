@@ -1,11 +1,11 @@
 /*
  * tests/fuzz/fuzz_trace.c — libFuzzer target for the trace-directory reader
- * (analysis/): meta, sites, a ring file, its seg file and the
- * channels file.
+ * (analysis/): meta, sites, a ring file, its seg file, the channels file
+ * and the ring's packed blocks.
  *
- * An input is up to five files separated by FUZZ_TRACE_SEP (fuzz_trace.h):
- * meta, sites, ring.1, seg.1, channels, in that order; a part left out is a file
- * absent.  They are written into a scratch directory made once per process,
+ * An input is up to six files separated by FUZZ_TRACE_SEP (fuzz_trace.h):
+ * meta, sites, ring.1, seg.1, channels, packed.1, in that order; a part left
+ * out is a file absent.  They are written into a scratch directory made once per process,
  * which is then read as `sptrace replay` and `report` read it: an_trace_open
  * (modules not analysed: their paths in meta name files of this machine, and
  * the ELF readers have fuzz_analyze), then every thread's call tree, and
@@ -28,7 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static volatile size_t sink;
 
-static const char *const files[] = { "meta", "sites", "ring.1", "seg.1", "channels" };
+static const char *const files[] = { "meta", "sites", "ring.1", "seg.1", "channels",
+				     "packed.1" };
 static char dir[64];
 
 static void put_file(const char *name, const uint8_t *p, size_t n)

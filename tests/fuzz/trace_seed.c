@@ -9,16 +9,88 @@
  *                            the channels file
  *   trace_seed OUT wrapped   the ring came round (count > capacity), no seg,
  *                            no channels file (messages name unknown ids)
+ *   trace_seed OUT packed    a file of every record (chunks) whose records
+ *                            were all packed (an_pack_ring, as sptrace run
+ *                            does): ring.1 its header, packed.1 the blocks
  */
 #include <arpa/inet.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "analysis.h"
 
 #include "fuzz_trace.h"
 #include "trace_format.h"
 
 #define CAP 64
+
+static char pack_dir[64];
+
+static void remove_pack_dir(void)
+{
+	char path[128];
+
+	snprintf(path, sizeof path, "%s/ring.1", pack_dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/packed.1", pack_dir);
+	unlink(path);
+	rmdir(pack_dir);
+}
+
+/* Append file dir/name to f. */
+static int copy_file(FILE *f, const char *dir, const char *name)
+{
+	char path[128], buf[4096];
+	size_t n;
+	FILE *in;
+
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	if (!(in = fopen(path, "rb")))
+		return perror(path), 1;
+	while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+		fwrite(buf, 1, n, f);
+	fclose(in);
+	return 0;
+}
+
+/* The packed variant: every record in a file of chunks (the agent's
+ * keep-every-record form), packed as `sptrace run` packs a gone process's
+ * file; ring.1 (then its header) goes to f, packed.1 after the channels. */
+static int put_packed(FILE *f, const trace_ring_header *ring_h, const uint64_t *recs,
+		      size_t count)
+{
+	trace_ring_header h = *ring_h;
+	char path[128];
+	sp_err err;
+	FILE *r;
+
+	snprintf(pack_dir, sizeof pack_dir, "/tmp/trace-seed-XXXXXX");
+	if (!mkdtemp(pack_dir))
+		return perror("mkdtemp"), 1;
+	h.header_size = TRACE_RING_HEADER_SIZE;
+	h.capacity = 16;
+	h.mask = 15;
+	h.chunk = 8;
+	h.limit = 16;
+	h.kept_end = ~0ull;
+	h.pid = (uint32_t)getpid();      /* gone, as an_pack_ring is told below */
+	h.flags = 0;
+	snprintf(path, sizeof path, "%s/ring.1", pack_dir);
+	if (!(r = fopen(path, "wb")) || fwrite(&h, sizeof h, 1, r) != 1 ||
+	    fwrite(recs, 8, count, r) != count || fclose(r))
+		return perror(path), 1;
+	if (an_pack_ring(path, (int)getpid(), &err) != (int64_t)count) {
+		fprintf(stderr, "trace_seed: %s\n", err.msg);
+		return 1;
+	}
+	if (copy_file(f, pack_dir, "ring.1"))
+		return 1;
+	atexit(remove_pack_dir);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -34,14 +106,16 @@ int main(int argc, char **argv)
 	trace_ring_header h;
 	trace_seg_chunk ch = { TRACE_SEG_MAGIC, 0, 4, tsc >> TRACE_TSC_LOW_BITS };
 	size_t n = 0, count;
-	int wrapped;
+	int wrapped, packed;
 	FILE *f;
 
-	if (argc != 3 || (strcmp(argv[2], "plain") && strcmp(argv[2], "wrapped"))) {
-		fprintf(stderr, "usage: trace_seed OUT plain|wrapped\n");
+	if (argc != 3 || (strcmp(argv[2], "plain") && strcmp(argv[2], "wrapped") &&
+			  strcmp(argv[2], "packed"))) {
+		fprintf(stderr, "usage: trace_seed OUT plain|wrapped|packed\n");
 		return 2;
 	}
 	wrapped = strcmp(argv[2], "wrapped") == 0;
+	packed = strcmp(argv[2], "packed") == 0;
 	/* Records: root entry, a call, an indirect call in it, events. */
 	recs[n++] = trace_sync_rec(tsc >> TRACE_TSC_LOW_BITS);
 	recs[n++] = trace_rec(TRACE_EVENT, TRACE_EV_ACTIVATE, tsc);
@@ -90,12 +164,19 @@ int main(int argc, char **argv)
 	fputs(FUZZ_TRACE_SEP, f);
 	fwrite(sites, sizeof sites, 1, f);
 	fputs(FUZZ_TRACE_SEP, f);
-	fwrite(&h, h.header_size, 1, f);
-	fwrite(ring, sizeof ring, 1, f);
+	if (packed) {
+		if (put_packed(f, &h, recs, count))
+			return 1;
+	} else {
+		fwrite(&h, h.header_size, 1, f);
+		fwrite(ring, sizeof ring, 1, f);
+	}
 	if (!wrapped) {
 		fputs(FUZZ_TRACE_SEP, f);
-		fwrite(&ch, sizeof ch, 1, f);
-		fwrite(recs, 8, ch.n, f);
+		if (!packed) {
+			fwrite(&ch, sizeof ch, 1, f);
+			fwrite(recs, 8, ch.n, f);
+		}
 		memset(chans, 0, sizeof chans);
 		chans[0].proto = 3;               /* record 0: the id counter (next id 3) */
 		chans[0].pid = sizeof(trace_channel);   /* and the record size */
@@ -109,5 +190,7 @@ int main(int argc, char **argv)
 		fputs(FUZZ_TRACE_SEP, f);
 		fwrite(chans, sizeof chans, 1, f);
 	}
+	if (packed && (fputs(FUZZ_TRACE_SEP, f) < 0 || copy_file(f, pack_dir, "packed.1")))
+		return 1;
 	return fclose(f) ? 1 : 0;
 }

@@ -473,13 +473,18 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 		close(fd);
 		return sp_fail(err, "%s: not a regular file of its own: left alone", pd.path);
 	}
-	if (pst.st_size == 0 && (pst.st_uid != st.st_uid || pst.st_gid != st.st_gid) &&
-	    fchown(pfd, st.st_uid, st.st_gid) < 0) {
+	/* the ring's owner and mode (0640 in a trace shared with a group:
+	 * sptrace --group), whatever the packer's umask */
+	if (pst.st_size == 0 && (((pst.st_uid != st.st_uid || pst.st_gid != st.st_gid) &&
+				  fchown(pfd, st.st_uid, st.st_gid) < 0) ||
+				 ((pst.st_mode & 0777) != (st.st_mode & 0666) &&
+				  fchmod(pfd, st.st_mode & 0666) < 0))) {
 		int e = errno;
 
 		close(pfd);
 		close(fd);
-		return sp_fail(err, "%s: cannot give it the ring's owner: %s", pd.path, strerror(e));
+		return sp_fail(err, "%s: cannot give it the ring's owner and mode: %s", pd.path,
+			       strerror(e));
 	}
 	if (scan_cached(ring_path, &pd, pfd, &pst, err) < 0) {
 		close(fd);

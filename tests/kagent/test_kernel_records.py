@@ -59,7 +59,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix='sptrace-krec-')
     env = private_repo_env(tmp)
     d = os.path.join(tmp, 'trace')
-    p = run([sptrace, 'run', '-o', d, '--', kcalls], env=env)
+    # the ring is read raw here (ring_records): not packed
+    p = run([sptrace, 'run', '-o', d, '--no-compact', '--', kcalls], env=env)
     check(p.returncode == 0, 'sptrace run: ' + p.stderr)
     meta = open(os.path.join(d, 'meta')).read().splitlines()
     mods = {int(l.split()[1]): l.split()[2] for l in meta if l.startswith('module ')}

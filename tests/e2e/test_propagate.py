@@ -92,6 +92,9 @@ users).
           counts with its parent, so each read names the bytes of its write
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
+  pipe-users-readers  pipe-readers with readers of two users (61001,
+          61002): they count the pipe's bytes together all the same
+  unix-users-readers  unix-readers with readers of two users
   pipe-readers-slow  the same with the daemon's injector slowed (nice 19
           on CPU 0 beside a busy loop, the readers on the other CPUs): a
           reader's agent mostly starts while the injector still holds its
@@ -1036,18 +1039,23 @@ class SlowInjector:
             self.daemon(0, os.sched_getaffinity(0))
 
 
-def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=False):
+def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=False,
+                      users=False):
     """Two pre-forked readers of one pipe (a user's server's workers) and a
     traced writer (root's) of 4 messages, each taken whole by one of them: both readers are
     injected, and each read names the bytes of the write that carried what
     it read (their agents share the pipe's count), none before it.  unix:
     the readers hold one end of a connected UNIX stream socketpair, the
-    writer the other (SESSION/unix-INODE; each reader counting alone, the
-    second one named its first read 0..2 as the first one had).  slow:
+    writer the other (the readers' count of the receiving socket; each
+    reader counting alone, the second one named its first read 0..2 as the
+    first one had).  slow:
     the daemon's injector slowed beside them (SlowInjector): a reader's
     agent mostly starts while the injector still holds its thread, blocked in its
     read before (the agent that waited for that thread to be back in its
-    call missed the first read: 10 runs in 10)."""
+    call missed the first read: 10 runs in 10).  users: the two readers are
+    of two users, 61001 and 61002 (pipes usersreader): their agents share
+    the count all the same (the count file the daemon made for the first
+    reader's user was refused by the other's agent, which counted alone)."""
     pipes = reachable_copy(pipes, tmp)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
@@ -1066,7 +1074,9 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
             ino = os.fstat(rfd).st_ino
             rchan = wchan = None
         try:
-            rd = cl.hosts.popen(0, USER + [pipes, "reader", str(rfd), "2"],
+            argv = ([pipes, "usersreader", str(rfd), "61001", "61002"] if users
+                    else USER + [pipes, "reader", str(rfd), "2"])
+            rd = cl.hosts.popen(0, argv,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 pass_fds=[rfd])
         finally:
@@ -1077,6 +1087,9 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
         rd.stdin.flush()
         readers = [rd.pid] + children(rd.pid)
         check(len(readers) == 2, "the readers: %s" % readers)
+        if users:
+            uids = sorted(os.stat("/proc/%d" % pid).st_uid for pid in readers)
+            check(uids == [61001, 61002], "the readers' users: %s" % uids)
         if slow_inj:
             slow_inj.spare(readers)
         msgs = ["ab", "cd", "ef", "gh"]
@@ -1115,6 +1128,12 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
                   "every reader's reads: %s, named %s\n%s\n%s" %
                   (pid, got.get(pid), rr, sent, got, named, agent_logs(t, readers),
                    cl.logs()))
+        if users:
+            logs = cl.logs()
+            for pid in readers:
+                check(re.search(r"pid %d \(uid \d+\) gets the count the readers of" % pid, logs),
+                      "reader %d did not get its readers' count from the daemon:\n%s"
+                      % (pid, logs))
         pipe_flows_clean(sptrace, cl, tmp, out, readers)
     finally:
         if slow_inj:
@@ -1643,6 +1662,8 @@ def main():
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
          "pipe-writers": case_pipe_writers, "unix-writers": case_unix_writers,
          "unix-readers": lambda *a: case_pipe_readers(*a, unix=True),
+         "pipe-users-readers": lambda *a: case_pipe_readers(*a, users=True),
+         "unix-users-readers": lambda *a: case_pipe_readers(*a, unix=True, users=True),
          "unix-forked-writers": case_unix_forked_writers, "pipe-fifo-writers": case_pipe_fifo_writers,
          "pipe-users-writers": case_pipe_users_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,

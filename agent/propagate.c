@@ -12,8 +12,9 @@
  *     injected (STATE/sessions/SESSION/PID) and what `sptrace collect`
  *     gathers.
  *  2. Once per channel (msgs.c claims it with one atomic exchange: a TCP
- *     connection, UDP to one peer, a pipe, a UNIX stream socket whose peer
- *     the kernel named, a UNIX datagram to one socket (its inode, or the
+ *     connection, UDP to one peer, a pipe, a connected UNIX stream socket
+ *     (its peer's inode, or, unknown here, its own: point 18), a UNIX
+ *     datagram to one socket (its inode, or the
  *     path it is bound to); never the standard streams), on the first traced
  *     send, before the bytes go: an InjectRequest (proto/spd.proto) to the
  *     daemon of this network namespace, over its abstract UNIX socket, with
@@ -216,18 +217,24 @@
  *     those were its own earlier bytes or none; an OFFSET below them leaves
  *     each reader's count its own (point 6).  A later writer's OFFSET is
  *     the writers' count's value, as with pipes.  A forked writer cannot
- *     ask: its UNIX peer stays unknown (msgs.c: unix_peer, point 1) -- but
- *     it takes the count its parent took before the fork: the table (point
- *     17) keys a UNIX stream's count by the sending socket's inode, which
- *     it knows (a stream socket has one peer: the same channel).
+ *     learn its UNIX peer (msgs.c: unix_peer, point 1), but it takes the
+ *     count its parent took before the fork: the table (point 17) keys a
+ *     UNIX stream's count by the sending socket's inode, which it knows (a
+ *     stream socket has one peer: the same channel).  One forked before
+ *     that asks on its own first traced write with the sending socket
+ *     alone (Channel.src_inode, no inode): the daemon, which serves the
+ *     asker's network namespace, finds the peer by its own sock_diag
+ *     request (spdaemon/holders.c: spd_unix_peer) for an asker that holds
+ *     that socket, and names it in its answer (InjectReply.inode), which
+ *     is then the channel's receiving end here as if the child had known
+ *     it; a peer not accepted yet has no inode: the listener's path then,
+ *     as for any writer (point 5: `unixfrom`).
  *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
- * mistaken for an earlier one of the same bytes; a UNIX stream socket's
- * writers forked after the agent came but before their parent's first
- * traced write on it (point 18), traced writers or readers of another
- * session, and one whose daemon did not answer in time (while others took
+ * mistaken for an earlier one of the same bytes; traced writers or readers
+ * of another session, and one whose daemon did not answer in time (while others took
  * the count), count their bytes each alone; so do the writers and readers
  * of a channel once the daemon keeps SPD_MAX_COUNTS counts (inject.c: kept
  * for its life, lost when it restarts); a write's bytes
@@ -771,7 +778,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	int rc, cfd = -1, saved = errno;
 
 	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc) ||
-	    (fc->kind == AG_FLOW_UNIX && !fc->inode && (!fc->src_inode || !fc->path[0])) ||
+	    (fc->kind == AG_FLOW_UNIX && !fc->inode && !fc->src_inode) ||
 	    (fc->kind == AG_FLOW_UNIXDGRAM && !fc->inode && !fc->path[0]))
 		return 0;
 	q.channel = &ch;
@@ -801,12 +808,13 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
 		ch.inode = fc->inode;
-		if (!fc->inode)                   /* not accepted yet */
+		if (!fc->inode)                   /* not accepted yet, or unknown here */
 			ch.path = (char *)fc->path;
 		if (fc->kind == AG_FLOW_UNIX)     /* the writers' count holds it (point 18) */
 			ch.src_inode = fc->src_inode;
 		snprintf(what, sizeof what, fc->inode ? "%s %lu" : "%s %lu -> %s", kinds[fc->kind],
-			 (unsigned long)(fc->inode ? fc->inode : fc->src_inode), fc->path);
+			 (unsigned long)(fc->inode ? fc->inode : fc->src_inode),
+			 fc->path[0] ? fc->path : "its peer");
 		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
 	} else {
 		memcpy(local, fc->local, 16);
@@ -842,6 +850,13 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	rc = exchange(req, len, &ar, &rep, &cfd, why, sizeof why);
 	double ms = (double)(ag_mono_ns() - t0) / 1e6;
 	char off[40];
+
+	/* point 18: a peer this process could not learn, the daemon found */
+	if (rc == 0 && fc->kind == AG_FLOW_UNIX && !fc->inode &&
+	    rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY && rep->inject_reply->inode) {
+		fc->inode = rep->inject_reply->inode;
+		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
+	}
 
 	if (rc == 0 && (fc->kind == AG_FLOW_PIPE || (fc->kind == AG_FLOW_UNIX && fc->inode)) &&
 	    rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {  /* points 15, 16, 18 */

@@ -7,7 +7,12 @@
  *      characters (it names a directory), and a channel with addresses of
  *      the right length or an inode.
  *   2. The holders of the channel's receiving end (holders.c), less the
- *      requester itself and this daemon.
+ *      requester itself and this daemon.  A UNIX stream socket named by
+ *      its sending socket alone (a forked writer cannot learn its peer:
+ *      agent/propagate.c, point 18) is looked up first: its peer
+ *      (spd_unix_peer, this namespace's sock_diag, for a local requester
+ *      that holds the sending socket) is the receiving end, named in the
+ *      answer (InjectReply.inode); not accepted yet, the listener's path.
  *   3. The policy, process by process.  A local requester (SO_PEERCRED) may
  *      have the agent put only into a process its own user could trace: all
  *      of the process's user ids are the requester's -- root into any.  A
@@ -111,9 +116,10 @@ static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, 
 	ch->inode = q->channel->inode;
 	if (ch->kind == SPD_CH_UNIX)
 		ch->src_inode = q->channel->src_inode;
-	if (ch->kind == SPD_CH_UNIX && !ch->inode && q->channel->path && q->channel->path[0] &&
-	    q->channel->src_inode && strlen(q->channel->path) < sizeof ch->path) {
-		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path);
+	if (ch->kind == SPD_CH_UNIX && !ch->inode && ch->src_inode &&
+	    (!q->channel->path || strlen(q->channel->path) < sizeof ch->path)) {
+		/* its peer found from src_inode (spd_inject), else the path */
+		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path ? q->channel->path : "");
 		return 0;
 	}
 	if (ch->kind == SPD_CH_UNIX_DGRAM && !ch->inode && q->channel->path &&
@@ -1182,6 +1188,22 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		spd_log("%s: inject refused: %s", c->peer, err->msg);
 		return;
 	}
+	if (ch.kind == SPD_CH_UNIX && !ch.inode) {
+		/* a UNIX stream named by its sending socket alone (a forked
+		 * writer knows no peer: agent/propagate.c, point 18): its peer,
+		 * if accepted, found here for a local requester that holds it */
+		if (!c->remote && spd_pid_holds(c->pid, ch.src_inode))
+			ch.inode = spd_unix_peer(ch.src_inode);
+		if (!ch.inode && !ch.path[0]) {
+			sp_fail(err, "UNIX socket %llu: %s", (unsigned long long)ch.src_inode,
+				c->remote || !spd_pid_holds(c->pid, ch.src_inode) ?
+				"the requester does not hold it: its peer is not looked up" :
+				"no peer with an inode (sock_diag), and no listener's path");
+			spd_send_error(c, req->id, err->msg);
+			spd_log("%s: inject refused: %s", c->peer, err->msg);
+			return;
+		}
+	}
 	expect[0] = '\0';
 	if (ch.kind == SPD_CH_UNIX_DGRAM && !ch.inode) {
 		/* the socket bound to the path the datagram went to */
@@ -1256,6 +1278,7 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	rep.host = d->name;
 	rep.sent_count = sent;
 	rep.sent_offset = offset;
+	rep.inode = ch.kind == SPD_CH_UNIX ? ch.inode : 0;
 	spd_log("%s: inject session %s: answered in %.1f ms (%d round%s of looking for holders: "
 		"%.1f ms; the agents: %.1f ms)", c->peer, q->session, now_ms() - t0, rounds,
 		rounds == 1 ? "" : "s", holders_ms, inject_ms);

@@ -90,6 +90,9 @@ users).
   unix-forked-writers  a traced writer of a UNIX stream socket and the child
           it forks after its first write: the child, which knows no peer,
           counts with its parent, so each read names the bytes of its write
+  unix-early-writers  unix-forked-writers with the child forked before its
+          parent's first write: it asks the daemon by its own socket, whose
+          peer the daemon finds, and counts with its parent all the same
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
   pipe-users-readers  pipe-readers with readers of two users (61001,
@@ -1333,14 +1336,18 @@ def case_unix_writers(sptrace, spdaemon, tier, tmp, pipes):
         cl.close()
 
 
-def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
+def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes, early=False):
     """A traced process writes one message into a connected UNIX stream
     socket (one end of a socketpair), then forks a child that writes two
     more, to an injected reader of its peer: the child knows no peer
     (msgs.c, unix_peer) and asks nothing, but takes the writers' count its
     parent took (the daemon's), so each read names the bytes of
     its write (counting alone, the child named its first write 0..2, as the
-    parent had)."""
+    parent had).  early: the child is forked before the parent's first
+    write (pipes earlywriters): it takes no count from its parent, and asks
+    the daemon with its own socket alone, whose peer the daemon finds
+    (counting alone, the child named its first write 0..2, as the parent
+    had)."""
     os.chmod(tmp, 0o755)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
@@ -1358,8 +1365,9 @@ def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
         msgs = ["ab", "cd", "ef"]
         out = os.path.join(tmp, "writers.trace")
         wfd = wsock.fileno()
-        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "leadwriters", str(wfd),
-                             "1"] + msgs, timeout=300, pass_fds=[wfd])
+        mode = ["earlywriters", str(wfd)] if early else ["leadwriters", str(wfd), "1"]
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes] + mode + msgs,
+                         timeout=300, pass_fds=[wfd])
         check(w.returncode == 0, "the traced writers: %r %r\n%s" % (w.stdout, w.stderr,
                                                                      cl.logs()))
         wsock.close()                 # the reader's end of stream
@@ -1377,6 +1385,10 @@ def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
         check(sorted(len(v) for v in by_tid.values()) == [1, 2],
               "the writes, by thread (the parent's one, the child's two): %s" % by_tid)
         parent, child = sorted(by_tid.values(), key=len)
+        if early:
+            logs = cl.logs()
+            check(len(re.findall(r"gets the count its writers share", logs)) == 2,
+                  "the parent and the child did not each get the writers' count:\n%s" % logs)
         sent = dict(zip(parent + child, msgs))
         reads = pipe_ranges(sptrace, t[rd.pid], "read", rino, "unix %d <- %d" % (rino, wino))
         check(len(sent) == 3 and [sent.get(x) for x in reads] == got,
@@ -1664,7 +1676,8 @@ def main():
          "unix-readers": lambda *a: case_pipe_readers(*a, unix=True),
          "pipe-users-readers": lambda *a: case_pipe_readers(*a, users=True),
          "unix-users-readers": lambda *a: case_pipe_readers(*a, unix=True, users=True),
-         "unix-forked-writers": case_unix_forked_writers, "pipe-fifo-writers": case_pipe_fifo_writers,
+         "unix-forked-writers": case_unix_forked_writers,
+         "unix-early-writers": lambda *a: case_unix_forked_writers(*a, early=True), "pipe-fifo-writers": case_pipe_fifo_writers,
          "pipe-users-writers": case_pipe_users_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)

@@ -3,8 +3,8 @@
  * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers,
  * pipe-writers, pipe-fifo-writers, pipe-users-writers, pipe-users-readers) and
  * of a connected UNIX stream socket (unix-writers, unix-readers,
- * unix-users-readers, unix-forked-writers: PIPE the number of an inherited
- * socket, each end's).
+ * unix-users-readers, unix-forked-writers, unix-early-writers: PIPE the
+ * number of an inherited socket, each end's).
  *
  *   pipes reader PIPE K     (PIPE: a path, or the number of an inherited
  *                            descriptor: a pipe's or a socket's)
@@ -32,6 +32,10 @@
  *   pipes leadwriters PIPE K MSG...
  *       `writers` after the parent wrote the first MSG itself (its first
  *       write, before any fork), the children the others.
+ *   pipes earlywriters PIPE MSG...
+ *       forks a child first, then writes the first MSG itself (as
+ *       `writer`), and only then lets the child write the others (a
+ *       signal): a writer forked before its parent's first write.
  *   pipes stepwriter PIPE MSG...
  *       `writer`, each MSG only after a line on its standard input (the
  *       test says whose turn it is), printing "wrote PID N" once the
@@ -49,6 +53,7 @@
 #include <string.h>
 #include <linux/sockios.h>
 #include <grp.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -188,6 +193,34 @@ static int writers(const char *path, int k, int n, char **msgs, bool lead)
 	return rc;
 }
 
+/* earlywriters: the child waits for SIGUSR1 (blocked before the fork),
+ * which the parent sends once its own first message was taken. */
+static int early_writers(const char *path, int n, char **msgs)
+{
+	int fd = pipe_fd(path, O_WRONLY), st, sig, rc;
+	sigset_t usr1;
+
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	if (fd < 0 || sigprocmask(SIG_BLOCK, &usr1, NULL) != 0) {
+		perror("pipes: open");
+		return 1;
+	}
+	fflush(stdout);
+	pid_t p = fork();
+
+	if (p == 0)
+		_exit(sigwait(&usr1, &sig) != 0 || write_msgs(fd, n - 1, msgs + 1, 1, false));
+	if (p < 0)
+		return 1;
+	rc = write_msgs(fd, 1, msgs, 1, false);
+	kill(p, SIGUSR1);
+	if (waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st))
+		rc = 1;
+	close(fd);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && strcmp(argv[1], "reader") == 0)
@@ -207,12 +240,14 @@ int main(int argc, char **argv)
 		}
 		return writer(argv[3], argc - 4, argv + 4, true);
 	}
+	if (argc >= 5 && strcmp(argv[1], "earlywriters") == 0)
+		return early_writers(argv[2], argc - 3, argv + 3);
 	if (argc >= 5 && strcmp(argv[1], "writers") == 0)
 		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, false);
 	if (argc >= 6 && strcmp(argv[1], "leadwriters") == 0)
 		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, true);
 	fprintf(stderr, "usage: pipes reader PIPE K | usersreader PIPE UID... | writer PIPE MSG... | "
 		"writers PIPE K MSG... | stepwriter PIPE MSG... | userwriter UID PIPE MSG... | "
-		"leadwriters PIPE K MSG...\n");
+		"leadwriters PIPE K MSG... | earlywriters PIPE MSG...\n");
 	return 2;
 }

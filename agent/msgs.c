@@ -56,19 +56,19 @@
  *  6. A pipe's traced writers that are no one family -- programs exec'd
  *     apart, processes that opened a named pipe each, of any users --
  *     share one sent count too: the session's, which spdaemon keeps and
- *     passes with its answer (propagate.c, points 15 to 17).  So do a connected UNIX stream socket's traced
- *     writers that are programs exec'd apart: the count of the bytes into
- *     its peer socket (propagate.c, point 18); one forked after the agent
- *     came knows no peer (unix_peer, point 1): it takes the count its
- *     parent took before the fork, and asks by its own socket alone (the
- *     daemon finds the peer).  A
- *     writer's channel takes it when its first traced write asks about the
- *     channel (before_send: the answer names it and that write's first
- *     byte in it), or when it is classified in a process whose parent took
- *     it before the fork (ag_pipe_sent); the family's count is left then --
- *     a pipe's or a UNIX stream's member forked earlier takes the
- *     session's when it asks, on its own first traced write.  Every traced write adds its length to it
- *     with one atomic add, when its call returned.
+ *     passes with its answer (propagate.c, points 15 to 17).  So do a
+ *     connected UNIX stream socket's traced writers that are programs
+ *     exec'd apart: the count of the bytes into its peer socket
+ *     (propagate.c, point 18); one forked after the agent came knows no
+ *     peer (unix_peer, point 1) and asks by its own socket alone (the
+ *     daemon finds the peer).  A writer's channel takes it when its first
+ *     traced write asks about the channel (before_send: the answer names
+ *     it and that write's first byte in it), or when it is classified in a
+ *     process whose parent took it before the fork (ag_pipe_sent); the
+ *     family's count is left then -- a pipe's or a UNIX stream's member
+ *     forked earlier takes the session's when it asks, on its own first
+ *     traced write.  Every traced write adds its length to it with one
+ *     atomic add, when its call returned.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the
  * control thread (no ring): they are never messages.  Its descriptors are

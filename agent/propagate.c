@@ -183,8 +183,8 @@
  * 16. The asker takes the descriptor with the answer's first bytes
  *     (recv_head: MSG_CMSG_CLOEXEC; any other descriptor closed at once)
  *     and maps it before its bytes go (sent_count_of, map_count_fd; a
- *     reader's agent takes its readers' count so too, point 6): only a regular file
- *     of root's, sealed so (no mapping of it can fault, whoever else holds
+ *     reader's agent takes its readers' count so too, point 6): only a
+ *     regular file of root's, sealed so (no mapping of it can fault, whoever else holds
  *     it), 64 bytes, naming its inode -- opened by nobody but the daemon,
  *     never reached by a path -- then closes it (raw system calls; its
  *     number a low one for that instant, as the daemon's socket's), errno
@@ -234,10 +234,10 @@
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
  * mistaken for an earlier one of the same bytes; traced writers or readers
- * of another session, and one whose daemon did not answer in time (while others took
- * the count), count their bytes each alone; so do the writers and readers
- * of a channel once the daemon keeps SPD_MAX_COUNTS counts (inject.c: kept
- * for its life, lost when it restarts); a write's bytes
+ * of another session, and one whose daemon did not answer in time (while
+ * others took the count), count their bytes each alone; so do the writers
+ * and readers of a channel once the daemon keeps SPD_MAX_COUNTS counts
+ * (inject.c: kept for its life, lost when it restarts); a write's bytes
  * are counted when its call returns, so two writers (or two readers, point
  * 6) whose calls race between one's return and the other's add name each
  * other's bytes, and so does a reader following already when another
@@ -502,6 +502,8 @@ bool ag_propagating(void)
 typedef struct arena {
 	uint8_t *base;
 	size_t size, used;
+	size_t mapped;                   /* the mapping's length (exchange() takes the
+	                                  * answer's bytes off the end of `size`) */
 } arena;
 
 static void *arena_alloc(void *data, size_t n)
@@ -840,8 +842,8 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		return -1;
 	}
 	sptrace__spd__frame__pack(&f, req);
-	ar.size = 2 * SPD_FRAME_MAX + (1u << 20);
-	ar.base = mmap(NULL, ar.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ar.size = ar.mapped = 2 * SPD_FRAME_MAX + (1u << 20);
+	ar.base = mmap(NULL, ar.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (ar.base == MAP_FAILED) {
 		ag_log("propagation: %s: no memory for the answer", what);
 		errno = saved;
@@ -932,7 +934,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		if (opt)
 			rc = AG_MARK_IPOPT;
 	}
-	munmap(ar.base, ar.size);
+	munmap(ar.base, ar.mapped);
 	errno = saved;
 	return rc >= 0 ? rc : -1;
 }
@@ -1133,7 +1135,7 @@ static pipe_count *readers_count_of(int kind, uint64_t inode, char *why, size_t 
 	Sptrace__Spd__CountRequest q = SPTRACE__SPD__COUNT_REQUEST__INIT;
 	Sptrace__Spd__Channel ch = SPTRACE__SPD__CHANNEL__INIT;
 	uint8_t req[256];
-	arena ar = { .size = 1u << 16 };
+	arena ar = { .size = 1u << 16, .mapped = 1u << 16 };
 	pipe_count *pc = NULL;
 	int cfd = -1, rc;
 
@@ -1150,7 +1152,7 @@ static pipe_count *readers_count_of(int kind, uint64_t inode, char *why, size_t 
 		snprintf(why, len, "the request is too long");
 		return NULL;
 	}
-	ar.base = mmap(NULL, ar.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ar.base = mmap(NULL, ar.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (ar.base == MAP_FAILED) {
 		snprintf(why, len, "no memory for the answer");
 		return NULL;
@@ -1166,7 +1168,7 @@ static pipe_count *readers_count_of(int kind, uint64_t inode, char *why, size_t 
 		pc = map_count_fd(cfd, inode, "readers' count", why, len);
 	if (cfd >= 0)
 		sys(SYS_close, cfd, 0, 0, 0, 0);
-	munmap(ar.base, ar.size);
+	munmap(ar.base, ar.mapped);
 	return pc;
 }
 

@@ -1101,7 +1101,7 @@ void spd_count(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err
 	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT;
 	Sptrace__Spd__CountReply rep = SPTRACE__SPD__COUNT_REPLY__INIT;
 	const Sptrace__Spd__Channel *ch = q->channel;
-	bool pipe = ch && ch->kind == SPTRACE__SPD__CHANNEL__KIND__PIPE;
+	bool is_pipe = ch && ch->kind == SPTRACE__SPD__CHANNEL__KIND__PIPE;
 	unsigned long long ino = ch ? (unsigned long long)ch->inode : 0;
 	char label[160];
 	int i, fd = -1;
@@ -1112,27 +1112,28 @@ void spd_count(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err
 		sp_fail(err, "a count goes to a local agent only");
 	else if (spd_session_check(q->session, err) != 0)
 		;
-	else if (!ch || !ch->inode || (!pipe && ch->kind != SPTRACE__SPD__CHANNEL__KIND__UNIX))
+	else if (!ch || !ch->inode || (!is_pipe && ch->kind != SPTRACE__SPD__CHANNEL__KIND__UNIX))
 		sp_fail(err, "a count request names a pipe or a UNIX stream socket by its inode");
-	else if (pipe ? !holds_pipe_end(c->pid, ch->inode, true) : !spd_pid_holds(c->pid, ch->inode))
+	else if (is_pipe ? !holds_pipe_end(c->pid, ch->inode, true)
+		 : !spd_pid_holds(c->pid, ch->inode))
 		sp_fail(err, "pid %d holds no %s %llu: no count of its readers", (int)c->pid,
-			pipe ? "read end of pipe" : "UNIX socket", ino);
+			is_pipe ? "read end of pipe" : "UNIX socket", ino);
 	if (!err->msg[0]) {
 		pthread_mutex_lock(&counts_lock);
-		i = count_find(q->session, pipe ? SPD_CH_PIPE : SPD_CH_UNIX, ch->inode, 1);
+		i = count_find(q->session, is_pipe ? SPD_CH_PIPE : SPD_CH_UNIX, ch->inode, 1);
 		fd = i >= 0 ? counts[i].fd : -1;
 		pthread_mutex_unlock(&counts_lock);
 		if (fd < 0)
 			sp_fail(err, "session %s has no count of the readers of %s %llu (the daemon "
 				"makes one when it has them follow a traced send)", q->session,
-				pipe ? "pipe" : "unix socket", ino);
+				is_pipe ? "pipe" : "unix socket", ino);
 	}
 	if (fd < 0) {
 		spd_send_error(c, req->id, err->msg);
 		spd_log("%s: count refused: %s", c->peer, err->msg);
 		return;
 	}
-	snprintf(label, sizeof label, "session %s's %s-%llu-read", q->session, pipe ? "pipe" :
+	snprintf(label, sizeof label, "session %s's %s-%llu-read", q->session, is_pipe ? "pipe" :
 		 "unix", ino);
 	rep.count = label;
 	f.id = req->id;
@@ -1140,7 +1141,7 @@ void spd_count(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err
 	f.count_reply = &rep;
 	if (spd_frame_write_fd(c, &f, fd, err) == 0)
 		spd_log("%s: pid %d (uid %u) gets the count the readers of %s %llu share (%s)",
-			c->peer, (int)c->pid, (unsigned)c->uid, pipe ? "pipe" : "unix socket", ino,
+			c->peer, (int)c->pid, (unsigned)c->uid, is_pipe ? "pipe" : "unix socket", ino,
 			label);
 }
 

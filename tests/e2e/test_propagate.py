@@ -104,7 +104,7 @@ users).
           thread, blocked in its first read, and that read is seen all the
           same
 
-usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES]
+usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES [SPD_INJECT]]
 """
 
 import errno
@@ -1055,10 +1055,13 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
     the daemon's injector slowed beside them (SlowInjector): a reader's
     agent mostly starts while the injector still holds its thread, blocked in its
     read before (the agent that waited for that thread to be back in its
-    call missed the first read: 10 runs in 10).  users: the two readers are
-    of two users, 61001 and 61002 (pipes usersreader): their agents share
-    the count all the same (the count file the daemon made for the first
-    reader's user was refused by the other's agent, which counted alone)."""
+    call missed the first read: 10 runs in 10).  users (spd_inject's
+    path): the two readers are of two users, 61001 and 61002 (pipes
+    usersreader): their agents share the count all the same (the count file
+    the daemon made for the first reader's user was refused by the other's
+    agent, which counted alone); the daemon gives the count to a process
+    that holds the channel's receiving end (a pipe's: opened through the
+    reader's /proc/PID/fd), to no other."""
     pipes = reachable_copy(pipes, tmp)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
@@ -1106,6 +1109,22 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
             slow_inj.close()
         check(w.returncode == 0, "the traced writer: %r %r\n%s" % (w.stdout, w.stderr,
                                                                     cl.logs()))
+        if users:
+            session = session_of(w.stderr)
+            # the readers are still there (this script holds the write end)
+            what = ["unix" if unix else "pipe", str(ino)]
+            r = cl.hosts.run(0, [users, "count", session] + what, timeout=60)
+            check(r.returncode == 1 and re.search(r"error: pid \d+ holds no (read end of pipe|"
+                                                  r"UNIX socket) %d" % ino, r.stdout),
+                  "a process without the receiving end asked for the readers' count: "
+                  "%r %r" % (r.stdout, r.stderr))
+            if not unix:
+                with open("/proc/%d/fd/%d" % (rd.pid, rfd), "rb", buffering=0) as held:
+                    r = cl.hosts.run(0, [users, "count", session] + what, timeout=60,
+                                     stdin=held)
+                check(r.returncode == 0 and "count session %s's pipe-%d-read" % (session, ino)
+                      in r.stdout, "a holder of the read end asked for the readers' count: "
+                      "%r %r" % (r.stdout, r.stderr))
         os.close(wfd)
         wfd = -1
         rout, _ = rd.communicate(timeout=60)
@@ -1656,11 +1675,12 @@ def case_nodaemon(sptrace, spdaemon, tier, tmp):
 
 
 def main():
-    if len(sys.argv) not in (5, 6):
+    if len(sys.argv) not in (5, 6, 7):
         fail(__doc__)
     in_own_netns()
     case, sptrace, spdaemon, tier = sys.argv[1:5]
-    progs = [os.path.abspath(p) for p in sys.argv[5:]]       # PIPES, for the pipe-* cases
+    # PIPES, for the pipe-* cases; SPD_INJECT too, for the *-users-readers ones
+    progs = [os.path.abspath(p) for p in sys.argv[5:]]
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon,
@@ -1674,10 +1694,11 @@ def main():
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
          "pipe-writers": case_pipe_writers, "unix-writers": case_unix_writers,
          "unix-readers": lambda *a: case_pipe_readers(*a, unix=True),
-         "pipe-users-readers": lambda *a: case_pipe_readers(*a, users=True),
-         "unix-users-readers": lambda *a: case_pipe_readers(*a, unix=True, users=True),
+         "pipe-users-readers": lambda *a: case_pipe_readers(*a[:5], users=a[5]),
+         "unix-users-readers": lambda *a: case_pipe_readers(*a[:5], unix=True, users=a[5]),
          "unix-forked-writers": case_unix_forked_writers,
-         "unix-early-writers": lambda *a: case_unix_forked_writers(*a, early=True), "pipe-fifo-writers": case_pipe_fifo_writers,
+         "unix-early-writers": lambda *a: case_unix_forked_writers(*a, early=True),
+         "pipe-fifo-writers": case_pipe_fifo_writers,
          "pipe-users-writers": case_pipe_users_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)

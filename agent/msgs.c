@@ -56,18 +56,19 @@
  *  6. A pipe's traced writers that are no one family -- programs exec'd
  *     apart, processes that opened a named pipe each, of any users --
  *     share one sent count too: the session's, which spdaemon keeps and
- *     passes with its answer (propagate.c, points 15 to 17).  So do a connected UNIX stream socket's traced
- *     writers that are programs exec'd apart: the count of the bytes into
- *     its peer socket (propagate.c, point 18); one forked after the agent
- *     came knows no peer (unix_peer, point 1) and asks nothing: it takes
- *     the count its parent took before the fork, else counts alone.  A
- *     writer's channel takes it when its first traced write asks about the
- *     channel (before_send: the answer names it and that write's first
- *     byte in it), or when it is classified in a process whose parent took
- *     it before the fork (ag_pipe_sent); the family's count is left then --
- *     a pipe's member forked earlier takes the session's when it asks, on
- *     its own first traced write.  Every traced write adds its length to it
- *     with one atomic add, when its call returned.
+ *     passes with its answer (propagate.c, points 15 to 17).  So do a
+ *     connected UNIX stream socket's traced writers that are programs
+ *     exec'd apart: the count of the bytes into its peer socket
+ *     (propagate.c, point 18); one forked after the agent came knows no
+ *     peer (unix_peer, point 1) and asks by its own socket alone (the
+ *     daemon finds the peer).  A writer's channel takes it when its first
+ *     traced write asks about the channel (before_send: the answer names
+ *     it and that write's first byte in it), or when it is classified in a
+ *     process whose parent took it before the fork (ag_pipe_sent); the
+ *     family's count is left then -- a pipe's or a UNIX stream's member
+ *     forked earlier takes the session's when it asks, on its own first
+ *     traced write.  Every traced write adds its length to it with one
+ *     atomic add, when its call returned.
  *
  * The agent's own reads and writes run inside ag_enter (no ring) or on the
  * control thread (no ring): they are never messages.  Its descriptors are
@@ -703,7 +704,8 @@ static void tcp_bases(int fd, unsigned dir, uint64_t len, trace_channel *tc)
  *     moves it high, no thread of the program can open anything), kept,
  *     and used under a lock, one question at a time.  A forked child shares
  *     it with its parent, whose answers it could read: the child asks
- *     nothing, its UNIX peers stay unknown.
+ *     nothing, its UNIX peers stay unknown (propagation asks spdaemon to
+ *     find the peer: propagate.c, point 18).
  *  2. One request for one inode (no dump), cookie "none": the kernel
  *     answers within the sendto, one unix_diag_msg with its attributes,
  *     UNIX_DIAG_PEER among them when the socket has a peer; the receive
@@ -1181,7 +1183,8 @@ bool ag_fd_is_socket(int fd)
 
 /*
  * Before a traced send: the first one on a channel -- TCP, UDP to one
- * peer, a pipe, a UNIX stream socket whose peer the kernel named, a UNIX
+ * peer, a pipe, a connected UNIX stream socket (its peer unknown here: the
+ * daemon finds it, or the listener's path names it), a UNIX
  * datagram to a peer socket or a path -- asks
  * spdaemon to follow it to its other end, and waits (propagate.c, points 2
  * and 3).  A channel asked about already costs a load and a test.  The
@@ -1236,8 +1239,9 @@ static void before_send(int fd, const struct sockaddr *to, socklen_t tolen,
 					   : unix_peer(c->inode);
 				fc.src_inode = c->inode;        /* came-from (propagate.c) */
 				/* its own count: its peer's queue is not seen
-				 * (propagate.c, point 18) */
-				fc.at_offset = fc.inode != 0;
+				 * (propagate.c, point 18); a peer unknown here (a
+				 * forked child's) the daemon may find */
+				fc.at_offset = true;
 				fc.offset = __atomic_load_n(c->send_shared ? c->send_shared
 							    : &c->off[DIR_SEND], __ATOMIC_RELAXED);
 				if (!fc.inode)

@@ -12,8 +12,9 @@
  *     injected (STATE/sessions/SESSION/PID) and what `sptrace collect`
  *     gathers.
  *  2. Once per channel (msgs.c claims it with one atomic exchange: a TCP
- *     connection, UDP to one peer, a pipe, a UNIX stream socket whose peer
- *     the kernel named, a UNIX datagram to one socket (its inode, or the
+ *     connection, UDP to one peer, a pipe, a connected UNIX stream socket
+ *     (its peer's inode, or, unknown here, its own: point 18), a UNIX
+ *     datagram to one socket (its inode, or the
  *     path it is bound to); never the standard streams), on the first traced
  *     send, before the bytes go: an InjectRequest (proto/spd.proto) to the
  *     daemon of this network namespace, over its abstract UNIX socket, with
@@ -73,13 +74,21 @@
  *     same bytes alike, however much was queued when the agent came.  An
  *     OFFSET below the backlog (another writer's bytes queued after the
  *     sender looked) leaves the reader's count its own.  Several readers
- *     of one pipe (pre-forked workers) each read part of it: their agents
- *     share the count in the daemon's SESSION/pipe-INODE (pipe_count_of;
- *     of a UNIX stream socket, SESSION/unix-INODE, INODE theirs: point 18),
- *     which the first one to arm sets to the writer's OFFSET less its
- *     backlog, and each read's first byte is that base plus the bytes all
- *     of them read before it -- exact while two readers' reads do not
- *     race between the read's return and the count's atomic add.  A match is used
+ *     of one pipe (pre-forked workers, of any users) each read part of it:
+ *     their agents share the readers' count that the daemon made when it
+ *     had them follow the send (spdaemon/inject.c: readers_count, one per
+ *     session and channel; of a UNIX stream socket, INODE theirs: point
+ *     18).  Each agent asks for it as it arms (pipe_count_of: a
+ *     CountRequest to the daemon of its network namespace, which serves it
+ *     on a thread of its own while another one may be injecting this very
+ *     process), and gets it as a writer gets the writers' count (points 15
+ *     and 16: a sealed memfd of root's over SCM_RIGHTS, only to a process
+ *     that holds the channel's receiving end); the first one to arm sets
+ *     it to the writer's OFFSET less its backlog, and each read's first
+ *     byte is that base plus the bytes all of them read before it -- exact
+ *     while two readers' reads do not race between the read's return and
+ *     the count's atomic add.  Without it (refused, no daemon) the reader
+ *     counts alone, said in agent.log.  A match is used
  *     up; that thread starts tracing where it stands (main.c:
  *     ag_activate_on_event, or follow_thread when the agent traces
  *     already).
@@ -173,8 +182,9 @@
  *     of a memfd of root's, sealed against shrinking and growing.
  * 16. The asker takes the descriptor with the answer's first bytes
  *     (recv_head: MSG_CMSG_CLOEXEC; any other descriptor closed at once)
- *     and maps it before its bytes go (sent_count_of): only a regular file
- *     of root's, sealed so (no mapping of it can fault, whoever else holds
+ *     and maps it before its bytes go (sent_count_of, map_count_fd; a
+ *     reader's agent takes its readers' count so too, point 6): only a
+ *     regular file of root's, sealed so (no mapping of it can fault, whoever else holds
  *     it), 64 bytes, naming its inode -- opened by nobody but the daemon,
  *     never reached by a path -- then closes it (raw system calls; its
  *     number a low one for that instant, as the daemon's socket's), errno
@@ -192,13 +202,13 @@
  *
  * 18. Writers of one connected UNIX stream socket -- a parent and the
  *     programs it exec'd, a client's two processes, each holding the socket
- *     -- count the bytes into its peer in the daemon's count, and its
- *     readers -- pre-forked workers holding one accepted connection --
- *     count the bytes they read in SESSION/unix-INODE, INODE the receiving
+ *     -- count the bytes into its peer in the daemon's writers' count, and
+ *     its readers -- pre-forked workers holding one accepted connection --
+ *     count the bytes they read in its readers' count, INODE the receiving
  *     socket's in both (the one the request names: each direction of the
  *     connection its own counts, keyed by the socket it flows into), made
  *     and mapped as points 6 and 15 to 17 say for pipes (writers_count,
- *     pipe_counts, map_count_fd): the request names the sending socket too
+ *     readers_count, map_count_fd): the request names the sending socket too
  *     (Channel.src_inode), which the asker must hold for the daemon to make
  *     or hand out the writers' count.  A UNIX stream's sender cannot see
  *     what is queued at its peer (a pipe's FIONREAD, point 5): its OFFSET is
@@ -207,23 +217,27 @@
  *     those were its own earlier bytes or none; an OFFSET below them leaves
  *     each reader's count its own (point 6).  A later writer's OFFSET is
  *     the writers' count's value, as with pipes.  A forked writer cannot
- *     ask: its UNIX peer stays unknown (msgs.c: unix_peer, point 1) -- but
- *     it takes the count its parent took before the fork: the table (point
- *     17) keys a UNIX stream's count by the sending socket's inode, which
- *     it knows (a stream socket has one peer: the same channel).
+ *     learn its UNIX peer (msgs.c: unix_peer, point 1), but it takes the
+ *     count its parent took before the fork: the table (point 17) keys a
+ *     UNIX stream's count by the sending socket's inode, which it knows (a
+ *     stream socket has one peer: the same channel).  One forked before
+ *     that asks on its own first traced write with the sending socket
+ *     alone (Channel.src_inode, no inode): the daemon, which serves the
+ *     asker's network namespace, finds the peer by its own sock_diag
+ *     request (spdaemon/holders.c: spd_unix_peer) for an asker that holds
+ *     that socket, and names it in its answer (InjectReply.inode), which
+ *     is then the channel's receiving end here as if the child had known
+ *     it; a peer not accepted yet has no inode: the listener's path then,
+ *     as for any writer (point 5: `unixfrom`).
  *
  * Left: a TCP channel whose sent offsets are relative (msgs.c: tcp_bases,
  * point 4) names no offset, and its receiver starts at the first receive on
  * the channel after arming; a UNIX datagram matched by its content hash is
- * mistaken for an earlier one of the same bytes; a UNIX stream socket's
- * writers forked after the agent came but before their parent's first
- * traced write on it (point 18), a pipe's or UNIX socket's readers of
- * different users (the readers' count file is its first reader's user's:
- * another user's agent refuses it, map_count), traced writers of another
- * session, and one whose daemon did not answer in time (while others took
- * the count), count their bytes each alone; so do the writers of a channel
- * once the daemon keeps SPD_MAX_COUNTS writers' counts (inject.c: kept
- * for its life, lost when it restarts); a write's bytes
+ * mistaken for an earlier one of the same bytes; traced writers or readers
+ * of another session, and one whose daemon did not answer in time (while
+ * others took the count), count their bytes each alone; so do the writers
+ * and readers of a channel once the daemon keeps SPD_MAX_COUNTS counts
+ * (inject.c: kept for its life, lost when it restarts); a write's bytes
  * are counted when its call returns, so two writers (or two readers, point
  * 6) whose calls race between one's return and the other's add name each
  * other's bytes, and so does a reader following already when another
@@ -233,8 +247,10 @@
  * first traced write are counted by its readers, not by its writers; a UNIX
  * stream's first traced writer cannot see what is queued at its peer: its
  * OFFSET is its own count, wrong when another process's bytes are queued
- * and fewer than it (point 18); each awaited pipe read maps its shared count for
- * good (a page per request that reached this process); a receiving program
+ * and fewer than it (point 18); each awaited pipe read maps its readers' count
+ * for good (a page per request that reached this process) and holds, for
+ * the instant of its descriptor's passing, a low descriptor number
+ * (point 16); a receiving program
  * that sets SO_OOBINLINE or reads MSG_OOB after its agent took the mark
  * would see it (checked at arming only); only the followed datagram carries
  * the IP option, not every datagram of the channel (the analysis numbers
@@ -298,16 +314,20 @@ static struct {
 } sents[MAX_SENT];                       /* point 17: copied by fork with the mappings */
 static volatile unsigned nsents;
 
-/* SESSION/pipe-INODE (spdaemon/inject.c: pipe_counts), mapped by the agent
- * of each reader of the pipe (point 6). */
+/* The readers' count of a pipe or a UNIX stream's receiving socket
+ * (spdaemon/inject.c: readers_count), mapped by the agent of each reader of
+ * the channel (point 6). */
 typedef struct pipe_count {
 	volatile uint64_t state;         /* 0 new, 1 being set, 2 set */
+	uint64_t inode;                  /* the pipe's, the receiving UNIX socket's */
 	volatile uint64_t base;          /* the writer's offset of the first byte counted */
 	volatile uint64_t read;          /* bytes every reader read since */
 	volatile uint64_t offset;        /* the writer's OFFSET it was set for */
+	uint64_t unused[3];
 } pipe_count;
 
-_Static_assert(sizeof(sent_count) == COUNT_FILE_BYTES && sizeof(pipe_count) <= COUNT_FILE_BYTES,
+_Static_assert(sizeof(sent_count) == COUNT_FILE_BYTES && sizeof(pipe_count) == COUNT_FILE_BYTES &&
+	       offsetof(sent_count, inode) == offsetof(pipe_count, inode),
 	       "a count is what spdaemon makes");
 
 typedef struct expect {
@@ -482,6 +502,8 @@ bool ag_propagating(void)
 typedef struct arena {
 	uint8_t *base;
 	size_t size, used;
+	size_t mapped;                   /* the mapping's length (exchange() takes the
+	                                  * answer's bytes off the end of `size`) */
 } arena;
 
 static void *arena_alloc(void *data, size_t n)
@@ -653,67 +675,35 @@ volatile uint64_t *ag_pipe_sent(int kind, uint64_t inode)
 	return NULL;
 }
 
-/* A count spdaemon made, mapped from its descriptor `fd` (not closed
- * here): the readers' (`path`, point 6) a regular file of this process's
- * user with one link; the writers' (path NULL, point 16) a memfd of root's
- * sealed against shrinking and growing (no mapping of it can fault,
- * whoever else holds it); COUNT_FILE_BYTES long.  NULL, and why, if not. */
-static void *map_count_fd(long fd, const char *path, char *why, size_t len)
+/* A count spdaemon passed (points 6 and 16), mapped from its descriptor
+ * `fd` (not closed here): only a memfd of root's sealed against shrinking
+ * and growing (no mapping of it can fault, whoever else holds it),
+ * COUNT_FILE_BYTES long, naming `inode` -- opened by nobody but the daemon,
+ * never reached by a path.  NULL, and why, if not. */
+static void *map_count_fd(long fd, uint64_t inode, const char *what, char *why, size_t len)
 {
 	struct stat st;
 	long seals;
 	void *p;
 
 	if (sys(SYS_fstat, fd, (long)&st, 0, 0, 0) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_size != COUNT_FILE_BYTES ||
-	    (path ? st.st_uid != geteuid() || st.st_nlink != 1
-	     : st.st_uid != 0 || (seals = sys(SYS_fcntl, fd, F_GET_SEALS, 0, 0, 0)) < 0 ||
-	       (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))) {
-		snprintf(why, len, "%.200s is not a count of %d bytes %s", path ? path :
-			 "the spdaemon's descriptor", COUNT_FILE_BYTES, path ? "of this user" :
-			 "of root's, sealed");
+	    st.st_size != COUNT_FILE_BYTES || st.st_uid != 0 ||
+	    (seals = sys(SYS_fcntl, fd, F_GET_SEALS, 0, 0, 0)) < 0 ||
+	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+		snprintf(why, len, "the spdaemon's descriptor is not a count of %d bytes of root's, "
+			 "sealed", COUNT_FILE_BYTES);
 		return NULL;
 	}
 	p = mmap(NULL, COUNT_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0);
 	if (p == MAP_FAILED) {
-		snprintf(why, len, "%.200s: cannot map it", path ? path : "the writers' count");
+		snprintf(why, len, "%s: cannot map it", what);
 		return NULL;
 	}
-	return p;
-}
-
-/* The readers' count spdaemon made in the session's directory (point 6),
- * mapped: only a file in a directory of root's that no other user may
- * write (map_count_fd says the rest) -- nothing another user could have
- * put there, whoever answers at the daemon's socket -- opened, mapped and
- * closed at once (raw system calls; its descriptor a low number for that
- * instant); NULL, and why, if not. */
-static void *map_count(const char *path, char *why, size_t len)
-{
-	char dir[4200];
-	const char *slash = strrchr(path, '/');
-	struct stat st;
-	void *p;
-	long fd;
-
-	if (!slash || slash == path || (size_t)(slash - path) >= sizeof dir) {
-		snprintf(why, len, "%.200s is not a count's path", path);
+	if (((sent_count *)p)->inode != inode) {
+		munmap(p, COUNT_FILE_BYTES);
+		snprintf(why, len, "the spdaemon's %s counts another channel", what);
 		return NULL;
 	}
-	memcpy(dir, path, (size_t)(slash - path));
-	dir[slash - path] = '\0';
-	if (sys(SYS_stat, (long)dir, (long)&st, 0, 0, 0) != 0 || !S_ISDIR(st.st_mode) ||
-	    st.st_uid != 0 || (st.st_mode & 022)) {
-		snprintf(why, len, "%.200s is not a directory that root alone writes", dir);
-		return NULL;
-	}
-	fd = sys(SYS_open, (long)path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0, 0, 0);
-	if (fd < 0) {
-		snprintf(why, len, "%.200s: %s", path, strerror((int)-fd));
-		return NULL;
-	}
-	p = map_count_fd(fd, path, why, len);
-	sys(SYS_close, fd, 0, 0, 0, 0);
 	return p;
 }
 
@@ -735,13 +725,8 @@ static volatile uint64_t *sent_count_of(int kind, int cfd, uint64_t inode, uint6
 		snprintf(why, len, "the spdaemon passed no count of its writers: see its log");
 		return NULL;
 	}
-	if (!(sc = map_count_fd(cfd, NULL, why, len)))
+	if (!(sc = map_count_fd(cfd, inode, "writers' count", why, len)))
 		return NULL;
-	if (sc->inode != inode) {
-		munmap(sc, COUNT_FILE_BYTES);
-		snprintf(why, len, "the spdaemon's count counts another channel");
-		return NULL;
-	}
 	unsigned i = __atomic_fetch_add(&nsents, 1, __ATOMIC_ACQ_REL);
 
 	if (i < MAX_SENT) {
@@ -795,7 +780,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	int rc, cfd = -1, saved = errno;
 
 	if (!session[0] || t0 < no_daemon_until || came_from_peer(fc) ||
-	    (fc->kind == AG_FLOW_UNIX && !fc->inode && (!fc->src_inode || !fc->path[0])) ||
+	    (fc->kind == AG_FLOW_UNIX && !fc->inode && !fc->src_inode) ||
 	    (fc->kind == AG_FLOW_UNIXDGRAM && !fc->inode && !fc->path[0]))
 		return 0;
 	q.channel = &ch;
@@ -825,12 +810,13 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		ch.kind = fc->kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
 			  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
 		ch.inode = fc->inode;
-		if (!fc->inode)                   /* not accepted yet */
+		if (!fc->inode)                   /* not accepted yet, or unknown here */
 			ch.path = (char *)fc->path;
 		if (fc->kind == AG_FLOW_UNIX)     /* the writers' count holds it (point 18) */
 			ch.src_inode = fc->src_inode;
 		snprintf(what, sizeof what, fc->inode ? "%s %lu" : "%s %lu -> %s", kinds[fc->kind],
-			 (unsigned long)(fc->inode ? fc->inode : fc->src_inode), fc->path);
+			 (unsigned long)(fc->inode ? fc->inode : fc->src_inode),
+			 fc->path[0] ? fc->path : "its peer");
 		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
 	} else {
 		memcpy(local, fc->local, 16);
@@ -856,8 +842,8 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		return -1;
 	}
 	sptrace__spd__frame__pack(&f, req);
-	ar.size = 2 * SPD_FRAME_MAX + (1u << 20);
-	ar.base = mmap(NULL, ar.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ar.size = ar.mapped = 2 * SPD_FRAME_MAX + (1u << 20);
+	ar.base = mmap(NULL, ar.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (ar.base == MAP_FAILED) {
 		ag_log("propagation: %s: no memory for the answer", what);
 		errno = saved;
@@ -866,6 +852,13 @@ int ag_propagate_ask(ag_flow_chan *fc)
 	rc = exchange(req, len, &ar, &rep, &cfd, why, sizeof why);
 	double ms = (double)(ag_mono_ns() - t0) / 1e6;
 	char off[40];
+
+	/* point 18: a peer this process could not learn, the daemon found */
+	if (rc == 0 && fc->kind == AG_FLOW_UNIX && !fc->inode &&
+	    rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY && rep->inject_reply->inode) {
+		fc->inode = rep->inject_reply->inode;
+		snprintf(where, sizeof where, "%lu", (unsigned long)fc->inode);
+	}
 
 	if (rc == 0 && (fc->kind == AG_FLOW_PIPE || (fc->kind == AG_FLOW_UNIX && fc->inode)) &&
 	    rep->body_case == SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {  /* points 15, 16, 18 */
@@ -941,7 +934,7 @@ int ag_propagate_ask(ag_flow_chan *fc)
 		if (opt)
 			rc = AG_MARK_IPOPT;
 	}
-	munmap(ar.base, ar.size);
+	munmap(ar.base, ar.mapped);
 	errno = saved;
 	return rc >= 0 ? rc : -1;
 }
@@ -1132,29 +1125,69 @@ void ag_mark_strip(int fd, struct msghdr *m)
 	m->msg_controllen = (size_t)(out - p);
 }
 
-/* Point 6: the count this pipe's readers share, set up by the first of
- * them for the writer's `offset` (its base: that less the bytes queued
- * then); NULL if there is none, or it was set for another write (another
- * writer's request: its offsets are its own).  Only in a directory that
- * root alone writes (spdaemon's session directory, the parent of a trace it
- * injected), a regular file of this process's user: nothing another user
- * could have put there. */
-static pipe_count *pipe_count_of(int kind, uint64_t inode, uint64_t offset, uint64_t base)
+/* Point 6: the readers' count of pipe `inode` (kind AG_FLOW_PIPE) or of
+ * UNIX socket `inode` (AG_FLOW_UNIX), asked of the daemon (a CountRequest:
+ * it answers only an asker that holds the channel's receiving end, with the
+ * count's descriptor, point 16's way), mapped; NULL, and why, if not. */
+static pipe_count *readers_count_of(int kind, uint64_t inode, char *why, size_t len)
 {
-	char path[4200], why[300];
-	char *slash;
-	pipe_count *pc;
+	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT, *rep = NULL;
+	Sptrace__Spd__CountRequest q = SPTRACE__SPD__COUNT_REQUEST__INIT;
+	Sptrace__Spd__Channel ch = SPTRACE__SPD__CHANNEL__INIT;
+	uint8_t req[256];
+	arena ar = { .size = 1u << 16, .mapped = 1u << 16 };
+	pipe_count *pc = NULL;
+	int cfd = -1, rc;
 
-	snprintf(path, sizeof path, "%s", ag_dir);
-	slash = strrchr(path, '/');
-	if (!slash || slash == path)
+	ch.kind = kind == AG_FLOW_PIPE ? SPTRACE__SPD__CHANNEL__KIND__PIPE
+		  : SPTRACE__SPD__CHANNEL__KIND__UNIX;
+	ch.inode = inode;
+	q.session = session;
+	q.channel = &ch;
+	f.version = SPD_PROTOCOL_VERSION;
+	f.id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
+	f.body_case = SPTRACE__SPD__FRAME__BODY_COUNT;
+	f.count = &q;
+	if (sptrace__spd__frame__get_packed_size(&f) > sizeof req) {
+		snprintf(why, len, "the request is too long");
 		return NULL;
-	snprintf(slash, sizeof path - (size_t)(slash - path), "/%s-%llu",
-		 kind == AG_FLOW_PIPE ? "pipe" : "unix", (unsigned long long)inode);
-	if (!(pc = map_count(path, why, sizeof why)))
+	}
+	ar.base = mmap(NULL, ar.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ar.base == MAP_FAILED) {
+		snprintf(why, len, "no memory for the answer");
 		return NULL;
+	}
+	rc = exchange(req, sptrace__spd__frame__pack(&f, req), &ar, &rep, &cfd, why, len);
+	if (rc == 0 && rep->body_case == SPTRACE__SPD__FRAME__BODY_ERROR)
+		snprintf(why, len, "the spdaemon refused: %.200s", rep->error->message);
+	else if (rc == 0 && rep->body_case != SPTRACE__SPD__FRAME__BODY_COUNT_REPLY)
+		snprintf(why, len, "the spdaemon answered something else");
+	else if (rc == 0 && cfd < 0)
+		snprintf(why, len, "the spdaemon passed no count");
+	else if (rc == 0)
+		pc = map_count_fd(cfd, inode, "readers' count", why, len);
+	if (cfd >= 0)
+		sys(SYS_close, cfd, 0, 0, 0, 0);
+	munmap(ar.base, ar.mapped);
+	return pc;
+}
+
+/* Point 6: the count this channel's readers share, set up by the first of
+ * them for the writer's `offset` (its base: that less the bytes queued
+ * then); NULL if there is none (said in agent.log), or it was set for
+ * another write (another writer's request: its offsets are its own). */
+static pipe_count *pipe_count_of(const char *line, int kind, uint64_t inode, uint64_t offset,
+				 uint64_t base)
+{
+	char why[300];
+	pipe_count *pc = readers_count_of(kind, inode, why, sizeof why);
 	uint64_t zero = 0;
 
+	if (!pc) {
+		ag_log("expect '%.200s': no count shared with the channel's other readers (%s): "
+		       "this reader counts alone", line, why);
+		return NULL;
+	}
 	if (__atomic_compare_exchange_n(&pc->state, &zero, 1, false, __ATOMIC_ACQ_REL,
 					__ATOMIC_ACQUIRE)) {
 		pc->base = base;
@@ -1220,7 +1253,7 @@ int ag_expect_add(const char *line)
 			return 0;
 		}
 		if (e.at_offset)
-			e.shared = pipe_count_of(e.kind, inode, e.offset, e.offset - e.backlog);
+			e.shared = pipe_count_of(line, e.kind, inode, e.offset, e.offset - e.backlog);
 	} else if ((nf = sscanf(line, "%7s %63s %u %63s %u %31s %7s %u", kind, a, &sp, b, &dp, last,
 			       mark, &seq)) >= 6 && (nf == 6 || (nf == 7 && strcmp(mark, "oob") == 0) ||
 						     (nf == 8 && strcmp(mark, "ipopt") == 0 && seq)) &&

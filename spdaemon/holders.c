@@ -38,6 +38,8 @@
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
+#include <linux/rtnetlink.h>
+#include <linux/unix_diag.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -430,6 +432,51 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
 			if (add_inode(fallback[i], inodes, max, n))
 				return sp_fail(err, "more than %zu sockets match the channel", max);
 	return 0;
+}
+
+/* A UNIX stream socket's peer, for a requester that knows only its own
+ * socket (a forked child: agent/msgs.c, unix_peer, point 1): one exact
+ * request for the inode, as the agent makes, in this daemon's network
+ * namespace -- the requester's (it reached this daemon's abstract socket).
+ * A connection not accepted yet has a peer without an inode: 0. */
+uint64_t spd_unix_peer(uint64_t inode)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct unix_diag_req req;
+	} q = { .nh = { .nlmsg_len = sizeof q, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+			.nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 1 },
+		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u,
+			 .udiag_ino = (uint32_t)inode, .udiag_show = UDIAG_SHOW_PEER,
+			 .udiag_cookie = { ~0u, ~0u } } };
+	struct sockaddr_nl nl = { .nl_family = AF_NETLINK };
+	union {
+		char buf[1024];
+		struct nlmsghdr nh;
+	} a;
+	struct timeval tv = { 2, 0 };
+	uint64_t peer = 0;
+	ssize_t n;
+	int fd;
+
+	if (inode == 0 || inode > UINT32_MAX ||
+	    (fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) < 0)
+		return 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (sendto(fd, &q, sizeof q, 0, (struct sockaddr *)&nl, sizeof nl) == (ssize_t)sizeof q &&
+	    (n = recv(fd, a.buf, sizeof a.buf, 0)) > 0 && NLMSG_OK(&a.nh, (size_t)n) &&
+	    a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+	    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct unix_diag_msg))) {
+		struct unix_diag_msg *m = NLMSG_DATA(&a.nh);
+		struct rtattr *at = (struct rtattr *)((char *)m + NLMSG_ALIGN(sizeof *m));
+		unsigned left = a.nh.nlmsg_len - NLMSG_LENGTH(sizeof *m);
+
+		for (; m->udiag_ino == inode && RTA_OK(at, left); at = RTA_NEXT(at, left))
+			if (at->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(at) >= 4)
+				memcpy(&peer, RTA_DATA(at), 4);
+	}
+	close(fd);
+	return peer;
 }
 
 /* Does one of `fd`'s /proc/PID/fd entries name one of the inodes (fifos:

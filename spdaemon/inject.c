@@ -7,7 +7,12 @@
  *      characters (it names a directory), and a channel with addresses of
  *      the right length or an inode.
  *   2. The holders of the channel's receiving end (holders.c), less the
- *      requester itself and this daemon.
+ *      requester itself and this daemon.  A UNIX stream socket named by
+ *      its sending socket alone (a forked writer cannot learn its peer:
+ *      agent/propagate.c, point 18) is looked up first: its peer
+ *      (spd_unix_peer, this namespace's sock_diag, for a local requester
+ *      that holds the sending socket) is the receiving end, named in the
+ *      answer (InjectReply.inode); not accepted yet, the listener's path.
  *   3. The policy, process by process.  A local requester (SO_PEERCRED) may
  *      have the agent put only into a process its own user could trace: all
  *      of the process's user ids are the requester's -- root into any.  A
@@ -27,13 +32,13 @@
  *      descriptors, given to the process's user (the agent writes as it),
  *      0700; the directories above it are root's and only traversable by
  *      others (0711), so no user can see or touch another's trace.  For a
- *      pipe, SESSION/pipe-INODE too: the count of its bytes that its
- *      readers' agents share (pipe_counts); and, before any of that, the
- *      count its traced writers' agents share, whose value names the
- *      requester's send: a sealed memfd of the daemon's whose descriptor
- *      goes with the answer (writers_count); for a UNIX stream socket,
- *      SESSION/unix-INODE and the writers' count of it, INODE the
- *      receiving socket's (agent/propagate.c, point 18).
+ *      pipe, the count of its bytes that its readers' agents share, of
+ *      any users (readers_count: a sealed memfd of the daemon's, which each
+ *      reader's agent asks for as it arms, spd_count); and, before any of
+ *      that, the count its traced writers' agents share, whose value names
+ *      the requester's send: another such memfd, whose descriptor goes with
+ *      the answer (writers_count); for a UNIX stream socket, the same two
+ *      counts, INODE the receiving socket's (agent/propagate.c, point 18).
  *   6. The agent goes in (inj_attach_agent) dormant until its event.  A
  *      request that follows a traced send (`follow`, from an agent): the
  *      receive of that send (expect=, agent/propagate.c), and the agent
@@ -111,9 +116,10 @@ static int check_request(const Sptrace__Spd__InjectRequest *q, spd_channel *ch, 
 	ch->inode = q->channel->inode;
 	if (ch->kind == SPD_CH_UNIX)
 		ch->src_inode = q->channel->src_inode;
-	if (ch->kind == SPD_CH_UNIX && !ch->inode && q->channel->path && q->channel->path[0] &&
-	    q->channel->src_inode && strlen(q->channel->path) < sizeof ch->path) {
-		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path);
+	if (ch->kind == SPD_CH_UNIX && !ch->inode && ch->src_inode &&
+	    (!q->channel->path || strlen(q->channel->path) < sizeof ch->path)) {
+		/* its peer found from src_inode (spd_inject), else the path */
+		snprintf(ch->path, sizeof ch->path, "%s", q->channel->path ? q->channel->path : "");
 		return 0;
 	}
 	if (ch->kind == SPD_CH_UNIX_DGRAM && !ch->inode && q->channel->path &&
@@ -461,34 +467,86 @@ static __attribute__((noinline)) int tell_to_follow(const char *dir, uid_t uid, 
 	return -1;
 }
 
-/* Step 5, pipes: SESSION/pipe-INODE, the count of the pipe's bytes that its
- * readers' agents share (agent/propagate.c, point 6: pre-forked readers of
- * one pipe; of one UNIX stream socket, SESSION/unix-INODE: point 18), made
- * for the first reader's user -- 64 bytes of zeros, 0600,
- * in a directory only root writes.  Made once per session and pipe; a
- * reader of another user cannot open it and counts alone, as every reader
- * does when it is missing. */
-static void pipe_counts(const spd_daemon *d, const char *session, const char *expect, uid_t uid,
-			gid_t gid)
+/*
+ * Step 5, the counts a pipe's or a UNIX stream socket's traced ends share
+ * (agent/propagate.c, points 6 and 15 to 18): each a memfd of the daemon's,
+ * 64 bytes, sealed so that nobody can shrink or grow it (an agent's mapping
+ * never faults), kept for the daemon's life (one per session, channel and
+ * side, at most SPD_MAX_COUNTS), its descriptor passed (SCM_RIGHTS) only to
+ * a local asker that holds the channel's end of that side: the writers'
+ * count (writers_count) with the answer to a traced send's request, the
+ * readers' (readers_count) with the answer to a reader's agent's
+ * CountRequest (spd_count).  Read here with pread only, never mapped.
+ */
+#define SPD_MAX_COUNTS 256
+static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	char session[65];
+	int kind;                        /* SPD_CH_PIPE, SPD_CH_UNIX */
+	int readers;                     /* its readers' (1) or its writers' (0) */
+	uint64_t inode;                  /* the pipe's, the receiving socket's */
+	int fd;
+} counts[SPD_MAX_COUNTS];
+static size_t ncounts;
+
+/* Under counts_lock: the count's index, or -1. */
+static int count_find(const char *session, int kind, uint64_t inode, int readers)
+{
+	for (size_t i = 0; i < ncounts; i++)
+		if (counts[i].kind == kind && counts[i].inode == inode &&
+		    counts[i].readers == readers && strcmp(counts[i].session, session) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* Under counts_lock: a new count holding v; its index, or -1 and why. */
+static int count_make(const char *session, int kind, uint64_t inode, int readers,
+		      const uint64_t v[8], char *why, size_t len)
+{
+	int m = ncounts < SPD_MAX_COUNTS ? memfd_create("sptrace-count", MFD_CLOEXEC |
+							 MFD_ALLOW_SEALING) : -1;
+
+	if (m < 0 || pwrite(m, v, 64, 0) != 64 ||
+	    fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+		snprintf(why, len, "%s", m < 0 && ncounts == SPD_MAX_COUNTS ? "the daemon holds as "
+			 "many counts as it keeps" : strerror(errno));
+		if (m >= 0)
+			close(m);
+		return -1;
+	}
+	snprintf(counts[ncounts].session, sizeof counts[ncounts].session, "%s", session);
+	counts[ncounts].kind = kind;
+	counts[ncounts].inode = inode;
+	counts[ncounts].readers = readers;
+	counts[ncounts].fd = m;
+	return (int)ncounts++;
+}
+
+/* Step 5, a channel's readers: the count of its bytes that its readers'
+ * agents share (agent/propagate.c, point 6: pre-forked readers of one pipe
+ * or of one UNIX stream socket, INODE the receiving socket's, point 18), of
+ * any users -- 64 bytes of zeros but the inode (word 1), which the first
+ * reader's agent to arm sets to the writer's offset.  Made once per session
+ * and channel, when a follow request names the writer's offset (`expect`:
+ * "pipe|unix INODE OFFSET"); each reader's agent asks for it (spd_count). */
+static void readers_count(const char *session, const char *expect)
 {
 	unsigned long long ino, off;
-	char name[48];
-	sp_err err;
-	int sfd, fd;
+	uint64_t v[8] = { 0 };
+	char why[200];
+	int kind;
 
 	if (!expect || (sscanf(expect, "pipe %llu %llu", &ino, &off) != 2 &&
-			sscanf(expect, "unix %llu %llu", &ino, &off) != 2) ||
-	    (sfd = spd_session_open(d, session, 1, &err)) < 0)
+			sscanf(expect, "unix %llu %llu", &ino, &off) != 2))
 		return;
-	snprintf(name, sizeof name, "%.4s-%llu", expect, ino);
-	fd = openat(sfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	close(sfd);
-	if (fd < 0)
-		return;                 /* made for an earlier reader */
-	if (ftruncate(fd, 64) != 0 || fchown(fd, uid, gid) != 0)
-		spd_log("%s/sessions/%s/%s: %s; the channel's readers count its bytes alone",
-			d->state_dir, session, name, strerror(errno));
-	close(fd);
+	kind = expect[0] == 'p' ? SPD_CH_PIPE : SPD_CH_UNIX;
+	v[1] = ino;
+	pthread_mutex_lock(&counts_lock);
+	if (count_find(session, kind, ino, 1) < 0 &&
+	    count_make(session, kind, ino, 1, v, why, sizeof why) < 0)
+		spd_log("inject session %s: %.4s %llu: no count of its readers: %s; they count its "
+			"bytes alone", session, expect, ino, why);
+	pthread_mutex_unlock(&counts_lock);
 }
 
 /* Steps 3 to 6 for one process: fills t (its strings are the caller's). */
@@ -518,7 +576,7 @@ static void inject_one(spd_daemon *d, spd_conn *c, const Sptrace__Spd__InjectReq
 		snprintf(why, whylen, "%s", err.msg);
 		return;
 	}
-	pipe_counts(d, q->session, expect, st.st_uid, st.st_gid);
+	readers_count(q->session, expect);
 	if (inj_has_mapping(pid, "sptrace-agent") == 1) {
 		if (expect && traced_here(d, pid, q->session, dir, dirlen)) {
 			if (tell_to_follow(dir, st.st_uid, expect, why, whylen) == 0) {
@@ -974,22 +1032,14 @@ static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
  * spd_frame_write_fd), logged with who got it; another (remote, or not a
  * writer) gets none and counts alone.  Answers *fd (the table's: not to be
  * closed) or -1, the count's name (for the logs) and *offset. */
-#define SPD_MAX_COUNTS 256
 static void writers_count(const spd_conn *c, const Sptrace__Spd__InjectRequest *q,
 			  const spd_channel *ch, char *label, size_t len, uint64_t *offset,
 			  int *fd)
 {
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	static struct {
-		char session[65];
-		int kind;
-		uint64_t inode;
-		int fd;
-	} counts[SPD_MAX_COUNTS];
-	static size_t ncounts;
 	uint64_t v[8] = { q->offset, ch->inode };
 	const char *kind = ch->kind == SPD_CH_PIPE ? "pipe" : "unix";
-	size_t i;
+	char why[200];
+	int i;
 
 	label[0] = '\0';
 	*fd = -1;
@@ -1006,31 +1056,16 @@ static void writers_count(const spd_conn *c, const Sptrace__Spd__InjectRequest *
 	}
 	snprintf(label, len, "session %s's %s-%llu-sent", q->session, kind,
 		 (unsigned long long)ch->inode);
-	pthread_mutex_lock(&lock);
-	for (i = 0; i < ncounts; i++)
-		if (counts[i].kind == (int)ch->kind && counts[i].inode == ch->inode &&
-		    strcmp(counts[i].session, q->session) == 0)
-			break;
-	if (i == ncounts) {
-		int m = ncounts < SPD_MAX_COUNTS ? memfd_create("sptrace-count", MFD_CLOEXEC |
-								 MFD_ALLOW_SEALING) : -1;
-
-		if (m < 0 || pwrite(m, v, sizeof v, 0) != (ssize_t)sizeof v ||
-		    fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+	pthread_mutex_lock(&counts_lock);
+	if ((i = count_find(q->session, (int)ch->kind, ch->inode, 0)) < 0) {
+		if ((i = count_make(q->session, (int)ch->kind, ch->inode, 0, v, why,
+				    sizeof why)) < 0) {
 			spd_log("%s: inject session %s: %s %llu: %s; pid %d counts its bytes alone",
-				c->peer, q->session, kind, (unsigned long long)ch->inode,
-				m < 0 && ncounts == SPD_MAX_COUNTS ? "the daemon holds as many "
-				"writers' counts as it keeps" : strerror(errno), (int)c->pid);
-			if (m >= 0)
-				close(m);
+				c->peer, q->session, kind, (unsigned long long)ch->inode, why,
+				(int)c->pid);
 			label[0] = '\0';
 			goto out;
 		}
-		snprintf(counts[i].session, sizeof counts[i].session, "%s", q->session);
-		counts[i].kind = (int)ch->kind;
-		counts[i].inode = ch->inode;
-		counts[i].fd = m;
-		ncounts++;
 	} else {
 		/* the agents add to it atomically: two equal reads are not torn */
 		uint64_t a = 0, b = 1;
@@ -1050,7 +1085,64 @@ static void writers_count(const spd_conn *c, const Sptrace__Spd__InjectRequest *
 		(unsigned long long)ch->inode, (int)c->pid, (unsigned)c->uid, label,
 		(unsigned long long)*offset);
 out:
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&counts_lock);
+}
+
+/* A reader's agent asks for its channel's readers' count (readers_count):
+ * only a local requester holding the channel's receiving end -- a pipe's
+ * read end, the receiving UNIX socket -- gets its descriptor (answered
+ * with the CountReply), which the daemon made when it had that channel's
+ * readers follow a traced send in the session; anyone else an Error, and
+ * the agent counts alone.  Logged.  Served on the connection's own thread
+ * while another thread of the daemon may be injecting the asker. */
+void spd_count(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err)
+{
+	const Sptrace__Spd__CountRequest *q = req->count;
+	Sptrace__Spd__Frame f = SPTRACE__SPD__FRAME__INIT;
+	Sptrace__Spd__CountReply rep = SPTRACE__SPD__COUNT_REPLY__INIT;
+	const Sptrace__Spd__Channel *ch = q->channel;
+	bool is_pipe = ch && ch->kind == SPTRACE__SPD__CHANNEL__KIND__PIPE;
+	unsigned long long ino = ch ? (unsigned long long)ch->inode : 0;
+	char label[160];
+	int i, fd = -1;
+
+	(void)d;
+	err->msg[0] = '\0';
+	if (c->remote)
+		sp_fail(err, "a count goes to a local agent only");
+	else if (spd_session_check(q->session, err) != 0)
+		;
+	else if (!ch || !ch->inode || (!is_pipe && ch->kind != SPTRACE__SPD__CHANNEL__KIND__UNIX))
+		sp_fail(err, "a count request names a pipe or a UNIX stream socket by its inode");
+	else if (is_pipe ? !holds_pipe_end(c->pid, ch->inode, true)
+		 : !spd_pid_holds(c->pid, ch->inode))
+		sp_fail(err, "pid %d holds no %s %llu: no count of its readers", (int)c->pid,
+			is_pipe ? "read end of pipe" : "UNIX socket", ino);
+	if (!err->msg[0]) {
+		pthread_mutex_lock(&counts_lock);
+		i = count_find(q->session, is_pipe ? SPD_CH_PIPE : SPD_CH_UNIX, ch->inode, 1);
+		fd = i >= 0 ? counts[i].fd : -1;
+		pthread_mutex_unlock(&counts_lock);
+		if (fd < 0)
+			sp_fail(err, "session %s has no count of the readers of %s %llu (the daemon "
+				"makes one when it has them follow a traced send)", q->session,
+				is_pipe ? "pipe" : "unix socket", ino);
+	}
+	if (fd < 0) {
+		spd_send_error(c, req->id, err->msg);
+		spd_log("%s: count refused: %s", c->peer, err->msg);
+		return;
+	}
+	snprintf(label, sizeof label, "session %s's %s-%llu-read", q->session, is_pipe ? "pipe" :
+		 "unix", ino);
+	rep.count = label;
+	f.id = req->id;
+	f.body_case = SPTRACE__SPD__FRAME__BODY_COUNT_REPLY;
+	f.count_reply = &rep;
+	if (spd_frame_write_fd(c, &f, fd, err) == 0)
+		spd_log("%s: pid %d (uid %u) gets the count the readers of %s %llu share (%s)",
+			c->peer, (int)c->pid, (unsigned)c->uid, is_pipe ? "pipe" : "unix socket", ino,
+			label);
 }
 
 static bool seen(const pid_t *v, size_t n, pid_t pid)
@@ -1096,6 +1188,22 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		spd_send_error(c, req->id, err->msg);
 		spd_log("%s: inject refused: %s", c->peer, err->msg);
 		return;
+	}
+	if (ch.kind == SPD_CH_UNIX && !ch.inode) {
+		/* a UNIX stream named by its sending socket alone (a forked
+		 * writer knows no peer: agent/propagate.c, point 18): its peer,
+		 * if accepted, found here for a local requester that holds it */
+		if (!c->remote && spd_pid_holds(c->pid, ch.src_inode))
+			ch.inode = spd_unix_peer(ch.src_inode);
+		if (!ch.inode && !ch.path[0]) {
+			sp_fail(err, "UNIX socket %llu: %s", (unsigned long long)ch.src_inode,
+				c->remote || !spd_pid_holds(c->pid, ch.src_inode) ?
+				"the requester does not hold it: its peer is not looked up" :
+				"no peer with an inode (sock_diag), and no listener's path");
+			spd_send_error(c, req->id, err->msg);
+			spd_log("%s: inject refused: %s", c->peer, err->msg);
+			return;
+		}
 	}
 	expect[0] = '\0';
 	if (ch.kind == SPD_CH_UNIX_DGRAM && !ch.inode) {
@@ -1171,6 +1279,7 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 	rep.host = d->name;
 	rep.sent_count = sent;
 	rep.sent_offset = offset;
+	rep.inode = ch.kind == SPD_CH_UNIX ? ch.inode : 0;
 	spd_log("%s: inject session %s: answered in %.1f ms (%d round%s of looking for holders: "
 		"%.1f ms; the agents: %.1f ms)", c->peer, q->session, now_ms() - t0, rounds,
 		rounds == 1 ? "" : "s", holders_ms, inject_ms);

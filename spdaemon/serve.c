@@ -54,6 +54,9 @@ void spd_serve(spd_daemon *d, spd_conn *c)
 		case SPTRACE__SPD__FRAME__BODY_INJECT:
 			spd_inject(d, c, req, &err);
 			break;
+		case SPTRACE__SPD__FRAME__BODY_COUNT:
+			spd_count(d, c, req, &err);
+			break;
 		case SPTRACE__SPD__FRAME__BODY_COLLECT:
 			spd_collect(d, c, req, &err);
 			break;

@@ -75,6 +75,9 @@ int spd_holders(const uint64_t *inodes, size_t n, bool fifos, pid_t *pids, size_
 		size_t *npids, sp_err *err);
 /* Does pid hold a descriptor of socket or pipe `inode`? */
 bool spd_pid_holds(pid_t pid, uint64_t inode);
+/* The inode of the peer of this namespace's UNIX socket `inode` (sock_diag,
+ * UDIAG_SHOW_PEER); 0: none, or not accepted yet (no inode), or no answer. */
+uint64_t spd_unix_peer(uint64_t inode);
 
 /*
  * frame.c — the protocol's frames (proto/spd.proto says how they look).

@@ -55,6 +55,9 @@ void spd_serve(spd_daemon *d, spd_conn *c);
 
 /* inject.c: the inject request (answered on c, logged). */
 void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err);
+/* inject.c: a reader's agent asks for its channel's readers' count
+ * (answered with its descriptor, or refused; logged). */
+void spd_count(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err);
 /* inject.c: the connections kept to other hosts' daemons, closed (a stop). */
 void spd_inject_close_kept(void);
 

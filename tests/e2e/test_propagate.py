@@ -90,15 +90,21 @@ users).
   unix-forked-writers  a traced writer of a UNIX stream socket and the child
           it forks after its first write: the child, which knows no peer,
           counts with its parent, so each read names the bytes of its write
+  unix-early-writers  unix-forked-writers with the child forked before its
+          parent's first write: it asks the daemon by its own socket, whose
+          peer the daemon finds, and counts with its parent all the same
   pipe-readers  two pre-forked readers of one pipe (a user's), a traced
           writer: both traced, each read names the bytes of its write
+  pipe-users-readers  pipe-readers with readers of two users (61001,
+          61002): they count the pipe's bytes together all the same
+  unix-users-readers  unix-readers with readers of two users
   pipe-readers-slow  the same with the daemon's injector slowed (nice 19
           on CPU 0 beside a busy loop, the readers on the other CPUs): a
           reader's agent mostly starts while the injector still holds its
           thread, blocked in its first read, and that read is seen all the
           same
 
-usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES]
+usage: test_propagate.py CASE SPTRACE SPDAEMON TIER [PIPES [SPD_INJECT]]
 """
 
 import errno
@@ -1036,18 +1042,26 @@ class SlowInjector:
             self.daemon(0, os.sched_getaffinity(0))
 
 
-def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=False):
+def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=False,
+                      users=False):
     """Two pre-forked readers of one pipe (a user's server's workers) and a
     traced writer (root's) of 4 messages, each taken whole by one of them: both readers are
     injected, and each read names the bytes of the write that carried what
     it read (their agents share the pipe's count), none before it.  unix:
     the readers hold one end of a connected UNIX stream socketpair, the
-    writer the other (SESSION/unix-INODE; each reader counting alone, the
-    second one named its first read 0..2 as the first one had).  slow:
+    writer the other (the readers' count of the receiving socket; each
+    reader counting alone, the second one named its first read 0..2 as the
+    first one had).  slow:
     the daemon's injector slowed beside them (SlowInjector): a reader's
     agent mostly starts while the injector still holds its thread, blocked in its
     read before (the agent that waited for that thread to be back in its
-    call missed the first read: 10 runs in 10)."""
+    call missed the first read: 10 runs in 10).  users (spd_inject's
+    path): the two readers are of two users, 61001 and 61002 (pipes
+    usersreader): their agents share the count all the same (the count file
+    the daemon made for the first reader's user was refused by the other's
+    agent, which counted alone); the daemon gives the count to a process
+    that holds the channel's receiving end (a pipe's: opened through the
+    reader's /proc/PID/fd), to no other."""
     pipes = reachable_copy(pipes, tmp)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
@@ -1066,7 +1080,9 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
             ino = os.fstat(rfd).st_ino
             rchan = wchan = None
         try:
-            rd = cl.hosts.popen(0, USER + [pipes, "reader", str(rfd), "2"],
+            argv = ([pipes, "usersreader", str(rfd), "61001", "61002"] if users
+                    else USER + [pipes, "reader", str(rfd), "2"])
+            rd = cl.hosts.popen(0, argv,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 pass_fds=[rfd])
         finally:
@@ -1077,6 +1093,9 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
         rd.stdin.flush()
         readers = [rd.pid] + children(rd.pid)
         check(len(readers) == 2, "the readers: %s" % readers)
+        if users:
+            uids = sorted(os.stat("/proc/%d" % pid).st_uid for pid in readers)
+            check(uids == [61001, 61002], "the readers' users: %s" % uids)
         if slow_inj:
             slow_inj.spare(readers)
         msgs = ["ab", "cd", "ef", "gh"]
@@ -1090,6 +1109,22 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
             slow_inj.close()
         check(w.returncode == 0, "the traced writer: %r %r\n%s" % (w.stdout, w.stderr,
                                                                     cl.logs()))
+        if users:
+            session = session_of(w.stderr)
+            # the readers are still there (this script holds the write end)
+            what = ["unix" if unix else "pipe", str(ino)]
+            r = cl.hosts.run(0, [users, "count", session] + what, timeout=60)
+            check(r.returncode == 1 and re.search(r"error: pid \d+ holds no (read end of pipe|"
+                                                  r"UNIX socket) %d" % ino, r.stdout),
+                  "a process without the receiving end asked for the readers' count: "
+                  "%r %r" % (r.stdout, r.stderr))
+            if not unix:
+                with open("/proc/%d/fd/%d" % (rd.pid, rfd), "rb", buffering=0) as held:
+                    r = cl.hosts.run(0, [users, "count", session] + what, timeout=60,
+                                     stdin=held)
+                check(r.returncode == 0 and "count session %s's pipe-%d-read" % (session, ino)
+                      in r.stdout, "a holder of the read end asked for the readers' count: "
+                      "%r %r" % (r.stdout, r.stderr))
         os.close(wfd)
         wfd = -1
         rout, _ = rd.communicate(timeout=60)
@@ -1115,6 +1150,12 @@ def case_pipe_readers(sptrace, spdaemon, tier, tmp, pipes, slow=False, unix=Fals
                   "every reader's reads: %s, named %s\n%s\n%s" %
                   (pid, got.get(pid), rr, sent, got, named, agent_logs(t, readers),
                    cl.logs()))
+        if users:
+            logs = cl.logs()
+            for pid in readers:
+                check(re.search(r"pid %d \(uid \d+\) gets the count the readers of" % pid, logs),
+                      "reader %d did not get its readers' count from the daemon:\n%s"
+                      % (pid, logs))
         pipe_flows_clean(sptrace, cl, tmp, out, readers)
     finally:
         if slow_inj:
@@ -1314,14 +1355,18 @@ def case_unix_writers(sptrace, spdaemon, tier, tmp, pipes):
         cl.close()
 
 
-def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
+def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes, early=False):
     """A traced process writes one message into a connected UNIX stream
     socket (one end of a socketpair), then forks a child that writes two
     more, to an injected reader of its peer: the child knows no peer
     (msgs.c, unix_peer) and asks nothing, but takes the writers' count its
     parent took (the daemon's), so each read names the bytes of
     its write (counting alone, the child named its first write 0..2, as the
-    parent had)."""
+    parent had).  early: the child is forked before the parent's first
+    write (pipes earlywriters): it takes no count from its parent, and asks
+    the daemon with its own socket alone, whose peer the daemon finds
+    (counting alone, the child named its first write 0..2, as the parent
+    had)."""
     os.chmod(tmp, 0o755)
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
@@ -1339,8 +1384,9 @@ def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
         msgs = ["ab", "cd", "ef"]
         out = os.path.join(tmp, "writers.trace")
         wfd = wsock.fileno()
-        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes, "leadwriters", str(wfd),
-                             "1"] + msgs, timeout=300, pass_fds=[wfd])
+        mode = ["earlywriters", str(wfd)] if early else ["leadwriters", str(wfd), "1"]
+        w = cl.hosts.run(0, [sptrace, "run", "-o", out, "--", pipes] + mode + msgs,
+                         timeout=300, pass_fds=[wfd])
         check(w.returncode == 0, "the traced writers: %r %r\n%s" % (w.stdout, w.stderr,
                                                                      cl.logs()))
         wsock.close()                 # the reader's end of stream
@@ -1358,6 +1404,10 @@ def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes):
         check(sorted(len(v) for v in by_tid.values()) == [1, 2],
               "the writes, by thread (the parent's one, the child's two): %s" % by_tid)
         parent, child = sorted(by_tid.values(), key=len)
+        if early:
+            logs = cl.logs()
+            check(len(re.findall(r"gets the count its writers share", logs)) == 2,
+                  "the parent and the child did not each get the writers' count:\n%s" % logs)
         sent = dict(zip(parent + child, msgs))
         reads = pipe_ranges(sptrace, t[rd.pid], "read", rino, "unix %d <- %d" % (rino, wino))
         check(len(sent) == 3 and [sent.get(x) for x in reads] == got,
@@ -1625,11 +1675,12 @@ def case_nodaemon(sptrace, spdaemon, tier, tmp):
 
 
 def main():
-    if len(sys.argv) not in (5, 6):
+    if len(sys.argv) not in (5, 6, 7):
         fail(__doc__)
     in_own_netns()
     case, sptrace, spdaemon, tier = sys.argv[1:5]
-    progs = [os.path.abspath(p) for p in sys.argv[5:]]       # PIPES, for the pipe-* cases
+    # PIPES, for the pipe-* cases; SPD_INJECT too, for the *-users-readers ones
+    progs = [os.path.abspath(p) for p in sys.argv[5:]]
     tmp = tempfile.mkdtemp(prefix="sptrace-prop-")
     try:
         {"tiers": case_tiers, "nodaemon": case_nodaemon,
@@ -1643,7 +1694,11 @@ def main():
          "forked": case_forked, "pipe-fifo": case_pipe_fifo,
          "pipe-writers": case_pipe_writers, "unix-writers": case_unix_writers,
          "unix-readers": lambda *a: case_pipe_readers(*a, unix=True),
-         "unix-forked-writers": case_unix_forked_writers, "pipe-fifo-writers": case_pipe_fifo_writers,
+         "pipe-users-readers": lambda *a: case_pipe_readers(*a[:5], users=a[5]),
+         "unix-users-readers": lambda *a: case_pipe_readers(*a[:5], unix=True, users=a[5]),
+         "unix-forked-writers": case_unix_forked_writers,
+         "unix-early-writers": lambda *a: case_unix_forked_writers(*a, early=True),
+         "pipe-fifo-writers": case_pipe_fifo_writers,
          "pipe-users-writers": case_pipe_users_writers}[case](
             os.path.abspath(sptrace), os.path.abspath(spdaemon), os.path.abspath(tier), tmp,
             *progs)

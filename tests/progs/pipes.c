@@ -1,9 +1,10 @@
 /*
  * pipes.c — a writer and readers of one pipe, for the propagation
  * tests of pipes (tests/e2e/test_propagate.py: pipe-backlog, pipe-readers,
- * pipe-writers, pipe-fifo-writers, pipe-users-writers) and of a connected UNIX stream socket
- * (unix-writers, unix-readers, unix-forked-writers: PIPE the number of an
- * inherited socket, each end's).
+ * pipe-writers, pipe-fifo-writers, pipe-users-writers, pipe-users-readers) and
+ * of a connected UNIX stream socket (unix-writers, unix-readers,
+ * unix-users-readers, unix-forked-writers, unix-early-writers: PIPE the
+ * number of an inherited socket, each end's).
  *
  *   pipes reader PIPE K     (PIPE: a path, or the number of an inherited
  *                            descriptor: a pipe's or a socket's)
@@ -19,6 +20,11 @@
  *       (FIONREAD is 0; a socket's SIOCOUTQ) before the next one: each
  *       read takes one message
  *       -- the first read also what was queued before the writer came.
+ *   pipes usersreader PIPE UID...
+ *       `reader PIPE K`, K the number of UIDs, reader j as user and group
+ *       UID j (no other groups; the first one the parent): it becomes the
+ *       user first, without an exec, and stays dumpable (its injector and
+ *       /proc see it as the user's); "ready" once every one of them did.
  *   pipes writers PIPE K MSG...
  *       opens PIPE and forks K writers one after the other (pre-forked
  *       workers sharing the descriptor), writer j writing MSG j, j + K, ...
@@ -26,6 +32,10 @@
  *   pipes leadwriters PIPE K MSG...
  *       `writers` after the parent wrote the first MSG itself (its first
  *       write, before any fork), the children the others.
+ *   pipes earlywriters PIPE MSG...
+ *       forks a child first, then writes the first MSG itself (as
+ *       `writer`), and only then lets the child write the others (a
+ *       signal): a writer forked before its parent's first write.
  *   pipes stepwriter PIPE MSG...
  *       `writer`, each MSG only after a line on its standard input (the
  *       test says whose turn it is), printing "wrote PID N" once the
@@ -43,7 +53,9 @@
 #include <string.h>
 #include <linux/sockios.h>
 #include <grp.h>
+#include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,20 +66,43 @@ static int pipe_fd(const char *arg, int flags)
 	return isdigit((unsigned char)arg[0]) ? atoi(arg) : open(arg, flags);
 }
 
-static int reader(const char *path, int k)
+/* This process as user and group u, dumpable; 0, or -1 (said). */
+static int become(uid_t u)
 {
-	int fd = pipe_fd(path, O_RDONLY | O_NONBLOCK);
+	if (setgroups(0, NULL) != 0 || setgid(u) != 0 || setuid(u) != 0 ||
+	    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) {
+		perror("pipes: becoming the user");
+		return -1;
+	}
+	return 0;
+}
+
+/* k readers; with uids, reader j becomes uids[j] (0: the parent). */
+static int reader(const char *path, int k, char **uids)
+{
+	int fd = pipe_fd(path, O_RDONLY | O_NONBLOCK), done[2];
 	char line[16], buf[64];
 	ssize_t n;
 
-	if (fd < 0 || fcntl(fd, F_SETFL, 0) != 0) {
+	if (fd < 0 || fcntl(fd, F_SETFL, 0) != 0 || pipe(done) != 0) {
 		perror("pipes: open");
 		return 1;
 	}
 	fflush(stdout);
 	for (int i = 1; i < k; i++)
-		if (fork() == 0)
+		if (fork() == 0) {
+			close(done[0]);
+			if (uids && become((uid_t)atoi(uids[i])) != 0)
+				_exit(1);
+			close(done[1]);         /* the parent's read ends when all did */
 			goto read;              /* a worker reads at once */
+		}
+	close(done[1]);
+	while (read(done[0], buf, 1) > 0)
+		;
+	close(done[0]);
+	if (uids && become((uid_t)atoi(uids[0])) != 0)
+		return 1;
 	printf("ready\n");
 	fflush(stdout);
 	if (!fgets(line, sizeof line, stdin))
@@ -158,10 +193,40 @@ static int writers(const char *path, int k, int n, char **msgs, bool lead)
 	return rc;
 }
 
+/* earlywriters: the child waits for SIGUSR1 (blocked before the fork),
+ * which the parent sends once its own first message was taken. */
+static int early_writers(const char *path, int n, char **msgs)
+{
+	int fd = pipe_fd(path, O_WRONLY), st, sig, rc;
+	sigset_t usr1;
+
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	if (fd < 0 || sigprocmask(SIG_BLOCK, &usr1, NULL) != 0) {
+		perror("pipes: open");
+		return 1;
+	}
+	fflush(stdout);
+	pid_t p = fork();
+
+	if (p == 0)
+		_exit(sigwait(&usr1, &sig) != 0 || write_msgs(fd, n - 1, msgs + 1, 1, false));
+	if (p < 0)
+		return 1;
+	rc = write_msgs(fd, 1, msgs, 1, false);
+	kill(p, SIGUSR1);
+	if (waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st))
+		rc = 1;
+	close(fd);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && strcmp(argv[1], "reader") == 0)
-		return reader(argv[2], atoi(argv[3]));
+		return reader(argv[2], atoi(argv[3]), NULL);
+	if (argc >= 4 && strcmp(argv[1], "usersreader") == 0)
+		return reader(argv[2], argc - 3, argv + 3);
 	if (argc >= 4 && strcmp(argv[1], "writer") == 0)
 		return writer(argv[2], argc - 3, argv + 3, false);
 	if (argc >= 4 && strcmp(argv[1], "stepwriter") == 0)
@@ -175,11 +240,14 @@ int main(int argc, char **argv)
 		}
 		return writer(argv[3], argc - 4, argv + 4, true);
 	}
+	if (argc >= 5 && strcmp(argv[1], "earlywriters") == 0)
+		return early_writers(argv[2], argc - 3, argv + 3);
 	if (argc >= 5 && strcmp(argv[1], "writers") == 0)
 		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, false);
 	if (argc >= 6 && strcmp(argv[1], "leadwriters") == 0)
 		return writers(argv[2], atoi(argv[3]), argc - 4, argv + 4, true);
-	fprintf(stderr, "usage: pipes reader PIPE K | writer PIPE MSG... | writers PIPE K MSG... | "
-		"stepwriter PIPE MSG... | userwriter UID PIPE MSG... | leadwriters PIPE K MSG...\n");
+	fprintf(stderr, "usage: pipes reader PIPE K | usersreader PIPE UID... | writer PIPE MSG... | "
+		"writers PIPE K MSG... | stepwriter PIPE MSG... | userwriter UID PIPE MSG... | "
+		"leadwriters PIPE K MSG... | earlywriters PIPE MSG...\n");
 	return 2;
 }

@@ -1445,16 +1445,12 @@ def open_turns(path, proc):
     fail("no one opened %s to read within 300 s" % path)
 
 
-def case_pipe_fifo_writers(sptrace, spdaemon, tier, tmp, pipes):
-    """Two unrelated traced writers of one named pipe -- programs a traced
-    shell exec'd apart, sharing no memory, each opening the pipe by its
-    path -- taking turns, 2 messages each, to a reader (untraced) that the
-    first one's first write injects: the second one's request gets the
-    count the session's writers share (the daemon's), so each
-    read names the bytes of the write that carried them, whichever
-    writer's (each writer counting alone, the second one named its first
-    write 0..2, as the first one had)."""
-    os.chmod(tmp, 0o755)
+def fifo_writers(sptrace, spdaemon, tmp, pipes, writers, reader_prefix, flows_clean):
+    """Two traced writers of one named pipe, programs a traced shell exec'd
+    apart (`pipes WRITER PATH MSG MSG`, WRITER each of `writers`), taking
+    turns, 2 messages each, to a reader (`reader_prefix` + `pipes reader`)
+    that the first one's first write injects: each read must name the bytes
+    of the write that carried them, whichever writer's."""
     cl = Cluster(sptrace, spdaemon, tmp, 1)
     procs = []
     turns = []
@@ -1462,9 +1458,10 @@ def case_pipe_fifo_writers(sptrace, spdaemon, tier, tmp, pipes):
     try:
         path = os.path.join(tmp, "fifo")
         os.mkfifo(path)
+        os.chmod(path, 0o666)
         ino = os.stat(path).st_ino
-        rd = cl.hosts.popen(0, [pipes, "reader", path, "1"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+        rd = cl.hosts.popen(0, reader_prefix + [pipes, "reader", path, "1"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         procs.append(rd)
         check(rd.stdout.readline() == "ready\n", "the reader did not start")
         # a write end of this script's (it writes nothing): no end of file
@@ -1477,91 +1474,9 @@ def case_pipe_fifo_writers(sptrace, spdaemon, tier, tmp, pipes):
             os.mkfifo(c)
         out = os.path.join(tmp, "writers.trace")
         msgs = ["ab", "cd", "ef", "gh"]
-        sh = "%s stepwriter %s %s %s <%s & %s stepwriter %s %s %s <%s; wait" % (
-            pipes, path, msgs[0], msgs[2], ctl[0], pipes, path, msgs[1], msgs[3], ctl[1])
-        w = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", "sh", "-c", sh],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(w)
-        turns = [open_turns(c, w) for c in ctl]
-        wrote = {}
-        got = []
-        for i, m in enumerate(msgs):
-            os.write(turns[i % 2], b"\n")
-            line = w.stdout.readline()
-            mm = re.match(r"wrote (\d+) \d+$", line)
-            check(mm, "writer %d did not write %s: %r" % (i % 2 + 1, m, line))
-            wrote.setdefault(int(mm.group(1)), []).append(m)
-            line = rd.stdout.readline()
-            check(line.startswith("got "), "the reader did not read %s: %r" % (m, line))
-            got.append(bytes.fromhex(line.split()[2]).decode())
-        for fd in turns:
-            os.close(fd)
-        turns = []
-        wout, werr = w.communicate(timeout=300)
-        os.close(wfd)
-        wfd = -1
-        check(w.returncode == 0, "the traced writers: %r %r\n%s" % (wout, werr, cl.logs()))
-        rd.communicate(timeout=60)
-        check(got == msgs and len(wrote) == 2,
-              "the reader read %r, the writers wrote %s" % (got, wrote))
-        t = traces(cl.state(0), session_of(werr))
-        check(rd.pid in t, "the reader (pid %d) was not traced: %s\n%s" % (rd.pid, t, cl.logs()))
-        sent, each = {}, {}
-        for pid, ms in wrote.items():
-            # an image the shell exec'd: OUT/exec.PID.N
-            d = [os.path.join(out, n) for n in os.listdir(out)
-                 if re.match(r"exec\.%d\.\d+$" % pid, n)]
-            check(len(d) == 1, "writer %d's trace in %s: %s" % (pid, out, os.listdir(out)))
-            each[pid] = pipe_ranges(sptrace, d[0], "write", ino)
-            check(len(each[pid]) == len(ms), "writer %d's writes: %s" % (pid, each[pid]))
-            sent.update(zip(each[pid], ms))
-        rr = pipe_ranges(sptrace, t[rd.pid], "read", ino)
-        check(len(sent) == 4 and [sent.get(x) for x in rr] == got,
-              "the reads %s name other bytes than the writes %s (writer: its writes)\n%s\n%s" %
-              (rr, each, agent_logs(t, [rd.pid]), cl.logs()))
-        pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
-    finally:
-        for fd in turns + [wfd]:
-            if fd >= 0:
-                os.close(fd)
-        kill_all(procs)
-        cl.close()
-
-
-def case_pipe_users_writers(sptrace, spdaemon, tier, tmp, pipes):
-    """pipe-fifo-writers with writers of two users: a traced shell (root's)
-    runs two writers that become uid 61001 and uid 61002, taking
-    turns on one named pipe, to a reader of uid 61001 that the first one's
-    first write injects.  The second user's request gets the writers'
-    count all the same (a sealed memfd of the daemon's, passed with the
-    answer), so each read names the bytes of the write that carried them,
-    whichever user's (with a count file of the first user's, the second
-    user's agent counted alone and named its first write 0..2, as the first
-    one had)."""
-    pipes = reachable_copy(pipes, tmp)
-    cl = Cluster(sptrace, spdaemon, tmp, 1)
-    procs = []
-    turns = []
-    wfd = -1
-    try:
-        path = os.path.join(tmp, "fifo")
-        os.mkfifo(path)
-        os.chmod(path, 0o666)
-        ino = os.stat(path).st_ino
-        rd = cl.hosts.popen(0, USER + [pipes, "reader", path, "1"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-        procs.append(rd)
-        check(rd.stdout.readline() == "ready\n", "the reader did not start")
-        wfd = os.open(path, os.O_WRONLY)
-        rd.stdin.write("go\n")
-        rd.stdin.flush()
-        ctl = [os.path.join(tmp, "turn%d" % i) for i in (1, 2)]
-        for c in ctl:
-            os.mkfifo(c)
-        out = os.path.join(tmp, "writers.trace")
-        msgs = ["ab", "cd", "ef", "gh"]
-        sh = "%s userwriter 61001 %s %s %s <%s & %s userwriter 61002 %s %s %s <%s; wait" % (
-            pipes, path, msgs[0], msgs[2], ctl[0], pipes, path, msgs[1], msgs[3], ctl[1])
+        sh = "%s %s %s %s %s <%s & %s %s %s %s %s <%s; wait" % (
+            pipes, writers[0], path, msgs[0], msgs[2], ctl[0],
+            pipes, writers[1], path, msgs[1], msgs[3], ctl[1])
         w = cl.hosts.popen(0, [sptrace, "run", "-o", out, "--", "sh", "-c", sh],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(w)
@@ -1605,6 +1520,8 @@ def case_pipe_users_writers(sptrace, spdaemon, tier, tmp, pipes):
         check(len(sent) == 4 and [sent.get(x) for x in rr] == got,
               "the reads %s name other bytes than the writes %s (writer: its writes)\n%s\n%s" %
               (rr, each, agent_logs(t, [rd.pid]), cl.logs()))
+        if flows_clean:
+            pipe_flows_clean(sptrace, cl, tmp, out, [rd.pid])
     finally:
         for fd in turns + [wfd]:
             if fd >= 0:
@@ -1613,45 +1530,32 @@ def case_pipe_users_writers(sptrace, spdaemon, tier, tmp, pipes):
         cl.close()
 
 
-class TiersSession:
-    """The tiers application over three namespace hosts, a request of the
-    client on host 0 followed (`sptrace run --on start`), its servers
-    stopped and the session collected: for the analyses' tests (flows,
-    export).  .out is the collected tree, .trace the client's trace, .pids
-    the servers' ({"frontend": pid, ...}), .helper the frontend's helper's
-    pid, .addrs the hosts' addresses.  close() removes the hosts.  mark:
-    `run --mark`."""
+def case_pipe_fifo_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """Two unrelated traced writers of one named pipe -- programs a traced
+    shell exec'd apart, sharing no memory, each opening the pipe by its
+    path -- taking turns, 2 messages each, to a reader (untraced) that the
+    first one's first write injects: the second one's request gets the
+    count the session's writers share (the daemon's), so each
+    read names the bytes of the write that carried them, whichever
+    writer's (each writer counting alone, the second one named its first
+    write 0..2, as the first one had)."""
+    os.chmod(tmp, 0o755)
+    fifo_writers(sptrace, spdaemon, tmp, pipes, ["stepwriter", "stepwriter"], [], True)
 
-    def __init__(self, sptrace, spdaemon, tier, tmp, requests=("3", "5", "8"), mark=None):
-        prog = reachable_copy(tier, tmp)
-        self.cl = Cluster(sptrace, spdaemon, tmp, 3)
-        self.addrs = self.cl.hosts.addrs
-        procs = {}
-        try:
-            procs = servers(self.cl.hosts, prog, tmp)
-            self.trace = os.path.join(tmp, "client.trace")
-            r = self.cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", self.trace] +
-                                  (["--mark", mark] if mark else []) +
-                                  ["--", prog, "client", self.addrs[1], "7000"] + list(requests),
-                                  timeout=300)
-            check(r.returncode == 0, "the traced client: %r" % r.stderr[-2000:])
-            self.pids = {name: p.pid for name, p in procs.items()}
-            helper = children(self.pids["frontend"])
-            check(len(helper) == 1, "the frontend's helper: %s" % helper)
-            self.helper = helper[0]
-            stop_all(procs)
-            procs = {}
-            self.out = os.path.join(tmp, "collected")
-            r = self.cl.hosts.run(0, [sptrace, "collect", "-o", self.out, self.trace],
-                                  timeout=300)
-            check(r.returncode == 0, "sptrace collect: %r %r" % (r.stdout, r.stderr))
-        except BaseException:
-            kill_all(procs.values())
-            self.cl.close()
-            raise
 
-    def close(self):
-        self.cl.close()
+def case_pipe_users_writers(sptrace, spdaemon, tier, tmp, pipes):
+    """pipe-fifo-writers with writers of two users: a traced shell (root's)
+    runs two writers that become uid 61001 and uid 61002, taking
+    turns on one named pipe, to a reader of uid 61001 that the first one's
+    first write injects.  The second user's request gets the writers'
+    count all the same (a sealed memfd of the daemon's, passed with the
+    answer), so each read names the bytes of the write that carried them,
+    whichever user's (with a count file of the first user's, the second
+    user's agent counted alone and named its first write 0..2, as the first
+    one had)."""
+    pipes = reachable_copy(pipes, tmp)
+    fifo_writers(sptrace, spdaemon, tmp, pipes, ["userwriter 61001", "userwriter 61002"], USER,
+                 False)
 
 
 def case_nodaemon(sptrace, spdaemon, tier, tmp):

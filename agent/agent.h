@@ -32,10 +32,13 @@
  *   fds.c         the agent's descriptors, out of the program's reach
  *   msgs.c        message events: sends and receives on sockets and pipes
  *   propagate.c   a traced send followed to its receivers through spdaemon
- *   x86_64/       the instruction-level parts: area code (emit.c),
- *                 the sites' jumps, traps and decoding (sites.c),
+ *   arch.h        what the portable files ask of the processor: the thread
+ *                 pointer, raw system calls, the cycle counter, a signal
+ *                 context's registers, the trap byte (x86_64/arch.h)
+ *   x86_64/       the instruction-level parts: area code and return stubs
+ *                 (emit.c), the sites' jumps, traps and decoding (sites.c),
  *                 trampolines (tramp.S), unwind information (unwind.c),
- *                 the context-switch stubs (context.S)
+ *                 the context-switch stubs (context.S), arch.h
  *
  * Nothing on the hot path allocates or makes a system call; the slow paths
  * (first call of a function, a thread's first record) may run in a signal
@@ -420,6 +423,10 @@ size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word);
+/* A return stub (activate.c) in the slot at rx, which jumps to tramp; a
+ * frame given the stub returns to rx + AG_STUB_RETURN. */
+void ag_emit_return_stub(uint8_t *rw, uint64_t rx, uint64_t tramp);
+#define AG_STUB_RETURN 1
 
 /* ---- what the areas use besides their code: indirect sites' caches
  * (core/core.h) and their miss (instrument.c), ag_tls_target (main.c),

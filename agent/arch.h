@@ -22,12 +22,16 @@
  *                          the trap instruction a thread stands after
  *   a faulting clock read  ag_arch_cycles_insn_at, ag_arch_area_ring,
  *                          ag_arch_cycles_resume (tsc.c)
+ *   the processor          ag_arch_init (at start): what the architecture's
+ *                          trampolines need to know of it (ARCH/cpu.c)
  *
  * The instruction-level work on code (areas, sites, trampolines, unwind
  * information) is declared in agent.h's x86_64/ sections.
  */
 #ifndef AGENT_ARCH_H
 #define AGENT_ARCH_H
+
+void ag_arch_init(void);
 
 #if defined(__x86_64__)
 #include "x86_64/arch.h"

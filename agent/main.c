@@ -29,13 +29,13 @@
  *   SPTRACE_JOIN           join directives, one a line (trace_format.h,
  *                          "Values"): the values to record, written to meta
  */
-#include <cpuid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -47,7 +47,6 @@
 #include "arch.h"
 
 char ag_dir[4096];
-uint64_t ag_xsave_size AG_HIDDEN = 4096;
 
 static volatile int log_fd = -1;
 static char log_path[4200];
@@ -945,7 +944,6 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 {
 	char err[1024], parent[4096] = "";
 	uint64_t t_start = ns(CLOCK_MONOTONIC);
-	unsigned a, b, c, d;
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_fds_init();
@@ -980,8 +978,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	if (attached)
 		ag_signals_attached(attach_trapblocked);
-	if (__get_cpuid_count(0xd, 0, &a, &b, &c, &d) && b >= 576)
-		ag_xsave_size = b + 64;
+	ag_arch_init();
 	if (ag_rings_init() || ag_sites_open(ag_dir)) {
 		fail("cannot create the trace files");
 		return -1;

@@ -5,9 +5,9 @@ Every .c and .h under AGENT_DIR but the architecture's folder (x86_64/)
 is read with its comments left out; none may hold inline assembly (an asm
 label naming an exported symbol, `__asm__("fcntl") AG_EXPORT`, is no
 assembly), a signal context's registers (REG_*, gregs, uc_mcontext), an
-x86 builtin, or an int3/call/jmp opcode byte.  Those live behind
-agent/arch.h (x86_64/arch.h) and agent.h's x86_64/ sections.  Prints each
-offence as FILE:LINE and fails.
+x86 builtin, intrinsic or CPUID, or an int3/call/jmp opcode byte.  Those
+live behind agent/arch.h (x86_64/arch.h, x86_64/cpu.c) and agent.h's
+x86_64/ sections.  Prints each offence as FILE:LINE and fails.
 """
 import os
 import re
@@ -19,7 +19,8 @@ RULES = [
      'inline assembly (x86_64/arch.h)'),
     (re.compile(r'\bREG_[A-Z0-9]+\b|\bgregs\b|\buc_mcontext\b'),
      "a signal context's registers (ag_uc_* in x86_64/arch.h)"),
-    (re.compile(r'\b__builtin_ia32_\w+'), 'an x86 builtin (x86_64/arch.h)'),
+    (re.compile(r'\b__builtin_ia32_\w+|\b__(?:get_)?cpuid\w*|#\s*include\s*<(?:cpuid|\w*intrin)\.h>'),
+     'an x86 builtin, intrinsic or CPUID (x86_64/arch.h, x86_64/cpu.c)'),
     (re.compile(r'\b0[xX](?:[cC][cC]|[eE][89])\b'),
      'an x86 opcode byte: int3, call, jmp (AG_TRAP_BYTE; x86_64/emit.c, sites.c)'),
 ]

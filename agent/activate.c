@@ -66,6 +66,7 @@
 #include <unwind.h>
 
 #include "agent.h"
+#include "agent_os.h"
 #include "arch.h"
 
 #define MAX_FRAMES 256

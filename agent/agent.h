@@ -38,7 +38,8 @@
  *   x86_64/       the instruction-level parts: area code and return stubs
  *                 (emit.c), the sites' jumps, traps and decoding (sites.c),
  *                 trampolines (tramp.S), unwind information (unwind.c),
- *                 the context-switch stubs (context.S), arch.h
+ *                 the context-switch stubs (context.S), arch.h, what the
+ *                 trampolines need to know of the CPU (cpu.c)
  *
  * Nothing on the hot path allocates or makes a system call; the slow paths
  * (first call of a function, a thread's first record) may run in a signal
@@ -77,12 +78,14 @@
  * in the command's summary (meta's "untraced", "runtime" and "changed"
  * lines), never attempted.  Every function the agent interposes is in
  * hooks.c's table.
+ *
+ * The declarations that name the C library's signal and thread types
+ * (siginfo_t, pthread_t) are in agent_os.h, so that this header brings in
+ * neither <signal.h> nor <pthread.h>.
  */
 #ifndef AGENT_H
 #define AGENT_H
 
-#include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -176,7 +179,6 @@ void ag_rings_close_all(void);
 void ag_rings_event_all(uint32_t event);   /* an event in every ring */
 int ag_rings_init(void);
 void ag_forked_child(void);                /* atfork: drop the parent's rings */
-extern pid_t ag_self_pid;              /* a vfork child sees its parent's */
 /* Ring size in bytes (SPTRACE_RING_BYTES); outside 8 KiB..64 GiB: logged,
  * the default kept. */
 void ag_ring_set_size(uint64_t bytes);
@@ -250,10 +252,6 @@ int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool ever
 void ag_trap_disarm(void);
 struct sigaction;
 int ag_trap_chain(const struct sigaction *act, struct sigaction *old); /* the program's SIGTRAP */
-
-#ifndef TRAP_PERF
-#define TRAP_PERF 6     /* si_code of a perf event's SIGTRAP (Linux 5.13) */
-#endif
 void ag_patch_after_fork(void);
 bool ag_trap_nested(void);                  /* patch.c: a SIGTRAP inside the agent's SIGTRAP handler */
 
@@ -272,7 +270,6 @@ void ag_walk_self(struct ucontext_t *uc);
 void ag_watch_blocked_calls(const char *event, int stopped, long stopped_nr,
 			    uint64_t stopped_pc);
 void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
-bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */
 
 /* ---- relocate.c: relocated windows, trap first, jump later ---- */
@@ -285,7 +282,6 @@ void ag_reloc_queue(ag_reloc *r);      /* its int3 is in: upgrade later (instrum
 void ag_reloc_forget(void);            /* a stop (instrument lock held) */
 bool ag_reloc_gave_up(void);           /* a round failed: windows are not used */
 void ag_reloc_upgrade(void);           /* control thread: now and then, after ag_control_wake */
-bool ag_reloc_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded);
 
 /* ---- signals.c ---- */
@@ -339,8 +335,6 @@ void ag_tsc_calibrated(uint64_t hz, uint64_t tsc0, uint64_t mono0); /* main.c */
 uint64_t ag_tsc_hz(void);       /* as calibrated, 0 before */
 bool ag_tsc_usable(int tid);           /* before a ring: may go quiet (a system call) */
 bool ag_quiet_tid(int tid);            /* a thread known quiet (the activation skips it) */
-/* Fatal-signal handlers first: a SIGSEGV of an agent's rdtsc, handled. */
-bool ag_tsc_fault(int sig, const siginfo_t *si, struct ucontext_t *uc);
 
 /* ---- budget.c: the overhead budget (SPTRACE_BUDGET) ---- */
 #define AG_BUDGET_LONG_NS 1000     /* a call this long is always timed */
@@ -671,13 +665,11 @@ extern char ag_dir[4096];
 
 /* ---- threads.c: the program's threads (their start, where each stands) ---- */
 int ag_threads_init(void);                 /* atfork handler */
+extern pid_t ag_self_pid;                  /* getpid(); a vfork child sees its parent's */
 /* fn(tid) for every thread but this one and the control thread, until it
  * returns non-zero; how many it was called for. */
 int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg);
 void ag_threads_preopen(void);             /* their /proc files, opened now (control.c) */
-/* The C library's pthread_create, past the agent's interposer (threads.c). */
-int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
-			   void *(*start)(void *), void *arg);
 /* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
  * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
 int ag_thread_where(int tid, long *nr, uint64_t *pc);

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
 #include "arch.h"
 
 

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
 #include "arch.h"
 
 #define QUEUE_MAX 16384

@@ -82,6 +82,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
 #include "arch.h"
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
 #include "arch.h"
 
 __thread uint8_t ag_tls_quiet __attribute__((tls_model("initial-exec")));

@@ -214,12 +214,12 @@ uint64_t ag_retpoint(uint64_t slot)
 /* Stubs of an earlier activation still on the stack go back to the real
  * return addresses before the walk; the walk puts new ones.  Live frames
  * lie above the interrupted stack pointer; the others were unwound. */
-static void unstub(shadow *sh, uint64_t rsp)
+static void unstub(shadow *sh, uint64_t sp)
 {
 	for (uint32_t i = sh->n; i > 0; i--) {
 		uint64_t stub = sh->slot[i - 1], loc = sh->loc[i - 1];
 
-		if (loc >= rsp && *(volatile uint64_t *)(uintptr_t)loc == stub + AG_STUB_RETURN) {
+		if (loc >= sp && *(volatile uint64_t *)(uintptr_t)loc == stub + AG_STUB_RETURN) {
 			uint64_t ra;
 
 			memcpy(&ra, (const void *)(uintptr_t)(stub + AG_SLOT_RA), 8);

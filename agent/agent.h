@@ -512,6 +512,7 @@ int capset(struct __user_cap_header_struct *head, struct __user_cap_data_struct 
 void ag_deactivate(const char *why);   /* restore all code; dormant again */
 void ag_activate_now(const char *why); /* mid-run activation (timer, sptrace activate) */
 extern uint64_t ag_activation_tsc;     /* when it happened */
+extern char ag_dir[4096];              /* the trace directory */
 double ag_timer_seconds(void);         /* --on timer S: S, else < 0 */
 const char *ag_on_event(void);         /* the activation event, as given */
 /* meta: "exec SUB PID PATH" (pid: the image's process, this one or a child) */
@@ -661,7 +662,6 @@ void ag_msgs_resync(int fd, uint64_t end, long rc);
 
 /* ---- exec.c ---- */
 void ag_exec_init(const char *ring_bytes);
-extern char ag_dir[4096];
 
 /* ---- threads.c: the program's threads (their start, where each stands) ---- */
 int ag_threads_init(void);                 /* atfork handler */

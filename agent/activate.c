@@ -36,8 +36,9 @@
  * the real return address - 1 (the slot is a signal frame, see unwind.c).
  * C++ exceptions, pthread_exit and backtrace() thus unwind through a stub as
  * through the original return address.  The return address written is
- * slot + 1 (a nop at the slot's start), so the unwinder, which looks up
- * "return address - 1", lands in the stub's own FDE.
+ * slot + AG_STUB_RETURN (past a nop at the slot's start), so the unwinder,
+ * which looks up "return address - 1", lands in the stub's own FDE.  The
+ * stub's code (x86_64/emit.c, ag_emit_return_stub):
  *
  *   slot + 0    nop
  *   slot + 1    movabs $slot, %r11 ; jmp *ag_tramp_retpoint
@@ -65,6 +66,8 @@
 #include <unwind.h>
 
 #include "agent.h"
+#include "agent_os.h"
+#include "arch.h"
 
 #define MAX_FRAMES 256
 #define STUB_SLOTS 2048
@@ -107,7 +110,7 @@ static __thread shadow *thread_stubs __attribute__((tls_model("initial-exec")));
 static void slock(void)
 {
 	while (__atomic_exchange_n(&stub_lock, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
+		ag_arch_relax();
 }
 
 static void sunlock(void)
@@ -154,13 +157,7 @@ static uint64_t stub_get(void)
 	sunlock();
 	if (!s)
 		return 0;
-	p = stub_rw(s);
-	*p++ = 0x90;                                     /* nop */
-	*p++ = 0x49; *p++ = 0xbb;                        /* movabs $slot, %r11 */
-	memcpy(p, &s, 8); p += 8;
-	*p++ = 0xff; *p++ = 0x25;                        /* jmp *0(%rip) */
-	memset(p, 0, 4); p += 4;
-	memcpy(p, &tramp, 8);
+	ag_emit_return_stub(stub_rw(s), s, tramp);
 	return s;
 }
 
@@ -217,12 +214,12 @@ uint64_t ag_retpoint(uint64_t slot)
 /* Stubs of an earlier activation still on the stack go back to the real
  * return addresses before the walk; the walk puts new ones.  Live frames
  * lie above the interrupted stack pointer; the others were unwound. */
-static void unstub(shadow *sh, uint64_t rsp)
+static void unstub(shadow *sh, uint64_t sp)
 {
 	for (uint32_t i = sh->n; i > 0; i--) {
 		uint64_t stub = sh->slot[i - 1], loc = sh->loc[i - 1];
 
-		if (loc >= rsp && *(volatile uint64_t *)(uintptr_t)loc == stub + 1) {
+		if (loc >= sp && *(volatile uint64_t *)(uintptr_t)loc == stub + AG_STUB_RETURN) {
 			uint64_t ra;
 
 			memcpy(&ra, (const void *)(uintptr_t)(stub + AG_SLOT_RA), 8);
@@ -305,7 +302,7 @@ static void walk_once(ucontext_t *uc, bool in_signal)
  */
 static bool in_agent_code(const ucontext_t *uc)
 {
-	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+	uint64_t pc = ag_uc_pc(uc);
 
 	return ag_pool_holds(pc) || ag_agent_code_holds(pc);
 }
@@ -420,9 +417,8 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 	uint32_t *ff = thread_stubs->ff;
 
 	ag_ring_put_at(ring, TRACE_EVENT, TRACE_EV_ACTIVATE, t);
-	unstub(thread_stubs, (uint64_t)uc->uc_mcontext.gregs[REG_RSP]);
-	walk_frames wf = { f, 0, in_signal, (uint64_t)uc->uc_mcontext.gregs[REG_RIP],
-			   (uint64_t)uc->uc_mcontext.gregs[REG_RSP], false };
+	unstub(thread_stubs, ag_uc_sp(uc));
+	walk_frames wf = { f, 0, in_signal, ag_uc_pc(uc), ag_uc_sp(uc), false };
 
 	if (!ag_unwind_walk_begin()) {
 		ag_log("activation: thread %ld was not walked: the agent was registering unwind "
@@ -508,7 +504,7 @@ static void walk_stack(ucontext_t *uc, bool in_signal)
 		__atomic_thread_fence(__ATOMIC_RELEASE);
 		thread_stubs->slot[thread_stubs->n] = stub;
 		thread_stubs->loc[thread_stubs->n++] = slot_addr;
-		*(uint64_t *)(uintptr_t)slot_addr = stub + 1;
+		*(uint64_t *)(uintptr_t)slot_addr = stub + AG_STUB_RETURN;
 		stubs++;
 	}
 	/* The walk's entries and the instrumenting above are at time t; what
@@ -762,7 +758,7 @@ bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 		if (si->si_code == SI_QUEUE && si->si_value.sival_ptr == (void *)activate_magic)
 			return true;
 		for (int i = 0; si->si_code == TRAP_PERF && i < MAX_BPS; i++)
-			if (bps[i].addr == (uint64_t)uc->uc_mcontext.gregs[REG_RIP])
+			if (bps[i].addr == ag_uc_pc(uc))
 				return true;
 		return false;
 	}
@@ -773,13 +769,13 @@ bool ag_activation_trap(siginfo_t *si, ucontext_t *uc)
 	}
 	if (si->si_code == TRAP_PERF) {
 		int tid = (int)syscall(SYS_gettid);
-		uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+		uint64_t pc = ag_uc_pc(uc);
 
 		for (int i = 0; i < MAX_BPS; i++)
 			if (__atomic_load_n(&bps[i].tid, __ATOMIC_ACQUIRE) == tid && bps[i].addr == pc) {
 				const char *event = bps[i].event;
-				long rc = (long)uc->uc_mcontext.gregs[REG_RAX], nr = bps[i].nr;
-				int fd = (int)uc->uc_mcontext.gregs[REG_RDI];
+				long rc = ag_uc_syscall_ret(uc), nr = bps[i].nr;
+				int fd = (int)ag_uc_syscall_arg0(uc);
 
 				retire(&bps[i]);
 				if (!event)

@@ -32,10 +32,14 @@
  *   fds.c         the agent's descriptors, out of the program's reach
  *   msgs.c        message events: sends and receives on sockets and pipes
  *   propagate.c   a traced send followed to its receivers through spdaemon
- *   x86_64/       the instruction-level parts: area code (emit.c),
- *                 the sites' jumps, traps and decoding (sites.c),
+ *   arch.h        what the portable files ask of the processor: the thread
+ *                 pointer, raw system calls, the cycle counter, a signal
+ *                 context's registers, the trap byte (x86_64/arch.h)
+ *   x86_64/       the instruction-level parts: area code and return stubs
+ *                 (emit.c), the sites' jumps, traps and decoding (sites.c),
  *                 trampolines (tramp.S), unwind information (unwind.c),
- *                 the context-switch stubs (context.S)
+ *                 the context-switch stubs (context.S), arch.h, what the
+ *                 trampolines need to know of the CPU (cpu.c)
  *
  * Nothing on the hot path allocates or makes a system call; the slow paths
  * (first call of a function, a thread's first record) may run in a signal
@@ -74,12 +78,14 @@
  * in the command's summary (meta's "untraced", "runtime" and "changed"
  * lines), never attempted.  Every function the agent interposes is in
  * hooks.c's table.
+ *
+ * The declarations that name the C library's signal and thread types
+ * (siginfo_t, pthread_t) are in agent_os.h, so that this header brings in
+ * neither <signal.h> nor <pthread.h>.
  */
 #ifndef AGENT_H
 #define AGENT_H
 
-#include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -173,7 +179,6 @@ void ag_rings_close_all(void);
 void ag_rings_event_all(uint32_t event);   /* an event in every ring */
 int ag_rings_init(void);
 void ag_forked_child(void);                /* atfork: drop the parent's rings */
-extern pid_t ag_self_pid;              /* a vfork child sees its parent's */
 /* Ring size in bytes (SPTRACE_RING_BYTES); outside 8 KiB..64 GiB: logged,
  * the default kept. */
 void ag_ring_set_size(uint64_t bytes);
@@ -247,10 +252,6 @@ int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool ever
 void ag_trap_disarm(void);
 struct sigaction;
 int ag_trap_chain(const struct sigaction *act, struct sigaction *old); /* the program's SIGTRAP */
-
-#ifndef TRAP_PERF
-#define TRAP_PERF 6     /* si_code of a perf event's SIGTRAP (Linux 5.13) */
-#endif
 void ag_patch_after_fork(void);
 bool ag_trap_nested(void);                  /* patch.c: a SIGTRAP inside the agent's SIGTRAP handler */
 
@@ -269,7 +270,6 @@ void ag_walk_self(struct ucontext_t *uc);
 void ag_watch_blocked_calls(const char *event, int stopped, long stopped_nr,
 			    uint64_t stopped_pc);
 void ag_activate_quiesce(void);        /* at a stop: walks finished, breakpoints out */
-bool ag_activation_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 uint64_t ag_retpoint(uint64_t slot) AG_HIDDEN;   /* a return stub ran */
 
 /* ---- relocate.c: relocated windows, trap first, jump later ---- */
@@ -282,7 +282,6 @@ void ag_reloc_queue(ag_reloc *r);      /* its int3 is in: upgrade later (instrum
 void ag_reloc_forget(void);            /* a stop (instrument lock held) */
 bool ag_reloc_gave_up(void);           /* a round failed: windows are not used */
 void ag_reloc_upgrade(void);           /* control thread: now and then, after ag_control_wake */
-bool ag_reloc_trap(siginfo_t *si, struct ucontext_t *uc); /* SIGTRAP handler */
 void ag_reloc_stats(uint64_t *queued, uint64_t *upgraded);
 
 /* ---- signals.c ---- */
@@ -336,8 +335,6 @@ void ag_tsc_calibrated(uint64_t hz, uint64_t tsc0, uint64_t mono0); /* main.c */
 uint64_t ag_tsc_hz(void);       /* as calibrated, 0 before */
 bool ag_tsc_usable(int tid);           /* before a ring: may go quiet (a system call) */
 bool ag_quiet_tid(int tid);            /* a thread known quiet (the activation skips it) */
-/* Fatal-signal handlers first: a SIGSEGV of an agent's rdtsc, handled. */
-bool ag_tsc_fault(int sig, const siginfo_t *si, struct ucontext_t *uc);
 
 /* ---- budget.c: the overhead budget (SPTRACE_BUDGET) ---- */
 #define AG_BUDGET_LONG_NS 1000     /* a call this long is always timed */
@@ -420,6 +417,10 @@ size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word);
+/* A return stub (activate.c) in the slot at rx, which jumps to tramp; a
+ * frame given the stub returns to rx + AG_STUB_RETURN. */
+void ag_emit_return_stub(uint8_t *rw, uint64_t rx, uint64_t tramp);
+#define AG_STUB_RETURN 1
 
 /* ---- what the areas use besides their code: indirect sites' caches
  * (core/core.h) and their miss (instrument.c), ag_tls_target (main.c),
@@ -511,6 +512,7 @@ int capset(struct __user_cap_header_struct *head, struct __user_cap_data_struct 
 void ag_deactivate(const char *why);   /* restore all code; dormant again */
 void ag_activate_now(const char *why); /* mid-run activation (timer, sptrace activate) */
 extern uint64_t ag_activation_tsc;     /* when it happened */
+extern char ag_dir[4096];              /* the trace directory */
 double ag_timer_seconds(void);         /* --on timer S: S, else < 0 */
 const char *ag_on_event(void);         /* the activation event, as given */
 /* meta: "exec SUB PID PATH" (pid: the image's process, this one or a child) */
@@ -660,17 +662,14 @@ void ag_msgs_resync(int fd, uint64_t end, long rc);
 
 /* ---- exec.c ---- */
 void ag_exec_init(const char *ring_bytes);
-extern char ag_dir[4096];
 
 /* ---- threads.c: the program's threads (their start, where each stands) ---- */
 int ag_threads_init(void);                 /* atfork handler */
+extern pid_t ag_self_pid;                  /* getpid(); a vfork child sees its parent's */
 /* fn(tid) for every thread but this one and the control thread, until it
  * returns non-zero; how many it was called for. */
 int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg);
 void ag_threads_preopen(void);             /* their /proc files, opened now (control.c) */
-/* The C library's pthread_create, past the agent's interposer (threads.c). */
-int ag_real_pthread_create(pthread_t *th, const pthread_attr_t *attr,
-			   void *(*start)(void *), void *arg);
 /* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
  * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
 int ag_thread_where(int tid, long *nr, uint64_t *pc);

@@ -62,6 +62,7 @@
 #include <time.h>
 
 #include "agent.h"
+#include "arch.h"
 
 #define BUDGET_SITES AG_BUDGET_SITES
 #define SCAN_MAX (1u << 18)          /* a scan reads the newest this many */
@@ -158,18 +159,12 @@ void ag_budget_clock(uint64_t hz)
 
 int64_t ag_tls_counts_offset(void)
 {
-	uint64_t fs;
-
-	__asm__("mov %%fs:0, %0" : "=r"(fs));
-	return (int64_t)((uint64_t)(uintptr_t)&ag_tls_counts - fs);
+	return ag_arch_tls_offset(&ag_tls_counts);
 }
 
 int64_t ag_tls_tick_offset(void)
 {
-	uint64_t fs;
-
-	__asm__("mov %%fs:0, %0" : "=r"(fs));
-	return (int64_t)((uint64_t)(uintptr_t)&ag_tls_tick - fs);
+	return ag_arch_tls_offset(&ag_tls_tick);
 }
 
 uint8_t *ag_budget_site(ag_pool *pool, uint32_t id)
@@ -284,10 +279,8 @@ static bool site_long(uint32_t id)
 static uint64_t thread_cpu_ns(void)
 {
 	struct timespec ts = { 0, 0 };
-	long rc;
+	long rc = ag_arch_syscall6(SYS_clock_gettime, CLOCK_THREAD_CPUTIME_ID, (long)&ts, 0, 0, 0, 0);
 
-	__asm__ volatile("syscall" : "=a"(rc) : "a"(SYS_clock_gettime),
-			 "D"(CLOCK_THREAD_CPUTIME_ID), "S"(&ts) : "rcx", "r11", "memory");
 	return rc == 0 ? (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec : 0;
 }
 

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
 #include "registry.h"
 
 static char fifo[4200];

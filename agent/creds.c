@@ -48,20 +48,9 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 #define MIRROR_WAIT_NS 2000000000ull
-
-static long raw(long nr, long a, long b, long c, long d, long e, long f)
-{
-	long rc;
-	register long r10 __asm__("r10") = d;
-	register long r8 __asm__("r8") = e;
-	register long r9 __asm__("r9") = f;
-
-	__asm__ volatile("syscall" : "=a"(rc) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8),
-			 "r"(r9) : "rcx", "r11", "memory");
-	return rc;
-}
 
 /* Point 4: the slot.  state: 0 free, 1 posted, 2 done (rc set). */
 static struct {
@@ -89,7 +78,7 @@ __attribute__((constructor)) static void find_syscall(void)
 
 long ag_syscall_raw(long nr, long a, long b, long c, long d, long e, long f)
 {
-	long rc = raw(nr, a, b, c, d, e, f);
+	long rc = ag_arch_syscall6(nr, a, b, c, d, e, f);
 
 	if ((unsigned long)rc >= -4095ul) {
 		errno = (int)-rc;
@@ -100,7 +89,7 @@ long ag_syscall_raw(long nr, long a, long b, long c, long d, long e, long f)
 
 static void futex_wake(volatile uint32_t *w)
 {
-	raw(SYS_futex, (long)w, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+	ag_arch_syscall6(SYS_futex, (long)w, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
 }
 
 /* Point 3: does this successful call change what point 2 lists, for the
@@ -110,7 +99,7 @@ static bool changes_creds(long nr, long a, long b)
 	if (nr == SYS_capset) {
 		const struct __user_cap_header_struct *h = (const void *)a;
 
-		return h && (h->pid == 0 || h->pid == raw(SYS_gettid, 0, 0, 0, 0, 0, 0));
+		return h && (h->pid == 0 || h->pid == ag_arch_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0));
 	}
 	return nr == SYS_prctl && (a == PR_SET_KEEPCAPS || a == PR_SET_SECUREBITS ||
 				   a == PR_CAPBSET_DROP ||
@@ -133,7 +122,7 @@ static const char *call_name(long nr, long a)
 static void mirror(long nr, const long a[5])
 {
 	uint64_t deadline = ag_mono_ns() + MIRROR_WAIT_NS;
-	int self = (int)raw(SYS_gettid, 0, 0, 0, 0, 0, 0);
+	int self = (int)ag_arch_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0);
 	static __thread uint8_t in_mirror __attribute__((tls_model("initial-exec")));
 
 	if (!ag_control_serving() || self == ag_control_tid())
@@ -175,7 +164,7 @@ static void mirror(long nr, const long a[5])
 		struct timespec ts = { 0, (long)(deadline - now < 10000000 ? deadline - now
 						   : 10000000) };
 
-		raw(SYS_futex, (long)&slot.state, FUTEX_WAIT_PRIVATE, 1, (long)&ts, 0, 0);
+		ag_arch_syscall6(SYS_futex, (long)&slot.state, FUTEX_WAIT_PRIVATE, 1, (long)&ts, 0, 0);
 	}
 	if (__atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) != 2) {
 		ag_log("thread %d: %s not mirrored to the agent's thread within %llu ms: a setuid "
@@ -198,7 +187,8 @@ void ag_creds_serve(void)
 {
 	if (__atomic_load_n(&slot.state, __ATOMIC_ACQUIRE) != 1)
 		return;
-	slot.rc = raw(slot.nr, slot.arg[0], slot.arg[1], slot.arg[2], slot.arg[3], slot.arg[4], 0);
+	slot.rc = ag_arch_syscall6(slot.nr, slot.arg[0], slot.arg[1], slot.arg[2], slot.arg[3],
+				   slot.arg[4], 0);
 	__atomic_store_n(&slot.state, 2, __ATOMIC_RELEASE);
 	futex_wake(&slot.state);
 	/* nobody waits any more (point 5): free it for the next */
@@ -210,7 +200,7 @@ void ag_creds_serve(void)
  * two, the rest go to the C library's syscall(). */
 long ag_syscall_creds(long nr, long a, long b, long c, long d, long e, long f)
 {
-	long rc = raw(nr, a, b, c, d, e, f);
+	long rc = ag_arch_syscall6(nr, a, b, c, d, e, f);
 
 	if ((unsigned long)rc >= -4095ul) {
 		errno = (int)-rc;

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 static volatile int sites_fd = -1;
 static char sites_path[4200];
@@ -129,7 +130,7 @@ static uint32_t new_site(const trace_site *ts)
 		return 0;
 	if (end > __atomic_load_n(&sites_size, __ATOMIC_ACQUIRE)) {
 		while (__atomic_exchange_n(&sites_lock, 1, __ATOMIC_ACQUIRE))
-			__builtin_ia32_pause();
+			ag_arch_relax();
 		while (end > sites_size) {
 			if (grow(sites_size, SITES_CHUNK) != 0) {
 				__atomic_store_n(&sites_lock, 0, __ATOMIC_RELEASE);
@@ -693,7 +694,7 @@ void *cp_plat_alloc(size_t n)
 void cp_plat_lock(volatile int *l)
 {
 	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
+		ag_arch_relax();
 }
 
 void cp_plat_unlock(volatile int *l)

@@ -29,13 +29,13 @@
  *   SPTRACE_JOIN           join directives, one a line (trace_format.h,
  *                          "Values"): the values to record, written to meta
  */
-#include <cpuid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -44,9 +44,9 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 char ag_dir[4096];
-uint64_t ag_xsave_size AG_HIDDEN = 4096;
 
 static volatile int log_fd = -1;
 static char log_path[4200];
@@ -81,7 +81,7 @@ void *ag_alloc(size_t n)
 
 	n = (n + 15) & ~(size_t)15;
 	while (__atomic_exchange_n(&lk, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
+		ag_arch_relax();
 	if (n >= (1u << 20)) {
 		r = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		r = r == MAP_FAILED ? NULL : r;
@@ -189,18 +189,12 @@ void ag_log(const char *fmt, ...)
 
 int64_t ag_tls_target_offset(void)
 {
-	uint64_t fs;
-
-	__asm__("mov %%fs:0, %0" : "=r"(fs));
-	return (int64_t)((uint64_t)(uintptr_t)&ag_tls_target - fs);
+	return ag_arch_tls_offset(&ag_tls_target);
 }
 
 int64_t ag_tls_offset(void)
 {
-	uint64_t fs;
-
-	__asm__("mov %%fs:0, %0" : "=r"(fs));
-	return (int64_t)((uint64_t)(uintptr_t)&ag_tls_ring - fs);
+	return ag_arch_tls_offset(&ag_tls_ring);
 }
 
 static uint64_t ns(clockid_t c)
@@ -399,7 +393,7 @@ static void runtime_entries(void)
 static void on_activate(struct ucontext_t *ucp)
 {
 	ucontext_t *uc = (ucontext_t *)ucp;
-	uint64_t *sp = (uint64_t *)(uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+	uint64_t *ret = ag_uc_entry_return(uc);
 	const ca_func *rf = ca_module_funcs(root_module->ca, NULL) + root_func;
 	uint64_t entry = root_module->bias + rf->addr;
 	trace_ring_header *ring;
@@ -427,8 +421,8 @@ static void on_activate(struct ucontext_t *ucp)
 			active = 1;
 			ag_instrument(root_module, root_func);
 			/* See the root function return: its return address goes through us. */
-			root_ret = *sp;
-			*sp = (uint64_t)(uintptr_t)ag_tramp_return;
+			root_ret = *ret;
+			*ret = (uint64_t)(uintptr_t)ag_tramp_return;
 			ag_log("activated in %s at %#lx", ca_str(root_module->ca, rf->name),
 			       (unsigned long)entry);
 		}
@@ -950,7 +944,6 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 {
 	char err[1024], parent[4096] = "";
 	uint64_t t_start = ns(CLOCK_MONOTONIC);
-	unsigned a, b, c, d;
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_fds_init();
@@ -985,8 +978,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	if (attached)
 		ag_signals_attached(attach_trapblocked);
-	if (__get_cpuid_count(0xd, 0, &a, &b, &c, &d) && b >= 576)
-		ag_xsave_size = b + 64;
+	ag_arch_init();
 	if (ag_rings_init() || ag_sites_open(ag_dir)) {
 		fail("cannot create the trace files");
 		return -1;

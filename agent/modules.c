@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 #define MAX_MODULES 1024
 
@@ -507,7 +508,7 @@ bool ag_module_ready(ag_module *m)
 	if (__atomic_load_n(&m->no_pool, __ATOMIC_ACQUIRE))
 		return false;
 	while (__atomic_exchange_n(&ready_lock, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
+		ag_arch_relax();
 	if (!m->func_state && !m->no_pool) {
 		size_t nfuncs;
 

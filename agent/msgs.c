@@ -108,9 +108,11 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 #define FD_MAX 65536                   /* numbers the cache covers */
 #define MAX_CHANS 65536                /* channels per process */
@@ -295,7 +297,7 @@ static pipe_slot *pipe_slot_of(uint64_t inode, uint64_t base)
 		/* bounded: a maker forked away in between never finishes */
 		for (int n = 0; n < 100000 && __atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == ~0ull;
 		     n++)
-			__builtin_ia32_pause();
+			ag_arch_relax();
 		if (__atomic_load_n(&ps->inode, __ATOMIC_ACQUIRE) == inode)
 			return ps;
 	}
@@ -353,7 +355,7 @@ static uint32_t chan_record(const trace_channel *tc)
 		goto full;
 	if (end > __atomic_load_n(&chan_size, __ATOMIC_ACQUIRE)) {
 		while (__atomic_exchange_n(&chan_lock, 1, __ATOMIC_ACQUIRE))
-			__builtin_ia32_pause();
+			ag_arch_relax();
 		while (end > chan_size) {
 			if (chan_grow(chan_size, CHAN_CHUNK) != 0) {
 				__atomic_store_n(&chan_lock, 0, __ATOMIC_RELEASE);

@@ -43,6 +43,8 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
+#include "arch.h"
 
 
 #define MAX_PENDING 4096
@@ -386,7 +388,7 @@ void ag_serialize_cores(void)
 	if (have_membarrier)
 		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
 	else
-		__asm__ volatile("cpuid" ::"a"(0) : "rbx", "rcx", "rdx", "memory");
+		ag_arch_sync_core();
 }
 
 int ag_write_text(uint64_t addr, const void *buf, size_t n)
@@ -487,12 +489,12 @@ static void on_trap(int sig, siginfo_t *si, void *ctx)
 static void on_trap_body(int sig, siginfo_t *si, void *ctx)
 {
 	ucontext_t *uc = ctx;
-	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP] - 1;
+	uint64_t stand = ag_uc_pc(uc), pc = ag_arch_trap_at(stand);
 
 	/* An exec breakpoint stops before the instruction (rip = the entry);
 	 * an int3 after it (rip = entry + 1).  Either way the handler runs,
 	 * then the entry's own instruction. */
-	if (act_addr && ((act_fd >= 0 && si->si_code == TRAP_PERF && pc + 1 == act_addr) ||
+	if (act_addr && ((act_fd >= 0 && si->si_code == TRAP_PERF && stand == act_addr) ||
 			 (act_fd < 0 && (si->si_code == SI_KERNEL || si->si_code == TRAP_BRKPT) &&
 			  pc == act_addr))) {
 		uint64_t entry = act_addr;
@@ -502,13 +504,13 @@ static void on_trap_body(int sig, siginfo_t *si, void *ctx)
 		if (ag_tls_quiet && act_fd >= 0)
 			return;
 		act_handler(uc);
-		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)entry;
+		ag_uc_set_pc(uc, entry);
 		return;
 	}
 	/* The breakpoint fired on other threads too, at the same moment, and
 	 * their signals come after the first one disarmed it: nothing to do
 	 * but run the entry's instruction (a default SIGTRAP would kill). */
-	if (si->si_code == TRAP_PERF && act_was && pc + 1 == act_was)
+	if (si->si_code == TRAP_PERF && act_was && stand == act_was)
 		return;
 	/*
 	 * SIGTRAP is not a real-time signal: while one is pending, another is
@@ -520,11 +522,10 @@ static void on_trap_body(int sig, siginfo_t *si, void *ctx)
 	 * never starts with a one-byte instruction, see x86_64/sites.c.)
 	 */
 	if (si->si_code == SI_QUEUE || si->si_code == TRAP_PERF) {
-		uint64_t after = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
-		uint64_t to = our_int3(after - 1);
+		uint64_t to = our_int3(pc);
 
-		if (to && *(volatile uint8_t *)(uintptr_t)(after - 1) == 0xcc)
-			uc->uc_mcontext.gregs[REG_RIP] = (greg_t)to;
+		if (to && *(volatile uint8_t *)(uintptr_t)pc == AG_TRAP_BYTE)
+			ag_uc_set_pc(uc, to);
 	}
 	/* A thread asked where it stands (relocated windows). */
 	if (ag_reloc_trap(si, uc))
@@ -539,13 +540,13 @@ static void on_trap_body(int sig, siginfo_t *si, void *ctx)
 	uint64_t to = int3 ? our_int3(pc) : 0;
 
 	if (to) {
-		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)to;
+		ag_uc_set_pc(uc, to);
 		return;
 	}
 	/* Not ours.  Our int3 may also have been removed just now by another
 	 * thread (step 5/6 raced with the trap): the byte is no longer int3. */
-	if (int3 && *(volatile uint8_t *)(uintptr_t)pc != 0xcc) {
-		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)pc;
+	if (int3 && *(volatile uint8_t *)(uintptr_t)pc != AG_TRAP_BYTE) {
+		ag_uc_set_pc(uc, pc);
 		return;
 	}
 	/* The program believes SIGTRAP blocked (signals.c): one it sent itself
@@ -613,7 +614,7 @@ int ag_patch_init(char *err, size_t errlen, bool defer_membarrier)
 static void lock(void)
 {
 	while (__atomic_exchange_n(&patch_lock, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
+		ag_arch_relax();
 }
 
 static void unlock(void)
@@ -667,7 +668,7 @@ static void step_bytes(const ag_patch *q, enum step st, uint8_t *buf, uint64_t l
 	uint8_t *at = buf + (q->addr - lo);
 
 	if (st == STEP_HEAD_INT3)
-		at[0] = 0xcc;
+		at[0] = AG_TRAP_BYTE;
 	else if (st == STEP_TAIL)
 		memcpy(at + 1, q->new + 1, q->len - 1u);
 	else
@@ -708,7 +709,7 @@ static int write_step(ag_patch **order, size_t n, enum step st)
 static int apply_batch(ag_patch *p, size_t n)
 {
 	static ag_patch *order[MAX_PENDING];     /* under the patch lock */
-	static const uint8_t int3 = 0xcc;
+	static const uint8_t int3 = AG_TRAP_BYTE;
 	bool held;
 	int rc = 0;
 
@@ -1025,7 +1026,7 @@ static int arm_on_thread(int tid, void *arg)
 
 int ag_trap_arm(uint64_t addr, void (*handler)(struct ucontext_t *uc), bool every_thread)
 {
-	static const uint8_t int3 = 0xcc;
+	static const uint8_t int3 = AG_TRAP_BYTE;
 	uint8_t old;
 	int fd;
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 #define TWO_GIB (2ull << 30)
 #define PAGE 4096u
@@ -195,7 +196,7 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data)
 static void lock(ag_pool *p)
 {
 	while (__atomic_exchange_n(&p->lock, 1, __ATOMIC_ACQUIRE))
-		__builtin_ia32_pause();
+		ag_arch_relax();
 }
 
 static void unlock(ag_pool *p)

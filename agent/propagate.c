@@ -278,6 +278,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 #include "spd.pb-c.h"
 
 #define SPD_SOCKET "sptrace-spdaemon"   /* spdaemon/spd.h: SPD_SOCKET */
@@ -364,13 +365,7 @@ static volatile unsigned ncame;
 
 static long sys(long nr, long a, long b, long c, long d, long e)
 {
-	long rc;
-	register long r10 __asm__("r10") = d;
-	register long r8 __asm__("r8") = e;
-
-	__asm__ volatile("syscall" : "=a"(rc) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
-			 : "rcx", "r11", "memory");
-	return rc;
+	return ag_arch_syscall6(nr, a, b, c, d, e, 0);
 }
 
 /* Point 1. */
@@ -1196,7 +1191,7 @@ static pipe_count *pipe_count_of(const char *line, int kind, uint64_t inode, uin
 		__atomic_store_n(&pc->state, 2, __ATOMIC_RELEASE);
 	}
 	for (int i = 0; i < 1000000 && __atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2; i++)
-		__builtin_ia32_pause();
+		ag_arch_relax();
 	if (__atomic_load_n(&pc->state, __ATOMIC_ACQUIRE) != 2 || pc->offset != offset) {
 		munmap(pc, COUNT_FILE_BYTES);
 		return NULL;

@@ -51,6 +51,8 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
+#include "arch.h"
 
 #define QUEUE_MAX 16384
 #define ROUND_TIMEOUT_NS 200000000L
@@ -142,10 +144,10 @@ bool ag_reloc_trap(siginfo_t *si, ucontext_t *uc)
 	 * outer frame, out of reach; no answer, the round asks again. */
 	if (ag_trap_nested())
 		return true;
-	pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+	pc = ag_uc_pc(uc);
 	w = window_at(pc);
 	if (w >= 0)
-		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(queue[w]->copy + (pc - queue[w]->start));
+		ag_uc_set_pc(uc, queue[w]->copy + (pc - queue[w]->start));
 	if (((v >> 16) & 0xffff) == (__atomic_load_n(&round_no, __ATOMIC_ACQUIRE) & 0xffff) &&
 	    i < __atomic_load_n(&nasked, __ATOMIC_ACQUIRE))
 		__atomic_store_n(&answered[i], 1, __ATOMIC_RELEASE);

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")));
 
@@ -95,18 +96,6 @@ bool ag_ring_keeps_all(void)
 	return keep_all;
 }
 
-static long sys6(long nr, long a, long b, long c, long d, long e, long f)
-{
-	long rc;
-	register long r10 __asm__("r10") = d;
-	register long r8 __asm__("r8") = e;
-	register long r9 __asm__("r9") = f;
-
-	__asm__ volatile("syscall" : "=a"(rc) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10),
-			 "r"(r8), "r"(r9) : "rcx", "r11", "memory");
-	return rc;
-}
-
 /* Make the file reach off + len.  With `reserve`, [off, off + len) becomes
  * real blocks (a file of every record fills them anyway): a full disk says
  * so now, not with a SIGBUS at a store; a file system without fallocate
@@ -118,12 +107,12 @@ static long grow(int fd, uint64_t off, uint64_t len, bool reserve)
 	struct { uint64_t cur, max; } lim;
 	long rc;
 
-	if (sys6(SYS_prlimit64, 0, RLIMIT_FSIZE, 0, (long)&lim, 0, 0) == 0 &&
+	if (ag_arch_syscall6(SYS_prlimit64, 0, RLIMIT_FSIZE, 0, (long)&lim, 0, 0) == 0 &&
 	    lim.cur != RLIM_INFINITY && off + len > lim.cur)
 		return -EFBIG;
-	rc = reserve ? sys6(SYS_fallocate, fd, 0, (long)off, (long)len, 0, 0) : -EOPNOTSUPP;
+	rc = reserve ? ag_arch_syscall6(SYS_fallocate, fd, 0, (long)off, (long)len, 0, 0) : -EOPNOTSUPP;
 	if (rc == -EOPNOTSUPP)
-		rc = sys6(SYS_ftruncate, fd, (long)(off + len), 0, 0, 0, 0);
+		rc = ag_arch_syscall6(SYS_ftruncate, fd, (long)(off + len), 0, 0, 0, 0);
 	return rc;
 }
 
@@ -144,13 +133,13 @@ static void move_once(trace_ring_header *r)
 	long fd = -1, rc = -EIO;
 
 	if (r->kept_end == ~0ull && own_path) {
-		fd = sys6(SYS_open, (long)own_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, 0, 0, 0);
+		fd = ag_arch_syscall6(SYS_open, (long)own_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, 0, 0, 0);
 		rc = fd < 0 ? fd : grow((int)fd, off, h * 8, true);
 		if (rc == 0)
-			rc = sys6(SYS_mmap, (long)half, (long)(h * 8), PROT_READ | PROT_WRITE,
+			rc = ag_arch_syscall6(SYS_mmap, (long)half, (long)(h * 8), PROT_READ | PROT_WRITE,
 				  MAP_SHARED | MAP_FIXED, fd, (long)off);
 		if (fd >= 0)
-			sys6(SYS_close, fd, 0, 0, 0, 0, 0);
+			ag_arch_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
 		if (rc == (long)half) {
 			__atomic_store_n(&r->limit, r->limit + h, __ATOMIC_RELEASE);
 			return;
@@ -161,7 +150,7 @@ static void move_once(trace_ring_header *r)
 		r->kept_errno = (int32_t)-rc;
 		__atomic_store_n(&r->kept_end, (k + 1) * h, __ATOMIC_RELEASE);
 	}
-	sys6(SYS_mmap, (long)half, (long)(h * 8), PROT_READ | PROT_WRITE,
+	ag_arch_syscall6(SYS_mmap, (long)half, (long)(h * 8), PROT_READ | PROT_WRITE,
 	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	/* Both halves are memory once the second move after the failure is
 	 * done: from then on the window is a ring of memory. */

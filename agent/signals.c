@@ -82,6 +82,8 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
+#include "arch.h"
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef int (*sigmask_fn)(int, const sigset_t *, sigset_t *);
@@ -187,8 +189,7 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 	if (ag_active() && ag_tls_ring)
 		ag_ring_put(ag_tls_ring, TRACE_EVENT, TRACE_EV_SIGNAL);
 	ag_note_fatal(sig, si->si_code, (uint64_t)(uintptr_t)si->si_addr,
-		      (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP],
-		      (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP]);
+		      ag_uc_pc((ucontext_t *)uc), ag_uc_sp((ucontext_t *)uc));
 	memset(&dfl, 0, sizeof dfl);
 	dfl.sa_handler = SIG_DFL;
 	real_sigaction(sig, &dfl, NULL);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 

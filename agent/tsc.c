@@ -47,6 +47,8 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_os.h"
+#include "arch.h"
 
 __thread uint8_t ag_tls_quiet __attribute__((tls_model("initial-exec")));
 
@@ -73,13 +75,11 @@ uint64_t ag_tsc_hz(void)
 
 uint64_t ag_rdtsc(void)
 {
-	uint32_t lo, hi;
 	uint64_t t;
 
 	if (ag_tls_quiet)
 		return ag_tsc_fallback();
-	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-	t = (uint64_t)hi << 32 | lo;
+	t = ag_arch_cycles();
 	__atomic_store_n(&tsc_last, t, __ATOMIC_RELAXED);
 	return t;
 }
@@ -150,30 +150,27 @@ bool ag_tsc_usable(int tid)
  */
 bool ag_tsc_fault(int sig, const siginfo_t *si, ucontext_t *uc)
 {
-	uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP], fake;
+	uint64_t pc = ag_uc_pc(uc), fake;
 	const trace_ring_header *ring = ag_tls_ring;
 	bool area;
 
 	if (sig != SIGSEGV || si->si_code != SI_KERNEL)
 		return false;
 	area = ag_pool_holds(pc);
-	if ((!area && !ag_agent_code_holds(pc)) || ((const uint8_t *)(uintptr_t)pc)[0] != 0x0f ||
-	    ((const uint8_t *)(uintptr_t)pc)[1] != 0x31)
+	if ((!area && !ag_agent_code_holds(pc)) || !ag_arch_cycles_insn_at(pc))
 		return false;
 	go_quiet(AG_QUIET_STRICT, ring ? (int)ring->tid : 0,
 		 "an rdtsc of the agent's faulted (PR_SET_TSC or strict seccomp by a raw system call)");
 	if (area) {
-		/* The area loaded the ring into r11 before its rdtsc. */
+		/* The area loaded the ring before its rdtsc. */
 		const trace_ring_header *r = (const trace_ring_header *)(uintptr_t)
-					     uc->uc_mcontext.gregs[REG_R11];
+					     ag_arch_area_ring(uc);
 
 		fake = (r->epoch ^ 1) << TRACE_TSC_LOW_BITS;
 	} else {
 		fake = ag_tsc_fallback();
 	}
-	uc->uc_mcontext.gregs[REG_RAX] = (greg_t)(uint32_t)fake;
-	uc->uc_mcontext.gregs[REG_RDX] = (greg_t)(fake >> 32);
-	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(pc + 2);
+	ag_arch_cycles_resume(uc, fake);
 	return true;
 }
 

@@ -712,3 +712,16 @@ size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	record_slow(&b, s, &out);
 	return b.n;
 }
+
+/* A return stub in the slot at rx (activate.c): a frame returns to
+ * rx + AG_STUB_RETURN, past the nop, so that the unwinder's "return
+ * address - 1" is the stub's own. */
+void ag_emit_return_stub(uint8_t *rw, uint64_t rx, uint64_t tramp)
+{
+	buf b = { rw, rx, 0 };
+
+	b1(&b, 0x90);                                                      /* nop */
+	b1(&b, 0x49); b1(&b, 0xbb); b64(&b, rx);                           /* movabs $slot, %r11 */
+	b1(&b, 0xff); b1(&b, 0x25); b32(&b, 0);                            /* jmp *0(%rip) */
+	b64(&b, tramp);
+}

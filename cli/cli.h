@@ -5,7 +5,6 @@
 #ifndef SPTRACE_CLI_H
 #define SPTRACE_CLI_H
 
-#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -34,18 +33,9 @@ int cmd_collect(int argc, char **argv);
 /* cmd_pack.c: pack the files of every record in DIR and its exec'd images'
  * subdirectories (an_pack_ring): their finished chunks, and every record of
  * process `gone`'s (AN_PACK_DEAD: of any process no longer running); only
- * directories of the caller's that no one else may write.  The records
- * packed, or -1 once an error was said.  cli_packer_start: a thread that
- * packs DIR's finished chunks every 50 ms at idle priority while the
- * program runs (NULL: it could not start); cli_packer_check, called every
- * few ms by the caller, puts it back at the normal priority when it has
- * been starved for a second; cli_packer_stop ends it (-1: it met an error,
- * said); the caller then packs the rest itself. */
-int64_t cli_pack_rings(const char *dir, int gone);
-typedef struct cli_packer cli_packer;
-cli_packer *cli_packer_start(const char *dir);
-void cli_packer_check(cli_packer *p);
-int cli_packer_stop(cli_packer *p);
+ * directories of the caller's that no one else may write.  0, or -1 once
+ * an error was said. */
+int cli_pack_rings(const char *dir, int gone);
 
 /* lost.c: say the records the trace lost, first: a warning on stderr and,
  * with `out`, a "# WARNING: ..." line there.  1 when some were lost.  The

@@ -375,7 +375,7 @@ int cmd_run(int argc, char **argv)
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
 	int flight = 0, compact = 1;
-	cli_packer *packer = NULL;
+	uint64_t last_pack;
 	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start", *chord = NULL;
 	cli_hotkey *hk = NULL;
@@ -593,17 +593,14 @@ int cmd_run(int argc, char **argv)
 			"pressed; pressed again, it stops, and so on\n", (int)pid, chord,
 			cli_hotkey_backend(hk));
 	compact = compact && !flight;
-	if (compact && !(packer = cli_packer_start(absdir)))
-		cli_error("run: cannot start the thread that packs the records while pid %d runs "
-			  "(%s): they are packed when it ends", (int)pid, strerror(errno));
+	last_pack = sp_now_ns();
 	for (;;) {
-		pid_t w = waitpid(pid, &status, kern || hk || packer ? WNOHANG : 0);
+		pid_t w = waitpid(pid, &status, kern || hk || compact ? WNOHANG : 0);
 		int busy = 0;
 
 		if (w == pid)
 			break;
 		if (w < 0 && errno != EINTR) {
-			cli_packer_stop(packer);
 			cli_hotkey_close(hk);
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
 		}
@@ -617,15 +614,19 @@ int cmd_run(int argc, char **argv)
 				": tracing resumes" : ": the flight recorder is frozen");
 			cli_control_pid(activate, pid, 5);
 		}
-		cli_packer_check(packer);
+		/* Compaction: every 50 ms (a chunk of a thread is 8 MiB by
+		 * default: filled in about 30 ms at full rate, so the page cache
+		 * holds a few chunks per thread at most). */
+		if (compact && sp_now_ns() - last_pack >= 50000000ull) {
+			if (cli_pack_rings(absdir, 0) < 0)
+				compact = 0;
+			last_pack = sp_now_ns();
+		}
 		if (kern && !hk && !busy)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
-		else if (packer && !kern && !hk)
+		else if (compact && !kern && !hk)
 			nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
 	}
-	/* Compaction goes on here after the packer's thread: the rest. */
-	if (cli_packer_stop(packer) < 0)
-		compact = 0;
 	cli_hotkey_close(hk);
 	snprintf(meta, sizeof meta, "%s/meta", absdir);
 	if (access(meta, F_OK) != 0) {

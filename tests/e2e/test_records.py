@@ -30,12 +30,6 @@ tests/progs/hotthreads.c: THREADS threads calling a small function.
             and export the same output as before, byte for byte; and
             sptrace run killed -9 while it packs: the packed and the raw
             records are read together, every call once.
-  packer    sptrace run's packing thread (cmd_pack.c, "The packer") at
-            idle priority, starved: sptrace run and a program spinning for
-            ever share one CPU.  The thread is seen at SCHED_IDLE, then put
-            back at the normal priority (bounded: it packs while the
-            program runs), the program is killed, and every record written
-            is in packed.<tid>, read once, nothing said lost.
 (kill9 reads the agent's raw files itself: it runs with --no-compact.)
 """
 
@@ -375,72 +369,12 @@ def case_compact(sptrace, prog, tmp):
                          len(rings(died))))
 
 
-def thread_policies(pid):
-    """{tid: scheduling policy} of process pid's threads (proc(5): stat field
-    41; 0 SCHED_OTHER, 5 SCHED_IDLE)."""
-    out = {}
-    for t in glob.glob("/proc/%d/task/*/stat" % pid):
-        try:
-            with open(t) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(t.split("/")[4])] = int(fields[38])
-    return out
-
-
-def case_packer(sptrace, prog, tmp):
-    env = private_repo_env(tmp)
-    tdir = os.path.join(tmp, "trace")
-    run([sptrace, "run", "-o", os.path.join(tmp, "warm"), "--", prog, "1", "10"], env=env)
-    cpu = min(os.sched_getaffinity(0))
-    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--", prog, "1", "0", "spin"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-    deadline = time.monotonic() + 90
-    idle, promoted, packed, kids = set(), set(), False, []
-    while time.monotonic() < deadline and not (idle & promoted and packed):
-        time.sleep(0.05)
-        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
-                              text=True).stdout.split()
-        for tid, pol in thread_policies(p.pid).items():
-            if tid != p.pid and pol == 5:
-                idle.add(tid)
-            elif tid in idle and pol == 0:
-                promoted.add(tid)
-        packed = packed or any(os.path.getsize(f) for f in
-                               glob.glob(os.path.join(tdir, "packed.*")))
-    for k in kids:
-        os.kill(int(k), signal.SIGKILL)
-    out, err = p.communicate(timeout=300)
-    check(idle, "packer: no thread of sptrace run (pid %d) was seen at SCHED_IDLE" % p.pid)
-    check(idle & promoted, "packer: the idle packing thread, starved by a program on its "
-          "CPU, was not put back at the normal priority within 90 s")
-    check(packed, "packer: sptrace run packed nothing while the program ran (90 s)")
-    check(p.returncode == -signal.SIGKILL, "packer: sptrace run should end like the program "
-          "(SIGKILL), got %d: %s" % (p.returncode, err[-1000:]))
-    heads = check_kept(sptrace, tdir, env, "packer")
-    for path, h in heads.items():
-        pk = os.path.join(tdir, "packed." + os.path.basename(path)[5:])
-        check(os.path.exists(pk) and packed_records(pk) == h["count"] and
-              h["size"] == h["hsize"],
-              "packer: %s: %d records written, %d in packed.<tid>, %d bytes left raw" %
-              (path, h["count"], packed_records(pk) if os.path.exists(pk) else 0,
-               h["size"] - h["hsize"]))
-    calls, rep = report_calls(sptrace, tdir, env)
-    check(calls.get("leaf", 0) > 100000 and "lost" not in rep.stderr,
-          "packer: report counts %s calls of leaf:\n%s" % (calls.get("leaf"),
-                                                         (rep.stderr + rep.stdout)[:2000]))
-    print("packer: idle, put back at normal priority when starved; %d records, all packed, "
-          "%d calls read" % (sum(h["count"] for h in heads.values()), calls["leaf"]))
-
-
 def main():
     if len(sys.argv) != 4:
-        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact|packer HOTTHREADS")
+        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact HOTTHREADS")
     sptrace, case, prog = sys.argv[1:]
     cases = {"threads": case_threads, "kill9": case_kill9, "lost": case_lost,
-             "fsize": case_fsize, "compact": case_compact, "packer": case_packer}
+             "fsize": case_fsize, "compact": case_compact}
     check(case in cases, "unknown case %s" % case)
     tmp = tempfile.mkdtemp(prefix="sptrace-e2e-records-")
     try:

@@ -18,6 +18,10 @@ hold, lost = the rest; bytes per call = the records' files' allocated size
 (ring.<tid>, packed.<tid>, seg.<tid>) divided by the calls the records
 describe (records / 2).  --earlier FILE: the results of an earlier run
 (the RECORDS.md this one replaces) are kept below, under "Earlier runs".
+--modes flight,keep,old (flight always) and --workloads hotthreads|python:
+fewer runs per round, so more rounds in the same time (the fast-path part
+is then left out).  --note TEXT: what BUILD and OLD are (a line under the
+command).
 
 A third part compares the fast path alone: bench/agent/calls.c `flat`
 (one empty function called N times, its loop timed by the thread's CPU
@@ -130,6 +134,10 @@ def main():
     ap.add_argument("--old", help="an older sptrace (with the copying drain)")
     ap.add_argument("--calls", type=int, default=10000000, help="per thread")
     ap.add_argument("--earlier", help="an earlier RECORDS.md, kept below")
+    ap.add_argument("--modes", help="the modes to run besides native, comma-separated "
+                    "(default: flight,keep,raw and old with --old)")
+    ap.add_argument("--workloads", help="hotthreads, python or both (default)")
+    ap.add_argument("--note", help="what BUILD and OLD are, said under the command")
     a = ap.parse_args()
     sptrace = os.path.abspath(os.path.join(a.build, "cli", "sptrace"))
     hot = os.path.abspath(os.path.join(a.build, "tests", "progs", "hotthreads"))
@@ -145,6 +153,12 @@ def main():
              ("keep", [sptrace, "run"]), ("raw", [sptrace, "run", "--no-compact"])]
     if a.old:
         modes.append(("old", [os.path.abspath(a.old), "run"]))
+    if a.modes:
+        modes = modes[:1] + [m for m in modes[1:] if m[0] in a.modes.split(",")]
+        if "flight" not in a.modes.split(","):
+            sys.exit("--modes: flight is the baseline of the ratios: name it")
+    if a.workloads:
+        loads = [x for x in loads if x[0].split()[0].startswith(a.workloads[:6])]
     started = time.time()
     # Warm the repositories (the first run analyses every module).
     for name, argv, _ in loads:
@@ -167,7 +181,7 @@ def main():
                 shutil.rmtree(tdir, ignore_errors=True)
     # The fast path alone: calls flat, this sptrace and OLD, flight-recorder.
     fast = {}
-    if a.old:
+    if a.old and not a.modes:
         calls_bin = os.path.join(work, "calls")
         subprocess.run(["gcc", "-O2", "-o", calls_bin, os.path.join(HERE, "agent", "calls.c")],
                        check=True)
@@ -189,11 +203,16 @@ def main():
                    time.time() - started, a.rounds))
     w("- machine: %d CPUs, shared with other jobs (load average when done: %s)\n" %
       (os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3])))
-    w("- command: `bench/records_bench.py --rounds %d%s --calls %d%s %s > "
-      "bench/RECORDS.md`%s\n\n" %
+    w("- command: `bench/records_bench.py --rounds %d%s --calls %d%s%s%s %s > "
+      "bench/RECORDS.md`%s\n" %
       (a.rounds, " --old OLD" if a.old else "", a.calls,
+       " --modes " + a.modes if a.modes else "",
+       " --workloads " + a.workloads if a.workloads else "",
        " --earlier bench/RECORDS.md.old" if a.earlier else "", a.build,
        "; OLD: %s" % a.old if a.old else ""))
+    if a.note:
+        w("- note: %s\n" % a.note)
+    w("\n")
     w("Modes: **native** (the program alone), **flight** (`sptrace run --flight-recorder`: "
       "each thread's newest 16 MB), **keep** (`sptrace run`: every record, the agent "
       "growing each thread's file itself, `sptrace run` packing each finished chunk into "

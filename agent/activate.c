@@ -125,7 +125,7 @@ int ag_activate_init(void)
 	uint8_t *rx, *rw;
 
 	stub_pool = ag_pool_near((uint64_t)(uintptr_t)ag_tramp_retpoint,
-				 (uint64_t)(uintptr_t)ag_tramp_retpoint + 1, STUB_SLOTS + 1, 0);
+				 (uint64_t)(uintptr_t)ag_tramp_retpoint + 1, STUB_SLOTS + 1, 0, true);
 	stub_free = ag_alloc(STUB_SLOTS * sizeof *stub_free);
 	if (!stub_pool || !stub_free || !ag_pool_code(stub_pool, AG_AREA_MAX, &rx, &rw))
 		return -1;

@@ -192,14 +192,16 @@ bool ag_ring_rotate(trace_ring_header *r, uint64_t c);
 
 /* ---- pool.c ---- */
 typedef struct ag_pool ag_pool;
-/* Code reachable from [lo, hi): `slots` areas and `data` bytes of data. */
-ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data);
+/* Code reachable from [lo, hi): `slots` areas and `data` bytes of data.
+ * `reused`: slots are written again after use (return stubs), so a fork
+ * copies the pool; else a forked child shares the slots in use (pool.c). */
+ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool reused);
 /* Room for `n` bytes of code: *rx is where it runs, *rw where it is written. */
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
 uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable from the code */
 uint64_t ag_pool_tramp(ag_pool *p);            /* slow-path entry, rel32-reachable */
 bool ag_pool_holds(uint64_t addr);             /* addr is in some pool's code */
-void ag_pools_snapshot(void);       /* fork: copy the pools (instrument lock held) */
+void ag_pools_snapshot(void);       /* fork: copy the reused pools (instrument lock held) */
 void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
 void ag_pools_after_fork(void);     /* ... the child maps the copies */
 

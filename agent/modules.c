@@ -428,8 +428,8 @@ static bool load_entry(ag_module *m)
 		ag_modules_untraced_meta();
 		return false;
 	}
-	/* Published under the instrument lock: a fork copies the pools
-	 * under it (threads.c), never one half made. */
+	/* Published under the instrument lock: a fork happens under it
+	 * (threads.c), so a child never inherits a pool half made. */
 	ag_instrument_lock();
 	__atomic_store_n(&m->ca, ca, __ATOMIC_RELEASE);
 	make_ready(m);
@@ -518,7 +518,7 @@ bool ag_module_ready(ag_module *m)
 		/* A slot per site that may get an area; data: function states and
 		 * a flag byte per site. */
 		m->pool = ag_pool_near(m->text_lo, m->text_hi, st->nsites,
-				       nfuncs + st->nsites * 16u);
+				       nfuncs + st->nsites * 16u, false);
 		if (m->pool) {
 			uint8_t *fs = ag_pool_data(m->pool, nfuncs ? nfuncs : 1);
 			const ca_func *f = ca_module_funcs(m->ca, NULL);

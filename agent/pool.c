@@ -4,11 +4,12 @@
  *
  * A pool holds one fixed-size slot (AG_AREA_MAX bytes) per area, so that the
  * unwind information of every slot can be registered when the pool is made.
- * It is one memfd mapped three times:
+ * Its code is a memfd mapped twice, its data private memory beside it:
  *
- *   [ code ........................ ][ data ...... ]   memfd
- *     RX at X (near the module)        RW at X+code  (flags the code tests
- *     RW anywhere (where we write)                    rip-relative)
+ *   [ code ........................ ][ data ...... ]
+ *     RX at X (near the module)        RW at X+code, private (flags the code
+ *     RW anywhere (where we write)     tests rip-relative; a fork copies it
+ *                                      page by page, as it copies the heap)
  *
  * so code memory is never writable and executable at once, writing a new
  * area is a memcpy, and the code reaches its data with rip-relative
@@ -38,7 +39,9 @@ struct ag_pool {
 	size_t used, data_used;
 	volatile int lock;
 	uint64_t tramp;   /* rx address of `jmp *ag_tramp_slow`, reachable by rel32 */
-	int snap_fd;      /* its copy for a fork in progress, -1 */
+	pid_t owner;      /* the process whose memfd holds the code from `used` on */
+	bool reused;      /* slots written again after use: copied at a fork */
+	int snap_fd;      /* its copy for a fork in progress (reused pools), -1 */
 };
 
 /* Read /proc/self/maps without stdio: is [a, a+len) free? */
@@ -121,7 +124,7 @@ static uint64_t find_gap(uint64_t lo, uint64_t hi, size_t size)
 	return best;
 }
 
-ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data)
+ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool reused)
 {
 	size_t code_size = ((slots + 1) * AG_AREA_MAX + PAGE - 1) & ~(size_t)(PAGE - 1);
 	size_t data_size = (data + 65536 + PAGE - 1) & ~(size_t)(PAGE - 1);
@@ -134,8 +137,10 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data)
 	pool->code_size = code_size;
 	pool->data_size = data_size;
 	pool->snap_fd = -1;
+	pool->reused = reused;
+	pool->owner = ag_self_pid ? ag_self_pid : getpid();   /* before ag_threads_init */
 	fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
-	if (fd < 0 || ftruncate(fd, (off_t)total) < 0) {
+	if (fd < 0 || ftruncate(fd, (off_t)code_size) < 0) {
 		ag_log("pool: memfd: %s", strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -152,7 +157,7 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data)
 		if (rx == MAP_FAILED)
 			continue;       /* raced with another mapping: look again */
 		data = mmap((uint8_t *)rx + pool->code_size, pool->data_size, PROT_READ | PROT_WRITE,
-			    MAP_SHARED | MAP_FIXED_NOREPLACE, fd, pool->code_size);
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 		if (data == MAP_FAILED) {
 			munmap(rx, pool->code_size);
 			continue;
@@ -204,6 +209,8 @@ static void unlock(ag_pool *p)
 	__atomic_store_n(&p->lock, 0, __ATOMIC_RELEASE);
 }
 
+static void take_rest(ag_pool *p);
+
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw)
 {
 	bool ok;
@@ -212,6 +219,8 @@ bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw)
 		return false;
 	n = AG_AREA_MAX;                        /* one slot: its FDE is ready */
 	lock(p);
+	if (p->owner != ag_self_pid && !p->reused)
+		take_rest(p);
 	ok = p->used + n <= p->code_size;
 	if (ok) {
 		*rx = p->rx + p->used;
@@ -250,25 +259,70 @@ bool ag_pool_holds(uint64_t addr)
 }
 
 /*
- * fork: the pools are the parent's memfd, mapped shared, so the child needs
- * copies of its own -- and copies of the pools as they were at the fork:
- * the child's code (a copy-on-write image of the parent's) jumps into areas
- * that must be there, and nothing the parent writes afterwards may show.
- * So the parent copies the used part of every pool into a new memfd just
- * before the fork, with the instrument lock held (areas and patches are
- * made only under it), and the child maps the copies over its pools.
- * Only what is used is copied: a fork costs a copy of the areas, not of
- * the pools' full reservations.
+ * fork: the child's code is a copy-on-write image of the parent's, patched
+ * sites included, so it jumps into the parent's areas -- which must be
+ * there, unchanged, whatever the parent does afterwards.  They are:
+ *
+ *   1. An area's slot is written once, when it is made, before any site
+ *      jumps there, and never again (a pool's used part only grows).  So the
+ *      child keeps the parent's memfd mapped: the slots below `used` at the
+ *      fork are the same bytes in both, for as long as either lives.
+ *   2. The parent goes on making areas from its `used` on, into its memfd;
+ *      the child's patched code never jumps there.  The child makes its
+ *      first area (ag_pool_code, owner != ag_self_pid) only after mapping a
+ *      memfd of its own over the rest of the pool, from the first page
+ *      boundary at or above its `used` (take_rest): from there on each
+ *      writes only its own memory.  The slots of the page shared across that
+ *      boundary are left to the parent (a few KB per child that makes areas).
+ *   3. Data (function states, flags, caches) is private memory: the fork
+ *      copies it page by page, as it copies the heap.
+ *   4. The return-stub pool is different: a slot is written again each time
+ *      it is reused (activate.c), so that pool is copied for the child as it
+ *      is at the fork (`reused`: ag_pools_snapshot, with the instrument lock
+ *      held), as every pool was before -- a copy of 6 MB for bash's areas,
+ *      2 ms at every fork.
+ *
+ * A process that only forks and execs thus copies nothing, nor maps
+ * anything.  A vfork child runs on its parent's memory (and pid in
+ * ag_self_pid): its areas are the parent's, as its patches are.
  */
+static void take_rest(ag_pool *p)
+{
+	size_t from = (p->used + PAGE - 1) & ~(size_t)(PAGE - 1);
+	int fd;
+
+	p->owner = ag_self_pid;
+	if (from >= p->code_size) {
+		p->used = p->code_size;
+		return;
+	}
+	fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)(p->code_size - from)) < 0 ||
+	    mmap(p->rw + from, p->code_size - from, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		 fd, 0) == MAP_FAILED ||
+	    mmap(p->rx + from, p->code_size - from, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd,
+		 0) == MAP_FAILED) {
+		/* Its parent's memory from `from` on: not to be written. */
+		ag_log("fork: no patch-area pool of its own (%s); no new function is traced in "
+		       "this process", strerror(errno));
+		p->used = p->code_size;
+	} else {
+		p->used = from;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
 void ag_pools_snapshot(void)
 {
 	for (ag_pool *p = all_pools; p; p = p->next) {
-		int fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
+		int fd;
 
-		if (fd >= 0 && (ftruncate(fd, (off_t)(p->code_size + p->data_size)) < 0 ||
-				pwrite(fd, p->rw, p->used, 0) != (ssize_t)p->used ||
-				pwrite(fd, p->data, p->data_used, (off_t)p->code_size) !=
-					(ssize_t)p->data_used)) {
+		if (!p->reused)
+			continue;
+		fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
+		if (fd >= 0 && (ftruncate(fd, (off_t)p->code_size) < 0 ||
+				pwrite(fd, p->rw, p->used, 0) != (ssize_t)p->used)) {
 			close(fd);
 			fd = -1;
 		}
@@ -286,27 +340,29 @@ void ag_pools_snapshot_done(void)
 		}
 }
 
-/* The child: its pools become the copies.  System calls only (an atfork
- * handler). */
+/* The child: its reused pools become the copies.  System calls only (an
+ * atfork handler). */
 void ag_pools_after_fork(void)
 {
 	for (ag_pool *p = all_pools; p; p = p->next) {
 		int fd = p->snap_fd;
 
+		if (!p->reused)
+			continue;
 		if (fd < 0 ||
 		    mmap(p->rw, p->code_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
 			    MAP_FAILED ||
-		    mmap(p->data, p->data_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-			 (off_t)p->code_size) == MAP_FAILED ||
 		    mmap(p->rx, p->code_size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd, 0) ==
 			    MAP_FAILED) {
-			/* Without a private pool the child must not instrument. */
-			ag_log("fork: no copy of a patch-area pool: %s; the child stops tracing",
+			/* Without a private pool the child must not write there. */
+			ag_log("fork: no copy of the return-stub pool: %s; a mid-run activation in "
+			       "the child will not record the exits of the functions it is in",
 			       strerror(errno));
 			p->used = p->code_size;
 		}
 		if (fd >= 0)
 			close(fd);
 		p->snap_fd = -1;
+		p->owner = ag_self_pid;
 	}
 }

@@ -279,10 +279,11 @@ uint64_t ag_context_note(unsigned which, const void *a, const void *b)
  * recording in `prepare` (ag_enter: its TLS ring is NULL, nested slow paths
  * skip), the parent takes its ring back afterwards, and the child starts
  * without one: its first record creates ring.<child tid>.  Site ids come
- * from the counter shared through the sites file.  The child also needs its
- * own patch-area pools, copied as they are at the fork -- the instrument
- * lock is held from `prepare` to the end so that no area or patch is made
- * meanwhile -- and its own /proc/self/mem (see pool.c, patch.c).  Nor does
+ * from the counter shared through the sites file.  The child shares the
+ * patch areas in use with its parent and makes its own beside them (the
+ * return stubs are copied) -- the instrument lock is held from `prepare` to
+ * the end so that no area or patch is made meanwhile -- and opens its own
+ * /proc/self/mem (see pool.c, patch.c).  Nor does
  * the control thread walk the loader's module list across a fork (it would
  * leave the child the loader's lock held: modules.c).  The handlers' work
  * in the parent is the agent's own time (AGENT_BEGIN/END, trace_format.h):

@@ -282,6 +282,26 @@ def case_fork(sptrace, prog, tmp):
           ("\n".join(want), "\n".join(trees)))
 
 
+def case_fork_areas(sptrace, prog, tmp):
+    """fork: the child makes patch areas after its parent made new ones in
+    the pool they share (agent/pool.c), and the parent runs its own again:
+    each side's calls go where its own areas say."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "fork-areas"])
+    check(native.stdout == "parent 8 8, child 66\n", "fork-areas native: %r" % native.stdout)
+    trace = traced(sptrace, tdir, [prog, "fork-areas"])
+    same_behaviour(native, trace, "fork-areas")
+    trees = per_thread_trees(sptrace, tdir, {"main", "fork_areas", "parent_late", "child_late",
+                                             "mid", "leaf"})
+    want = sorted(["child_late() {;  mid() {;    leaf();;    leaf();;  } /* mid */;"
+                   "  mid() {;    leaf();;    leaf();;  } /* mid */;} /* child_late */",
+                   "main() {;  fork_areas() {;    parent_late() {;      leaf();;"
+                   "    } /* parent_late */;    parent_late() {;      leaf();;"
+                   "    } /* parent_late */;  } /* fork_areas */;} /* main */"])
+    check(trees == want, "fork-areas: trees differ\n--- want\n%s\n--- got\n%s" %
+          ("\n".join(want), "\n".join(trees)))
+
+
 def case_signals(sptrace, prog, tmp):
     """Timer signals arriving while traced code runs (in patch areas too):
     same behaviour; the handler is traced from its start, like a thread's
@@ -1111,6 +1131,8 @@ def main():
             case_dl(sptrace, sys.argv[3], tmp)
         elif case == "fork":
             case_fork(sptrace, sys.argv[3], tmp)
+        elif case == "fork-areas":
+            case_fork_areas(sptrace, sys.argv[3], tmp)
         elif case == "threads":
             case_threads(sptrace, sys.argv[3], tmp)
         elif case == "short-hot":

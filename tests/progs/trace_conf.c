@@ -352,6 +352,46 @@ KEEP int forked(void)
 	return WEXITSTATUS(st);
 }
 
+/*
+ * fork-areas: parent and child each make new patch areas after the fork, the
+ * child after the parent has made and run its own, and the parent then runs
+ * its own again: the child's areas must not land on the parent's, which the
+ * two share (agent/pool.c).  Called through a pointer: the look-ahead would
+ * instrument a direct callee before the fork.
+ */
+KEEP int parent_late(void) { return leaf(3) * 2; }
+KEEP int child_late(void) { return mid(10) + mid(20); }
+static int (*volatile late_fn[2])(void) = { parent_late, child_late };
+
+KEEP int fork_areas(void)
+{
+	int go[2], done[2], st = 0, a, b;
+	char c = 0;
+	pid_t p;
+
+	if (pipe(go) || pipe(done))
+		return -1;
+	fflush(stdout);
+	p = fork();
+	if (p == 0) {
+		int r;
+
+		if (read(go[0], &c, 1) != 1)
+			_exit(99);
+		r = late_fn[1]();
+		if (write(done[1], &c, 1) != 1)
+			_exit(98);
+		_exit(r & 0x7f);
+	}
+	a = late_fn[0]();
+	if (write(go[1], &c, 1) != 1 || read(done[0], &c, 1) != 1)
+		return -1;
+	b = late_fn[0]();
+	waitpid(p, &st, 0);
+	printf("parent %d %d, child %d\n", a, b, WEXITSTATUS(st));
+	return 0;
+}
+
 KEEP int threads(void)
 {
 	pthread_t t[4];
@@ -654,6 +694,8 @@ int main(int argc, char **argv)
 		segv_outer();
 	} else if (strcmp(what, "fork") == 0) {
 		printf("child said %d\n", forked());
+	} else if (strcmp(what, "fork-areas") == 0) {
+		return fork_areas() != 0;
 	} else if (strcmp(what, "longjmp") == 0) {
 		printf("longjmp %d\n", jumper());
 	} else if (strcmp(what, "signals") == 0) {

@@ -498,7 +498,13 @@ bool ag_modules_loaded(void)
 	return __atomic_load_n(&all_loaded, __ATOMIC_ACQUIRE);
 }
 
-/* Create the module's pool and function states on first use. */
+/* Create the module's pool and function states on first use.  In practice
+ * a module is made ready as it becomes visible -- at the agent's start,
+ * before any thread of the program can fork, or in load_entry under the
+ * instrument lock, which a fork takes (threads.c) -- so no fork finds
+ * ready_lock taken: a child could not take it again.  A caller that finds
+ * the module not ready yet (instrument(), outside that lock) only meets a
+ * module made ready since. */
 bool ag_module_ready(ag_module *m)
 {
 	bool ok;

@@ -448,6 +448,25 @@ void ag_budget_end(void)
 	ag_log("budget: %lu demotions to counting, %lu promotions back to timing, %u sites "
 	       "counted at some time", (unsigned long)ndemotions, (unsigned long)npromotions,
 	       (unsigned)ndemoted);
+	/* What stays timed (bench/BUDGET.md): the sites never demoted for
+	 * their calls of 1 us or more, and their share of the calls the
+	 * scans measured. */
+	uint64_t all = 0, kept = 0, nkept = 0, nlong = 0;
+
+	for (uint32_t id = 0; id < BUDGET_SITES; id++) {
+		if (!timed_calls[id])
+			continue;
+		all += timed_calls[id];
+		if (site_long(id)) {
+			kept += timed_calls[id];
+			nlong += long_calls[id];
+			nkept++;
+		}
+	}
+	ag_log("budget: %lu sites kept timed for their calls of 1 us or more (%lu of them, 1 in "
+	       "%lu): %lu of the %lu calls the scans measured", (unsigned long)nkept,
+	       (unsigned long)nlong, (unsigned long)(nlong ? kept / nlong : 0),
+	       (unsigned long)kept, (unsigned long)all);
 }
 
 /* A forked child: the parent's counts are the parent's; the child's

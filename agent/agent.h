@@ -356,12 +356,13 @@ unsigned ag_budget_percent(void);          /* 0: no budget */
 void ag_budget_clock(uint64_t tsc_hz);     /* once calibrated */
 int64_t ag_tls_counts_offset(void);
 int64_t ag_tls_tick_offset(void);
-/* The mode byte of site id's budget area (in its pool), or NULL: a plain area. */
-uint8_t *ag_budget_site(struct ag_pool *pool, uint32_t id);
+/* The mode byte of site id's budget area (in its pool), or NULL: a plain
+ * area; tail: a direct tail jump (ENTRY only, closed by its caller's EXIT). */
+uint8_t *ag_budget_site(struct ag_pool *pool, uint32_t id, bool tail);
 /* The mode table of indirect calls' ids (NULL: no budget), and an id that
  * such a call records from now on. */
 uint8_t *ag_budget_modes(void);
-void ag_budget_indirect_id(uint32_t id);
+void ag_budget_indirect_id(uint32_t id, bool tail);
 void ag_budget_thread(trace_ring_header *r);   /* a new ring: the thread's counters */
 uint64_t *ag_budget_counts(void);          /* the thread's counters (NULL: none) */
 /* The thread's records [from, to) of r: demote, promote, write its counts. */

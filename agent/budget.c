@@ -2,8 +2,9 @@
  * budget.c — the overhead budget (`sptrace run --budget PERCENT`,
  * SPTRACE_BUDGET): hot, short callees go from timing to counting.
  *
- * With a budget every direct or PLT call site (with an exit) gets a budget area
- * (x86_64/emit.c, ag_emit_call_budget) that tests a mode byte of its own
+ * With a budget every direct or PLT call site (with an exit) and every direct
+ * tail jump gets a budget area (x86_64/emit.c, ag_emit_call_budget,
+ * ag_emit_tail) that tests a mode byte of its own
  * after the callee-instrumented flag: 0, the call is timed as everywhere
  * else; 1, it only adds 1 to this thread's counter of the site (a table
  * indexed by site id, ag_tls_counts) and calls, with no record, but 1
@@ -21,7 +22,8 @@
  * third of the time of writing them):
  *
  *   1. Pair the ENTRY and EXIT records written since the last scan (a
- *      small stack): per site, the calls seen and those that lasted
+ *      small stack; a direct tail jump's ENTRY with the EXIT of the call
+ *      it ended, which closes it too): per site, the calls seen and those that lasted
  *      AG_BUDGET_LONG_NS (1 us) or more, less the tracer's time for the
  *      records written inside them; calls with the agent's own work
  *      inside or a record that faulted in a new page of the file are not
@@ -44,7 +46,8 @@
  *      COUNT records and zeroed (an exchange: a signal handler counting on
  *      this thread in between is not lost).
  *
- * Indirect calls (ag_emit_indirect) have an id per callee: their mode
+ * Indirect calls and tail jumps (ag_emit_indirect) have an id per callee
+ * (tail_of says which are tail jumps, ag_budget_indirect_id): their mode
  * bytes are in one table by id (`modes`), which the area reads through
  * the cached callee's entry word.
  *
@@ -52,8 +55,8 @@
  * only their owner changes them, but at the trace's end every table still
  * registered is written out by the ending thread (a thread still running
  * then may lose a count or two it adds meanwhile).  Sites with ids of
- * BUDGET_SITES and more, tail jumps (direct or indirect) and calls without
- * an exit are always timed.
+ * BUDGET_SITES and more, tail jumps to a caller-sensitive function and
+ * calls without an exit are always timed.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +86,7 @@ static uint8_t *modes;               /* [site id]: indirect calls' mode bytes */
 /* [site id]: calls whose duration was measured, and those of >= 1 us */
 static uint64_t *timed_calls, *long_calls;
 static uint8_t *listed;              /* [site id]: in demoted[] */
+static uint8_t *tail_of;             /* [site id]: a direct tail jump */
 static uint32_t *demoted;            /* every site ever demoted */
 static volatile uint32_t ndemoted;
 static volatile uint64_t ndemotions, npromotions;
@@ -132,9 +136,10 @@ void ag_budget_init(const char *pct)
 	timed_calls = table(BUDGET_SITES * sizeof *timed_calls);
 	long_calls = table(BUDGET_SITES * sizeof *long_calls);
 	listed = table(BUDGET_SITES);
+	tail_of = table(BUDGET_SITES);
 	demoted = table(BUDGET_SITES * sizeof *demoted);
 	owners = table(MAX_THREADS * sizeof *owners);
-	if (!mode_of || !modes || !timed_calls || !long_calls || !listed || !demoted || !owners) {
+	if (!mode_of || !modes || !timed_calls || !long_calls || !listed || !tail_of || !demoted || !owners) {
 		ag_log("budget: no memory for its tables: no budget");
 		return;
 	}
@@ -167,12 +172,14 @@ int64_t ag_tls_tick_offset(void)
 	return ag_arch_tls_offset(&ag_tls_tick);
 }
 
-uint8_t *ag_budget_site(ag_pool *pool, uint32_t id)
+uint8_t *ag_budget_site(ag_pool *pool, uint32_t id, bool tail)
 {
 	uint8_t *mode;
 
 	if (!budget_pct || id >= BUDGET_SITES || !(mode = ag_pool_data(pool, 1)))
 		return NULL;
+	if (tail)
+		__atomic_store_n(&tail_of[id], 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&mode_of[id], mode, __ATOMIC_RELEASE);
 	return mode;
 }
@@ -193,10 +200,13 @@ uint8_t *ag_budget_modes(void)
 	return budget_pct ? modes : NULL;
 }
 
-void ag_budget_indirect_id(uint32_t id)
+void ag_budget_indirect_id(uint32_t id, bool tail)
 {
-	if (budget_pct && id < BUDGET_SITES && !mode_of[id])
+	if (budget_pct && id < BUDGET_SITES && !mode_of[id]) {
+		if (tail)
+			__atomic_store_n(&tail_of[id], 1, __ATOMIC_RELAXED);
 		__atomic_store_n(&mode_of[id], &modes[id], __ATOMIC_RELEASE);
+	}
 }
 
 /* A new ring: its thread's counters (its first record, ring.c). */
@@ -284,6 +294,37 @@ static uint64_t thread_cpu_ns(void)
 	return rc == 0 ? (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec : 0;
 }
 
+/* Step 1 for one call of site id, from its ENTRY at index at to the EXIT
+ * at i that closed it (its own, or its caller's for a tail jump), dur ticks
+ * apart; dirty, the last index of the agent's own work. */
+static void account(trace_ring_header *r, uint32_t id, uint64_t dur, uint64_t at, uint64_t i,
+		    uint64_t dirty, uint32_t *nseen)
+{
+	if (id >= BUDGET_SITES || !mode_of[id])
+		return;
+	if (!slot_of[id] || slot_of[id] > *nseen || scratch[slot_of[id] - 1].id != id) {
+		if (*nseen == MAX_SEEN)
+			return;
+		scratch[*nseen] = (seen){ id, 0 };
+		slot_of[id] = ++*nseen;
+	}
+	scratch[slot_of[id] - 1].calls++;
+	/* Not the program's time: a call with the agent's work inside,
+	 * or a store that faulted in a new page of the file (the
+	 * record's page: 512 records, the first at index 0). */
+	if (i - at < PAGE_RECS && (dirty >= at || (at | (PAGE_RECS - 1)) < i ||
+				   at % PAGE_RECS == 0))
+		return;
+	/* The program's time: less the records written inside. */
+	dur = dur > (i - at - 1) * rec_ticks ? dur - (i - at - 1) * rec_ticks : 0;
+	timed_calls[id]++;
+	if (dur >= long_ticks || i - at >= PAGE_RECS) {
+		long_calls[id]++;
+		if (*mode_of[id] != TRACE_BUDGET_TIMED && site_long(id))
+			set_mode(r, id, TRACE_BUDGET_TIMED);    /* promoted back */
+	}
+}
+
 void ag_budget_scan(trace_ring_header *r, uint64_t from, uint64_t to)
 {
 	const uint64_t *recs = (const uint64_t *)((const char *)r + TRACE_RING_HEADER_SIZE);
@@ -320,31 +361,14 @@ void ag_budget_scan(trace_ring_header *r, uint64_t from, uint64_t to)
 			k--;
 		if (k == 0 || stack[k - 1].id != id)
 			continue;
-		uint64_t dur = (t - stack[k - 1].t0) & TRACE_PAYLOAD_MASK, at = stack[k - 1].at;
+		/* Direct tail jumps above it: this EXIT closes them too. */
+		for (uint32_t j = k; j < depth && j < MAX_DEPTH; j++)
+			if (stack[j].id < BUDGET_SITES && tail_of[stack[j].id])
+				account(r, stack[j].id, (t - stack[j].t0) & TRACE_PAYLOAD_MASK,
+					stack[j].at, i, dirty, &nseen);
+		account(r, id, (t - stack[k - 1].t0) & TRACE_PAYLOAD_MASK, stack[k - 1].at, i,
+			dirty, &nseen);
 		depth = k - 1;
-		if (id >= BUDGET_SITES || !mode_of[id])
-			continue;
-		if (!slot_of[id] || slot_of[id] > nseen || scratch[slot_of[id] - 1].id != id) {
-			if (nseen == MAX_SEEN)
-				continue;
-			scratch[nseen] = (seen){ id, 0 };
-			slot_of[id] = ++nseen;
-		}
-		scratch[slot_of[id] - 1].calls++;
-		/* Not the program's time: a call with the agent's work inside,
-		 * or a store that faulted in a new page of the file (the
-		 * record's page: 512 records, the first at index 0). */
-		if (i - at < PAGE_RECS && (dirty >= at || (at | (PAGE_RECS - 1)) < i ||
-					   at % PAGE_RECS == 0))
-			continue;
-		/* The program's time: less the records written inside. */
-		dur = dur > (i - at - 1) * rec_ticks ? dur - (i - at - 1) * rec_ticks : 0;
-		timed_calls[id]++;
-		if (dur >= long_ticks || i - at >= PAGE_RECS) {
-			long_calls[id]++;
-			if (*mode_of[id] != TRACE_BUDGET_TIMED && site_long(id))
-				set_mode(r, id, TRACE_BUDGET_TIMED);    /* promoted back */
-		}
 	}
 	/* Step 2: the thread's CPU time since its last scan (time it waited
 	 * for a CPU is nobody's), the tracer's share of it and the program's. */
@@ -424,6 +448,25 @@ void ag_budget_end(void)
 	ag_log("budget: %lu demotions to counting, %lu promotions back to timing, %u sites "
 	       "counted at some time", (unsigned long)ndemotions, (unsigned long)npromotions,
 	       (unsigned)ndemoted);
+	/* What stays timed (bench/BUDGET.md): the sites never demoted for
+	 * their calls of 1 us or more, and their share of the calls the
+	 * scans measured. */
+	uint64_t all = 0, kept = 0, nkept = 0, nlong = 0;
+
+	for (uint32_t id = 0; id < BUDGET_SITES; id++) {
+		if (!timed_calls[id])
+			continue;
+		all += timed_calls[id];
+		if (site_long(id)) {
+			kept += timed_calls[id];
+			nlong += long_calls[id];
+			nkept++;
+		}
+	}
+	ag_log("budget: %lu sites kept timed for their calls of 1 us or more (%lu of them, 1 in "
+	       "%lu): %lu of the %lu calls the scans measured", (unsigned long)nkept,
+	       (unsigned long)nlong, (unsigned long)(nlong ? kept / nlong : 0),
+	       (unsigned long)kept, (unsigned long)all);
 }
 
 /* A forked child: the parent's counts are the parent's; the child's

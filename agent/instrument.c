@@ -412,7 +412,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 	spec.tls_offset = ag_tls_offset();
 	spec.tls_target_offset = ag_tls_target_offset();
 	spec.tail_jump = tail;
-	if (!tail && (spec.budget_modes = ag_budget_modes())) {
+	if ((spec.budget_modes = ag_budget_modes())) {
 		spec.tls_counts_offset = ag_tls_counts_offset();
 		spec.tls_tick_offset = ag_tls_tick_offset();
 	}
@@ -599,12 +599,18 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 		uint8_t scratch[2 * AG_AREA_MAX];
 		uint64_t ret_word = (uint64_t)(uintptr_t)rx + AG_SLOT_RET;
 
-		if (tail)
+		if (tail) {
+			if (!spec.fix_return &&
+			    (spec.budget_mode = ag_budget_site(m->pool, spec.site_id, true))) {
+				spec.tls_counts_offset = ag_tls_counts_offset();
+				spec.tls_tick_offset = ag_tls_tick_offset();
+			}
 			len = ag_emit_tail(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		}
 		else if (ts.flags & TRACE_SITE_NO_EXIT)
 			len = ag_emit_call_noexit(&spec, scratch, (uint64_t)(uintptr_t)rx, ret_word);
 		else if (!spec.value_arg && !spec.value_ret &&     /* a join's calls stay timed */
-			 (spec.budget_mode = ag_budget_site(m->pool, spec.site_id))) {
+			 (spec.budget_mode = ag_budget_site(m->pool, spec.site_id, false))) {
 			spec.tls_counts_offset = ag_tls_counts_offset();
 			spec.tls_tick_offset = ag_tls_tick_offset();
 			len = ag_emit_call_budget(&spec, scratch, (uint64_t)(uintptr_t)rx);
@@ -799,9 +805,9 @@ void cp_plat_reached(void *mod, uint32_t func)
 	ag_instrument(mod, func);
 }
 
-void cp_plat_indirect_id(uint32_t id)
+void cp_plat_indirect_id(uint32_t id, bool tail)
 {
-	ag_budget_indirect_id(id);
+	ag_budget_indirect_id(id, tail);
 }
 
 /* Forget which functions are instrumented (see site_saved). */

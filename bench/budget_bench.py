@@ -133,7 +133,8 @@ def main():
     w = print
     load = os.getloadavg()
     w("# An overhead budget (issue 16, section 3)\n")
-    w("Written by `bench/budget_bench.py` (see its header); do not edit by hand.\n")
+    w("Written by `bench/budget_bench.py` (see its header); the sections marked *(by hand)* "
+      "were added after it from the same session.\n")
     w("- date: %s UTC; took %.0f s; %d rounds, the three modes one after the other in a round" %
       (datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), time.monotonic() - started,
        a.rounds))

@@ -173,7 +173,7 @@ void cp_plat_reached(void *mod, uint32_t func)
 	spk_targets_keep(this_cpu_read(looked_up));
 }
 
-void cp_plat_indirect_id(uint32_t id)
+void cp_plat_indirect_id(uint32_t id, bool tail)
 {
 }
 

@@ -352,7 +352,7 @@ uint64_t cp_indirect_miss(const cp_view *m, cp_indirect_site *is, uint64_t targe
 		}
 	}
 	if (id) {
-		cp_plat_indirect_id(id);
+		cp_plat_indirect_id(id, s->kind == CA_SITE_TAIL_INDIRECT);
 		/* Words first, target last: a reader that sees the new target
 		 * mostly sees its words too (see emit.c for why a race is harmless). */
 		__atomic_store_n(&is->cache->entry_word, ((uint64_t)id << 2) | CP_WORD_ENTRY,

@@ -195,7 +195,8 @@ bool cp_plat_runtime_code(uint64_t target);    /* code a language runtime manage
 /* A function reached through an indirect call: instrument it (the platform
  * takes its lock, waits for what it must, calls cp_instrument). */
 void cp_plat_reached(void *mod, uint32_t func);
-void cp_plat_indirect_id(uint32_t id);         /* an id indirect calls record now */
+/* An id indirect calls (tail: indirect tail jumps) record now. */
+void cp_plat_indirect_id(uint32_t id, bool tail);
 /* GCC and clang may emit calls to these even freestanding (struct copies).
  * The kernel module has its own (<linux/string.h>, macros under
  * FORTIFY_SOURCE: declaring them again would expand them). */

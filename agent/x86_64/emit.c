@@ -378,13 +378,31 @@ static void fix_return(buf *b)
  * so the area records the entry only and jumps; the reader closes G when
  * F's exit arrives (the sites file says this site is a tail jump).  For a
  * conditional jump the condition is tested first, while the flags are live.
+ *
+ * With a budget (s->budget_mode, budget.c) the site's mode byte is tested
+ * after the callee-instrumented flag, as in ag_emit_call_budget: counted,
+ * the jump adds 1 to this thread's counter of the site and jumps with no
+ * record (F's exit then closes F alone, G's time in F's); 1 counted jump
+ * in 256 of the thread is recorded instead, a sample.  The flags are dead
+ * at a jump to a function (the condition of a jcc is tested before).
+ *
+ *   timed: cmpb $0,mode(%rip); jne counted
+ *   entry: <record ENTRY>; jmp G
+ *   counted:
+ *          subb $1,%fs:ag_tls_tick; je entry
+ *          mov  %r11,-32(%rsp)
+ *          mov  %fs:ag_tls_counts,%r11; test %r11,%r11; je untable
+ *          addq $1,ID*8(%r11)
+ *          mov  -32(%rsp),%r11; jmp G
+ *   untable: mov -32(%rsp),%r11; jmp entry
  */
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
 	rec_fix in;
-	size_t je;
-	uint64_t entry;
+	size_t je, jne_counted = 0, je_untable;
+	uint64_t entry, timed;
+	bool budget = s->budget_mode && !s->fix_return;
 
 	endbr64(&b);
 	if (s->cond) {
@@ -393,12 +411,38 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		b1(&b, 0xe9); brel32(&b, s->site + s->site_len);           /* not taken: back */
 	}
 	je = flag_test(&b, s);
+	timed = here(&b);
+	if (budget) {
+		b1(&b, 0x80); b1(&b, 0x3d);                                /* cmpb $0,mode(%rip) */
+		b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)(uintptr_t)s->budget_mode -
+						     (here(&b) + 5)));
+		b1(&b, 0x00);
+		b1(&b, 0x0f); b1(&b, 0x85); jne_counted = b.n; b32(&b, 0); /* jne counted */
+	}
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY, &in);
 	if (s->fix_return)
 		fix_return(&b);
 	b1(&b, 0xe9); brel32(&b, s->callee);                               /* jmp G */
-	instr_slow(&b, s, je, entry);
+	if (budget) {
+		fix_rel32(&b, jne_counted);                                /* counted: */
+		b1(&b, 0x64); b1(&b, 0x80); b1(&b, 0x2c); b1(&b, 0x25);    /* subb $1,%fs:d32 */
+		b32(&b, (uint32_t)(int32_t)s->tls_tick_offset); b1(&b, 0x01);
+		b1(&b, 0x0f); b1(&b, 0x84); brel32(&b, entry);             /* je entry */
+		bn(&b, save_r11, sizeof save_r11);
+		b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:d32,%r11 */
+		b32(&b, (uint32_t)(int32_t)s->tls_counts_offset);
+		b1(&b, 0x4d); b1(&b, 0x85); b1(&b, 0xdb);                    /* test %r11,%r11 */
+		b1(&b, 0x0f); b1(&b, 0x84); je_untable = b.n; b32(&b, 0); /* je untable */
+		b1(&b, 0x49); b1(&b, 0x83); b1(&b, 0x83);                  /* addq $1,d(%r11) */
+		b32(&b, (uint32_t)s->site_id * 8); b1(&b, 0x01);
+		bn(&b, load_r11, sizeof load_r11);
+		b1(&b, 0xe9); brel32(&b, s->callee);                       /* jmp G */
+		fix_rel32(&b, je_untable);                                 /* untable: */
+		bn(&b, load_r11, sizeof load_r11);
+		b1(&b, 0xe9); brel32(&b, entry);                           /* jmp entry */
+	}
+	instr_slow(&b, s, je, timed);
 	record_slow(&b, s, &in);
 	return b.n;
 }
@@ -487,7 +531,9 @@ static void jmp_saved_target(buf *b)
  * area left; else (timed, a sample, no table) it falls through to the
  * ENTRY record.  rax is spilled where the records spill it.  The cache
  * another thread refills meanwhile can at worst count one call for the
- * previous target (as it can mislabel a record, see above).
+ * previous target (as it can mislabel a record, see above).  At an indirect
+ * tail jump (s->tail_jump) a counted jump is `jmp *-40(%rsp)` in place of
+ * the call and the jmp back, as a timed one after its ENTRY.
  *
  *   mov  %rax,-16(%rsp); mov cache.entry(%rip),%rax; shr $2,%rax
  *   cmp  $AG_BUDGET_SITES,%rax; jae timed
@@ -521,8 +567,12 @@ static void budget_indirect(buf *b, const ag_area_spec *s)
 	b1(b, 0x49); b1(b, 0x83); b1(b, 0x04); b1(b, 0xc3); b1(b, 0x01);   /* addq $1,(%r11,%rax,8) */
 	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);    /* mov -16(%rsp),%rax */
 	bn(b, load_r11, sizeof load_r11);
-	b1(b, 0xff); b1(b, 0x54); b1(b, 0x24); b1(b, 0xd8);                 /* call *-40(%rsp) */
-	b1(b, 0xe9); brel32(b, s->site + s->site_len);                      /* jmp S+len */
+	if (s->tail_jump) {
+		jmp_saved_target(b);                                        /* jmp *-40(%rsp) */
+	} else {
+		b1(b, 0xff); b1(b, 0x54); b1(b, 0x24); b1(b, 0xd8);         /* call *-40(%rsp) */
+		b1(b, 0xe9); brel32(b, s->site + s->site_len);              /* jmp S+len */
+	}
 	for (size_t i = 0; i < 4; i++)
 		fix_rel32(b, jt[i]);                                         /* timed: */
 	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);    /* mov -16(%rsp),%rax */
@@ -554,6 +604,8 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	if (s->tail_jump) {
 		size_t je;
 
+		if (s->budget_modes)
+			budget_indirect(&b, s);         /* counted jumps stop there */
 		b1(&b, 0x48); b1(&b, 0x83); b1(&b, 0x3d);                 /* cmpq $0,entry(%rip) */
 		b32(&b, (uint32_t)(int32_t)(int64_t)(s->cache + 8 - (here(&b) + 5)));
 		b1(&b, 0x00);

@@ -129,7 +129,7 @@ void cp_plat_lock(volatile int *l) { CHECK(*l == 0, "lock taken twice"); *l = 1;
 void cp_plat_unlock(volatile int *l) { *l = 0; }
 bool cp_plat_runtime_code(uint64_t target) { return target == 0xdead000; }
 void cp_plat_reached(void *mod, uint32_t func) { (void)mod; reached[func]++; }
-void cp_plat_indirect_id(uint32_t id) { (void)id; }
+void cp_plat_indirect_id(uint32_t id, bool tail) { (void)id; (void)tail; }
 bool cp_plat_func_skipped(void *mod, uint32_t func) { (void)mod; return func == F_UNWIND; }
 bool cp_plat_signals_blocked(void *mod, uint32_t func) { (void)mod; return func == F_START; }
 bool cp_plat_code_matches(void *mod, uint32_t si) { (void)mod; return !code_changed[si]; }

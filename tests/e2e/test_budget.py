@@ -13,6 +13,10 @@ a function pointer, and slow() (20 us) 50 times.
           2 x 1.5 G calls: the calls from the attach on are mostly counted,
           slow's timed, both said by report and replay (an attached agent
           writes rings: the demotion itself may be overwritten)
+  tail    as keep, with the program's hop() and hop_ptr() calls too, which end
+          in a tail jump to tiny_tail() (direct) and tiny_tail_ptr()
+          (indirect): both mostly counted, exactly, their demotions shown
+          by replay (tail jumps have a mode byte of their own)
   errors  --budget with no percentage (run, attach) exits 2 with a clear
           error; run --help and attach --help document it (attach's
           default, 10)
@@ -97,14 +101,62 @@ def attach(sptrace, prog):
     print("ok")
 
 
+def tail(sptrace, prog):
+    with tempfile.TemporaryDirectory(prefix="sptrace-budget-") as tmp:
+        env = private_repo_env(tmp)
+        d = os.path.join(tmp, "trace")
+        r = run([sptrace, "run", "--budget", "30", "-o", d, "--", prog, str(THREADS), str(CALLS),
+                 "tail"], env=env, timeout=600)
+        check(r.returncode == 0 and r.stdout.startswith("budget %d %d sum " % (THREADS, CALLS)),
+              "the program did not run as natively under --budget: %d %r %r" %
+              (r.returncode, r.stdout, r.stderr[-2000:]))
+        rep = run([sptrace, "report", d], env=env, timeout=600)
+        check(rep.returncode == 0, "report failed: %s" % rep.stderr[-2000:])
+        calls = report_calls(rep.stdout)
+        for f in ("hop", "hop_ptr", "tiny_tail", "tiny_tail_ptr"):
+            n, counted = calls.get(f, (0, 0))
+            check(n == THREADS * CALLS, "report: %s was called %d times, says %d (%d counted)\n%s"
+                  % (f, THREADS * CALLS, n, counted, rep.stdout[:3000]))
+        for f in ("tiny_tail", "tiny_tail_ptr"):
+            n, counted = calls[f]
+            check(counted > THREADS * CALLS // 2,
+                  "report: %s's calls (tail jumps) were not mostly counted (%d of %d)\n%s"
+                  % (f, counted, n, rep.stdout[:3000]))
+        n, counted = calls.get("slow", (0, 0))
+        check(n == THREADS * SLOW and counted == 0,
+              "report: slow (20 us) was called %d times, all timed; says %d, %d counted"
+              % (THREADS * SLOW, n, counted))
+        rp = run([sptrace, "replay", d], env=env, timeout=600)
+        check(rp.returncode == 0, "replay failed: %s" % rp.stderr[-2000:])
+        demoted, counted = set(), {"tiny_tail": 0, "tiny_tail_ptr": 0}
+        for line in rp.stdout.splitlines():
+            body = line.split("| ", 1)[-1].strip()
+            m = re.match(r"/\* budget: (tiny_tail|tiny_tail_ptr)\(\) from (hop|hop_ptr) counted "
+                         r"from here, not timed \*/$", body)
+            if m:
+                demoted.add(m.group(1))
+            m = re.match(r"/\* counted: (tiny_tail|tiny_tail_ptr)\(\) x (\d+) \(from hop(_ptr)?\) \*/$",
+                         body)
+            if m:
+                counted[m.group(1)] += int(m.group(2))
+        check(demoted == {"tiny_tail", "tiny_tail_ptr"},
+              "replay does not mark both tail jumps demoted (marked: %s)" % sorted(demoted))
+        for f in counted:
+            check(counted[f] == calls[f][1], "replay counts %d calls of %s, report %d"
+                  % (counted[f], f, calls[f][1]))
+    print("ok")
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[2] not in ("keep", "flight", "errors", "attach"):
+    if len(sys.argv) != 4 or sys.argv[2] not in ("keep", "flight", "errors", "attach", "tail"):
         fail(__doc__)
     sptrace, case, prog = sys.argv[1:]
     if case == "errors":
         return errors(sptrace, prog)
     if case == "attach":
         return attach(sptrace, prog)
+    if case == "tail":
+        return tail(sptrace, prog)
     with tempfile.TemporaryDirectory(prefix="sptrace-budget-") as tmp:
         env = private_repo_env(tmp)
         d = os.path.join(tmp, "trace")

@@ -749,31 +749,15 @@ static int diag_ask(const void *q, size_t len, diag_answer *a)
 
 static uint64_t unix_peer(uint64_t inode)
 {
-	struct {
-		struct nlmsghdr nh;
-		struct unix_diag_req req;
-	} q = { .nh = { .nlmsg_len = sizeof q, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-			.nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 1 },
-		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u,
-			 .udiag_ino = (uint32_t)inode, .udiag_show = UDIAG_SHOW_PEER,
-			 .udiag_cookie = { ~0u, ~0u } } };
+	uint8_t q[SP_UNIX_PEER_REQ_BYTES];
+	size_t len = sp_unix_peer_request(q, inode);
 	diag_answer a;
-	uint64_t peer = 0;
 
 	if (inode > UINT32_MAX)
 		return 0;                                               /* 1 */
-	if (diag_ask(&q, sizeof q, &a) &&                               /* 2 */
-	    a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
-	    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct unix_diag_msg))) {
-		struct unix_diag_msg *m = NLMSG_DATA(&a.nh);
-		struct rtattr *at = (struct rtattr *)((char *)m + NLMSG_ALIGN(sizeof *m));
-		unsigned left = a.nh.nlmsg_len - NLMSG_LENGTH(sizeof *m);
-
-		for (; m->udiag_ino == inode && RTA_OK(at, left); at = RTA_NEXT(at, left))
-			if (at->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(at) >= 4)
-				peer = *(uint32_t *)RTA_DATA(at);
-	}
-	return peer;                                                    /* 3 */
+	if (!diag_ask(q, len, &a))                                      /* 2 */
+		return 0;
+	return sp_unix_peer_answer(a.buf, sizeof a.buf, inode);        /* 3 */
 }
 
 /*

@@ -83,6 +83,15 @@ int sp_pread_all(int fd, void *buf, size_t n, uint64_t off);
 void sp_ipmark_build(uint8_t o[SP_IPMARK_LEN], uint32_t seq);
 int sp_ipmark_find(const uint8_t *p, size_t n, uint32_t *seq);
 
+/* unixdiag.c: a UNIX socket's peer, asked of sock_diag on the caller's own
+ * NETLINK_SOCK_DIAG socket.  request: writes the question for socket
+ * `inode` into buf (SP_UNIX_PEER_REQ_BYTES), returns its length; answer:
+ * the peer's inode the kernel's answer of n bytes names, 0 when none (not
+ * connected, gone, another socket's, not an answer). */
+#define SP_UNIX_PEER_REQ_BYTES 64
+size_t sp_unix_peer_request(void *buf, uint64_t inode);
+uint64_t sp_unix_peer_answer(const void *buf, size_t n, uint64_t inode);
+
 /*
  * THE TRUST RULES.  sptrace runs as root on hosts where other users run
  * programs; root never follows a path another user could have planted, and

@@ -441,20 +441,14 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
  * A connection not accepted yet has a peer without an inode: 0. */
 uint64_t spd_unix_peer(uint64_t inode)
 {
-	struct {
-		struct nlmsghdr nh;
-		struct unix_diag_req req;
-	} q = { .nh = { .nlmsg_len = sizeof q, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-			.nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 1 },
-		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u,
-			 .udiag_ino = (uint32_t)inode, .udiag_show = UDIAG_SHOW_PEER,
-			 .udiag_cookie = { ~0u, ~0u } } };
+	uint8_t q[SP_UNIX_PEER_REQ_BYTES];
+	size_t len = sp_unix_peer_request(q, inode);
 	struct sockaddr_nl nl = { .nl_family = AF_NETLINK };
+	struct timeval tv = { 2, 0 };
 	union {
 		char buf[1024];
-		struct nlmsghdr nh;
+		struct nlmsghdr nh;              /* aligned as the answer is read */
 	} a;
-	struct timeval tv = { 2, 0 };
 	uint64_t peer = 0;
 	ssize_t n;
 	int fd;
@@ -463,18 +457,9 @@ uint64_t spd_unix_peer(uint64_t inode)
 	    (fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) < 0)
 		return 0;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	if (sendto(fd, &q, sizeof q, 0, (struct sockaddr *)&nl, sizeof nl) == (ssize_t)sizeof q &&
-	    (n = recv(fd, a.buf, sizeof a.buf, 0)) > 0 && NLMSG_OK(&a.nh, (size_t)n) &&
-	    a.nh.nlmsg_type == SOCK_DIAG_BY_FAMILY &&
-	    a.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(struct unix_diag_msg))) {
-		struct unix_diag_msg *m = NLMSG_DATA(&a.nh);
-		struct rtattr *at = (struct rtattr *)((char *)m + NLMSG_ALIGN(sizeof *m));
-		unsigned left = a.nh.nlmsg_len - NLMSG_LENGTH(sizeof *m);
-
-		for (; m->udiag_ino == inode && RTA_OK(at, left); at = RTA_NEXT(at, left))
-			if (at->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(at) >= 4)
-				memcpy(&peer, RTA_DATA(at), 4);
-	}
+	if (sendto(fd, q, len, 0, (struct sockaddr *)&nl, sizeof nl) == (ssize_t)len &&
+	    (n = recv(fd, a.buf, sizeof a.buf, 0)) > 0)
+		peer = sp_unix_peer_answer(a.buf, (size_t)n, inode);
 	close(fd);
 	return peer;
 }

@@ -1287,6 +1287,20 @@ def socketpair_in(hosts, i):
         os.close(there)
 
 
+def start_unix_reader(cl, pipes, rsock, procs):
+    """`pipes reader` on host 0 reading rsock, the socketpair end it alone
+    then holds, started and told to go (it reads once the writers write)."""
+    rfd = rsock.fileno()
+    rd = cl.hosts.popen(0, [pipes, "reader", str(rfd), "1"], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, text=True, pass_fds=[rfd])
+    rsock.close()
+    procs.append(rd)
+    check(rd.stdout.readline() == "ready\n", "the reader did not start")
+    rd.stdin.write("go\n")
+    rd.stdin.flush()
+    return rd
+
+
 def case_unix_writers(sptrace, spdaemon, tier, tmp, pipes):
     """Two writers of one connected UNIX stream socket -- programs a traced
     shell exec'd one after the other, sharing no memory, 2 messages each --
@@ -1301,14 +1315,7 @@ def case_unix_writers(sptrace, spdaemon, tier, tmp, pipes):
     wsock, rsock = socketpair_in(cl.hosts, 0)
     try:
         wino, rino = os.fstat(wsock.fileno()).st_ino, os.fstat(rsock.fileno()).st_ino
-        rfd = rsock.fileno()
-        rd = cl.hosts.popen(0, [pipes, "reader", str(rfd), "1"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, pass_fds=[rfd])
-        rsock.close()                 # the reader alone holds the receiving end
-        procs.append(rd)
-        check(rd.stdout.readline() == "ready\n", "the reader did not start")
-        rd.stdin.write("go\n")
-        rd.stdin.flush()
+        rd = start_unix_reader(cl, pipes, rsock, procs)
         msgs = ["ab", "cd", "ef", "gh"]
         out = os.path.join(tmp, "writers.trace")
         wfd = wsock.fileno()
@@ -1373,14 +1380,7 @@ def case_unix_forked_writers(sptrace, spdaemon, tier, tmp, pipes, early=False):
     wsock, rsock = socketpair_in(cl.hosts, 0)
     try:
         wino, rino = os.fstat(wsock.fileno()).st_ino, os.fstat(rsock.fileno()).st_ino
-        rfd = rsock.fileno()
-        rd = cl.hosts.popen(0, [pipes, "reader", str(rfd), "1"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, pass_fds=[rfd])
-        rsock.close()                 # the reader alone holds the receiving end
-        procs.append(rd)
-        check(rd.stdout.readline() == "ready\n", "the reader did not start")
-        rd.stdin.write("go\n")
-        rd.stdin.flush()
+        rd = start_unix_reader(cl, pipes, rsock, procs)
         msgs = ["ab", "cd", "ef"]
         out = os.path.join(tmp, "writers.trace")
         wfd = wsock.fileno()

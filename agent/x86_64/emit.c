@@ -373,6 +373,44 @@ static void fix_return(buf *b)
 	b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x5c); b1(b, 0x24); b1(b, 0xf8);   /* mov -8(%rsp),%r11 */
 }
 
+/* A direct site's budget test: cmpb $0,mode(%rip); jne counted.  Returns
+ * the jne's rel32, for fix_rel32 at `counted`. */
+static size_t mode_test(buf *b, const ag_area_spec *s)
+{
+	size_t jne;
+
+	b1(b, 0x80); b1(b, 0x3d);                                          /* cmpb $0,mode(%rip) */
+	b32(b, (uint32_t)(int32_t)(int64_t)((uint64_t)(uintptr_t)s->budget_mode - (here(b) + 5)));
+	b1(b, 0x00);
+	b1(b, 0x0f); b1(b, 0x85); jne = b->n; b32(b, 0);                  /* jne counted */
+	return jne;
+}
+
+/* A direct site's counted path, up to the call or jump (ag_emit_tail,
+ * ag_emit_call_budget):
+ *   subb $1,%fs:ag_tls_tick; je entry          the sample
+ *   mov  %r11,-32(%rsp)
+ *   mov  %fs:ag_tls_counts,%r11; test %r11,%r11; je untable
+ *   addq $1,disp(%r11)
+ *   mov  -32(%rsp),%r11
+ * Returns the je untable's rel32 (untable: mov -32(%rsp),%r11; jmp entry). */
+static size_t count_direct(buf *b, const ag_area_spec *s, uint64_t entry, uint32_t disp)
+{
+	size_t je_untable;
+
+	b1(b, 0x64); b1(b, 0x80); b1(b, 0x2c); b1(b, 0x25);                /* subb $1,%fs:d32 */
+	b32(b, (uint32_t)(int32_t)s->tls_tick_offset); b1(b, 0x01);
+	b1(b, 0x0f); b1(b, 0x84); brel32(b, entry);                        /* je entry */
+	bn(b, save_r11, sizeof save_r11);
+	b1(b, 0x64); b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x25);   /* mov %fs:d32,%r11 */
+	b32(b, (uint32_t)(int32_t)s->tls_counts_offset);
+	b1(b, 0x4d); b1(b, 0x85); b1(b, 0xdb);                              /* test %r11,%r11 */
+	b1(b, 0x0f); b1(b, 0x84); je_untable = b->n; b32(b, 0);            /* je untable */
+	b1(b, 0x49); b1(b, 0x83); b1(b, 0x83); b32(b, disp); b1(b, 0x01);  /* addq $1,d(%r11) */
+	bn(b, load_r11, sizeof load_r11);
+	return je_untable;
+}
+
 /*
  * A tail jump `jmp G` / `jcc G` at S: G will return straight to F's caller,
  * so the area records the entry only and jumps; the reader closes G when
@@ -412,13 +450,8 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	}
 	je = flag_test(&b, s);
 	timed = here(&b);
-	if (budget) {
-		b1(&b, 0x80); b1(&b, 0x3d);                                /* cmpb $0,mode(%rip) */
-		b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)(uintptr_t)s->budget_mode -
-						     (here(&b) + 5)));
-		b1(&b, 0x00);
-		b1(&b, 0x0f); b1(&b, 0x85); jne_counted = b.n; b32(&b, 0); /* jne counted */
-	}
+	if (budget)
+		jne_counted = mode_test(&b, s);
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY, &in);
 	if (s->fix_return)
@@ -426,17 +459,7 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	b1(&b, 0xe9); brel32(&b, s->callee);                               /* jmp G */
 	if (budget) {
 		fix_rel32(&b, jne_counted);                                /* counted: */
-		b1(&b, 0x64); b1(&b, 0x80); b1(&b, 0x2c); b1(&b, 0x25);    /* subb $1,%fs:d32 */
-		b32(&b, (uint32_t)(int32_t)s->tls_tick_offset); b1(&b, 0x01);
-		b1(&b, 0x0f); b1(&b, 0x84); brel32(&b, entry);             /* je entry */
-		bn(&b, save_r11, sizeof save_r11);
-		b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:d32,%r11 */
-		b32(&b, (uint32_t)(int32_t)s->tls_counts_offset);
-		b1(&b, 0x4d); b1(&b, 0x85); b1(&b, 0xdb);                    /* test %r11,%r11 */
-		b1(&b, 0x0f); b1(&b, 0x84); je_untable = b.n; b32(&b, 0); /* je untable */
-		b1(&b, 0x49); b1(&b, 0x83); b1(&b, 0x83);                  /* addq $1,d(%r11) */
-		b32(&b, (uint32_t)s->site_id * 8); b1(&b, 0x01);
-		bn(&b, load_r11, sizeof load_r11);
+		je_untable = count_direct(&b, s, entry, (uint32_t)s->site_id * 8);
 		b1(&b, 0xe9); brel32(&b, s->callee);                       /* jmp G */
 		fix_rel32(&b, je_untable);                                 /* untable: */
 		bn(&b, load_r11, sizeof load_r11);
@@ -724,10 +747,7 @@ size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	endbr64(&b);
 	je = flag_test(&b, s);
 	timed = here(&b);
-	b1(&b, 0x80); b1(&b, 0x3d);                                        /* cmpb $0,mode(%rip) */
-	b32(&b, (uint32_t)(int32_t)(int64_t)((uint64_t)(uintptr_t)s->budget_mode - (here(&b) + 5)));
-	b1(&b, 0x00);
-	b1(&b, 0x0f); b1(&b, 0x85); jne_counted = b.n; b32(&b, 0);        /* jne counted */
+	jne_counted = mode_test(&b, s);
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY, &in);
 	if (s->slot) {
@@ -739,16 +759,7 @@ size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
 
 	fix_rel32(&b, jne_counted);                                        /* counted: */
-	b1(&b, 0x64); b1(&b, 0x80); b1(&b, 0x2c); b1(&b, 0x25);            /* subb $1,%fs:d32 */
-	b32(&b, (uint32_t)(int32_t)s->tls_tick_offset); b1(&b, 0x01);
-	b1(&b, 0x0f); b1(&b, 0x84); brel32(&b, entry);                     /* je entry */
-	bn(&b, save_r11, sizeof save_r11);
-	b1(&b, 0x64); b1(&b, 0x4c); b1(&b, 0x8b); b1(&b, 0x1c); b1(&b, 0x25); /* mov %fs:d32,%r11 */
-	b32(&b, (uint32_t)(int32_t)s->tls_counts_offset);
-	b1(&b, 0x4d); b1(&b, 0x85); b1(&b, 0xdb);                            /* test %r11,%r11 */
-	b1(&b, 0x0f); b1(&b, 0x84); je_untable = b.n; b32(&b, 0);         /* je untable */
-	b1(&b, 0x49); b1(&b, 0x83); b1(&b, 0x83); b32(&b, disp); b1(&b, 0x01); /* addq $1,d(%r11) */
-	bn(&b, load_r11, sizeof load_r11);
+	je_untable = count_direct(&b, s, entry, disp);
 	if (s->slot) {
 		b1(&b, 0xff); b1(&b, 0x15); brel32(&b, s->slot);           /* call *slot(%rip) */
 	} else {

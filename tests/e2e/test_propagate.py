@@ -1558,6 +1558,47 @@ def case_pipe_users_writers(sptrace, spdaemon, tier, tmp, pipes):
                  False)
 
 
+class TiersSession:
+    """The tiers application over three namespace hosts, a request of the
+    client on host 0 followed (`sptrace run --on start`), its servers
+    stopped and the session collected: for the analyses' tests (flows,
+    export).  .out is the collected tree, .trace the client's trace, .pids
+    the servers' ({"frontend": pid, ...}), .helper the frontend's helper's
+    pid, .addrs the hosts' addresses.  close() removes the hosts.  mark:
+    `run --mark`."""
+
+    def __init__(self, sptrace, spdaemon, tier, tmp, requests=("3", "5", "8"), mark=None):
+        prog = reachable_copy(tier, tmp)
+        self.cl = Cluster(sptrace, spdaemon, tmp, 3)
+        self.addrs = self.cl.hosts.addrs
+        procs = {}
+        try:
+            procs = servers(self.cl.hosts, prog, tmp)
+            self.trace = os.path.join(tmp, "client.trace")
+            r = self.cl.hosts.run(0, [sptrace, "run", "--on", "start", "-o", self.trace] +
+                                  (["--mark", mark] if mark else []) +
+                                  ["--", prog, "client", self.addrs[1], "7000"] + list(requests),
+                                  timeout=300)
+            check(r.returncode == 0, "the traced client: %r" % r.stderr[-2000:])
+            self.pids = {name: p.pid for name, p in procs.items()}
+            helper = children(self.pids["frontend"])
+            check(len(helper) == 1, "the frontend's helper: %s" % helper)
+            self.helper = helper[0]
+            stop_all(procs)
+            procs = {}
+            self.out = os.path.join(tmp, "collected")
+            r = self.cl.hosts.run(0, [sptrace, "collect", "-o", self.out, self.trace],
+                                  timeout=300)
+            check(r.returncode == 0, "sptrace collect: %r %r" % (r.stdout, r.stderr))
+        except BaseException:
+            kill_all(procs.values())
+            self.cl.close()
+            raise
+
+    def close(self):
+        self.cl.close()
+
+
 def case_nodaemon(sptrace, spdaemon, tier, tmp):
     hosts = Hosts(2)
     procs = {}

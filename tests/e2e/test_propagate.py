@@ -1340,17 +1340,10 @@ def case_unix_writers(sptrace, spdaemon, tier, tmp, pipes):
             d = [os.path.join(out, n) for n in os.listdir(out)
                  if re.match(r"exec\.%d\.\d+$" % pid, n)]
             check(len(d) == 1, "writer %d's trace in %s: %s" % (pid, out, os.listdir(out)))
-            r = run([sptrace, "replay", d[0]], timeout=300)
-            each[pid] = [(int(a), int(b)) for a, b in
-                         re.findall(r"write\(unix %d -> %d, bytes (\d+)\.\.(\d+)\)" %
-                                    (wino, rino), r.stdout)]
-            check(len(each[pid]) == len(ms), "writer %d's writes: %s\n%s" %
-                  (pid, each[pid], r.stdout[-2000:]))
+            each[pid] = pipe_ranges(sptrace, d[0], "write", wino, "unix %d -> %d" % (wino, rino))
+            check(len(each[pid]) == len(ms), "writer %d's writes: %s" % (pid, each[pid]))
             sent.update(zip(each[pid], ms))
-        rr = run([sptrace, "replay", t[rd.pid]], timeout=300)
-        reads = [(int(a), int(b)) for a, b in
-                 re.findall(r"read\(unix %d <- %d, bytes (\d+)\.\.(\d+)\)" % (rino, wino),
-                            rr.stdout)]
+        reads = pipe_ranges(sptrace, t[rd.pid], "read", rino, "unix %d <- %d" % (rino, wino))
         check(len(sent) == 4 and [sent.get(x) for x in reads] == got,
               "the reads %s name other bytes than the writes %s (writer: its writes)\n%s\n%s" %
               (reads, each, agent_logs(t, [rd.pid]), cl.logs()))

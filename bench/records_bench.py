@@ -44,6 +44,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+from e2elib import packed_records  # noqa: E402
+
 HEADER = struct.Struct("<QIIQQQQIIQQ16sQQQi")   # trace_ring_header
 NO_END = (1 << 64) - 1
 
@@ -53,22 +56,6 @@ def ring_chunk(path):
     with open(path, "rb") as f:
         v = HEADER.unpack(f.read(HEADER.size))
     return v[13] if v[1] >= 2 else 0
-
-
-def packed_records(path):
-    """The records packed.<tid>'s blocks hold (trace_format.h, "Packed
-    blocks": a 48-byte header, magic, first, n, zlen, ...), counted from 0."""
-    end = 0
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(48)
-            if len(b) < 48:
-                return end
-            magic, first, n, zlen = struct.unpack_from("<QQII", b)
-            if magic != 0x314b434150505354 or first != end:
-                return end
-            end = first + n
-            f.seek(zlen, 1)
 
 
 def ring_stats(tdir):

@@ -103,6 +103,22 @@ _SANITIZER = re.compile(r"runtime error:|AddressSanitizer|LeakSanitizer|"
                         r"UndefinedBehaviorSanitizer")
 
 
+def packed_records(path):
+    """The records packed.<tid>'s blocks hold (trace_format.h, "Packed
+    blocks": a 48-byte header, magic, first, n, zlen, ...), counted from 0."""
+    end = 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(48)
+            if len(b) < 48:
+                return end
+            magic, first, n, zlen = struct.unpack_from("<QQII", b)
+            if magic != 0x314b434150505354 or first != end:
+                return end
+            end = first + n
+            f.seek(zlen, 1)
+
+
 def check_sanitizers(cmd, stderr):
     """Fail if a sanitizer (test build: ASan+UBSan) reported anything."""
     if _SANITIZER.search(stderr or ""):

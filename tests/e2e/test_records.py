@@ -44,7 +44,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import check, fail, private_repo_env, run  # noqa: E402
+from e2elib import check, fail, packed_records, private_repo_env, run  # noqa: E402
 
 # trace_ring_header (common/trace_format.h)
 HEADER = struct.Struct("<QIIQQQQIIQQ16sQQQi")
@@ -65,22 +65,6 @@ def records(path, h):
         f.seek(h["hsize"])
         data = f.read(h["count"] * 8)
     return struct.unpack("<%dQ" % (len(data) // 8), data)
-
-
-def packed_records(path):
-    """The records packed.<tid>'s blocks hold (trace_format.h, "Packed
-    blocks": a 48-byte header, magic, first, n, zlen, ...), counted from 0."""
-    end = 0
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(48)
-            if len(b) < 48:
-                return end
-            magic, first, n, zlen = struct.unpack_from("<QQII", b)
-            if magic != 0x314b434150505354 or first != end:
-                return end
-            end = first + n
-            f.seek(zlen, 1)
 
 
 def rings(tdir):

@@ -30,6 +30,7 @@ one boot for every check (a boot under TCG costs seconds):
 
 usage: test_kagent.py GUEST_SH KCALLS
 """
+import os
 import re
 import subprocess
 import sys
@@ -239,6 +240,22 @@ def boot(args, env=None):
         print(f'FAIL guest.sh exited {p.returncode}')
         return None
     return p.stdout
+
+
+def boot_chords(args, presses, script):
+    """boot() of guest.sh ARGS running `script`, which holds CHORD_RUN_ATTACH:
+    its wrong chords and presses typed at its markers, then Ctrl-Alt-T at
+    each of `presses` (markers the script echoes).  A stuck step fails in
+    minutes (a run takes ~20 s), not guest.sh's 600 s."""
+    keys = ['--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
+            '--sendkey', '@@wrong-fewer', 'ctrl-t',
+            '--sendkey', '@@press', 'ctrl-alt-t',
+            '--sendkey', '@@press-attach', 'ctrl-alt-t']
+    for marker in presses:
+        keys += ['--sendkey', marker, 'ctrl-alt-t']
+    return boot(args + keys + [script],
+                env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
+                    'SPTRACE_GUEST_TIMEOUT', '240')))
 
 
 def main():

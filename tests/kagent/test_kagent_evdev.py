@@ -43,7 +43,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_kagent import (  # noqa: E402  (the guest's @@ lines)
-    CHORD_RUN_ATTACH, GUEST_WAIT_FOR, boot, check, check_chord_run, failures, one, values)
+    CHORD_RUN_ATTACH, GUEST_WAIT_FOR, boot_chords, check, check_chord_run, failures, one,
+    values)
 
 # the chord typed on the guest's PS/2 keyboard, read through evdev; the
 # traced program never holds an input device
@@ -137,17 +138,8 @@ echo "@@katt-kernel-calls $(grep -c '__x64_sys_' katt.txt)"
 
 def main():
     guest, ticker, vkbd = sys.argv[1], sys.argv[2], sys.argv[3]
-    out = boot([guest, '--add', ticker, '--add', vkbd,
-                '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
-                '--sendkey', '@@wrong-fewer', 'ctrl-t',
-                '--sendkey', '@@press', 'ctrl-alt-t',
-                '--sendkey', '@@press-attach', 'ctrl-alt-t',
-                '--sendkey', '@@press-hot', 'ctrl-alt-t',
-                '--sendkey', '@@press-kernel', 'ctrl-alt-t',
-                '--sendkey', '@@press-katt', 'ctrl-alt-t', GUEST],
-               # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
-               env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
-                   'SPTRACE_GUEST_TIMEOUT', '240')))
+    out = boot_chords([guest, '--add', ticker, '--add', vkbd],
+                      ['@@press-hot', '@@press-kernel', '@@press-katt'], GUEST)
     if out is None:
         return 1
     err = ' / '.join(values(out, 'run-err'))

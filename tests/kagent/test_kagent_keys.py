@@ -31,7 +31,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_kagent import (  # noqa: E402  (the guest's @@ lines)
-    CHORD_RUN_ATTACH, GUEST_WAIT_FOR, boot, check, check_chord_run, failures, one, values)
+    CHORD_RUN_ATTACH, GUEST_WAIT_FOR, boot_chords, check, check_chord_run, failures, one,
+    values)
 
 GUEST = 'set -u\n' + GUEST_WAIT_FOR + CHORD_RUN_ATTACH.replace('#@after-waiting\n', '') + r'''
 mkfifo in3
@@ -59,15 +60,7 @@ rmmod sptrace_kagent; echo "@@rmmod $?"
 
 def main():
     guest, ticker = sys.argv[1], sys.argv[2]
-    out = boot([guest, '--add', ticker,
-                '--sendkey', '@@wrong-more', 'ctrl-alt-shift-t',
-                '--sendkey', '@@wrong-fewer', 'ctrl-t',
-                '--sendkey', '@@press', 'ctrl-alt-t',
-                '--sendkey', '@@press-attach', 'ctrl-alt-t',
-                '--sendkey', '@@press-freeze', 'ctrl-alt-t', GUEST],
-               # a stuck step fails in minutes (a run takes ~20 s), not guest.sh's 600 s
-               env=dict(os.environ, SPTRACE_GUEST_TIMEOUT=os.environ.get(
-                   'SPTRACE_GUEST_TIMEOUT', '240')))
+    out = boot_chords([guest, '--add', ticker], ['@@press-freeze'], GUEST)
     if out is None:
         return 1
     err = ' / '.join(values(out, 'run-err'))

@@ -200,13 +200,9 @@ void ag_creds_serve(void)
  * two, the rest go to the C library's syscall(). */
 long ag_syscall_creds(long nr, long a, long b, long c, long d, long e, long f)
 {
-	long rc = ag_arch_syscall6(nr, a, b, c, d, e, f);
+	long rc = ag_syscall_raw(nr, a, b, c, d, e, f);   /* -1: failed, errno set */
 
-	if ((unsigned long)rc >= -4095ul) {
-		errno = (int)-rc;
-		return -1;
-	}
-	if (changes_creds(nr, a, b)) {
+	if (rc != -1 && changes_creds(nr, a, b)) {
 		int saved = errno;
 
 		mirror(nr, (const long[5]){ a, b, c, d, e });

@@ -157,9 +157,8 @@ static void *control_main(void *arg)
 	if (fifo_fd < 0) {
 		ag_log("control: cannot open %s: %s; sptrace stop will not reach this process",
 		       fifo, strerror(errno));
-		ag_creds_serve();
 		__atomic_store_n(&serving, 0, __ATOMIC_RELEASE);
-		ag_creds_serve();
+		ag_creds_serve();       /* one posted before the store above */
 		return NULL;
 	}
 	ag_creds_serve();

@@ -628,7 +628,7 @@ static int open_out(collect *co)
 	if (co->outfd < 0)
 		return cli_error("collect: %s: %s", co->out, errno == ELOOP || errno == ENOTDIR ?
 				 "not a directory (a link is not followed)" : strerror(errno));
-	if (fstat(co->outfd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022))
+	if (!sp_fd_private(co->outfd, &st))
 		return cli_error("collect: %s belongs to uid %u with mode %03o: give a new "
 				 "directory, or one of yours that no one else may write",
 				 co->out, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));

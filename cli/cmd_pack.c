@@ -47,7 +47,7 @@ static int pack_dir(int dfd, const char *shown, int gone, int depth)
 	DIR *d;
 	int rc = 0;
 
-	if (fstat(dfd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
+	if (!sp_fd_private(dfd, &st)) {
 		if (gone == AN_PACK_DEAD)
 			cli_error("pack: %s: %s: left as it is (its records stay raw; every reader "
 				  "reads them); pack it as its owner", shown,

@@ -68,6 +68,15 @@ int sp_pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
+int sp_fd_private(int fd, struct stat *st)
+{
+	if (fstat(fd, st) != 0) {
+		memset(st, 0, sizeof *st);
+		return 0;
+	}
+	return st->st_uid == geteuid() && !(st->st_mode & 022);
+}
+
 int sp_open_regular(const char *path, int nofollow)
 {
 	struct stat st = { 0 };

@@ -154,6 +154,13 @@ uint64_t sp_unix_peer_answer(const void *buf, size_t n, uint64_t inode);
 int sp_open_regular(const char *path, int nofollow);
 const char *sp_open_why(int e);
 
+/* Is fd's file the caller's (effective uid) and writable by no one else (no
+ * group or other write bit)?  Then nothing in such a directory is another
+ * user's doing.  *st gets its fstat, for a message naming owner and mode
+ * (st_uid 0 and st_mode 0 when fstat failed). */
+struct stat;
+int sp_fd_private(int fd, struct stat *st);
+
 /* SHA-256 (sha256.c). */
 typedef struct sp_sha256 {
 	uint32_t h[8];

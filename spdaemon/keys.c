@@ -95,7 +95,7 @@ int spd_keys_open_dir(const char *keydir, int create, sp_err *err)
 			       errno == ELOOP || errno == ENOTDIR ? "not a directory (a link is "
 			       "not followed)" : errno == ENOENT ? "no such directory (make the CA "
 			       "first: sptrace keys init KEYDIR)" : strerror(errno));
-	if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
+	if (!sp_fd_private(fd, &st)) {
 		close(fd);
 		return sp_fail(err, "key directory %s belongs to uid %u with mode %03o: keys are "
 			       "kept only in a directory that is yours and that no one else may "

@@ -287,7 +287,7 @@ static int open_state_dir(void)
 		return fail("state directory %s: %s", D.state_dir,
 			    errno == ELOOP || errno == ENOTDIR ? "not a directory (a link is not "
 			    "followed)" : strerror(errno));
-	if (fstat(D.state_fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022))
+	if (!sp_fd_private(D.state_fd, &st))
 		return fail("state directory %s belongs to uid %u with mode %03o: it must be "
 			    "this daemon's user's and writable by no one else", D.state_dir,
 			    (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));

@@ -464,9 +464,35 @@ uint64_t spd_unix_peer(uint64_t inode)
 	return peer;
 }
 
+/* Is pid's descriptor `name` open for reading only (end SPD_END_READ) or
+ * for writing (SPD_END_WRITE), by its /proc/PID/fdinfo flags? */
+static bool open_as(int procfd, const char *pid, const char *name, enum spd_end end)
+{
+	char path[300], info[512];
+	unsigned flags;
+	const char *f;
+	ssize_t n;
+	int fd;
+
+	if (end == SPD_END_ANY)
+		return true;
+	snprintf(path, sizeof path, "%s/fdinfo/%s", pid, name);
+	fd = openat(procfd, path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, info, sizeof info - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return false;
+	info[n] = '\0';
+	f = strstr(info, "flags:");
+	return f && sscanf(f + 6, " %o", &flags) == 1 &&
+	       ((flags & O_ACCMODE) == O_RDONLY) == (end == SPD_END_READ);
+}
+
 /* Does one of `fd`'s /proc/PID/fd entries name one of the inodes (fifos:
- * a named pipe's too)? */
-static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n, bool fifos)
+ * a named pipe's too), open as `end` says? */
+static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n, bool fifos,
+		  enum spd_end end)
 {
 	char path[300], target[64];
 	struct dirent *de;
@@ -500,13 +526,13 @@ static bool holds(int procfd, const char *pid, const uint64_t *inodes, size_t n,
 			continue;
 		}
 		for (size_t i = 0; i < n && !found; i++)
-			found = inodes[i] == ino;
+			found = inodes[i] == ino && open_as(procfd, pid, de->d_name, end);
 	}
 	closedir(d);
 	return found;
 }
 
-bool spd_pid_holds(pid_t pid, uint64_t inode)
+bool spd_pid_holds(pid_t pid, uint64_t inode, bool fifos, enum spd_end end)
 {
 	char name[16];
 	int procfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -515,7 +541,7 @@ bool spd_pid_holds(pid_t pid, uint64_t inode)
 	if (procfd < 0)
 		return false;
 	snprintf(name, sizeof name, "%d", (int)pid);
-	yes = holds(procfd, name, &inode, 1, false);
+	yes = holds(procfd, name, &inode, 1, fifos, end);
 	close(procfd);
 	return yes;
 }
@@ -536,7 +562,7 @@ int spd_holders(const uint64_t *inodes, size_t n, bool fifos, pid_t *pids, size_
 	}
 	while ((de = readdir(proc))) {
 		if (!isdigit((unsigned char)de->d_name[0]) ||
-		    !holds(dirfd(proc), de->d_name, inodes, n, fifos))
+		    !holds(dirfd(proc), de->d_name, inodes, n, fifos, SPD_END_ANY))
 			continue;
 		if (*npids >= max) {
 			closedir(proc);

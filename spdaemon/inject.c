@@ -962,56 +962,6 @@ again:
 	spd_frame_free(rep);
 }
 
-/* Step 2, pipes: does pid hold the pipe's read end (reading), or its write
- * end?  (A writer that shares the inode receives nothing from it.) */
-static bool holds_pipe_end(pid_t pid, uint64_t inode, bool reading)
-{
-	char path[64], link[64], want[40], info[512];
-	struct dirent *e;
-	bool found = false;
-	DIR *d;
-
-	snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-	snprintf(want, sizeof want, "pipe:[%llu]", (unsigned long long)inode);
-	if (!(d = opendir(path)))
-		return false;
-	while (!found && (e = readdir(d))) {
-		char fdpath[400];
-		ssize_t n;
-		unsigned flags;
-
-		snprintf(fdpath, sizeof fdpath, "%s/%s", path, e->d_name);
-		n = readlink(fdpath, link, sizeof link - 1);
-		if (n <= 0)
-			continue;
-		link[n] = '\0';
-		if (link[0] == '/') {           /* a named pipe (holders.c, rule 3) */
-			struct stat st;
-
-			if (stat(fdpath, &st) != 0 || !S_ISFIFO(st.st_mode) ||
-			    (uint64_t)st.st_ino != inode)
-				continue;
-		} else if (strcmp(link, want) != 0) {
-			continue;
-		}
-		snprintf(fdpath, sizeof fdpath, "/proc/%d/fdinfo/%s", (int)pid, e->d_name);
-		int fd = open(fdpath, O_RDONLY | O_CLOEXEC);
-
-		n = fd >= 0 ? read(fd, info, sizeof info - 1) : -1;
-		if (fd >= 0)
-			close(fd);
-		if (n <= 0)
-			continue;
-		info[n] = '\0';
-		const char *f = strstr(info, "flags:");
-
-		found = f && sscanf(f + 6, " %o", &flags) == 1 &&
-			((flags & O_ACCMODE) == O_RDONLY) == reading;
-	}
-	closedir(d);
-	return found;
-}
-
 /* Step 5, a pipe's writers: the count of the pipe's bytes that its traced
  * writers' agents share (agent/msgs.c, point 6; agent/propagate.c, points
  * 15 to 18): writers that are not one process and its forked children --
@@ -1047,8 +997,8 @@ static void writers_count(const spd_conn *c, const Sptrace__Spd__InjectRequest *
 	if ((ch->kind != SPD_CH_PIPE && (ch->kind != SPD_CH_UNIX || !ch->inode || !ch->src_inode)) ||
 	    !q->follow || !q->at_offset || c->remote)
 		return;
-	if (ch->kind == SPD_CH_PIPE ? !holds_pipe_end(c->pid, ch->inode, false)
-	    : !spd_pid_holds(c->pid, ch->src_inode)) {
+	if (ch->kind == SPD_CH_PIPE ? !spd_pid_holds(c->pid, ch->inode, true, SPD_END_WRITE)
+	    : !spd_pid_holds(c->pid, ch->src_inode, false, SPD_END_ANY)) {
 		spd_log("%s: inject session %s: pid %d holds no write end of %s %llu: no count "
 			"of its writers", c->peer, q->session, (int)c->pid, kind,
 			(unsigned long long)ch->inode);
@@ -1114,8 +1064,8 @@ void spd_count(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *err
 		;
 	else if (!ch || !ch->inode || (!is_pipe && ch->kind != SPTRACE__SPD__CHANNEL__KIND__UNIX))
 		sp_fail(err, "a count request names a pipe or a UNIX stream socket by its inode");
-	else if (is_pipe ? !holds_pipe_end(c->pid, ch->inode, true)
-		 : !spd_pid_holds(c->pid, ch->inode))
+	else if (is_pipe ? !spd_pid_holds(c->pid, ch->inode, true, SPD_END_READ)
+		 : !spd_pid_holds(c->pid, ch->inode, false, SPD_END_ANY))
 		sp_fail(err, "pid %d holds no %s %llu: no count of its readers", (int)c->pid,
 			is_pipe ? "read end of pipe" : "UNIX socket", ino);
 	if (!err->msg[0]) {
@@ -1193,11 +1143,11 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		/* a UNIX stream named by its sending socket alone (a forked
 		 * writer knows no peer: agent/propagate.c, point 18): its peer,
 		 * if accepted, found here for a local requester that holds it */
-		if (!c->remote && spd_pid_holds(c->pid, ch.src_inode))
+		if (!c->remote && spd_pid_holds(c->pid, ch.src_inode, false, SPD_END_ANY))
 			ch.inode = spd_unix_peer(ch.src_inode);
 		if (!ch.inode && !ch.path[0]) {
 			sp_fail(err, "UNIX socket %llu: %s", (unsigned long long)ch.src_inode,
-				c->remote || !spd_pid_holds(c->pid, ch.src_inode) ?
+				c->remote || !spd_pid_holds(c->pid, ch.src_inode, false, SPD_END_ANY) ?
 				"the requester does not hold it: its peer is not looked up" :
 				"no peer with an inode (sock_diag), and no listener's path");
 			spd_send_error(c, req->id, err->msg);
@@ -1245,7 +1195,8 @@ void spd_inject(spd_daemon *d, spd_conn *c, Sptrace__Spd__Frame *req, sp_err *er
 		for (size_t i = 0; ni && i < np && ndone < SPD_MAX_TARGETS; i++) {
 			if (seen(done, ndone, pids[i]) || pids[i] == getpid() ||
 			    (!c->remote && pids[i] == c->pid) ||
-			    (ch.kind == SPD_CH_PIPE && !holds_pipe_end(pids[i], ch.inode, true)))
+			    (ch.kind == SPD_CH_PIPE &&
+			     !spd_pid_holds(pids[i], ch.inode, true, SPD_END_READ)))
 				continue;
 			char *dir = strings + ndone * (dirlen + whylen), *why = dir + dirlen;
 			Sptrace__Spd__InjectReply__Target *t = &targets[ndone];

@@ -73,8 +73,11 @@ int spd_channel_inodes(const spd_channel *ch, uint64_t *inodes, size_t max, size
  * pipes' too, one stat per descriptor naming a path). */
 int spd_holders(const uint64_t *inodes, size_t n, bool fifos, pid_t *pids, size_t max,
 		size_t *npids, sp_err *err);
-/* Does pid hold a descriptor of socket or pipe `inode`? */
-bool spd_pid_holds(pid_t pid, uint64_t inode);
+/* Does pid hold a descriptor of socket or pipe `inode` (fifos: a named
+ * pipe's too), and, for SPD_END_READ or SPD_END_WRITE, one open for reading
+ * only, or for writing (a pipe's read or write end)? */
+enum spd_end { SPD_END_ANY, SPD_END_READ, SPD_END_WRITE };
+bool spd_pid_holds(pid_t pid, uint64_t inode, bool fifos, enum spd_end end);
 /* The inode of the peer of this namespace's UNIX socket `inode` (sock_diag,
  * UDIAG_SHOW_PEER); 0: none, or not accepted yet (no inode), or no answer. */
 uint64_t spd_unix_peer(uint64_t inode);

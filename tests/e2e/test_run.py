@@ -224,8 +224,9 @@ def case_churn(sptrace, prog, scenario, tmp):
           (scenario, children))
     trigger = "join_once()" if scenario == "churn-detached" else "jumper() {;      jump_a() {;"
     check(any(t.startswith("main() {;  churn() {;    " + trigger) for t in trees),
-          "%s: main's tree lacks churn -> %s:\n%s" %
-          (scenario, trigger, "\n".join(t for t in trees if t.startswith("main"))))
+          "%s: main's tree lacks churn -> %s:\n%s\nagent.log:\n%s" %
+          (scenario, trigger, "\n".join(t for t in trees if t.startswith("main")),
+           open(os.path.join(tdir, "agent.log")).read()[-3000:]))
 
 
 def case_ends_barrier(sptrace, prog, tmp):

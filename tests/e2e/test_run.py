@@ -222,11 +222,18 @@ def case_churn(sptrace, prog, scenario, tmp):
     children = sum(1 for t in trees if t.startswith("churn_child()"))
     check(children >= 200, "%s: %d started threads traced, expected 200 or more" %
           (scenario, children))
-    trigger = "join_once()" if scenario == "churn-detached" else "jumper() {;      jump_a() {;"
+    with open(os.path.join(tdir, "agent.log")) as f:
+        log = f.read()
+    # An instrumentation that waited 2 ms for the threads being started is
+    # left for a later call (patch.c, step 3): then jump_a's first call may
+    # be recorded without its calls, and agent.log says so.
+    put_off = re.search(r"end: [1-9]\d* instrumentations were put off", log)
+    trigger = ("join_once()" if scenario == "churn-detached"
+               else "jumper() {;      jump_a()" + ("" if put_off else " {;"))
     check(any(t.startswith("main() {;  churn() {;    " + trigger) for t in trees),
           "%s: main's tree lacks churn -> %s:\n%s\nagent.log:\n%s" %
           (scenario, trigger, "\n".join(t for t in trees if t.startswith("main")),
-           open(os.path.join(tdir, "agent.log")).read()[-3000:]))
+           log[-3000:]))
 
 
 def case_ends_barrier(sptrace, prog, tmp):

@@ -116,6 +116,9 @@ int ag_sites_open(const char *dir)
 		ag_log("cannot map %s: %s", path, strerror(errno));
 		return -1;
 	}
+	/* No read-ahead: the first fault would read (zero) the whole chunk
+	 * into the page cache -- a process records a few sites, one page. */
+	madvise(sites_map, span, MADV_RANDOM);
 	next_site = (volatile uint32_t *)sites_map;
 	*next_site = 1;                    /* id 0 is never used */
 	return 0;

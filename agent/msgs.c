@@ -335,6 +335,8 @@ int ag_channels_open(const char *dir)
 		ag_log("cannot map %s: %s; no message events", chan_path, strerror(errno));
 		return -1;
 	}
+	/* No read-ahead (as the sites file: instrument.c). */
+	madvise(chan_map, CHAN_SPAN, MADV_RANDOM);
 	next_chan = (volatile uint32_t *)chan_map;
 	*next_chan = 1;                    /* id 0 is never used */
 	next_chan[1] = sizeof(trace_channel);   /* record 0's pid: the record size */

@@ -861,8 +861,11 @@ void ag_instrument_after_fork(void)
 {
 	cp_after_fork();
 	sites_lock = 0;
+	/* Written only where held: a write would copy the site's page (the
+	 * child's first write to each one) for nothing. */
 	for (ag_indirect_site *is = indirect_sites; is; is = is->next)
-		is->lock = 0;
+		if (is->lock)
+			is->lock = 0;
 }
 
 void ag_instrument_lock(void)

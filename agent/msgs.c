@@ -258,10 +258,12 @@ void ag_msgs_init(void)
 			       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 			       -1, 0);
 
+		/* slots whole pages of their own: a forked child drops them
+		 * (ag_msgs_forked) */
 		if (p != MAP_FAILED) {
-			chans = (chan *)((char *)p + FD_MAX * 8);
-			slots = (uint32_t *)(chans + MAX_CHANS);
-			opened = (uint8_t *)(slots + NSLOTS);
+			slots = (uint32_t *)((char *)p + FD_MAX * 8);
+			chans = (chan *)(slots + NSLOTS);
+			opened = (uint8_t *)(chans + MAX_CHANS);
 			__atomic_store_n(&fdcache, (uint64_t *)p, __ATOMIC_RELEASE);
 		}
 	}
@@ -426,7 +428,10 @@ void ag_msgs_forked(void)
 	gen = (gen + 1) & 0xffffff;
 	if (!gen)
 		gen = 1;
-	memset(slots, 0, NSLOTS * sizeof *slots);
+	/* Zero pages again without touching them: a memset wrote every page
+	 * of the index (512 KB) in every child, present in the parent or not. */
+	if (nchans && madvise(slots, NSLOTS * sizeof *slots, MADV_DONTNEED) != 0)
+		memset(slots, 0, NSLOTS * sizeof *slots);
 	nchans = 0;
 }
 

@@ -206,12 +206,21 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 			break;
 		rx = mmap((void *)at, pool->code_size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE,
 			  fd, 0);
+		/* (a kernel older than MAP_FIXED_NOREPLACE takes it for a hint) */
+		if (rx != MAP_FAILED && rx != (void *)at) {
+			munmap(rx, pool->code_size);
+			rx = MAP_FAILED;
+		}
 		if (rx == MAP_FAILED) {
 			ranges_fresh = false;   /* raced with another mapping: look again */
 			continue;
 		}
 		data = mmap((uint8_t *)rx + pool->code_size, pool->data_size, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+		if (data != MAP_FAILED && data != (uint8_t *)rx + pool->code_size) {
+			munmap(data, pool->data_size);
+			data = MAP_FAILED;
+		}
 		if (data == MAP_FAILED) {
 			munmap(rx, pool->code_size);
 			ranges_fresh = false;

@@ -204,6 +204,7 @@ bool ag_pool_holds(uint64_t addr);             /* addr is in some pool's code */
 void ag_pools_snapshot(void);       /* fork: copy the reused pools (instrument lock held) */
 void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
 void ag_pools_after_fork(void);     /* ... the child maps the copies */
+void ag_pools_keep_maps(bool on);   /* the start: one read of /proc/self/maps */
 
 /* ---- patch.c ---- */
 /* One patch: where, the old and new bytes, where a thread hitting the

@@ -27,9 +27,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +42,7 @@
 
 #include "agent.h"
 #include "agent_os.h"
+#include "arch.h"
 #include "registry.h"
 
 static char fifo[4200];
@@ -151,6 +152,7 @@ static void *control_main(void *arg)
 	fifo_fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	ag_fd_keep(&fifo_fd, fifo, O_RDWR | O_NONBLOCK);
 	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
+	ag_arch_syscall6(SYS_futex, (long)&control_ready, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
 	/* attached: membarrier's registration, left out of the start (patch.c);
 	 * the agent is dormant meanwhile, and the first patch waits for it */
 	ag_patch_register();
@@ -265,9 +267,12 @@ int ag_control_start(void)
 	 * as an untraced-yet thread: were that code patched meanwhile, it would
 	 * open a ring of its own, and an int3 pending there would kill the
 	 * process (a blocked int3 trap is fatal).  While dormant nothing is
-	 * patched, so the wait makes that prelude run before any patch can. */
+	 * patched, so the wait makes that prelude run before any patch can.
+	 * Asleep on the word (a raw call: errno stays the program's), not
+	 * yielding: the thread's start and its opens take 0.1-1 ms, a CPU the
+	 * spinning main thread took from it and from the rest of the machine. */
 	while (rc == 0 && !__atomic_load_n(&control_ready, __ATOMIC_ACQUIRE))
-		sched_yield();
+		ag_arch_syscall6(SYS_futex, (long)&control_ready, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
 	return rc == 0 ? 0 : -1;
 }
 

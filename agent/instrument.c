@@ -118,6 +118,9 @@ int ag_sites_open(const char *dir)
 		ag_log("cannot map %s: %s", path, strerror(errno));
 		return -1;
 	}
+	/* No read-ahead: the first fault would read (zero) the whole chunk
+	 * into the page cache -- a process records a few sites, one page. */
+	madvise(sites_map, span, MADV_RANDOM);
 	next_site = (volatile uint32_t *)sites_map;
 	*next_site = 1;                    /* id 0 is never used */
 	return 0;
@@ -896,8 +899,11 @@ void ag_instrument_after_fork(void)
 {
 	cp_after_fork();
 	sites_lock = 0;
+	/* Written only where held: a write would copy the site's page (the
+	 * child's first write to each one) for nothing. */
 	for (ag_indirect_site *is = indirect_sites; is; is = is->next)
-		is->lock = 0;
+		if (is->lock)
+			is->lock = 0;
 }
 
 void ag_instrument_lock(void)

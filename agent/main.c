@@ -997,10 +997,13 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	bool defer = attached && strncmp(on_event, "call ", 5) != 0;
 
 	ag_unwind_init();
-	if (!attached)
+	if (!attached) {
 		ag_thread_known();      /* the program's first thread (patch.c) */
+		ag_pools_keep_maps(true);       /* one thread: one read of the maps */
+	}
 	if (joins_init(err, sizeof err) || ag_patch_init(err, sizeof err, attached) ||
 	    ag_modules_init(err, sizeof err, defer) || find_root(err, sizeof err)) {
+		ag_pools_keep_maps(false);
 		fail(err);
 		return -1;
 	}
@@ -1021,6 +1024,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	if (ag_activate_init())
 		ag_log("no return-stub pool: a mid-run activation will not record the exits of "
 		       "the functions already running");
+	ag_pools_keep_maps(false);
 	if (ag_control_start())
 		ag_log("no control thread: 'sptrace stop %d' will not work", (int)getpid());
 	if (root_func != CA_NONE &&

@@ -184,7 +184,10 @@ static int analysis_of(const ag_module *m, ca_module **ca, int *from_repo, sp_er
 		*from_repo = 1;
 		return 0;
 	}
-	return ca_repo_get(own, m->path, &calls_view, ca, from_repo, e);
+	ca_options opt = calls_view;
+
+	opt.key = m->key;               /* add_object read it: not again */
+	return ca_repo_get(own, m->path, &opt, ca, from_repo, e);
 }
 
 static void log_module(const ag_module *m, int from_repo)

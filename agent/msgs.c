@@ -258,10 +258,12 @@ void ag_msgs_init(void)
 			       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 			       -1, 0);
 
+		/* slots whole pages of their own: a forked child drops them
+		 * (ag_msgs_forked) */
 		if (p != MAP_FAILED) {
-			chans = (chan *)((char *)p + FD_MAX * 8);
-			slots = (uint32_t *)(chans + MAX_CHANS);
-			opened = (uint8_t *)(slots + NSLOTS);
+			slots = (uint32_t *)((char *)p + FD_MAX * 8);
+			chans = (chan *)(slots + NSLOTS);
+			opened = (uint8_t *)(chans + MAX_CHANS);
 			__atomic_store_n(&fdcache, (uint64_t *)p, __ATOMIC_RELEASE);
 		}
 	}
@@ -318,16 +320,35 @@ static int chan_grow(off_t from, off_t len)
 	return st.st_size >= from + len ? 0 : ftruncate(fd, from + len);
 }
 
+/*
+ * The channels file is made at the start (a process that changes its user
+ * later could not make it in the trace directory then), empty: most
+ * processes meet no channel, and its first chunk and header are written
+ * only when the first channel is recorded (chan_ready):
+ *
+ *  1. The size first, under chan_lock: a page of the mapping beyond the
+ *     end of the file would be a SIGBUS in the program.  fallocate never
+ *     shrinks the file: a forked child that shares it (the same file, the
+ *     same mapping, its own idea of the size) and grows it from an older
+ *     size cannot cut off what its parent wrote.
+ *  2. Then the header: the shared counter goes from 0 to 1 (id 0 is never
+ *     used) by a compare-and-swap, so a child or parent that got there
+ *     first, whose records follow, is left as it was; the record size
+ *     beside it is the same value from anyone.
+ *  3. chan_size, released, says both are done: a thread that reads it
+ *     non-zero takes an id at once.
+ *  4. A forked child starts with chan_lock free (a thread that held it
+ *     stayed in the parent: ag_msgs_forked).
+ */
 int ag_channels_open(const char *dir)
 {
 	snprintf(chan_path, sizeof chan_path, "%s/channels", dir);
 	chan_fd = ag_trace_open(chan_path, O_RDWR | O_TRUNC);
 	ag_fd_keep(&chan_fd, chan_path, O_RDWR);
-	if (chan_fd < 0 || chan_grow(0, CHAN_CHUNK) != 0) {
+	if (chan_fd < 0) {
 		ag_log("cannot create %s: %s; no message events", chan_path, strerror(errno));
 		return -1;
 	}
-	chan_size = CHAN_CHUNK;
 	chan_map = mmap(NULL, CHAN_SPAN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
 			chan_fd, 0);
 	if (chan_map == MAP_FAILED) {
@@ -335,10 +356,35 @@ int ag_channels_open(const char *dir)
 		ag_log("cannot map %s: %s; no message events", chan_path, strerror(errno));
 		return -1;
 	}
+	/* No read-ahead (as the sites file: instrument.c). */
+	madvise(chan_map, CHAN_SPAN, MADV_RANDOM);
 	next_chan = (volatile uint32_t *)chan_map;
-	*next_chan = 1;                    /* id 0 is never used */
-	next_chan[1] = sizeof(trace_channel);   /* record 0's pid: the record size */
 	return 0;
+}
+
+/* Points 1 to 3: the file holds its header and first chunk; false if it
+ * cannot (errno says why). */
+static bool chan_ready(void)
+{
+	bool ok = true;
+
+	if (__atomic_load_n(&chan_size, __ATOMIC_ACQUIRE) > 0)
+		return true;
+	while (__atomic_exchange_n(&chan_lock, 1, __ATOMIC_ACQUIRE))
+		ag_arch_relax();
+	if (chan_size == 0) {
+		uint32_t none = 0;
+
+		ok = chan_grow(0, CHAN_CHUNK) == 0;                        /* 1 */
+		if (ok) {
+			__atomic_compare_exchange_n(next_chan, &none, 1, false,    /* 2 */
+						    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+			next_chan[1] = sizeof(trace_channel);   /* record 0's pid: the record size */
+			__atomic_store_n(&chan_size, CHAN_CHUNK, __ATOMIC_RELEASE);   /* 3 */
+		}
+	}
+	__atomic_store_n(&chan_lock, 0, __ATOMIC_RELEASE);
+	return ok;
 }
 
 /* A record for a new channel: its id, 0 when there is no room. */
@@ -349,6 +395,8 @@ static uint32_t chan_record(const trace_channel *tc)
 
 	if (!next_chan)
 		return 0;
+	if (!chan_ready())
+		goto full;
 	id = __atomic_fetch_add(next_chan, 1, __ATOMIC_ACQ_REL);
 	end = ((off_t)id + 1) * (off_t)sizeof *tc;
 	if ((size_t)end > CHAN_SPAN)
@@ -419,12 +467,16 @@ static void set_opened(int fd, uint8_t how)
 /* A forked child: a new generation, an empty table (point 3). */
 void ag_msgs_forked(void)
 {
+	chan_lock = 0;                  /* the channels file, point 4 */
 	if (!fdcache)
 		return;
 	gen = (gen + 1) & 0xffffff;
 	if (!gen)
 		gen = 1;
-	memset(slots, 0, NSLOTS * sizeof *slots);
+	/* Zero pages again without touching them: a memset wrote every page
+	 * of the index (512 KB) in every child, present in the parent or not. */
+	if (nchans && madvise(slots, NSLOTS * sizeof *slots, MADV_DONTNEED) != 0)
+		memset(slots, 0, NSLOTS * sizeof *slots);
 	nchans = 0;
 }
 

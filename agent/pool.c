@@ -44,21 +44,30 @@ struct ag_pool {
 	int snap_fd;      /* its copy for a fork in progress (reused pools), -1 */
 };
 
-/* Read /proc/self/maps without stdio: is [a, a+len) free? */
-static int read_maps(char *buf, size_t cap)
-{
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-	size_t n = 0;
-	ssize_t k;
+/*
+ * Where the free address ranges are: /proc/self/maps, parsed into the
+ * mappings' ranges.  A read costs an open, three reads and a close (0.1 ms
+ * under perf trace for /bin/true's 60 mappings: the kernel formats every
+ * line); the agent's start makes 5 pools one after the other, so there
+ * the ranges are read once and kept (ag_pools_keep_maps):
+ *
+ *  1. Each pool made while they are kept adds its own mappings to them.
+ *  2. Anything else mapped meanwhile (the repository's images, the
+ *     allocator's chunks) is missing from them: a gap chosen there is
+ *     mapped with MAP_FIXED_NOREPLACE, which fails on any mapping in the
+ *     way; the ranges are then read again (the retry ag_pool_near already
+ *     makes for a mapping raced by another thread).
+ *  3. A range unmapped meanwhile only looks taken: a pool may land a little
+ *     farther than it could have, never on anything.
+ *  4. Kept only during the start of a process that is not attached (one
+ *     thread: nothing else reads or writes them); otherwise every pool
+ *     reads the file, as before.
+ */
+#define MAX_RANGES 32768
 
-	if (fd < 0)
-		return -1;
-	while (n + 1 < cap && (k = read(fd, buf + n, cap - 1 - n)) > 0)
-		n += (size_t)k;
-	close(fd);
-	buf[n] = '\0';
-	return (int)n;
-}
+static struct { uint64_t start, end; } ranges[MAX_RANGES];
+static size_t nranges;
+static bool ranges_kept, ranges_fresh;
 
 static uint64_t hex(const char **p)
 {
@@ -75,29 +84,76 @@ static uint64_t hex(const char **p)
 	}
 }
 
+/* Read /proc/self/maps without stdio into `ranges`; -1 if unreadable. */
+static int read_ranges(void)
+{
+	static char maps[1 << 20];
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+	ssize_t k;
+	const char *p;
+
+	if (fd < 0)
+		return -1;
+	while (n + 1 < sizeof maps && (k = read(fd, maps + n, sizeof maps - 1 - n)) > 0)
+		n += (size_t)k;
+	close(fd);
+	maps[n] = '\0';
+	if (n == 0)
+		return -1;
+	nranges = 0;
+	for (p = maps; *p && nranges < MAX_RANGES; ) {
+		ranges[nranges].start = hex(&p);
+		p++;
+		ranges[nranges++].end = hex(&p);
+		while (*p && *p != '\n')
+			p++;
+		if (*p)
+			p++;
+	}
+	ranges_fresh = true;
+	return 0;
+}
+
+/* Point 1: [start, end) is mapped now (the ranges stay sorted). */
+static void range_taken(uint64_t start, uint64_t end)
+{
+	size_t i = nranges;
+
+	if (!ranges_kept || nranges == MAX_RANGES) {
+		ranges_fresh = false;
+		return;
+	}
+	while (i > 0 && ranges[i - 1].start > start) {
+		ranges[i] = ranges[i - 1];
+		i--;
+	}
+	ranges[i].start = start;
+	ranges[i].end = end;
+	nranges++;
+}
+
+void ag_pools_keep_maps(bool on)
+{
+	ranges_kept = on;
+	ranges_fresh = false;
+}
+
 /* The free gap nearest to [lo, hi) that holds `size` bytes, all of it within
  * +-2 GiB of both ends.  0 if none. */
 static uint64_t find_gap(uint64_t lo, uint64_t hi, size_t size)
 {
-	static char maps[1 << 20];
 	uint64_t prev_end = 0x10000, best = 0, bestd = UINT64_MAX;
 	uint64_t min = hi > TWO_GIB ? hi - TWO_GIB + size : 0x10000;
 	uint64_t max = lo + TWO_GIB - size;
-	const char *p;
 
-	if (read_maps(maps, sizeof maps) <= 0)
+	if (!(ranges_kept && ranges_fresh) && read_ranges() != 0)
 		return 0;
-	for (p = maps;; ) {
-		uint64_t start = 0, end = 0, cand;
-		bool last = !*p;
+	for (size_t i = 0;; i++) {
+		uint64_t start, cand;
+		bool last = i == nranges;
 
-		if (!last) {
-			start = hex(&p);
-			p++;
-			end = hex(&p);
-		} else {
-			start = 0x7ffffffff000ull;
-		}
+		start = last ? 0x7ffffffff000ull : ranges[i].start;
 		/* Gap [prev_end, start): try its top (below lo) or bottom (above hi). */
 		if (start > prev_end && start - prev_end >= size) {
 			uint64_t g0 = (prev_end + 0xffff) & ~0xffffull, g1 = (start - size) & ~0xffffull;
@@ -115,11 +171,8 @@ static uint64_t find_gap(uint64_t lo, uint64_t hi, size_t size)
 		}
 		if (last)
 			break;
-		prev_end = end;
-		while (*p && *p != '\n')
-			p++;
-		if (*p)
-			p++;
+		if (ranges[i].end > prev_end)   /* a range of ours may lie inside a stale one */
+			prev_end = ranges[i].end;
 	}
 	return best;
 }
@@ -154,12 +207,24 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 			break;
 		rx = mmap((void *)at, pool->code_size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE,
 			  fd, 0);
-		if (rx == MAP_FAILED)
-			continue;       /* raced with another mapping: look again */
+		/* (a kernel older than MAP_FIXED_NOREPLACE takes it for a hint) */
+		if (rx != MAP_FAILED && rx != (void *)at) {
+			munmap(rx, pool->code_size);
+			rx = MAP_FAILED;
+		}
+		if (rx == MAP_FAILED) {
+			ranges_fresh = false;   /* raced with another mapping: look again */
+			continue;
+		}
 		data = mmap((uint8_t *)rx + pool->code_size, pool->data_size, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+		if (data != MAP_FAILED && data != (uint8_t *)rx + pool->code_size) {
+			munmap(data, pool->data_size);
+			data = MAP_FAILED;
+		}
 		if (data == MAP_FAILED) {
 			munmap(rx, pool->code_size);
+			ranges_fresh = false;
 			continue;
 		}
 		pool->rw = mmap(NULL, pool->code_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -168,6 +233,9 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 			munmap(data, pool->data_size);
 			break;
 		}
+		range_taken(at, at + total);
+		range_taken((uint64_t)(uintptr_t)pool->rw,
+			    (uint64_t)(uintptr_t)pool->rw + pool->code_size);
 		pool->rx = rx;
 		pool->data = data;
 		close(fd);

@@ -103,6 +103,8 @@ typedef struct ca_options {
 	                       * sites and strings only -- no blocks, edges, lines or
 	                       * undecodable regions (the agent's view: a fifth of
 	                       * the bytes of a typical entry, read without the rest) */
+	const char *key;      /* ca_repo_get: the file's key (ca_module_key_of), when
+	                       * the caller has it: the file is not read for it again */
 } ca_options;
 
 /* Totals for the summary. */

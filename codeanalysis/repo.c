@@ -1821,7 +1821,9 @@ int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
 	*out = NULL;
 	if (from_repo)
 		*from_repo = 0;
-	if (ca_module_key_of(path, key, sizeof key, err) < 0)
+	if (opt && opt->key && *opt->key)
+		snprintf(key, sizeof key, "%s", opt->key);
+	else if (ca_module_key_of(path, key, sizeof key, err) < 0)
 		return -1;
 	rc = opt && opt->calls_only ? ca_repo_load_calls(dir, key, &m, &ignored)
 				    : ca_repo_load(dir, key, &m, &ignored);

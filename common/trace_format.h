@@ -25,8 +25,9 @@
  *                   records a block holds are punched out of ring.<tid>.
  *   channels        the channel table: one fixed-size trace_channel record
  *                   per channel id (a socket or pipe the program sent or
- *                   received on), appended like sites; absent in traces of
- *                   agents without message events.
+ *                   received on), appended like sites; empty in a process
+ *                   (family) that met none; absent in traces of agents
+ *                   without message events.
  *   seg.<tid>       traces of format version 1 only: the records `sptrace
  *                   run` copied from ring.<tid> before the ring came round
  *                   to them: chunks of a trace_seg_chunk and its records.
@@ -558,7 +559,9 @@ enum {
  * the size of a record, sizeof(trace_channel).  Files of the first layout
  * have 0 there and records of TRACE_CHANNEL_V1_SIZE bytes, which end at
  * `reserved`: a reader takes them with the later fields zero.  A record of
- * zeros is a hole (a crash between taking an id and writing it).
+ * zeros is a hole (a crash between taking an id and writing it).  An
+ * empty file: no channel (its first chunk and record 0 are written with the
+ * first channel).
  */
 enum trace_proto {
 	TRACE_PROTO_TCP = 1,

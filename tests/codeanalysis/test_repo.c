@@ -850,6 +850,33 @@ static void test_get_regenerates(const ctx *c)
 	}
 }
 
+/* ca_repo_get given the key (the agent read it already): the entry is found
+ * by that key, the file not read for it again -- here a path where no file
+ * is, which without the key fails. */
+static void test_get_keyed(const ctx *c)
+{
+	char gone[PATH_MAX];
+	ca_options keyed = { .calls_only = 1, .no_lines = 1, .key = c->key };
+	ca_options plain = { .calls_only = 1, .no_lines = 1 };
+	ca_module *l = NULL;
+	sp_err err = { "" };
+	int rc, from_repo = -1;
+
+	snprintf(gone, sizeof gone, "%s/no-such-module", c->tmp);
+	rc = ca_repo_get(c->repo, gone, &keyed, &l, &from_repo, &err);
+	CHECK(rc == 0 && from_repo == 1, "get with a key: rc %d from_repo %d %s", rc, from_repo,
+	      err.msg);
+	if (rc == 0) {
+		CHECK(!strcmp(ca_module_path(l), gone), "get with a key: path %s",
+		      ca_module_path(l));
+		ca_module_free(l);
+	}
+	rc = ca_repo_get(c->repo, gone, &plain, &l, &from_repo, &err);
+	CHECK(rc < 0, "get without a key of a missing file: rc %d", rc);
+	if (rc == 0)
+		ca_module_free(l);
+}
+
 /*
  * The agent's way (no_lines, the calls view): the entry is stored marked
  * lines-pending, the calls view and a no-lines caller take it as it is, and
@@ -1226,6 +1253,7 @@ int main(int argc, char **argv)
 	test_learns_identity(&c);
 	test_calls_view(&c);
 	test_get_regenerates(&c);
+	test_get_keyed(&c);
 	test_sha256();
 	test_lines_pending(&c);
 	test_no_buildid(&c);

@@ -18,6 +18,14 @@ Cases:
               connection that carried 1000 + 5 bytes before tracing began
               shows absolute offsets (the receiver's 300.. are the
               sender's bytes), not offsets from 0.
+  forkfirst PROG
+              the channels file: empty in a process that met no channel
+              (/bin/true); `msgs forkfirst` (a child forked before its
+              parent met any channel writes into a pipe its parent reads
+              after, the parent writes into a pipe a child forked after
+              reads) records all four messages, on two channels, in the
+              family's one file: a record per process that met each, in
+              the order they met it.
   redis       redis-server under `sptrace run`, asked SET and GET by a native
               redis-cli: the server's reads and writes of each request and
               answer on its connection, with the right port and byte range.
@@ -26,6 +34,7 @@ Cases:
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -284,11 +293,58 @@ def case_redis(sptrace, tmp):
     print("ok: redis-server's requests and answers on their connections")
 
 
+def case_forkfirst(sptrace, prog, tmp):
+    tdir = os.path.join(tmp, "none")
+    r = run([sptrace, "run", "-o", tdir, "--", "/bin/true"], env=env_for(tmp))
+    check(r.returncode == 0, "traced /bin/true failed (%d): %s" % (r.returncode, r.stderr))
+    size = os.path.getsize(os.path.join(tdir, "channels"))
+    check(size == 0, "a process that met no channel has a channels file of %d bytes, not 0"
+          % size)
+    tdir = os.path.join(tmp, "forkfirst")
+    r = run([sptrace, "run", "-o", tdir, "--", prog, "forkfirst"], env=env_for(tmp))
+    check(r.returncode == 0, "traced %s forkfirst failed (%d): %s"
+          % (prog, r.returncode, r.stderr))
+    pids = re.search(r"^forkfirst (\d+) (\d+) (\d+)$", r.stderr, re.M)
+    check(pids, "no pids in the program's stderr: %s" % r.stderr)
+    parent, c1, c2 = (int(x) for x in pids.groups())
+    msgs = messages(replay(sptrace, tdir, tmp))
+    w1 = one(msgs, "write", next((m[3] for m in msgs if m[2] == "write" and m[4:6] == (0, 5)),
+                                 "pipe ?"), "child_writes")
+    covers(msgs, "read", w1[3], 5, "fork_first")
+    covers(msgs, "write", next((m[3] for m in msgs if m[2] == "write" and m[4:6] == (0, 3)),
+                               "pipe ?"), 3, "fork_first")
+    r3 = one(msgs, "read", next((m[3] for m in msgs if m[2] == "read" and m[4:6] == (0, 3)),
+                                "pipe ?"), "child_reads")
+    check(w1[3].startswith("pipe ") and r3[3].startswith("pipe ") and w1[3] != r3[3],
+          "not two pipes: %s / %s" % (w1[3], r3[3]))
+    with open(os.path.join(tdir, "channels"), "rb") as f:
+        data = f.read()
+    count, rec = struct.unpack_from("<II", data, 0)
+    check(rec == 160 and len(data) >= count * rec, "channels file: %d records of %d bytes in "
+          "%d bytes" % (count, rec, len(data)))
+    seen = [struct.unpack_from("<IIQ", data, i * rec) for i in range(1, count)]
+    by_inode = {}
+    for proto, pid, inode in seen:
+        if proto:
+            by_inode.setdefault(inode, []).append(pid)
+    inodes = [int(w1[3].split()[1]), int(r3[3].split()[1])]
+    # each process records the channels it meets (a forked child's are its
+    # own), in the order met: the parent's record after its child's did not
+    # take the child's id
+    check(by_inode.get(inodes[0]) == [c1, parent] and by_inode.get(inodes[1]) == [parent, c2],
+          "channels file: want the first pipe met by %d then %d, the second by %d then %d; "
+          "records (proto, pid, inode): %s" % (c1, parent, parent, c2, seen))
+    print("ok: no channels in a process without one; a child's first channel before its "
+          "parent's and one after are in the family's file")
+
+
 def main():
     sptrace, case = os.path.abspath(sys.argv[1]), sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="sptrace-msgs-") as tmp:
         if case == "prog":
             case_prog(sptrace, os.path.abspath(sys.argv[3]), tmp)
+        elif case == "forkfirst":
+            case_forkfirst(sptrace, os.path.abspath(sys.argv[3]), tmp)
         elif case == "redis":
             case_redis(sptrace, tmp)
         else:

@@ -28,6 +28,13 @@
  * its sending down (at 1050); the server reads the end (at 1050) and
  * closes, the client reads its end (at 12).  Ports on stderr:
  * "late SERVERPORT CLIENTPORT".
+ *
+ * `msgs forkfirst`: the channels file of a family (bench/STARTWORK.md: it
+ * gets its first record when the first channel is met).  A child forked
+ * before its parent met any channel writes 5 bytes into a pipe
+ * (child_writes), then the parent reads them; the parent writes 3 bytes
+ * into another pipe and forks a child that reads them (child_reads).
+ * Stderr: "forkfirst PARENT CHILD1 CHILD2".
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,6 +46,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int listener;
@@ -261,12 +269,52 @@ static void late(void)
 	printf("late: 1050 bytes one way, 12 the other\n");
 }
 
+__attribute__((noinline)) int child_writes(int fd)
+{
+	return write(fd, "child", 5) == 5 ? 0 : 1;
+}
+
+__attribute__((noinline)) int child_reads(int fd)
+{
+	char buf[8];
+
+	return read(fd, buf, sizeof buf) == 3 ? 0 : 1;
+}
+
+static void fork_first(void)
+{
+	int p[2], q[2], st = -1;
+	char buf[8];
+	pid_t c1, c2;
+
+	if (pipe(p) != 0)
+		die("pipe");
+	c1 = fork();
+	if (c1 == 0)
+		_exit(child_writes(p[1]));
+	if (c1 < 0 || waitpid(c1, &st, 0) != c1 || st != 0 || read(p[0], buf, sizeof buf) != 5)
+		die("the first child's pipe");
+	if (pipe(q) != 0 || write(q[1], "abc", 3) != 3)
+		die("pipe");
+	c2 = fork();
+	if (c2 == 0)
+		_exit(child_reads(q[0]));
+	if (c2 < 0 || waitpid(c2, &st, 0) != c2 || st != 0)
+		die("the second child's pipe");
+	fprintf(stderr, "forkfirst %d %d %d\n", (int)getpid(), (int)c1, (int)c2);
+	printf("forkfirst: 5 bytes from a child, 3 to another\n");
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && strcmp(argv[1], "late") == 0) {
 		late();
+		return 0;
+	}
+	if (argc > 1 && strcmp(argv[1], "forkfirst") == 0) {
+		fork_first();
 		return 0;
 	}
 	client_tcp();

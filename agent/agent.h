@@ -308,6 +308,10 @@ int ag_instrument_stop(void);      /* deactivation: restore all, forget states *
 void ag_instrument_restart(void);  /* before a new activation */
 void ag_instrument_lock(void);     /* hold off every change of code and areas (fork) */
 void ag_instrument_after_fork(void); /* the child: locks the parent's threads held */
+/* Functions forked children reached, instrumented in the parent before its
+ * next fork (instrument.c's protocol): the page at start, the hints at fork. */
+void ag_instrument_hints_init(void);
+void ag_instrument_hints_apply(void);
 void ag_instrument_unlock(void);
 void ag_instrument_stats(uint64_t *sites, uint64_t *skipped_kind, uint64_t *skipped_plan,
 			 uint64_t *skipped_unresolved, uint64_t *tail_internal);

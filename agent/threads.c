@@ -296,6 +296,7 @@ static void prepare_fork(void)
 	ring_before_fork = ag_enter();
 	if (ring_before_fork)
 		ag_ring_put(ring_before_fork, TRACE_EVENT, TRACE_EV_AGENT_BEGIN);
+	ag_instrument_hints_apply();    /* before the locks: it takes them */
 	ag_modules_fork_lock();
 	ag_instrument_lock();
 	ag_pools_snapshot();
@@ -341,6 +342,7 @@ static void child_after_fork(void)
 int ag_threads_init(void)
 {
 	ag_self_pid = getpid();
+	ag_instrument_hints_init();
 	return pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
 }
 

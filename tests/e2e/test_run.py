@@ -9,12 +9,13 @@ import contextlib
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-from e2elib import check, fail, patched_soon, text_differences
+from e2elib import check, fail, func_symbols, patched_soon, text_differences
 
 # Expected trees of tests/progs/trace_conf.c, the same at -O0 and -O2
 # (";" separates replay lines; the indentation after it is the replay's).
@@ -308,6 +309,38 @@ def case_fork_areas(sptrace, prog, tmp):
                    "    } /* parent_late */;  } /* fork_areas */;} /* main */"])
     check(trees == want, "fork-areas: trees differ\n--- want\n%s\n--- got\n%s" %
           ("\n".join(want), "\n".join(trees)))
+
+
+def sites_of(tdir):
+    """The trace's site descriptions (common/trace_format.h, trace_site):
+    (caller_module, callee_module, site_addr, caller_func, callee_func,
+    kind, flags) per id, id 0 first."""
+    with open(os.path.join(tdir, "sites"), "rb") as f:
+        data = f.read()
+    n, = struct.unpack_from("<I", data, 0)
+    return [struct.unpack_from("<IIQQQII", data, 40 * i) for i in range(1, n)]
+
+
+def case_fork_hints(sptrace, prog, tmp):
+    """20 children forked in turn each call child_only(), which the parent
+    never calls: the first child's instrumentation is a hint the parent
+    follows before its next fork (agent/instrument.c), so child_only's two
+    sites get ids once or twice, not once per child (the old agent: 40),
+    and every child's calls are still traced."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "fork-hints"])
+    check(native.stdout.startswith("children said "), "fork-hints native: %r" % native.stdout)
+    trace = traced(sptrace, tdir, [prog, "fork-hints"])
+    same_behaviour(native, trace, "fork-hints")
+    addr = [a for a, names in func_symbols(prog).items() if "child_only" in names]
+    check(len(addr) == 1, "fork-hints: child_only not found in %s's symbols" % prog)
+    ids = [s for s in sites_of(tdir) if s[3] == addr[0] and s[0] == 0]
+    check(2 <= len(ids) <= 6, "fork-hints: child_only's 2 call sites got %d ids in 20 children "
+          "(each child instrumented it again?)" % len(ids))
+    trees = per_thread_trees(sptrace, tdir, {"child_only", "leaf"})
+    want = "child_only() {;  leaf();;  leaf();;} /* child_only */"
+    check(sum(1 for t in trees if t == want) == 20,
+          "fork-hints: want 20 children's %r, got:\n%s" % (want, "\n".join(trees)))
 
 
 def case_signals(sptrace, prog, tmp):
@@ -1147,6 +1180,8 @@ def main():
             case_short_hot(sptrace, sys.argv[3], tmp)
         elif case == "ends-barrier":
             case_ends_barrier(sptrace, sys.argv[3], tmp)
+        elif case == "fork-hints":
+            case_fork_hints(sptrace, sys.argv[3], tmp)
         elif case in ("churn", "churn-detached"):
             case_churn(sptrace, sys.argv[3], case, tmp)
         elif case in CONF:

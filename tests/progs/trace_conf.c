@@ -392,6 +392,35 @@ KEEP int fork_areas(void)
 	return 0;
 }
 
+/*
+ * fork-hints: 20 children forked one after the other, each calling a
+ * function the parent never calls (through a pointer: no look-ahead), then
+ * exiting without an exec.  The first child instruments it; the parent, told
+ * so, instruments it before its next fork (agent/instrument.c, the hints),
+ * and the later children inherit the patched code.
+ */
+KEEP int child_only(int i) { return leaf(i) + leaf(i + 1); }
+static int (*volatile child_only_fn)(int) = child_only;
+
+KEEP int fork_hints(void)
+{
+	int sum = 0;
+
+	fflush(stdout);
+	for (int i = 0; i < 20; i++) {
+		int st = 0;
+		pid_t p = fork();
+
+		if (p == 0)
+			_exit(child_only_fn(i) & 0x7f);
+		if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st))
+			return -1;
+		sum += WEXITSTATUS(st);
+	}
+	printf("children said %d\n", sum);
+	return 0;
+}
+
 KEEP int threads(void)
 {
 	pthread_t t[4];
@@ -696,6 +725,8 @@ int main(int argc, char **argv)
 		printf("child said %d\n", forked());
 	} else if (strcmp(what, "fork-areas") == 0) {
 		return fork_areas() != 0;
+	} else if (strcmp(what, "fork-hints") == 0) {
+		return fork_hints() != 0;
 	} else if (strcmp(what, "longjmp") == 0) {
 		printf("longjmp %d\n", jumper());
 	} else if (strcmp(what, "signals") == 0) {

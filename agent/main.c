@@ -729,34 +729,76 @@ static int find_root(char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * The environment is read and changed in place (environ), never through
+ * getenv, setenv or unsetenv: a program may define its own.  bash does, over
+ * its table of shell variables; before bash's main has made that table its
+ * unsetenv changed nothing, and every bash script saw $SPTRACE_DIR and the
+ * agent's $LD_PRELOAD.  An entry is removed by moving the later ones back,
+ * as the C library does, in the very array main will get as envp; one
+ * changed gets a string of the agent's (never freed: the program may hold
+ * the pointer).
+ */
+static char **env_find(const char *name)
+{
+	size_t len = strlen(name);
+
+	for (char **e = environ; e && *e; e++)
+		if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
+			return e;
+	return NULL;
+}
+
+static const char *env_get(const char *name)
+{
+	char **e = env_find(name);
+
+	return e ? *e + strlen(name) + 1 : NULL;
+}
+
+static void env_remove(const char *name)
+{
+	char **e;
+
+	while ((e = env_find(name)))
+		do
+			e[0] = e[1];
+		while (*e++);
+}
+
+/* NAME=value in place of NAME's entry; false when there is none (or no
+ * memory): the caller removes it then. */
+static bool env_replace(const char *name, const char *value)
+{
+	char **e = env_find(name);
+	size_t n = strlen(name) + strlen(value) + 2;
+	char *s = e ? ag_alloc(n) : NULL;
+
+	if (!s)
+		return false;
+	snprintf(s, n, "%s=%s", name, value);
+	*e = s;
+	return true;
+}
+
 static void restore_env(void)
 {
-	const char *orig = getenv("SPTRACE_LD_PRELOAD");
+	static const char *const ours[] = {
+		"SPTRACE_LD_PRELOAD", "SPTRACE_LD_BIND_NOW", "SPTRACE_DIR", "SPTRACE_ON",
+		"SPTRACE_RING_BYTES", "SPTRACE_RECORDS", "SPTRACE_BUDGET", "SPTRACE_EXEC_OF",
+		"SPTRACE_THREADS", "SPTRACE_SESSION", "SPTRACE_PROPAGATE_WAIT", "SPTRACE_TSC_HZ",
+		"SPTRACE_JOIN", "SPTRACE_MARK",
+	};
+	const char *orig = env_get("SPTRACE_LD_PRELOAD");
 
-	/* Each value is copied by setenv before unsetenv removes its source. */
-	if (orig && strcmp(orig, "-") != 0)
-		setenv("LD_PRELOAD", orig, 1);
-	else
-		unsetenv("LD_PRELOAD");
-	unsetenv("SPTRACE_LD_PRELOAD");
-	orig = getenv("SPTRACE_LD_BIND_NOW");
-	if (orig && strcmp(orig, "-") != 0)
-		setenv("LD_BIND_NOW", orig, 1);
-	else if (orig)
-		unsetenv("LD_BIND_NOW");
-	unsetenv("SPTRACE_LD_BIND_NOW");
-	unsetenv("SPTRACE_DIR");
-	unsetenv("SPTRACE_ON");
-	unsetenv("SPTRACE_RING_BYTES");
-	unsetenv("SPTRACE_RECORDS");
-	unsetenv("SPTRACE_BUDGET");
-	unsetenv("SPTRACE_EXEC_OF");
-	unsetenv("SPTRACE_THREADS");
-	unsetenv("SPTRACE_SESSION");
-	unsetenv("SPTRACE_PROPAGATE_WAIT");
-	unsetenv("SPTRACE_TSC_HZ");
-	unsetenv("SPTRACE_JOIN");
-	unsetenv("SPTRACE_MARK");
+	/* Each value is copied before its source is removed. */
+	if (!orig || strcmp(orig, "-") == 0 || !env_replace("LD_PRELOAD", orig))
+		env_remove("LD_PRELOAD");
+	orig = env_get("SPTRACE_LD_BIND_NOW");
+	if (orig && (strcmp(orig, "-") == 0 || !env_replace("LD_BIND_NOW", orig)))
+		env_remove("LD_BIND_NOW");
+	for (size_t i = 0; i < sizeof ours / sizeof *ours; i++)
+		env_remove(ours[i]);
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -1045,20 +1087,20 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 
 __attribute__((constructor)) static void agent_init(void)
 {
-	const char *dir = getenv("SPTRACE_DIR");
+	const char *dir = env_get("SPTRACE_DIR");
 
 	if (!dir || !*dir)
 		return;                 /* loaded without sptrace run: stay out of the way */
 	/* Read before agent_start takes them out of the environment */
-	snprintf(env_session, sizeof env_session, "%s", getenv("SPTRACE_SESSION") ?: "");
-	snprintf(env_wait, sizeof env_wait, "%s", getenv("SPTRACE_PROPAGATE_WAIT") ?: "");
-	snprintf(join_list, sizeof join_list, "%s", getenv("SPTRACE_JOIN") ?: "");
-	snprintf(env_mark, sizeof env_mark, "%s", getenv("SPTRACE_MARK") ?: "");
-	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
-	take_hz(getenv("SPTRACE_TSC_HZ"));
-	ag_budget_init(getenv("SPTRACE_BUDGET"));
-	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
-		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
+	snprintf(env_session, sizeof env_session, "%s", env_get("SPTRACE_SESSION") ?: "");
+	snprintf(env_wait, sizeof env_wait, "%s", env_get("SPTRACE_PROPAGATE_WAIT") ?: "");
+	snprintf(join_list, sizeof join_list, "%s", env_get("SPTRACE_JOIN") ?: "");
+	snprintf(env_mark, sizeof env_mark, "%s", env_get("SPTRACE_MARK") ?: "");
+	ag_ring_keep_all(env_get("SPTRACE_RECORDS") && strcmp(env_get("SPTRACE_RECORDS"), "all") == 0);
+	take_hz(env_get("SPTRACE_TSC_HZ"));
+	ag_budget_init(env_get("SPTRACE_BUDGET"));
+	agent_start(dir, env_get("SPTRACE_ON"), env_get("SPTRACE_RING_BYTES"),
+		    env_get("SPTRACE_EXEC_OF"), env_get("SPTRACE_THREADS"));
 }
 
 /*

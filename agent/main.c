@@ -28,6 +28,8 @@
  *                          it: this agent need not spend 2 ms measuring it
  *   SPTRACE_JOIN           join directives, one a line (trace_format.h,
  *                          "Values"): the values to record, written to meta
+ *   SPTRACE_SPARE          the stock of ready-made files, directories and
+ *                          FIFOs `sptrace run` keeps (spare.c)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -103,11 +105,36 @@ void *ag_alloc(size_t n)
 	return r;
 }
 
+/* A file made here, counted (spare.c's count), or opened as it is. */
+static int create_counted(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd >= 0)
+		ag_spare_made();
+	else if (errno == EEXIST)
+		fd = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	return fd;
+}
+
 int ag_trace_open(const char *path, int flags)
 {
-	int fd = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int took = ag_spare_take(AG_SPARE_FILE, path), fd;
 	struct stat st;
 
+	if (took > 0) {
+		/* Point 4 of spare.c: what was taken, as a spare must be. */
+		fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &st) != 0 || !ag_spare_check(AG_SPARE_FILE, &st, path)) {
+			if (fd >= 0)
+				close(fd);
+			took = -1;
+		}
+	}
+	if (took == 0)
+		fd = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	else if (took < 0)
+		fd = create_counted(path, flags);
 	/* fchmod: the umask plays no part.  A file that did not get the
 	 * directory's group stays the owner's. */
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
@@ -126,12 +153,18 @@ static int trace_dir_check(const char *exec_of)
 {
 	struct stat st;
 	mode_t want = 0700;
-	int fd;
+	int fd, took = -1;
 
 	if (exec_of) {
 		if (stat(exec_of, &st) == 0 && (st.st_mode & S_ISGID) && (st.st_mode & S_IRGRP))
 			want = 02750;
-		if (mkdir(ag_dir, want & 0777) != 0 && errno != EEXIST)
+		took = ag_spare_take(AG_SPARE_DIR, ag_dir);
+		if (took > 0 && (lstat(ag_dir, &st) != 0 ||
+				 !ag_spare_check(AG_SPARE_DIR, &st, ag_dir)))
+			took = -1;
+		if (took <= 0 && mkdir(ag_dir, want & 0777) == 0)
+			ag_spare_made();
+		else if (took <= 0 && errno != EEXIST)
 			return -1;      /* nowhere to write: run untraced */
 	}
 	fd = open(ag_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -757,6 +790,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_TSC_HZ");
 	unsetenv("SPTRACE_JOIN");
 	unsetenv("SPTRACE_MARK");
+	unsetenv("SPTRACE_SPARE");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -789,6 +823,7 @@ static void end_trace(const char *why, bool restore)
 	ag_log("end: %lu relocated windows, %lu of them reached through a jump (the rest "
 	       "through their int3); %lu hot traps put back", (unsigned long)sites,
 	       (unsigned long)skind, (unsigned long)ag_traps_retired());
+	ag_spare_log_end();
 	meta_append("%s %lu\n%s %lu\n%s %s\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(),
 		    TRACE_META_MONO1, (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END, why);
 }
@@ -965,6 +1000,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	snprintf(log_path, sizeof log_path, "%s/agent.log", ag_dir);
 	log_fd = ag_trace_open(log_path, O_WRONLY | O_APPEND);
 	ag_fd_keep(&log_fd, log_path, O_WRONLY | O_APPEND);
+	ag_spare_log_start();
 	/* Before any hook: a receive must not be taken for the event while
 	 * the receive the daemon asked for is not known yet. */
 	ag_propagate_init(attached ? attach_session : env_session,
@@ -1053,6 +1089,7 @@ __attribute__((constructor)) static void agent_init(void)
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
 	take_hz(getenv("SPTRACE_TSC_HZ"));
 	ag_budget_init(getenv("SPTRACE_BUDGET"));
+	ag_spare_init(getenv("SPTRACE_SPARE"));
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }

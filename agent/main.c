@@ -900,6 +900,7 @@ static int attach_stopped;                      /* ... "stopped=": the injector'
 static long attach_stopped_nr = -1;             /* the call it goes back into (-1: none), */
 static unsigned long attach_stopped_pc;         /* where that call returns */
 static char env_session[80], env_wait[16];      /* SPTRACE_SESSION, ..._PROPAGATE_WAIT */
+static char env_spare[4096];                    /* SPTRACE_SPARE (spare.c) */
 static char join_list[AG_JOIN_MAX * 260];      /* SPTRACE_JOIN, or attach's "join=" lines */
 
 /* The join directives of join_list, one a line, for the areas. */
@@ -982,6 +983,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_fds_init();
+	if (!attached)
+		ag_spare_init(env_spare);       /* before the first file is made */
 	ag_msgs_init();
 	owner_pid = getpid();
 	ag_signals_init();
@@ -1089,7 +1092,7 @@ __attribute__((constructor)) static void agent_init(void)
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
 	take_hz(getenv("SPTRACE_TSC_HZ"));
 	ag_budget_init(getenv("SPTRACE_BUDGET"));
-	ag_spare_init(getenv("SPTRACE_SPARE"));
+	snprintf(env_spare, sizeof env_spare, "%s", getenv("SPTRACE_SPARE") ?: "");
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }

@@ -25,7 +25,9 @@
  *  2. The agent checks the directory once, at start, before its first file:
  *     a directory and not a link (O_NOFOLLOW | O_DIRECTORY), its euid's,
  *     writable by no one else (sp_fd_private): only its own user could put
- *     anything there.  Else it says so in agent.log and takes nothing.
+ *     anything there.  It keeps that descriptor (high, fds.c) and takes
+ *     every slot through it, so no path is followed again.  Else it says so
+ *     in agent.log and takes nothing.
  *  3. To make PATH, the agent renames a slot onto it with renameat2's
  *     RENAME_NOREPLACE.  The rename is atomic: of the processes racing for
  *     one slot one gets it, the others ENOENT and try the next slot; a PATH
@@ -64,6 +66,9 @@
 #define SPARE_TRIES 4
 
 static char spare_dir[4096];           /* SPTRACE_SPARE as given ("" : none) */
+/* The directory checked at point 2, kept open (high, fds.c; not reopened by
+ * path if the program closes it: a reopened one would not be checked). */
+static volatile int spare_fd = -1;
 static volatile int usable;            /* point 2 passed, and nothing wrong since */
 static uid_t spare_uid;
 static char refused[4400];             /* why not (point 2), logged once the log is open */
@@ -92,12 +97,14 @@ void ag_spare_init(const char *dir)
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd >= 0 && sp_fd_private(fd, &st)) {
 		spare_uid = st.st_uid;
+		spare_fd = fd;
+		ag_fd_keep(&spare_fd, NULL, 0);
 		usable = 1;
-	} else {
-		snprintf(refused, sizeof refused, "spares: %s ignored: %s; this process creates "
-			 "its files itself", dir, fd < 0 ? "not a directory (or a link)" :
-			 st.st_uid != geteuid() ? "another user's" : "others may write into it");
+		return;
 	}
+	snprintf(refused, sizeof refused, "spares: %s ignored: %s; this process creates its "
+		 "files itself", dir, fd < 0 ? "not a directory (or a link)" :
+		 st.st_uid != geteuid() ? "another user's" : "others may write into it");
 	if (fd >= 0)
 		close(fd);
 }
@@ -126,11 +133,13 @@ static void give_up(const char *path, const char *why, const char *detail)
 
 int ag_spare_take(int kind, const char *path)
 {
-	char slot[4200];
+	char slot[32];
 	pid_t pid;
 	unsigned at;
+	int dfd;
 
-	if (!__atomic_load_n(&usable, __ATOMIC_ACQUIRE) || geteuid() != spare_uid)
+	if (!__atomic_load_n(&usable, __ATOMIC_ACQUIRE) || geteuid() != spare_uid ||
+	    (dfd = ag_fd_checked(&spare_fd)) < 0)
 		return -1;
 	pid = getpid();
 	if (__atomic_load_n(&next_pid, __ATOMIC_RELAXED) != pid) {
@@ -141,9 +150,8 @@ int ag_spare_take(int kind, const char *path)
 	}
 	for (int i = 0; i < SPARE_TRIES; i++) {
 		at = __atomic_fetch_add(&next_slot[kind], 1, __ATOMIC_RELAXED) % kinds[kind].count;
-		snprintf(slot, sizeof slot, "%s/%s%c.%u", spare_dir, TRACE_SPARE_PREFIX,
-			 kinds[kind].letter, at);
-		if (renameat2(AT_FDCWD, slot, AT_FDCWD, path, RENAME_NOREPLACE) == 0) {
+		snprintf(slot, sizeof slot, "%s%c.%u", TRACE_SPARE_PREFIX, kinds[kind].letter, at);
+		if (renameat2(dfd, slot, AT_FDCWD, path, RENAME_NOREPLACE) == 0) {
 			__atomic_add_fetch(&taken, 1, __ATOMIC_RELAXED);
 			return 1;
 		}

@@ -117,29 +117,43 @@ static int create_counted(const char *path, int flags)
 	return fd;
 }
 
-int ag_trace_open(const char *path, int flags)
+/* fchmod: the umask plays no part.  A file that did not get the
+ * directory's group stays the owner's. */
+static int trace_mode(int fd)
 {
-	int took = ag_spare_take(AG_SPARE_FILE, path), fd;
 	struct stat st;
 
-	if (took > 0) {
-		/* Point 4 of spare.c: what was taken, as a spare must be. */
-		fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0 || fstat(fd, &st) != 0 || !ag_spare_check(AG_SPARE_FILE, &st, path)) {
-			if (fd >= 0)
-				close(fd);
-			took = -1;
-		}
-	}
-	if (took == 0)
-		fd = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	else if (took < 0)
-		fd = create_counted(path, flags);
-	/* fchmod: the umask plays no part.  A file that did not get the
-	 * directory's group stays the owner's. */
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
 		fchmod(fd, share_gid != (gid_t)-1 && st.st_gid == share_gid ? 0640 : 0600);
 	return fd;
+}
+
+int ag_trace_open(const char *path, int flags)
+{
+	struct stat st;
+	int fd, took;
+
+	/* agent.log and meta are opened again and again (each line of meta,
+	 * a forked child's log): one that exists is opened as it is, without
+	 * asking for a spare. */
+	if (flags & O_APPEND) {
+		fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 || errno != ENOENT)
+			return trace_mode(fd);
+	}
+	took = ag_spare_take(AG_SPARE_FILE, path);
+	if (took > 0) {
+		/* Point 4 of spare.c: what was taken, as a spare must be (looked
+		 * at before any O_TRUNC: an empty file has nothing to lose). */
+		fd = open(path, (flags & ~O_TRUNC) | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && fstat(fd, &st) == 0 && ag_spare_check(AG_SPARE_FILE, &st, path))
+			return trace_mode(fd);
+		if (fd >= 0)
+			close(fd);
+	}
+	if (took == 0)
+		return trace_mode(open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+	return trace_mode(create_counted(path, flags));
 }
 
 /*

@@ -38,6 +38,7 @@ struct cli_spares {
 	int new_fd;               /* DIR/.spare/spare.new */
 	int watch_fd;             /* inotify on .spare */
 	int stop_fd;              /* eventfd: the run is over */
+	volatile int stopping;    /* ... and the fill stops at the next slot */
 	pthread_t thread;
 	char path[PATH_MAX];      /* DIR/.spare, for SPTRACE_SPARE */
 };
@@ -107,7 +108,7 @@ static void fill(cli_spares *s)
 
 	for (unsigned i = 0; i < TRACE_SPARE_FILES; i++) {
 		for (size_t kind = 0; kind < NKINDS; kind++) {
-			if (i >= kinds[kind].count)
+			if (i >= kinds[kind].count || __atomic_load_n(&s->stopping, __ATOMIC_RELAXED))
 				continue;
 			slot_name(name, sizeof name, kind, i);
 			if (fstatat(s->spare_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
@@ -234,6 +235,9 @@ void cli_spares_end(cli_spares *s)
 
 	if (!s)
 		return;
+	/* A program that ended at once (no fork) does not wait for the whole
+	 * stock to be made. */
+	__atomic_store_n(&s->stopping, 1, __ATOMIC_RELAXED);
 	if (write(s->stop_fd, &one, sizeof one) != sizeof one)
 		pthread_cancel(s->thread);
 	pthread_join(s->thread, NULL);

@@ -78,9 +78,9 @@
  * p (FIFO) and N below the kind's count. */
 #define TRACE_SPARE_DIR ".spare"
 #define TRACE_SPARE_PREFIX "spare."
-#define TRACE_SPARE_FILES 32
-#define TRACE_SPARE_DIRS 8
-#define TRACE_SPARE_FIFOS 8
+#define TRACE_SPARE_FILES 16
+#define TRACE_SPARE_DIRS 4
+#define TRACE_SPARE_FIFOS 4
 
 #define TRACE_RING_MAGIC 0x31474e4952505354ull /* "TSPRING1" little-endian */
 #define TRACE_FORMAT_VERSION 2

@@ -24,7 +24,9 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -122,6 +124,13 @@ static void *refill_main(void *arg)
 	cli_spares *s = arg;
 	char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
 
+	/* Nice 19: the stock is made on time the program leaves idle (the
+	 * other core while a shell waits for its child), not taken from it: a
+	 * program that never forks would only pay for it.  Not SCHED_IDLE: a
+	 * rename of this thread's holds the file system's rename lock, which
+	 * an agent's take waits for, and a thread that never runs under load
+	 * would keep it. */
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
 	fill(s);
 	for (;;) {
 		struct pollfd p[2] = { { .fd = s->watch_fd, .events = POLLIN },

@@ -44,7 +44,7 @@
  *  5. The euid is compared with the directory's owner at every take: a
  *     program that changed its user (setpriv) creates its files itself, as
  *     before (their owner is the user it now is).
- *  6. `sptrace run`'s thread sees a slot renamed away (inotify) and makes it
+ *  6. `sptrace run`'s thread sees a slot renamed away (it looks) and makes it
  *     again; at the end of the run it removes the stock.  A stock left by a
  *     killed run is harmless: readers look only at the names of a trace's
  *     files (ring.*, exec.*, ...), and sptrace's removal of an old trace

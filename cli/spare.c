@@ -8,9 +8,14 @@
  * of sptrace run makes each slot in DIR/.spare/spare.new and renames it into
  * .spare: the slow creation locks spare.new, not .spare, so an agent taking
  * a slot from .spare meanwhile waits only for a rename.  The thread watches
- * .spare with inotify and makes again each slot an agent took.  It never
- * allocates (the run forks the program while it runs) and blocks every
- * signal.
+ * .spare and makes again each slot an agent took.  It never allocates (the
+ * run forks the program while it runs) and blocks every signal.
+ *
+ * It looks by fstatat, slot by slot, every 2 ms while agents take slots,
+ * twice as long after each look that found nothing taken, up to 128 ms: a
+ * burst of new processes finds the stock full, and an idle program costs a
+ * look of 24 names 8 times a second.  (Not inotify: closing an inotify
+ * instance waits for an SRCU grace period, 8 ms at the end of every run.)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +28,6 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -38,9 +42,9 @@ struct cli_spares {
 	int dir_fd;               /* DIR */
 	int spare_fd;             /* DIR/.spare */
 	int new_fd;               /* DIR/.spare/spare.new */
-	int watch_fd;             /* inotify on .spare */
 	int stop_fd;              /* eventfd: the run is over */
 	volatile int stopping;    /* ... and the fill stops at the next slot */
+	volatile pid_t tid;       /* the thread's (0 until it runs) */
 	pthread_t thread;
 	char path[PATH_MAX];      /* DIR/.spare, for SPTRACE_SPARE */
 };
@@ -59,24 +63,6 @@ static const struct {
 static void slot_name(char *out, size_t len, size_t kind, unsigned i)
 {
 	snprintf(out, len, "%s%c.%u", TRACE_SPARE_PREFIX, kinds[kind].letter, i);
-}
-
-/* The kind of a slot's name, or -1. */
-static int slot_kind(const char *name)
-{
-	size_t k = strlen(TRACE_SPARE_PREFIX);
-	char *end;
-	unsigned long i;
-
-	if (strncmp(name, TRACE_SPARE_PREFIX, k) != 0 || !name[k] || name[k + 1] != '.')
-		return -1;
-	for (size_t kind = 0; kind < NKINDS; kind++) {
-		if (name[k] != kinds[kind].letter)
-			continue;
-		i = strtoul(name + k + 2, &end, 10);
-		return name[k + 2] && !*end && i < kinds[kind].count ? (int)kind : -1;
-	}
-	return -1;
 }
 
 /* Make one slot (if it is not there): in spare.new, then renamed into .spare. */
@@ -102,27 +88,34 @@ static void make_slot(cli_spares *s, size_t kind, const char *name)
 		unlinkat(s->new_fd, name, kinds[kind].letter == 'd' ? AT_REMOVEDIR : 0);
 }
 
-/* Every slot not there (the start, or after inotify lost events). */
-static void fill(cli_spares *s)
+/* Every slot not there; how many were made. */
+static unsigned fill(cli_spares *s)
 {
 	char name[64];
 	struct stat st;
+	unsigned made = 0;
 
 	for (unsigned i = 0; i < TRACE_SPARE_FILES; i++) {
 		for (size_t kind = 0; kind < NKINDS; kind++) {
 			if (i >= kinds[kind].count || __atomic_load_n(&s->stopping, __ATOMIC_RELAXED))
 				continue;
 			slot_name(name, sizeof name, kind, i);
-			if (fstatat(s->spare_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			if (fstatat(s->spare_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
 				make_slot(s, kind, name);
+				made++;
+			}
 		}
 	}
+	return made;
 }
+
+#define LOOK_MIN_MS 2
+#define LOOK_MAX_MS 128
 
 static void *refill_main(void *arg)
 {
 	cli_spares *s = arg;
-	char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+	int wait_ms = LOOK_MIN_MS;
 
 	/* Nice 19: the stock is made on time the program leaves idle (the
 	 * other core while a shell waits for its child), not taken from it: a
@@ -130,35 +123,26 @@ static void *refill_main(void *arg)
 	 * rename of this thread's holds the file system's rename lock, which
 	 * an agent's take waits for, and a thread that never runs under load
 	 * would keep it. */
-	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+	s->tid = (pid_t)syscall(SYS_gettid);
+	setpriority(PRIO_PROCESS, (id_t)s->tid, 19);
+	if (__atomic_load_n(&s->stopping, __ATOMIC_RELAXED))
+		return NULL;    /* the run ended before this thread ran */
 	fill(s);
 	for (;;) {
-		struct pollfd p[2] = { { .fd = s->watch_fd, .events = POLLIN },
-				       { .fd = s->stop_fd, .events = POLLIN } };
-		ssize_t n;
+		struct pollfd p = { .fd = s->stop_fd, .events = POLLIN };
+		int r = poll(&p, 1, wait_ms);
 
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
+		if (r > 0 || (r < 0 && errno != EINTR))
 			break;
-		if (p[1].revents)
-			break;
-		n = read(s->watch_fd, buf, sizeof buf);
-		for (char *at = buf; n > 0 && at < buf + n;) {
-			struct inotify_event *ev = (struct inotify_event *)at;
-			int kind = ev->len ? slot_kind(ev->name) : -1;
-
-			if (ev->mask & IN_Q_OVERFLOW)
-				fill(s);
-			else if (kind >= 0)
-				make_slot(s, (size_t)kind, ev->name);
-			at += sizeof *ev + ev->len;
-		}
+		wait_ms = fill(s) ? LOOK_MIN_MS : wait_ms * 2 > LOOK_MAX_MS ? LOOK_MAX_MS :
+			  wait_ms * 2;
 	}
 	return NULL;
 }
 
 static void close_all(cli_spares *s)
 {
-	int *fds[] = { &s->dir_fd, &s->spare_fd, &s->new_fd, &s->watch_fd, &s->stop_fd };
+	int *fds[] = { &s->dir_fd, &s->spare_fd, &s->new_fd, &s->stop_fd };
 
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (*fds[i] >= 0)
@@ -195,7 +179,7 @@ cli_spares *cli_spares_start(const char *absdir)
 
 	if (!s)
 		return NULL;
-	s->spare_fd = s->new_fd = s->watch_fd = s->stop_fd = -1;
+	s->spare_fd = s->new_fd = s->stop_fd = -1;
 	s->dir_fd = open(absdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (s->dir_fd < 0 || fstat(s->dir_fd, &st) != 0 ||
 	    (size_t)snprintf(s->path, sizeof s->path, "%s/%s", absdir, TRACE_SPARE_DIR) >=
@@ -212,9 +196,6 @@ cli_spares *cli_spares_start(const char *absdir)
 	    mkdirat(s->spare_fd, STAGING, 0700) != 0 ||
 	    (s->new_fd = openat(s->spare_fd, STAGING,
 				O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-	    (s->watch_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK)) < 0 ||
-	    inotify_add_watch(s->watch_fd, s->path, IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR |
-			      IN_DONT_FOLLOW) < 0 ||
 	    (s->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
 		if (s->spare_fd >= 0)
 			remove_stock(s);
@@ -247,6 +228,11 @@ void cli_spares_end(cli_spares *s)
 	/* A program that ended at once (no fork) does not wait for the whole
 	 * stock to be made. */
 	__atomic_store_n(&s->stopping, 1, __ATOMIC_RELAXED);
+	/* Back to the run's own priority for its last steps: on a busy
+	 * machine, a thread at nice 19 would keep the end of the run waiting
+	 * (as root; another user may not raise it again, and waits). */
+	if (s->tid)
+		setpriority(PRIO_PROCESS, (id_t)s->tid, 0);
 	if (write(s->stop_fd, &one, sizeof one) != sizeof one)
 		pthread_cancel(s->thread);
 	pthread_join(s->thread, NULL);

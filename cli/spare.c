@@ -11,7 +11,7 @@
  * .spare and makes again each slot an agent took.  It never allocates (the
  * run forks the program while it runs) and blocks every signal.
  *
- * It looks by fstatat, slot by slot, every 2 ms while agents take slots,
+ * It starts once the program's own agent has started, and looks by fstatat, slot by slot, every 2 ms while agents take slots,
  * twice as long after each look that found nothing taken, up to 128 ms: a
  * burst of new processes finds the stock full, and an idle program costs a
  * look of 24 names 8 times a second.  (Not inotify: closing an inotify
@@ -25,12 +25,11 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -44,7 +43,6 @@ struct cli_spares {
 	int new_fd;               /* DIR/.spare/spare.new */
 	int stop_fd;              /* eventfd: the run is over */
 	volatile int stopping;    /* ... and the fill stops at the next slot */
-	volatile pid_t tid;       /* the thread's (0 until it runs) */
 	pthread_t thread;
 	char path[PATH_MAX];      /* DIR/.spare, for SPTRACE_SPARE */
 };
@@ -111,20 +109,44 @@ static unsigned fill(cli_spares *s)
 
 #define LOOK_MIN_MS 2
 #define LOOK_MAX_MS 128
+#define FIRST_WAIT_MS 1000
+
+/* Has the program's own agent finished its start ("dormant" in agent.log,
+ * or "not tracing")?  Its start spins on sched_yield until its control
+ * thread runs: on a busy machine one more runnable thread -- this one,
+ * making the stock -- cost a traced /bin/true 18 ms there.  The first
+ * process makes its own files, as before; the stock is for the processes
+ * it starts. */
+static bool first_agent_started(cli_spares *s)
+{
+	char buf[8192];
+	int fd = openat(s->dir_fd, "agent.log", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return strstr(buf, "dormant") || strstr(buf, "not tracing");
+}
 
 static void *refill_main(void *arg)
 {
 	cli_spares *s = arg;
 	int wait_ms = LOOK_MIN_MS;
 
-	/* Nice 19: the stock is made on time the program leaves idle (the
-	 * other core while a shell waits for its child), not taken from it: a
-	 * program that never forks would only pay for it.  Not SCHED_IDLE: a
-	 * rename of this thread's holds the file system's rename lock, which
-	 * an agent's take waits for, and a thread that never runs under load
-	 * would keep it. */
-	s->tid = (pid_t)syscall(SYS_gettid);
-	setpriority(PRIO_PROCESS, (id_t)s->tid, 19);
+	/* At the run's own priority: at nice 19 on a busy machine, the end
+	 * of the run waited for this thread to be given the CPU again (its
+	 * renames also hold the file system's rename lock, which an agent's
+	 * take waits for). */
+	for (int waited = 0; !first_agent_started(s) && waited < FIRST_WAIT_MS;
+	     waited += LOOK_MIN_MS) {
+		struct pollfd p = { .fd = s->stop_fd, .events = POLLIN };
+
+		if (poll(&p, 1, LOOK_MIN_MS) != 0)
+			return NULL;    /* the run is over (or poll failed) */
+	}
 	if (__atomic_load_n(&s->stopping, __ATOMIC_RELAXED))
 		return NULL;    /* the run ended before this thread ran */
 	fill(s);
@@ -228,11 +250,6 @@ void cli_spares_end(cli_spares *s)
 	/* A program that ended at once (no fork) does not wait for the whole
 	 * stock to be made. */
 	__atomic_store_n(&s->stopping, 1, __ATOMIC_RELAXED);
-	/* Back to the run's own priority for its last steps: on a busy
-	 * machine, a thread at nice 19 would keep the end of the run waiting
-	 * (as root; another user may not raise it again, and waits). */
-	if (s->tid)
-		setpriority(PRIO_PROCESS, (id_t)s->tid, 0);
 	if (write(s->stop_fd, &one, sizeof one) != sizeof one)
 		pthread_cancel(s->thread);
 	pthread_join(s->thread, NULL);

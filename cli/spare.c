@@ -11,7 +11,8 @@
  * .spare and makes again each slot an agent took.  It never allocates (the
  * run forks the program while it runs) and blocks every signal.
  *
- * It starts once the program's own agent has started, and looks by fstatat, slot by slot, every 2 ms while agents take slots,
+ * It starts once the program's own agent has started (first_agent_started),
+ * then looks by fstatat, slot by slot, every 2 ms while agents take slots,
  * twice as long after each look that found nothing taken, up to 128 ms: a
  * burst of new processes finds the stock full, and an idle program costs a
  * look of 24 names 8 times a second.  (Not inotify: closing an inotify

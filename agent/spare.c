@@ -19,9 +19,10 @@
  *     empty regular file, 0600), spare.d.N (an empty directory, 0700),
  *     spare.p.N (a FIFO, 0600), N below the kind's count (trace_format.h).
  *     It fills them once the program's own agent has started (that first
- *     process makes its own files) and names the directory in SPTRACE_SPARE, which the agent takes out of
- *     the program's environment at start like every SPTRACE_ variable and
- *     puts back into an exec'd image's (exec.c).  Attached agents and
+ *     process makes its own files) and names the directory in
+ *     SPTRACE_SPARE, which the agent takes out of the program's environment
+ *     at start like every SPTRACE_ variable and puts back into an exec'd
+ *     image's (exec.c).  Attached agents and
  *     spdaemon's get none: they create as before.
  *  2. The agent checks the directory once, at start, before its first file:
  *     a directory and not a link (O_NOFOLLOW | O_DIRECTORY), its euid's,

@@ -11,13 +11,14 @@
  * .spare and makes again each slot an agent took.  It never allocates (the
  * run forks the program while it runs) and blocks every signal.
  *
- * It starts once the program's own agent has started (first_agent_started),
- * then looks by fstatat, slot by slot, every 2 ms while agents take slots,
+ * It starts once the program has started a second traced process
+ * (program_forked), then looks by fstatat, slot by slot, every 2 ms while agents take slots,
  * twice as long after each look that found nothing taken, up to 128 ms: a
  * burst of new processes finds the stock full, and an idle program costs a
  * look of 24 names 8 times a second.  (Not inotify: closing an inotify
  * instance waits for an SRCU grace period, 8 ms at the end of every run.)
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,6 +32,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -110,26 +112,32 @@ static unsigned fill(cli_spares *s)
 
 #define LOOK_MIN_MS 2
 #define LOOK_MAX_MS 128
-#define FIRST_WAIT_MS 1000
 
-/* Has the program's own agent finished its start ("dormant" in agent.log,
- * or "not tracing")?  Its start spins on sched_yield until its control
- * thread runs: on a busy machine one more runnable thread -- this one,
- * making the stock -- cost a traced /bin/true 18 ms there.  The first
- * process makes its own files, as before; the stock is for the processes
- * it starts. */
-static bool first_agent_started(cli_spares *s)
+/* Has the program started a second traced process: a forked child's ring
+ * (ring.TID beside the first) or an exec'd image's directory (exec.*)?  A
+ * program that never forks never pays for a stock (its making took the CPU
+ * from the program, and its removal leaves deleted inodes, which make the
+ * next creations dearer); the first processes make their own files, as
+ * before, and the stock serves those started after.  Read with getdents64
+ * into a buffer on the stack: nothing allocated. */
+static bool program_forked(cli_spares *s)
 {
-	char buf[8192];
-	int fd = openat(s->dir_fd, "agent.log", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	ssize_t n;
+	char buf[4096];
+	int rings = 0;
+	long n;
 
-	if (fd < 0)
+	if (lseek(s->dir_fd, 0, SEEK_SET) != 0)
 		return false;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return strstr(buf, "dormant") || strstr(buf, "not tracing");
+	while ((n = syscall(SYS_getdents64, s->dir_fd, buf, sizeof buf)) > 0)
+		for (long off = 0; off < n;) {
+			const struct dirent64 *d = (const struct dirent64 *)(buf + off);
+
+			if (strncmp(d->d_name, "exec.", 5) == 0 ||
+			    (strncmp(d->d_name, "ring.", 5) == 0 && ++rings > 1))
+				return true;
+			off += d->d_reclen;
+		}
+	return false;
 }
 
 static void *refill_main(void *arg)
@@ -141,13 +149,14 @@ static void *refill_main(void *arg)
 	 * of the run waited for this thread to be given the CPU again (its
 	 * renames also hold the file system's rename lock, which an agent's
 	 * take waits for). */
-	for (int waited = 0; !first_agent_started(s) && waited < FIRST_WAIT_MS;
-	     waited += LOOK_MIN_MS) {
+	while (!program_forked(s)) {
 		struct pollfd p = { .fd = s->stop_fd, .events = POLLIN };
 
-		if (poll(&p, 1, LOOK_MIN_MS) != 0)
+		if (poll(&p, 1, wait_ms) != 0)
 			return NULL;    /* the run is over (or poll failed) */
+		wait_ms = wait_ms * 2 > LOOK_MAX_MS ? LOOK_MAX_MS : wait_ms * 2;
 	}
+	wait_ms = LOOK_MIN_MS;
 	if (__atomic_load_n(&s->stopping, __ATOMIC_RELAXED))
 		return NULL;    /* the run ended before this thread ran */
 	fill(s);

@@ -109,6 +109,21 @@ void ag_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * through a link.  open(2)'s flags (O_CREAT and O_CLOEXEC added); the fd. */
 int ag_trace_open(const char *path, int flags);
 
+/* ---- spare.c: sptrace run's stock of ready-made files, directories and
+ * FIFOs (the protocol is explained there) ---- */
+enum { AG_SPARE_FILE, AG_SPARE_DIR, AG_SPARE_FIFO };
+struct stat;
+void ag_spare_init(const char *dir);    /* SPTRACE_SPARE, before the first file */
+void ag_spare_log_start(void);          /* why the stock is not used, once the log is open */
+void ag_spare_log_end(void);            /* how many were taken and created */
+const char *ag_spare_dir(void);         /* SPTRACE_SPARE for an exec'd image, or NULL */
+/* A spare renamed onto path: 1; path exists already: 0; none (create path): -1. */
+int ag_spare_take(int kind, const char *path);
+/* After a take: is what path now holds (st: its fstat) a spare of that kind?
+ * If not, it is removed, said in agent.log, and false: create path. */
+bool ag_spare_check(int kind, const struct stat *st, const char *path);
+void ag_spare_made(void);               /* one made by the agent itself */
+
 /* ---- modules.c ---- */
 typedef struct ag_module {
 	uint32_t index;          /* "module" line in meta */

@@ -6,7 +6,8 @@
  * exec would lose it.  The exec functions are interposed (execve, execv,
  * execvp, execvpe, execl, execle, execlp, fexecve): each passes the new
  * image an environment with the agent put back -- LD_PRELOAD, LD_BIND_NOW
- * and the SPTRACE_* variables, the program's own LD_PRELOAD/LD_BIND_NOW
+ * and the SPTRACE_* variables (SPTRACE_SPARE too: the new image takes its
+ * files from the same stock, spare.c), the program's own LD_PRELOAD/LD_BIND_NOW
  * kept aside for the new agent to restore -- and changes nothing else.
  *
  * The new image has other modules, so it writes a trace of its own, in a
@@ -178,6 +179,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    (ag_ring_keeps_all() && put(b, "SPTRACE_RECORDS", "all")) ||
 	    (ag_join_env()[0] && put(b, "SPTRACE_JOIN", ag_join_env())) ||
 	    (ag_budget_percent() && put(b, "SPTRACE_BUDGET", budget_text())) ||
+	    (ag_spare_dir() && put(b, "SPTRACE_SPARE", ag_spare_dir())) ||
 	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||
 					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()) ||
 					put(b, "SPTRACE_MARK", ag_propagate_mark()))))

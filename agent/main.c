@@ -28,6 +28,8 @@
  *                          it: this agent need not spend 2 ms measuring it
  *   SPTRACE_JOIN           join directives, one a line (trace_format.h,
  *                          "Values"): the values to record, written to meta
+ *   SPTRACE_SPARE          the stock of ready-made files, directories and
+ *                          FIFOs `sptrace run` keeps (spare.c)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -103,16 +105,55 @@ void *ag_alloc(size_t n)
 	return r;
 }
 
-int ag_trace_open(const char *path, int flags)
+/* A file made here, counted (spare.c's count), or opened as it is. */
+static int create_counted(const char *path, int flags)
 {
-	int fd = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int fd = open(path, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd >= 0)
+		ag_spare_made();
+	else if (errno == EEXIST)
+		fd = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	return fd;
+}
+
+/* fchmod: the umask plays no part.  A file that did not get the
+ * directory's group stays the owner's. */
+static int trace_mode(int fd)
+{
 	struct stat st;
 
-	/* fchmod: the umask plays no part.  A file that did not get the
-	 * directory's group stays the owner's. */
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
 		fchmod(fd, share_gid != (gid_t)-1 && st.st_gid == share_gid ? 0640 : 0600);
 	return fd;
+}
+
+int ag_trace_open(const char *path, int flags)
+{
+	struct stat st;
+	int fd, took;
+
+	/* agent.log and meta are opened again and again (each line of meta,
+	 * a forked child's log): one that exists is opened as it is, without
+	 * asking for a spare. */
+	if (flags & O_APPEND) {
+		fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 || errno != ENOENT)
+			return trace_mode(fd);
+	}
+	took = ag_spare_take(AG_SPARE_FILE, path);
+	if (took > 0) {
+		/* Point 4 of spare.c: what was taken, as a spare must be (looked
+		 * at before any O_TRUNC: an empty file has nothing to lose). */
+		fd = open(path, (flags & ~O_TRUNC) | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && fstat(fd, &st) == 0 && ag_spare_check(AG_SPARE_FILE, &st, path))
+			return trace_mode(fd);
+		if (fd >= 0)
+			close(fd);
+	}
+	if (took == 0)
+		return trace_mode(open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+	return trace_mode(create_counted(path, flags));
 }
 
 /*
@@ -126,12 +167,18 @@ static int trace_dir_check(const char *exec_of)
 {
 	struct stat st;
 	mode_t want = 0700;
-	int fd;
+	int fd, took = -1;
 
 	if (exec_of) {
 		if (stat(exec_of, &st) == 0 && (st.st_mode & S_ISGID) && (st.st_mode & S_IRGRP))
 			want = 02750;
-		if (mkdir(ag_dir, want & 0777) != 0 && errno != EEXIST)
+		took = ag_spare_take(AG_SPARE_DIR, ag_dir);
+		if (took > 0 && (lstat(ag_dir, &st) != 0 ||
+				 !ag_spare_check(AG_SPARE_DIR, &st, ag_dir)))
+			took = -1;
+		if (took <= 0 && mkdir(ag_dir, want & 0777) == 0)
+			ag_spare_made();
+		else if (took <= 0 && errno != EEXIST)
 			return -1;      /* nowhere to write: run untraced */
 	}
 	fd = open(ag_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -787,7 +834,7 @@ static void restore_env(void)
 		"SPTRACE_LD_PRELOAD", "SPTRACE_LD_BIND_NOW", "SPTRACE_DIR", "SPTRACE_ON",
 		"SPTRACE_RING_BYTES", "SPTRACE_RECORDS", "SPTRACE_BUDGET", "SPTRACE_EXEC_OF",
 		"SPTRACE_THREADS", "SPTRACE_SESSION", "SPTRACE_PROPAGATE_WAIT", "SPTRACE_TSC_HZ",
-		"SPTRACE_JOIN", "SPTRACE_MARK",
+		"SPTRACE_JOIN", "SPTRACE_MARK", "SPTRACE_SPARE",
 	};
 	const char *orig = env_get("SPTRACE_LD_PRELOAD");
 
@@ -831,6 +878,7 @@ static void end_trace(const char *why, bool restore)
 	ag_log("end: %lu relocated windows, %lu of them reached through a jump (the rest "
 	       "through their int3); %lu hot traps put back", (unsigned long)sites,
 	       (unsigned long)skind, (unsigned long)ag_traps_retired());
+	ag_spare_log_end();
 	meta_append("%s %lu\n%s %lu\n%s %s\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(),
 		    TRACE_META_MONO1, (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END, why);
 }
@@ -907,6 +955,7 @@ static int attach_stopped;                      /* ... "stopped=": the injector'
 static long attach_stopped_nr = -1;             /* the call it goes back into (-1: none), */
 static unsigned long attach_stopped_pc;         /* where that call returns */
 static char env_session[80], env_wait[16];      /* SPTRACE_SESSION, ..._PROPAGATE_WAIT */
+static char env_spare[4096];                    /* SPTRACE_SPARE (spare.c) */
 static char join_list[AG_JOIN_MAX * 260];      /* SPTRACE_JOIN, or attach's "join=" lines */
 
 /* The join directives of join_list, one a line, for the areas. */
@@ -989,6 +1038,8 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 
 	snprintf(ag_dir, sizeof ag_dir, "%s", dir);
 	ag_fds_init();
+	if (!attached)
+		ag_spare_init(env_spare);       /* before the first file is made */
 	ag_msgs_init();
 	owner_pid = getpid();
 	ag_signals_init();
@@ -1007,6 +1058,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	snprintf(log_path, sizeof log_path, "%s/agent.log", ag_dir);
 	log_fd = ag_trace_open(log_path, O_WRONLY | O_APPEND);
 	ag_fd_keep(&log_fd, log_path, O_WRONLY | O_APPEND);
+	ag_spare_log_start();
 	/* Before any hook: a receive must not be taken for the event while
 	 * the receive the daemon asked for is not known yet. */
 	ag_propagate_init(attached ? attach_session : env_session,
@@ -1099,6 +1151,7 @@ __attribute__((constructor)) static void agent_init(void)
 	ag_ring_keep_all(env_get("SPTRACE_RECORDS") && strcmp(env_get("SPTRACE_RECORDS"), "all") == 0);
 	take_hz(env_get("SPTRACE_TSC_HZ"));
 	ag_budget_init(env_get("SPTRACE_BUDGET"));
+	snprintf(env_spare, sizeof env_spare, "%s", env_get("SPTRACE_SPARE") ?: "");
 	agent_start(dir, env_get("SPTRACE_ON"), env_get("SPTRACE_RING_BYTES"),
 		    env_get("SPTRACE_EXEC_OF"), env_get("SPTRACE_THREADS"));
 }

@@ -75,6 +75,14 @@ int cli_prepare_trace_dir(const char *cmd, const char *dir, const cli_trace_owne
 int cli_remove_trace_dir(const char *dir, uid_t owner);
 /* --group NAME|GID: 0, or 2 after the message. */
 int cli_trace_group(const char *cmd, const char *arg, gid_t *gid);
+/* spare.c: `sptrace run`'s stock of ready-made files, directories and
+ * FIFOs in DIR/.spare, kept full by a thread until cli_spares_end removes
+ * it (agent/spare.c: the protocol).  NULL when it cannot be made: the
+ * agents create their files themselves. */
+typedef struct cli_spares cli_spares;
+cli_spares *cli_spares_start(const char *absdir);
+const char *cli_spares_path(const cli_spares *s);     /* for SPTRACE_SPARE */
+void cli_spares_end(cli_spares *s);                   /* NULL: nothing */
 /* Create (or open) the file `name` of the trace in `dir` with the trace's
  * mode (0600, or 0640 for a shared trace), never through a link; the fd. */
 int cli_trace_file(const char *dir, const char *name, int flags);

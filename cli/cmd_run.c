@@ -399,6 +399,7 @@ int cmd_run(int argc, char **argv)
 	int c, status, errpipe[2], exec_errno = 0;
 	cli_trace_owner owner = { geteuid(), getegid(), (gid_t)-1 };
 	pid_t pid;
+	cli_spares *spares = NULL;
 
 	optind = 1;
 	opterr = 0;
@@ -516,10 +517,13 @@ int cmd_run(int argc, char **argv)
 	if (pipe2(errpipe, O_CLOEXEC) != 0)
 		return cli_error("run: cannot create a pipe: %s", strerror(errno));
 	snprintf(tsc_hz, sizeof tsc_hz, "%llu", (unsigned long long)sp_tsc_hz());
+	spares = cli_spares_start(absdir);
 	fflush(NULL);
 	pid = fork();
-	if (pid < 0)
+	if (pid < 0) {
+		cli_spares_end(spares);
 		return cli_error("run: cannot fork: %s", strerror(errno));
+	}
 	if (pid == 0) {
 		close(errpipe[0]);
 		if (go[0] >= 0) {
@@ -563,6 +567,10 @@ int cmd_run(int argc, char **argv)
 			unsetenv("SPTRACE_PROPAGATE_WAIT");
 			unsetenv("SPTRACE_MARK");
 		}
+		if (spares)
+			setenv("SPTRACE_SPARE", cli_spares_path(spares), 1);
+		else
+			unsetenv("SPTRACE_SPARE");      /* not an outer run's */
 		execvp(argv[optind], argv + optind);
 		exec_errno = errno;
 		if (write(errpipe[1], &exec_errno, sizeof exec_errno) < 0)
@@ -576,6 +584,7 @@ int cmd_run(int argc, char **argv)
 			close(go[1]);           /* the child ends without starting */
 			close(errpipe[0]);
 			waitpid(pid, &status, 0);
+			cli_spares_end(spares);
 			cli_kernel_abandon(kern);
 			cli_remove_trace_dir(absdir, owner.uid);
 			return 1;
@@ -586,6 +595,7 @@ int cmd_run(int argc, char **argv)
 	if (read(errpipe[0], &exec_errno, sizeof exec_errno) == (ssize_t)sizeof exec_errno) {
 		close(errpipe[0]);
 		waitpid(pid, &status, 0);
+		cli_spares_end(spares);
 		cli_kernel_abandon(kern);
 		cli_remove_trace_dir(absdir, owner.uid);
 		cli_error("run: cannot execute %s: %s", argv[optind], strerror(exec_errno));
@@ -618,6 +628,7 @@ int cmd_run(int argc, char **argv)
 			break;
 		if (w < 0 && errno != EINTR) {
 			cli_hotkey_close(hk);
+			cli_spares_end(spares);
 			return cli_error("run: waiting for pid %d: %s", (int)pid, strerror(errno));
 		}
 		if (kern && cli_kernel_poll(kern))
@@ -644,6 +655,9 @@ int cmd_run(int argc, char **argv)
 	if (pidfd >= 0)
 		close(pidfd);
 	cli_hotkey_close(hk);
+	/* The program is gone: a process it left running makes its files
+	 * itself from now on. */
+	cli_spares_end(spares);
 	snprintf(meta, sizeof meta, "%s/meta", absdir);
 	if (access(meta, F_OK) != 0) {
 		char why[PATH_MAX + 128];

@@ -91,8 +91,16 @@ typedef struct tree {
 /* The type a trace's entry of this name has, or 0: none of a trace's. */
 static mode_t trace_entry_type(const char *name)
 {
+	size_t k = strlen(TRACE_SPARE_PREFIX);
+
 	if (strncmp(name, "exec.", 5) == 0 || strncmp(name, "spawn.", 6) == 0)
 		return S_IFDIR;
+	/* The stock of spares (spare.c) a killed sptrace run left behind. */
+	if (strcmp(name, TRACE_SPARE_DIR) == 0 || strcmp(name, TRACE_SPARE_PREFIX "new") == 0)
+		return S_IFDIR;
+	if (strncmp(name, TRACE_SPARE_PREFIX, k) == 0 && name[k] && name[k + 1] == '.')
+		return name[k] == 'f' ? S_IFREG : name[k] == 'd' ? S_IFDIR :
+		       name[k] == 'p' ? S_IFIFO : 0;
 	if (strcmp(name, "control") == 0)
 		return S_IFIFO;
 	if (strncmp(name, "ring.", 5) == 0 || strncmp(name, "seg.", 4) == 0 ||

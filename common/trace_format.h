@@ -46,6 +46,12 @@
  *   kernel.syms     text, one "ADDR-HEX NAME" per line: the kernel
  *                   functions of those sites, by their run-time address
  *                   (the module line's bias is 0).
+ *   .spare          `sptrace run` only, while it runs (a killed run may
+ *                   leave it): empty files, directories and FIFOs made
+ *                   ahead (spare.f.N, spare.d.N, spare.p.N), which an agent
+ *                   renames into place instead of creating its own
+ *                   (agent/spare.c).  No reader looks into it; it holds no
+ *                   records.
  *
  * Records are written without locks or system calls.  A full ring overwrites
  * its oldest records; the header's write count says how many were ever
@@ -66,6 +72,16 @@
 
 #include <stdint.h>
 #include <string.h>
+
+/* The stock of spare inodes (agent/spare.c explains the protocol): its
+ * directory in the top trace directory and how many slots of each kind,
+ * named TRACE_SPARE_PREFIX KIND "." N with KIND f (file), d (directory) or
+ * p (FIFO) and N below the kind's count. */
+#define TRACE_SPARE_DIR ".spare"
+#define TRACE_SPARE_PREFIX "spare."
+#define TRACE_SPARE_FILES 16
+#define TRACE_SPARE_DIRS 4
+#define TRACE_SPARE_FIFOS 4
 
 #define TRACE_RING_MAGIC 0x31474e4952505354ull /* "TSPRING1" little-endian */
 #define TRACE_FORMAT_VERSION 2

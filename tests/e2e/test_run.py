@@ -106,15 +106,15 @@ def repo_env(tdir):
     return dict(os.environ, SPTRACE_REPO=os.path.join(tdir, "..", "repo"))
 
 
-def replay(sptrace, tdir):
+def replay(sptrace, tdir, env=None):
     """sptrace replay DIR, with a stripped program's sub_<address> names
-    turned back into its symbols."""
-    r = run([sptrace, "replay", tdir], env=repo_env(tdir))
+    turned back into its symbols (env: the trace's, if not repo_env's)."""
+    r = run([sptrace, "replay", tdir], env=env or repo_env(tdir))
     return subprocess.CompletedProcess(r.args, r.returncode, unstrip(r.stdout), r.stderr)
 
 
-def replay_tree(sptrace, tdir):
-    r = replay(sptrace, tdir)
+def replay_tree(sptrace, tdir, env=None):
+    r = replay(sptrace, tdir, env)
     check(r.returncode == 0, "sptrace replay %s failed (%d): %s" % (tdir, r.returncode, r.stderr))
     lines = []
     for line in r.stdout.splitlines():

@@ -28,6 +28,8 @@
  *                          it: this agent need not spend 2 ms measuring it
  *   SPTRACE_JOIN           join directives, one a line (trace_format.h,
  *                          "Values"): the values to record, written to meta
+ *   SPTRACE_LOOKAHEAD      "all": the look-ahead takes every direct callee,
+ *                          whatever earlier runs reached (lookahead.c)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -757,6 +759,7 @@ static void restore_env(void)
 	unsetenv("SPTRACE_TSC_HZ");
 	unsetenv("SPTRACE_JOIN");
 	unsetenv("SPTRACE_MARK");
+	unsetenv("SPTRACE_LOOKAHEAD");
 }
 
 /* Deactivate for good: put every patched byte back, close the rings and
@@ -1053,6 +1056,7 @@ __attribute__((constructor)) static void agent_init(void)
 	ag_ring_keep_all(getenv("SPTRACE_RECORDS") && strcmp(getenv("SPTRACE_RECORDS"), "all") == 0);
 	take_hz(getenv("SPTRACE_TSC_HZ"));
 	ag_budget_init(getenv("SPTRACE_BUDGET"));
+	ag_lookahead_init(getenv("SPTRACE_LOOKAHEAD"));
 	agent_start(dir, getenv("SPTRACE_ON"), getenv("SPTRACE_RING_BYTES"),
 		    getenv("SPTRACE_EXEC_OF"), getenv("SPTRACE_THREADS"));
 }

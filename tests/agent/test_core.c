@@ -323,6 +323,7 @@ static void test_siblings(void)
 static void test_profile(void)
 {
 	static bool reached_before[NFUNCS] = { [F_LEAF] = true };
+	static fake_saved caller_site;
 	uint8_t keep[NFUNCS];
 
 	memcpy(keep, func_state, sizeof keep);
@@ -335,7 +336,16 @@ static void test_profile(void)
 	      "a callee the profile lists joins the batch");
 	CHECK(!func_state[F_TAILED] && !prepared[11] && !reused[11],
 	      "a callee the profile lacks joined the batch");
+	/* The caller's site of F_SIB2 left alone: no slow path would catch
+	 * F_SIB2, it joins whatever the profile says. */
 	cp_instrument(&view, F_SIB, F_CALLER);
+	CHECK(func_state[F_SIB] && func_state[F_SIB2],
+	      "a sibling behind a site left alone stayed out of the batch");
+	func_state[F_SIB] = func_state[F_SIB2] = 0;
+	/* Patched (the caller instrumented): F_SIB2 only if the profile has it. */
+	saved[20] = &caller_site;
+	cp_instrument(&view, F_SIB, F_CALLER);
+	saved[20] = NULL;
 	CHECK(func_state[F_SIB] && !func_state[F_SIB2],
 	      "a sibling the profile lacks joined the batch");
 	cp_instrument(&view, F_TAILED, F_MAIN);

@@ -121,6 +121,12 @@ static void learn_dir(learning *l, int dfd)
 		nsites = (size_t)st.st_size / sizeof *sites;
 		sites = mmap(NULL, nsites * sizeof *sites, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (sites != MAP_FAILED) {
+			/* Record 0's first 4 bytes: the next id the agents hand out. */
+			uint32_t next;
+
+			memcpy(&next, &sites[0], sizeof next);
+			if (next < nsites)
+				nsites = next;
 			for (size_t id = 1; id < nsites && id < nbits; id++) {
 				const trace_site *s = &sites[id];
 				uint32_t f, cm = s->callee_module;
@@ -138,7 +144,7 @@ static void learn_dir(learning *l, int dfd)
 				if (f != CA_NONE && ca_module_funcs(k->ca, NULL)[f].addr == s->callee_func)
 					k->reached[f >> 3] |= (uint8_t)(1u << (f & 7));
 			}
-			munmap(sites, nsites * sizeof *sites);
+			munmap(sites, (size_t)st.st_size / sizeof *sites * sizeof *sites);
 		}
 	}
 	if (fd >= 0)

@@ -8,7 +8,8 @@
  *      per trace directory, the site ids with an ENTRY record
  *      (an_pack_entered).  Only directories packing took are read: the
  *      caller's own, no one else's to write (cmd_pack.c, point 1).
- *   2. Each such directory (the trace and its exec'd images' subdirectories)
+ *   2. Each such directory (the trace, its exec'd images' and spawned
+ *      children's subdirectories)
  *      is opened without following a link and read through its descriptor:
  *      its meta's module lines give each module index's repository key, its
  *      sites file each entered id's callee (module index and link-time
@@ -153,7 +154,8 @@ static void learn_dir(learning *l, int dfd)
 		free((char *)keys[i]);
 }
 
-/* Point 2: the directory and its exec'd images' subdirectories. */
+/* Point 2: the directory and its exec'd images' and spawned children's
+ * subdirectories. */
 static void learn_tree(learning *l, int dfd, int depth)
 {
 	struct dirent *de;
@@ -170,7 +172,8 @@ static void learn_tree(learning *l, int dfd, int depth)
 		return;
 	}
 	while ((de = readdir(d)))
-		if (depth < 16 && strncmp(de->d_name, "exec.", 5) == 0) {
+		if (depth < 16 && (strncmp(de->d_name, "exec.", 5) == 0 ||
+				   strncmp(de->d_name, "spawn.", 6) == 0)) {
 			int sfd = openat(dirfd(d), de->d_name,
 					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 

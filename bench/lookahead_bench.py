@@ -11,6 +11,9 @@ times, one after the other:
            (a 3-line file; cc1 runs ~10 ms natively)
   python   the same of `SPTRACE run -- /usr/bin/python3.11 -c 'import json,
            decimal, argparse'`
+  make     the same (-r 3) of `make clean; SPTRACE run -- make -j2` of
+           start_bench.py's 13-file project (CPU time of every process: the
+           wall time of start_bench.py's make row is the noisier figure)
   warmup   bench/agent/warmup_gen.py 2000 4 (2000 functions reached once,
            4 call sites each, called in order by one function: the case the
            look-ahead was made for), 1 round: its own CLOCK_MONOTONIC time of
@@ -42,8 +45,8 @@ def sites(tdir):
     return n
 
 
-def task_clock(cmd, out):
-    subprocess.run(["perf", "stat", "-r", "5", "-x,", "-e", "task-clock", "-o", out, "--"] + cmd,
+def task_clock(cmd, out, reps=5):
+    subprocess.run(["perf", "stat", "-r", str(reps), "-x,", "-e", "task-clock", "-o", out, "--"] + cmd,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     for line in open(out):
         if ",task-clock," in line:
@@ -73,35 +76,46 @@ def main():
     subprocess.run(["gcc", "-O2", "-o", "warmup", "warmup.c"], check=True)
     who = [("NEW", [a.new, "run"]), ("NEW --lookahead all", [a.new, "run", "--lookahead", "all"]),
            ("OLD", [a.old, "run"])]
-    work = [("cc", ["cc", "-O2", "-c", "f0.c"]), ("python", PY), ("warmup", ["./warmup", "1"])]
+    sys.path.insert(0, HERE)
+    import start_bench
+    os.makedirs("proj")
+    start_bench.make_project("proj")
+    work = [("cc", ["cc", "-O2", "-c", "f0.c"]), ("python", PY), ("make", None),
+            ("warmup", ["./warmup", "1"])]
     load0 = open("/proc/loadavg").read().split()[:3]
     print("## %s UTC: load average %s at the start"
           % (subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M"], capture_output=True,
                             text=True).stdout.strip(), " ".join(load0)))
     print()
     print("NEW: %s, OLD: %s\n" % (a.new, a.old))
+    def traced(s, wn, cmd):
+        if wn == "make":
+            return ["sh", "-c", 'make -s -C proj clean >/dev/null; exec "$@"', "sh"] + s + \
+                ["-o", "t", "--", "make", "-s", "-j2", "-C", "proj"]
+        return s + ["-o", "t", "--"] + cmd
+
     nsites = {}
     for wn, cmd in work:
         for sn, s in who:
             for _ in range(2):
-                subprocess.run(s + ["-o", "t", "--"] + cmd, stdout=subprocess.DEVNULL,
+                subprocess.run(traced(s, wn, cmd), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, check=True)
             nsites[(wn, sn)] = sites("t")
     res = {}
     for rep in range(a.reps):
-        for wn, cmd in work[:2]:
+        for wn, cmd in work[:3]:
             for sn, s in who:
-                res.setdefault((wn, sn), []).append(task_clock(s + ["-o", "t", "--"] + cmd,
-                                                               "perf.txt"))
+                res.setdefault((wn, sn), []).append(task_clock(traced(s, wn, cmd), "perf.txt",
+                                                               3 if wn == "make" else 5))
     wu = {}
     for _ in range(5):
         wu.setdefault("native", []).append(warmup_ns(["./warmup", "1"]))
         for sn, s in who:
             wu.setdefault(sn, []).append(warmup_ns(s + ["-o", "t", "--", "./warmup", "1"]))
-    print("| workload | run by | sites instrumented | task-clock ms (perf stat -r 5), each "
-          "repetition | ÷ OLD |")
+    print("| workload | run by | sites instrumented (every image) | task-clock ms (perf stat "
+          "-r 5, make -r 3), each repetition | ÷ OLD |")
     print("|---|---|---:|---|---:|")
-    for wn, _ in work[:2]:
+    for wn, _ in work[:3]:
         old = statistics.mean(res[(wn, "OLD")])
         for sn, _ in who:
             v = res[(wn, sn)]

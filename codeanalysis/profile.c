@@ -25,7 +25,10 @@
  *      subdirectory not a link, and the entry itself (<key>.spr) a regular
  *      file of the caller's.  So a user's run never writes root's
  *      repository, and root never writes into a directory, or beside an
- *      entry, another user could have planted.
+ *      entry, another user could have planted.  The subdirectory is opened
+ *      (O_NOFOLLOW) and checked through its descriptor, and the old profile
+ *      read and the new one written through it (/proc/self/fd/N/...): a
+ *      directory swapped after the check is never written into.
  *   2. The old profile, read as in 3, and the functions this run reached
  *      are merged (a union): written only when the run reached a function
  *      the profile lacked, atomically (ca_repo_write_atomic: a temporary
@@ -71,19 +74,15 @@ static size_t prof_size(uint32_t nfuncs)
 
 #define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -1)
 
-int ca_profile_map(const char *dir, const char *key, uint32_t nfuncs, ca_profile *out,
-		   char *why, size_t whylen)
+/* Point 3 for the file at out->path. */
+static int map_path(const char *key, uint32_t nfuncs, ca_profile *out, char *why, size_t whylen)
 {
 	char trust[256];
 	struct stat st;
 	const prof_hdr *h;
-	sp_err err;
 	void *base;
 	int fd;
 
-	memset(out, 0, sizeof *out);
-	if (ca_repo_key_path(&dir, key, PROFILE_SUFFIX, out->path, sizeof out->path, &err) < 0)
-		return WHY("%s", err.msg);
 	fd = open(out->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
 	if (fd < 0 && errno == ENOENT)
 		return 1;
@@ -121,6 +120,17 @@ int ca_profile_map(const char *dir, const char *key, uint32_t nfuncs, ca_profile
 	return 0;
 }
 
+int ca_profile_map(const char *dir, const char *key, uint32_t nfuncs, ca_profile *out,
+		   char *why, size_t whylen)
+{
+	sp_err err;
+
+	memset(out, 0, sizeof *out);
+	if (ca_repo_key_path(&dir, key, PROFILE_SUFFIX, out->path, sizeof out->path, &err) < 0)
+		return WHY("%s", err.msg);
+	return map_path(key, nfuncs, out, why, whylen);
+}
+
 void ca_profile_unmap(ca_profile *p)
 {
 	if (p->map)
@@ -128,12 +138,13 @@ void ca_profile_unmap(ca_profile *p)
 	memset(p, 0, sizeof *p);
 }
 
-/* Protocol point 1: a directory of the caller's only it may write. */
-static int own_dir(const char *dir, bool follow, char *why, size_t whylen)
+/* Protocol point 1: a directory of the caller's only it may write (fd:
+ * opened, else -1: by path). */
+static int own_dir(const char *dir, int fd, char *why, size_t whylen)
 {
 	struct stat st;
 
-	if ((follow ? stat(dir, &st) : lstat(dir, &st)) < 0)
+	if ((fd >= 0 ? fstat(fd, &st) : stat(dir, &st)) < 0)
 		return WHY("%s: %s", dir, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
 		return WHY("%s is not a directory", dir);
@@ -156,21 +167,37 @@ int ca_profile_merge(const char *dir, const char *key, uint32_t nfuncs, const ui
 	struct stat st;
 	uint8_t *buf, *bits;
 	uint32_t added = 0, total = 0;
-	int rc;
+	int rc, sfd;
 
 	*nnew = 0;
 	if (ca_repo_key_path(&dir, key, ".spr", entry, sizeof entry, err) < 0)
 		return -1;
+	/* The key's subdirectory, opened without following a link, is where
+	 * everything below happens (through /proc/self/fd/N): a directory
+	 * renamed or replaced after its check is never written into. */
 	snprintf(sub, sizeof sub, "%s/%.2s", dir, key);
-	if (own_dir(dir, true, why, sizeof why) < 0 || own_dir(sub, false, why, sizeof why) < 0)
+	sfd = open(sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sfd < 0 || own_dir(dir, -1, why, sizeof why) < 0 || own_dir(sub, sfd, why, sizeof why) < 0) {
+		if (sfd < 0)
+			snprintf(why, sizeof why, "%.300s: %s", sub, strerror(errno));
+		else
+			close(sfd);
 		return sp_fail(err, "repository %s is not this user's own: %s", dir, why), 2;
-	if (lstat(entry, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
-		return sp_fail(err, "%s: no entry of this user's", entry), 2;
-	if (ca_profile_map(dir, key, nfuncs, &old, why, sizeof why) < 0)
-		old.bits = NULL;        /* not usable: replaced */
+	}
+	snprintf(entry, sizeof entry, "%s" ".spr", key);
+	if (fstatat(sfd, entry, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid()) {
+		close(sfd);
+		return sp_fail(err, "%s/%s: no entry of this user's", sub, entry), 2;
+	}
+	memset(&old, 0, sizeof old);
+	snprintf(old.path, sizeof old.path, "/proc/self/fd/%d/%s" PROFILE_SUFFIX, sfd, key);
+	if (map_path(key, nfuncs, &old, why, sizeof why) != 0)
+		old.bits = NULL;        /* none, or not usable: replaced */
 	buf = calloc(1, prof_size(nfuncs));
 	if (!buf) {
 		ca_profile_unmap(&old);
+		close(sfd);
 		return sp_fail(err, "out of memory");
 	}
 	h = (prof_hdr *)buf;
@@ -192,10 +219,14 @@ int ca_profile_merge(const char *dir, const char *key, uint32_t nfuncs, const ui
 		h->nfuncs = nfuncs;
 		h->nreached = total;
 		snprintf(h->key, sizeof h->key, "%s", key);
-		rc = ca_repo_write_atomic(old.path, buf, prof_size(nfuncs), err) < 0 ? -1 : 0;
+		snprintf(entry, sizeof entry, "/proc/self/fd/%d/%s" PROFILE_SUFFIX, sfd, key);
+		rc = ca_repo_write_atomic(entry, buf, prof_size(nfuncs), err) < 0 ? -1 : 0;
+		if (rc < 0)
+			sp_failctx(err, "the look-ahead profile %s/%s" PROFILE_SUFFIX, sub, key);
 	}
 	*nnew = added;
 	free(buf);
 	ca_profile_unmap(&old);
+	close(sfd);
 	return rc;
 }

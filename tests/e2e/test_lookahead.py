@@ -14,7 +14,8 @@ main 20 more it never calls.  In a fresh repository:
      user's, and a symbolic link to a good one are ignored (agent.log says
      why): the executable's whole look-ahead, as without its profile;
   5. a repository that is not the caller's own (another user's directory)
-     gets no profile.
+     gets no profile from root's run;
+  6. nor root's from a user's run (uid 61001), which says nothing of it.
 """
 
 import os
@@ -159,6 +160,21 @@ def main():
         traced(exe, prog, tmp, dict(env, SPTRACE_REPO=theirs), "t5")
         check(not os.path.lexists(their_prof),
               "root's run wrote a profile into uid %d's repository" % OTHER_UID)
+
+        # 6. A user's run never writes root's repository (and says nothing).
+        os.unlink(prof)
+        udir = os.path.join(tmp, "user")
+        os.mkdir(udir)
+        os.chown(udir, OTHER_UID, OTHER_UID)
+        p = run(["setpriv", "--reuid", str(OTHER_UID), "--regid", str(OTHER_UID),
+                 "--clear-groups", exe, "run", "-o", os.path.join(udir, "t6"), "--", prog],
+                env=dict(env, HOME=udir))
+        check(p.returncode == 0, "uid %d's run: exit %d\n%s" % (OTHER_UID, p.returncode, p.stderr))
+        module0_log(open(os.path.join(udir, "t6", "agent.log")).read())
+        check(not os.path.lexists(prof), "uid %d's run wrote a profile into root's repository"
+              % OTHER_UID)
+        check("look-ahead profile" not in p.stderr, "uid %d's run complained about root's "
+              "repository:\n%s" % (OTHER_UID, p.stderr))
         print("look-ahead profiles: used, ignored when unusable, never written into "
               "another user's repository")
     finally:

@@ -144,6 +144,9 @@ typedef struct ag_module {
 	/* Sites left alone because their bytes are not those the analysis saw
 	 * (instrument.c), and how many of them meta has been told about. */
 	uint64_t sites_changed, sites_changed_said;
+	/* The functions earlier runs reached (lookahead.c); NULL: none, the
+	 * whole look-ahead.  Set once, as the entry comes in. */
+	struct ca_profile *profile;
 } ag_module;
 
 enum {
@@ -160,6 +163,11 @@ void ag_modules_after_fork(void);
 void ag_modules_fork_lock(void);     /* fork handlers: no loader walk across a fork */
 void ag_modules_fork_unlock(void);
 bool ag_module_ready(ag_module *m);          /* pool and function states exist */
+/* lookahead.c: SPTRACE_LOOKAHEAD ("all": no profiles); map module m's
+ * look-ahead profile and say in agent.log whether it has one. */
+void ag_lookahead_init(const char *how);
+bool ag_lookahead_whole(void);
+void ag_lookahead_profile(ag_module *m);
 void ag_modules_refresh(void);               /* look for dlopen'd modules (control thread) */
 void ag_modules_register_late(void);         /* at exit: name the ones not seen yet in meta */
 ag_module *ag_module_of(uint64_t addr);      /* module whose code holds addr */

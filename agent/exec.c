@@ -146,7 +146,8 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 			preload = envp[i] + 11;
 		else if (named(envp[i], "LD_BIND_NOW"))
 			bind = envp[i] + 12;
-		else if (strncmp(envp[i], "SPTRACE_", 8) != 0) {
+		else if (strncmp(envp[i], "SPTRACE_", 8) != 0 ||
+			 named(envp[i], "SPTRACE_REPO")) {   /* the user's, not ours */
 			if (b->n + 16 >= MAX_ENV)
 				return NULL;
 			b->env[b->n++] = envp[i];
@@ -180,6 +181,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    (ag_join_env()[0] && put(b, "SPTRACE_JOIN", ag_join_env())) ||
 	    (ag_budget_percent() && put(b, "SPTRACE_BUDGET", budget_text())) ||
 	    (ag_spare_dir() && put(b, "SPTRACE_SPARE", ag_spare_dir())) ||
+	    (ag_lookahead_whole() && put(b, "SPTRACE_LOOKAHEAD", "all")) ||
 	    (ag_propagate_session() && (put(b, "SPTRACE_SESSION", ag_propagate_session()) ||
 					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()) ||
 					put(b, "SPTRACE_MARK", ag_propagate_mark()))))

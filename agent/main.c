@@ -30,6 +30,8 @@
  *                          "Values"): the values to record, written to meta
  *   SPTRACE_SPARE          the stock of ready-made files, directories and
  *                          FIFOs `sptrace run` keeps (spare.c)
+ *   SPTRACE_LOOKAHEAD      "all": the look-ahead takes every direct callee,
+ *                          whatever earlier runs reached (lookahead.c)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -834,7 +836,7 @@ static void restore_env(void)
 		"SPTRACE_LD_PRELOAD", "SPTRACE_LD_BIND_NOW", "SPTRACE_DIR", "SPTRACE_ON",
 		"SPTRACE_RING_BYTES", "SPTRACE_RECORDS", "SPTRACE_BUDGET", "SPTRACE_EXEC_OF",
 		"SPTRACE_THREADS", "SPTRACE_SESSION", "SPTRACE_PROPAGATE_WAIT", "SPTRACE_TSC_HZ",
-		"SPTRACE_JOIN", "SPTRACE_MARK", "SPTRACE_SPARE",
+		"SPTRACE_JOIN", "SPTRACE_MARK", "SPTRACE_SPARE", "SPTRACE_LOOKAHEAD",
 	};
 	const char *orig = env_get("SPTRACE_LD_PRELOAD");
 
@@ -1152,6 +1154,7 @@ __attribute__((constructor)) static void agent_init(void)
 	take_hz(env_get("SPTRACE_TSC_HZ"));
 	ag_budget_init(env_get("SPTRACE_BUDGET"));
 	snprintf(env_spare, sizeof env_spare, "%s", env_get("SPTRACE_SPARE") ?: "");
+	ag_lookahead_init(env_get("SPTRACE_LOOKAHEAD"));
 	agent_start(dir, env_get("SPTRACE_ON"), env_get("SPTRACE_RING_BYTES"),
 		    env_get("SPTRACE_EXEC_OF"), env_get("SPTRACE_THREADS"));
 }

@@ -306,6 +306,7 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	}
 	publish(m);
 	log_module(m, from_repo);
+	ag_lookahead_profile(m);
 	return 0;
 }
 
@@ -438,6 +439,7 @@ static bool load_entry(ag_module *m)
 	make_ready(m);
 	ag_instrument_unlock();
 	log_module(m, from_repo);
+	ag_lookahead_profile(m);
 	ag_meta_runtimes(m);
 	return true;
 }

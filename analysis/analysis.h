@@ -170,6 +170,11 @@ void an_lost_text(const an_lost *l, char *buf, size_t len);
  * not such a file), or -1 (err). */
 #define AN_PACK_DEAD (-1)
 int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err);
+/* The site ids of which an_pack_ring met an ENTRY record in the trace
+ * directory `dir` (any path to it) in this process: a bitmap of *nbits bits
+ * (bit i: byte i / 8, bit i % 8), NULL if it packed no record there.  For
+ * sptrace run's look-ahead profiles. */
+const uint8_t *an_pack_entered(const char *dir, size_t *nbits);
 
 size_t an_trace_nthreads(const an_trace *t);
 const an_thread *an_trace_thread(const an_trace *t, size_t i);

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +89,8 @@ typedef struct pstack {
 
 /* Point 4's columns of n records into cols (n * COL_MAX_PER_REC bytes):
  * contiguous, their lengths into ncol. */
-static void encode(const uint64_t *rec, uint32_t n, uint8_t *cols, uint32_t ncol[4], pstack *s)
+static void encode(const uint64_t *rec, uint32_t n, uint8_t *cols, uint32_t ncol[4], pstack *s,
+		   uint8_t *entered)
 {
 	uint8_t *k = cols, *id0 = cols + n, *id = id0, *dl0 = id0 + 4 * (size_t)n, *dl = dl0;
 	uint8_t *pl0 = dl0 + 6 * (size_t)n, *pl = pl0;
@@ -108,6 +110,8 @@ static void encode(const uint64_t *rec, uint32_t n, uint8_t *cols, uint32_t ncol
 		switch (kind) {
 		case TRACE_ENTRY:
 			*k++ = TRACE_PACK_ENTRY;
+			if (entered)
+				entered[site >> 3] |= (uint8_t)(1u << (site & 7));
 			id = put_varint(id, site);
 			PUSH(st, sp, avail, site);
 			break;
@@ -416,6 +420,54 @@ static int scan_cached(const char *ring_path, pack_data *pd, int pfd, const stru
 }
 
 /*
+ * The site ids packing met an ENTRY record of, per trace directory (by the
+ * directory's identity: packing reaches its files through /proc/self/fd),
+ * for `sptrace run`'s look-ahead profiles (cli/lookahead.c).  A bitmap of
+ * every 24-bit id, made when the directory's first record is packed (2 MiB
+ * of address space, its pages touched as ids are met).
+ */
+#define ENTERED_DIRS 1024
+#define ENTERED_BYTES (((size_t)1 << TRACE_ID_BITS) / 8)
+
+static struct entered_dir {
+	dev_t dev;
+	ino_t ino;
+	uint8_t *bits;
+} entered_dirs[ENTERED_DIRS];
+static size_t nentered;
+static pthread_mutex_t entered_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint8_t *entered_of(const char *ring_path, bool make)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(ring_path, '/');
+	struct stat st;
+	uint8_t *bits = NULL;
+
+	snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - ring_path) : 1,
+		 slash ? ring_path : ".");
+	if (stat(dir, &st) < 0)
+		return NULL;
+	pthread_mutex_lock(&entered_lock);
+	for (size_t i = 0; i < nentered && !bits; i++)
+		if (entered_dirs[i].dev == st.st_dev && entered_dirs[i].ino == st.st_ino)
+			bits = entered_dirs[i].bits;
+	if (!bits && make && nentered < ENTERED_DIRS && (bits = calloc(1, ENTERED_BYTES)))
+		entered_dirs[nentered++] = (struct entered_dir){ st.st_dev, st.st_ino, bits };
+	pthread_mutex_unlock(&entered_lock);
+	return bits;
+}
+
+const uint8_t *an_pack_entered(const char *dir, size_t *nbits)
+{
+	char probe[PATH_MAX];
+
+	snprintf(probe, sizeof probe, "%s/-", dir);
+	*nbits = (size_t)1 << TRACE_ID_BITS;
+	return entered_of(probe, false);
+}
+
+/*
  * sptrace run's side (point 2).  The ring file's records below `to` -- the
  * chunks the agent is done with, or when the file is process `gone`'s
  * (which can write no more) every record it holds -- that are not in packed.<tid> yet are encoded
@@ -428,7 +480,7 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 	struct stat st, pst;
 	pack_data pd;
 	uint64_t to, slots, *raw = NULL;
-	uint8_t *cols = NULL, *z = NULL;
+	uint8_t *cols = NULL, *z = NULL, *entered = NULL;
 	pstack *s = NULL;
 	static ZSTD_CCtx *cctx;
 	int64_t packed = 0;
@@ -535,7 +587,9 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 			goto out;
 		}
 		b.n = (uint32_t)n;
-		encode(raw, b.n, cols, b.ncol, s);
+		if (!entered)
+			entered = entered_of(ring_path, true);
+		encode(raw, b.n, cols, b.ncol, s, entered);
 		zlen = ZSTD_compressCCtx(cctx, z, ZSTD_compressBound(n * COL_MAX_PER_REC), cols,
 					 (size_t)col_total(b.ncol), ZSTD_LEVEL);
 		if (ZSTD_isError(zlen)) {

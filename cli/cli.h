@@ -36,6 +36,9 @@ int cmd_collect(int argc, char **argv);
  * directories of the caller's that no one else may write.  0, or -1 once
  * an error was said. */
 int cli_pack_rings(const char *dir, int gone);
+/* lookahead.c: after a run whose records were packed, the functions it
+ * reached into each module's look-ahead profile (codeanalysis/profile.c). */
+void cli_learn_lookahead(const char *cmd, const char *dir);
 
 /* lost.c: say the records the trace lost, first: a warning on stderr and,
  * with `out`, a "# WARNING: ..." line there.  1 when some were lost.  The

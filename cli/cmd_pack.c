@@ -19,7 +19,7 @@
 
 /*
  * Compaction (trace_format.h, "Packed blocks"): every file of every record
- * in DIR and its exec'd images' subdirectories has its finished chunks
+ * in DIR and its exec'd images' and spawned children's subdirectories has its finished chunks
  * packed (an_pack_ring); those of process `gone` (0: none; AN_PACK_DEAD:
  * any process no longer running), which can write no more, all their
  * records.
@@ -62,7 +62,8 @@ static int pack_dir(int dfd, const char *shown, int gone, int depth)
 	while (rc == 0 && (de = readdir(d))) {
 		sp_err err;
 
-		if (depth < 16 && strncmp(de->d_name, "exec.", 5) == 0) {
+		if (depth < 16 && (strncmp(de->d_name, "exec.", 5) == 0 ||
+				   strncmp(de->d_name, "spawn.", 6) == 0)) {
 			int sfd = openat(dirfd(d), de->d_name,
 					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 

@@ -111,6 +111,15 @@ static const char help[] =
 	"                      each chunk of records a thread has finished into\n"
 	"                      DIR/packed.<tid> (about 2-4 bytes a call instead of\n"
 	"                      16) and frees it in ring.<tid>, while the program runs\n"
+	"  --lookahead HOW     which functions the agent instruments ahead of the\n"
+	"                      flow, with each function reached: 'profile' (the\n"
+	"                      default) its direct callees and its caller's that an\n"
+	"                      earlier run reached -- each run adds what it reached\n"
+	"                      to its modules' profiles, beside their entries in the\n"
+	"                      code-analysis repository, when that is yours and the\n"
+	"                      records are packed; a module without one, all of\n"
+	"                      them; 'all': all of them, profiles neither read nor\n"
+	"                      written.  The trace is the same either way\n"
 	"  --kernel            also record the kernel functions the program's system\n"
 	"                      calls run, nested under the calls (needs root and\n"
 	"                      sptrace's kernel module: /dev/sptrace, see kagent/)\n"
@@ -376,6 +385,7 @@ int cmd_run(int argc, char **argv)
 		{ "mark", required_argument, 0, 'M' },
 		{ "budget", required_argument, 0, 'B' },
 		{ "kernel-indirect", no_argument, 0, 'I' }, { "no-compact", no_argument, 0, 'P' },
+		{ "lookahead", required_argument, 0, 'L' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *joins[CLI_JOIN_MAX];
@@ -385,7 +395,7 @@ int cmd_run(int argc, char **argv)
 	int propagate = 1, kernel = 0, indirect = 0, go[2] = { -1, -1 };
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
-	int flight = 0, compact = 1;
+	int flight = 0, compact = 1, profiles = 1;
 	uint64_t last_pack;
 	int pidfd;
 	const char *threads = NULL;
@@ -427,6 +437,12 @@ int cmd_run(int argc, char **argv)
 			break;
 		case 'F': flight = 1; break;
 		case 'P': compact = 0; break;
+		case 'L':
+			if (strcmp(optarg, "profile") != 0 && strcmp(optarg, "all") != 0)
+				return cli_error("run: --lookahead '%s': expected 'profile' or 'all'; "
+						 "see 'sptrace run --help'", optarg), 2;
+			profiles = strcmp(optarg, "profile") == 0;
+			break;
 		case 'B':
 			if (cli_budget("run", optarg, budget, sizeof budget))
 				return 2;
@@ -554,6 +570,10 @@ int cmd_run(int argc, char **argv)
 			setenv("SPTRACE_RECORDS", "all", 1);
 		if (threads)
 			setenv("SPTRACE_THREADS", threads, 1);
+		if (profiles)
+			unsetenv("SPTRACE_LOOKAHEAD");  /* not an outer run's */
+		else
+			setenv("SPTRACE_LOOKAHEAD", "all", 1);
 		if (join_env[0])
 			setenv("SPTRACE_JOIN", join_env, 1);
 		else
@@ -671,6 +691,8 @@ int cmd_run(int argc, char **argv)
 	trim_rings(absdir, pid, 0);
 	if (compact)      /* (the program's files, and those of children gone too) */
 		cli_pack_rings(absdir, AN_PACK_DEAD);
+	if (compact && profiles)
+		cli_learn_lookahead("run", absdir);
 	end_traces(absdir, status);
 	if (kern)
 		cli_kernel_finish(kern, absdir);

@@ -144,6 +144,10 @@ int ca_image_map(const char *path, const char *key, ca_module **out, char *why, 
 /* repo.c: write a repository file whole or not at all (a temporary file,
  * fsync, rename). */
 int ca_repo_write_atomic(const char *path, const uint8_t *buf, size_t len, sp_err *err);
+/* repo.c: <dir>/<first two of key>/<key><suffix> (dir NULL: the default,
+ * resolved into *dir); the key checked.  0, or -1 (err). */
+int ca_repo_key_path(const char **dir, const char *key, const char *suffix, char *path,
+		     size_t len, sp_err *err);
 
 /* module.c */
 uint32_t ca_str_add(ca_module *m, const char *s);  /* CA_NONE on ENOMEM */

@@ -227,4 +227,31 @@ int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err);
 int ca_repo_get(const char *dir, const char *path, const ca_options *opt,
 		ca_module **out, int *from_repo, sp_err *err);
 
+/*
+ * Look-ahead profiles (profile.c): beside an entry, the functions earlier
+ * runs reached, one bit per function of the entry; the agent's look-ahead
+ * takes only those.  Its protocol: profile.c.
+ */
+typedef struct ca_profile {
+	const uint8_t *bits;     /* bit f: function f reached; NULL: none */
+	uint32_t nfuncs, nreached;
+	char path[4096];
+	void *map;
+	size_t map_len;
+} ca_profile;
+
+/* Map the profile of entry `key` of repository `dir` (NULL: the default),
+ * made for nfuncs functions: 0 and *out, 1 if there is none, -1 if there is
+ * one that cannot be used (why: a link, another user's, another size...).
+ * out->path names the file in every case it could be named. */
+int ca_profile_map(const char *dir, const char *key, uint32_t nfuncs, ca_profile *out,
+		   char *why, size_t whylen);
+void ca_profile_unmap(ca_profile *p);
+/* Add the functions `reached` (nfuncs bits) to the profile of entry `key`:
+ * 0 written (*nnew of them new), 1 nothing new (not written), 2 not written:
+ * the repository or the entry is not the caller's own (err says why), -1
+ * (err). */
+int ca_profile_merge(const char *dir, const char *key, uint32_t nfuncs, const uint8_t *reached,
+		     uint32_t *nnew, sp_err *err);
+
 #endif

@@ -33,7 +33,9 @@
  * Entries are written atomically (temporary file in the same directory,
  * fsync, rename), so a reader sees the old entry or the new one, never half.
  * Beside each, <key>.spc holds its calls view as records the agent maps and
- * uses in place (image.c), written just before it.
+ * uses in place (image.c), written just before it, and <key>.spp the
+ * functions earlier runs reached, which guide the agent's look-ahead
+ * (profile.c).
  */
 #include "ca_internal.h"
 #include "repo.pb-c.h"
@@ -166,6 +168,19 @@ static int entry_path(const char *dir, const char *key, char *path, size_t len,
 	if (n < 0 || (size_t)n >= len)
 		return sp_fail(err, "repository path for %s under %s is too long",
 			       key, dir);
+	return 0;
+}
+
+int ca_repo_key_path(const char **dir, const char *key, const char *suffix, char *path,
+		     size_t len, sp_err *err)
+{
+	int n;
+
+	if (check_key(key, err) < 0 || resolve_dir(dir, err) < 0)
+		return -1;
+	n = snprintf(path, len, "%s/%.2s/%s%s", *dir, key, key, suffix);
+	if (n < 0 || (size_t)n >= len)
+		return sp_fail(err, "repository path for %s under %s is too long", key, *dir);
 	return 0;
 }
 

@@ -177,6 +177,13 @@ void cp_plat_indirect_id(uint32_t id, bool tail)
 {
 }
 
+/* No profile of earlier runs in the kernel: the core's look-ahead, whole
+ * (the module never calls cp_instrument anyway, the header). */
+bool cp_plat_likely(void *mod, uint32_t func)
+{
+	return true;
+}
+
 /* Only cp_instrument calls these, and the module never does (the header). */
 int cp_plat_apply(cp_patch *p, size_t n)
 {

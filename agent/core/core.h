@@ -19,7 +19,9 @@
  *     analysis, the GOT slot behind a PLT stub, the site's own GOT slot
  *     (-fno-plt), or a per-site cache filled at run time (indirect calls);
  *   - the look-ahead: F's direct callees and, when F was reached from a call
- *     in C, C's other direct callees join F's batch (cp_instrument);
+ *     in C, C's other direct callees join F's batch (cp_instrument) -- those
+ *     an earlier run reached, when the platform has a profile of the module
+ *     (cp_plat_likely);
  *   - site ids: a site keeps its patch, and so its id, across activations
  *     (the platform keeps what it made, cp_view.saved; the core reuses it);
  *     an indirect site's (site, callee) pairs get ids as calls miss its
@@ -195,6 +197,11 @@ bool cp_plat_runtime_code(uint64_t target);    /* code a language runtime manage
 /* A function reached through an indirect call: instrument it (the platform
  * takes its lock, waits for what it must, calls cp_instrument). */
 void cp_plat_reached(void *mod, uint32_t func);
+/* May function func of mod join a look-ahead batch?  True unless the
+ * platform knows the module's functions earlier runs reached and func is
+ * not one of them (a heuristic only: a function left out is instrumented
+ * when it is reached, like any other). */
+bool cp_plat_likely(void *mod, uint32_t func);
 /* An id indirect calls (tail: indirect tail jumps) record now. */
 void cp_plat_indirect_id(uint32_t id, bool tail);
 /* GCC and clang may emit calls to these even freestanding (struct copies).

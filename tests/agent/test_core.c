@@ -130,6 +130,10 @@ void cp_plat_unlock(volatile int *l) { *l = 0; }
 bool cp_plat_runtime_code(uint64_t target) { return target == 0xdead000; }
 void cp_plat_reached(void *mod, uint32_t func) { (void)mod; reached[func]++; }
 void cp_plat_indirect_id(uint32_t id, bool tail) { (void)id; (void)tail; }
+/* An earlier run's profile: NULL (none: every candidate likely), else the
+ * functions it reached. */
+static const bool *profile;
+bool cp_plat_likely(void *mod, uint32_t func) { (void)mod; return !profile || profile[func]; }
 bool cp_plat_func_skipped(void *mod, uint32_t func) { (void)mod; return func == F_UNWIND; }
 bool cp_plat_signals_blocked(void *mod, uint32_t func) { (void)mod; return func == F_START; }
 bool cp_plat_code_matches(void *mod, uint32_t si) { (void)mod; return !code_changed[si]; }
@@ -313,6 +317,43 @@ static void test_siblings(void)
 	CHECK(!func_state[F_DEEP], "a sibling's callees are not looked ahead");
 }
 
+/* With a profile, a look-ahead candidate no earlier run reached stays out
+ * (F_TAILED, F_SIB2); the function reached and its fragment are in whatever
+ * the profile says; one left out is instrumented when it is reached. */
+static void test_profile(void)
+{
+	static bool reached_before[NFUNCS] = { [F_LEAF] = true };
+	static fake_saved caller_site;
+	uint8_t keep[NFUNCS];
+
+	memcpy(keep, func_state, sizeof keep);
+	memset(func_state, 0, sizeof func_state);
+	reset_counts();
+	profile = reached_before;
+	cp_instrument(&view, F_MAIN, CA_NONE);
+	CHECK(func_state[F_MAIN] && func_state[F_COLD], "main and its fragment instrumented");
+	CHECK(func_state[F_LEAF] && prepared[10] + reused[10] == 1,
+	      "a callee the profile lists joins the batch");
+	CHECK(!func_state[F_TAILED] && !prepared[11] && !reused[11],
+	      "a callee the profile lacks joined the batch");
+	/* The caller's site of F_SIB2 left alone: no slow path would catch
+	 * F_SIB2, it joins whatever the profile says. */
+	cp_instrument(&view, F_SIB, F_CALLER);
+	CHECK(func_state[F_SIB] && func_state[F_SIB2],
+	      "a sibling behind a site left alone stayed out of the batch");
+	func_state[F_SIB] = func_state[F_SIB2] = 0;
+	/* Patched (the caller instrumented): F_SIB2 only if the profile has it. */
+	saved[20] = &caller_site;
+	cp_instrument(&view, F_SIB, F_CALLER);
+	saved[20] = NULL;
+	CHECK(func_state[F_SIB] && !func_state[F_SIB2],
+	      "a sibling the profile lacks joined the batch");
+	cp_instrument(&view, F_TAILED, F_MAIN);
+	CHECK(func_state[F_TAILED], "a function the profile lacks: instrumented when reached");
+	profile = NULL;
+	memcpy(func_state, keep, sizeof keep);
+}
+
 static void test_reactivation(void)
 {
 	uint32_t ids[NSITES], before = next_id;
@@ -393,6 +434,7 @@ int main(void)
 	test_first_activation();
 	test_policy();
 	test_siblings();
+	test_profile();
 	test_reactivation();
 	test_indirect();
 	if (failures) {

@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2elib import check, fail, run  # noqa: E402
+from e2elib import check, fail, reachable_sptrace, run  # noqa: E402
 
 OTHER_UID = 61001
 
@@ -162,12 +162,18 @@ def main():
               "root's run wrote a profile into uid %d's repository" % OTHER_UID)
 
         # 6. A user's run never writes root's repository (and says nothing).
+        # (sptrace and the program copied where the user can run them: a
+        # fresh clone's build directory may be private.)
         os.unlink(prof)
         udir = os.path.join(tmp, "user")
         os.mkdir(udir)
         os.chown(udir, OTHER_UID, OTHER_UID)
+        user_prog = os.path.join(tmp, os.path.basename(prog))
+        shutil.copyfile(prog, user_prog)
+        os.chmod(user_prog, 0o755)
         p = run(["setpriv", "--reuid", str(OTHER_UID), "--regid", str(OTHER_UID),
-                 "--clear-groups", exe, "run", "-o", os.path.join(udir, "t6"), "--", prog],
+                 "--clear-groups", reachable_sptrace(exe, tmp), "run", "-o",
+                 os.path.join(udir, "t6"), "--", user_prog],
                 env=dict(env, HOME=udir))
         check(p.returncode == 0, "uid %d's run: exit %d\n%s" % (OTHER_UID, p.returncode, p.stderr))
         module0_log(open(os.path.join(udir, "t6", "agent.log")).read())

@@ -30,8 +30,16 @@ int cmd_keys(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_collect(int argc, char **argv);
 
-/* cmd_pack.c: pack the files of every record in DIR and its exec'd images'
- * subdirectories (an_pack_ring): their finished chunks, and every record of
+/* cmd_pack.c: the directories of the trace at DIR (it and its exec'd
+ * images' and spawned children's subdirectories), each opened without
+ * following a link and taken only if the caller's and no one else's to
+ * write: visit(dfd, shown, NULL, arg), then visit(dfd, shown, NAME, arg) for
+ * each of its other entries; a directory refused: visit(-1, shown, WHY,
+ * arg).  A visit's -1 ends the walk.  0, or -1. */
+typedef int (*cli_trace_visit)(int dfd, const char *shown, const char *name, void *arg);
+int cli_trace_walk(const char *dir, cli_trace_visit visit, void *arg);
+/* cmd_pack.c: pack the files of every record in the trace's directories
+ * (cli_trace_walk; an_pack_ring): their finished chunks, and every record of
  * process `gone`'s (AN_PACK_DEAD: of any process no longer running); only
  * directories of the caller's that no one else may write.  0, or -1 once
  * an error was said. */

@@ -18,50 +18,42 @@
 #include "analysis.h"
 
 /*
- * Compaction (trace_format.h, "Packed blocks"): every file of every record
- * in DIR and its exec'd images' and spawned children's subdirectories has its finished chunks
- * packed (an_pack_ring); those of process `gone` (0: none; AN_PACK_DEAD:
- * any process no longer running), which can write no more, all their
- * records.
- *
- * Root never follows a path another user could have planted, and packing
- * writes (packed.<tid> made, ring.<tid> cut):
- *   1. each directory is opened without following a link (O_NOFOLLOW |
- *      O_DIRECTORY, from its parent's descriptor) and packed only if it is
- *      the caller's and no one else may write into it (no group or other
- *      write bit): nothing in it is another user's doing;
- *   2. its files are reached through that descriptor (/proc/self/fd/N/NAME),
- *      so a directory renamed or replaced meanwhile is never entered by
- *      name; an_pack_ring opens each without following a link;
- *   3. a directory that fails 1 is left as it is, its records raw (every
- *      reader reads them), and said once where nothing repeats the walk
- *      (`sptrace pack`, and run's last pass: `gone` AN_PACK_DEAD).
- * 0, or -1 once an error was said (the caller stops compacting: the records
- * stay raw, as with --no-compact).
+ * The directories of a trace, for every pass that writes beside its files
+ * (packing, the look-ahead profiles: cli/lookahead.c).  Root never follows
+ * a path another user could have planted:
+ *   1. DIR and its exec'd images' and spawned children's subdirectories
+ *      (exec.*, spawn.*, at most 16 deep) are each opened without following
+ *      a link (O_NOFOLLOW | O_DIRECTORY, from its parent's descriptor) and
+ *      taken only if it is the caller's and no one else may write into it
+ *      (no group or other write bit): nothing in it is another user's
+ *      doing;
+ *   2. its files are reached through that descriptor (/proc/self/fd/N/NAME
+ *      or *at calls), so a directory renamed or replaced meanwhile is never
+ *      entered by name;
+ *   3. a directory that fails 1 is left as it is: visit(-1, shown, WHY).
+ * For a directory taken: visit(dfd, shown, NULL) first, then
+ * visit(dfd, shown, NAME) for each of its entries but the subdirectories
+ * walked.  A visit's -1 ends the walk.  0, or -1.
  */
-static int pack_dir(int dfd, const char *shown, int gone, int depth)
+static int walk(int dfd, const char *shown, int depth, cli_trace_visit visit, void *arg)
 {
-	char path[PATH_MAX], sub[PATH_MAX];
+	char sub[PATH_MAX];
 	struct dirent *de;
 	struct stat st;
 	DIR *d;
-	int rc = 0;
+	int rc;
 
 	if (!sp_fd_private(dfd, &st)) {
-		if (gone == AN_PACK_DEAD)
-			cli_error("pack: %s: %s: left as it is (its records stay raw; every reader "
-				  "reads them); pack it as its owner", shown,
-				  st.st_uid != geteuid() ? "not yours" : "others may write into it");
 		close(dfd);
-		return 0;
+		return visit(-1, shown, st.st_uid != geteuid() ? "not yours" :
+			     "others may write into it", arg) < 0 ? -1 : 0;
 	}
-	if (!(d = fdopendir(dfd))) {
+	if ((rc = visit(dfd, shown, NULL, arg)) < 0 || !(d = fdopendir(dfd))) {
 		close(dfd);
-		return 0;
+		return rc < 0 ? -1 : 0;
 	}
+	rc = 0;
 	while (rc == 0 && (de = readdir(d))) {
-		sp_err err;
-
 		if (depth < 16 && (strncmp(de->d_name, "exec.", 5) == 0 ||
 				   strncmp(de->d_name, "spawn.", 6) == 0)) {
 			int sfd = openat(dirfd(d), de->d_name,
@@ -69,27 +61,59 @@ static int pack_dir(int dfd, const char *shown, int gone, int depth)
 
 			if (sfd >= 0 && (size_t)snprintf(sub, sizeof sub, "%s/%s", shown,
 							 de->d_name) < sizeof sub)
-				rc = pack_dir(sfd, sub, gone, depth + 1);
+				rc = walk(sfd, sub, depth + 1, visit, arg);
 			else if (sfd >= 0)
 				close(sfd);
-		} else if (strncmp(de->d_name, "ring.", 5) == 0 &&
-			   (size_t)snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dirfd(d),
-					    de->d_name) < sizeof path &&
-			   an_pack_ring(path, gone, &err) < 0) {
-			cli_error("%s: %s: %s; the records not packed yet stay as written (8 bytes "
-				  "each)", gone == AN_PACK_DEAD ? "pack" : "run", shown, err.msg);
-			rc = -1;
+		} else {
+			rc = visit(dirfd(d), shown, de->d_name, arg);
 		}
 	}
 	closedir(d);
 	return rc < 0 ? -1 : 0;
 }
 
-int cli_pack_rings(const char *dir, int gone)
+int cli_trace_walk(const char *dir, cli_trace_visit visit, void *arg)
 {
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
-	return dfd < 0 ? 0 : pack_dir(dfd, dir, gone, 0);
+	return dfd < 0 ? 0 : walk(dfd, dir, 0, visit, arg);
+}
+
+/*
+ * Compaction (trace_format.h, "Packed blocks"): every file of every record
+ * in the trace's directories (cli_trace_walk) has its finished chunks
+ * packed (an_pack_ring); those of process `gone` (0: none; AN_PACK_DEAD:
+ * any process no longer running), which can write no more, all their
+ * records.  A directory not the caller's own keeps its records raw (every
+ * reader reads them), said once where nothing repeats the walk (`sptrace
+ * pack`, and run's last pass: `gone` AN_PACK_DEAD).  -1 once an error was
+ * said (the caller stops compacting: the records stay raw, as with
+ * --no-compact).
+ */
+static int pack_one(int dfd, const char *shown, const char *name, void *arg)
+{
+	int gone = *(const int *)arg;
+	char path[PATH_MAX];
+	sp_err err;
+
+	if (dfd < 0) {
+		if (gone == AN_PACK_DEAD)
+			cli_error("pack: %s: %s: left as it is (its records stay raw; every reader "
+				  "reads them); pack it as its owner", shown, name);
+		return 0;
+	}
+	if (!name || strncmp(name, "ring.", 5) != 0 ||
+	    (size_t)snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dfd, name) >= sizeof path ||
+	    an_pack_ring(path, gone, &err) >= 0)
+		return 0;
+	cli_error("%s: %s: %s; the records not packed yet stay as written (8 bytes each)",
+		  gone == AN_PACK_DEAD ? "pack" : "run", shown, err.msg);
+	return -1;
+}
+
+int cli_pack_rings(const char *dir, int gone)
+{
+	return cli_trace_walk(dir, pack_one, &gone);
 }
 
 static const char pack_help[] =

@@ -143,15 +143,19 @@ void ca_profile_unmap(ca_profile *p)
 static int own_dir(const char *dir, int fd, char *why, size_t whylen)
 {
 	struct stat st;
+	int opened = fd < 0, own;
 
-	if ((fd >= 0 ? fstat(fd, &st) : stat(dir, &st)) < 0)
+	if (opened && (fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return WHY("%s: %s", dir, strerror(errno));
+	own = sp_fd_private(fd, &st);
+	if (opened)
+		close(fd);
 	if (!S_ISDIR(st.st_mode))
 		return WHY("%s is not a directory", dir);
-	if (st.st_uid != geteuid())
+	if (!own && st.st_uid != geteuid())
 		return WHY("%s is uid %u's, not this user's (uid %u)", dir, (unsigned)st.st_uid,
 			   (unsigned)geteuid());
-	if (st.st_mode & (S_IWGRP | S_IWOTH))
+	if (!own)
 		return WHY("others may write into %s (mode %04o)", dir,
 			   (unsigned)(st.st_mode & 07777));
 	return 0;

@@ -160,39 +160,36 @@ static int resolve_dir(const char **dir, sp_err *err)
 	return 0;
 }
 
+/* <dir>/<first two of key>/<key><suffix>: the entry, its calls image,
+ * its look-ahead profile. */
+static int key_path(const char *dir, const char *key, const char *suffix, char *path,
+		    size_t len, sp_err *err)
+{
+	int n = snprintf(path, len, "%s/%.2s/%s%s", dir, key, key, suffix);
+
+	if (n < 0 || (size_t)n >= len)
+		return sp_fail(err, "repository path for %s under %s is too long", key, dir);
+	return 0;
+}
+
 static int entry_path(const char *dir, const char *key, char *path, size_t len,
 		      sp_err *err)
 {
-	int n = snprintf(path, len, "%s/%.2s/%s" REPO_SUFFIX, dir, key, key);
-
-	if (n < 0 || (size_t)n >= len)
-		return sp_fail(err, "repository path for %s under %s is too long",
-			       key, dir);
-	return 0;
+	return key_path(dir, key, REPO_SUFFIX, path, len, err);
 }
 
 int ca_repo_key_path(const char **dir, const char *key, const char *suffix, char *path,
 		     size_t len, sp_err *err)
 {
-	int n;
-
 	if (check_key(key, err) < 0 || resolve_dir(dir, err) < 0)
 		return -1;
-	n = snprintf(path, len, "%s/%.2s/%s%s", *dir, key, key, suffix);
-	if (n < 0 || (size_t)n >= len)
-		return sp_fail(err, "repository path for %s under %s is too long", key, *dir);
-	return 0;
+	return key_path(*dir, key, suffix, path, len, err);
 }
 
 /* The calls image beside the entry (image.c). */
 static int image_path(const char *dir, const char *key, char *path, size_t len, sp_err *err)
 {
-	int n = snprintf(path, len, "%s/%.2s/%s" IMAGE_SUFFIX, dir, key, key);
-
-	if (n < 0 || (size_t)n >= len)
-		return sp_fail(err, "repository path for %s under %s is too long",
-			       key, dir);
-	return 0;
+	return key_path(dir, key, IMAGE_SUFFIX, path, len, err);
 }
 
 /* ------------------------------------------------------------------------ */

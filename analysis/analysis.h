@@ -114,6 +114,10 @@ typedef struct an_module {
 
 size_t an_trace_nmodules(const an_trace *t);
 const an_module *an_trace_module(const an_trace *t, size_t i);
+/* A "module" line's value cut into its fields in place (path and key point
+ * into v; ca NULL), for readers of meta without a whole trace: 0, -1 if it
+ * is malformed, -2 if its key is not a build-id or content hash. */
+int an_module_line(char *v, an_module *out);
 
 /* ---- threads (rings.c: one ring file each), sorted by tid ---- */
 

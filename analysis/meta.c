@@ -48,40 +48,52 @@ static int module_cmp(const void *a, const void *b)
 
 /* "module <index> <path> <key> <bias-hex>": the path may hold spaces, so
  * the key and bias are taken from the right. */
-static int parse_module(an_trace *t, const char *where, size_t line, char *v, sp_err *err)
+int an_module_line(char *v, an_module *out)
 {
 	char *sp1 = strchr(v, ' '), *sp3 = strrchr(v, ' '), *sp2;
 	uint64_t index, bias;
-	module *m;
 
 	if (!sp1 || sp3 == sp1)
-		goto bad;
+		return -1;
 	*sp3 = '\0';
 	sp2 = strrchr(v, ' ');
 	if (sp2 == sp1 || sp2 == sp1 + 1)
-		goto bad;
+		return -1;
 	*sp1 = *sp2 = '\0';
 	if (an_parse_u64(v, 10, &index) || index >= AN_NONE || an_parse_u64(sp3 + 1, 16, &bias))
-		goto bad;
+		return -1;
 	if (!sp2[1])
-		goto bad;
-	for (const char *k = sp2 + 1; *k; k++)
+		return -1;
+	memset(out, 0, sizeof *out);
+	out->index = (uint32_t)index;
+	out->bias = bias;
+	out->path = sp1 + 1;
+	out->key = sp2 + 1;
+	for (const char *k = out->key; *k; k++)
 		if (!isalnum((unsigned char)*k) && *k != '-')
-			return sp_fail(err, "%s: module key '%s' is not a build-id or content hash",
-				       where, sp2 + 1);
+			return -2;
+	return 0;
+}
+
+static int parse_module(an_trace *t, const char *where, size_t line, char *v, sp_err *err)
+{
+	an_module pub;
+	module *m;
+	int rc = an_module_line(v, &pub);
+
+	if (rc == -2)
+		return sp_fail(err, "%s: module key '%s' is not a build-id or content hash",
+			       where, pub.key);
+	if (rc < 0)
+		return sp_fail(err, "%s: malformed module line (expected 'module <index> <path> "
+			       "<key> <bias-hex>')", where);
 	if (sp_grow((void **)&t->mods, &t->capmods, t->nmods + 1, sizeof *t->mods))
 		return sp_fail(err, "out of memory");
 	m = &t->mods[t->nmods++];
 	memset(m, 0, sizeof *m);
-	m->pub.index = (uint32_t)index;
-	m->pub.bias = bias;
-	m->pub.path = sp1 + 1;   /* point into the meta value, which stays */
-	m->pub.key = sp2 + 1;
+	m->pub = pub;            /* path and key point into the meta value, which stays */
 	m->line = line;
 	return 0;
-bad:
-	return sp_fail(err, "%s: malformed module line (expected 'module <index> <path> "
-		       "<key> <bias-hex>')", where);
 }
 
 /* A required numeric meta value. */

@@ -9,7 +9,7 @@
  *      (an_pack_entered).  Only directories packing took are read: the
  *      caller's own, no one else's to write (cmd_pack.c, point 1).
  *   2. Each such directory (the trace, its exec'd images' and spawned
- *      children's subdirectories)
+ *      children's subdirectories: cli_trace_walk, the walk packing makes)
  *      is opened without following a link and read through its descriptor:
  *      its meta's module lines give each module index's repository key, its
  *      sites file each entered id's callee (module index and link-time
@@ -25,7 +25,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <dirent.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -97,23 +96,16 @@ static void learn_dir(learning *l, int dfd)
 	if (!(bits = an_pack_entered(path, &nbits)) || an_meta_read(path, &meta, &err) < 0)
 		return;
 	for (size_t i = 0; i < an_meta_nlines(meta); i++) {
-		const char *v = an_meta_val(meta, i), *sp3, *sp2;
-		char key[160];
-		unsigned long index;
-		char *end;
+		char v[PATH_MAX + 256];
+		an_module mod;
 
-		if (strcmp(an_meta_key(meta, i), "module") != 0)
+		if (strcmp(an_meta_key(meta, i), TRACE_META_MODULE) != 0)
 			continue;
-		index = strtoul(v, &end, 10);
-		sp3 = strrchr(v, ' ');
-		if (end == v || *end != ' ' || index >= 1024 || !sp3 || sp3 <= end)
-			continue;
-		for (sp2 = sp3 - 1; sp2 > end && *sp2 != ' '; sp2--)
-			;
-		if (sp2 <= end || sp3 - sp2 - 1 <= 0 || (size_t)(sp3 - sp2 - 1) >= sizeof key)
-			continue;
-		snprintf(key, sizeof key, "%.*s", (int)(sp3 - sp2 - 1), sp2 + 1);
-		keys[index] = strdup(key);
+		snprintf(v, sizeof v, "%s", an_meta_val(meta, i));
+		if (an_module_line(v, &mod) == 0 && mod.index < 1024) {
+			free((char *)keys[mod.index]);
+			keys[mod.index] = strdup(mod.key);
+		}
 	}
 	an_meta_free(meta);
 	fd = openat(dfd, "sites", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -154,46 +146,21 @@ static void learn_dir(learning *l, int dfd)
 		free((char *)keys[i]);
 }
 
-/* Point 2: the directory and its exec'd images' and spawned children's
- * subdirectories. */
-static void learn_tree(learning *l, int dfd, int depth)
+/* Point 2: each directory of the trace (cli_trace_walk), once. */
+static int learn_one(int dfd, const char *shown, const char *name, void *arg)
 {
-	struct dirent *de;
-	struct stat st;
-	DIR *d;
-
-	if (!sp_fd_private(dfd, &st)) {
-		close(dfd);
-		return;
-	}
-	learn_dir(l, dfd);
-	if (!(d = fdopendir(dfd))) {
-		close(dfd);
-		return;
-	}
-	while ((de = readdir(d)))
-		if (depth < 16 && (strncmp(de->d_name, "exec.", 5) == 0 ||
-				   strncmp(de->d_name, "spawn.", 6) == 0)) {
-			int sfd = openat(dirfd(d), de->d_name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-
-			if (sfd >= 0)
-				learn_tree(l, sfd, depth + 1);
-		}
-	closedir(d);
+	if (dfd >= 0 && !name)
+		learn_dir(arg, dfd);
+	return 0;
 }
 
 void cli_learn_lookahead(const char *cmd, const char *dir)
 {
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	learning *l;
+	learning *l = calloc(1, sizeof *l);
 
-	if (dfd < 0 || !(l = calloc(1, sizeof *l))) {
-		if (dfd >= 0)
-			close(dfd);
+	if (!l)
 		return;
-	}
-	learn_tree(l, dfd, 0);
+	cli_trace_walk(dir, learn_one, l);
 	for (size_t i = 0; i < l->n; i++) {
 		learnt *k = &l->k[i];
 		uint32_t nnew;

@@ -444,8 +444,8 @@ typedef struct walk {
 	size_t n, cap, nseen, capseen;
 } walk;
 
-/* The module lines of DIR/meta ("module INDEX PATH KEY BIAS"; the path may
- * hold spaces, the key and bias do not) whose key the repository lacks. */
+/* The module lines of DIR/meta (an_module_line: the path may hold spaces,
+ * the key and bias do not) whose key the repository lacks. */
 static void missing_of_meta(const char *dir, const char *repo, walk *w)
 {
 	char line[PATH_MAX + 256], id[PATH_MAX + 256], key[160];
@@ -455,29 +455,20 @@ static void missing_of_meta(const char *dir, const char *repo, walk *w)
 	if (an_meta_read(dir, &m, &e) < 0)
 		return;
 	for (size_t l = 0; l < an_meta_nlines(m); l++) {
-		char *mod, *k, *bias;
+		an_module mod;
 
 		if (strcmp(an_meta_key(m, l), TRACE_META_MODULE) != 0)
 			continue;
-		/* "INDEX PATH KEY BIAS" */
 		snprintf(line, sizeof line, "%s", an_meta_val(m, l));
-		mod = strchr(line, ' ');
-		bias = strrchr(line, ' ');
-		if (!mod || !bias || bias <= mod)
+		if (an_module_line(line, &mod) != 0)
 			continue;
-		*bias = '\0';
-		k = strrchr(line, ' ');
-		if (!k || k <= mod)
-			continue;
-		*k++ = '\0';
-		mod++;
-		snprintf(id, sizeof id, "%s %s", k, mod);
+		snprintf(id, sizeof id, "%s %s", mod.key, mod.path);
 		if (list_has(w->seen, w->nseen, id))
 			continue;
 		list_add(&w->seen, &w->nseen, &w->capseen, id);
 		/* The file must still be the traced module. */
-		if (in_repo(repo, mod, key, sizeof key) == 0 && strcmp(key, k) == 0)
-			list_add(&w->v, &w->n, &w->cap, mod);
+		if (in_repo(repo, mod.path, key, sizeof key) == 0 && strcmp(key, mod.key) == 0)
+			list_add(&w->v, &w->n, &w->cap, mod.path);
 	}
 	an_meta_free(m);
 }

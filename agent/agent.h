@@ -122,6 +122,9 @@ int ag_spare_take(int kind, const char *path);
 /* After a take: is what path now holds (st: its fstat) a spare of that kind?
  * If not, it is removed, said in agent.log, and false: create path. */
 bool ag_spare_check(int kind, const struct stat *st, const char *path);
+/* ag_spare_take, then ag_spare_check on what path holds (lstat): for a
+ * directory or a FIFO, which the caller does not open first. */
+int ag_spare_take_node(int kind, const char *path);
 void ag_spare_made(void);               /* one made by the agent itself */
 
 /* ---- modules.c ---- */

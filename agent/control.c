@@ -233,16 +233,13 @@ int ag_control_start(void)
 	pthread_attr_t attr;
 	sigset_t all, old;
 	pthread_t th;
-	struct stat st;
 	int rc, took;
 
 	owner = getpid();
 	wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ag_fd_keep(&wake_fd, NULL, 0);
 	snprintf(fifo, sizeof fifo, "%s/control", ag_dir);
-	took = ag_spare_take(AG_SPARE_FIFO, fifo);
-	if (took > 0 && (lstat(fifo, &st) != 0 || !ag_spare_check(AG_SPARE_FIFO, &st, fifo)))
-		took = -1;
+	took = ag_spare_take_node(AG_SPARE_FIFO, fifo);
 	if (took < 0 && mkfifo(fifo, 0600) == 0) {
 		ag_spare_made();
 	} else if (took < 0 && errno != EEXIST) {

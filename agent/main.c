@@ -174,10 +174,7 @@ static int trace_dir_check(const char *exec_of)
 	if (exec_of) {
 		if (stat(exec_of, &st) == 0 && (st.st_mode & S_ISGID) && (st.st_mode & S_IRGRP))
 			want = 02750;
-		took = ag_spare_take(AG_SPARE_DIR, ag_dir);
-		if (took > 0 && (lstat(ag_dir, &st) != 0 ||
-				 !ag_spare_check(AG_SPARE_DIR, &st, ag_dir)))
-			took = -1;
+		took = ag_spare_take_node(AG_SPARE_DIR, ag_dir);
 		if (took <= 0 && mkdir(ag_dir, want & 0777) == 0)
 			ag_spare_made();
 		else if (took <= 0 && errno != EEXIST)

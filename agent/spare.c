@@ -188,6 +188,16 @@ bool ag_spare_check(int kind, const struct stat *st, const char *path)
 	return false;
 }
 
+int ag_spare_take_node(int kind, const char *path)
+{
+	struct stat st;
+	int took = ag_spare_take(kind, path);
+
+	if (took > 0 && (lstat(path, &st) != 0 || !ag_spare_check(kind, &st, path)))
+		return -1;
+	return took;
+}
+
 void ag_spare_made(void)
 {
 	__atomic_add_fetch(&made, 1, __ATOMIC_RELAXED);

@@ -52,6 +52,22 @@ def report_calls(text):
     return out
 
 
+def check_all_calls(calls, funcs, rep):
+    """report gives each of funcs every one of its THREADS * CALLS calls."""
+    for f in funcs:
+        n, counted = calls.get(f, (0, 0))
+        check(n == THREADS * CALLS, "report: %s was called %d times, says %d (%d counted)\n%s"
+              % (f, THREADS * CALLS, n, counted, rep.stdout[:3000]))
+
+
+def check_slow_timed(calls):
+    """slow (20 us) was called THREADS * SLOW times, every call timed."""
+    n, counted = calls.get("slow", (0, 0))
+    check(n == THREADS * SLOW and counted == 0,
+          "report: slow (20 us) was called %d times, all timed; says %d, %d counted"
+          % (THREADS * SLOW, n, counted))
+
+
 def errors(sptrace, prog):
     for cmd in (["run", "--budget", "abc", "--", prog, "1", "100"],
                 ["run", "--budget", "-5", "--", prog, "1", "100"],
@@ -113,19 +129,13 @@ def tail(sptrace, prog):
         rep = run([sptrace, "report", d], env=env, timeout=600)
         check(rep.returncode == 0, "report failed: %s" % rep.stderr[-2000:])
         calls = report_calls(rep.stdout)
-        for f in ("hop", "hop_ptr", "tiny_tail", "tiny_tail_ptr"):
-            n, counted = calls.get(f, (0, 0))
-            check(n == THREADS * CALLS, "report: %s was called %d times, says %d (%d counted)\n%s"
-                  % (f, THREADS * CALLS, n, counted, rep.stdout[:3000]))
+        check_all_calls(calls, ("hop", "hop_ptr", "tiny_tail", "tiny_tail_ptr"), rep)
         for f in ("tiny_tail", "tiny_tail_ptr"):
             n, counted = calls[f]
             check(counted > THREADS * CALLS // 2,
                   "report: %s's calls (tail jumps) were not mostly counted (%d of %d)\n%s"
                   % (f, counted, n, rep.stdout[:3000]))
-        n, counted = calls.get("slow", (0, 0))
-        check(n == THREADS * SLOW and counted == 0,
-              "report: slow (20 us) was called %d times, all timed; says %d, %d counted"
-              % (THREADS * SLOW, n, counted))
+        check_slow_timed(calls)
         rp = run([sptrace, "replay", d], env=env, timeout=600)
         check(rp.returncode == 0, "replay failed: %s" % rp.stderr[-2000:])
         demoted, counted = set(), {"tiny_tail": 0, "tiny_tail_ptr": 0}
@@ -172,17 +182,13 @@ def main():
         rep = run([sptrace, "report", d], env=env, timeout=600)
         check(rep.returncode == 0, "report failed: %s" % rep.stderr[-2000:])
         calls = report_calls(rep.stdout)
+        check_all_calls(calls, ("tiny", "tiny_ptr"), rep)
         for f in ("tiny", "tiny_ptr"):
-            n, counted = calls.get(f, (0, 0))
-            check(n == THREADS * CALLS, "report: %s was called %d times, says %d (%d counted)\n%s"
-                  % (f, THREADS * CALLS, n, counted, rep.stdout[:3000]))
+            n, counted = calls[f]
             check(counted > THREADS * CALLS // 2,
                   "report: %s's calls were not mostly counted (%d of %d): no demotion?\n%s"
                   % (f, counted, n, rep.stdout[:3000]))
-        n, counted = calls.get("slow", (0, 0))
-        check(n == THREADS * SLOW and counted == 0,
-              "report: slow (20 us) was called %d times, all timed; says %d, %d counted"
-              % (THREADS * SLOW, n, counted))
+        check_slow_timed(calls)
         check("calls of" in rep.stdout and "were counted, not timed" in rep.stdout,
               "report does not say that calls were counted:\n%s" % rep.stdout[-2000:])
 

@@ -38,7 +38,9 @@ static int endpoint(const char *arg, uint8_t addr[16], size_t *len, uint32_t *po
 }
 
 /* Send req, print the error if the answer is one: 0 and *rep, or 1. */
-static int ask(Sptrace__Spd__Frame *req, Sptrace__Spd__Frame **rep)
+/* req sent to the local daemon, its answer into *rep, which must be of
+ * `want` (what: its name, for the error); 0, or 1 said. */
+static int ask(Sptrace__Spd__Frame *req, int want, const char *what, Sptrace__Spd__Frame **rep)
 {
 	spd_conn c;
 	sp_err err;
@@ -55,8 +57,9 @@ static int ask(Sptrace__Spd__Frame *req, Sptrace__Spd__Frame **rep)
 		spd_frame_free(*rep);
 		return 1;
 	}
-	if ((*rep)->id != 7) {
-		fprintf(stderr, "spd_inject: an answer to another request\n");
+	if ((*rep)->id != 7 || (int)(*rep)->body_case != want) {
+		fprintf(stderr, "spd_inject: %s\n", (*rep)->id != 7 ? "an answer to another request"
+			: what);
 		spd_frame_free(*rep);
 		return 1;
 	}
@@ -76,13 +79,9 @@ static int count(char **argv)
 	q.channel = &ch;
 	req.body_case = SPTRACE__SPD__FRAME__BODY_COUNT;
 	req.count = &q;
-	if (ask(&req, &rep))
+	if (ask(&req, SPTRACE__SPD__FRAME__BODY_COUNT_REPLY, "an answer that is not the count reply",
+		&rep))
 		return 1;
-	if (rep->body_case != SPTRACE__SPD__FRAME__BODY_COUNT_REPLY) {
-		fprintf(stderr, "spd_inject: an answer that is not the count reply\n");
-		spd_frame_free(rep);
-		return 1;
-	}
 	printf("count %s\n", rep->count_reply->count);
 	spd_frame_free(rep);
 	return 0;
@@ -115,13 +114,9 @@ int main(int argc, char **argv)
 	q.on = argc > 4 ? argv[4] : "";
 	req.body_case = SPTRACE__SPD__FRAME__BODY_INJECT;
 	req.inject = &q;
-	if (ask(&req, &rep))
+	if (ask(&req, SPTRACE__SPD__FRAME__BODY_INJECT_REPLY,
+		"an answer that is not the inject reply", &rep))
 		return 1;
-	if (rep->body_case != SPTRACE__SPD__FRAME__BODY_INJECT_REPLY) {
-		fprintf(stderr, "spd_inject: an answer that is not the inject reply\n");
-		spd_frame_free(rep);
-		return 1;
-	}
 	if (rep->inject_reply->n_targets == 0)
 		printf("none\n");
 	for (size_t i = 0; i < rep->inject_reply->n_targets; i++) {

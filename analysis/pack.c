@@ -467,6 +467,19 @@ const uint8_t *an_pack_entered(const char *dir, size_t *nbits)
 	return entered_of(probe, false);
 }
 
+/* Point 2's free: records [first, first + n) of the ring file punched out.
+ * A file system that cannot punch keeps them (readers take the block). */
+static int punch(int fd, const trace_ring_header *h, uint64_t first, uint64_t n,
+		 const char *ring_path, sp_err *err)
+{
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      (off_t)(h->header_size + first * 8), (off_t)(n * 8)) < 0 &&
+	    errno != EOPNOTSUPP)
+		return sp_fail(err, "%s: cannot free the records packed: %s", ring_path,
+			       strerror(errno));
+	return 0;
+}
+
 /*
  * sptrace run's side (point 2).  The ring file's records below `to` -- the
  * chunks the agent is done with, or when the file is process `gone`'s
@@ -483,6 +496,7 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 	uint8_t *cols = NULL, *z = NULL, *entered = NULL;
 	pstack *s = NULL;
 	static ZSTD_CCtx *cctx;
+	uint64_t unpunched = 0;         /* 1 + the first record packed, not punched yet */
 	int64_t packed = 0;
 	int fd, pfd;
 
@@ -611,24 +625,30 @@ int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 		pd.end = first + n;
 		cache_put(&pst, pd.valid_len, pd.end);
 		packed += (int64_t)n;
-		/* Point 2: the raw records go only now.  A file system that
-		 * cannot punch keeps them (readers take the block). */
-		if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			      (off_t)(h.header_size + first * 8), (off_t)(n * 8)) < 0 &&
-		    errno != EOPNOTSUPP) {
-			packed = sp_fail(err, "%s: cannot free the records packed: %s", ring_path,
+		/* Point 2: the raw records go only now (a file of a process
+		 * gone: after the loop, point 5). */
+		if (!final && punch(fd, &h, first, n, ring_path, err) < 0) {
+			packed = -1;
+			goto out;
+		}
+		if (final && !unpunched)
+			unpunched = first + 1;
+	}
+	/* The process is gone and every record is packed: the file is cut to
+	 * its header (point 5), which frees the blocks packed and the chunk
+	 * mapped ahead alike.  Freeing blocks is slow on a file system mounted
+	 * with `discard` (each free waits for the device: 0.1-2 ms), so the
+	 * blocks of this call were not punched one by one: the cut frees them,
+	 * or, where there is none to make, one punch. */
+	if (final && pd.end == h.count && h.count <= h.kept_end) {
+		if (st.st_size > (off_t)h.header_size && ftruncate(fd, (off_t)h.header_size) < 0) {
+			packed = sp_fail(err, "%s: cannot cut it to its header: %s", ring_path,
 					 strerror(errno));
 			goto out;
 		}
-	}
-	/* The process is gone and every record is packed: the file is cut to
-	 * its header (point 5), nothing but holes and the chunk mapped ahead
-	 * after it. */
-	if (final && packed >= 0 && pd.end == h.count && h.count <= h.kept_end &&
-	    st.st_size > (off_t)h.header_size && ftruncate(fd, (off_t)h.header_size) < 0) {
-		packed = sp_fail(err, "%s: cannot cut it to its header: %s", ring_path,
-				 strerror(errno));
-		goto out;
+	} else if (unpunched &&
+		   punch(fd, &h, unpunched - 1, pd.end - (unpunched - 1), ring_path, err) < 0) {
+		packed = -1;
 	}
 out:
 	free(raw);

@@ -5,6 +5,7 @@
 #ifndef SPTRACE_CLI_H
 #define SPTRACE_CLI_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -40,10 +41,11 @@ typedef int (*cli_trace_visit)(int dfd, const char *shown, const char *name, voi
 int cli_trace_walk(const char *dir, cli_trace_visit visit, void *arg);
 /* cmd_pack.c: pack the files of every record in the trace's directories
  * (cli_trace_walk; an_pack_ring): their finished chunks, and every record of
- * process `gone`'s (AN_PACK_DEAD: of any process no longer running); only
- * directories of the caller's that no one else may write.  0, or -1 once
- * an error was said. */
-int cli_pack_rings(const char *dir, int gone);
+ * a process no longer running; only directories of the caller's that no one
+ * else may write (the others are said when `last`: the pass nothing
+ * repeats).  Errors are said as `cmd`'s.  0, or -1 once an error was
+ * said. */
+int cli_pack_rings(const char *cmd, const char *dir, bool last);
 /* lookahead.c: after a run whose records were packed, the functions it
  * reached into each module's look-ahead profile (codeanalysis/profile.c). */
 void cli_learn_lookahead(const char *cmd, const char *dir);

@@ -82,38 +82,44 @@ int cli_trace_walk(const char *dir, cli_trace_visit visit, void *arg)
 /*
  * Compaction (trace_format.h, "Packed blocks"): every file of every record
  * in the trace's directories (cli_trace_walk) has its finished chunks
- * packed (an_pack_ring); those of process `gone` (0: none; AN_PACK_DEAD:
- * any process no longer running), which can write no more, all their
- * records.  A directory not the caller's own keeps its records raw (every
- * reader reads them), said once where nothing repeats the walk (`sptrace
- * pack`, and run's last pass: `gone` AN_PACK_DEAD).  -1 once an error was
- * said (the caller stops compacting: the records stay raw, as with
- * --no-compact).
+ * packed (an_pack_ring), and all its records once its process is gone
+ * (AN_PACK_DEAD): while `sptrace run` waits, so that a program of many short
+ * processes leaves little to do after its end.  A directory not the
+ * caller's own keeps its records raw (every reader reads them), said once,
+ * in the last pass.  -1 once an error was said (the caller stops
+ * compacting: the records stay raw, as with --no-compact).
  */
+struct pack_pass {
+	const char *cmd;
+	bool last;
+};
+
 static int pack_one(int dfd, const char *shown, const char *name, void *arg)
 {
-	int gone = *(const int *)arg;
+	const struct pack_pass *pass = arg;
 	char path[PATH_MAX];
 	sp_err err;
 
 	if (dfd < 0) {
-		if (gone == AN_PACK_DEAD)
-			cli_error("pack: %s: %s: left as it is (its records stay raw; every reader "
-				  "reads them); pack it as its owner", shown, name);
+		if (pass->last)
+			cli_error("%s: %s: %s: left as it is (its records stay raw; every reader "
+				  "reads them); pack it as its owner", pass->cmd, shown, name);
 		return 0;
 	}
 	if (!name || strncmp(name, "ring.", 5) != 0 ||
 	    (size_t)snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dfd, name) >= sizeof path ||
-	    an_pack_ring(path, gone, &err) >= 0)
+	    an_pack_ring(path, AN_PACK_DEAD, &err) >= 0)
 		return 0;
 	cli_error("%s: %s: %s; the records not packed yet stay as written (8 bytes each)",
-		  gone == AN_PACK_DEAD ? "pack" : "run", shown, err.msg);
+		  pass->cmd, shown, err.msg);
 	return -1;
 }
 
-int cli_pack_rings(const char *dir, int gone)
+int cli_pack_rings(const char *cmd, const char *dir, bool last)
 {
-	return cli_trace_walk(dir, pack_one, &gone);
+	struct pack_pass pass = { cmd, last };
+
+	return cli_trace_walk(dir, pack_one, &pass);
 }
 
 static const char pack_help[] =
@@ -137,5 +143,5 @@ int cmd_pack(int argc, char **argv)
 		return cli_error("pack: usage: sptrace pack DIR; see 'sptrace pack --help'"), 2;
 	if (access(argv[1], F_OK) != 0)
 		return cli_error("pack: %s: %s", argv[1], strerror(errno)), 1;
-	return cli_pack_rings(argv[1], AN_PACK_DEAD) < 0 ? 1 : 0;
+	return cli_pack_rings("pack", argv[1], true) < 0 ? 1 : 0;
 }

@@ -665,7 +665,7 @@ int cmd_run(int argc, char **argv)
 		 * default: filled in about 30 ms at full rate, so the page cache
 		 * holds a few chunks per thread at most). */
 		if (compact && sp_now_ns() - last_pack >= 50000000ull) {
-			if (cli_pack_rings(absdir, 0) < 0)
+			if (cli_pack_rings("run", absdir, false) < 0)
 				compact = 0;
 			last_pack = sp_now_ns();
 		}
@@ -690,7 +690,7 @@ int cmd_run(int argc, char **argv)
 	}
 	trim_rings(absdir, pid, 0);
 	if (compact)      /* (the program's files, and those of children gone too) */
-		cli_pack_rings(absdir, AN_PACK_DEAD);
+		cli_pack_rings("run", absdir, true);
 	if (compact && profiles)
 		cli_learn_lookahead("run", absdir);
 	end_traces(absdir, status);

@@ -466,7 +466,9 @@ static inline void trace_msg_unpack(const uint64_t data[TRACE_MSG_NDATA], uint32
  *     decoded records are the raw 64-bit ones exactly, zero slots included.
  *  5. Once the process is gone and all of a file's records are packed,
  *     ring.<tid> is cut to its header: records a file does not hold are
- *     lost only if no valid block holds them either.
+ *     lost only if no valid block holds them either.  The blocks written
+ *     once the process is gone are not punched one by one: the cut frees
+ *     their records (or, where no cut can be made, one punch after them).
  */
 #define TRACE_PACK_MAGIC 0x314b434150505354ull /* "TSPPACK1" little-endian */
 #define TRACE_PACK_STACK 4096

@@ -30,6 +30,10 @@ tests/progs/hotthreads.c: THREADS threads calling a small function.
             and export the same output as before, byte for byte; and
             sptrace run killed -9 while it packs: the packed and the raw
             records are read together, every call once.
+  early     the records of a process that has ended are packed while
+            sptrace run still waits for the program (a traced shell runs
+            hotthreads, then waits): its files are cut to their headers
+            before the shell ends, and every call is read back once.
 (kill9 reads the agent's raw files itself: it runs with --no-compact.)
 """
 
@@ -353,12 +357,72 @@ def case_compact(sptrace, prog, tmp):
                          len(rings(died))))
 
 
+def case_early(sptrace, prog, tmp):
+    env = private_repo_env(tmp)
+    threads, n = 2, 300000
+    tdir = os.path.join(tmp, "trace")
+    done, go = os.path.join(tmp, "done"), os.path.join(tmp, "go")
+    # Windows of 1 MiB: chunks of 64 Ki records, about ten a thread, packed
+    # as they are finished, and the rest once the process is gone.
+    script = ('"$1" %d %d >/dev/null; touch "$2"; '
+              'for i in $(seq 1 1200); do [ -e "$3" ] && exit 0; sleep 0.05; done; exit 3'
+              % (threads, n))
+    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--ring-size", "1", "--", "bash", "-c",
+                          script, "sh", prog, done, go], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not os.path.exists(done) and p.poll() is None:
+            time.sleep(0.05)
+        check(os.path.exists(done), "early: hotthreads did not end within 60 s (sptrace run "
+              "exit %s)" % p.poll())
+        with open(os.path.join(tdir, "meta")) as f:
+            subs = [l.split()[1] for l in f if l.startswith("exec exec.") and
+                    l.split(" ", 3)[3].strip() == os.path.abspath(prog)]
+        check(len(subs) == 1, "early: expected one exec'd image of %s in meta, found %r" %
+              (prog, subs))
+        img = os.path.join(tdir, subs[0])
+        # While the shell waits: the image's files of every record cut to
+        # their headers, their records in packed.<tid> (30 s at most: sptrace
+        # run looks every 50 ms).
+        state = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            files = rings(img)
+            state = {}
+            for f in files:
+                h = header(f)
+                pk = os.path.join(img, "packed." + os.path.basename(f)[5:])
+                state[os.path.basename(f)] = (h["size"], h["hsize"], h["count"],
+                                              packed_records(pk) if os.path.exists(pk) else None)
+            if len(files) >= threads and all(size == hsize and packed == count
+                                             for size, hsize, count, packed in state.values()):
+                break
+            time.sleep(0.1)
+        else:
+            fail("early: 30 s after hotthreads ended, while the traced shell still runs, its "
+                 "files are not all packed and cut to their headers: {ring: (size, header "
+                 "size, records, records packed)} = %r" % state)
+        check(p.poll() is None, "early: the traced shell ended before it was told to")
+    finally:
+        open(go, "w").close()
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 0, "early: sptrace run: exit %d\n%s" % (p.returncode, err[-2000:]))
+    heads = check_kept(sptrace, img, env, "early")
+    calls, rep = report_calls(sptrace, img, env)
+    check(calls.get("leaf") == threads * n,
+          "early: report counts %s calls of leaf, expected %d:\n%s" %
+          (calls.get("leaf"), threads * n, (rep.stderr + rep.stdout)[:3000]))
+    print("early: %d files packed and cut while the shell waited, %d records, leaf called %d "
+          "times" % (len(heads), sum(h["count"] for h in heads.values()), calls["leaf"]))
+
+
 def main():
     if len(sys.argv) != 4:
-        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact HOTTHREADS")
-    sptrace, case, prog = sys.argv[1:]
+        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact|early HOTTHREADS")
+    sptrace, case, prog = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
     cases = {"threads": case_threads, "kill9": case_kill9, "lost": case_lost,
-             "fsize": case_fsize, "compact": case_compact}
+             "fsize": case_fsize, "compact": case_compact, "early": case_early}
     check(case in cases, "unknown case %s" % case)
     tmp = tempfile.mkdtemp(prefix="sptrace-e2e-records-")
     try:

@@ -43,9 +43,9 @@ int cli_trace_walk(const char *dir, cli_trace_visit visit, void *arg);
  * (cli_trace_walk; an_pack_ring): their finished chunks, and every record of
  * a process no longer running; only directories of the caller's that no one
  * else may write (the others are said when `last`: the pass nothing
- * repeats).  Errors are said as `cmd`'s.  0, or -1 once an error was
- * said. */
-int cli_pack_rings(const char *cmd, const char *dir, bool last);
+ * repeats).  Errors are said as `cmd`'s.  The records packed, or -1 once
+ * an error was said. */
+int64_t cli_pack_rings(const char *cmd, const char *dir, bool last);
 /* lookahead.c: after a run whose records were packed, the functions it
  * reached into each module's look-ahead profile (codeanalysis/profile.c). */
 void cli_learn_lookahead(const char *cmd, const char *dir);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "analysis.h"
+#include "trace_format.h"
 
 /*
  * The directories of a trace, for every pass that writes beside its files
@@ -92,12 +93,15 @@ int cli_trace_walk(const char *dir, cli_trace_visit visit, void *arg)
 struct pack_pass {
 	const char *cmd;
 	bool last;
+	int64_t packed;            /* records packed in this pass */
 };
 
 static int pack_one(int dfd, const char *shown, const char *name, void *arg)
 {
-	const struct pack_pass *pass = arg;
+	struct pack_pass *pass = arg;
 	char path[PATH_MAX];
+	struct stat st;
+	int64_t n;
 	sp_err err;
 
 	if (dfd < 0) {
@@ -106,20 +110,27 @@ static int pack_one(int dfd, const char *shown, const char *name, void *arg)
 				  "reads them); pack it as its owner", pass->cmd, shown, name);
 		return 0;
 	}
+	/* A file cut to its header is packed whole (trace_format.h, "Packed
+	 * blocks", point 5): one look at its size, at every pass. */
 	if (!name || strncmp(name, "ring.", 5) != 0 ||
-	    (size_t)snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dfd, name) >= sizeof path ||
-	    an_pack_ring(path, AN_PACK_DEAD, &err) >= 0)
+	    (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+	     st.st_size <= TRACE_RING_HEADER_SIZE) ||
+	    (size_t)snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dfd, name) >= sizeof path)
 		return 0;
+	if ((n = an_pack_ring(path, AN_PACK_DEAD, &err)) >= 0) {
+		pass->packed += n;
+		return 0;
+	}
 	cli_error("%s: %s: %s; the records not packed yet stay as written (8 bytes each)",
 		  pass->cmd, shown, err.msg);
 	return -1;
 }
 
-int cli_pack_rings(const char *cmd, const char *dir, bool last)
+int64_t cli_pack_rings(const char *cmd, const char *dir, bool last)
 {
-	struct pack_pass pass = { cmd, last };
+	struct pack_pass pass = { cmd, last, 0 };
 
-	return cli_trace_walk(dir, pack_one, &pass);
+	return cli_trace_walk(dir, pack_one, &pass) < 0 ? -1 : pass.packed;
 }
 
 static const char pack_help[] =

@@ -396,7 +396,7 @@ int cmd_run(int argc, char **argv)
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
 	int flight = 0, compact = 1, profiles = 1;
-	uint64_t last_pack;
+	uint64_t last_pack, pack_every = 50000000ull;
 	int pidfd;
 	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start", *chord = NULL;
@@ -663,11 +663,19 @@ int cmd_run(int argc, char **argv)
 		}
 		/* Compaction: every 50 ms (a chunk of a thread is 8 MiB by
 		 * default: filled in about 30 ms at full rate, so the page cache
-		 * holds a few chunks per thread at most). */
-		if (compact && sp_now_ns() - last_pack >= 50000000ull) {
-			if (cli_pack_rings("run", absdir, false) < 0)
+		 * holds a few chunks per thread at most).  A pass that packed
+		 * nothing but took longer than 12 ms to look (a program of
+		 * thousands of processes) waits 4 times its time for the next:
+		 * looking takes a fifth of a CPU at most. */
+		if (compact && sp_now_ns() - last_pack >= pack_every) {
+			uint64_t t = sp_now_ns();
+			int64_t n = cli_pack_rings("run", absdir, false);
+
+			if (n < 0)
 				compact = 0;
 			last_pack = sp_now_ns();
+			pack_every = n == 0 && 4 * (last_pack - t) > 50000000ull ?
+				     4 * (last_pack - t) : 50000000ull;
 		}
 		if ((kern && !hk && !busy) || (compact && !kern && !hk))
 			wait_a_little(pidfd, kern ? 1 : 10);

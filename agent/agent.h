@@ -695,6 +695,7 @@ int ag_tcp_received(int fd, uint64_t *end);
 void ag_msgs_resync(int fd, uint64_t end, long rc);
 
 /* ---- exec.c ---- */
+void ag_exec_resolve(void);             /* the C library's exec and spawn, when loaded */
 void ag_exec_init(const char *ring_bytes);
 
 /* ---- threads.c: the program's threads (their start, where each stands) ---- */

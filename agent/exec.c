@@ -57,16 +57,28 @@ static char ring_bytes[32];
 static unsigned exec_seq;
 extern char **environ;
 
-/* At start (dlsym and dladdr are not for a vfork child). */
-void ag_exec_init(const char *ring)
+/* The C library's functions behind the interposers below, looked up when
+ * the agent is loaded, whether or not it starts: loaded without sptrace run
+ * (no SPTRACE_DIR) it stays out of the way, and every exec and spawn must
+ * still work (they failed with ENOSYS).  Not later: dlsym is not for a
+ * vfork child. */
+void ag_exec_resolve(void)
 {
-	Dl_info di;
-
+	if (real_execve)
+		return;
 	real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
 	real_execvpe = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
 	real_fexecve = (fexecve_fn)dlsym(RTLD_NEXT, "fexecve");
 	real_spawn = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
 	real_spawnp = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
+}
+
+/* At start (dlsym and dladdr are not for a vfork child). */
+void ag_exec_init(const char *ring)
+{
+	Dl_info di;
+
+	ag_exec_resolve();
 	/* Attached, the agent came from a memfd (/proc/self/fd/N), which a new
 	 * image could not load: it would only print an error. */
 	if (dladdr((void *)ag_exec_init, &di) && di.dli_fname && di.dli_fname[0] == '/' &&

@@ -1140,6 +1140,7 @@ __attribute__((constructor)) static void agent_init(void)
 {
 	const char *dir = env_get("SPTRACE_DIR");
 
+	ag_exec_resolve();              /* the interposers pass every call on, started or not */
 	if (!dir || !*dir)
 		return;                 /* loaded without sptrace run: stay out of the way */
 	/* Read before agent_start takes them out of the environment */

@@ -25,6 +25,11 @@ areas of the loop) the medians of:
   last is ctl      the share of children whose last thread out is the agent's
                    control thread (a mean, not a median)
 
+With --child, another command in the loop, and --prog the program whose
+processes are measured, with the process that forked each (default: the
+command's first word; e.g. --child 'gcc -c -o x.o x.c' --prog
+/usr/lib/gcc/x86_64-linux-gnu/12/cc1: each cc1 and its gcc).
+
 Times include perf's own cost and whatever the machine's load adds; compare
 the columns of one run.  Needs root.
 """
@@ -82,13 +87,10 @@ def phases(root, lines, prog):
             execd.add(e[2])
     switches = [e for e in ev if e[4] == "sched_switch"]  # a dead task's pid is -1
     ev = [e for e in ev if e[2] in ours]
-    parents = [forks[c][0] for c in execd if c in forks]
-    if not parents:
-        return []
-    bash_tid = max(set(parents), key=parents.count)
-    kids = sorted((forks[c][1], c) for c in execd if c in forks and forks[c][0] == bash_tid)
+    # each child with the thread that forked it (bash, or gcc for cc1)
+    kids = sorted((forks[c][1], c, forks[c][0]) for c in execd if c in forks)
     rows = []
-    for t_fork, kid in kids[2:]:
+    for t_fork, kid, bash_tid in kids[2:]:
         enter = max((e[0] for e in ev if e[3] == bash_tid and e[4] == "sys_enter_clone"
                      and e[0] <= t_fork), default=None)
         ret = min((e[0] for e in ev if e[3] == bash_tid and e[4] == "sys_exit_clone"
@@ -98,7 +100,7 @@ def phases(root, lines, prog):
         ends = [e for e in group if e[4] == "sched_process_exit"]
         wait = [e[0] for e in ev if e[3] == bash_tid and e[4] == "sys_exit_wait4"
                 and int(e[5], 16) == kid]
-        if enter is None or ret is None or not eg or not ends or not wait:
+        if not eg or not ends or not wait:
             continue
         last = max(ends, key=lambda e: e[0])
         # the last thread's end: its switch out as a dead task
@@ -106,8 +108,9 @@ def phases(root, lines, prog):
                 f" prev_pid={last[3]} " in e[5] and re.search(r"prev_state=[XZ]", e[5])]
         if not dead:
             continue
-        rows.append({"fork ms": t_fork - enter, "clone ms": ret - enter,
-                     "exit ms": wait[0] - eg[-1], "exit to last": last[0] - eg[-1],
+        row = {} if enter is None or ret is None else {    # (clone3: posix_spawn)
+            "fork ms": t_fork - enter, "clone ms": ret - enter}
+        rows.append(row | {"exit ms": wait[0] - eg[-1], "exit to last": last[0] - eg[-1],
                      "last to wait": wait[0] - last[0], "last's end": dead[0] - last[0],
                      "threads": len(ends),
                      "last is ctl": 1 if last[1].startswith("sptrace-ctl") else 0})
@@ -120,6 +123,8 @@ def main():
     ap.add_argument("--runs", type=int, default=1, help="runs of each, alternating (default 1)")
     ap.add_argument("--child", default="/bin/true",
                     help="the command bash runs N times (default /bin/true)")
+    ap.add_argument("--prog", help="the program measured, as exec'd (default: --child's "
+                    "first word)")
     ap.add_argument("sptrace")
     ap.add_argument("old", nargs="?")
     a = ap.parse_args()
@@ -136,7 +141,8 @@ def main():
         for _ in range(a.runs):
             for name, pre in runs:
                 shutil.rmtree(f"{tmp}/t", ignore_errors=True)
-                rows[name] += phases(*record(pre + ["bash", "-c", loop], tmp), a.child.split()[0])
+                rows[name] += phases(*record(pre + ["bash", "-c", loop], tmp),
+                                     a.prog or a.child.split()[0])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     keys = ["fork ms", "clone ms", "exit ms", "exit to last", "last to wait", "last's end",
@@ -148,12 +154,11 @@ def main():
           " | ".join(names) + " |")
     print("|---|" + "---:|" * len(names))
     for k in keys:
+        vals = [[r[k] for r in rows[n] if k in r] for n in names]
         if k == "last is ctl":   # a share, not a median
-            cells = [f"{statistics.mean(r[k] for r in rows[n]):.2f}" if rows[n] else "-"
-                     for n in names]
+            cells = [f"{statistics.mean(v):.2f}" if v else "-" for v in vals]
         else:
-            cells = [f"{statistics.median(r[k] for r in rows[n]):.3f}" if rows[n] else "-"
-                     for n in names]
+            cells = [f"{statistics.median(v):.3f}" if v else "-" for v in vals]
         print(f"| {k} | " + " | ".join(cells) + " |")
 
 

@@ -58,12 +58,16 @@ static ag_indirect_site *indirect_sites;
  * so that propagation starts afresh.
  */
 typedef struct site_saved {
-	ag_patch p, sb;
+	ag_patch p;
 	bool has_sb;
 	uint8_t *flag;               /* the area's callee flag, if its own byte */
 	ag_indirect_cache *cache;    /* an indirect site's cache */
 	ag_reloc *reloc;             /* a relocated window: its jump, for later */
 	struct site_saved *next;     /* every saved site, for the reset */
+	/* Last, and allocated only when has_sb: most sites have no second
+	 * patch, and one of these per instrumented site is arena memory that
+	 * every fork copies page by page (bench/START.md). */
+	ag_patch sb;
 } site_saved;
 
 static site_saved *all_saved;
@@ -680,7 +684,7 @@ static void save_site(ag_module *m, uint32_t si, const ag_patch *p, const ag_pat
 {
 	site_saved *sv;
 
-	if (!m->site_saved || !(sv = ag_alloc(sizeof *sv)))
+	if (!m->site_saved || !(sv = ag_alloc(sb ? sizeof *sv : offsetof(site_saved, sb))))
 		return;
 	sv->p = *p;
 	if (sb) {

@@ -1132,10 +1132,12 @@ def case_errors(sptrace, tmp):
     check(r.returncode == 0 and "usage: sptrace run" in r.stdout, "run --help")
 
 
-# The shell's own view of itself: its threads, its registry link, its descriptors.
+# The shell's own view of itself: its threads, its registry link (<pid>-<start time>,
+# registry.h), its descriptors.
 SELF_VIEW = ('d=/tmp/sptrace-$(id -u); [ -n "$XDG_RUNTIME_DIR" ] && d=$XDG_RUNTIME_DIR/sptrace; '
              'echo threads $(ls /proc/$$/task | wc -l); '
-             'echo links $(ls "$d" 2>/dev/null | grep -c "^$$-"); '
+             'st=$(sed "s/.*) //" /proc/$$/stat | cut -d" " -f20); '
+             'if [ -L "$d/$$-$st" ]; then echo links 1; else echo links 0; fi; '
              'for f in /proc/$$/fd/*; do echo fd $(readlink $f); done')
 
 

@@ -1100,9 +1100,13 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	}
 	/* Preloaded, the control thread starts now and its start overlaps the
-	 * modules' analysis (control.c, points 1-4); attached, where it did. */
+	 * modules' analysis (control.c, points 1-4); attached, where it did.
+	 * Its time is not the analysis's (t_mod). */
+	uint64_t t_ctl = ns(CLOCK_MONOTONIC);
+
 	if (!attached && ag_control_start())
 		ag_log("no control thread: 'sptrace stop %d' will not work", (int)getpid());
+	t_mod += ns(CLOCK_MONOTONIC) - t_ctl;
 	if (ag_modules_init(err, sizeof err, defer) || find_root(err, sizeof err)) {
 		ag_pools_keep_maps(false);
 		ag_control_abandon();

@@ -525,7 +525,9 @@ enum { AG_SLOW_RING = 1, AG_SLOW_INSTRUMENT = 2, AG_SLOW_SYNC = 3, AG_SLOW_INDIR
        AG_SLOW_ROTATE = 5 };
 
 /* ---- control.c ---- */
-int ag_control_start(void);            /* FIFO, registry link, control thread */
+int ag_control_start(void);            /* FIFO, control thread (its start overlaps ours) */
+void ag_control_ready(void);           /* wait for its start, then let it go on */
+void ag_control_abandon(void);         /* the start failed: it ends, FIFO and link go */
 void ag_control_stop(void);
 int ag_control_tid(void);              /* the control thread's id, 0 before it runs */
 bool ag_control_serving(void);         /* it runs in this process: creds.c mirrors to it */
@@ -681,6 +683,7 @@ bool ag_msgs_recv_count(uint64_t inode, uint64_t *count);
  * (the readers of one pipe share it). */
 void ag_msgs_recv_at(int fd, uint64_t off, volatile uint64_t *shared, uint64_t base);
 void ag_msgs_preopen(void);            /* its netlink socket, while the program waits */
+void ag_msgs_preopen_undo(void);       /* a start that failed: it goes */
 /* sendfile by both its names, whatever _FILE_OFFSET_BITS makes of it */
 ssize_t ag_sendfile(int out, int in, off_t *off, size_t n) __asm__("sendfile") AG_EXPORT;
 ssize_t ag_sendfile64(int out, int in, off_t *off, size_t n) __asm__("sendfile64") AG_EXPORT;
@@ -705,6 +708,7 @@ extern pid_t ag_self_pid;                  /* getpid(); a vfork child sees its p
  * returns non-zero; how many it was called for. */
 int ag_for_other_threads(int (*fn)(int tid, void *arg), void *arg);
 void ag_threads_preopen(void);             /* their /proc files, opened now (control.c) */
+void ag_threads_preopen_undo(void);        /* a start that failed: they go */
 /* Where thread tid stands: 1 blocked in the kernel (*nr: its system call
  * or -1; *pc: where it returns to), 0 running, -1 gone (threads.c). */
 int ag_thread_where(int tid, long *nr, uint64_t *pc);

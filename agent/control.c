@@ -52,9 +52,12 @@ static volatile int reg_fd = -1;  /* the registry dir, checked (registry.h) */
 static volatile int wake_fd = -1; /* ag_control_wake */
 static volatile int fifo_fd = -1;
 static pid_t owner;             /* the process that registered them (not a forked child) */
-static volatile int control_ready;
+static volatile int control_ready;  /* its start is done (point 3 below) */
+static volatile int control_go;     /* 1: go on, -1: quit (point 4) */
 static volatile int control_tid;
 static volatile int serving;      /* in its loop: it serves creds.c's mirrors */
+static pthread_t control_th;
+static bool control_started;       /* made, and not yet let go or joined */
 
 int ag_control_tid(void)
 {
@@ -119,6 +122,20 @@ static void register_self(void)
 	}
 }
 
+/* Asleep until *word is no longer `was` (a raw call: errno stays the
+ * program's), and the other side's wake-up. */
+static void wait_word(volatile int *word, int was)
+{
+	while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == was)
+		ag_arch_syscall6(SYS_futex, (long)word, FUTEX_WAIT_PRIVATE, was, 0, 0, 0);
+}
+
+static void set_word(volatile int *word, int v)
+{
+	__atomic_store_n(word, v, __ATOMIC_RELEASE);
+	ag_arch_syscall6(SYS_futex, (long)word, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+}
+
 /*
  * The FIFO is opened for reading and writing: the thread is then a writer
  * too, so the FIFO never reads end-of-file between two `sptrace` commands
@@ -132,7 +149,7 @@ static void register_self(void)
 static void *control_main(void *arg)
 {
 	char buf[512];
-	double due = ag_timer_seconds() >= 0 ? now_s() + ag_timer_seconds() : -1;
+	double due;
 
 	(void)arg;
 	/* This thread is the agent's: it records nothing, ever (the libc code
@@ -140,19 +157,21 @@ static void *control_main(void *arg)
 	ag_enter();
 	control_tid = (int)syscall(SYS_gettid);
 	__atomic_store_n(&serving, 1, __ATOMIC_RELEASE);
-	/* The descriptors this thread keeps (the registry dir's, the FIFO's)
-	 * are opened while the program still waits for it (preloaded: before
-	 * main goes on).  Each takes
-	 * the lowest free number for a moment (fds.c moves it high), the one
-	 * the program's next open() would get on another thread. */
+	/* Point 2 below: the descriptors this thread keeps, opened while the
+	 * program still waits for it. */
 	ag_threads_preopen();
 	ag_msgs_preopen();
 	register_self();
 	ag_thread_known();
 	fifo_fd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	ag_fd_keep(&fifo_fd, fifo, O_RDWR | O_NONBLOCK);
-	__atomic_store_n(&control_ready, 1, __ATOMIC_RELEASE);
-	ag_arch_syscall6(SYS_futex, (long)&control_ready, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+	set_word(&control_ready, 1);                                    /* 3 */
+	wait_word(&control_go, 0);                                      /* 4 */
+	if (__atomic_load_n(&control_go, __ATOMIC_ACQUIRE) < 0) {
+		__atomic_store_n(&serving, 0, __ATOMIC_RELEASE);
+		return NULL;
+	}
+	due = ag_timer_seconds() >= 0 ? now_s() + ag_timer_seconds() : -1;
 	/* attached: membarrier's registration, left out of the start (patch.c);
 	 * the agent is dormant meanwhile, and the first patch waits for it */
 	ag_patch_register();
@@ -228,11 +247,60 @@ void ag_control_wake(void)
 		return;                         /* the counter is full: awake anyway */
 }
 
+/*
+ * The control thread's start, beside the rest of the agent's.  Preloaded,
+ * ag_control_start comes right after ag_patch_init and ag_control_ready at
+ * the end of agent_start (main.c): the thread's start (the C library's
+ * thread start, then its opens) overlaps the analysis of the modules
+ * instead of being waited for (bench/START.md).  Attached, the program runs
+ * throughout: the two stay together where the start used to make the thread
+ * (after ag_threads_init's fork handlers, which keep a fork of the program's
+ * from copying fds.c's lock held by this thread).
+ *
+ *  1. Made only after the steps that are cheap in a process of one thread
+ *     and cost an RCU grace period (10-20 ms) once a second one shares it:
+ *     the descriptor table grown for fds.c's high numbers (the first
+ *     ag_fd_keep, agent.log's) and membarrier's registration (ag_patch_init).
+ *     The FIFO, the registry path and the signal mask are set on the main
+ *     thread before the thread exists.
+ *  2. The thread then runs the C library's thread start and opens what it
+ *     keeps (threads.c's /proc files of the threads there, msgs.c's netlink
+ *     socket, the registry dir and link, the FIFO) while the main thread
+ *     analyses the modules.  What the two touch meanwhile:
+ *     - fds.c's table: changed under its lock, its bits atomic.  Each
+ *       descriptor of either thread holds a low number only for a moment
+ *       (fds.c moves it high, or it is read and closed); all are back free
+ *       by point 3, whichever thread took which, so the program's next
+ *       open() gets the number it gets natively.
+ *     - agent.log: open before 1; one write per line, O_APPEND.
+ *     - the pools' kept ranges (pool.c, point 4): the main thread's alone;
+ *       this thread makes no pool before point 4, and a mapping its start
+ *       makes (a malloc arena) is one pool.c's point 2 already handles.
+ *     - threads.c's caches and msgs.c's socket: this thread's alone until
+ *       point 4.  ag_for_other_threads on the main thread would count this
+ *       thread before it stored its id: the main thread runs none before 3.
+ *     - patch.c: nothing is written to code before 3 (the agent is dormant,
+ *       the activation trap comes after), so the C library's thread start,
+ *       which runs with SIGTRAP blocked, never meets an int3 (a blocked
+ *       trap kills the process); no start slot is involved (the C
+ *       library's pthread_create, not the agent's).
+ *  3. ag_control_ready: the main thread sleeps on `control_ready` until the
+ *     thread is past 2 -- before the activation trap is armed and before
+ *     the constructor returns, so no code of the program runs, and none is
+ *     patched, until then.
+ *  4. The thread then waits for `control_go` before anything else (creds.c's
+ *     requests, membarrier when attached, the repository entries, the timer,
+ *     commands, new modules): those start activations and make pools, as
+ *     they did once the start was over.  A start that fails between 1 and 3
+ *     (ag_control_abandon) sets it to -1 instead: the thread ends, the main
+ *     thread joins it and removes the FIFO and the registry link, so a
+ *     process that is not traced keeps no thread, link or FIFO of the
+ *     agent's.
+ */
 int ag_control_start(void)
 {
 	pthread_attr_t attr;
 	sigset_t all, old;
-	pthread_t th;
 	int rc, took;
 
 	owner = getpid();
@@ -258,25 +326,47 @@ int ag_control_start(void)
 	sigdelset(&all, SIGFPE);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
-	rc = ag_real_pthread_create(&th, &attr, control_main, NULL);
+	rc = ag_real_pthread_create(&control_th, &attr, control_main, NULL);   /* joinable: 4 */
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc == 0)
-		pthread_setname_np(th, "sptrace-ctl");
-	/* Wait until the thread has marked itself the agent's.  Until then it
-	 * runs glibc's thread start with every signal blocked, SIGTRAP too, and
-	 * as an untraced-yet thread: were that code patched meanwhile, it would
-	 * open a ring of its own, and an int3 pending there would kill the
-	 * process (a blocked int3 trap is fatal).  While dormant nothing is
-	 * patched, so the wait makes that prelude run before any patch can.
-	 * Asleep on the word (a raw call: errno stays the program's), not
-	 * yielding: the thread's start and its opens take 0.1-1 ms, a CPU the
-	 * spinning main thread took from it and from the rest of the machine. */
-	while (rc == 0 && !__atomic_load_n(&control_ready, __ATOMIC_ACQUIRE))
-		ag_arch_syscall6(SYS_futex, (long)&control_ready, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
-	return rc == 0 ? 0 : -1;
+	if (rc != 0)
+		return -1;
+	pthread_setname_np(control_th, "sptrace-ctl");
+	control_started = true;
+	return 0;
+}
+
+/* Point 3, then 4.  Asleep on the word, not yielding: a spinning main
+ * thread took the CPU the starting thread needed, and the rest of the
+ * machine's. */
+void ag_control_ready(void)
+{
+	if (!control_started)
+		return;
+	wait_word(&control_ready, 0);
+	set_word(&control_go, 1);
+	pthread_detach(control_th);
+	control_started = false;
+}
+
+/* Point 4, a start that failed: the thread ends, and what it made goes. */
+void ag_control_abandon(void)
+{
+	if (!control_started)
+		return;
+	wait_word(&control_ready, 0);
+	set_word(&control_go, -1);
+	pthread_join(control_th, NULL);
+	control_started = false;
+	ag_control_stop();
+	ag_fd_drop(fifo_fd);
+	ag_fd_drop(reg_fd);
+	ag_fd_drop(wake_fd);
+	fifo_fd = reg_fd = wake_fd = -1;
+	ag_threads_preopen_undo();
+	ag_msgs_preopen_undo();
+	fifo[0] = reg_name[0] = '\0';
 }
 
 void ag_control_stop(void)

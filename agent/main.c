@@ -1092,11 +1092,24 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	ag_unwind_init();
 	if (!attached) {
 		ag_thread_known();      /* the program's first thread (patch.c) */
-		ag_pools_keep_maps(true);       /* one thread: one read of the maps */
+		ag_pools_keep_maps(true);       /* one read of the maps (pool.c, point 4) */
 	}
-	if (joins_init(err, sizeof err) || ag_patch_init(err, sizeof err, attached) ||
-	    ag_modules_init(err, sizeof err, defer) || find_root(err, sizeof err)) {
+	if (joins_init(err, sizeof err) || ag_patch_init(err, sizeof err, attached)) {
 		ag_pools_keep_maps(false);
+		fail(err);
+		return -1;
+	}
+	/* Preloaded, the control thread starts now and its start overlaps the
+	 * modules' analysis (control.c, points 1-4); attached, where it did.
+	 * Its time is not the analysis's (t_mod). */
+	uint64_t t_ctl = ns(CLOCK_MONOTONIC);
+
+	if (!attached && ag_control_start())
+		ag_log("no control thread: 'sptrace stop %d' will not work", (int)getpid());
+	t_mod += ns(CLOCK_MONOTONIC) - t_ctl;
+	if (ag_modules_init(err, sizeof err, defer) || find_root(err, sizeof err)) {
+		ag_pools_keep_maps(false);
+		ag_control_abandon();
 		fail(err);
 		return -1;
 	}
@@ -1118,8 +1131,9 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		ag_log("no return-stub pool: a mid-run activation will not record the exits of "
 		       "the functions already running");
 	ag_pools_keep_maps(false);
-	if (ag_control_start())
+	if (attached && ag_control_start())
 		ag_log("no control thread: 'sptrace stop %d' will not work", (int)getpid());
+	ag_control_ready();     /* before the trap: control.c, point 3 */
 	if (root_func != CA_NONE &&
 	    ag_trap_arm(root_module->bias + ca_module_funcs(root_module->ca, NULL)[root_func].addr,
 			on_activate, attached)) {

@@ -907,6 +907,14 @@ void ag_msgs_preopen(void)
 	diag_pid = getpid();
 }
 
+/* A start that failed (control.c, point 4): the socket goes. */
+void ag_msgs_preopen_undo(void)
+{
+	if (diag_fd >= 0 && diag_pid == getpid())
+		ag_fd_drop(diag_fd);
+	diag_fd = -1;
+}
+
 /* What descriptor fd is (point 2): its word, written into the cache.  The
  * call that asks moved `len` bytes in direction `dir` (0 before a call). */
 static uint64_t classify(int fd, unsigned dir, uint64_t len)

@@ -59,9 +59,10 @@ struct ag_pool {
  *     makes for a mapping raced by another thread).
  *  3. A range unmapped meanwhile only looks taken: a pool may land a little
  *     farther than it could have, never on anything.
- *  4. Kept only during the start of a process that is not attached (one
- *     thread: nothing else reads or writes them); otherwise every pool
- *     reads the file, as before.
+ *  4. Kept only during the start of a process that is not attached (the
+ *     main thread alone reads and writes them: the control thread, started
+ *     meanwhile, makes no pool before the start is over, control.c point
+ *     2); otherwise every pool reads the file, as before.
  */
 #define MAX_RANGES 32768
 

@@ -463,6 +463,12 @@ void ag_threads_preopen(void)
 	ag_for_other_threads(preopen_one, NULL);
 }
 
+/* A start that failed (control.c, point 4): they go. */
+void ag_threads_preopen_undo(void)
+{
+	proc_cache_after_fork();
+}
+
 /*
  * fn(tid, arg) for every thread of the process but the calling one and the
  * agent's control thread, until fn returns non-zero.  Returns how many

@@ -8,6 +8,7 @@ usage: test_run.py SPTRACE CASE [PROGRAM...]
 import contextlib
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -1131,9 +1132,40 @@ def case_errors(sptrace, tmp):
     check(r.returncode == 0 and "usage: sptrace run" in r.stdout, "run --help")
 
 
+# The shell's own view of itself: its threads, its registry link (<pid>-<start time>,
+# registry.h), its descriptors.
+SELF_VIEW = ('d=/tmp/sptrace-$(id -u); [ -n "$XDG_RUNTIME_DIR" ] && d=$XDG_RUNTIME_DIR/sptrace; '
+             'echo threads $(ls /proc/$$/task | wc -l); '
+             'st=$(sed "s/.*) //" /proc/$$/stat | cut -d" " -f20); '
+             'if [ -L "$d/$$-$st" ]; then echo links 1; else echo links 0; fi; '
+             'for f in /proc/$$/fd/*; do echo fd $(readlink $f); done')
+
+
+def failed_start_leaves_nothing(sptrace, tmp):
+    """A start that fails after the control thread was made (agent/control.c,
+    point 4: the activation function is not in the program) leaves no thread,
+    registry link, FIFO or descriptor of the control thread's."""
+    tdir = os.path.join(tmp, "t-call")
+    r = traced(sptrace, tdir, ["/bin/sh", "-c", SELF_VIEW], on="call no_such_function_here")
+    check(r.returncode == 0 and "has no function 'no_such_function_here'" in r.stderr,
+          "failed start: status %d, stderr %r" % (r.returncode, r.stderr))
+    check("threads 1\n" in r.stdout, "failed start: the shell has a thread of the agent's "
+          "left:\n" + r.stdout)
+    check("links 0\n" in r.stdout, "failed start: a registry link was left:\n" + r.stdout)
+    held = [l for l in r.stdout.splitlines() if l.startswith("fd ") and
+            ("socket:" in l or "/task" in l or l.endswith("/control") or "eventfd" in l
+             or re.search(r"/sptrace(-\d+)?$", l))]
+    check(not held, "failed start: the control thread's descriptors were left: %r" % held)
+    check(not os.path.exists(os.path.join(tdir, "control")),
+          "failed start: the control FIFO was left in " + tdir)
+    shutil.rmtree(tdir)
+
+
 def case_not_traced(sptrace, static_prog, tmp):
     """A program the agent cannot be preloaded into: said so, not 'trace of pid N'
-    (issue 11): a static one, and a set-user-ID one run by someone else."""
+    (issue 11): a static one, and a set-user-ID one run by someone else.  And a
+    start that fails once begun leaves nothing behind."""
+    failed_start_leaves_nothing(sptrace, tmp)
     tdir = os.path.join(tmp, "t")
     native = run([static_prog, "0"])
     r = run([sptrace, "run", "-o", tdir, "--", static_prog, "0"])

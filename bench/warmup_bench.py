@@ -3,13 +3,15 @@
 builds side by side (bench/README.md item 6; bench/WARMUP.md has results).
 
     bench/warmup_bench.py [--rounds 11] [--funcs 2000] [--sites 0,1,4]
-                          [--calls 20000000] LABEL=BUILD_DIR...
+                          [--calls 20000000] [--prefill N] LABEL=BUILD_DIR...
 
 Each BUILD_DIR is a meson build: BUILD_DIR/cli/sptrace runs the program with
 SPTRACE_AGENT=BUILD_DIR/agent/libsptrace-agent.so, in flight-recorder mode.
-The programs are bench/agent/warmup_gen.py's (K functions, S call sites
-each) and bench/agent/calls.c (the flat per-call cost), built with gcc -O2
-in a scratch directory.  Every round runs, for each S and for 1 and 2
+Each build has a repository of its own in the scratch directory (its
+analyses and look-ahead profiles, made by a first traced run of each
+program before the rounds).  The programs are bench/agent/warmup_gen.py's
+(K functions, S call sites each) and bench/agent/calls.c (the flat
+per-call cost), built with gcc -O2 in the scratch directory.  Every round runs, for each S and for 1 and 2
 rounds of the program, the native program and then each build traced, so
 that the builds share the machine's moods; medians over the rounds, of the
 thread's CPU time around run_all() (the program's own clock).
@@ -60,6 +62,9 @@ def main():
     ap.add_argument("--calls", type=int, default=20000000,
                     help="calls of the flat microbenchmark (per-call cost)")
     ap.add_argument("--cc", default="gcc")
+    ap.add_argument("--prefill", type=int, default=0, metavar="N",
+                    help="calls before the timed region (warmup_gen.py PREFILL): 8192 takes "
+                         "the ring past its first 64 KB, whose read-ahead is then not counted")
     a = ap.parse_args()
 
     builds = []
@@ -83,7 +88,7 @@ def main():
             src = os.path.join(work, "warmup-%d.c" % s)
             with open(src, "w") as f:
                 subprocess.run([sys.executable, os.path.join(HERE, "agent", "warmup_gen.py"),
-                                str(a.funcs), str(s)], stdout=f, check=True)
+                                str(a.funcs), str(s), str(a.prefill)], stdout=f, check=True)
             progs[s] = os.path.join(work, "warmup-%d" % s)
             subprocess.run([a.cc, "-O2", "-o", progs[s], src], check=True)
         calls = os.path.join(work, "calls")
@@ -94,7 +99,7 @@ def main():
             label, exe, agent = b
             tdir = os.path.join(work, "trace")
             shutil.rmtree(tdir, ignore_errors=True)
-            e = dict(env, SPTRACE_AGENT=agent)
+            e = dict(env, SPTRACE_AGENT=agent, SPTRACE_REPO=os.path.join(work, "repo-" + label))
             return run([exe, "run", "-o", tdir, "--flight-recorder", "--"] + argv, e, work)
 
         for b in builds:                # the repository warm, the profiles learnt
@@ -119,7 +124,8 @@ def main():
 
     med = statistics.median
     print("%d functions, %d interleaved rounds, medians of the thread's CPU time around "
-          "run_all(); flat per-call cost from `calls flat %d`.\n" % (a.funcs, a.rounds, a.calls))
+          "run_all(); flat per-call cost from `calls flat %d`; %d calls before the timed "
+          "region.\n" % (a.funcs, a.rounds, a.calls, a.prefill))
     print("| build | S | native 1 round µs | traced 1 round µs | native 2 rounds µs | "
           "traced 2 rounds µs | per-call ns | W ms | **µs per new function** | "
           "µs per patched site | W' per function µs |")

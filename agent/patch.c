@@ -624,17 +624,25 @@ static void unlock(void)
 
 /*
  * One step of the protocol for a whole batch, with as few writes as
- * possible: sites close together (a function's) are written as one span,
- * the bytes between them copied from memory unchanged.  Writing a byte with
- * its own value is no change to the code another core may be running; and
- * only this thread writes code (the patch lock), so the copy is current.
- * The activation trap's int3 byte (its fallback without a breakpoint) is
- * not ours to rewrite: no span crosses it.
+ * possible: sites close together are written as one span, the bytes
+ * between them copied from memory unchanged.  Writing a byte with its own
+ * value is no change to the code another core may be running; and only
+ * this thread writes code (the patch lock), so the copy is current.
+ *
+ * Each write through /proc/self/mem costs about 1.6 us whatever its length
+ * (the system call, a bounce page, a page lookup per page; bench/WARMUP.md:
+ * 16 % of a traced cc1's CPU time), so a span goes on to the next site if
+ * that site starts on the same page as the span's end or on the page after:
+ * every page a span covers then holds a site of the step, and a page with
+ * none (a page of the file the process still shares, its text unchanged)
+ * is never written, so never copied on write.  The activation trap's int3
+ * byte (its fallback without a breakpoint) is not ours to rewrite: no span
+ * crosses it.
  */
 enum step { STEP_HEAD_INT3, STEP_TAIL, STEP_HEAD };
 
-#define SPAN_GAP 256
-#define SPAN_MAX 4096
+#define SPAN_MAX 16384
+#define PAGE_OF(a) ((a) >> 12)
 
 /* By address; a heap sort: no allocation (qsort may call malloc, and this
  * can run in a signal handler or inside malloc). */
@@ -684,7 +692,7 @@ static int write_step(ag_patch **order, size_t n, enum step st)
 		uint64_t lo = order[i]->addr, hi = lo + order[i]->len;
 		size_t j = i + 1;
 
-		while (j < n && order[j]->addr <= hi + SPAN_GAP &&
+		while (j < n && PAGE_OF(order[j]->addr) <= PAGE_OF(hi - 1) + 1 &&
 		       order[j]->addr + order[j]->len - lo <= SPAN_MAX &&
 		       !(act && act >= hi && act < order[j]->addr)) {
 			if (order[j]->addr + order[j]->len > hi)

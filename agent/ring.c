@@ -52,7 +52,7 @@
 __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")));
 
 #define MAX_RINGS 65536
-#define QUIET_START (64u << 10)         /* ag_ring_create */
+#define QUIET_START (1u << 20)          /* ag_ring_create */
 
 static trace_ring_header **rings;
 static volatile uint32_t nrings;
@@ -257,9 +257,12 @@ trace_ring_header *ag_ring_create(void)
 		return ring_fails("map", path);
 	/* The first fault of a file mapping reads ahead -- pages of zeros for
 	 * this new file, as many as the device's read_ahead_kb (8 MB on some
-	 * machines: milliseconds of zeroing for a process that records a few
-	 * thousand calls).  Not in the first pages: a thread that records more
-	 * meets the read-ahead further on, where it pays for itself. */
+	 * machines: 2-3 ms of zeroing, paid by every process that records more
+	 * than the pages spared, whatever it records after them).  None in the
+	 * first QUIET_START bytes, which most short processes never pass (an
+	 * assembler's 460 KB, a compiler driver's 200 KB); a thread that
+	 * records more meets the read-ahead further on, where it pays for
+	 * itself. */
 	madvise(r, size < QUIET_START ? size : QUIET_START, MADV_RANDOM);
 	r->magic = TRACE_RING_MAGIC;
 	r->version = TRACE_FORMAT_VERSION;

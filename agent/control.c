@@ -106,6 +106,7 @@ static void command(const char *line, double *due)
 static void register_self(void)
 {
 	char path[4200], why[4400];
+	int rc;
 
 	reg_fd = sp_registry_open(xdg, (unsigned)getuid(), 1, path, sizeof path, why, sizeof why);
 	ag_fd_keep(&reg_fd, NULL, 0);
@@ -115,8 +116,14 @@ static void register_self(void)
 		return;
 	}
 	snprintf(reg_name, sizeof reg_name, "%d-%llu", (int)getpid(), sp_proc_start_time("self"));
-	unlinkat(reg_fd, reg_name, 0);
-	if (symlinkat(ag_dir, reg_fd, reg_name) != 0) {
+	/* A link of this name left behind (a process of the same pid and start
+	 * time, in a registry that outlived a reboot) is replaced -- looked for
+	 * only then: an unlink of a name not there cost every start a lookup,
+	 * which sometimes waited for the directory's block (0.2 ms). */
+	rc = symlinkat(ag_dir, reg_fd, reg_name);
+	if (rc != 0 && errno == EEXIST && unlinkat(reg_fd, reg_name, 0) == 0)
+		rc = symlinkat(ag_dir, reg_fd, reg_name);
+	if (rc != 0) {
 		ag_log("control: cannot register %s/%s: %s", path, reg_name, strerror(errno));
 		reg_name[0] = '\0';
 	}

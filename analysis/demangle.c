@@ -7,10 +7,12 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -24,9 +26,23 @@
 /* C++ names                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* The C++ runtime's demangler (libstdc++, <cxxabi.h>; linked through
- * meson): a malloc'ed string, or NULL with *status < 0. */
-extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+/* The C++ runtime's demangler (libstdc++, <cxxabi.h>): a malloc'ed string,
+ * or NULL with *status < 0.  Loaded at the first C++ name, not linked: every
+ * sptrace command started 0.5-0.9 ms slower with libstdc++ loaded
+ * (bench/START.md), and most traces of C programs have no C++ name.
+ * Without it, C++ names are shown as they are. */
+typedef char *(*cxa_demangle_fn)(const char *mangled, char *buf, size_t *len, int *status);
+
+static cxa_demangle_fn cxa_demangle;
+static pthread_once_t cxa_once = PTHREAD_ONCE_INIT;
+
+static void cxa_load(void)
+{
+	void *h = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_LOCAL);
+
+	if (h)
+		cxa_demangle = (cxa_demangle_fn)dlsym(h, "__cxa_demangle");
+}
 
 /* Longer symbols are shown as they are: the demangler keeps its work space
  * on the stack, tens of bytes per character of the symbol.  (It also gives
@@ -263,9 +279,12 @@ static char *demangle_prefix(const char *sym, size_t len)
 	char *head = strndup(sym, len), *d;
 	int status = 0;
 
-	if (!head)
+	pthread_once(&cxa_once, cxa_load);
+	if (!head || !cxa_demangle) {
+		free(head);
 		return NULL;
-	d = __cxa_demangle(head, NULL, NULL, &status);
+	}
+	d = cxa_demangle(head, NULL, NULL, &status);
 	free(head);
 	return status == 0 ? d : NULL;
 }

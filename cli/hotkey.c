@@ -76,6 +76,70 @@
 
 #include "../kagent/sptrace_kagent.h"
 
+#include <dlfcn.h>
+
+/*
+ * The X11 library is loaded when a chord is first parsed (its keysym names)
+ * or grabbed, not linked: every other sptrace command started 0.5-0.9 ms
+ * slower with it and its five dependencies loaded (bench/START.md).  Each
+ * function below is called through this table (the macros after it).
+ */
+static struct x11_fns {
+	KeySym (*StringToKeysym)(const char *);
+	char *(*KeysymToString)(KeySym);
+	Display *(*OpenDisplay)(const char *);
+	KeyCode (*KeysymToKeycode)(Display *, KeySym);
+	int (*CloseDisplay)(Display *);
+	XErrorHandler (*SetErrorHandler)(XErrorHandler);
+	int (*GrabKey)(Display *, int, unsigned, Window, Bool, int, int);
+	int (*UngrabKey)(Display *, int, unsigned, Window);
+	int (*Sync)(Display *, Bool);
+	Bool (*kbSetDetectableAutoRepeat)(Display *, Bool, Bool *);
+	int (*SelectInput)(Display *, Window, long);
+	int (*Flush)(Display *);
+	int (*Pending)(Display *);
+	int (*NextEvent)(Display *, XEvent *);
+} x11;
+
+#define XStringToKeysym x11.StringToKeysym
+#define XKeysymToString x11.KeysymToString
+#define XOpenDisplay x11.OpenDisplay
+#define XKeysymToKeycode x11.KeysymToKeycode
+#define XCloseDisplay x11.CloseDisplay
+#define XSetErrorHandler x11.SetErrorHandler
+#define XGrabKey x11.GrabKey
+#define XUngrabKey x11.UngrabKey
+#define XSync x11.Sync
+#define XkbSetDetectableAutoRepeat x11.kbSetDetectableAutoRepeat
+#define XSelectInput x11.SelectInput
+#define XFlush x11.Flush
+#define XPending x11.Pending
+#define XNextEvent x11.NextEvent
+
+/* libX11.so.6 and every function of the table: 0, or -1 with why. */
+static int x11_load(char *why, size_t len)
+{
+	static const char *const names[] = {
+		"XStringToKeysym", "XKeysymToString", "XOpenDisplay", "XKeysymToKeycode",
+		"XCloseDisplay", "XSetErrorHandler", "XGrabKey", "XUngrabKey", "XSync",
+		"XkbSetDetectableAutoRepeat", "XSelectInput", "XFlush", "XPending", "XNextEvent",
+	};
+	void **fn = (void **)&x11;
+	void *h;
+
+	_Static_assert(sizeof x11 == sizeof names / sizeof *names * sizeof(void *),
+		       "one name a function");
+	if (x11.NextEvent)
+		return 0;
+	if (!(h = dlopen("libX11.so.6", RTLD_NOW | RTLD_LOCAL)))
+		return snprintf(why, len, "the X11 library cannot be loaded (%s; Debian's libx11-6 "
+				"has it)", dlerror()), -1;
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (!(fn[i] = dlsym(h, names[i])))
+			return snprintf(why, len, "libX11.so.6 has no %s", names[i]), -1;
+	return 0;
+}
+
 /* One keyboard the evdev backend reads. */
 struct evdev_kbd {
 	int fd;                  /* -1 once unplugged */
@@ -142,6 +206,8 @@ static int parse_chord(const char *chord, unsigned *mods, KeySym *sym, char *why
 		return snprintf(why, len, "'%s' names no key", chord), -1;
 	if (strlen(key) == 1)
 		key[0] = (char)tolower((unsigned char)key[0]);   /* 'T' -> XK_t */
+	if (x11_load(why, len) < 0)
+		return -1;
 	*sym = XStringToKeysym(key);
 	if (*sym == NoSymbol)
 		return snprintf(why, len, "'%s' in '%s' is not a key name (T, F12, Return, space)",

@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 
-#include <openssl/ssl.h>
+#include "ossl.h"       /* OpenSSL, loaded at the first call */
 
 /* Read exactly n bytes: 1, 0 at end of stream before the first byte, -1. */
 static int read_exact(spd_conn *c, void *buf, size_t n, sp_err *err)

@@ -28,13 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/bn.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/rand.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
+#include "ossl.h"       /* OpenSSL, loaded at the first call */
 
 /* OpenSSL's last error as text, for a message. */
 static const char *ssl_why(void)

@@ -23,9 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
+#include "ossl.h"       /* OpenSSL, loaded at the first call */
 
 static const char *ssl_why(void)
 {
@@ -212,7 +210,7 @@ int spd_tls_accept(SSL_CTX *ctx, spd_conn *c, sp_err *err)
 	}
 	peer_cn(c->ssl, cn, sizeof cn);
 	snprintf(addr, sizeof addr, "%s", c->peer);
-	snprintf(c->peer, sizeof c->peer, "host %s (%.100s)", cn, addr);
+	snprintf(c->peer, sizeof c->peer, "host %.50s (%.100s)", cn, addr);   /* fits in 160 */
 	set_timeouts(c->fd, 60);
 	return 0;
 }

@@ -176,6 +176,8 @@ static int on_x_error(Display *d, XErrorEvent *e)
 	return 0;
 }
 
+static KeySym named_keysym(const char *name);
+
 /* CHORD into modifiers and a keysym; -1 with why. */
 static int parse_chord(const char *chord, unsigned *mods, KeySym *sym, char *why, size_t len)
 {
@@ -206,9 +208,12 @@ static int parse_chord(const char *chord, unsigned *mods, KeySym *sym, char *why
 		return snprintf(why, len, "'%s' names no key", chord), -1;
 	if (strlen(key) == 1)
 		key[0] = (char)tolower((unsigned char)key[0]);   /* 'T' -> XK_t */
-	if (x11_load(why, len) < 0)
-		return -1;
-	*sym = XStringToKeysym(key);
+	/* the X11 library for the names keycodes[] lacks (the X11 backend's) */
+	if ((*sym = named_keysym(key)) == NoSymbol) {
+		if (x11_load(why, len) < 0)
+			return -1;
+		*sym = XStringToKeysym(key);
+	}
 	if (*sym == NoSymbol)
 		return snprintf(why, len, "'%s' in '%s' is not a key name (T, F12, Return, space)",
 				key, chord), -1;
@@ -240,34 +245,42 @@ int cli_hotkey_check(const char *cmd, const char *chord)
 	return 0;
 }
 
-/* The kernel backend's key codes of the keysyms a chord may end in. */
+/* The keysyms a chord may end in without the X11 library (evdev, the
+ * kernel module: their Linux key codes), by the names XStringToKeysym
+ * knows them by. */
+#define K(name, code) { XK_##name, code, #name }
 static const struct {
 	KeySym sym;
 	unsigned short code;
+	const char *name;
 } keycodes[] = {
-	{ XK_a, KEY_A }, { XK_b, KEY_B }, { XK_c, KEY_C }, { XK_d, KEY_D }, { XK_e, KEY_E },
-	{ XK_f, KEY_F }, { XK_g, KEY_G }, { XK_h, KEY_H }, { XK_i, KEY_I }, { XK_j, KEY_J },
-	{ XK_k, KEY_K }, { XK_l, KEY_L }, { XK_m, KEY_M }, { XK_n, KEY_N }, { XK_o, KEY_O },
-	{ XK_p, KEY_P }, { XK_q, KEY_Q }, { XK_r, KEY_R }, { XK_s, KEY_S }, { XK_t, KEY_T },
-	{ XK_u, KEY_U }, { XK_v, KEY_V }, { XK_w, KEY_W }, { XK_x, KEY_X }, { XK_y, KEY_Y },
-	{ XK_z, KEY_Z },
-	{ XK_0, KEY_0 }, { XK_1, KEY_1 }, { XK_2, KEY_2 }, { XK_3, KEY_3 }, { XK_4, KEY_4 },
-	{ XK_5, KEY_5 }, { XK_6, KEY_6 }, { XK_7, KEY_7 }, { XK_8, KEY_8 }, { XK_9, KEY_9 },
-	{ XK_F1, KEY_F1 }, { XK_F2, KEY_F2 }, { XK_F3, KEY_F3 }, { XK_F4, KEY_F4 },
-	{ XK_F5, KEY_F5 }, { XK_F6, KEY_F6 }, { XK_F7, KEY_F7 }, { XK_F8, KEY_F8 },
-	{ XK_F9, KEY_F9 }, { XK_F10, KEY_F10 }, { XK_F11, KEY_F11 }, { XK_F12, KEY_F12 },
-	{ XK_Return, KEY_ENTER }, { XK_space, KEY_SPACE }, { XK_Tab, KEY_TAB },
-	{ XK_Escape, KEY_ESC }, { XK_BackSpace, KEY_BACKSPACE }, { XK_Delete, KEY_DELETE },
-	{ XK_Insert, KEY_INSERT }, { XK_Home, KEY_HOME }, { XK_End, KEY_END },
-	{ XK_Prior, KEY_PAGEUP }, { XK_Next, KEY_PAGEDOWN }, { XK_Left, KEY_LEFT },
-	{ XK_Right, KEY_RIGHT }, { XK_Up, KEY_UP }, { XK_Down, KEY_DOWN },
-	{ XK_Print, KEY_SYSRQ }, { XK_Pause, KEY_PAUSE },
-	{ XK_minus, KEY_MINUS }, { XK_equal, KEY_EQUAL }, { XK_bracketleft, KEY_LEFTBRACE },
-	{ XK_bracketright, KEY_RIGHTBRACE }, { XK_semicolon, KEY_SEMICOLON },
-	{ XK_apostrophe, KEY_APOSTROPHE }, { XK_grave, KEY_GRAVE },
-	{ XK_backslash, KEY_BACKSLASH }, { XK_comma, KEY_COMMA }, { XK_period, KEY_DOT },
-	{ XK_slash, KEY_SLASH },
+	K(a, KEY_A), K(b, KEY_B), K(c, KEY_C), K(d, KEY_D), K(e, KEY_E), K(f, KEY_F), K(g, KEY_G),
+	K(h, KEY_H), K(i, KEY_I), K(j, KEY_J), K(k, KEY_K), K(l, KEY_L), K(m, KEY_M), K(n, KEY_N),
+	K(o, KEY_O), K(p, KEY_P), K(q, KEY_Q), K(r, KEY_R), K(s, KEY_S), K(t, KEY_T), K(u, KEY_U),
+	K(v, KEY_V), K(w, KEY_W), K(x, KEY_X), K(y, KEY_Y), K(z, KEY_Z), K(0, KEY_0), K(1, KEY_1),
+	K(2, KEY_2), K(3, KEY_3), K(4, KEY_4), K(5, KEY_5), K(6, KEY_6), K(7, KEY_7), K(8, KEY_8),
+	K(9, KEY_9), K(F1, KEY_F1), K(F2, KEY_F2), K(F3, KEY_F3), K(F4, KEY_F4), K(F5, KEY_F5),
+	K(F6, KEY_F6), K(F7, KEY_F7), K(F8, KEY_F8), K(F9, KEY_F9), K(F10, KEY_F10),
+	K(F11, KEY_F11), K(F12, KEY_F12), K(Return, KEY_ENTER), K(space, KEY_SPACE),
+	K(Tab, KEY_TAB), K(Escape, KEY_ESC), K(BackSpace, KEY_BACKSPACE), K(Delete, KEY_DELETE),
+	K(Insert, KEY_INSERT), K(Home, KEY_HOME), K(End, KEY_END), K(Prior, KEY_PAGEUP),
+	K(Next, KEY_PAGEDOWN), K(Left, KEY_LEFT), K(Right, KEY_RIGHT), K(Up, KEY_UP),
+	K(Down, KEY_DOWN), K(Print, KEY_SYSRQ), K(Pause, KEY_PAUSE), K(minus, KEY_MINUS),
+	K(equal, KEY_EQUAL), K(bracketleft, KEY_LEFTBRACE), K(bracketright, KEY_RIGHTBRACE),
+	K(semicolon, KEY_SEMICOLON), K(apostrophe, KEY_APOSTROPHE), K(grave, KEY_GRAVE),
+	K(backslash, KEY_BACKSLASH), K(comma, KEY_COMMA), K(period, KEY_DOT), K(slash, KEY_SLASH),
+	K(Page_Up, KEY_PAGEUP), K(Page_Down, KEY_PAGEDOWN),
 };
+#undef K
+
+/* The keysym of a key name keycodes[] has, or NoSymbol. */
+static KeySym named_keysym(const char *name)
+{
+	for (size_t i = 0; i < sizeof keycodes / sizeof *keycodes; i++)
+		if (strcmp(keycodes[i].name, name) == 0)
+			return keycodes[i].sym;
+	return NoSymbol;
+}
 
 /* sym's Linux key code (keycodes[]), or 0. */
 static unsigned key_code(KeySym sym)
@@ -508,8 +521,13 @@ static cli_hotkey *open_x11(const char *cmd, const char *chord, unsigned mods, K
 	static const unsigned locks[] = { 0, LockMask, Mod2Mask, Mod5Mask, LockMask | Mod2Mask,
 					  LockMask | Mod5Mask, Mod2Mask | Mod5Mask,
 					  LockMask | Mod2Mask | Mod5Mask };
+	char why[256];
 	cli_hotkey *h;
 
+	if (x11_load(why, sizeof why) < 0) {
+		cli_error("%s: --on key %s: $DISPLAY is set, but %s", cmd, chord, why);
+		return NULL;
+	}
 	if (!(h = new_hotkey(cmd, chord)))
 		return NULL;
 	if (!(h->dpy = XOpenDisplay(display))) {

@@ -7,7 +7,6 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -38,10 +37,12 @@ static pthread_once_t cxa_once = PTHREAD_ONCE_INIT;
 
 static void cxa_load(void)
 {
-	void *h = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_LOCAL);
+	static const char *const name[] = { "__cxa_demangle" };
+	void *slot = NULL;
+	char why[256];
 
-	if (h)
-		cxa_demangle = (cxa_demangle_fn)dlsym(h, "__cxa_demangle");
+	if (sp_dl_table("libstdc++.so.6", name, 1, &slot, why, sizeof why) == 0)
+		cxa_demangle = (cxa_demangle_fn)slot;
 }
 
 /* Longer symbols are shown as they are: the demangler keeps its work space

@@ -76,68 +76,58 @@
 
 #include "../kagent/sptrace_kagent.h"
 
-#include <dlfcn.h>
+#include "sp.h"
 
 /*
- * The X11 library is loaded when a chord is first parsed (its keysym names)
- * or grabbed, not linked: every other sptrace command started 0.5-0.9 ms
- * slower with it and its five dependencies loaded (bench/START.md).  Each
- * function below is called through this table (the macros after it).
+ * The X11 library is loaded when the X11 backend is chosen, or a chord
+ * ends in a key name keycodes[] lacks (sp_dl_table), not linked: every other
+ * sptrace command started 0.5-0.9 ms slower with it and its five
+ * dependencies loaded (bench/START.md).  Each function below is called
+ * through its slot in x11 (the macros after it), filled by x11_load.
  */
-static struct x11_fns {
-	KeySym (*StringToKeysym)(const char *);
-	char *(*KeysymToString)(KeySym);
-	Display *(*OpenDisplay)(const char *);
-	KeyCode (*KeysymToKeycode)(Display *, KeySym);
-	int (*CloseDisplay)(Display *);
-	XErrorHandler (*SetErrorHandler)(XErrorHandler);
-	int (*GrabKey)(Display *, int, unsigned, Window, Bool, int, int);
-	int (*UngrabKey)(Display *, int, unsigned, Window);
-	int (*Sync)(Display *, Bool);
-	Bool (*kbSetDetectableAutoRepeat)(Display *, Bool, Bool *);
-	int (*SelectInput)(Display *, Window, long);
-	int (*Flush)(Display *);
-	int (*Pending)(Display *);
-	int (*NextEvent)(Display *, XEvent *);
+#define X11_FUNCS(X) X(XStringToKeysym) X(XKeysymToString) X(XOpenDisplay) \
+	X(XKeysymToKeycode) X(XCloseDisplay) X(XSetErrorHandler) X(XGrabKey) X(XUngrabKey) \
+	X(XSync) X(XkbSetDetectableAutoRepeat) X(XSelectInput) X(XFlush) X(XPending) \
+	X(XNextEvent)
+
+static struct {
+#define X11_SLOT(f) __typeof__(&f) fn_##f;
+	X11_FUNCS(X11_SLOT)
+#undef X11_SLOT
 } x11;
 
-#define XStringToKeysym x11.StringToKeysym
-#define XKeysymToString x11.KeysymToString
-#define XOpenDisplay x11.OpenDisplay
-#define XKeysymToKeycode x11.KeysymToKeycode
-#define XCloseDisplay x11.CloseDisplay
-#define XSetErrorHandler x11.SetErrorHandler
-#define XGrabKey x11.GrabKey
-#define XUngrabKey x11.UngrabKey
-#define XSync x11.Sync
-#define XkbSetDetectableAutoRepeat x11.kbSetDetectableAutoRepeat
-#define XSelectInput x11.SelectInput
-#define XFlush x11.Flush
-#define XPending x11.Pending
-#define XNextEvent x11.NextEvent
+#define XStringToKeysym (x11.fn_XStringToKeysym)
+#define XKeysymToString (x11.fn_XKeysymToString)
+#define XOpenDisplay (x11.fn_XOpenDisplay)
+#define XKeysymToKeycode (x11.fn_XKeysymToKeycode)
+#define XCloseDisplay (x11.fn_XCloseDisplay)
+#define XSetErrorHandler (x11.fn_XSetErrorHandler)
+#define XGrabKey (x11.fn_XGrabKey)
+#define XUngrabKey (x11.fn_XUngrabKey)
+#define XSync (x11.fn_XSync)
+#define XkbSetDetectableAutoRepeat (x11.fn_XkbSetDetectableAutoRepeat)
+#define XSelectInput (x11.fn_XSelectInput)
+#define XFlush (x11.fn_XFlush)
+#define XPending (x11.fn_XPending)
+#define XNextEvent (x11.fn_XNextEvent)
 
-/* libX11.so.6 and every function of the table: 0, or -1 with why. */
+/* libX11.so.6 into x11: 0, or -1 with why. */
 static int x11_load(char *why, size_t len)
 {
-	static const char *const names[] = {
-		"XStringToKeysym", "XKeysymToString", "XOpenDisplay", "XKeysymToKeycode",
-		"XCloseDisplay", "XSetErrorHandler", "XGrabKey", "XUngrabKey", "XSync",
-		"XkbSetDetectableAutoRepeat", "XSelectInput", "XFlush", "XPending", "XNextEvent",
-	};
-	void **fn = (void **)&x11;
-	void *h;
+#define X11_NAME(f) #f,
+	static const char *const names[] = { X11_FUNCS(X11_NAME) };
+#undef X11_NAME
+	char dl[256];
 
 	_Static_assert(sizeof x11 == sizeof names / sizeof *names * sizeof(void *),
-		       "one name a function");
-	if (x11.NextEvent)
+		       "one slot a name");
+	if (x11.fn_XNextEvent)          /* the last slot: the table is whole */
 		return 0;
-	if (!(h = dlopen("libX11.so.6", RTLD_NOW | RTLD_LOCAL)))
-		return snprintf(why, len, "the X11 library cannot be loaded (%s; Debian's libx11-6 "
-				"has it)", dlerror()), -1;
-	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-		if (!(fn[i] = dlsym(h, names[i])))
-			return snprintf(why, len, "libX11.so.6 has no %s", names[i]), -1;
-	return 0;
+	if (sp_dl_table("libX11.so.6", names, sizeof names / sizeof *names, (void **)&x11, dl,
+			sizeof dl) == 0)
+		return 0;
+	return snprintf(why, len, "the X11 library cannot be loaded (%.160s; Debian's libx11-6 has "
+			"it)", dl), -1;
 }
 
 /* One keyboard the evdev backend reads. */

@@ -161,6 +161,13 @@ const char *sp_open_why(int e);
 struct stat;
 int sp_fd_private(int fd, struct stat *st);
 
+/* dl.c: the functions `names` of the library `soname` (loaded now, its
+ * symbols kept to it) into slots[0..n), in that order: 0, or -1 with why
+ * (dlerror's, or the function missing).  A table of function pointers
+ * filled so: one library loaded at its first use, not at every start. */
+int sp_dl_table(const char *soname, const char *const *names, size_t n, void **slots,
+		char *why, size_t len);
+
 /* SHA-256 (sha256.c). */
 typedef struct sp_sha256 {
 	uint32_t h[8];

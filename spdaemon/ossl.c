@@ -5,11 +5,12 @@
 #define SPD_OSSL_LOADER
 #include "ossl.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "sp.h"
 
 struct spd_ossl spd_ossl;
 
@@ -22,23 +23,16 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void load(void)
 {
-	void *h = dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL);
-	void **slot = (void **)&spd_ossl;
-	size_t i = 0;
+#define SPD_OSSL_NAME(f) #f,
+	static const char *const names[] = { SPD_OSSL_FUNCS(SPD_OSSL_NAME) };
+#undef SPD_OSSL_NAME
+	char why[256];
 
-	if (!h) {
+	if (sp_dl_table("libssl.so.3", names, NFUNCS, (void **)&spd_ossl, why, sizeof why) < 0) {
 		fprintf(stderr, "%s: the TLS library cannot be loaded: %s (Debian's libssl3 has "
-			"it)\n", program_invocation_short_name, dlerror());
+			"it)\n", program_invocation_short_name, why);
 		exit(1);
 	}
-#define SPD_OSSL_LOAD(f)							\
-	if (!(slot[i++] = dlsym(h, #f))) {					\
-		fprintf(stderr, "%s: libssl.so.3 has no %s\n",			\
-			program_invocation_short_name, #f);				\
-		exit(1);							\
-	}
-	SPD_OSSL_FUNCS(SPD_OSSL_LOAD)
-#undef SPD_OSSL_LOAD
 }
 
 void spd_ossl_need(void)

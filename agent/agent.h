@@ -226,6 +226,7 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
 uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable from the code */
 uint64_t ag_pool_tramp(ag_pool *p);            /* slow-path entry, rel32-reachable */
+uint64_t ag_pool_stubs(ag_pool *p);            /* its table of AG_STUBS stub addresses */
 bool ag_pool_holds(uint64_t addr);             /* addr is in some pool's code */
 void ag_pools_snapshot(void);       /* fork: copy the reused pools (instrument lock held) */
 void ag_pools_snapshot_done(void);  /* ... the parent afterwards */
@@ -421,7 +422,7 @@ typedef struct ag_area_spec {
 	uint64_t slow_instr;     /* the slow-path trampoline (run-time) */
 	const ag_callee *callee_ref; /* passed to the instrument slow path */
 	const void *indirect_ref;    /* passed to the indirect slow path (ag_indirect_site) */
-	int64_t tls_offset;      /* %fs offset of ag_tls_ring */
+	uint64_t stubs;          /* the pool's table of stub addresses (ag_pool_stubs) */
 	bool cond;               /* tail jump: conditional (jcc) */
 	bool tail_jump;          /* indirect: `jmp *OP` in tail position, ENTRY only */
 	uint8_t cond_code;       /* its condition (low nibble of 0f 8x) */
@@ -434,7 +435,6 @@ typedef struct ag_area_spec {
 	uint64_t cache;          /* the site's cache: target, entry word, exit word */
 	uint8_t prefix[16];      /* a relocated window: instructions run before the call */
 	uint8_t prefix_len;
-	int64_t tls_target_offset; /* %fs offset of ag_tls_target */
 	/* join directives (ag_emit_call only): record a value record */
 	uint8_t value_arg;       /* after the ENTRY: argument 1..6; 0 none */
 	bool value_ret;          /* before the EXIT: the return value (rax) */
@@ -469,14 +469,20 @@ extern __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec"))
 /* A call through an indirect site to a target its cache lacks (instrument.c,
  * through core.c's cp_indirect_miss). */
 uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
-/* Area slots: fixed size, 1024-aligned within the pool (so an address in
- * an area finds its slot by masking), code first, three words at the end. */
-#define AG_AREA_MAX 1024
+/* Area slots: fixed size, aligned to it within the pool (so an address in
+ * an area finds its slot by masking), code first, five words at the end.
+ * (tramp.S has its own copies of AG_AREA_MAX and AG_SLOT_REF.) */
+#define AG_AREA_MAX 256
 #define AG_SLOT_RA (AG_AREA_MAX - 8)     /* S+len-1: the unwinder's return address */
 #define AG_SLOT_MAGIC (AG_AREA_MAX - 16) /* AG_SLOT_MAGIC_VALUE: this is a call area */
 #define AG_SLOT_RET (AG_AREA_MAX - 24)   /* S+len: the caller's real return address */
 #define AG_SLOT_SITE (AG_AREA_MAX - 32)  /* the site id its exit records (0: varies) */
-#define AG_SLOT_CODE (AG_AREA_MAX - 32)  /* room for code */
+#define AG_SLOT_REF (AG_AREA_MAX - 40)   /* an indirect area's ag_indirect_site */
+#define AG_SLOT_CODE (AG_AREA_MAX - 40)  /* room for code */
+/* Where an area is emitted first, to be checked against AG_SLOT_CODE (no
+ * area comes near it: the largest, an indirect call's with a budget and a
+ * 16-byte window, is about 180 bytes). */
+#define AG_AREA_SCRATCH 1024
 #define AG_SLOT_MAGIC_VALUE 0x5350545241524541ull /* "AERARTPS" */
 
 /* ---- x86_64/sites.c: encoding and decoding at the sites themselves ---- */
@@ -495,7 +501,8 @@ int ag_x86_site_patch(uint64_t site, uint8_t len, uint64_t board, uint64_t rx, a
 		      ag_patch *sb);
 /* An int3 at `at` redirected to rx; jump: a relocated window's later jmp */
 bool ag_x86_trap_patch(uint64_t at, uint64_t rx, ag_patch *p, ag_patch *jump);
-void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site); /* a slot's last words */
+/* a slot's last words; ref: an indirect area's ag_indirect_site, else NULL */
+void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site, const void *ref);
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
 /* Find or load the process's unwinder (libgcc_s), before the first pool. */
@@ -514,6 +521,13 @@ extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore *
 extern char ag_tramp_return[];    /* root function's return: exit record */
 extern char ag_tramp_retpoint[];  /* a return stub's common part (activate.c) */
 extern char ag_tramp_end[];       /* after the three (ag_tramp_slow comes first) */
+/* The stubs the areas call (emit.c), through a table in each pool's data
+ * (ag_pool_stubs), in this order. */
+enum { AG_STUB_ENTRY, AG_STUB_EXIT, AG_STUB_VALUE, AG_STUB_INDIRECT, AG_STUB_BUDGET, AG_STUBS };
+extern char ag_record_entry[], ag_record_exit[], ag_record_value[];
+extern char ag_indirect_stub[], ag_budget_stub[];
+extern char ag_records_end[];     /* after ag_record_entry and ag_record_exit, which read the TSC */
+extern uint8_t *ag_budget_mode_bytes; /* budget.c's mode table, NULL without a budget */
 
 /* ---- x86_64/context.S: getcontext, setcontext, swapcontext ---- */
 enum { AG_CTX_GET = 0, AG_CTX_SET = 1, AG_CTX_SWAP = 2 };
@@ -573,8 +587,6 @@ bool ag_event_wanted(const char *what);   /* the agent waits for this event */
 /* main.c; uc: the SIGTRAP context when the event was caught by a breakpoint */
 void ag_activate_on_event(const char *what, int fd, struct ucontext_t *uc);
 void ag_meta_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* main.c */
-int64_t ag_tls_offset(void);
-int64_t ag_tls_target_offset(void);
 /* CLOCK_MONOTONIC through the system call: the vDSO reads the TSC, which
  * some threads cannot (tsc.c); async-signal-safe. */
 uint64_t ag_mono_ns(void);

@@ -83,6 +83,7 @@ static unsigned budget_pct;          /* 0: no budget */
 static uint64_t long_ticks, rec_ns, rec_ticks;
 static uint8_t **mode_of;            /* [site id]: its area's mode byte */
 static uint8_t *modes;               /* [site id]: indirect calls' mode bytes */
+uint8_t *ag_budget_mode_bytes;       /* the same, for tramp.S's ag_budget_stub */
 /* [site id]: calls whose duration was measured, and those of >= 1 us */
 static uint64_t *timed_calls, *long_calls;
 static uint8_t *listed;              /* [site id]: in demoted[] */
@@ -144,6 +145,7 @@ void ag_budget_init(const char *pct)
 		return;
 	}
 	budget_pct = (unsigned)v;
+	ag_budget_mode_bytes = modes;
 }
 
 unsigned ag_budget_percent(void)

@@ -395,7 +395,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + s->addr);
 	ag_indirect_site *is = ag_alloc(sizeof *is);
 	ag_indirect_cache *cache = (ag_indirect_cache *)ag_pool_data(m->pool, sizeof *cache);
-	uint8_t scratch[2 * AG_AREA_MAX], *rx, *rw;
+	uint8_t scratch[AG_AREA_SCRATCH], *rx, *rw;
 	ag_area_spec spec;
 	size_t len;
 
@@ -418,8 +418,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 	spec.slow_instr = ag_pool_tramp(m->pool);
 	spec.indirect_ref = is;
 	spec.cache = (uint64_t)(uintptr_t)cache;
-	spec.tls_offset = ag_tls_offset();
-	spec.tls_target_offset = ag_tls_target_offset();
+	spec.stubs = ag_pool_stubs(m->pool);
 	spec.tail_jump = tail;
 	if ((spec.budget_modes = ag_budget_modes())) {
 		spec.tls_counts_offset = ag_tls_counts_offset();
@@ -453,7 +452,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 		return -1;
 	}
 	memcpy(rw, scratch, len);
-	ag_x86_slot_words(rw, spec.site + s->len, 0);
+	ag_x86_slot_words(rw, spec.site + s->len, 0, is);
 	if (plan == CP_PLAN_TRAP)
 		return trap_patch(m, s, window, rx, p);
 	return site_patch(m, s, plan, rx, p, sb);
@@ -591,7 +590,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 	spec.slot = c.slot;
 	spec.slow_instr = ag_pool_tramp(m->pool);
 	spec.callee_ref = ref;
-	spec.tls_offset = ag_tls_offset();
+	spec.stubs = ag_pool_stubs(m->pool);
 	/* With a springboard, a jmp/jcc rel8 stays, retargeted to the
 	 * springboard, so the area is reached only when taken; else a jmp/jcc
 	 * rel32, whose condition the area tests. */
@@ -605,7 +604,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 		join_values(c.m, c.func, &spec);
 	/* Emitted into scratch first: only an area that fits reaches the pool. */
 	{
-		uint8_t scratch[2 * AG_AREA_MAX];
+		uint8_t scratch[AG_AREA_SCRATCH];
 		uint64_t ret_word = (uint64_t)(uintptr_t)rx + AG_SLOT_RET;
 
 		if (tail) {
@@ -639,7 +638,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 			return -1;
 		}
 		memcpy(rw, scratch, len);
-		ag_x86_slot_words(rw, spec.site + s->len, spec.site_id);
+		ag_x86_slot_words(rw, spec.site + s->len, spec.site_id, NULL);
 	}
 	return site_patch(m, s, plan, rx, p, sb);
 }

@@ -233,16 +233,6 @@ void ag_log(const char *fmt, ...)
 		return;
 }
 
-int64_t ag_tls_target_offset(void)
-{
-	return ag_arch_tls_offset(&ag_tls_target);
-}
-
-int64_t ag_tls_offset(void)
-{
-	return ag_arch_tls_offset(&ag_tls_ring);
-}
-
 static uint64_t ns(clockid_t c)
 {
 	struct timespec ts;

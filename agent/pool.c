@@ -39,6 +39,7 @@ struct ag_pool {
 	size_t used, data_used;
 	volatile int lock;
 	uint64_t tramp;   /* rx address of `jmp *ag_tramp_slow`, reachable by rel32 */
+	uint64_t stubs;   /* its data's table of the stubs' addresses (emit.c) */
 	pid_t owner;      /* the process whose memfd holds the code from `used` on */
 	bool reused;      /* slots written again after use: copied at a fork */
 	int snap_fd;      /* its copy for a fork in progress (reused pools), -1 */
@@ -252,6 +253,19 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 			pool->tramp = (uint64_t)(uintptr_t)pool->rx;
 			pool->used = AG_AREA_MAX;       /* areas fill whole slots after it */
 		}
+		/* The stubs the areas call through it, rip-relative (emit.c). */
+		{
+			const char *const stub[AG_STUBS] = {
+				[AG_STUB_ENTRY] = ag_record_entry, [AG_STUB_EXIT] = ag_record_exit,
+				[AG_STUB_VALUE] = ag_record_value, [AG_STUB_INDIRECT] = ag_indirect_stub,
+				[AG_STUB_BUDGET] = ag_budget_stub,
+			};
+			uint64_t *table = (uint64_t *)(void *)ag_pool_data(pool, sizeof(uint64_t) * AG_STUBS);
+
+			for (int i = 0; i < AG_STUBS; i++)
+				table[i] = (uint64_t)(uintptr_t)stub[i];
+			pool->stubs = (uint64_t)(uintptr_t)table;
+		}
 		/* Unwind info for every slot, now, in a safe context: registering
 		 * later (from a slow path) could deadlock on the unwinder's lock when
 		 * the slow path runs inside the unwinder's own malloc. */
@@ -317,6 +331,11 @@ uint8_t *ag_pool_data(ag_pool *p, size_t n)
 uint64_t ag_pool_tramp(ag_pool *p)
 {
 	return p->tramp;
+}
+
+uint64_t ag_pool_stubs(ag_pool *p)
+{
+	return p->stubs;
 }
 
 bool ag_pool_holds(uint64_t addr)

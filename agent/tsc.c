@@ -143,8 +143,8 @@ bool ag_tsc_usable(int tid)
 
 /*
  * A SIGSEGV: is it an rdtsc of the agent's that faulted?  Then the thread
- * goes quiet and resumes past the rdtsc with made-up values: in a patch
- * area, a TSC whose high bits differ from the ring's epoch, so the record
+ * goes quiet and resumes past the rdtsc with made-up values: in a record
+ * stub (tramp.S), a TSC whose high bits differ from the ring's epoch, so the record
  * takes its SYNC slow path, which skips it for a quiet thread; in the
  * agent's C code, the fallback time.  No system call but the log's write.
  */
@@ -156,13 +156,13 @@ bool ag_tsc_fault(int sig, const siginfo_t *si, ucontext_t *uc)
 
 	if (sig != SIGSEGV || si->si_code != SI_KERNEL)
 		return false;
-	area = ag_pool_holds(pc);
+	area = pc >= (uint64_t)(uintptr_t)ag_record_entry && pc < (uint64_t)(uintptr_t)ag_records_end;
 	if ((!area && !ag_agent_code_holds(pc)) || !ag_arch_cycles_insn_at(pc))
 		return false;
 	go_quiet(AG_QUIET_STRICT, ring ? (int)ring->tid : 0,
 		 "an rdtsc of the agent's faulted (PR_SET_TSC or strict seccomp by a raw system call)");
 	if (area) {
-		/* The area loaded the ring before its rdtsc. */
+		/* The stub loaded the ring before its rdtsc. */
 		const trace_ring_header *r = (const trace_ring_header *)(uintptr_t)
 					     ag_arch_area_ring(uc);
 

@@ -109,8 +109,8 @@ static inline bool ag_arch_cycles_insn_at(uint64_t pc)
 	return c[0] == 0x0f && c[1] == 0x31;
 }
 
-/* In a patch area, at its rdtsc: the thread's ring (the area loaded it
- * into r11 first, x86_64/emit.c). */
+/* In a record stub, at its rdtsc: the thread's ring (the stub loaded it
+ * into r11 first, x86_64/tramp.S). */
 static inline uint64_t ag_arch_area_ring(const ucontext_t *uc)
 {
 	return (uint64_t)uc->uc_mcontext.gregs[REG_R11];

@@ -185,14 +185,17 @@ bool ag_x86_trap_patch(uint64_t at, uint64_t rx, ag_patch *p, ag_patch *jump)
 	return true;
 }
 
-/* The words at the end of an area slot (agent.h): the site id of its exit
+/* The words at the end of an area slot (agent.h): an indirect site's
+ * ag_indirect_site (tramp.S's stubs find it there), the site id of its exit
  * record (0 for an indirect site, whose id depends on the callee), the
  * caller's return address S+len, the magic that marks a call area, and
  * S+len-1 for the unwinder. */
-void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site)
+void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site, const void *ref)
 {
 	uint64_t magic = AG_SLOT_MAGIC_VALUE, ra = ret - 1, id = site;
+	uint64_t r = (uint64_t)(uintptr_t)ref;
 
+	memcpy(rw + AG_SLOT_REF, &r, 8);
 	memcpy(rw + AG_SLOT_SITE, &id, 8);
 	memcpy(rw + AG_SLOT_RET, &ret, 8);
 	memcpy(rw + AG_SLOT_MAGIC, &magic, 8);

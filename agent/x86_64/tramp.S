@@ -20,12 +20,23 @@
  */
 	.text
 
-/* agent.h: AG_SLOW_INDIRECT and the layout of ag_indirect_site (checked
- * by static assertions in instrument.c). */
+/* agent.h: the slow-path requests, the slots' layout, the layout of
+ * ag_indirect_site and the ring header's offsets (checked by static
+ * assertions in emit.c and instrument.c). */
+#define AG_SLOW_RING 1
+#define AG_SLOW_SYNC 3
 #define AG_SLOW_INDIRECT 4
+#define AG_SLOW_ROTATE 5
+#define AG_AREA_MAX 256
+#define AG_SLOT_REF (AG_AREA_MAX - 40)
+#define AG_BUDGET_SITES (1 << 19)
 #define IS_CACHE 16
 #define IS_KNOWN_IDS 24
 #define IS_KNOWN_TARGETS 56
+#define RING_COUNT 24
+#define RING_MASK 32
+#define RING_EPOCH 40
+#define RING_LIMIT 88
 
 .macro SAVE_ALL
 	pushfq
@@ -77,6 +88,282 @@
 	pop	%rax
 	popfq
 .endm
+
+/*
+ * The record calls (x86_64/emit.c): an area records with
+ *
+ *	movq $WORD,-64(%rsp); call *stub(%rip)
+ *
+ * where the stub's address is a word of the pool's data.  At the call the
+ * area has the call site's stack pointer S, under which the red zone is dead
+ * (see emit.c); the stub runs with rsp = S - 8, so its offsets below are
+ * S's less 8:
+ *
+ *   S-16 rax   S-24 rdx   S-32 r11   (spilled, restored at the end)
+ *   S-40       an indirect area's target: never touched here
+ *   S-48       the flags (exit and value records)
+ *   S-56       the ring header, across a move slow path
+ *   S-64       WORD: id << 2 | kind, or a value record's id word
+ *   S-72       a value record's value
+ *
+ * Every register and flag is as it was when the stub returns.  The slow
+ * paths call ag_tramp_slow 128 bytes below S, so the spills survive it:
+ *   no_ring: the thread has no ring (yet): ask; retry or skip
+ *   sync:    the TSC's high bits changed: ask (the SYNC record); retry/skip
+ *   move:    a file that keeps every record reached its window's end: ask
+ *            with the record's index; store (its slot is mapped) or skip
+ * A record of the ring is the writer side of trace_format.h:
+ *   rdtsc; tsc << 26 | WORD; slot = xadd COUNT; ring[slot & MASK] = record
+ * The slot is taken with one instruction: a signal handler that records on
+ * this thread in between gets the next slots, never ours.
+ *
+ * These run in the agent's text, so a thread interrupted in one is "in the
+ * agent" (activate.c, tsc.c); their CFI lets an unwinder step back into the
+ * area, and from there (unwind.c) to the caller.
+ */
+.macro SLOW_CALL req
+	lea	-120(%rsp), %rsp
+	.cfi_adjust_cfa_offset 120
+	mov	$(\req << 56), %r11
+	call	ag_tramp_slow
+	lea	120(%rsp), %rsp
+	.cfi_adjust_cfa_offset -120
+.endm
+
+/* One record stub: \\flags keeps the flags (after a call they are the
+ * callee's result, which code with a private convention may use). */
+.macro RECORD name, flags
+	.globl	\name
+	.hidden	\name
+	.type	\name, @function
+\name:
+	.cfi_startproc
+	endbr64
+	mov	%rax, -8(%rsp)
+	mov	%rdx, -16(%rsp)
+	mov	%r11, -24(%rsp)
+	.if \flags
+	lahf
+	seto	%al
+	mov	%ax, -40(%rsp)
+	.endif
+1:	movq	ag_tls_ring@gottpoff(%rip), %r11
+	movq	%fs:(%r11), %r11		/* the thread's ring, NULL if none (yet) */
+	test	%r11, %r11
+	je	5f
+	rdtsc
+	shl	$32, %rdx
+	or	%rdx, %rax
+	mov	%rax, %rdx
+	shr	$38, %rdx
+	cmp	RING_EPOCH(%r11), %rdx
+	jne	6f
+	shl	$26, %rax
+	or	-56(%rsp), %rax			/* WORD */
+	mov	$1, %edx
+	xadd	%rdx, RING_COUNT(%r11)
+	cmp	RING_LIMIT(%r11), %rdx
+	jae	7f
+2:	and	RING_MASK(%r11), %rdx
+	mov	%rax, 4096(%r11,%rdx,8)
+3:
+	.if \flags
+	mov	-40(%rsp), %ax
+	add	$0x7f, %al			/* overflows exactly when OF was set */
+	sahf
+	.endif
+	mov	-8(%rsp), %rax
+	mov	-16(%rsp), %rdx
+	mov	-24(%rsp), %r11
+	ret
+5:	SLOW_CALL AG_SLOW_RING
+	test	%r11, %r11
+	jnz	1b
+	jmp	3b
+6:	SLOW_CALL AG_SLOW_SYNC
+	test	%r11, %r11
+	jnz	1b
+	jmp	3b
+7:	mov	%r11, -48(%rsp)			/* the header; rax, rdx survive */
+	lea	-120(%rsp), %rsp
+	.cfi_adjust_cfa_offset 120
+	movabs	$(AG_SLOW_ROTATE << 56), %r11
+	or	%rdx, %r11
+	call	ag_tramp_slow
+	lea	120(%rsp), %rsp
+	.cfi_adjust_cfa_offset -120
+	test	%r11, %r11
+	mov	-48(%rsp), %r11
+	jne	2b
+	jmp	3b
+	.cfi_endproc
+	.size	\name, .-\name
+.endm
+
+	RECORD ag_record_entry, 0
+	RECORD ag_record_exit, 1
+	.globl	ag_records_end
+	.hidden	ag_records_end
+ag_records_end:
+
+/*
+ * A value record (trace_format.h, "Values"): the value at S-72 in place of
+ * the TSC, so no sync slow path; and no ring slow path either: the ENTRY
+ * just before made the thread's ring if it could, and without one it was
+ * skipped too, so the value is skipped with it.  The flags are kept (a
+ * return value's record follows the call).
+ *   record = value << 26 | (value >> 25 & 0x1fff << 13) | WORD
+ */
+	.globl	ag_record_value
+	.hidden	ag_record_value
+	.type	ag_record_value, @function
+ag_record_value:
+	.cfi_startproc
+	endbr64
+	mov	%rax, -8(%rsp)
+	mov	%rdx, -16(%rsp)
+	mov	%r11, -24(%rsp)
+	lahf
+	seto	%al
+	mov	%ax, -40(%rsp)
+	movq	ag_tls_ring@gottpoff(%rip), %r11
+	movq	%fs:(%r11), %r11
+	test	%r11, %r11
+	je	3f
+	mov	-64(%rsp), %rax			/* the value */
+	mov	%rax, %rdx
+	shl	$26, %rax
+	shr	$25, %rdx
+	and	$0x3ffe000, %edx
+	or	%rdx, %rax
+	or	-56(%rsp), %rax			/* WORD */
+	mov	$1, %edx
+	xadd	%rdx, RING_COUNT(%r11)
+	cmp	RING_LIMIT(%r11), %rdx
+	jae	7f
+2:	and	RING_MASK(%r11), %rdx
+	mov	%rax, 4096(%r11,%rdx,8)
+3:	mov	-40(%rsp), %ax
+	add	$0x7f, %al
+	sahf
+	mov	-8(%rsp), %rax
+	mov	-16(%rsp), %rdx
+	mov	-24(%rsp), %r11
+	ret
+7:	mov	%r11, -48(%rsp)
+	lea	-120(%rsp), %rsp
+	.cfi_adjust_cfa_offset 120
+	movabs	$(AG_SLOW_ROTATE << 56), %r11
+	or	%rdx, %r11
+	call	ag_tramp_slow
+	lea	120(%rsp), %rsp
+	.cfi_adjust_cfa_offset -120
+	test	%r11, %r11
+	mov	-48(%rsp), %r11
+	jne	2b
+	jmp	3b
+	.cfi_endproc
+	.size	ag_record_value, .-ag_record_value
+
+/*
+ * An indirect area's cache missed (emit.c): r11 = the target, S-32 the
+ * program's r11.  The site (its ag_indirect_site) is the slot's REF word,
+ * found from the return address by masking.  A target the cache knows to
+ * be untraced goes untraced at once; else ag_tramp_slow (whose fast path
+ * refills the cache from the site's known callees) answers 0 or 2
+ * (untraced: the agent runs on this thread, or runtime-managed code) or
+ * retry.  Returns r11 = the target, ZF set: traced (the area retries its
+ * hit path), ZF clear: untraced.
+ */
+	.globl	ag_indirect_stub
+	.hidden	ag_indirect_stub
+	.type	ag_indirect_stub, @function
+ag_indirect_stub:
+	.cfi_startproc
+	endbr64
+	mov	%rax, -8(%rsp)
+	mov	%rdx, -16(%rsp)
+	movq	ag_tls_target@gottpoff(%rip), %rax
+	mov	%r11, %fs:(%rax)		/* the target, for ag_slow */
+	mov	(%rsp), %rax
+	and	$-AG_AREA_MAX, %rax
+	mov	AG_SLOT_REF(%rax), %rdx		/* the ag_indirect_site */
+	mov	IS_CACHE(%rdx), %rax
+	cmp	24(%rax), %r11			/* its cache's untraced word */
+	je	8f
+	movabs	$(AG_SLOW_INDIRECT << 56), %r11
+	or	%rdx, %r11
+	lea	-120(%rsp), %rsp
+	.cfi_adjust_cfa_offset 120
+	call	ag_tramp_slow
+	lea	120(%rsp), %rsp
+	.cfi_adjust_cfa_offset -120
+	test	%r11, %r11
+	je	9f
+	cmp	$2, %r11
+	je	9f
+	movq	ag_tls_target@gottpoff(%rip), %rax
+	mov	%fs:(%rax), %r11
+	cmp	%rax, %rax			/* ZF: traced */
+	mov	-8(%rsp), %rax
+	mov	-16(%rsp), %rdx
+	ret
+9:	movq	ag_tls_target@gottpoff(%rip), %rax
+	mov	%fs:(%rax), %r11
+8:	test	%rsp, %rsp			/* not ZF: untraced */
+	mov	-8(%rsp), %rax
+	mov	-16(%rsp), %rdx
+	ret
+	.cfi_endproc
+	.size	ag_indirect_stub, .-ag_indirect_stub
+
+/*
+ * An indirect call's budget (budget.c), at its hit path, the target saved
+ * at S-40 and r11 the program's: the id of the cached target (its entry
+ * word >> 2) indexes the budget's mode table and the counters.  Returns ZF
+ * set: counted (the area makes the call, no record); clear: timed (a timed
+ * site, a sample, no table yet).  The cache another thread refills
+ * meanwhile can at worst count one call for the previous target.
+ */
+	.globl	ag_budget_stub
+	.hidden	ag_budget_stub
+	.type	ag_budget_stub, @function
+ag_budget_stub:
+	.cfi_startproc
+	endbr64
+	mov	%rax, -8(%rsp)
+	mov	%r11, -24(%rsp)
+	mov	(%rsp), %rax
+	and	$-AG_AREA_MAX, %rax
+	mov	AG_SLOT_REF(%rax), %rax		/* the ag_indirect_site */
+	mov	IS_CACHE(%rax), %rax
+	mov	8(%rax), %rax			/* its entry word */
+	shr	$2, %rax
+	cmp	$AG_BUDGET_SITES, %rax
+	jae	9f
+	mov	ag_budget_mode_bytes(%rip), %r11
+	test	%r11, %r11
+	je	9f
+	cmpb	$0, (%r11,%rax)
+	je	9f
+	movq	ag_tls_tick@gottpoff(%rip), %r11
+	subb	$1, %fs:(%r11)
+	je	9f				/* the sample */
+	movq	ag_tls_counts@gottpoff(%rip), %r11
+	mov	%fs:(%r11), %r11
+	test	%r11, %r11
+	je	9f
+	addq	$1, (%r11,%rax,8)
+	cmp	%rax, %rax			/* ZF: counted */
+	mov	-8(%rsp), %rax
+	mov	-24(%rsp), %r11
+	ret
+9:	test	%rsp, %rsp			/* not ZF: timed */
+	mov	-8(%rsp), %rax
+	mov	-24(%rsp), %r11
+	ret
+	.cfi_endproc
+	.size	ag_budget_stub, .-ag_budget_stub
 
 	.globl	ag_tramp_slow
 	.hidden	ag_tramp_slow

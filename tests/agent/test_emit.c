@@ -1,0 +1,157 @@
+/*
+ * test_emit.c — the patch areas of agent/x86_64/emit.c, emitted for the
+ * largest form of every kind of site: each fits its slot's room for code
+ * (AG_SLOT_CODE of a 256-byte slot), decodes (capstone) into whole
+ * instructions to its last byte, has no rdtsc (records are the stubs'),
+ * and makes no call through memory but the callee's GOT slot and the stubs
+ * through its pool's table (the words at spec.stubs).
+ */
+#include <capstone/capstone.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "agent.h"
+
+static int failures;
+static csh cs;
+
+#define CHECK(cond, ...)                                                         \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			fprintf(stderr, "test_emit:%d: FAIL: ", __LINE__);       \
+			fprintf(stderr, __VA_ARGS__);                            \
+			fputc('\n', stderr);                                     \
+			failures++;                                              \
+		}                                                                \
+	} while (0)
+
+/* Run-time addresses of the synthetic layout: a module's code, then its
+ * pool (a header slot, then areas), then the pool's data. */
+#define SITE 0x555555601000ull
+#define RX (0x555556000000ull + AG_AREA_MAX)
+#define DATA 0x555556800000ull
+#define STUBS DATA
+
+static uint8_t flag, mode;
+static const ag_callee callee;
+
+static ag_area_spec base(void)
+{
+	ag_area_spec s;
+
+	memset(&s, 0, sizeof s);
+	s.site = SITE;
+	s.site_len = 5;
+	s.callee = SITE + 0x4000;
+	s.site_id = (1u << 24) - 1;         /* the widest id */
+	s.callee_flag = &flag;
+	s.slow_instr = RX - AG_AREA_MAX;
+	s.callee_ref = &callee;
+	s.stubs = STUBS;
+	return s;
+}
+
+/* A 16-byte window (two 8-byte nops) and a 16-byte `mov OP,%r11`: the
+ * largest an indirect area copies. */
+static void indirect(ag_area_spec *s, bool tail)
+{
+	static const uint8_t nop8[] = { 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00 };
+	/* mov %fs:0x12345678(%rax,%rbx,8),%r11 padded with prefixes to 16 bytes
+	 * is not valid; an 8-byte operand load and 8 bytes of nop before it do */
+	static const uint8_t load[] = { 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00,
+					0x4e, 0x8b, 0x9c, 0xd8, 0x78, 0x56, 0x34, 0x12 };
+
+	memcpy(s->prefix, nop8, 8);
+	memcpy(s->prefix + 8, nop8, 8);
+	s->prefix_len = 16;
+	memcpy(s->load, load, sizeof load);
+	s->load_len = sizeof load;
+	s->cache = DATA + 0x100;
+	s->indirect_ref = &callee;
+	s->tail_jump = tail;
+	s->budget_modes = &mode;
+	s->tls_counts_offset = -0x1000;
+	s->tls_tick_offset = -0x1008;
+}
+
+static ag_area_spec s;
+
+static void check_area(const char *what, const uint8_t *code, size_t len)
+{
+	cs_insn *insn;
+	size_t n, at = 0;
+
+	printf("test_emit: %-48s %3zu bytes\n", what, len);
+	CHECK(len > 0 && len <= AG_SLOT_CODE, "%s: %zu bytes, the slot has room for %d", what, len,
+	      AG_SLOT_CODE);
+	n = cs_disasm(cs, code, len, RX, 0, &insn);
+	for (size_t i = 0; i < n; i++) {
+		at += insn[i].size;
+		/* call *disp(%rip): ff 15; only to the stubs' table */
+		if (insn[i].size == 6 && insn[i].bytes[0] == 0xff && insn[i].bytes[1] == 0x15) {
+			int32_t d;
+			uint64_t word;
+
+			memcpy(&d, insn[i].bytes + 2, 4);
+			word = insn[i].address + 6 + (uint64_t)(int64_t)d;
+			CHECK((word >= STUBS && word < STUBS + 8 * AG_STUBS && (word - STUBS) % 8 == 0) ||
+				      (s.slot && word == s.slot),
+			      "%s: call *%#lx(%%rip) at +%#lx is neither a stub nor the callee's slot", what,
+			      (unsigned long)word, (unsigned long)(insn[i].address - RX));
+		}
+		CHECK(strcmp(insn[i].mnemonic, "rdtsc") != 0, "%s: an rdtsc in the area", what);
+	}
+	CHECK(at == len, "%s: %zu of %zu bytes decode into whole instructions", what, at, len);
+	if (n)
+		cs_free(insn, n);
+}
+
+int main(void)
+{
+	static uint8_t buf[AG_AREA_SCRATCH];
+
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, &cs) != CS_ERR_OK) {
+		fprintf(stderr, "test_emit: capstone does not open\n");
+		return 1;
+	}
+
+	s = base();
+	check_area("call", buf, ag_emit_call(&s, buf, RX));
+	s.slot = DATA + 0x200;
+	s.value_arg = 3;
+	s.value_ret = true;
+	check_area("call through a slot, both values", buf, ag_emit_call(&s, buf, RX));
+	for (unsigned arg = 1; arg <= 6; arg++) {
+		s = base();
+		s.value_arg = (uint8_t)arg;
+		check_area("call, an argument's value", buf, ag_emit_call(&s, buf, RX));
+	}
+	s = base();
+	s.slot = DATA + 0x200;
+	s.budget_mode = &mode;
+	check_area("call with a budget", buf, ag_emit_call_budget(&s, buf, RX));
+	s = base();
+	s.cond = true;
+	s.cond_code = 0x5;
+	s.budget_mode = &mode;
+	check_area("conditional tail jump with a budget", buf, ag_emit_tail(&s, buf, RX));
+	s = base();
+	s.cond = true;
+	s.fix_return = true;
+	check_area("tail jump to a caller-sensitive function", buf, ag_emit_tail(&s, buf, RX));
+	s = base();
+	s.slot = DATA + 0x200;
+	check_area("call without exit", buf, ag_emit_call_noexit(&s, buf, RX, RX + AG_SLOT_RET));
+	s = base();
+	indirect(&s, false);
+	check_area("indirect call with a window and a budget", buf, ag_emit_indirect(&s, buf, RX));
+	s = base();
+	indirect(&s, true);
+	check_area("indirect tail jump with a window and a budget", buf,
+		   ag_emit_indirect(&s, buf, RX));
+	cs_close(&cs);
+	if (failures)
+		return 1;
+	printf("test_emit: ok\n");
+	return 0;
+}

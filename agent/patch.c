@@ -661,6 +661,14 @@ static void sift(ag_patch **a, size_t root, size_t n)
 
 static void sort_by_addr(ag_patch **a, size_t n)
 {
+	size_t k = 1;
+
+	/* A batch usually comes in address order already (a function's sites,
+	 * functions laid out in the order they are reached): O(n) then. */
+	while (k < n && a[k - 1]->addr <= a[k]->addr)
+		k++;
+	if (k >= n)
+		return;
 	for (size_t i = n / 2; i-- > 0;)
 		sift(a, i, n);
 	for (size_t end = n; end-- > 1;) {

@@ -225,7 +225,6 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 /* Room for `n` bytes of code: *rx is where it runs, *rw where it is written. */
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
 uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable from the code */
-uint64_t ag_pool_tramp(ag_pool *p);            /* slow-path entry, rel32-reachable */
 uint64_t ag_pool_stubs(ag_pool *p);            /* its table of AG_STUBS stub addresses */
 bool ag_pool_holds(uint64_t addr);             /* addr is in some pool's code */
 void ag_pools_snapshot(void);       /* fork: copy the reused pools (instrument lock held) */
@@ -419,7 +418,6 @@ typedef struct ag_area_spec {
 	uint64_t slot;           /* non-zero: call through this GOT slot (PLT, -fno-plt) */
 	uint32_t site_id;
 	uint8_t *callee_flag;    /* byte the area tests: non-zero once the callee is instrumented */
-	uint64_t slow_instr;     /* the slow-path trampoline (run-time) */
 	const ag_callee *callee_ref; /* passed to the instrument slow path */
 	const void *indirect_ref;    /* passed to the indirect slow path (ag_indirect_site) */
 	uint64_t stubs;          /* the pool's table of stub addresses (ag_pool_stubs) */
@@ -523,9 +521,10 @@ extern char ag_tramp_retpoint[];  /* a return stub's common part (activate.c) */
 extern char ag_tramp_end[];       /* after the three (ag_tramp_slow comes first) */
 /* The stubs the areas call (emit.c), through a table in each pool's data
  * (ag_pool_stubs), in this order. */
-enum { AG_STUB_ENTRY, AG_STUB_EXIT, AG_STUB_VALUE, AG_STUB_INDIRECT, AG_STUB_BUDGET, AG_STUBS };
+enum { AG_STUB_ENTRY, AG_STUB_EXIT, AG_STUB_VALUE, AG_STUB_INSTRUMENT, AG_STUB_INDIRECT,
+       AG_STUB_BUDGET, AG_STUBS };
 extern char ag_record_entry[], ag_record_exit[], ag_record_value[];
-extern char ag_indirect_stub[], ag_budget_stub[];
+extern char ag_instrument_stub[], ag_indirect_stub[], ag_budget_stub[];
 extern char ag_records_end[];     /* after ag_record_entry and ag_record_exit, which read the TSC */
 extern uint8_t *ag_budget_mode_bytes; /* budget.c's mode table, NULL without a budget */
 

@@ -415,7 +415,6 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 		return -1;
 	spec.site = m->bias + s->addr;
 	spec.site_len = s->len;
-	spec.slow_instr = ag_pool_tramp(m->pool);
 	spec.indirect_ref = is;
 	spec.cache = (uint64_t)(uintptr_t)cache;
 	spec.stubs = ag_pool_stubs(m->pool);
@@ -588,7 +587,6 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 	spec.site_len = s->len;
 	spec.callee = c.entry;
 	spec.slot = c.slot;
-	spec.slow_instr = ag_pool_tramp(m->pool);
 	spec.callee_ref = ref;
 	spec.stubs = ag_pool_stubs(m->pool);
 	/* With a springboard, a jmp/jcc rel8 stays, retargeted to the
@@ -638,7 +636,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 			return -1;
 		}
 		memcpy(rw, scratch, len);
-		ag_x86_slot_words(rw, spec.site + s->len, spec.site_id, NULL);
+		ag_x86_slot_words(rw, spec.site + s->len, spec.site_id, spec.callee_ref);
 	}
 	return site_patch(m, s, plan, rx, p, sb);
 }

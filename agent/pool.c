@@ -38,7 +38,6 @@ struct ag_pool {
 	size_t code_size, data_size;
 	size_t used, data_used;
 	volatile int lock;
-	uint64_t tramp;   /* rx address of `jmp *ag_tramp_slow`, reachable by rel32 */
 	uint64_t stubs;   /* its data's table of the stubs' addresses (emit.c) */
 	pid_t owner;      /* the process whose memfd holds the code from `used` on */
 	bool reused;      /* slots written again after use: copied at a fork */
@@ -181,7 +180,7 @@ static uint64_t find_gap(uint64_t lo, uint64_t hi, size_t size)
 
 ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool reused)
 {
-	size_t code_size = ((slots + 1) * AG_AREA_MAX + PAGE - 1) & ~(size_t)(PAGE - 1);
+	size_t code_size = ((slots ? slots : 1) * AG_AREA_MAX + PAGE - 1) & ~(size_t)(PAGE - 1);
 	size_t data_size = (data + 65536 + PAGE - 1) & ~(size_t)(PAGE - 1);
 	size_t total = code_size + data_size;
 	ag_pool *pool = ag_alloc(sizeof *pool);
@@ -243,21 +242,12 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 		close(fd);
 		pool->next = all_pools;
 		all_pools = pool;
-		/* The first bytes: jmp *0(%rip); .quad ag_tramp_slow */
-		{
-			static const uint8_t jmp[6] = { 0xff, 0x25, 0, 0, 0, 0 };
-			uint64_t target = (uint64_t)(uintptr_t)ag_tramp_slow;
-
-			memcpy(pool->rw, jmp, 6);
-			memcpy(pool->rw + 6, &target, 8);
-			pool->tramp = (uint64_t)(uintptr_t)pool->rx;
-			pool->used = AG_AREA_MAX;       /* areas fill whole slots after it */
-		}
 		/* The stubs the areas call through it, rip-relative (emit.c). */
 		{
 			const char *const stub[AG_STUBS] = {
 				[AG_STUB_ENTRY] = ag_record_entry, [AG_STUB_EXIT] = ag_record_exit,
-				[AG_STUB_VALUE] = ag_record_value, [AG_STUB_INDIRECT] = ag_indirect_stub,
+				[AG_STUB_VALUE] = ag_record_value, [AG_STUB_INSTRUMENT] = ag_instrument_stub,
+				[AG_STUB_INDIRECT] = ag_indirect_stub,
 				[AG_STUB_BUDGET] = ag_budget_stub,
 			};
 			uint64_t *table = (uint64_t *)(void *)ag_pool_data(pool, sizeof(uint64_t) * AG_STUBS);
@@ -269,8 +259,11 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 		/* Unwind info for every slot, now, in a safe context: registering
 		 * later (from a slow path) could deadlock on the unwinder's lock when
 		 * the slow path runs inside the unwinder's own malloc. */
-		if (ag_unwind_register_slots((uint64_t)(uintptr_t)pool->rx + AG_AREA_MAX, slots)) {
-			ag_log("pool: no unwind information for %zu areas (out of memory)", slots);
+		/* (every slot of the code's pages: sites met again after a
+		 * deactivation take new ones, past `slots`) */
+		if (ag_unwind_register_slots((uint64_t)(uintptr_t)pool->rx, code_size / AG_AREA_MAX)) {
+			ag_log("pool: no unwind information for %zu areas (out of memory)",
+			       code_size / AG_AREA_MAX);
 			return NULL;
 		}
 		return pool;
@@ -326,11 +319,6 @@ uint8_t *ag_pool_data(ag_pool *p, size_t n)
 	}
 	unlock(p);
 	return r;
-}
-
-uint64_t ag_pool_tramp(ag_pool *p)
-{
-	return p->tramp;
 }
 
 uint64_t ag_pool_stubs(ag_pool *p)

@@ -9,12 +9,12 @@
  *
  *   area:  endbr64
  *          cmpb $0, flag               callee instrumented yet?
- *          je   slow_instr             -> instrument(callee), come back
+ *          jne  entry
+ *          call *instrument_stub(%rip) -> instrument(callee), come back
  *   entry: <record ENTRY, site id>     a call to a record stub, below
  *          call G  |  call *slot(%rip) the callee returns into the area
  *   exit:  <record EXIT, site id>      the stub keeps G's results and flags
  *          jmp  S+len
- *   slow_instr: ...; jmp entry
  *   (the slot's last 40 bytes: words about the area, agent.h; the last,
  *   S+len-1, for the unwinder: see unwind.c)
  *
@@ -45,7 +45,7 @@ _Static_assert(offsetof(trace_ring_header, limit) == TRACE_RING_OFF_LIMIT, "head
 _Static_assert(TRACE_RING_OFF_COUNT == 24 && TRACE_RING_OFF_MASK == 32 &&
 	       TRACE_RING_OFF_EPOCH == 40 && TRACE_RING_OFF_LIMIT == 88, "tramp.S: RING_*");
 _Static_assert(AG_AREA_MAX == 256 && AG_SLOT_REF == AG_AREA_MAX - 40, "tramp.S: slots");
-_Static_assert(AG_SLOW_RING == 1 && AG_SLOW_SYNC == 3 && AG_SLOW_INDIRECT == 4 &&
+_Static_assert(AG_SLOW_RING == 1 && AG_SLOW_INSTRUMENT == 2 && AG_SLOW_SYNC == 3 && AG_SLOW_INDIRECT == 4 &&
 	       AG_SLOW_ROTATE == 5, "tramp.S: requests");
 _Static_assert(AG_BUDGET_SITES == 1u << 19, "tramp.S: AG_BUDGET_SITES");
 
@@ -84,17 +84,6 @@ static void fix_rel32(buf *b, size_t at)
 	int32_t rel = (int32_t)(int64_t)(here(b) - (b->rx + at + 4));
 
 	memcpy(b->p + at, &rel, 4);
-}
-
-/* lea -128(%rsp),%rsp; mov $request,%r11; call trampoline; lea 128(%rsp),%rsp
- * The call happens below the red zone, so the spills there survive it. */
-static void slow_call(buf *b, const ag_area_spec *s, uint64_t request)
-{
-	b1(b, 0x48); b1(b, 0x8d); b1(b, 0x64); b1(b, 0x24); b1(b, 0x80);  /* lea -128(%rsp),%rsp */
-	b1(b, 0x49); b1(b, 0xbb); b64(b, request);
-	b1(b, 0xe8); brel32(b, s->slow_instr);
-	b1(b, 0x48); b1(b, 0x8d); b1(b, 0xa4); b1(b, 0x24);              /* lea 128(%rsp),%rsp */
-	b32(b, 128);
 }
 
 static const uint8_t save_r11[] = { 0x4c, 0x89, 0x5c, 0x24, 0xe0 };    /* mov %r11,-32(%rsp) */
@@ -154,28 +143,20 @@ static void record_value(buf *b, const ag_area_spec *s, unsigned arg)
 	call_stub(b, s, AG_STUB_VALUE);
 }
 
-/* cmpb $0,flag(%rip); je <returned field> */
-static size_t flag_test(buf *b, const ag_area_spec *s)
+/*
+ * Is the callee instrumented yet?  If not, tramp.S's ag_instrument_stub
+ * asks the agent to (the callee is the slot's REF word), and the area goes
+ * on whatever the answer (if the agent could not instrument G -- re-entered
+ * from a signal handler, say -- the call goes on untraced inside G):
+ *   cmpb $0,flag(%rip); jne 1f; call *instrument_stub(%rip); 1:
+ */
+static void flag_test(buf *b, const ag_area_spec *s)
 {
-	size_t je;
-
 	b1(b, 0x80); b1(b, 0x3d);
 	b32(b, (uint32_t)(int32_t)(int64_t)((uint64_t)(uintptr_t)s->callee_flag - (here(b) + 5)));
 	b1(b, 0x00);
-	b1(b, 0x0f); b1(b, 0x84); je = b->n; b32(b, 0);
-	return je;
-}
-
-/* The instrument slow path: ask, then go on to the entry record whatever
- * the answer (if the agent could not instrument G -- re-entered from a
- * signal handler, say -- the call goes on untraced inside G). */
-static void instr_slow(buf *b, const ag_area_spec *s, size_t je, uint64_t entry)
-{
-	fix_rel32(b, je);
-	bn(b, save_r11, sizeof save_r11);
-	slow_call(b, s, ((uint64_t)AG_SLOW_INSTRUMENT << 56) | (uint64_t)(uintptr_t)s->callee_ref);
-	bn(b, load_r11, sizeof load_r11);
-	b1(b, 0xe9); brel32(b, entry);
+	b1(b, 0x75); b1(b, 6);                                             /* jne 1f */
+	call_stub(b, s, AG_STUB_INSTRUMENT);
 }
 
 /*
@@ -274,8 +255,8 @@ static size_t count_direct(buf *b, const ag_area_spec *s, uint64_t entry, uint32
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
-	size_t je, jne_counted = 0, je_untable;
-	uint64_t entry, timed;
+	size_t jne_counted = 0, je_untable;
+	uint64_t entry;
 	bool budget = s->budget_mode && !s->fix_return;
 
 	endbr64(&b);
@@ -284,8 +265,7 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		b32(&b, 5);
 		b1(&b, 0xe9); brel32(&b, s->site + s->site_len);           /* not taken: back */
 	}
-	je = flag_test(&b, s);
-	timed = here(&b);
+	flag_test(&b, s);
 	if (budget)
 		jne_counted = mode_test(&b, s);
 	entry = here(&b);
@@ -301,19 +281,15 @@ size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		bn(&b, load_r11, sizeof load_r11);
 		b1(&b, 0xe9); brel32(&b, entry);                           /* jmp entry */
 	}
-	instr_slow(&b, s, je, timed);
 	return b.n;
 }
 
 size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
-	size_t je;
-	uint64_t entry;
 
 	endbr64(&b);
-	je = flag_test(&b, s);
-	entry = here(&b);
+	flag_test(&b, s);
 	record(&b, s, TRACE_ENTRY);
 	if (s->value_arg)
 		record_value(&b, s, s->value_arg);
@@ -326,7 +302,6 @@ size_t ag_emit_call(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		record_value(&b, s, 0);
 	record(&b, s, TRACE_EXIT);
 	b1(&b, 0xe9); brel32(&b, s->site + s->site_len);                   /* jmp S+len */
-	instr_slow(&b, s, je, entry);
 	return b.n;
 }
 
@@ -464,7 +439,7 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
  * and jumps; the callee returns straight to the caller, so there is no exit
  * record (the sites file says TRACE_SITE_NO_EXIT).
  *
- *   area:  endbr64; cmpb $0,flag; je slow_instr
+ *   area:  endbr64; cmpb $0,flag; jne 1f; call *instrument_stub(%rip); 1:
  *   entry: <record ENTRY>
  *          push ret(%rip)               ret: a word holding S+len
  *          jmp G  |  jmp *slot(%rip)
@@ -472,12 +447,9 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word)
 {
 	buf b = { rw, rx, 0 };
-	size_t je;
-	uint64_t entry;
 
 	endbr64(&b);
-	je = flag_test(&b, s);
-	entry = here(&b);
+	flag_test(&b, s);
 	record(&b, s, TRACE_ENTRY);
 	b1(&b, 0xff); b1(&b, 0x35); brel32(&b, ret_word);                 /* push ret(%rip) */
 	if (s->slot) {
@@ -485,7 +457,6 @@ size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint
 	} else {
 		b1(&b, 0xe9); brel32(&b, s->callee);                       /* jmp G */
 	}
-	instr_slow(&b, s, je, entry);
 	return b.n;
 }
 
@@ -497,7 +468,7 @@ size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint
  * instead, a sample, and not counted.  The flags are dead before a call
  * (ABI), so the sub and the add may change them.
  *
- *   area:  endbr64; cmpb $0,flag; je slow_instr
+ *   area:  endbr64; cmpb $0,flag; jne 1f; call *instrument_stub(%rip); 1:
  *   timed: cmpb $0,mode(%rip); jne counted
  *   entry: <record ENTRY>; call G | call *slot(%rip); <record EXIT>; jmp S+len
  *   counted:
@@ -513,13 +484,12 @@ size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint
 size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 {
 	buf b = { rw, rx, 0 };
-	size_t je, jne_counted, je_untable;
-	uint64_t entry, timed;
+	size_t jne_counted, je_untable;
+	uint64_t entry;
 	uint32_t disp = (uint32_t)s->site_id * 8;
 
 	endbr64(&b);
-	je = flag_test(&b, s);
-	timed = here(&b);
+	flag_test(&b, s);
 	jne_counted = mode_test(&b, s);
 	entry = here(&b);
 	record(&b, s, TRACE_ENTRY);
@@ -543,7 +513,6 @@ size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	bn(&b, load_r11, sizeof load_r11);
 	b1(&b, 0xe9); brel32(&b, entry);                                   /* jmp entry */
 
-	instr_slow(&b, s, je, timed);
 	return b.n;
 }
 

@@ -24,6 +24,7 @@
  * ag_indirect_site and the ring header's offsets (checked by static
  * assertions in emit.c and instrument.c). */
 #define AG_SLOW_RING 1
+#define AG_SLOW_INSTRUMENT 2
 #define AG_SLOW_SYNC 3
 #define AG_SLOW_INDIRECT 4
 #define AG_SLOW_ROTATE 5
@@ -264,6 +265,34 @@ ag_record_value:
 	jmp	3b
 	.cfi_endproc
 	.size	ag_record_value, .-ag_record_value
+
+/*
+ * A callee not instrumented yet (the area's flag byte for it is still 0,
+ * emit.c): its ag_callee is the slot's REF word, found from the return
+ * address by masking.  ag_slow instruments it; the area goes on to its
+ * entry record whatever the answer.  The flags are dead (before a call or
+ * a jump to a function).
+ */
+	.globl	ag_instrument_stub
+	.hidden	ag_instrument_stub
+	.type	ag_instrument_stub, @function
+ag_instrument_stub:
+	.cfi_startproc
+	endbr64
+	mov	%r11, -24(%rsp)
+	mov	(%rsp), %r11
+	and	$-AG_AREA_MAX, %r11
+	mov	AG_SLOT_REF(%r11), %r11		/* the ag_callee */
+	bts	$56 + 1, %r11			/* AG_SLOW_INSTRUMENT << 56 */
+	lea	-120(%rsp), %rsp
+	.cfi_adjust_cfa_offset 120
+	call	ag_tramp_slow
+	lea	120(%rsp), %rsp
+	.cfi_adjust_cfa_offset -120
+	mov	-24(%rsp), %r11
+	ret
+	.cfi_endproc
+	.size	ag_instrument_stub, .-ag_instrument_stub
 
 /*
  * An indirect area's cache missed (emit.c): r11 = the target, S-32 the

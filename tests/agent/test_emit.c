@@ -26,7 +26,7 @@ static csh cs;
 	} while (0)
 
 /* Run-time addresses of the synthetic layout: a module's code, then its
- * pool (a header slot, then areas), then the pool's data. */
+ * pool's areas, then the pool's data. */
 #define SITE 0x555555601000ull
 #define RX (0x555556000000ull + AG_AREA_MAX)
 #define DATA 0x555556800000ull
@@ -45,7 +45,6 @@ static ag_area_spec base(void)
 	s.callee = SITE + 0x4000;
 	s.site_id = (1u << 24) - 1;         /* the widest id */
 	s.callee_flag = &flag;
-	s.slow_instr = RX - AG_AREA_MAX;
 	s.callee_ref = &callee;
 	s.stubs = STUBS;
 	return s;

@@ -36,14 +36,15 @@
  * the real return address - 1 (the slot is a signal frame, see unwind.c).
  * C++ exceptions, pthread_exit and backtrace() thus unwind through a stub as
  * through the original return address.  The return address written is
- * slot + AG_STUB_RETURN (past a nop at the slot's start), so the unwinder,
- * which looks up "return address - 1", lands in the stub's own FDE.  The
- * stub's code (x86_64/emit.c, ag_emit_return_stub):
+ * slot + AG_STUB_RETURN (past a nop at the start of the slot's code), so the
+ * unwinder, which looks up "return address - 1", lands in the stub's own
+ * FDE.  The slot (small, agent.h) and the stub's code (x86_64/emit.c,
+ * ag_emit_return_stub):
  *
- *   slot + 0    nop
- *   slot + 1    movabs $slot, %r11 ; jmp *ag_tramp_retpoint
- *   slot + 64   the root site id (u32)
- *   slot + AG_SLOT_RA   real return address - 1
+ *   slot + AG_SLOT_RA     real return address - 1
+ *   slot + AG_SLOT_SITE   the root site id (u32)
+ *   slot + AG_SLOT_WORDS  nop
+ *               + 1       movabs $slot, %r11 ; jmp *ag_tramp_retpoint
  *
  * A stub is the thread's until it runs (ag_retpoint) or until a stub outer
  * to it runs after a longjmp or an exception skipped it: each thread keeps
@@ -71,7 +72,8 @@
 
 #define MAX_FRAMES 256
 #define STUB_SLOTS 2048
-#define STUB_SITE 64
+#define STUB_SITE AG_SLOT_SITE      /* the root site id (u32) */
+#define STUB_CODE 25                /* a stub's bytes (x86_64/emit.c): a small slot */
 #define SHADOW_MAX 512
 #define MAX_BPS 1024
 
@@ -125,9 +127,9 @@ int ag_activate_init(void)
 	uint8_t *rx, *rw;
 
 	stub_pool = ag_pool_near((uint64_t)(uintptr_t)ag_tramp_retpoint,
-				 (uint64_t)(uintptr_t)ag_tramp_retpoint + 1, STUB_SLOTS + 1, 0, true);
+				 (uint64_t)(uintptr_t)ag_tramp_retpoint + 1, STUB_SLOTS + 1, 0, 0, true);
 	stub_free = ag_alloc(STUB_SLOTS * sizeof *stub_free);
-	if (!stub_pool || !stub_free || !ag_pool_code(stub_pool, AG_AREA_MAX, &rx, &rw))
+	if (!stub_pool || !stub_free || !ag_pool_code(stub_pool, STUB_CODE, &rx, &rw))
 		return -1;
 	stub_rw0 = rw;
 	stub_rx0 = rx;
@@ -152,7 +154,7 @@ static uint64_t stub_get(void)
 	slock();
 	if (stub_nfree)
 		s = stub_free[--stub_nfree];
-	else if (ag_pool_code(stub_pool, AG_AREA_MAX, &p, &rw))
+	else if (ag_pool_code(stub_pool, STUB_CODE, &p, &rw))
 		s = (uint64_t)(uintptr_t)p;
 	sunlock();
 	if (!s)
@@ -234,9 +236,9 @@ static void unstub(shadow *sh, uint64_t sp)
  * *ret the caller's return address. */
 static bool in_area(uint64_t ip, uint32_t *site, uint64_t *ret)
 {
-	uint64_t slot = ip & ~(uint64_t)(AG_AREA_MAX - 1), magic, id;
+	uint64_t slot = ag_pool_slot_of(ip), magic, id;
 
-	if (!ag_pool_holds(ip))
+	if (!slot)
 		return false;
 	memcpy(&magic, (const void *)(uintptr_t)(slot + AG_SLOT_MAGIC), 8);
 	if (magic != AG_SLOT_MAGIC_VALUE)

@@ -221,9 +221,15 @@ typedef struct ag_pool ag_pool;
 /* Code reachable from [lo, hi): `slots` areas and `data` bytes of data.
  * `reused`: slots are written again after use (return stubs), so a fork
  * copies the pool; else a forked child shares the slots in use (pool.c). */
-ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool reused);
+/* A pool near [lo, hi): room for `small` and `big` areas (agent.h), `data`
+ * bytes of data; reused: its slots are written again (return stubs). */
+ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t small, size_t big, size_t data,
+		      bool reused);
 /* Room for `n` bytes of code: *rx is where it runs, *rw where it is written. */
+/* A slot for an area of n bytes of code (small if it fits, else big): its
+ * start in *rx and *rw (the words; the code at + AG_SLOT_WORDS). */
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
+uint64_t ag_pool_slot_of(uint64_t addr);       /* the slot addr lies in, 0: none */
 uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable from the code */
 uint64_t ag_pool_stubs(ag_pool *p);            /* its table of AG_STUBS stub addresses */
 bool ag_pool_holds(uint64_t addr);             /* addr is in some pool's code */
@@ -449,10 +455,11 @@ size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_tail(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx);
 size_t ag_emit_call_noexit(const ag_area_spec *s, uint8_t *rw, uint64_t rx, uint64_t ret_word);
-/* A return stub (activate.c) in the slot at rx, which jumps to tramp; a
- * frame given the stub returns to rx + AG_STUB_RETURN. */
+/* A return stub (activate.c) in the slot at rx (its code after the slot's
+ * words), which jumps to tramp; a frame given the stub returns to
+ * rx + AG_STUB_RETURN. */
 void ag_emit_return_stub(uint8_t *rw, uint64_t rx, uint64_t tramp);
-#define AG_STUB_RETURN 1
+#define AG_STUB_RETURN (AG_SLOT_WORDS + 1)
 
 /* ---- what the areas use besides their code: indirect sites' caches
  * (core/core.h) and their miss (instrument.c), ag_tls_target (main.c),
@@ -467,19 +474,23 @@ extern __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec"))
 /* A call through an indirect site to a target its cache lacks (instrument.c,
  * through core.c's cp_indirect_miss). */
 uint64_t ag_indirect_miss(ag_indirect_site *is, uint64_t target);
-/* Area slots: fixed size, aligned to it within the pool (so an address in
- * an area finds its slot by masking), code first, five words at the end.
- * (tramp.S has its own copies of AG_AREA_MAX and AG_SLOT_REF.) */
-#define AG_AREA_MAX 256
-#define AG_SLOT_RA (AG_AREA_MAX - 8)     /* S+len-1: the unwinder's return address */
-#define AG_SLOT_MAGIC (AG_AREA_MAX - 16) /* AG_SLOT_MAGIC_VALUE: this is a call area */
-#define AG_SLOT_RET (AG_AREA_MAX - 24)   /* S+len: the caller's real return address */
-#define AG_SLOT_SITE (AG_AREA_MAX - 32)  /* the site id its exit records (0: varies) */
-#define AG_SLOT_REF (AG_AREA_MAX - 40)   /* an indirect area's ag_indirect_site */
-#define AG_SLOT_CODE (AG_AREA_MAX - 40)  /* room for code */
-/* Where an area is emitted first, to be checked against AG_SLOT_CODE (no
- * area comes near it: the largest, an indirect call's with a budget and a
- * 16-byte window, is about 180 bytes). */
+/* Area slots: two sizes, each in a region of the pool aligned to it (so an
+ * address in an area finds its slot by masking, pool.c), five words first,
+ * then the code.  A plain call's area fits a small slot; an indirect call's
+ * or one with a budget or a value needs a big one.  (tramp.S has its own
+ * copies of the sizes and of AG_SLOT_REF.) */
+#define AG_SLOT_SMALL 128
+#define AG_SLOT_BIG 256
+#define AG_SLOT_RA 0                     /* S+len-1: the unwinder's return address */
+#define AG_SLOT_MAGIC 8                  /* AG_SLOT_MAGIC_VALUE: this is a call area */
+#define AG_SLOT_RET 16                   /* S+len: the caller's real return address */
+#define AG_SLOT_SITE 24                  /* the site id its exit records (0: varies) */
+#define AG_SLOT_REF 32                   /* the ag_callee or ag_indirect_site of its stubs */
+#define AG_SLOT_WORDS 40                 /* the code starts here */
+#define AG_SLOT_CODE(size) ((size) - AG_SLOT_WORDS)  /* room for code */
+/* Where an area is emitted first, to be checked against the room of its
+ * slot (no area comes near it: the largest, an indirect call's with a
+ * budget and a 16-byte window, is 178 bytes). */
 #define AG_AREA_SCRATCH 1024
 #define AG_SLOT_MAGIC_VALUE 0x5350545241524541ull /* "AERARTPS" */
 
@@ -509,10 +520,10 @@ bool ag_unwind_init(void);
  * now, unwind information is being registered (the walk is skipped). */
 bool ag_unwind_walk_begin(void);
 void ag_unwind_walk_end(void);
-/* Unwind information for `n` area slots of AG_AREA_MAX bytes from `first`
- * (aligned to AG_AREA_MAX); each slot's last 8 bytes hold S + len - 1 for
+/* Unwind information for `n` area slots of `size` bytes from `first`
+ * (aligned to `size`); each slot's first 8 bytes hold S + len - 1 for
  * its call (written with the area).  -1: none (out of memory, misaligned). */
-int ag_unwind_register_slots(uint64_t first, size_t n);
+int ag_unwind_register_slots(uint64_t first, size_t n, size_t size);
 
 /* ---- x86_64/tramp.S ---- */
 extern char ag_tramp_slow[];      /* save all state, ag_slow(op, arg), restore */

@@ -381,6 +381,22 @@ _Static_assert(AG_SLOW_INDIRECT == 4 && TRACE_ENTRY == 0 && TRACE_EXIT == 1, "tr
 _Static_assert((int)CP_WORD_ENTRY == (int)TRACE_ENTRY && (int)CP_WORD_EXIT == (int)TRACE_EXIT,
 	       "core.c's cache words");
 
+/* A direct site's area, emitted into `buf` for its code at rx (after the
+ * slot's words, whose RET word a call without exit pushes). */
+static size_t emit_direct(const ag_area_spec *spec, bool tail, bool noexit, uint8_t *buf,
+			  const uint8_t *rx)
+{
+	uint64_t at = (uint64_t)(uintptr_t)rx;
+
+	if (tail)
+		return ag_emit_tail(spec, buf, at);
+	if (noexit)
+		return ag_emit_call_noexit(spec, buf, at, at - AG_SLOT_WORDS + AG_SLOT_RET);
+	if (spec->budget_mode)
+		return ag_emit_call_budget(spec, buf, at);
+	return ag_emit_call(spec, buf, at);
+}
+
 static int site_patch(ag_module *m, const ca_site *s, enum cp_plan plan, uint8_t *rx,
 		      ag_patch *p, ag_patch *sb);
 static int trap_patch(ag_module *m, const ca_site *s, bool window, uint8_t *rx, ag_patch *p);
@@ -395,7 +411,7 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 	const uint8_t *code = (const uint8_t *)(uintptr_t)(m->bias + s->addr);
 	ag_indirect_site *is = ag_alloc(sizeof *is);
 	ag_indirect_cache *cache = (ag_indirect_cache *)ag_pool_data(m->pool, sizeof *cache);
-	uint8_t scratch[AG_AREA_SCRATCH], *rx, *rw;
+	uint8_t scratch[AG_AREA_SCRATCH], *srx, *srw, *rx, *rw;
 	ag_area_spec spec;
 	size_t len;
 
@@ -411,8 +427,10 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 	*is = (ag_indirect_site){ .mod = m, .site = si, .cache = cache, .next = indirect_sites };
 	indirect_sites = is;     /* under the instrument lock */
 	saved_cache = cache;
-	if (!ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
-		return -1;
+	if (!ag_pool_code(m->pool, AG_SLOT_CODE(AG_SLOT_BIG), &srx, &srw))
+		return -1;              /* a big slot: tramp.S's stubs find it so */
+	rx = srx + AG_SLOT_WORDS;
+	rw = srw + AG_SLOT_WORDS;
 	spec.site = m->bias + s->addr;
 	spec.site_len = s->len;
 	spec.indirect_ref = is;
@@ -446,12 +464,12 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 			spec.prefix_len = 0;
 	}
 	len = ag_emit_indirect(&spec, scratch, (uint64_t)(uintptr_t)rx);
-	if (len > AG_SLOT_CODE) {
+	if (len > AG_SLOT_CODE(AG_SLOT_BIG)) {
 		ag_log("instrument: indirect area of %zu bytes overflows its slot", len);
 		return -1;
 	}
 	memcpy(rw, scratch, len);
-	ag_x86_slot_words(rw, spec.site + s->len, 0, is);
+	ag_x86_slot_words(srw, spec.site + s->len, 0, is);
 	if (plan == CP_PLAN_TRAP)
 		return trap_patch(m, s, window, rx, p);
 	return site_patch(m, s, plan, rx, p, sb);
@@ -530,7 +548,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 	ag_area_spec spec;
 	ag_callee *ref;
 	trace_site ts;
-	uint8_t *rx, *rw;
+	uint8_t *rx;
 	size_t len;
 	callee c;
 
@@ -581,7 +599,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 			ts.flags |= TRACE_SITE_NO_EXIT;
 	}
 	spec.site_id = new_site(&ts);
-	if (!spec.site_id || !ag_pool_code(m->pool, AG_AREA_MAX, &rx, &rw))
+	if (!spec.site_id)
 		return -1;
 	spec.site = m->bias + s->addr;
 	spec.site_len = s->len;
@@ -600,43 +618,46 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 		spec.callee = c.slot ? m->bias + s->target : c.entry;
 	else if (!(ts.flags & TRACE_SITE_NO_EXIT))
 		join_values(c.m, c.func, &spec);
-	/* Emitted into scratch first: only an area that fits reaches the pool. */
+	if ((tail && !spec.fix_return &&
+	     (spec.budget_mode = ag_budget_site(m->pool, spec.site_id, true))) ||
+	    (!tail && !(ts.flags & TRACE_SITE_NO_EXIT) &&
+	     !spec.value_arg && !spec.value_ret &&     /* a join's calls stay timed */
+	     (spec.budget_mode = ag_budget_site(m->pool, spec.site_id, false)))) {
+		spec.tls_counts_offset = ag_tls_counts_offset();
+		spec.tls_tick_offset = ag_tls_tick_offset();
+	}
+	/* Emitted into scratch first, for a small slot; an area that does not
+	 * fit one is emitted again for a big slot (its length is the same
+	 * wherever it is; the small slot stays unused): only an area that fits
+	 * reaches the pool. */
 	{
-		uint8_t scratch[AG_AREA_SCRATCH];
-		uint64_t ret_word = (uint64_t)(uintptr_t)rx + AG_SLOT_RET;
+		uint8_t scratch[AG_AREA_SCRATCH], *srx, *srw;
+		size_t room = AG_SLOT_CODE(AG_SLOT_SMALL);
 
-		if (tail) {
-			if (!spec.fix_return &&
-			    (spec.budget_mode = ag_budget_site(m->pool, spec.site_id, true))) {
-				spec.tls_counts_offset = ag_tls_counts_offset();
-				spec.tls_tick_offset = ag_tls_tick_offset();
-			}
-			len = ag_emit_tail(&spec, scratch, (uint64_t)(uintptr_t)rx);
+		for (;;) {
+			if (!ag_pool_code(m->pool, room, &srx, &srw))
+				return -1;
+			rx = srx + AG_SLOT_WORDS;
+			len = emit_direct(&spec, tail, ts.flags & TRACE_SITE_NO_EXIT, scratch, rx);
+			if (len <= room || room == AG_SLOT_CODE(AG_SLOT_BIG))
+				break;
+			room = AG_SLOT_CODE(AG_SLOT_BIG);
 		}
-		else if (ts.flags & TRACE_SITE_NO_EXIT)
-			len = ag_emit_call_noexit(&spec, scratch, (uint64_t)(uintptr_t)rx, ret_word);
-		else if (!spec.value_arg && !spec.value_ret &&     /* a join's calls stay timed */
-			 (spec.budget_mode = ag_budget_site(m->pool, spec.site_id, false))) {
-			spec.tls_counts_offset = ag_tls_counts_offset();
-			spec.tls_tick_offset = ag_tls_tick_offset();
-			len = ag_emit_call_budget(&spec, scratch, (uint64_t)(uintptr_t)rx);
-		} else
-			len = ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
-		if (len > AG_SLOT_CODE && spec.value_arg && spec.value_ret) {
+		if (len > room && spec.value_arg && spec.value_ret) {
 			/* both values do not fit: the argument only */
 			ag_log("join: the area of a call of %s has no room for its return value "
 			       "too: its argument only", ca_str(c.m->ca,
 			       ca_module_funcs(c.m->ca, NULL)[c.func].name));
 			spec.value_ret = false;
-			len = ag_emit_call(&spec, scratch, (uint64_t)(uintptr_t)rx);
+			len = emit_direct(&spec, tail, false, scratch, rx);
 		}
-		if (len > AG_SLOT_CODE) {
-			ag_log("instrument: area of %zu bytes overflows its %d-byte slot", len,
-			       AG_AREA_MAX);
+		if (len > room) {
+			ag_log("instrument: area of %zu bytes overflows its %zu-byte slot", len,
+			       room + AG_SLOT_WORDS);
 			return -1;
 		}
-		memcpy(rw, scratch, len);
-		ag_x86_slot_words(rw, spec.site + s->len, spec.site_id, spec.callee_ref);
+		memcpy(srw + AG_SLOT_WORDS, scratch, len);
+		ag_x86_slot_words(srw, spec.site + s->len, spec.site_id, spec.callee_ref);
 	}
 	return site_patch(m, s, plan, rx, p, sb);
 }

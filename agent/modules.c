@@ -528,7 +528,7 @@ bool ag_module_ready(ag_module *m)
 		ca_module_funcs(m->ca, &nfuncs);
 		/* A slot per site that may get an area; data: function states and
 		 * a flag byte per site. */
-		m->pool = ag_pool_near(m->text_lo, m->text_hi, st->nsites,
+		m->pool = ag_pool_near(m->text_lo, m->text_hi, st->nsites, st->nsites,
 				       nfuncs + st->nsites * 16u, false);
 		if (m->pool) {
 			uint8_t *fs = ag_pool_data(m->pool, nfuncs ? nfuncs : 1);

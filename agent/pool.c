@@ -2,11 +2,15 @@
  * pool.c — executable memory for patch areas, within +-2 GiB of the module
  * whose sites jump there (a 5-byte jmp reaches only that far).
  *
- * A pool holds one fixed-size slot (AG_AREA_MAX bytes) per area, so that the
- * unwind information of every slot can be registered when the pool is made.
- * Its code is a memfd mapped twice, its data private memory beside it:
+ * A pool holds one fixed-size slot per area, so that the unwind information
+ * of every slot can be registered when the pool is made: its code has two
+ * regions, small slots (AG_SLOT_SMALL bytes, a plain call's area) and big
+ * ones (AG_SLOT_BIG), each aligned to its slot size.  Only the slots written
+ * take memory (a page of the memfd is made at its first write), so each
+ * region has room for every site.  The code is a memfd mapped twice, its
+ * data private memory beside it:
  *
- *   [ code ........................ ][ data ...... ]
+ *   [ code: small slots | big slots ][ data ...... ]
  *     RX at X (near the module)        RW at X+code, private (flags the code
  *     RW anywhere (where we write)     tests rip-relative; a fork copies it
  *                                      page by page, as it copies the heap)
@@ -36,10 +40,12 @@ struct ag_pool {
 	struct ag_pool *next;       /* every pool, for fork (ag_pools_after_fork) */
 	uint8_t *rx, *rw, *data;
 	size_t code_size, data_size;
-	size_t used, data_used;
+	size_t start[2], end[2];    /* the regions of small and big slots, in code */
+	size_t used[2];             /* each one's first free slot, in code */
+	size_t data_used;
 	volatile int lock;
 	uint64_t stubs;   /* its data's table of the stubs' addresses (emit.c) */
-	pid_t owner;      /* the process whose memfd holds the code from `used` on */
+	pid_t owner;      /* the process whose memfd holds each region from `used` on */
 	bool reused;      /* slots written again after use: copied at a fork */
 	int snap_fd;      /* its copy for a fork in progress (reused pools), -1 */
 };
@@ -178,9 +184,18 @@ static uint64_t find_gap(uint64_t lo, uint64_t hi, size_t size)
 	return best;
 }
 
-ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool reused)
+static size_t page_up(size_t n)
 {
-	size_t code_size = ((slots ? slots : 1) * AG_AREA_MAX + PAGE - 1) & ~(size_t)(PAGE - 1);
+	return (n + PAGE - 1) & ~(size_t)(PAGE - 1);
+}
+
+static const size_t slot_size[2] = { AG_SLOT_SMALL, AG_SLOT_BIG };
+
+ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t small, size_t big, size_t data,
+		      bool reused)
+{
+	size_t small_size = page_up((small ? small : 1) * AG_SLOT_SMALL);
+	size_t code_size = small_size + page_up(big * AG_SLOT_BIG);
 	size_t data_size = (data + 65536 + PAGE - 1) & ~(size_t)(PAGE - 1);
 	size_t total = code_size + data_size;
 	ag_pool *pool = ag_alloc(sizeof *pool);
@@ -189,6 +204,9 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 	if (!pool)
 		return NULL;
 	pool->code_size = code_size;
+	pool->start[0] = pool->used[0] = 0;
+	pool->end[0] = pool->start[1] = pool->used[1] = small_size;
+	pool->end[1] = code_size;
 	pool->data_size = data_size;
 	pool->snap_fd = -1;
 	pool->reused = reused;
@@ -258,13 +276,17 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t slots, size_t data, bool 
 		}
 		/* Unwind info for every slot, now, in a safe context: registering
 		 * later (from a slow path) could deadlock on the unwinder's lock when
-		 * the slow path runs inside the unwinder's own malloc. */
-		/* (every slot of the code's pages: sites met again after a
-		 * deactivation take new ones, past `slots`) */
-		if (ag_unwind_register_slots((uint64_t)(uintptr_t)pool->rx, code_size / AG_AREA_MAX)) {
-			ag_log("pool: no unwind information for %zu areas (out of memory)",
-			       code_size / AG_AREA_MAX);
-			return NULL;
+		 * the slow path runs inside the unwinder's own malloc.  (Every slot
+		 * of the regions' pages: sites met again after a deactivation take
+		 * new ones, past `small` and `big`.) */
+		for (int r = 0; r < 2; r++) {
+			size_t n = (pool->end[r] - pool->start[r]) / slot_size[r];
+
+			if (ag_unwind_register_slots((uint64_t)(uintptr_t)pool->rx + pool->start[r], n,
+						     slot_size[r])) {
+				ag_log("pool: no unwind information for %zu areas (out of memory)", n);
+				return NULL;
+			}
 		}
 		return pool;
 	}
@@ -289,19 +311,19 @@ static void take_rest(ag_pool *p);
 
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw)
 {
+	int r = n <= AG_SLOT_CODE(AG_SLOT_SMALL) ? 0 : 1;
 	bool ok;
 
-	if (n > AG_AREA_MAX)
+	if (n > AG_SLOT_CODE(AG_SLOT_BIG))
 		return false;
-	n = AG_AREA_MAX;                        /* one slot: its FDE is ready */
 	lock(p);
 	if (p->owner != ag_self_pid && !p->reused)
 		take_rest(p);
-	ok = p->used + n <= p->code_size;
+	ok = p->used[r] + slot_size[r] <= p->end[r];
 	if (ok) {
-		*rx = p->rx + p->used;
-		*rw = p->rw + p->used;
-		p->used += n;
+		*rx = p->rx + p->used[r];
+		*rw = p->rw + p->used[r];
+		p->used[r] += slot_size[r];
 	}
 	unlock(p);
 	return ok;
@@ -326,6 +348,17 @@ uint64_t ag_pool_stubs(ag_pool *p)
 	return p->stubs;
 }
 
+uint64_t ag_pool_slot_of(uint64_t addr)
+{
+	for (ag_pool *p = all_pools; p; p = p->next) {
+		uint64_t off = addr - (uint64_t)(uintptr_t)p->rx;
+
+		if (addr >= (uint64_t)(uintptr_t)p->rx && off < p->code_size)
+			return addr & ~(uint64_t)(slot_size[off >= p->start[1]] - 1);
+	}
+	return 0;
+}
+
 bool ag_pool_holds(uint64_t addr)
 {
 	for (ag_pool *p = all_pools; p; p = p->next)
@@ -346,7 +379,7 @@ bool ag_pool_holds(uint64_t addr)
  *   2. The parent goes on making areas from its `used` on, into its memfd;
  *      the child's patched code never jumps there.  The child makes its
  *      first area (ag_pool_code, owner != ag_self_pid) only after mapping a
- *      memfd of its own over the rest of the pool, from the first page
+ *      memfd of its own over the rest of each region, from the first page
  *      boundary at or above its `used` (take_rest): from there on each
  *      writes only its own memory.  The slots of the page shared across that
  *      boundary are left to the parent (a few KB per child that makes areas).
@@ -364,27 +397,40 @@ bool ag_pool_holds(uint64_t addr)
  */
 static void take_rest(ag_pool *p)
 {
-	size_t from = (p->used + PAGE - 1) & ~(size_t)(PAGE - 1);
+	size_t from[2], size[2];
+	bool ok;
 	int fd;
 
 	p->owner = ag_self_pid;
-	if (from >= p->code_size) {
-		p->used = p->code_size;
+	for (int r = 0; r < 2; r++) {
+		from[r] = page_up(p->used[r]);
+		size[r] = from[r] < p->end[r] ? p->end[r] - from[r] : 0;
+	}
+	if (!size[0] && !size[1]) {
+		p->used[0] = p->end[0];
+		p->used[1] = p->end[1];
 		return;
 	}
+	/* One memfd for both rests: the small one's first, then the big one's. */
 	fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
-	if (fd < 0 || ftruncate(fd, (off_t)(p->code_size - from)) < 0 ||
-	    mmap(p->rw + from, p->code_size - from, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-		 fd, 0) == MAP_FAILED ||
-	    mmap(p->rx + from, p->code_size - from, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd,
-		 0) == MAP_FAILED) {
-		/* Its parent's memory from `from` on: not to be written. */
+	ok = fd >= 0 && ftruncate(fd, (off_t)(size[0] + size[1])) == 0;
+	for (int r = 0; r < 2 && ok; r++) {
+		off_t at = r ? (off_t)size[0] : 0;
+
+		if (size[r] &&
+		    (mmap(p->rw + from[r], size[r], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+			  at) == MAP_FAILED ||
+		     mmap(p->rx + from[r], size[r], PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd,
+			  at) == MAP_FAILED))
+			ok = false;
+	}
+	for (int r = 0; r < 2; r++)
+		/* Without its own memory, its parent's from `from` on: not to be
+		 * written. */
+		p->used[r] = ok ? from[r] : p->end[r];
+	if (!ok)
 		ag_log("fork: no patch-area pool of its own (%s); no new function is traced in "
 		       "this process", strerror(errno));
-		p->used = p->code_size;
-	} else {
-		p->used = from;
-	}
 	if (fd >= 0)
 		close(fd);
 }
@@ -398,7 +444,9 @@ void ag_pools_snapshot(void)
 			continue;
 		fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
 		if (fd >= 0 && (ftruncate(fd, (off_t)p->code_size) < 0 ||
-				pwrite(fd, p->rw, p->used, 0) != (ssize_t)p->used)) {
+				pwrite(fd, p->rw, p->used[0], 0) != (ssize_t)p->used[0] ||
+				pwrite(fd, p->rw + p->start[1], p->used[1] - p->start[1],
+				       (off_t)p->start[1]) != (ssize_t)(p->used[1] - p->start[1]))) {
 			close(fd);
 			fd = -1;
 		}
@@ -434,7 +482,8 @@ void ag_pools_after_fork(void)
 			ag_log("fork: no copy of the return-stub pool: %s; a mid-run activation in "
 			       "the child will not record the exits of the functions it is in",
 			       strerror(errno));
-			p->used = p->code_size;
+			p->used[0] = p->end[0];
+			p->used[1] = p->end[1];
 		}
 		if (fd >= 0)
 			close(fd);

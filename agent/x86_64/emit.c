@@ -44,7 +44,7 @@ _Static_assert(offsetof(trace_ring_header, limit) == TRACE_RING_OFF_LIMIT, "head
 /* tramp.S's copies */
 _Static_assert(TRACE_RING_OFF_COUNT == 24 && TRACE_RING_OFF_MASK == 32 &&
 	       TRACE_RING_OFF_EPOCH == 40 && TRACE_RING_OFF_LIMIT == 88, "tramp.S: RING_*");
-_Static_assert(AG_AREA_MAX == 256 && AG_SLOT_REF == AG_AREA_MAX - 40, "tramp.S: slots");
+_Static_assert(AG_SLOT_SMALL == 128 && AG_SLOT_BIG == 256 && AG_SLOT_REF == 32, "tramp.S: slots");
 _Static_assert(AG_SLOW_RING == 1 && AG_SLOW_INSTRUMENT == 2 && AG_SLOW_SYNC == 3 && AG_SLOW_INDIRECT == 4 &&
 	       AG_SLOW_ROTATE == 5, "tramp.S: requests");
 _Static_assert(AG_BUDGET_SITES == 1u << 19, "tramp.S: AG_BUDGET_SITES");
@@ -162,29 +162,41 @@ static void flag_test(buf *b, const ag_area_spec *s)
 /*
  * Before a tail jump to a caller-sensitive function: if the return address
  * on the stack is in a call area (F was called through one), put back the
- * real one, S+len of that call, read from the area's slot (found by masking:
- * slots are AG_AREA_MAX-aligned; the magic word says it is one).  The call
- * through that area then has no exit record: the reader closes it with its
- * caller... acceptable for the rare dlsym/dlopen tail call.
+ * real one, S+len of that call, read from the area's slot (found by masking,
+ * the magic word says it is one).  The slot is small or big (agent.h): the
+ * small mask finds a small slot, and a big one where the return address
+ * lies in its first half; else the big mask.  (The memory read there is on
+ * the return address's own page.)  The call through that area then has no
+ * exit record: the reader closes it with its caller... acceptable for the
+ * rare dlsym/dlopen tail call.
  *
  *   mov %rax,-16(%rsp); mov %r11,-8(%rsp)      both dead below rsp here
- *   mov (%rsp),%r11; and $-AG_AREA_MAX,%r11
- *   movabs $MAGIC,%rax; cmp MAGIC(%r11),%rax; jne 1f
- *   mov RET(%r11),%rax; mov %rax,(%rsp)
- * 1: mov -16(%rsp),%rax; mov -8(%rsp),%r11
+ *   movabs $MAGIC,%rax
+ *   mov (%rsp),%r11; and $-SMALL,%r11; cmp MAGIC(%r11),%rax; je 1f
+ *   mov (%rsp),%r11; and $-BIG,%r11; cmp MAGIC(%r11),%rax; jne 2f
+ * 1: mov RET(%r11),%rax; mov %rax,(%rsp)
+ * 2: mov -16(%rsp),%rax; mov -8(%rsp),%r11
  */
+static void probe_slot(buf *b, uint32_t size)
+{
+	b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x24);                /* mov (%rsp),%r11 */
+	b1(b, 0x49); b1(b, 0x81); b1(b, 0xe3); b32(b, (uint32_t)-size);    /* and $-size,%r11 */
+	b1(b, 0x49); b1(b, 0x3b); b1(b, 0x43); b1(b, AG_SLOT_MAGIC);       /* cmp MAGIC(%r11),%rax */
+}
+
 static void fix_return(buf *b)
 {
-	size_t jne;
+	size_t je, jne;
 
 	b1(b, 0x48); b1(b, 0x89); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);   /* mov %rax,-16(%rsp) */
 	b1(b, 0x4c); b1(b, 0x89); b1(b, 0x5c); b1(b, 0x24); b1(b, 0xf8);   /* mov %r11,-8(%rsp) */
-	b1(b, 0x4c); b1(b, 0x8b); b1(b, 0x1c); b1(b, 0x24);                /* mov (%rsp),%r11 */
-	b1(b, 0x49); b1(b, 0x81); b1(b, 0xe3); b32(b, (uint32_t)-AG_AREA_MAX); /* and $-N,%r11 */
 	b1(b, 0x48); b1(b, 0xb8); b64(b, AG_SLOT_MAGIC_VALUE);             /* movabs $MAGIC,%rax */
-	b1(b, 0x49); b1(b, 0x3b); b1(b, 0x83); b32(b, AG_SLOT_MAGIC);      /* cmp MAGIC(%r11),%rax */
-	b1(b, 0x75); jne = b->n; b1(b, 0);                                 /* jne 1f */
-	b1(b, 0x49); b1(b, 0x8b); b1(b, 0x83); b32(b, AG_SLOT_RET);        /* mov RET(%r11),%rax */
+	probe_slot(b, AG_SLOT_SMALL);
+	b1(b, 0x74); je = b->n; b1(b, 0);                                  /* je 1f */
+	probe_slot(b, AG_SLOT_BIG);
+	b1(b, 0x75); jne = b->n; b1(b, 0);                                 /* jne 2f */
+	b->p[je] = (uint8_t)(b->n - (je + 1));
+	b1(b, 0x49); b1(b, 0x8b); b1(b, 0x43); b1(b, AG_SLOT_RET);         /* mov RET(%r11),%rax */
 	b1(b, 0x48); b1(b, 0x89); b1(b, 0x04); b1(b, 0x24);                /* mov %rax,(%rsp) */
 	b->p[jne] = (uint8_t)(b->n - (jne + 1));
 	b1(b, 0x48); b1(b, 0x8b); b1(b, 0x44); b1(b, 0x24); b1(b, 0xf0);   /* mov -16(%rsp),%rax */
@@ -426,7 +438,8 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	if (s->tail_jump) {
 		jmp_saved_target(&b);
 	} else {
-		b1(&b, 0xff); b1(&b, 0x35); brel32(&b, rx + AG_SLOT_RET);  /* push S+len */
+		b1(&b, 0xff); b1(&b, 0x35);                                /* push S+len */
+		brel32(&b, rx - AG_SLOT_WORDS + AG_SLOT_RET);
 		b1(&b, 0xff); b1(&b, 0x64); b1(&b, 0x24); b1(&b, 0xe0);  /* jmp *-32(%rsp) */
 	}
 	return b.n;
@@ -521,7 +534,7 @@ size_t ag_emit_call_budget(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
  * address - 1" is the stub's own. */
 void ag_emit_return_stub(uint8_t *rw, uint64_t rx, uint64_t tramp)
 {
-	buf b = { rw, rx, 0 };
+	buf b = { rw + AG_SLOT_WORDS, rx + AG_SLOT_WORDS, 0 };
 
 	b1(&b, 0x90);                                                      /* nop */
 	b1(&b, 0x49); b1(&b, 0xbb); b64(&b, rx);                           /* movabs $slot, %r11 */

@@ -28,8 +28,9 @@
 #define AG_SLOW_SYNC 3
 #define AG_SLOW_INDIRECT 4
 #define AG_SLOW_ROTATE 5
-#define AG_AREA_MAX 256
-#define AG_SLOT_REF (AG_AREA_MAX - 40)
+#define AG_SLOT_SMALL 128
+#define AG_SLOT_BIG 256
+#define AG_SLOT_REF 32
 #define AG_BUDGET_SITES (1 << 19)
 #define IS_CACHE 16
 #define IS_KNOWN_IDS 24
@@ -269,7 +270,8 @@ ag_record_value:
 /*
  * A callee not instrumented yet (the area's flag byte for it is still 0,
  * emit.c): its ag_callee is the slot's REF word, found from the return
- * address by masking.  ag_slow instruments it; the area goes on to its
+ * address by masking (test_emit checks the call ends in the first
+ * AG_SLOT_SMALL bytes of the slot).  ag_slow instruments it; the area goes on to its
  * entry record whatever the answer.  The flags are dead (before a call or
  * a jump to a function).
  */
@@ -281,7 +283,8 @@ ag_instrument_stub:
 	endbr64
 	mov	%r11, -24(%rsp)
 	mov	(%rsp), %r11
-	and	$-AG_AREA_MAX, %r11
+	and	$-AG_SLOT_SMALL, %r11		/* the area's start, small or big:
+						 * it calls in its first bytes */
 	mov	AG_SLOT_REF(%r11), %r11		/* the ag_callee */
 	bts	$56 + 1, %r11			/* AG_SLOW_INSTRUMENT << 56 */
 	lea	-120(%rsp), %rsp
@@ -315,7 +318,7 @@ ag_indirect_stub:
 	movq	ag_tls_target@gottpoff(%rip), %rax
 	mov	%r11, %fs:(%rax)		/* the target, for ag_slow */
 	mov	(%rsp), %rax
-	and	$-AG_AREA_MAX, %rax
+	and	$-AG_SLOT_BIG, %rax		/* indirect areas are big */
 	mov	AG_SLOT_REF(%rax), %rdx		/* the ag_indirect_site */
 	mov	IS_CACHE(%rdx), %rax
 	cmp	24(%rax), %r11			/* its cache's untraced word */
@@ -363,7 +366,7 @@ ag_budget_stub:
 	mov	%rax, -8(%rsp)
 	mov	%r11, -24(%rsp)
 	mov	(%rsp), %rax
-	and	$-AG_AREA_MAX, %rax
+	and	$-AG_SLOT_BIG, %rax		/* indirect areas are big */
 	mov	AG_SLOT_REF(%rax), %rax		/* the ag_indirect_site */
 	mov	IS_CACHE(%rax), %rax
 	mov	8(%rax), %rax			/* its entry word */

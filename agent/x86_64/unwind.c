@@ -12,15 +12,15 @@
  *   rip = S + len - 1                  DW_CFA_expression rip, DW_OP_addr slot
  *   every other register: unchanged    (the area saves nothing)
  *
- * where `slot` is the last 8 bytes of the area's slot, holding S + len - 1.
- * Pools have fixed-size slots, aligned to their size, so one FDE covers
- * every slot of a pool: `slot` is computed from the pc, whatever the slot --
- * the area's return address into it, or the pc a signal interrupted in it
- * (libgcc's reg 16 of the area's frame):
+ * where `slot` is the first 8 bytes of the area's slot, holding S + len - 1.
+ * A pool's regions have fixed-size slots (small or big, pool.c), aligned to
+ * their size, so one FDE covers every slot of a region: `slot` is computed
+ * from the pc, whatever the slot -- the area's return address into it, or
+ * the pc a signal interrupted in it (libgcc's reg 16 of the area's frame):
  *
- *   rip is saved at (pc & ~(AG_AREA_MAX - 1)) + AG_SLOT_RA
+ *   rip is saved at (pc & ~(SIZE - 1)) + AG_SLOT_RA
  *                  DW_CFA_expression rip, DW_OP_breg16 0, DW_OP_constu
- *                  AG_AREA_MAX - 1, DW_OP_not, DW_OP_and, DW_OP_plus_uconst
+ *                  SIZE - 1, DW_OP_not, DW_OP_and, DW_OP_plus_uconst
  *                  AG_SLOT_RA
  *
  * It is registered when the pool is made (pool.c), never from a slow path:
@@ -131,7 +131,7 @@ static size_t put_cie(uint8_t *p)
 	return 4 + len;
 }
 
-static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size)
+static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size, size_t slot)
 {
 	uint8_t body[64], expr[16];
 	size_t n = 0, k = 0;
@@ -139,7 +139,7 @@ static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size)
 
 	expr[k++] = 0x80; expr[k++] = 0;                  /* DW_OP_breg16 0: the pc */
 	expr[k++] = 0x10;                                 /* DW_OP_constu */
-	k += put_uleb(expr + k, AG_AREA_MAX - 1);
+	k += put_uleb(expr + k, slot - 1);
 	expr[k++] = 0x20;                                 /* DW_OP_not */
 	expr[k++] = 0x1a;                                 /* DW_OP_and: its slot */
 	expr[k++] = 0x23;                                 /* DW_OP_plus_uconst */
@@ -178,7 +178,7 @@ bool ag_unwind_init(void)
 	return process_register != NULL;
 }
 
-int ag_unwind_register_slots(uint64_t first, size_t n)
+int ag_unwind_register_slots(uint64_t first, size_t n, size_t size)
 {
 	size_t off = 0;
 	uint8_t *buf, *ob, *own_ob;
@@ -187,7 +187,7 @@ int ag_unwind_register_slots(uint64_t first, size_t n)
 
 	if (n == 0)
 		return 0;
-	if (first % AG_AREA_MAX)
+	if (first % size)
 		return -1;                              /* the FDE finds slots by alignment */
 	buf = ag_alloc(32 + 64 + 8);
 	ob = ag_alloc(OBJ_SIZE);
@@ -195,7 +195,7 @@ int ag_unwind_register_slots(uint64_t first, size_t n)
 	if (!buf || !ob || !own_ob)
 		return -1;
 	off += put_cie(buf);
-	off += put_fde(buf + off, off, first, n * AG_AREA_MAX);
+	off += put_fde(buf + off, off, first, n * size, size);
 	memset(buf + off, 0, 4);                          /* terminator */
 	if (process_register)
 		process_register(buf, ob);

@@ -1,7 +1,9 @@
 /*
  * test_emit.c — the patch areas of agent/x86_64/emit.c, emitted for the
- * largest form of every kind of site: each fits its slot's room for code
- * (AG_SLOT_CODE of a 256-byte slot), decodes (capstone) into whole
+ * largest form of every kind of site: each fits the room for code of its
+ * slot (a small one, agent.h, for a plain call with one value or none, a
+ * call without exit and a plain tail jump; a big one for the others),
+ * decodes (capstone) into whole
  * instructions to its last byte, has no rdtsc (records are the stubs'),
  * and makes no call through memory but the callee's GOT slot and the stubs
  * through its pool's table (the words at spec.stubs).
@@ -28,7 +30,7 @@ static csh cs;
 /* Run-time addresses of the synthetic layout: a module's code, then its
  * pool's areas, then the pool's data. */
 #define SITE 0x555555601000ull
-#define RX (0x555556000000ull + AG_AREA_MAX)
+#define RX (0x555556000000ull + AG_SLOT_WORDS)     /* the code, after the slot's words */
 #define DATA 0x555556800000ull
 #define STUBS DATA
 
@@ -75,14 +77,14 @@ static void indirect(ag_area_spec *s, bool tail)
 
 static ag_area_spec s;
 
-static void check_area(const char *what, const uint8_t *code, size_t len)
+static void check_area(const char *what, size_t slot, const uint8_t *code, size_t len)
 {
 	cs_insn *insn;
 	size_t n, at = 0;
 
-	printf("test_emit: %-48s %3zu bytes\n", what, len);
-	CHECK(len > 0 && len <= AG_SLOT_CODE, "%s: %zu bytes, the slot has room for %d", what, len,
-	      AG_SLOT_CODE);
+	printf("test_emit: %-48s %3zu bytes (a %zu-byte slot)\n", what, len, slot);
+	CHECK(len > 0 && len <= AG_SLOT_CODE(slot), "%s: %zu bytes, its %zu-byte slot has room for %zu",
+	      what, len, slot, (size_t)AG_SLOT_CODE(slot));
 	n = cs_disasm(cs, code, len, RX, 0, &insn);
 	for (size_t i = 0; i < n; i++) {
 		at += insn[i].size;
@@ -93,6 +95,12 @@ static void check_area(const char *what, const uint8_t *code, size_t len)
 
 			memcpy(&d, insn[i].bytes + 2, 4);
 			word = insn[i].address + 6 + (uint64_t)(int64_t)d;
+			/* tramp.S's ag_instrument_stub finds the slot with the
+			 * small mask: the call must end in the first small slot */
+			if (word == STUBS + 8 * AG_STUB_INSTRUMENT)
+				CHECK(AG_SLOT_WORDS + insn[i].address + 6 - RX < AG_SLOT_SMALL,
+				      "%s: the instrument stub's call ends at +%lu", what,
+				      (unsigned long)(AG_SLOT_WORDS + insn[i].address + 6 - RX));
 			CHECK((word >= STUBS && word < STUBS + 8 * AG_STUBS && (word - STUBS) % 8 == 0) ||
 				      (s.slot && word == s.slot),
 			      "%s: call *%#lx(%%rip) at +%#lx is neither a stub nor the callee's slot", what,
@@ -115,38 +123,41 @@ int main(void)
 	}
 
 	s = base();
-	check_area("call", buf, ag_emit_call(&s, buf, RX));
+	check_area("call", AG_SLOT_SMALL, buf, ag_emit_call(&s, buf, RX));
 	s.slot = DATA + 0x200;
+	check_area("call through a slot", AG_SLOT_SMALL, buf, ag_emit_call(&s, buf, RX));
 	s.value_arg = 3;
 	s.value_ret = true;
-	check_area("call through a slot, both values", buf, ag_emit_call(&s, buf, RX));
+	check_area("call through a slot, both values", AG_SLOT_BIG, buf, ag_emit_call(&s, buf, RX));
 	for (unsigned arg = 1; arg <= 6; arg++) {
 		s = base();
 		s.value_arg = (uint8_t)arg;
-		check_area("call, an argument's value", buf, ag_emit_call(&s, buf, RX));
+		check_area("call, an argument's value", AG_SLOT_SMALL, buf, ag_emit_call(&s, buf, RX));
 	}
 	s = base();
 	s.slot = DATA + 0x200;
 	s.budget_mode = &mode;
-	check_area("call with a budget", buf, ag_emit_call_budget(&s, buf, RX));
+	check_area("call with a budget", AG_SLOT_BIG, buf, ag_emit_call_budget(&s, buf, RX));
 	s = base();
 	s.cond = true;
 	s.cond_code = 0x5;
+	check_area("conditional tail jump", AG_SLOT_SMALL, buf, ag_emit_tail(&s, buf, RX));
 	s.budget_mode = &mode;
-	check_area("conditional tail jump with a budget", buf, ag_emit_tail(&s, buf, RX));
+	check_area("conditional tail jump with a budget", AG_SLOT_BIG, buf, ag_emit_tail(&s, buf, RX));
 	s = base();
 	s.cond = true;
 	s.fix_return = true;
-	check_area("tail jump to a caller-sensitive function", buf, ag_emit_tail(&s, buf, RX));
+	check_area("tail jump to a caller-sensitive function", AG_SLOT_BIG, buf, ag_emit_tail(&s, buf, RX));
 	s = base();
 	s.slot = DATA + 0x200;
-	check_area("call without exit", buf, ag_emit_call_noexit(&s, buf, RX, RX + AG_SLOT_RET));
+	check_area("call without exit", AG_SLOT_SMALL, buf,
+		   ag_emit_call_noexit(&s, buf, RX, RX - AG_SLOT_WORDS + AG_SLOT_RET));
 	s = base();
 	indirect(&s, false);
-	check_area("indirect call with a window and a budget", buf, ag_emit_indirect(&s, buf, RX));
+	check_area("indirect call with a window and a budget", AG_SLOT_BIG, buf, ag_emit_indirect(&s, buf, RX));
 	s = base();
 	indirect(&s, true);
-	check_area("indirect tail jump with a window and a budget", buf,
+	check_area("indirect tail jump with a window and a budget", AG_SLOT_BIG, buf,
 		   ag_emit_indirect(&s, buf, RX));
 	cs_close(&cs);
 	if (failures)

@@ -510,7 +510,7 @@ int ag_x86_site_patch(uint64_t site, uint8_t len, uint64_t board, uint64_t rx, a
 		      ag_patch *sb);
 /* An int3 at `at` redirected to rx; jump: a relocated window's later jmp */
 bool ag_x86_trap_patch(uint64_t at, uint64_t rx, ag_patch *p, ag_patch *jump);
-/* a slot's last words; ref: an indirect area's ag_indirect_site, else NULL */
+/* a slot's words (rw: its start); ref: the ag_callee or ag_indirect_site */
 void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site, const void *ref);
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */

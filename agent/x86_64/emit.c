@@ -3,9 +3,9 @@
  *
  * A call site S is replaced by `jmp area`.  The area runs in the caller's
  * state at S, where the red zone below rsp is dead (the call itself would
- * overwrite it) and so are the flags (the SysV ABI: undefined at a call).  Every register is
- * preserved -- r11 too: calls with private conventions (TLS descriptors,
- * glibc's own asm) may keep values in it:
+ * overwrite it) and so are the flags (the SysV ABI: undefined at a call).
+ * Every register is preserved -- r11 too: calls with private conventions
+ * (TLS descriptors, glibc's own asm) may keep values in it:
  *
  *   area:  endbr64
  *          cmpb $0, flag               callee instrumented yet?
@@ -15,8 +15,8 @@
  *          call G  |  call *slot(%rip) the callee returns into the area
  *   exit:  <record EXIT, site id>      the stub keeps G's results and flags
  *          jmp  S+len
- *   (the slot's last 40 bytes: words about the area, agent.h; the last,
- *   S+len-1, for the unwinder: see unwind.c)
+ *   (before the code, the slot's first 40 bytes: words about the area,
+ *   agent.h; the first, S+len-1, for the unwinder: see unwind.c)
  *
  * A record is a call to one of the record stubs in tramp.S (which say how
  * they keep every register and flag), with its word (id << 2 | kind) put
@@ -27,10 +27,12 @@
  *
  * 15 bytes in the area where the record itself is 116-133 bytes and its
  * three slow paths 145: one copy of those per process, in the agent's
- * text, instead of one per area.  The cost per record is the same (the
- * call and return are hidden by rdtsc's latency: bench/WARMUP.md), and
- * areas fit 256-byte slots (pool.c) instead of 1 KB ones: a quarter of the
- * memory to write and map when a function is first reached.
+ * text, instead of one per area.  The instrument slow path, an indirect
+ * call's miss and its budget are stubs too.  The cost per record is the
+ * same (the call and return are hidden by rdtsc's latency: bench/WARMUP.md),
+ * and a plain call's area is 59 bytes, in a 128-byte slot (pool.c; 621
+ * bytes in a 1 KB slot before): an eighth of the memory to write and map
+ * when a function is first reached.
  */
 #include <stddef.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * sites.c — x86-64 encoding and decoding at the call sites themselves: the
  * GOT slot behind a PLT stub, an indirect call's operand re-encoded as a
  * load, the jumps and int3 written over a site, its springboard, and the
- * words at the end of an area slot.  instrument.c (the user-space platform
+ * words at the start of an area slot.  instrument.c (the user-space platform
  * of agent/core/) builds areas and patches only through these and emit.c.
  */
 #include <string.h>
@@ -185,8 +185,9 @@ bool ag_x86_trap_patch(uint64_t at, uint64_t rx, ag_patch *p, ag_patch *jump)
 	return true;
 }
 
-/* The words at the end of an area slot (agent.h): an indirect site's
- * ag_indirect_site (tramp.S's stubs find it there), the site id of its exit
+/* The words at the start of an area slot (agent.h): the callee's ag_callee
+ * or an indirect site's ag_indirect_site (tramp.S's stubs find them there),
+ * the site id of its exit
  * record (0 for an indirect site, whose id depends on the callee), the
  * caller's return address S+len, the magic that marks a call area, and
  * S+len-1 for the unwinder. */

@@ -123,24 +123,54 @@
  * agent" (activate.c, tsc.c); their CFI lets an unwinder step back into the
  * area, and from there (unwind.c) to the caller.
  */
-.macro SLOW_CALL req
-	lea	-120(%rsp), %rsp
-	.cfi_adjust_cfa_offset 120
-	mov	$(\req << 56), %r11
-	call	ag_tramp_slow
-	lea	120(%rsp), %rsp
-	.cfi_adjust_cfa_offset -120
-.endm
-
-/* One record stub: \\flags keeps the flags (after a call they are the
- * callee's result, which code with a private convention may use). */
-.macro RECORD name, flags
+/* A stub's symbol and its CFI (the end: STUB_END). */
+.macro STUB name
+	.p2align 4
 	.globl	\name
 	.hidden	\name
 	.type	\name, @function
 \name:
 	.cfi_startproc
 	endbr64
+.endm
+
+.macro STUB_END name
+	.cfi_endproc
+	.size	\name, .-\name
+.endm
+
+/* ag_tramp_slow with the request in r11, called 128 bytes below S. */
+.macro CALL_SLOW
+	lea	-120(%rsp), %rsp
+	.cfi_adjust_cfa_offset 120
+	call	ag_tramp_slow
+	lea	120(%rsp), %rsp
+	.cfi_adjust_cfa_offset -120
+.endm
+
+.macro SLOW_CALL req
+	mov	$(\req << 56), %r11
+	CALL_SLOW
+.endm
+
+/* The move slow path (rax the record, rdx its index, r11 the header; the
+ * trampoline keeps rax and rdx): store at 2b if the answer says so, then
+ * to the restores at 3b. */
+.macro MOVE
+7:	mov	%r11, -48(%rsp)
+	movabs	$(AG_SLOW_ROTATE << 56), %r11
+	or	%rdx, %r11
+	CALL_SLOW
+	test	%r11, %r11
+	mov	-48(%rsp), %r11
+	jne	2b
+	jmp	3b
+.endm
+
+/* One record stub: \\flags keeps the flags (after a call they are the
+ * callee's result, which code with a private convention may use). */
+.macro RECORD name, flags
+	STUB	\name
 	mov	%rax, -8(%rsp)
 	mov	%rdx, -16(%rsp)
 	mov	%r11, -24(%rsp)
@@ -186,20 +216,8 @@
 	test	%r11, %r11
 	jnz	1b
 	jmp	3b
-7:	mov	%r11, -48(%rsp)			/* the header; rax, rdx survive */
-	lea	-120(%rsp), %rsp
-	.cfi_adjust_cfa_offset 120
-	movabs	$(AG_SLOW_ROTATE << 56), %r11
-	or	%rdx, %r11
-	call	ag_tramp_slow
-	lea	120(%rsp), %rsp
-	.cfi_adjust_cfa_offset -120
-	test	%r11, %r11
-	mov	-48(%rsp), %r11
-	jne	2b
-	jmp	3b
-	.cfi_endproc
-	.size	\name, .-\name
+	MOVE
+	STUB_END \name
 .endm
 
 	RECORD ag_record_entry, 0
@@ -216,12 +234,7 @@ ag_records_end:
  * return value's record follows the call).
  *   record = value << 26 | (value >> 25 & 0x1fff << 13) | WORD
  */
-	.globl	ag_record_value
-	.hidden	ag_record_value
-	.type	ag_record_value, @function
-ag_record_value:
-	.cfi_startproc
-	endbr64
+	STUB	ag_record_value
 	mov	%rax, -8(%rsp)
 	mov	%rdx, -16(%rsp)
 	mov	%r11, -24(%rsp)
@@ -252,20 +265,8 @@ ag_record_value:
 	mov	-16(%rsp), %rdx
 	mov	-24(%rsp), %r11
 	ret
-7:	mov	%r11, -48(%rsp)
-	lea	-120(%rsp), %rsp
-	.cfi_adjust_cfa_offset 120
-	movabs	$(AG_SLOW_ROTATE << 56), %r11
-	or	%rdx, %r11
-	call	ag_tramp_slow
-	lea	120(%rsp), %rsp
-	.cfi_adjust_cfa_offset -120
-	test	%r11, %r11
-	mov	-48(%rsp), %r11
-	jne	2b
-	jmp	3b
-	.cfi_endproc
-	.size	ag_record_value, .-ag_record_value
+	MOVE
+	STUB_END ag_record_value
 
 /*
  * A callee not instrumented yet (the area's flag byte for it is still 0,
@@ -275,27 +276,17 @@ ag_record_value:
  * entry record whatever the answer.  The flags are dead (before a call or
  * a jump to a function).
  */
-	.globl	ag_instrument_stub
-	.hidden	ag_instrument_stub
-	.type	ag_instrument_stub, @function
-ag_instrument_stub:
-	.cfi_startproc
-	endbr64
+	STUB	ag_instrument_stub
 	mov	%r11, -24(%rsp)
 	mov	(%rsp), %r11
 	and	$-AG_SLOT_SMALL, %r11		/* the area's start, small or big:
 						 * it calls in its first bytes */
 	mov	AG_SLOT_REF(%r11), %r11		/* the ag_callee */
 	bts	$56 + 1, %r11			/* AG_SLOW_INSTRUMENT << 56 */
-	lea	-120(%rsp), %rsp
-	.cfi_adjust_cfa_offset 120
-	call	ag_tramp_slow
-	lea	120(%rsp), %rsp
-	.cfi_adjust_cfa_offset -120
+	CALL_SLOW
 	mov	-24(%rsp), %r11
 	ret
-	.cfi_endproc
-	.size	ag_instrument_stub, .-ag_instrument_stub
+	STUB_END ag_instrument_stub
 
 /*
  * An indirect area's cache missed (emit.c): r11 = the target, S-32 the
@@ -307,12 +298,7 @@ ag_instrument_stub:
  * retry.  Returns r11 = the target, ZF set: traced (the area retries its
  * hit path), ZF clear: untraced.
  */
-	.globl	ag_indirect_stub
-	.hidden	ag_indirect_stub
-	.type	ag_indirect_stub, @function
-ag_indirect_stub:
-	.cfi_startproc
-	endbr64
+	STUB	ag_indirect_stub
 	mov	%rax, -8(%rsp)
 	mov	%rdx, -16(%rsp)
 	movq	ag_tls_target@gottpoff(%rip), %rax
@@ -325,11 +311,7 @@ ag_indirect_stub:
 	je	8f
 	movabs	$(AG_SLOW_INDIRECT << 56), %r11
 	or	%rdx, %r11
-	lea	-120(%rsp), %rsp
-	.cfi_adjust_cfa_offset 120
-	call	ag_tramp_slow
-	lea	120(%rsp), %rsp
-	.cfi_adjust_cfa_offset -120
+	CALL_SLOW
 	test	%r11, %r11
 	je	9f
 	cmp	$2, %r11
@@ -337,17 +319,14 @@ ag_indirect_stub:
 	movq	ag_tls_target@gottpoff(%rip), %rax
 	mov	%fs:(%rax), %r11
 	cmp	%rax, %rax			/* ZF: traced */
-	mov	-8(%rsp), %rax
-	mov	-16(%rsp), %rdx
-	ret
+	jmp	7f
 9:	movq	ag_tls_target@gottpoff(%rip), %rax
 	mov	%fs:(%rax), %r11
 8:	test	%rsp, %rsp			/* not ZF: untraced */
-	mov	-8(%rsp), %rax
+7:	mov	-8(%rsp), %rax			/* (mov keeps the flags) */
 	mov	-16(%rsp), %rdx
 	ret
-	.cfi_endproc
-	.size	ag_indirect_stub, .-ag_indirect_stub
+	STUB_END ag_indirect_stub
 
 /*
  * An indirect call's budget (budget.c), at its hit path, the target saved
@@ -357,12 +336,7 @@ ag_indirect_stub:
  * site, a sample, no table yet).  The cache another thread refills
  * meanwhile can at worst count one call for the previous target.
  */
-	.globl	ag_budget_stub
-	.hidden	ag_budget_stub
-	.type	ag_budget_stub, @function
-ag_budget_stub:
-	.cfi_startproc
-	endbr64
+	STUB	ag_budget_stub
 	mov	%rax, -8(%rsp)
 	mov	%r11, -24(%rsp)
 	mov	(%rsp), %rax
@@ -387,15 +361,12 @@ ag_budget_stub:
 	je	9f
 	addq	$1, (%r11,%rax,8)
 	cmp	%rax, %rax			/* ZF: counted */
-	mov	-8(%rsp), %rax
-	mov	-24(%rsp), %r11
-	ret
+	jmp	7f
 9:	test	%rsp, %rsp			/* not ZF: timed */
-	mov	-8(%rsp), %rax
+7:	mov	-8(%rsp), %rax			/* (mov keeps the flags) */
 	mov	-24(%rsp), %r11
 	ret
-	.cfi_endproc
-	.size	ag_budget_stub, .-ag_budget_stub
+	STUB_END ag_budget_stub
 
 	.globl	ag_tramp_slow
 	.hidden	ag_tramp_slow

@@ -270,6 +270,8 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t small, size_t big, size_t
 			};
 			uint64_t *table = (uint64_t *)(void *)ag_pool_data(pool, sizeof(uint64_t) * AG_STUBS);
 
+			if (!table)     /* (the data's first bytes: never) */
+				return NULL;
 			for (int i = 0; i < AG_STUBS; i++)
 				table[i] = (uint64_t)(uintptr_t)stub[i];
 			pool->stubs = (uint64_t)(uintptr_t)table;

@@ -847,7 +847,11 @@ int ag_trap_site_add(uint64_t addr, uint64_t redirect, bool may_retire)
 /*
  * Turn applied patches into the patches that undo them: the same protocol
  * with old and new swapped; a thread that traps on the int3 of a site
- * being restored continues at the original code.  Last applied, first
+ * being restored continues at the original code -- but at a springboard,
+ * whose original bytes are padding (a thread there took the site's jump
+ * just before the site's int3), at the area the springboard jumped to
+ * (areas stay: pool.c); sent back to the padding, it ran it once restored
+ * (run-cycles: SIGSEGV at a board in the padding after f0, 3 runs in 7).  Last applied, first
  * undone: a relocated window has two patches at one address, its int3 and
  * later its jump (relocate.c); the jump's undo restores all five bytes,
  * and must not come in a batch after the int3's, which puts back the first
@@ -868,7 +872,8 @@ static void make_undo(ag_patch *p, size_t n)
 		memcpy(tmp, p[i].new, sizeof tmp);
 		memcpy(p[i].new, p[i].old, sizeof tmp);
 		memcpy(p[i].old, tmp, sizeof tmp);
-		p[i].redirect = p[i].addr;
+		if (!p[i].board)
+			p[i].redirect = p[i].addr;
 	}
 }
 

@@ -53,6 +53,10 @@ typedef struct cp_patch {
 	uint8_t len;
 	uint8_t old[16], new[16];
 	uint64_t redirect;
+	/* A springboard: its old bytes are dead padding, no code a thread may
+	 * run, so one that traps there while it is undone goes on to redirect
+	 * (the area), never back to addr (the platform's undo). */
+	uint8_t board;
 } cp_patch;
 
 /* A module as the core sees it: the analysis' records and the platform's

@@ -147,6 +147,7 @@ int ag_x86_site_patch(uint64_t site, uint8_t len, uint64_t board, uint64_t rx, a
 		memset(sb, 0, sizeof *sb);
 		sb->addr = board;
 		sb->len = 5;
+		sb->board = 1;
 		memcpy(sb->old, (const void *)(uintptr_t)board, 5);
 		if (d8 != (int8_t)d8 || !jmp_rel32(sb->new, board, rx))
 			return -1;
@@ -155,7 +156,10 @@ int ag_x86_site_patch(uint64_t site, uint8_t len, uint64_t board, uint64_t rx, a
 		 * a short indirect call becomes jmp rel8. */
 		p->new[0] = (p->old[0] == 0xeb || (p->old[0] & 0xf0) == 0x70) ? p->old[0] : 0xeb;
 		p->new[1] = (uint8_t)(int8_t)d8;
-		p->redirect = board;
+		/* A thread that traps on the site's int3 goes to the area itself,
+		 * not to the springboard: it may be parked there until a stop
+		 * restores the padding. */
+		p->redirect = rx;
 		return 1;
 	}
 	if (!jmp_rel32(p->new, site, rx))

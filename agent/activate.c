@@ -73,7 +73,7 @@
 #define MAX_FRAMES 256
 #define STUB_SLOTS 2048
 #define STUB_SITE AG_SLOT_SITE      /* the root site id (u32) */
-#define STUB_CODE 25                /* a stub's bytes (x86_64/emit.c): a small slot */
+#define STUB_CODE AG_SLOT_CODE(AG_SLOT_SMALL)   /* a stub takes a small slot */
 #define SHADOW_MAX 512
 #define MAX_BPS 1024
 

@@ -396,9 +396,7 @@ int64_t ag_tls_tick_offset(void);
 /* The mode byte of site id's budget area (in its pool), or NULL: a plain
  * area; tail: a direct tail jump (ENTRY only, closed by its caller's EXIT). */
 uint8_t *ag_budget_site(struct ag_pool *pool, uint32_t id, bool tail);
-/* The mode table of indirect calls' ids (NULL: no budget), and an id that
- * such a call records from now on. */
-uint8_t *ag_budget_modes(void);
+/* An id that an indirect call records from now on. */
 void ag_budget_indirect_id(uint32_t id, bool tail);
 void ag_budget_thread(trace_ring_header *r);   /* a new ring: the thread's counters */
 uint64_t *ag_budget_counts(void);          /* the thread's counters (NULL: none) */
@@ -424,8 +422,6 @@ typedef struct ag_area_spec {
 	uint64_t slot;           /* non-zero: call through this GOT slot (PLT, -fno-plt) */
 	uint32_t site_id;
 	uint8_t *callee_flag;    /* byte the area tests: non-zero once the callee is instrumented */
-	const ag_callee *callee_ref; /* passed to the instrument slow path */
-	const void *indirect_ref;    /* passed to the indirect slow path (ag_indirect_site) */
 	uint64_t stubs;          /* the pool's table of stub addresses (ag_pool_stubs) */
 	bool cond;               /* tail jump: conditional (jcc) */
 	bool tail_jump;          /* indirect: `jmp *OP` in tail position, ENTRY only */
@@ -444,7 +440,7 @@ typedef struct ag_area_spec {
 	bool value_ret;          /* before the EXIT: the return value (rax) */
 	/* budget areas (ag_emit_call_budget) */
 	uint8_t *budget_mode;    /* the site's mode byte: TRACE_BUDGET_* */
-	uint8_t *budget_modes;   /* indirect: the mode table, by site id (NULL: none) */
+	bool budget_indirect;    /* indirect: counted through tramp.S's ag_budget_stub */
 	int64_t tls_counts_offset; /* %fs offset of ag_tls_counts */
 	int64_t tls_tick_offset; /* %fs offset of ag_tls_tick */
 } ag_area_spec;
@@ -537,7 +533,7 @@ enum { AG_STUB_ENTRY, AG_STUB_EXIT, AG_STUB_VALUE, AG_STUB_INSTRUMENT, AG_STUB_I
 extern char ag_record_entry[], ag_record_exit[], ag_record_value[];
 extern char ag_instrument_stub[], ag_indirect_stub[], ag_budget_stub[];
 extern char ag_records_end[];     /* after ag_record_entry and ag_record_exit, which read the TSC */
-extern uint8_t *ag_budget_mode_bytes; /* budget.c's mode table, NULL without a budget */
+extern uint8_t *ag_budget_modes;   /* budget.c's mode table of indirect ids (NULL: none) */
 
 /* ---- x86_64/context.S: getcontext, setcontext, swapcontext ---- */
 enum { AG_CTX_GET = 0, AG_CTX_SET = 1, AG_CTX_SWAP = 2 };

@@ -20,7 +20,7 @@
  *   traps                  AG_TRAP_BYTE, the first byte the patching
  *                          protocol writes (patch.c), and ag_arch_trap_at,
  *                          the trap instruction a thread stands after
- *   a faulting clock read  ag_arch_cycles_insn_at, ag_arch_area_ring,
+ *   a faulting clock read  ag_arch_cycles_insn_at, ag_arch_stub_ring,
  *                          ag_arch_cycles_resume (tsc.c)
  *   the processor          ag_arch_init (at start): what the architecture's
  *                          trampolines need to know of it (ARCH/cpu.c)

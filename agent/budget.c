@@ -48,7 +48,7 @@
  *
  * Indirect calls and tail jumps (ag_emit_indirect) have an id per callee
  * (tail_of says which are tail jumps, ag_budget_indirect_id): their mode
- * bytes are in one table by id (`modes`), which the area reads through
+ * bytes are in one table by id (`ag_budget_modes`), which the area reads through
  * the cached callee's entry word.
  *
  * Counters are per thread (no locked instruction on the fast path) and
@@ -82,8 +82,8 @@ __thread uint8_t ag_tls_tick __attribute__((tls_model("initial-exec")));
 static unsigned budget_pct;          /* 0: no budget */
 static uint64_t long_ticks, rec_ns, rec_ticks;
 static uint8_t **mode_of;            /* [site id]: its area's mode byte */
-static uint8_t *modes;               /* [site id]: indirect calls' mode bytes */
-uint8_t *ag_budget_mode_bytes;       /* the same, for tramp.S's ag_budget_stub */
+/* [site id]: indirect calls' mode bytes (tramp.S's ag_budget_stub reads them) */
+uint8_t *ag_budget_modes;
 /* [site id]: calls whose duration was measured, and those of >= 1 us */
 static uint64_t *timed_calls, *long_calls;
 static uint8_t *listed;              /* [site id]: in demoted[] */
@@ -133,19 +133,18 @@ void ag_budget_init(const char *pct)
 	if (v == 0)
 		return;
 	mode_of = table(BUDGET_SITES * sizeof *mode_of);
-	modes = table(BUDGET_SITES);
+	ag_budget_modes = table(BUDGET_SITES);
 	timed_calls = table(BUDGET_SITES * sizeof *timed_calls);
 	long_calls = table(BUDGET_SITES * sizeof *long_calls);
 	listed = table(BUDGET_SITES);
 	tail_of = table(BUDGET_SITES);
 	demoted = table(BUDGET_SITES * sizeof *demoted);
 	owners = table(MAX_THREADS * sizeof *owners);
-	if (!mode_of || !modes || !timed_calls || !long_calls || !listed || !tail_of || !demoted || !owners) {
+	if (!mode_of || !ag_budget_modes || !timed_calls || !long_calls || !listed || !tail_of || !demoted || !owners) {
 		ag_log("budget: no memory for its tables: no budget");
 		return;
 	}
 	budget_pct = (unsigned)v;
-	ag_budget_mode_bytes = modes;
 }
 
 unsigned ag_budget_percent(void)
@@ -197,17 +196,12 @@ static __thread uint32_t *slot_of __attribute__((tls_model("initial-exec")));
 static __thread uint64_t last_cpu __attribute__((tls_model("initial-exec")));
 static __thread uint64_t last_to __attribute__((tls_model("initial-exec")));
 
-uint8_t *ag_budget_modes(void)
-{
-	return budget_pct ? modes : NULL;
-}
-
 void ag_budget_indirect_id(uint32_t id, bool tail)
 {
 	if (budget_pct && id < BUDGET_SITES && !mode_of[id]) {
 		if (tail)
 			__atomic_store_n(&tail_of[id], 1, __ATOMIC_RELAXED);
-		__atomic_store_n(&mode_of[id], &modes[id], __ATOMIC_RELEASE);
+		__atomic_store_n(&mode_of[id], &ag_budget_modes[id], __ATOMIC_RELEASE);
 	}
 }
 

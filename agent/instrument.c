@@ -434,14 +434,10 @@ static int prepare_indirect(ag_module *m, const ca_site *s, uint32_t si, enum cp
 	rw = srw + AG_SLOT_WORDS;
 	spec.site = m->bias + s->addr;
 	spec.site_len = s->len;
-	spec.indirect_ref = is;
 	spec.cache = (uint64_t)(uintptr_t)cache;
 	spec.stubs = ag_pool_stubs(m->pool);
 	spec.tail_jump = tail;
-	if ((spec.budget_modes = ag_budget_modes())) {
-		spec.tls_counts_offset = ag_tls_counts_offset();
-		spec.tls_tick_offset = ag_tls_tick_offset();
-	}
+	spec.budget_indirect = ag_budget_percent() != 0;
 	bool window = s->method == CA_PATCH_RELOCATE && s->reloc_rip != CA_RELOC_RIP_UNKNOWN &&
 		      !ag_reloc_gave_up() &&
 		      !ag_x86_one_byte_insn(*(const uint8_t *)(uintptr_t)(m->bias + s->patch_addr));
@@ -606,7 +602,6 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 	spec.site_len = s->len;
 	spec.callee = c.entry;
 	spec.slot = c.slot;
-	spec.callee_ref = ref;
 	spec.stubs = ag_pool_stubs(m->pool);
 	/* With a springboard, a jmp/jcc rel8 stays, retargeted to the
 	 * springboard, so the area is reached only when taken; else a jmp/jcc
@@ -658,7 +653,7 @@ static int prepare(ag_module *m, const ca_site *s, uint32_t si, enum cp_plan pla
 			return -1;
 		}
 		memcpy(srw + AG_SLOT_WORDS, scratch, len);
-		ag_x86_slot_words(srw, spec.site + s->len, spec.site_id, spec.callee_ref);
+		ag_x86_slot_words(srw, spec.site + s->len, spec.site_id, ref);
 	}
 	return site_patch(m, s, plan, rx, p, sb);
 }

@@ -851,8 +851,8 @@ int ag_trap_site_add(uint64_t addr, uint64_t redirect, bool may_retire)
  * whose original bytes are padding (a thread there took the site's jump
  * just before the site's int3), at the area the springboard jumped to
  * (areas stay: pool.c); sent back to the padding, it ran it once restored
- * (run-cycles: SIGSEGV at a board in the padding after f0, 3 runs in 7).  Last applied, first
- * undone: a relocated window has two patches at one address, its int3 and
+ * (run-cycles: SIGSEGV at a board in the padding after f0, 3 runs in 7).
+ * Last applied, first undone: a relocated window has two patches at one address, its int3 and
  * later its jump (relocate.c); the jump's undo restores all five bytes,
  * and must not come in a batch after the int3's, which puts back the first
  * byte only (the others would still be the jump's, in between: not an

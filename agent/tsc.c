@@ -26,8 +26,8 @@
  *      a thread created by a quiet one, or one that asked by a raw system
  *      call before its first record);
  *   3. a raw system call did it after the thread's first record: its next
- *      record faults.  A SIGSEGV at an rdtsc in a patch area or in the
- *      agent's own code is the agent's (ag_tsc_fault, called first by the
+ *      record faults.  A SIGSEGV at an rdtsc in a record stub or elsewhere
+ *      in the agent's own code is the agent's (ag_tsc_fault, called first by the
  *      fatal-signal handlers in signals.c): the thread goes quiet (as if in
  *      strict mode: which of the two it was cannot be asked), the record in
  *      flight is skipped, and the thread goes on.
@@ -144,27 +144,27 @@ bool ag_tsc_usable(int tid)
 /*
  * A SIGSEGV: is it an rdtsc of the agent's that faulted?  Then the thread
  * goes quiet and resumes past the rdtsc with made-up values: in a record
- * stub (tramp.S), a TSC whose high bits differ from the ring's epoch, so the record
- * takes its SYNC slow path, which skips it for a quiet thread; in the
- * agent's C code, the fallback time.  No system call but the log's write.
+ * stub (tramp.S), a TSC whose high bits differ from the ring's epoch, so
+ * the record takes its SYNC slow path, which skips it for a quiet thread;
+ * in the agent's C code, the fallback time.  No system call but the log's write.
  */
 bool ag_tsc_fault(int sig, const siginfo_t *si, ucontext_t *uc)
 {
 	uint64_t pc = ag_uc_pc(uc), fake;
 	const trace_ring_header *ring = ag_tls_ring;
-	bool area;
+	bool stub;
 
 	if (sig != SIGSEGV || si->si_code != SI_KERNEL)
 		return false;
-	area = pc >= (uint64_t)(uintptr_t)ag_record_entry && pc < (uint64_t)(uintptr_t)ag_records_end;
-	if ((!area && !ag_agent_code_holds(pc)) || !ag_arch_cycles_insn_at(pc))
+	stub = pc >= (uint64_t)(uintptr_t)ag_record_entry && pc < (uint64_t)(uintptr_t)ag_records_end;
+	if ((!stub && !ag_agent_code_holds(pc)) || !ag_arch_cycles_insn_at(pc))
 		return false;
 	go_quiet(AG_QUIET_STRICT, ring ? (int)ring->tid : 0,
 		 "an rdtsc of the agent's faulted (PR_SET_TSC or strict seccomp by a raw system call)");
-	if (area) {
+	if (stub) {
 		/* The stub loaded the ring before its rdtsc. */
 		const trace_ring_header *r = (const trace_ring_header *)(uintptr_t)
-					     ag_arch_area_ring(uc);
+					     ag_arch_stub_ring(uc);
 
 		fake = (r->epoch ^ 1) << TRACE_TSC_LOW_BITS;
 	} else {

@@ -35,6 +35,10 @@
 #include "registry.h"
 #include "trace_format.h"
 
+/* How often `sptrace run` packs the records written meanwhile (cmd_run's
+ * loop says why), at the least. */
+#define PACK_EVERY_NS 50000000ull
+
 static const char help[] =
 	"usage: sptrace run [OPTIONS] [--] PROGRAM [ARGS...]\n"
 	"\n"
@@ -396,7 +400,7 @@ int cmd_run(int argc, char **argv)
 	const char *kernel_calls = NULL;
 	cli_kernel *kern = NULL;
 	int flight = 0, compact = 1, profiles = 1;
-	uint64_t last_pack, pack_every = 50000000ull;
+	uint64_t last_pack, pack_every = PACK_EVERY_NS;
 	int pidfd;
 	const char *threads = NULL;
 	const char *dir = "sptrace.data", *on = "start", *chord = NULL;
@@ -668,14 +672,14 @@ int cmd_run(int argc, char **argv)
 		 * thousands of processes) waits 4 times its time for the next:
 		 * looking takes a fifth of a CPU at most. */
 		if (compact && sp_now_ns() - last_pack >= pack_every) {
-			uint64_t t = sp_now_ns();
+			uint64_t t = sp_now_ns(), wait;
 			int64_t n = cli_pack_rings("run", absdir, false);
 
 			if (n < 0)
 				compact = 0;
 			last_pack = sp_now_ns();
-			pack_every = n == 0 && 4 * (last_pack - t) > 50000000ull ?
-				     4 * (last_pack - t) : 50000000ull;
+			wait = 4 * (last_pack - t);
+			pack_every = n == 0 && wait > PACK_EVERY_NS ? wait : PACK_EVERY_NS;
 		}
 		if ((kern && !hk && !busy) || (compact && !kern && !hk))
 			wait_a_little(pidfd, kern ? 1 : 10);

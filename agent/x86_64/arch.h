@@ -111,7 +111,7 @@ static inline bool ag_arch_cycles_insn_at(uint64_t pc)
 
 /* In a record stub, at its rdtsc: the thread's ring (the stub loaded it
  * into r11 first, x86_64/tramp.S). */
-static inline uint64_t ag_arch_area_ring(const ucontext_t *uc)
+static inline uint64_t ag_arch_stub_ring(const ucontext_t *uc)
 {
 	return (uint64_t)uc->uc_mcontext.gregs[REG_R11];
 }

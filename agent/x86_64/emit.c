@@ -411,7 +411,7 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 	if (s->tail_jump) {
 		size_t je;
 
-		if (s->budget_modes)
+		if (s->budget_indirect)
 			budget_indirect(&b, s);         /* counted jumps stop there */
 		b1(&b, 0x48); b1(&b, 0x83); b1(&b, 0x3d);                 /* cmpq $0,entry(%rip) */
 		b32(&b, (uint32_t)(int32_t)(int64_t)(s->cache + 8 - (here(&b) + 5)));
@@ -421,7 +421,7 @@ size_t ag_emit_indirect(const ag_area_spec *s, uint8_t *rw, uint64_t rx)
 		b.p[je] = (uint8_t)(b.n - (je + 1));
 		jmp_saved_target(&b);                                      /* 1: jmp *-40(%rsp) */
 	} else {
-		if (s->budget_modes)
+		if (s->budget_indirect)
 			budget_indirect(&b, s);         /* counted calls stop there */
 		record_id(&b, s, TRACE_ENTRY, s->cache + 8);
 		b1(&b, 0xff); b1(&b, 0x54); b1(&b, 0x24); b1(&b, 0xd8);  /* call *-40(%rsp) */

@@ -1,11 +1,12 @@
 /*
- * tramp.S — the two ways generated code enters the agent's C code.
+ * tramp.S — the code the patch areas call (the record stubs and the other
+ * stubs, below) and the ways generated code enters the agent's C code.
  *
- * ag_tramp_slow: called from a patch area with r11 = the request.  Saves the
+ * ag_tramp_slow: called from a stub with r11 = the request.  Saves the
  * flags, every general register and the complete XSAVE state (x87, SSE, AVX
  * upper halves, AVX-512, ...), calls ag_slow(request) on a 64-byte aligned
  * stack, restores everything but r11, which carries ag_slow's answer (r11 is
- * dead at a call site), and returns into the area.  The program can never
+ * dead at a call site), and returns into the stub.  The program can never
  * tell a slow path ran.
  *
  * ag_tramp_return: the root function (where tracing began on this thread)
@@ -168,8 +169,13 @@
 .endm
 
 /* One record stub: \\flags keeps the flags (after a call they are the
- * callee's result, which code with a private convention may use). */
-.macro RECORD name, flags
+ * callee's result, which code with a private convention may use).  With
+ * \\value, a value record (trace_format.h, "Values"): the value at S-72 in
+ * place of the TSC, so no sync slow path; and no ring slow path either: the
+ * ENTRY just before made the thread's ring if it could, and without one it
+ * was skipped too, so the value is skipped with it.
+ *   record = value << 26 | (value >> 25 & 0x1fff << 13) | WORD */
+.macro RECORD name, flags, value=0
 	STUB	\name
 	mov	%rax, -8(%rsp)
 	mov	%rdx, -16(%rsp)
@@ -182,6 +188,15 @@
 1:	movq	ag_tls_ring@gottpoff(%rip), %r11
 	movq	%fs:(%r11), %r11		/* the thread's ring, NULL if none (yet) */
 	test	%r11, %r11
+	.if \value
+	je	3f
+	mov	-64(%rsp), %rax			/* the value */
+	mov	%rax, %rdx
+	shl	$26, %rax
+	shr	$25, %rdx
+	and	$0x3ffe000, %edx
+	or	%rdx, %rax
+	.else
 	je	5f
 	rdtsc
 	shl	$32, %rdx
@@ -191,6 +206,7 @@
 	cmp	RING_EPOCH(%r11), %rdx
 	jne	6f
 	shl	$26, %rax
+	.endif
 	or	-56(%rsp), %rax			/* WORD */
 	mov	$1, %edx
 	xadd	%rdx, RING_COUNT(%r11)
@@ -208,6 +224,7 @@
 	mov	-16(%rsp), %rdx
 	mov	-24(%rsp), %r11
 	ret
+	.if !\value
 5:	SLOW_CALL AG_SLOW_RING
 	test	%r11, %r11
 	jnz	1b
@@ -216,6 +233,7 @@
 	test	%r11, %r11
 	jnz	1b
 	jmp	3b
+	.endif
 	MOVE
 	STUB_END \name
 .endm
@@ -225,48 +243,16 @@
 	.globl	ag_records_end
 	.hidden	ag_records_end
 ag_records_end:
+	RECORD ag_record_value, 1, 1
 
-/*
- * A value record (trace_format.h, "Values"): the value at S-72 in place of
- * the TSC, so no sync slow path; and no ring slow path either: the ENTRY
- * just before made the thread's ring if it could, and without one it was
- * skipped too, so the value is skipped with it.  The flags are kept (a
- * return value's record follows the call).
- *   record = value << 26 | (value >> 25 & 0x1fff << 13) | WORD
- */
-	STUB	ag_record_value
-	mov	%rax, -8(%rsp)
-	mov	%rdx, -16(%rsp)
-	mov	%r11, -24(%rsp)
-	lahf
-	seto	%al
-	mov	%ax, -40(%rsp)
-	movq	ag_tls_ring@gottpoff(%rip), %r11
-	movq	%fs:(%r11), %r11
-	test	%r11, %r11
-	je	3f
-	mov	-64(%rsp), %rax			/* the value */
-	mov	%rax, %rdx
-	shl	$26, %rax
-	shr	$25, %rdx
-	and	$0x3ffe000, %edx
-	or	%rdx, %rax
-	or	-56(%rsp), %rax			/* WORD */
-	mov	$1, %edx
-	xadd	%rdx, RING_COUNT(%r11)
-	cmp	RING_LIMIT(%r11), %rdx
-	jae	7f
-2:	and	RING_MASK(%r11), %rdx
-	mov	%rax, 4096(%r11,%rdx,8)
-3:	mov	-40(%rsp), %ax
-	add	$0x7f, %al
-	sahf
-	mov	-8(%rsp), %rax
-	mov	-16(%rsp), %rdx
-	mov	-24(%rsp), %r11
-	ret
-	MOVE
-	STUB_END ag_record_value
+/* The slot of the area that called a stub, from the stub's return address
+ * (areas of `size` slots, or calling in their first `size` bytes), and its
+ * REF word: reg = REF. */
+.macro CALLER_REF reg, size
+	mov	(%rsp), \reg
+	and	$-\size, \reg
+	mov	AG_SLOT_REF(\reg), \reg
+.endm
 
 /*
  * A callee not instrumented yet (the area's flag byte for it is still 0,
@@ -278,10 +264,8 @@ ag_records_end:
  */
 	STUB	ag_instrument_stub
 	mov	%r11, -24(%rsp)
-	mov	(%rsp), %r11
-	and	$-AG_SLOT_SMALL, %r11		/* the area's start, small or big:
-						 * it calls in its first bytes */
-	mov	AG_SLOT_REF(%r11), %r11		/* the ag_callee */
+	CALLER_REF %r11, AG_SLOT_SMALL		/* the ag_callee (small or big slot:
+						 * the area calls in its first bytes) */
 	bts	$56 + 1, %r11			/* AG_SLOW_INSTRUMENT << 56 */
 	CALL_SLOW
 	mov	-24(%rsp), %r11
@@ -303,25 +287,23 @@ ag_records_end:
 	mov	%rdx, -16(%rsp)
 	movq	ag_tls_target@gottpoff(%rip), %rax
 	mov	%r11, %fs:(%rax)		/* the target, for ag_slow */
-	mov	(%rsp), %rax
-	and	$-AG_SLOT_BIG, %rax		/* indirect areas are big */
-	mov	AG_SLOT_REF(%rax), %rdx		/* the ag_indirect_site */
+	CALLER_REF %rdx, AG_SLOT_BIG		/* the ag_indirect_site (indirect
+						 * areas are big) */
 	mov	IS_CACHE(%rdx), %rax
 	cmp	24(%rax), %r11			/* its cache's untraced word */
 	je	8f
 	movabs	$(AG_SLOW_INDIRECT << 56), %r11
 	or	%rdx, %r11
 	CALL_SLOW
-	test	%r11, %r11
-	je	9f
-	cmp	$2, %r11
-	je	9f
+	mov	%r11, %rdx			/* the answer */
 	movq	ag_tls_target@gottpoff(%rip), %rax
-	mov	%fs:(%rax), %r11
+	mov	%fs:(%rax), %r11		/* the target again */
+	test	%rdx, %rdx
+	je	8f
+	cmp	$2, %rdx
+	je	8f
 	cmp	%rax, %rax			/* ZF: traced */
 	jmp	7f
-9:	movq	ag_tls_target@gottpoff(%rip), %rax
-	mov	%fs:(%rax), %r11
 8:	test	%rsp, %rsp			/* not ZF: untraced */
 7:	mov	-8(%rsp), %rax			/* (mov keeps the flags) */
 	mov	-16(%rsp), %rdx
@@ -339,15 +321,13 @@ ag_records_end:
 	STUB	ag_budget_stub
 	mov	%rax, -8(%rsp)
 	mov	%r11, -24(%rsp)
-	mov	(%rsp), %rax
-	and	$-AG_SLOT_BIG, %rax		/* indirect areas are big */
-	mov	AG_SLOT_REF(%rax), %rax		/* the ag_indirect_site */
+	CALLER_REF %rax, AG_SLOT_BIG		/* the ag_indirect_site */
 	mov	IS_CACHE(%rax), %rax
 	mov	8(%rax), %rax			/* its entry word */
 	shr	$2, %rax
 	cmp	$AG_BUDGET_SITES, %rax
 	jae	9f
-	mov	ag_budget_mode_bytes(%rip), %r11
+	mov	ag_budget_modes(%rip), %r11
 	test	%r11, %r11
 	je	9f
 	cmpb	$0, (%r11,%rax)

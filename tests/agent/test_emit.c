@@ -35,7 +35,6 @@ static csh cs;
 #define STUBS DATA
 
 static uint8_t flag, mode;
-static const ag_callee callee;
 
 static ag_area_spec base(void)
 {
@@ -47,7 +46,6 @@ static ag_area_spec base(void)
 	s.callee = SITE + 0x4000;
 	s.site_id = (1u << 24) - 1;         /* the widest id */
 	s.callee_flag = &flag;
-	s.callee_ref = &callee;
 	s.stubs = STUBS;
 	return s;
 }
@@ -68,11 +66,8 @@ static void indirect(ag_area_spec *s, bool tail)
 	memcpy(s->load, load, sizeof load);
 	s->load_len = sizeof load;
 	s->cache = DATA + 0x100;
-	s->indirect_ref = &callee;
 	s->tail_jump = tail;
-	s->budget_modes = &mode;
-	s->tls_counts_offset = -0x1000;
-	s->tls_tick_offset = -0x1008;
+	s->budget_indirect = true;
 }
 
 static ag_area_spec s;

@@ -510,8 +510,17 @@ bool ag_x86_trap_patch(uint64_t at, uint64_t rx, ag_patch *p, ag_patch *jump);
 void ag_x86_slot_words(uint8_t *rw, uint64_t ret, uint32_t site, const void *ref);
 
 /* ---- x86_64/unwind.c: unwind info that makes areas transparent ---- */
-/* Find or load the process's unwinder (libgcc_s), before the first pool. */
+/* Find the process's unwinder (libgcc_s) if loaded, before the first pool;
+ * false: not loaded (yet). */
 bool ag_unwind_init(void);
+/* The areas' unwind information given to libgcc_s once it is there, found
+ * (or loaded, if `load` and there are areas) now; `why` says where, in
+ * agent.log. */
+void ag_unwind_need(bool load, const char *why);
+/* context.S's stubs: dlopen, dlmopen, backtrace.  libgcc_s first, then the
+ * C library's function, returned for the stub to jump to. */
+enum { AG_UNWIND_DLOPEN, AG_UNWIND_DLMOPEN, AG_UNWIND_BACKTRACE, AG_UNWIND_STUBS };
+void *ag_unwind_before(int which);
 /* Around a walk with the agent's private unwinder (activate.c); false: not
  * now, unwind information is being registered (the walk is skipped). */
 bool ag_unwind_walk_begin(void);

@@ -16,6 +16,7 @@
  */
 #include <dlfcn.h>
 #include <elf.h>
+#include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
@@ -39,7 +40,8 @@ typedef struct hook {
 } hook;
 
 /* The agent's interposers (AG_EXPORT in signals.c, threads.c, exec.c, tsc.c,
- * msgs.c, fds.c; the context functions in x86_64/context.S). */
+ * msgs.c, fds.c; the context functions, syscall, dlopen, dlmopen and
+ * backtrace in x86_64/context.S). */
 extern int sigaction(int, const struct sigaction *, struct sigaction *);
 extern int pthread_sigmask(int, const sigset_t *, sigset_t *);
 extern int sigprocmask(int, const sigset_t *, sigset_t *);
@@ -64,6 +66,11 @@ static hook hooks[] = {
 	{ "sigtimedwait", (void *)sigtimedwait, 0 },
 	{ "pthread_create", (void *)pthread_create, 0 },
 	{ "pthread_exit", (void *)pthread_exit, 0 },
+	{ "pthread_cancel", (void *)pthread_cancel, 0 },
+	/* x86_64/unwind.c: libgcc_s before they need it (context.S) */
+	{ "dlopen", (void *)dlopen, 0 },
+	{ "dlmopen", (void *)dlmopen, 0 },
+	{ "backtrace", (void *)backtrace, 0 },
 	{ "makecontext", (void *)makecontext, 0 },
 	{ "getcontext", (void *)getcontext, 0 },
 	{ "setcontext", (void *)setcontext, 0 },

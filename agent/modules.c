@@ -383,6 +383,11 @@ void ag_modules_refresh(void)
 {
 	uint32_t first = register_new();
 
+	/* One of them may be libgcc_s, loaded by the C library itself: its
+	 * unwinder gets the areas' information before new areas exist
+	 * (x86_64/unwind.c, step 3). */
+	if (first < nmodules)
+		ag_unwind_need(false, "a module loaded");
 	for (uint32_t i = first; i < nmodules; i++)
 		load_entry(modules[i]);
 }

@@ -105,10 +105,23 @@ AG_EXPORT void pthread_exit(void *ret)
 
 	if (!real_exit)
 		real_exit = (void (*)(void *))dlsym(RTLD_NEXT, "pthread_exit");
+	ag_unwind_need(true, "pthread_exit");   /* it unwinds: unwind.c, step 3 */
 	if (ag_active())
 		ag_thread_ending();
 	real_exit(ret);
 	__builtin_unreachable();
+}
+
+/* pthread_cancel: the C library loads libgcc_s here, and the thread
+ * cancelled unwinds through its areas (unwind.c, step 3). */
+AG_EXPORT int pthread_cancel(pthread_t th)
+{
+	static int (*real_cancel)(pthread_t);
+
+	if (!real_cancel)
+		real_cancel = (int (*)(pthread_t))dlsym(RTLD_NEXT, "pthread_cancel");
+	ag_unwind_need(true, "pthread_cancel");
+	return real_cancel ? real_cancel(th) : ESRCH;
 }
 
 AG_EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *),

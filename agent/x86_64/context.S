@@ -1,5 +1,7 @@
 /*
- * context.S — the agent's getcontext, setcontext and swapcontext.
+ * context.S — the agent's interposers that jump to the C library's function
+ * rather than call it: getcontext, setcontext and swapcontext; syscall; dlopen,
+ * dlmopen and backtrace.
  *
  * A thread that switches stacks through these leaves calls open on the stack
  * it leaves and resumes calls opened earlier on the stack it enters.  The
@@ -70,5 +72,42 @@ syscall:
 	jmp	*%r11
 	.cfi_endproc
 	.size	syscall, .-syscall
+
+/*
+ * dlopen, dlmopen and backtrace: ag_unwind_before (unwind.c, step 3) gives
+ * libgcc_s the areas' unwind information, then the stub jumps to the C
+ * library's function with the caller's frame untouched: dlopen takes the
+ * calling object (its RUNPATH, $ORIGIN, its namespace) from its return
+ * address, and backtrace's first frame is its caller's.  Three argument
+ * registers are kept around the call (dlmopen's three).
+ */
+.macro UNWIND_STUB name, which
+	.globl	\name
+	.type	\name, @function
+\name:
+	.cfi_startproc
+	endbr64
+	push	%rdi
+	.cfi_adjust_cfa_offset 8
+	push	%rsi
+	.cfi_adjust_cfa_offset 8
+	push	%rdx
+	.cfi_adjust_cfa_offset 8
+	mov	$\which, %edi          /* (three pushes: 16-byte aligned) */
+	call	ag_unwind_before
+	pop	%rdx
+	.cfi_adjust_cfa_offset -8
+	pop	%rsi
+	.cfi_adjust_cfa_offset -8
+	pop	%rdi
+	.cfi_adjust_cfa_offset -8
+	jmp	*%rax
+	.cfi_endproc
+	.size	\name, .-\name
+.endm
+
+	UNWIND_STUB dlopen, 0           /* AG_UNWIND_DLOPEN (agent.h) */
+	UNWIND_STUB dlmopen, 1          /* AG_UNWIND_DLMOPEN */
+	UNWIND_STUB backtrace, 2        /* AG_UNWIND_BACKTRACE */
 
 	.section .note.GNU-stack,"",@progbits

@@ -46,12 +46,32 @@
  * The FDEs are registered twice, with storage we provide (registration
  * does not allocate):
  *  - with the process's unwinder, libgcc_s (C++ exceptions, glibc's
- *    pthread_exit and backtrace() all use it).  The agent does not link it:
- *    ag_unwind_init loads it, or finds it loaded, and looks up
- *    __register_frame_info there.  Loaded at the start, not when the
- *    program first needs it: glibc loads it only at the first
- *    pthread_exit, which then unwinds at once.  Its code is the program's,
- *    traced like any library's;
+ *    pthread_exit, pthread_cancel and backtrace() all use it), once it is
+ *    loaded -- the agent neither links nor loads it for itself: most C
+ *    programs never do, and loading it cost every traced process's start
+ *    about 0.5 ms (its load, its constructor, one more module to trace and
+ *    fork).  The protocol:
+ *     1. Every registration is kept in a list (reg_lock) and made with
+ *        libgcc_s at once if `process_register` is known.
+ *     2. ag_unwind_need finds libgcc_s (loading it if `load`), looks up
+ *        __register_frame_info, makes every kept registration in order,
+ *        then publishes `process_register` -- under reg_lock, so that a
+ *        registration is made exactly once.  The load itself is outside
+ *        the lock (the loader's lock is never taken under it).
+ *     3. Where libgcc_s comes in or is first needed: at start (found
+ *        loaded: a C++ program's), in the agent's pthread_exit,
+ *        pthread_cancel and backtrace (glibc loads it there and unwinds at
+ *        once: the agent loads it first), in its dlopen and dlmopen (a
+ *        library may bring it and throw through areas made earlier: loaded
+ *        first; x86_64/context.S jumps to the C library's, whose caller
+ *        must stay the program's), and on the control thread when it
+ *        finds new modules (one the C library loaded by itself, before
+ *        they get pools).
+ *     4. Left uncovered: libgcc_s loaded by the C library on its own
+ *        (__libc_dlopen: its name service modules, its internal
+ *        cancellation of its helper threads) and an unwind through an area
+ *        before the control thread's next look (200 ms).
+ *    Its code is the program's, traced like any library's;
  *  - with the agent's private copy of libgcc's unwinder (libgcc_eh, linked
  *    in with -static-libgcc), which walks the stacks at a mid-run
  *    activation (activate.c).  Each registration is looked up at once
@@ -77,7 +97,15 @@ extern void __register_frame_info(const void *begin, void *ob);
 extern const void *_Unwind_Find_FDE(void *pc, void *bases);
 typedef void (*register_fn)(const void *begin, void *ob);
 
-static register_fn process_register;
+/* Step 2's answer: libgcc_s's own, once every kept registration is made. */
+static register_fn volatile process_register;
+typedef struct registration {
+	const void *buf;
+	void *ob;
+	struct registration *next;
+} registration;
+static registration *regs, **regs_end = &regs;    /* step 1, in order */
+static volatile int reg_lock;
 /* Walks inside the private copy; registrations waiting for it or under way. */
 static volatile int unwinding, registering;
 
@@ -163,18 +191,87 @@ static size_t put_fde(uint8_t *p, size_t cie_off, uint64_t start, uint64_t size,
 	return 4 + n;
 }
 
-/* The process's unwinder, before the first pool: false if it cannot be had
- * (exceptions through an area then end the program, said in agent.log). */
+/* The C library's functions behind context.S's stubs (ag_unwind_before),
+ * looked up at their first call: a library's constructor may call dlopen
+ * before the agent's.  The agent's own dlopen goes to the C library's too
+ * (-Bsymbolic-functions would bind it to the stub). */
+static void *volatile real_fn[AG_UNWIND_STUBS];
+static const char *const stub_names[AG_UNWIND_STUBS] = {
+	[AG_UNWIND_DLOPEN] = "dlopen", [AG_UNWIND_DLMOPEN] = "dlmopen",
+	[AG_UNWIND_BACKTRACE] = "backtrace",
+};
+
+static void *real_of(int which)
+{
+	void *f = __atomic_load_n(&real_fn[which], __ATOMIC_ACQUIRE);
+
+	if (!f) {
+		f = dlsym(RTLD_NEXT, stub_names[which]);
+		__atomic_store_n(&real_fn[which], f, __ATOMIC_RELEASE);
+	}
+	return f;
+}
+
+/* Stands in for a C library function that cannot be found (never, with
+ * glibc 2.34 and later): no library, no frame. */
+static void *none(void)
+{
+	return NULL;
+}
+
+/* Step 3, context.S's dlopen, dlmopen and backtrace: libgcc_s first, then
+ * the C library's function, which the stub jumps to. */
+void *ag_unwind_before(int which)
+{
+	void *f;
+
+	if (which < 0 || which >= AG_UNWIND_STUBS)
+		return (void *)(uintptr_t)none;
+	ag_unwind_need(true, stub_names[which]);
+	f = real_of(which);
+	return f ? f : (void *)(uintptr_t)none;
+}
+
+/* Step 2. */
+void ag_unwind_need(bool load, const char *why)
+{
+	void *(*open_fn)(const char *, int);
+	register_fn fn;
+	unsigned n = 0;
+	void *h;
+
+	if (__atomic_load_n(&process_register, __ATOMIC_ACQUIRE))
+		return;
+	/* No area yet (the agent not started): nothing to register, nothing
+	 * loaded for it. */
+	if (load && !__atomic_load_n(&regs, __ATOMIC_ACQUIRE))
+		return;
+	open_fn = (void *(*)(const char *, int))(uintptr_t)real_of(AG_UNWIND_DLOPEN);
+	h = open_fn ? open_fn("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL | (load ? 0 : RTLD_NOLOAD))
+		    : NULL;
+	fn = h ? (register_fn)(uintptr_t)dlsym(h, "__register_frame_info") : NULL;
+	if (!fn) {
+		if (load)
+			ag_log("unwind: the process's unwinder (libgcc_s.so.1) cannot be loaded "
+			       "(%s): %s; a C++ exception or a thread's exit through a traced call "
+			       "would end the program", why, h ? "no __register_frame_info" : dlerror());
+		return;
+	}
+	cp_plat_lock(&reg_lock);
+	if (!process_register) {
+		for (registration *r = regs; r; r = r->next, n++)
+			fn(r->buf, r->ob);
+		__atomic_store_n(&process_register, fn, __ATOMIC_RELEASE);
+	}
+	cp_plat_unlock(&reg_lock);
+	if (n)
+		ag_log("unwind: %s: the areas' unwind information (%u registrations) given to "
+		       "libgcc_s.so.1", why, n);
+}
+
 bool ag_unwind_init(void)
 {
-	void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
-
-	if (h)
-		process_register = (register_fn)(uintptr_t)dlsym(h, "__register_frame_info");
-	if (!process_register)
-		ag_log("unwind: the process's unwinder (libgcc_s.so.1) cannot be loaded: %s; a C++ "
-		       "exception or a thread's exit through a traced call would end the program",
-		       dlerror());
+	ag_unwind_need(false, "at start");
 	return process_register != NULL;
 }
 
@@ -197,8 +294,19 @@ int ag_unwind_register_slots(uint64_t first, size_t n, size_t size)
 	off += put_cie(buf);
 	off += put_fde(buf + off, off, first, n * size, size);
 	memset(buf + off, 0, 4);                          /* terminator */
-	if (process_register)
-		process_register(buf, ob);
+	{
+		registration *r = ag_alloc(sizeof *r);
+
+		if (!r)
+			return -1;
+		*r = (registration){ buf, ob, NULL };
+		cp_plat_lock(&reg_lock);
+		*regs_end = r;
+		regs_end = &r->next;
+		if (process_register)
+			process_register(buf, ob);
+		cp_plat_unlock(&reg_lock);
+	}
 	__atomic_add_fetch(&registering, 1, __ATOMIC_SEQ_CST);
 	while (__atomic_load_n(&unwinding, __ATOMIC_SEQ_CST))
 		nanosleep(&nap, NULL);

@@ -421,6 +421,32 @@ def case_dl(sptrace, prog, tmp):
           "dl: the calls are missing from the trace")
 
 
+def case_unwind(sptrace, prog, case, tmp):
+    """The process's unwinder, libgcc_s, is loaded only when the program needs
+    it, as natively: a C program that never unwinds does not get it from the
+    agent (the old agent loaded it into every process).  When glibc's
+    backtrace() loads it (unwind-bt), or a library dlopen'd brings it and its
+    walk runs at once (unwind-dl), the walk still goes through every traced
+    call to main and the C library's start: the areas' unwind information
+    reached it first (agent/x86_64/unwind.c, step 3)."""
+    tdir = os.path.join(tmp, "trace")
+    walk = "backtrace" if case == "unwind-bt" else "_Unwind_Backtrace"
+    native = run([prog, case])
+    check(native.returncode == 3 and native.stdout ==
+          "libgcc_s at start: no\n%s through traced calls: deep\nlibgcc_s now: yes\n" % walk,
+          "%s natively: %d %r" % (case, native.returncode, native.stdout))
+    trace = traced(sptrace, tdir, [prog, case])
+    same_behaviour(native, trace, case)
+    log = open(os.path.join(tdir, "agent.log")).read()
+    why = "backtrace" if case == "unwind-bt" else "dlopen"
+    check(re.search(r"unwind: %s: the areas' unwind information \(\d+ registrations\) given "
+                    r"to libgcc_s" % why, log),
+          "%s: agent.log does not say the areas went to libgcc_s at %s:\n%s" % (case, why, log))
+    names = [l.strip().split("(")[0] for l in replay_tree(sptrace, tdir)]
+    check("bt_leaf" in names and "bt_top" in names, "%s: the walk's callers are not traced:\n%s"
+          % (case, "\n".join(names[:60])))
+
+
 def case_threads(sptrace, prog, tmp):
     """Threads created after activation are traced from their start routine;
     pthread_exit unwinds through traced calls without harm."""
@@ -1208,6 +1234,8 @@ def main():
             case_fork_areas(sptrace, sys.argv[3], tmp)
         elif case == "threads":
             case_threads(sptrace, sys.argv[3], tmp)
+        elif case in ("unwind-bt", "unwind-dl"):
+            case_unwind(sptrace, sys.argv[3], case, tmp)
         elif case == "short-hot":
             case_short_hot(sptrace, sys.argv[3], tmp)
         elif case == "ends-barrier":

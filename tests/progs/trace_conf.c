@@ -3,7 +3,13 @@
  * a known call tree, written out in tests/e2e/test_run.py.  Every function is
  * noinline/noclone and does visible work, so -O2 keeps the calls.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE             /* dl_iterate_phdr */
+#endif
 #include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
+#include <unwind.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -77,6 +83,75 @@ KEEP void *next_sym_call(const char *n)
 
 	sink++;
 	return p;
+}
+
+/* The process's unwinder (libgcc_s): a C program loads it only when an
+ * unwind needs it -- glibc's backtrace(), pthread_exit, pthread_cancel, or
+ * a library that links it -- and the walk must then go through every traced
+ * call up to main and beyond, as natively. */
+static int find_gcc_s(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	if (info->dlpi_name && strstr(info->dlpi_name, "libgcc_s"))
+		*(int *)arg = 1;
+	return 0;
+}
+
+static const char *gcc_s_loaded(void)
+{
+	int found = 0;
+
+	dl_iterate_phdr(find_gcc_s, &found);
+	return found ? "yes" : "no";
+}
+
+typedef _Unwind_Reason_Code (*walk_fn)(_Unwind_Trace_Fn, void *);
+static walk_fn unwind_walk;
+
+static _Unwind_Reason_Code count_frame(struct _Unwind_Context *ctx, void *arg)
+{
+	(void)ctx;
+	++*(int *)arg;
+	return _URC_NO_REASON;
+}
+
+/* Frames above the deepest call: bt_leaf, bt_mid, bt_top, main and the C
+ * library's start (natively 7 with backtrace, one more for the walk's own
+ * callback frame); a walk that stops at the first traced call sees 1 or 2. */
+KEEP int bt_leaf(int how)
+{
+	void *frames[64];
+	int n = 0;
+
+	if (how == 0)
+		n = backtrace(frames, 64);
+	else
+		unwind_walk(count_frame, &n);
+	sink++;
+	return n;
+}
+KEEP int bt_mid(int how) { int n = bt_leaf(how); sink++; return n; }
+KEEP int bt_top(int how) { int n = bt_mid(how); sink++; return n; }
+
+/* how 0: glibc's backtrace(), which loads libgcc_s; 1: libstdc++ dlopen'd
+ * (which brings libgcc_s), then libgcc_s's own walk. */
+KEEP int unwinder(int how)
+{
+	void *h;
+
+	printf("libgcc_s at start: %s\n", gcc_s_loaded());
+	if (how == 1) {
+		h = dlopen("libstdc++.so.6", RTLD_NOW);
+		unwind_walk = h ? (walk_fn)(uintptr_t)dlsym(h, "_Unwind_Backtrace") : NULL;
+		if (!unwind_walk) {
+			printf("no libstdc++: %s\n", dlerror());
+			return 1;
+		}
+	}
+	printf("%s through traced calls: %s\n", how ? "_Unwind_Backtrace" : "backtrace",
+	       bt_top(how) >= 6 ? "deep" : "cut short");
+	printf("libgcc_s now: %s\n", gcc_s_loaded());
+	return 0;
 }
 
 static jmp_buf jump_buf;
@@ -741,6 +816,10 @@ int main(int argc, char **argv)
 
 		printf("tail %s, call %s, dlopen %s\n", next_sym_tail("puts") ? "found" : "missing",
 		       next_sym_call("puts") ? "found" : "missing", h ? "ok" : dlerror());
+	} else if (strcmp(what, "unwind-bt") == 0) {
+		return unwinder(0) ? 1 : 3;
+	} else if (strcmp(what, "unwind-dl") == 0) {
+		return unwinder(1) ? 1 : 3;
 	} else if (strcmp(what, "threads") == 0) {
 		printf("%d\n", threads());
 	} else if (strcmp(what, "churn") == 0) {

@@ -239,6 +239,22 @@ static void publish(ag_module *m)
 	__atomic_store_n(&nmodules, nmodules + 1, __ATOMIC_RELEASE);
 }
 
+/* The module's key (its build-id) from its notes as loaded: no open and
+ * read of its file at every start -- and the key of the code that runs,
+ * even if the file was replaced since. */
+static bool key_in_memory(const struct dl_phdr_info *info, char *key, size_t keylen)
+{
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type == PT_NOTE &&
+		    ca_module_key_of_notes((const void *)(uintptr_t)(info->dlpi_addr + ph->p_vaddr),
+					   ph->p_memsz, ph->p_align, key, keylen) == 0)
+			return true;
+	}
+	return false;
+}
+
 static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	load_ctx *lc = arg;
@@ -282,7 +298,8 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 	m->bias = info->dlpi_addr;
 	m->text_lo = lo;
 	m->text_hi = hi;
-	if (ca_module_key_of(m->path, m->key, sizeof m->key, &e) < 0) {
+	if (!key_in_memory(info, m->key, sizeof m->key) &&
+	    ca_module_key_of(m->path, m->key, sizeof m->key, &e) < 0) {
 		if (nmodules == 0) {
 			snprintf(lc->err, lc->errlen, "%.1000s", e.msg);
 			lc->failed = 1;

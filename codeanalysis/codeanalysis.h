@@ -218,6 +218,11 @@ void ca_site_spans(const ca_site *s, uint64_t addr[2], unsigned len[2]);
 uint64_t ca_code_hash(uint64_t h, const void *p, size_t n);
 /* Key of an ELF file without analysing it (build-id, else content hash). */
 int ca_module_key_of(const char *path, char *key, size_t keylen, sp_err *err);
+/* The same key from the note segments of an image already loaded (its
+ * PT_NOTE at run time, `size` bytes, aligned to `align`): no file read.
+ * -1: no build-id there (ca_module_key_of then hashes the file). */
+int ca_module_key_of_notes(const void *notes, size_t size, size_t align, char *key,
+			   size_t keylen);
 /* The usual entry point: load the entry for `path` from the repository, or
  * analyse the file and store it (a corrupt entry is replaced).  *from_repo
  * tells which happened.  An entry whose lines are pending is analysed again

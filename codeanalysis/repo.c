@@ -1678,6 +1678,35 @@ static size_t note_buildid(Elf_Data *d, const uint8_t **id)
 	return 0;
 }
 
+/* The key from the note segments of a loaded image (ca_module_key_of_notes). */
+int ca_module_key_of_notes(const void *notes, size_t size, size_t align, char *key,
+			   size_t keylen)
+{
+	const uint8_t *p = notes;
+	size_t off = 0, a = align == 8 ? 8 : 4;
+
+	while (p && size >= 12 && off <= size - 12) {
+		uint32_t hdr[3];
+		size_t name, desc, next;
+
+		memcpy(hdr, p + off, sizeof hdr);
+		name = off + 12;
+		desc = name + ((hdr[0] + a - 1) & ~(a - 1));
+		next = desc + ((hdr[1] + a - 1) & ~(a - 1));
+		if (hdr[0] > size || hdr[1] > size || next > size || next <= off)
+			return -1;
+		if (hdr[2] == NT_GNU_BUILD_ID && hdr[0] == 4 && memcmp(p + name, "GNU", 4) == 0 &&
+		    hdr[1] > 0 && hdr[1] <= 64) {
+			if (keylen < 2 * hdr[1] + 1)
+				return -1;
+			to_hex(p + desc, hdr[1], key);
+			return 0;
+		}
+		off = next;
+	}
+	return -1;
+}
+
 /* The GNU build-id from the note segments, else the note sections. */
 static size_t elf_buildid(Elf *elf, const uint8_t **id)
 {

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,6 +373,55 @@ static void test_key_of(ctx *c)
 	      strstr(err.msg, path) && strstr(err.msg, "not an ELF"),
 	      "non-ELF: %s", err.msg);
 	unlink(path);
+}
+
+/* The key from a loaded image's notes (what the agent reads at start) is
+ * its file's; notes cut short or lying about their sizes give none. */
+static int key_of_loaded(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	int *n = arg;
+	char mem[160], file[160], path[4096];
+	const char *name = info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "/proc/self/exe";
+	sp_err err = { "" };
+
+	(void)size;
+	if (strstr(name, "linux-vdso"))
+		return 0;
+	snprintf(path, sizeof path, "%s", name);
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		const uint8_t *notes = (const uint8_t *)(uintptr_t)(info->dlpi_addr + ph->p_vaddr);
+		uint8_t bad[64];
+
+		if (ph->p_type != PT_NOTE ||
+		    ca_module_key_of_notes(notes, ph->p_memsz, ph->p_align, mem, sizeof mem) < 0)
+			continue;
+		CHECK(ca_module_key_of(path, file, sizeof file, &err) == 0 && strcmp(mem, file) == 0,
+		      "%s: key %s from memory, %s from the file (%s)", path, mem, file, err.msg);
+		CHECK(ca_module_key_of_notes(notes, ph->p_memsz, ph->p_align, mem, 8) == -1,
+		      "%s: a key longer than its buffer", path);
+		for (size_t cut = 0; cut < 16 && cut < ph->p_memsz; cut++)
+			CHECK(ca_module_key_of_notes(notes, cut, ph->p_align, mem, sizeof mem) == -1,
+			      "%s: a key from %zu bytes of notes", path, cut);
+		if (ph->p_memsz <= sizeof bad) {
+			memcpy(bad, notes, ph->p_memsz);
+			memset(bad + 4, 0xff, 4);       /* the first note's descsz */
+			CHECK(ca_module_key_of_notes(bad, ph->p_memsz, ph->p_align, mem,
+						     sizeof mem) == -1,
+			      "%s: a key from a note longer than the segment", path);
+		}
+		++*n;
+		break;
+	}
+	return 0;
+}
+
+static void test_key_in_memory(void)
+{
+	int n = 0;
+
+	dl_iterate_phdr(key_of_loaded, &n);
+	CHECK(n >= 2, "only %d loaded modules had a build-id in memory", n);
 }
 
 /* Analyse, store, load: equal records; no temporary files left behind. */
@@ -1244,6 +1294,7 @@ int main(int argc, char **argv)
 	snprintf(c.repo, sizeof c.repo, "%s/a/b/repo", c.tmp);
 
 	test_key_of(&c);
+	test_key_in_memory();
 	test_round_trip(&c);
 	test_damaged(&c);
 	test_bad_content(&c);

@@ -85,6 +85,7 @@
  *    skipped (the thread joins at its next traced call).
  */
 #include <dlfcn.h>
+#include <link.h>
 #include <string.h>
 #include <time.h>
 
@@ -232,6 +233,15 @@ void *ag_unwind_before(int which)
 	return f ? f : (void *)(uintptr_t)none;
 }
 
+static int gcc_s_loaded(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+
+	(void)size;
+	(void)arg;
+	return base && strcmp(base + 1, "libgcc_s.so.1") == 0;
+}
+
 /* Step 2. */
 void ag_unwind_need(bool load, const char *why)
 {
@@ -245,6 +255,10 @@ void ag_unwind_need(bool load, const char *why)
 	/* No area yet (the agent not started): nothing to register, nothing
 	 * loaded for it. */
 	if (load && !__atomic_load_n(&regs, __ATOMIC_ACQUIRE))
+		return;
+	/* Not loaded: said by the loaded objects' names -- a dlopen with
+	 * RTLD_NOLOAD would still look for the file (57 us at every start). */
+	if (!load && dl_iterate_phdr(gcc_s_loaded, NULL) == 0)
 		return;
 	open_fn = (void *(*)(const char *, int))(uintptr_t)real_of(AG_UNWIND_DLOPEN);
 	h = open_fn ? open_fn("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL | (load ? 0 : RTLD_NOLOAD))

@@ -160,6 +160,10 @@ extern char ag_repo_dir[4096];               /* "" : the default repository */
 extern char ag_prepared_dir[4096];           /* "" : none (modules.c) */
 /* defer: register the modules only; their entries come with ag_modules_load. */
 int ag_modules_init(char *err, size_t errlen, bool defer);
+/* The calls images checked whole before (SPTRACE_IMAGES), before the first;
+ * and the list for an exec'd image's environment (false: none, or too long). */
+void ag_modules_images_init(const char *env);
+bool ag_modules_images_env(char *out, size_t len);
 void ag_modules_load(void);                  /* read deferred entries (waits for a reader) */
 bool ag_modules_loaded(void);
 void ag_modules_after_fork(void);

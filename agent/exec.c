@@ -7,7 +7,8 @@
  * execvp, execvpe, execl, execle, execlp, fexecve): each passes the new
  * image an environment with the agent put back -- LD_PRELOAD, LD_BIND_NOW
  * and the SPTRACE_* variables (SPTRACE_SPARE too: the new image takes its
- * files from the same stock, spare.c), the program's own LD_PRELOAD/LD_BIND_NOW
+ * files from the same stock, spare.c; SPTRACE_IMAGES: the calls images
+ * already checked, modules.c), the program's own LD_PRELOAD/LD_BIND_NOW
  * kept aside for the new agent to restore -- and changes nothing else.
  *
  * The new image has other modules, so it writes a trace of its own, in a
@@ -147,7 +148,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 				  const char *kind)
 {
 	const char *preload = NULL, *bind = NULL;
-	char dir[4300], hz[24] = "";
+	char dir[4300], hz[24] = "", images[3000];
 
 	if (!agent_path[0] || !ag_dir[0])
 		return NULL;
@@ -198,6 +199,9 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 					put(b, "SPTRACE_PROPAGATE_WAIT", ag_propagate_wait()) ||
 					put(b, "SPTRACE_MARK", ag_propagate_mark()))))
 		return NULL;
+	/* Optional: without it the new image checks every image itself. */
+	if (ag_modules_images_env(images, sizeof images))
+		(void)put(b, "SPTRACE_IMAGES", images);
 	b->env[b->n] = NULL;
 	if (strcmp(kind, "exec") == 0)
 		ag_note_exec(b->sub, path, getpid());

@@ -32,6 +32,9 @@
  *                          FIFOs `sptrace run` keeps (spare.c)
  *   SPTRACE_LOOKAHEAD      "all": the look-ahead takes every direct callee,
  *                          whatever earlier runs reached (lookahead.c)
+ *   SPTRACE_IMAGES         set by the agent of an image that exec'd this one:
+ *                          the repository's calls images already checked
+ *                          record by record in this run (modules.c)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -824,6 +827,7 @@ static void restore_env(void)
 		"SPTRACE_RING_BYTES", "SPTRACE_RECORDS", "SPTRACE_BUDGET", "SPTRACE_EXEC_OF",
 		"SPTRACE_THREADS", "SPTRACE_SESSION", "SPTRACE_PROPAGATE_WAIT", "SPTRACE_TSC_HZ",
 		"SPTRACE_JOIN", "SPTRACE_MARK", "SPTRACE_SPARE", "SPTRACE_LOOKAHEAD",
+		"SPTRACE_IMAGES",
 	};
 	const char *orig = env_get("SPTRACE_LD_PRELOAD");
 
@@ -1157,6 +1161,7 @@ __attribute__((constructor)) static void agent_init(void)
 	ag_budget_init(env_get("SPTRACE_BUDGET"));
 	snprintf(env_spare, sizeof env_spare, "%s", env_get("SPTRACE_SPARE") ?: "");
 	ag_lookahead_init(env_get("SPTRACE_LOOKAHEAD"));
+	ag_modules_images_init(env_get("SPTRACE_IMAGES"));
 	agent_start(dir, env_get("SPTRACE_ON"), env_get("SPTRACE_RING_BYTES"),
 		    env_get("SPTRACE_EXEC_OF"), env_get("SPTRACE_THREADS"));
 }

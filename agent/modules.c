@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -174,6 +175,91 @@ static bool prepared_ok(void)
 
 /* The module's code analysis: its repository entry (ours, else the one
  * sptrace attach prepared), else analysed now and stored in ours. */
+/*
+ * The calls images whose every record was checked (codeanalysis/image.c,
+ * step 2): by this process, or by the images before it in the run -- each
+ * exec passes its list on in SPTRACE_IMAGES (exec.c), so a traced shell's
+ * children skip the pass over the C library's image (0.1 ms of their
+ * start).  A forked child has its parent's.  Appended under the load (start,
+ * the control thread), read by any thread: each entry is written before the
+ * count that shows it.
+ */
+#define MAX_CHECKED 32
+static ca_image_id checked_ids[MAX_CHECKED];
+static volatile uint32_t nchecked;
+
+static bool image_seen(const ca_image_id *id)
+{
+	uint32_t n = __atomic_load_n(&nchecked, __ATOMIC_ACQUIRE);
+
+	for (uint32_t i = 0; i < n; i++)
+		if (memcmp(&checked_ids[i], id, sizeof *id) == 0)
+			return true;
+	return false;
+}
+
+static void image_checked(const ca_image_id *id)
+{
+	uint32_t n = __atomic_load_n(&nchecked, __ATOMIC_ACQUIRE);
+
+	if (n >= MAX_CHECKED || image_seen(id))
+		return;
+	checked_ids[n] = *id;
+	__atomic_store_n(&nchecked, n + 1, __ATOMIC_RELEASE);
+}
+
+static const ca_image_memo image_memo = { image_seen, image_checked };
+
+/* SPTRACE_IMAGES: "DEV.INO.SIZE.CTIME.NONCE" in hex, comma-separated. */
+void ag_modules_images_init(const char *env)
+{
+	ca_image_set_memo(&image_memo);
+	while (env && *env) {
+		ca_image_id id;
+		char *end;
+
+		id.dev = strtoull(env, &end, 16);
+		if (*end != '.')
+			break;
+		id.ino = strtoull(end + 1, &end, 16);
+		if (*end != '.')
+			break;
+		id.size = strtoull(end + 1, &end, 16);
+		if (*end != '.')
+			break;
+		id.ctime_ns = strtoull(end + 1, &end, 16);
+		if (*end != '.')
+			break;
+		id.nonce = strtoull(end + 1, &end, 16);
+		if (*end != ',' && *end != '\0')
+			break;
+		image_checked(&id);
+		env = *end ? end + 1 : end;
+	}
+}
+
+/* The same, for an exec'd image (on the stack: a vfork child may call it).
+ * False: it does not fit, or there is none. */
+bool ag_modules_images_env(char *out, size_t len)
+{
+	uint32_t n = __atomic_load_n(&nchecked, __ATOMIC_ACQUIRE);
+	size_t used = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int k = snprintf(out + used, len - used, "%s%llx.%llx.%llx.%llx.%llx", i ? "," : "",
+				 (unsigned long long)checked_ids[i].dev,
+				 (unsigned long long)checked_ids[i].ino,
+				 (unsigned long long)checked_ids[i].size,
+				 (unsigned long long)checked_ids[i].ctime_ns,
+				 (unsigned long long)checked_ids[i].nonce);
+
+		if (k < 0 || (size_t)k >= len - used)
+			return false;
+		used += (size_t)k;
+	}
+	return n > 0;
+}
+
 static int analysis_of(const ag_module *m, ca_module **ca, int *from_repo, sp_err *e)
 {
 	const char *own = ag_repo_dir[0] ? ag_repo_dir : NULL;

@@ -591,6 +591,7 @@ int cmd_run(int argc, char **argv)
 			unsetenv("SPTRACE_PROPAGATE_WAIT");
 			unsetenv("SPTRACE_MARK");
 		}
+		unsetenv("SPTRACE_IMAGES");     /* the program's agents' own */
 		if (spares)
 			setenv("SPTRACE_SPARE", cli_spares_path(spares), 1);
 		else

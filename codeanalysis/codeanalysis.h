@@ -16,6 +16,7 @@
 #ifndef CODEANALYSIS_H
 #define CODEANALYSIS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -193,6 +194,20 @@ int ca_repo_load(const char *dir, const char *key, ca_module **out, sp_err *err)
  * no blocks there.  The entry's checksum covers bytes this does not read, so
  * it is not checked; every record is still checked against what it indexes. */
 int ca_repo_load_calls(const char *dir, const char *key, ca_module **out, sp_err *err);
+/* A calls image's identity: as the file system gives it (the file is only
+ * ever replaced by rename, never written in place: image.c, step 3), and
+ * the nonce its store wrote. */
+typedef struct ca_image_id {
+	uint64_t dev, ino, size, ctime_ns, nonce;
+} ca_image_id;
+/* Who remembers the images whose every record was checked (image.c, step
+ * 2): `seen` says whether one of this identity was, `checked` hears of each
+ * checked now.  NULL, the default: every image is checked whole. */
+typedef struct ca_image_memo {
+	bool (*seen)(const ca_image_id *id);
+	void (*checked)(const ca_image_id *id);
+} ca_image_memo;
+void ca_image_set_memo(const ca_image_memo *memo);
 /*
  * What an analysis was made from (trust.c).  The code hash is the SHA-256
  * of the file bytes of the executable PT_LOAD segments, in program-header

@@ -781,6 +781,94 @@ static void test_image(const ctx *c)
 }
 
 /*
+ * The memo of images checked whole (image.c, step 2; the agent's is in
+ * agent/modules.c): an image is checked once under its identity, not again
+ * while its identity holds; stored again (a new nonce, whatever inode and
+ * time the file gets) or damaged and renamed into place, it is checked anew
+ * -- and a damaged copy is still refused.
+ */
+static ca_image_id memo_ids[8];
+static int memo_n, memo_seen_asked;
+
+static bool memo_seen(const ca_image_id *id)
+{
+	memo_seen_asked++;
+	for (int i = 0; i < memo_n; i++)
+		if (!memcmp(&memo_ids[i], id, sizeof *id))
+			return true;
+	return false;
+}
+
+static void memo_checked(const ca_image_id *id)
+{
+	if (memo_n < 8)
+		memo_ids[memo_n++] = *id;
+}
+
+static void test_image_memo(const ctx *c)
+{
+	static const ca_image_memo memo = { memo_seen, memo_checked };
+	char image[4200], tmp[4300];
+	ca_module *v = NULL;
+	sp_err err = { "" };
+	struct stat st;
+	blob good;
+
+	write_whole(c->entry, c->orig.p, c->orig.n);
+	CHECK(ca_repo_store(c->m, c->repo, NULL, 0, &err) == 0, "store: %s", err.msg);
+	image_path(c, image, sizeof image);
+	ca_image_set_memo(&memo);
+	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0 && v, "memo: %s", err.msg);
+	ca_module_free(v);
+	stat(image, &st);
+	CHECK(memo_n == 1 && memo_ids[0].dev == (uint64_t)st.st_dev &&
+	      memo_ids[0].ino == (uint64_t)st.st_ino && memo_ids[0].size == (uint64_t)st.st_size &&
+	      memo_ids[0].ctime_ns == (uint64_t)st.st_ctim.tv_sec * 1000000000u +
+	      (uint64_t)st.st_ctim.tv_nsec && memo_ids[0].nonce != 0,
+	      "the first load's image is not remembered with its identity (%d)", memo_n);
+	/* Again: seen, not checked again. */
+	v = NULL;
+	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0 && v, "memo again: %s", err.msg);
+	if (v)
+		compare_calls_view(c->m, v, "an image seen before");
+	ca_module_free(v);
+	CHECK(memo_n == 1 && memo_seen_asked == 2, "seen again: %d remembered, asked %d times",
+	      memo_n, memo_seen_asked);
+	/* Stored again: another nonce, checked anew. */
+	CHECK(ca_repo_store(c->m, c->repo, NULL, 0, &err) == 0, "store again: %s", err.msg);
+	v = NULL;
+	CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0 && v, "memo stored: %s", err.msg);
+	ca_module_free(v);
+	CHECK(memo_n == 2 && memo_ids[1].nonce != memo_ids[0].nonce,
+	      "an image stored again was not checked anew (%d remembered)", memo_n);
+	/* Damaged copies renamed into place, as a store would: never taken for
+	 * the image checked before, never a crash; from the image or the
+	 * entry, the records are the analysis's. */
+	good = read_whole(image);
+	snprintf(tmp, sizeof tmp, "%s.damaged", image);
+	srand(777);
+	for (int iter = 0; iter < 200; iter++) {
+		blob b = { malloc(good.n), good.n };
+
+		memcpy(b.p, good.p, good.n);
+		for (int k = 0, n = 1 + rand() % 4; k < n; k++)
+			b.p[good.n / 4 + (size_t)rand() % (good.n - good.n / 4)] ^=
+				(uint8_t)(1 + rand() % 255);
+		write_whole(tmp, b.p, b.n);
+		free(b.p);
+		rename(tmp, image);
+		v = NULL;
+		CHECK(ca_repo_load_calls(c->repo, c->key, &v, &err) == 0 && v,
+		      "damaged image %d: %s", iter, err.msg);
+		ca_module_free(v);
+	}
+	CHECK(memo_seen_asked >= 200, "the memo was not asked about the damaged copies");
+	ca_image_set_memo(NULL);
+	write_whole(image, good.p, good.n);
+	free(good.p);
+}
+
+/*
  * An entry learns the identity of a file with its code (ca_repo_code_
  * matches): a copy of the target chmod'ed (a new ctime: as a package
  * upgrade leaves a library) still matches, its entry is written again once
@@ -1301,6 +1389,7 @@ int main(int argc, char **argv)
 	test_out_of_bounds(&c);
 	test_fuzz(&c);
 	test_image(&c);
+	test_image_memo(&c);
 	test_learns_identity(&c);
 	test_calls_view(&c);
 	test_get_regenerates(&c);

@@ -23,7 +23,9 @@
  *   a faulting clock read  ag_arch_cycles_insn_at, ag_arch_stub_ring,
  *                          ag_arch_cycles_resume (tsc.c)
  *   the processor          ag_arch_init (at start): what the architecture's
- *                          trampolines need to know of it (ARCH/cpu.c)
+ *                          trampolines need to know of it (ARCH/cpu.c),
+ *                          asked of the processor or taken from the image
+ *                          that exec'd this one (SPTRACE_CPU, ag_arch_env)
  *
  * The instruction-level work on code (areas, sites, trampolines, unwind
  * information) is declared in agent.h's x86_64/ sections.
@@ -31,7 +33,9 @@
 #ifndef AGENT_ARCH_H
 #define AGENT_ARCH_H
 
-void ag_arch_init(void);
+/* given: SPTRACE_CPU from the image before, or NULL */
+void ag_arch_init(const char *given);
+const char *ag_arch_env(void);          /* SPTRACE_CPU for an exec'd image */
 
 #if defined(__x86_64__)
 #include "x86_64/arch.h"

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 #define MAX_ENV 4096
 #define MAX_ARGS 4096
@@ -188,7 +189,7 @@ static char *const *traced_env_as(env_buf *b, char *const envp[], const char *pa
 	    put(b, "LD_BIND_NOW", "1") || put(b, "SPTRACE_DIR", dir) ||
 	    put(b, "SPTRACE_ON", ag_active() ? "start" : ag_on_event()) ||
 	    put(b, "SPTRACE_EXEC_OF", ag_dir) ||
-	    (hz[0] && put(b, "SPTRACE_TSC_HZ", hz)) ||
+	    (hz[0] && put(b, "SPTRACE_TSC_HZ", hz)) || put(b, "SPTRACE_CPU", ag_arch_env()) ||
 	    (ring_bytes[0] && put(b, "SPTRACE_RING_BYTES", ring_bytes)) ||
 	    (ag_ring_keeps_all() && put(b, "SPTRACE_RECORDS", "all")) ||
 	    (ag_join_env()[0] && put(b, "SPTRACE_JOIN", ag_join_env())) ||

@@ -35,6 +35,8 @@
  *   SPTRACE_IMAGES         set by the agent of an image that exec'd this one:
  *                          the repository's calls images already checked
  *                          record by record in this run (modules.c)
+ *   SPTRACE_CPU            likewise: what the processor's state takes
+ *                          (x86_64/cpu.c), not asked again
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -127,9 +129,13 @@ static int create_counted(const char *path, int flags)
 static int trace_mode(int fd)
 {
 	struct stat st;
+	mode_t want;
 
-	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
-		fchmod(fd, share_gid != (gid_t)-1 && st.st_gid == share_gid ? 0640 : 0600);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		want = share_gid != (gid_t)-1 && st.st_gid == share_gid ? 0640 : 0600;
+		if ((st.st_mode & 07777) != want)       /* (a file opened again: already) */
+			fchmod(fd, want);
+	}
 	return fd;
 }
 
@@ -270,25 +276,58 @@ uint64_t ag_mono_ns(void)
  * "exec SUB PID PATH" (and "exec_failed SUB") of its exec, under its pid
  * (meta_append_any). */
 
+/* The lines a preloaded agent's start writes (write_meta to meta_release),
+ * held and written at once: each line opens the file again (five system
+ * calls a line).  Only the main thread writes meta then (the control
+ * thread waits for control_go; the program has not started). */
+static char meta_held[16384];
+static size_t meta_held_len;
+static bool meta_holding;
+
+static void meta_write(const char *buf, size_t n)
+{
+	char path[4200];
+	int fd;
+
+	snprintf(path, sizeof path, "%s/meta", ag_dir);
+	fd = ag_trace_open(path, O_WRONLY | O_APPEND);
+	if (fd < 0)
+		return;
+	if (write(fd, buf, n) < 0)
+		ag_log("meta: %s", strerror(errno));
+	close(fd);
+}
+
+static void meta_release(void)
+{
+	meta_holding = false;
+	if (meta_held_len)
+		meta_write(meta_held, meta_held_len);
+	meta_held_len = 0;
+}
+
 static void meta_vappend(bool any_process, const char *fmt, va_list ap)
 {
-	char path[4200], buf[8192];
-	int fd, n;
+	char buf[8192];
+	int n;
 
 	/* getpid(), not ag_self_pid: a child made by a raw clone or fork
 	 * system call ran no fork handler. */
 	if (!any_process && getpid() != owner_pid)
 		return;
-	snprintf(path, sizeof path, "%s/meta", ag_dir);
 	n = vsnprintf(buf, sizeof buf, fmt, ap);
 	if (n < 0 || n >= (int)sizeof buf)
 		return;
-	fd = ag_trace_open(path, O_WRONLY | O_APPEND);
-	if (fd < 0)
-		return;
-	if (write(fd, buf, (size_t)n) < 0)
-		ag_log("meta: %s", strerror(errno));
-	close(fd);
+	if (meta_holding && getpid() == owner_pid) {
+		if (meta_held_len + (size_t)n > sizeof meta_held)
+			meta_release();         /* (and this line on its own, below) */
+		else {
+			memcpy(meta_held + meta_held_len, buf, (size_t)n);
+			meta_held_len += (size_t)n;
+			return;
+		}
+	}
+	meta_write(buf, (size_t)n);
 }
 
 static void meta_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -827,7 +866,7 @@ static void restore_env(void)
 		"SPTRACE_RING_BYTES", "SPTRACE_RECORDS", "SPTRACE_BUDGET", "SPTRACE_EXEC_OF",
 		"SPTRACE_THREADS", "SPTRACE_SESSION", "SPTRACE_PROPAGATE_WAIT", "SPTRACE_TSC_HZ",
 		"SPTRACE_JOIN", "SPTRACE_MARK", "SPTRACE_SPARE", "SPTRACE_LOOKAHEAD",
-		"SPTRACE_IMAGES",
+		"SPTRACE_IMAGES", "SPTRACE_CPU",
 	};
 	const char *orig = env_get("SPTRACE_LD_PRELOAD");
 
@@ -949,6 +988,7 @@ static long attach_stopped_nr = -1;             /* the call it goes back into (-
 static unsigned long attach_stopped_pc;         /* where that call returns */
 static char env_session[80], env_wait[16];      /* SPTRACE_SESSION, ..._PROPAGATE_WAIT */
 static char env_spare[4096];                    /* SPTRACE_SPARE (spare.c) */
+static char env_cpu[32];                        /* SPTRACE_CPU (arch.h) */
 static char join_list[AG_JOIN_MAX * 260];      /* SPTRACE_JOIN, or attach's "join=" lines */
 
 /* The join directives of join_list, one a line, for the areas. */
@@ -1065,7 +1105,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		return -1;
 	if (attached)
 		ag_signals_attached(attach_trapblocked);
-	ag_arch_init();
+	ag_arch_init(attached ? NULL : env_cpu);
 	if (ag_rings_init() || ag_sites_open(ag_dir)) {
 		fail("cannot create the trace files");
 		return -1;
@@ -1111,6 +1151,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 	ag_hooks_init(attached);
 	if (attached)
 		ag_hooks_install();
+	meta_holding = !attached;
 	write_meta();
 	if (parent[0])
 		meta_append("%s %s\n", TRACE_META_EXEC_OF, parent);
@@ -1118,6 +1159,7 @@ static int agent_start(const char *dir, const char *on, const char *ring, const 
 		meta_append("%s %s\n", TRACE_META_JOIN, ag_join_get(i));
 	if (attached)
 		meta_append("%s %lu\n", TRACE_META_ATTACHED, (unsigned long)ag_rdtsc());
+	meta_release();
 	atexit(finish);
 	if (ag_threads_init())
 		ag_log("no fork handler: a forked child would write into its parent's ring");
@@ -1160,6 +1202,7 @@ __attribute__((constructor)) static void agent_init(void)
 	take_hz(env_get("SPTRACE_TSC_HZ"));
 	ag_budget_init(env_get("SPTRACE_BUDGET"));
 	snprintf(env_spare, sizeof env_spare, "%s", env_get("SPTRACE_SPARE") ?: "");
+	snprintf(env_cpu, sizeof env_cpu, "%s", env_get("SPTRACE_CPU") ?: "");
 	ag_lookahead_init(env_get("SPTRACE_LOOKAHEAD"));
 	ag_modules_images_init(env_get("SPTRACE_IMAGES"));
 	agent_start(dir, env_get("SPTRACE_ON"), env_get("SPTRACE_RING_BYTES"),

@@ -592,6 +592,7 @@ int cmd_run(int argc, char **argv)
 			unsetenv("SPTRACE_MARK");
 		}
 		unsetenv("SPTRACE_IMAGES");     /* the program's agents' own */
+		unsetenv("SPTRACE_CPU");
 		if (spares)
 			setenv("SPTRACE_SPARE", cli_spares_path(spares), 1);
 		else

@@ -17,7 +17,10 @@
  */
 	.text
 
-.macro CONTEXT_STUB name, which
+/* The stub: three argument registers kept around fn(which, first argument,
+ * second argument) -- three pushes keep the C call 16-byte aligned -- then
+ * a jump to the function fn returns, the caller's frame untouched. */
+.macro JUMP_STUB name, which, fn
 	.globl	\name
 	.type	\name, @function
 \name:
@@ -27,13 +30,13 @@
 	.cfi_adjust_cfa_offset 8
 	push	%rsi
 	.cfi_adjust_cfa_offset 8
-	sub	$8, %rsp                /* 16-byte aligned for the C call */
+	push	%rdx
 	.cfi_adjust_cfa_offset 8
 	mov	%rsi, %rdx
 	mov	%rdi, %rsi
 	mov	$\which, %edi
-	call	ag_context_note
-	add	$8, %rsp
+	call	\fn
+	pop	%rdx
 	.cfi_adjust_cfa_offset -8
 	pop	%rsi
 	.cfi_adjust_cfa_offset -8
@@ -44,9 +47,9 @@
 	.size	\name, .-\name
 .endm
 
-	CONTEXT_STUB getcontext, 0
-	CONTEXT_STUB setcontext, 1
-	CONTEXT_STUB swapcontext, 2
+	JUMP_STUB getcontext, 0, ag_context_note
+	JUMP_STUB setcontext, 1, ag_context_note
+	JUMP_STUB swapcontext, 2, ag_context_note
 
 /*
  * syscall(): the C library's, but for SYS_capset (126) and SYS_prctl (157),
@@ -78,36 +81,12 @@ syscall:
  * libgcc_s the areas' unwind information, then the stub jumps to the C
  * library's function with the caller's frame untouched: dlopen takes the
  * calling object (its RUNPATH, $ORIGIN, its namespace) from its return
- * address, and backtrace's first frame is its caller's.  Three argument
- * registers are kept around the call (dlmopen's three).
+ * address, and backtrace's first frame is its caller's.  (dlmopen's third
+ * argument is the third register JUMP_STUB keeps.)
  */
-.macro UNWIND_STUB name, which
-	.globl	\name
-	.type	\name, @function
-\name:
-	.cfi_startproc
-	endbr64
-	push	%rdi
-	.cfi_adjust_cfa_offset 8
-	push	%rsi
-	.cfi_adjust_cfa_offset 8
-	push	%rdx
-	.cfi_adjust_cfa_offset 8
-	mov	$\which, %edi          /* (three pushes: 16-byte aligned) */
-	call	ag_unwind_before
-	pop	%rdx
-	.cfi_adjust_cfa_offset -8
-	pop	%rsi
-	.cfi_adjust_cfa_offset -8
-	pop	%rdi
-	.cfi_adjust_cfa_offset -8
-	jmp	*%rax
-	.cfi_endproc
-	.size	\name, .-\name
-.endm
 
-	UNWIND_STUB dlopen, 0           /* AG_UNWIND_DLOPEN (agent.h) */
-	UNWIND_STUB dlmopen, 1          /* AG_UNWIND_DLMOPEN */
-	UNWIND_STUB backtrace, 2        /* AG_UNWIND_BACKTRACE */
+	JUMP_STUB dlopen, 0, ag_unwind_before      /* AG_UNWIND_DLOPEN (agent.h) */
+	JUMP_STUB dlmopen, 1, ag_unwind_before     /* AG_UNWIND_DLMOPEN */
+	JUMP_STUB backtrace, 2, ag_unwind_before   /* AG_UNWIND_BACKTRACE */
 
 	.section .note.GNU-stack,"",@progbits

@@ -6,8 +6,10 @@
 Each workload runs natively, under `sptrace run` of SPTRACE and, with --old,
 under an older sptrace, one after the other in every round (this machine is
 shared and noisy: minimums and medians of the rounds, ratios to the native
-run of the same rounds).  The repository is warm: one untimed traced run of
-each workload first.
+run of the same rounds).  Each sptrace has a repository of its own, in the
+bench's temporary directory (two builds may store their calls images in two
+formats, and each would make the other's again at every run); it is warm:
+one untimed traced run of each workload first.
 
   true       /bin/true alone: the whole command, sptrace's own start included
   execs      bash running /bin/true 50 times: (traced - native) / 50 is what
@@ -67,28 +69,33 @@ def workloads(tmp):
     ]
 
 
-def timed(cmd, pre, out):
-    """Seconds of cmd; `out`, its trace directory, is removed afterwards,
-    untimed (a run into an old trace would time its removal)."""
+def timed(cmd, pre, env=None):
+    """Seconds of cmd.  Its trace directory is new (a run into an old
+    trace would time its removal) and stays until the bench ends: on a file
+    system without a journal, ext4 skips every inode freed in the last 30 s
+    when it makes a new one, one buffer lookup each (bench/START.md, the
+    fifteenth session), so a removal before each run made every file the
+    next run makes dearer -- most of one more process's cost, for both
+    builds alike."""
     if pre:
         subprocess.run(pre, check=True, stdout=subprocess.DEVNULL)
     t = time.perf_counter()
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     dt = time.perf_counter() - t
     if r.returncode != 0:
         sys.exit(f"start_bench: {' '.join(cmd)} failed ({r.returncode})")
-    shutil.rmtree(out, ignore_errors=True)
     return dt
 
 
-def attach_once(sptrace, tmp):
+def attach_once(sptrace, tmp, env=None):
     """(ms the command reports, ms the agent took to dormant)."""
-    out = os.path.join(tmp, "attach")
+    out = tempfile.mkdtemp(prefix="attach.", dir=tmp)
+    os.rmdir(out)                       # (sptrace attach makes it)
     sleeper = subprocess.Popen(["sleep", "300"])
     try:
         time.sleep(0.1)
         r = subprocess.run([sptrace, "attach", str(sleeper.pid), "-o", out, "--on", "signal"],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         cmd = re.search(r"attached to pid \d+ in ([0-9.]+) ms", r.stderr + r.stdout)
         with open(os.path.join(out, "agent.log")) as f:
             agent = re.search(r"started in ([0-9.]+) ms", f.read())
@@ -98,7 +105,6 @@ def attach_once(sptrace, tmp):
     finally:
         sleeper.kill()
         sleeper.wait()
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def main():
@@ -114,26 +120,36 @@ def main():
         tools = [("native", None)] + [("sptrace run", a.sptrace)] + \
             ([("old sptrace run", a.old)] if a.old else []) + \
             ([(f"sptrace run --budget {a.budget}", a.sptrace)] if a.budget else [])
-        out = os.path.join(tmp, "trace")
+        runs = iter(range(1 << 30))
+        repos = {}
+        for label, tool in tools[1:]:
+            repos.setdefault(tool, os.path.join(tmp, f"repo.{len(repos)}"))
+        envs = {label: dict(os.environ, SPTRACE_REPO=repos[tool]) if tool else None
+                for label, tool in tools}
 
         def cmd_of(tool, cmd, label=""):
             if not tool:
                 return cmd
             budget = ["--budget", a.budget] if "--budget" in label else []
+            out = os.path.join(tmp, f"trace.{next(runs)}")
             return [tool, "run", "-o", out] + budget + ["--"] + cmd
 
+        time.sleep(31)                         # (the 30 s of timed() above, gone)
         for name, cmd, pre, _ in wl:           # warm the repository
             for label, tool in tools[1:]:
-                timed(cmd_of(tool, cmd, label), pre, out)
+                timed(cmd_of(tool, cmd, label), pre, envs[label])
         times = {(n, l): [] for n, _, _, _ in wl for l, _ in tools}
         attach = {l: [] for l, _ in tools[1:] if "--budget" not in l}
-        for _ in range(a.rounds):
+        for rnd in range(a.rounds):
             for name, cmd, pre, _ in wl:
-                for label, tool in tools:
-                    times[(name, label)].append(timed(cmd_of(tool, cmd, label), pre, out))
+                # every other round in the other order: a machine that
+                # gets quieter or busier favours neither
+                for label, tool in (tools if rnd % 2 == 0 else tools[::-1]):
+                    times[(name, label)].append(timed(cmd_of(tool, cmd, label), pre,
+                                                      envs[label]))
             for label, tool in tools[1:]:
                 if label in attach:
-                    attach[label].append(attach_once(tool, tmp))
+                    attach[label].append(attach_once(tool, tmp, envs[label]))
         load = os.getloadavg()[0]
         print(f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
               f"{a.rounds} rounds, load average {load:.1f} at the end\n")

@@ -219,6 +219,8 @@ bool ag_ring_keeps_all(void);
 /* Record index c reached r's limit: move the window (the owner thread;
  * raw system calls only).  Whether c's slot is mapped to its place. */
 bool ag_ring_rotate(trace_ring_header *r, uint64_t c);
+/* ... with the thread not marked busy, a signal handler then traced? */
+bool ag_ring_moves_alone(const trace_ring_header *r);
 
 /* ---- pool.c ---- */
 typedef struct ag_pool ag_pool;

@@ -717,6 +717,10 @@ uint64_t ag_slow(uint64_t req)
 	 * any system call, which strict seccomp mode punishes with death. */
 	if (busy || ag_tls_quiet)
 		return 0;
+	/* A window's move, no lock of the agent's held: the thread stays
+	 * unmarked, a signal handler meanwhile is traced (ring.c). */
+	if (op == AG_SLOW_ROTATE && ag_ring_moves_alone(ag_tls_ring))
+		return ag_ring_rotate(ag_tls_ring, req & ((1ull << 56) - 1));
 	if ((op == AG_SLOW_RING || op == AG_SLOW_INDIRECT ||
 	     (op == AG_SLOW_INSTRUMENT && !ag_tls_ring)) && trap_blocked())
 		return op == AG_SLOW_INSTRUMENT;   /* instrument: go on (untraced) */

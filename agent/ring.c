@@ -26,14 +26,28 @@
  *   half follows and limit goes to ~0: the thread's records go on into
  *   memory, lost but counted, and never over the records kept.
  *
+ * The file starts shorter than its window: FIRST_PART bytes of records,
+ * which most short processes never fill, and the first move (at limit =
+ * FIRST_RECORDS, half of them) grows it to the two chunks the window maps
+ * (grow_first).  A whole window reserved at once cost every process 16 MB
+ * of blocks -- on a tmpfs, 16 MB of memory zeroed (3.7 ms) and freed again
+ * (2 ms).  Until then the slots below FIRST_PART are the ones mapped to the
+ * file (slot_mapped): as with the chunks, a record taken while the thread
+ * grows the file still finds its slot there.  If that growth fails, the
+ * whole window becomes memory and kept_end says the first part's end.
+ *
  * The moves use raw system calls only: no errno changes, no C library code
  * (which could hold one of the agent's int3s while this thread blocks
  * SIGTRAP), and the file's descriptor lives for three system calls.  Only
- * the owner thread moves its window; a signal handler that records while
- * the thread moves it finds the thread busy (ag_enter) and records nothing,
- * and one that interrupts the two instructions between taking an index and
- * comparing it with limit moves the window itself (the interrupted record's
- * slot is then still mapped: step 1).  A record written into another
+ * the owner thread moves its window.  A move the record stubs ask for
+ * (main.c, ag_slow) holds no lock of the agent's, and the thread is not
+ * marked busy meanwhile (ag_ring_moves_alone): a signal handler that runs
+ * then is traced, and stores its records in the slots still mapped (those
+ * past them are dropped); a handler that interrupts other work of the
+ * agent's runs untraced (signals.c).  One that interrupts the two
+ * instructions between taking an index and comparing it with limit moves
+ * the window itself (the interrupted record's slot is then still mapped:
+ * step 1).  A record written into another
  * thread's ring (ag_rings_event_all) is stored only if its slot is mapped.
  */
 #include <errno.h>
@@ -53,6 +67,8 @@ __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")
 
 #define MAX_RINGS 65536
 #define QUIET_START (1u << 20)          /* ag_ring_create */
+#define FIRST_PART (256u << 10)         /* a file of every record, at first */
+#define FIRST_RECORDS (FIRST_PART / 16) /* its first move */
 
 static trace_ring_header **rings;
 static volatile uint32_t nrings;
@@ -121,7 +137,36 @@ static bool slot_mapped(const trace_ring_header *r, uint64_t c)
 {
 	uint64_t lim = __atomic_load_n(&r->limit, __ATOMIC_ACQUIRE);
 
-	return !r->chunk || lim == ~0ull || (c + r->chunk >= lim && c < lim + r->chunk);
+	if (!r->chunk || lim == ~0ull)
+		return true;
+	if (lim < r->chunk)
+		return c < FIRST_PART / 8;      /* the file's first part */
+	return c + r->chunk >= lim && c < lim + r->chunk;
+}
+
+/* The file's first part is half full: the file grows to the whole window
+ * (the comment at the top), or the window becomes memory. */
+static void grow_first(trace_ring_header *r)
+{
+	uint64_t first = FIRST_PART / 8;
+	long fd = -1, rc = -EIO;
+
+	if (r->kept_end == ~0ull && own_path) {
+		fd = ag_arch_syscall6(SYS_open, (long)own_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, 0, 0, 0);
+		rc = fd < 0 ? fd : grow((int)fd, TRACE_RING_HEADER_SIZE + first * 8,
+					(r->capacity - first) * 8, true);
+		if (fd >= 0)
+			ag_arch_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+		if (rc == 0) {
+			__atomic_store_n(&r->limit, r->chunk, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+	r->kept_errno = (int32_t)-rc;
+	__atomic_store_n(&r->kept_end, first, __ATOMIC_RELEASE);
+	ag_arch_syscall6(SYS_mmap, (long)((char *)r + TRACE_RING_HEADER_SIZE), (long)(r->capacity * 8),
+			 PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	__atomic_store_n(&r->limit, ~0ull, __ATOMIC_RELEASE);
 }
 
 /* Steps 2 and 3 of the move (the comment at the top), once. */
@@ -175,12 +220,23 @@ bool ag_ring_rotate(trace_ring_header *r, uint64_t c)
 	} else if (r == own_ring && !moving) {
 		moving = 1;
 		/* The chunk just finished is still mapped: the budget's look at it. */
-		ag_budget_scan(r, r->limit - r->chunk, r->limit);
+		if (r->limit >= r->chunk && ag_budget_percent())
+			ag_budget_scan(r, r->limit - r->chunk, r->limit);
+		if (r->limit < r->chunk)
+			grow_first(r);
 		while (__atomic_load_n(&r->limit, __ATOMIC_ACQUIRE) <= c)
 			move_once(r);
 		moving = 0;
 	}
 	return slot_mapped(r, c);
+}
+
+/* May r's window move with the thread not marked busy (the comment at the
+ * top)?  A file of every record without a budget: the move is raw system
+ * calls only, and no C library code of the agent's runs. */
+bool ag_ring_moves_alone(const trace_ring_header *r)
+{
+	return r && r == own_ring && r->chunk && !ag_budget_percent();
 }
 
 /* Take a slot and fill it; taking it is one instruction, so a signal
@@ -231,6 +287,7 @@ trace_ring_header *ag_ring_create(void)
 	char path[4200];
 	pid_t tid = ag_tls_quiet ? 0 : (pid_t)syscall(SYS_gettid);
 	size_t size = TRACE_RING_HEADER_SIZE + ring_records * 8;
+	uint64_t first;
 	trace_ring_header *r;
 	uint32_t slot;
 	size_t plen;
@@ -246,7 +303,10 @@ trace_ring_header *ag_ring_create(void)
 	fd = ag_trace_open(path, O_RDWR | O_TRUNC);
 	if (fd < 0)
 		return ring_fails("create", path);
-	if ((rc = grow(fd, 0, size, keep_all)) < 0) {
+	/* (A window no larger than twice the first part: all of it at once.) */
+	first = keep_all && FIRST_PART / 8 < ring_records / 2 ? FIRST_RECORDS : ring_records / 2;
+	if ((rc = grow(fd, 0, first < ring_records / 2 ? TRACE_RING_HEADER_SIZE + FIRST_PART : size,
+		       keep_all)) < 0) {
 		close(fd);
 		errno = (int)-rc;
 		return ring_fails("size", path);
@@ -271,7 +331,7 @@ trace_ring_header *ag_ring_create(void)
 	r->mask = ring_records - 1;
 	r->kept_end = ~0ull;
 	r->chunk = keep_all ? ring_records / 2 : 0;
-	r->limit = keep_all ? ring_records / 2 : ~0ull;
+	r->limit = keep_all ? first : ~0ull;
 	r->pid = (uint32_t)getpid();
 	r->tid = (uint32_t)tid;
 	r->start_tsc = ag_rdtsc();

@@ -20,7 +20,7 @@ tests/progs/hotthreads.c: THREADS threads calling a small function.
   fsize     the program's RLIMIT_FSIZE stops the file from growing: the
             program runs on as natively (no SIGXFSZ), the records up to the
             limit are kept, and the readers say first how many were lost
-            and why.
+            and why; a limit below the window keeps the file's first part.
   compact   sptrace run packs the records (trace_format.h, "Packed
             blocks"): 4 threads x 1 M calls take at most 4 bytes a call on
             disk (the trace directory's allocated blocks), every call is
@@ -34,6 +34,8 @@ tests/progs/hotthreads.c: THREADS threads calling a small function.
             sptrace run still waits for the program (a traced shell runs
             hotthreads, then waits): its files are cut to their headers
             before the shell ends, and every call is read back once.
+  first     (PROG: tests/progs/sleeper) a process that records little has
+            a ring file of 256 KiB of records, not its whole window.
 (kill9 reads the agent's raw files itself: it runs with --no-compact.)
 """
 
@@ -237,6 +239,23 @@ def case_fsize(sptrace, prog, tmp):
         check(h["size"] <= limit and h["kept_end"] <= (h["size"] - h["hsize"]) // 8,
               "fsize: a file past the limit, or keeping more than it holds: %r" % h)
     check_said_first(sptrace, tdir, env, "fsize", ["could not grow", "File too large"])
+    # A limit below the default window (16 MiB) but above a file's first
+    # part (256 KiB, agent/ring.c): the first part is kept, the rest counted
+    # lost -- the old agent, which reserved the whole window at once, could
+    # make no ring at all.
+    limit, tdir = 1 << 20, os.path.join(tmp, "trace-small")
+    native = run([prog, "2", "2000000", "fsize", str(limit)])
+    r = run([sptrace, "run", "-o", tdir, "--", prog, "2", "2000000", "fsize", str(limit)], env=env)
+    check(r.returncode == native.returncode and r.stdout.split()[:2] == native.stdout.split()[:2],
+          "fsize below the window: traced exit %d (native %d)\n%s" %
+          (r.returncode, native.returncode, r.stderr[-2000:]))
+    kept = [h for h in map(header, [f for f in rings(tdir) if os.path.getsize(f) >= HEADER.size])
+            if h["kept_end"] != NO_END]
+    check(len(kept) == 2 and all(h["kept_end"] == (256 << 10) // 8 and h["size"] <= limit
+                                 for h in kept),
+          "fsize below the window: the worker threads' rings do not keep their first "
+          "256 KiB: %r" % kept)
+    check_said_first(sptrace, tdir, env, "fsize", ["could not grow", "File too large"])
 
 
 def disk_bytes(tdir, records_only=False):
@@ -417,12 +436,41 @@ def case_early(sptrace, prog, tmp):
           "times" % (len(heads), sum(h["count"] for h in heads.values()), calls["leaf"]))
 
 
+def case_first(sptrace, prog, tmp):
+    """A process that records little reserves little: its ring file starts
+    with 256 KiB of records (agent/ring.c), not its whole 16 MiB window -- on
+    a tmpfs, 16 MiB of memory zeroed and freed again in every process.  PROG
+    is tests/progs/sleeper, which waits for its standard input to close."""
+    env = private_repo_env(tmp)
+    tdir = os.path.join(tmp, "trace")
+    p = subprocess.Popen([sptrace, "run", "-o", tdir, "--", prog], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        check(p.stdout.readline() == "ready\n", "first: the sleeper did not start")
+        files = rings(tdir)
+        sizes = {f: (os.stat(f).st_size, os.stat(f).st_blocks * 512) for f in files}
+        check(all(size <= 4096 + (256 << 10) and blocks <= 4096 + (256 << 10)
+                  for size, blocks in sizes.values()),
+              "first: a ring of a process that recorded little is larger than its first part "
+              "(256 KiB and the header): %r" % sizes)
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    check(p.returncode == 0, "first: sptrace run exit %d: %s" % (p.returncode, p.stderr.read()))
+    rp = run([sptrace, "replay", tdir], env=env)
+    check(rp.returncode == 0 and "main() {" in rp.stdout, "first: no main in the replay:\n%s"
+          % (rp.stdout + rp.stderr)[:2000])
+    print("first: rings while running %r" % sizes)
+
+
 def main():
     if len(sys.argv) != 4:
-        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact|early HOTTHREADS")
+        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact|early|first PROG")
     sptrace, case, prog = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
     cases = {"threads": case_threads, "kill9": case_kill9, "lost": case_lost,
-             "fsize": case_fsize, "compact": case_compact, "early": case_early}
+             "fsize": case_fsize, "compact": case_compact, "early": case_early,
+             "first": case_first}
     check(case in cases, "unknown case %s" % case)
     tmp = tempfile.mkdtemp(prefix="sptrace-e2e-records-")
     try:

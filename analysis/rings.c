@@ -193,7 +193,8 @@ int an_ring_open(const char *path, trace_ring_header *h, uint64_t *said, sp_err 
 		return sp_fail(err, "%s: corrupt header: chunks of %" PRIu64 " records, but a window "
 			       "of %" PRIu64 " (two chunks expected)", path, h->chunk, h->capacity);
 	}
-	/* A file that keeps every record starts with two chunks; its records
+	/* A file that keeps every record grows as it goes (its first part,
+	 * then two chunks, then a chunk at a time: trace_format.h); its records
 	 * past its end (a cut copy) are counted lost, not refused. */
 	need = h->header_size + (h->chunk ? 0 : h->capacity * 8);
 	if ((uint64_t)st.st_size < need) {

@@ -413,7 +413,10 @@ static inline void trace_msg_unpack(const uint64_t data[TRACE_MSG_NDATA], uint32
  *     index reaches `limit` (the first index of the next chunk), the writer
  *     itself maps the chunk after it in place of the one it has just
  *     finished (a slow path: the file grows, one mmap) and moves limit on by
- *     a chunk.  The page cache writes the records to the file; nothing is
+ *     a chunk.  The file starts shorter: 256 KiB of records, limit at half
+ *     of them, and the first move grows it to the whole window (then limit
+ *     is one chunk), so a process that records little reserves little
+ *     (agent/ring.c).  The page cache writes the records to the file; nothing is
  *     copied and nothing overwritten.  If the file cannot grow (a full
  *     disk), the agent maps memory instead and sets kept_end: records from
  *     kept_end on are lost, and said so by every reader.  When the process
@@ -422,7 +425,7 @@ static inline void trace_msg_unpack(const uint64_t data[TRACE_MSG_NDATA], uint32
  *     the records past its end.
  *
  * A slot taken but not written (a crash right between, or a record a
- * nested signal handler skipped while the window moved) stays zero: the
+ * nested signal handler could not store while the window moved) stays zero: the
  * agent writes no zero record (kind ENTRY needs a site id, and 0 is none),
  * so readers skip zero records.
  */

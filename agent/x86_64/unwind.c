@@ -67,10 +67,12 @@
  *        must stay the program's), and on the control thread when it
  *        finds new modules (one the C library loaded by itself, before
  *        they get pools).
- *     4. Left uncovered: libgcc_s loaded by the C library on its own
- *        (__libc_dlopen: its name service modules, its internal
- *        cancellation of its helper threads) and an unwind through an area
- *        before the control thread's next look (200 ms).
+ *     4. Left uncovered, until the control thread's next look (200 ms):
+ *        libgcc_s loaded by the C library on its own (__libc_dlopen: its
+ *        name service modules, its internal cancellation of its helper
+ *        threads), or through a dlopen of the program's own that comes
+ *        before the agent's in the symbol lookup, then an unwind through
+ *        an area.
  *    Its code is the program's, traced like any library's;
  *  - with the agent's private copy of libgcc's unwinder (libgcc_eh, linked
  *    in with -static-libgcc), which walks the stacks at a mid-run

@@ -63,6 +63,9 @@ while [ ! -e go.ready ]; do sleep 0.1; done
 sptrace attach --kernel -o att.data $A > attach.out 2> attach.err &
 S=$!
 i=0; while ! grep -q 'recording pid' attach.out && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+# ... and until the agent is tracing (meta says "activated"): under load the
+# program's calls could come first (the trace then had no thread at all)
+i=0; while ! grep -q '^activated' att.data/meta 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
 touch go
 wait $S; echo "@@attach-status $?"
 wait $A; echo "@@attached-status $?"

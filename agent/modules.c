@@ -215,25 +215,16 @@ void ag_modules_images_init(const char *env)
 {
 	ca_image_set_memo(&image_memo);
 	while (env && *env) {
-		ca_image_id id;
-		char *end;
+		uint64_t v[5];
+		const char *p = env;
+		char *end = NULL;
 
-		id.dev = strtoull(env, &end, 16);
-		if (*end != '.')
-			break;
-		id.ino = strtoull(end + 1, &end, 16);
-		if (*end != '.')
-			break;
-		id.size = strtoull(end + 1, &end, 16);
-		if (*end != '.')
-			break;
-		id.ctime_ns = strtoull(end + 1, &end, 16);
-		if (*end != '.')
-			break;
-		id.nonce = strtoull(end + 1, &end, 16);
-		if (*end != ',' && *end != '\0')
-			break;
-		image_checked(&id);
+		for (int k = 0; k < 5; k++, p = end + 1) {
+			v[k] = strtoull(p, &end, 16);
+			if (end == p || !(k < 4 ? *end == '.' : *end == ',' || *end == '\0'))
+				return;         /* not ours: the images are checked */
+		}
+		image_checked(&(ca_image_id){ v[0], v[1], v[2], v[3], v[4] });
 		env = *end ? end + 1 : end;
 	}
 }

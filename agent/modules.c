@@ -173,8 +173,6 @@ static bool prepared_ok(void)
 	return true;
 }
 
-/* The module's code analysis: its repository entry (ours, else the one
- * sptrace attach prepared), else analysed now and stored in ours. */
 /*
  * The calls images whose every record was checked (codeanalysis/image.c,
  * step 2): by this process, or by the images before it in the run -- each
@@ -251,6 +249,8 @@ bool ag_modules_images_env(char *out, size_t len)
 	return n > 0;
 }
 
+/* The module's code analysis: its repository entry (ours, else the one
+ * sptrace attach prepared), else analysed now and stored in ours. */
 static int analysis_of(const ag_module *m, ca_module **ca, int *from_repo, sp_err *e)
 {
 	const char *own = ag_repo_dir[0] ? ag_repo_dir : NULL;

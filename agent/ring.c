@@ -68,7 +68,8 @@ __thread trace_ring_header *ag_tls_ring __attribute__((tls_model("initial-exec")
 #define MAX_RINGS 65536
 #define QUIET_START (1u << 20)          /* ag_ring_create */
 #define FIRST_PART (256u << 10)         /* a file of every record, at first */
-#define FIRST_RECORDS (FIRST_PART / 16) /* its first move */
+#define FIRST_SLOTS (FIRST_PART / 8)    /* ... its records */
+#define FIRST_RECORDS (FIRST_SLOTS / 2) /* its first move */
 
 static trace_ring_header **rings;
 static volatile uint32_t nrings;
@@ -140,7 +141,7 @@ static bool slot_mapped(const trace_ring_header *r, uint64_t c)
 	if (!r->chunk || lim == ~0ull)
 		return true;
 	if (lim < r->chunk)
-		return c < FIRST_PART / 8;      /* the file's first part */
+		return c < FIRST_SLOTS;         /* the file's first part */
 	return c + r->chunk >= lim && c < lim + r->chunk;
 }
 
@@ -148,13 +149,12 @@ static bool slot_mapped(const trace_ring_header *r, uint64_t c)
  * (the comment at the top), or the window becomes memory. */
 static void grow_first(trace_ring_header *r)
 {
-	uint64_t first = FIRST_PART / 8;
 	long fd = -1, rc = -EIO;
 
 	if (r->kept_end == ~0ull && own_path) {
 		fd = ag_arch_syscall6(SYS_open, (long)own_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, 0, 0, 0);
-		rc = fd < 0 ? fd : grow((int)fd, TRACE_RING_HEADER_SIZE + first * 8,
-					(r->capacity - first) * 8, true);
+		rc = fd < 0 ? fd : grow((int)fd, TRACE_RING_HEADER_SIZE + FIRST_PART,
+					(r->capacity - FIRST_SLOTS) * 8, true);
 		if (fd >= 0)
 			ag_arch_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
 		if (rc == 0) {
@@ -163,7 +163,7 @@ static void grow_first(trace_ring_header *r)
 		}
 	}
 	r->kept_errno = (int32_t)-rc;
-	__atomic_store_n(&r->kept_end, first, __ATOMIC_RELEASE);
+	__atomic_store_n(&r->kept_end, FIRST_SLOTS, __ATOMIC_RELEASE);
 	ag_arch_syscall6(SYS_mmap, (long)((char *)r + TRACE_RING_HEADER_SIZE), (long)(r->capacity * 8),
 			 PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	__atomic_store_n(&r->limit, ~0ull, __ATOMIC_RELEASE);
@@ -220,7 +220,7 @@ bool ag_ring_rotate(trace_ring_header *r, uint64_t c)
 	} else if (r == own_ring && !moving) {
 		moving = 1;
 		/* The chunk just finished is still mapped: the budget's look at it. */
-		if (r->limit >= r->chunk && ag_budget_percent())
+		if (r->limit >= r->chunk)
 			ag_budget_scan(r, r->limit - r->chunk, r->limit);
 		if (r->limit < r->chunk)
 			grow_first(r);
@@ -287,7 +287,8 @@ trace_ring_header *ag_ring_create(void)
 	char path[4200];
 	pid_t tid = ag_tls_quiet ? 0 : (pid_t)syscall(SYS_gettid);
 	size_t size = TRACE_RING_HEADER_SIZE + ring_records * 8;
-	uint64_t first;
+	/* A window no larger than twice the first part is reserved whole. */
+	bool part = keep_all && FIRST_SLOTS < ring_records / 2;
 	trace_ring_header *r;
 	uint32_t slot;
 	size_t plen;
@@ -303,10 +304,7 @@ trace_ring_header *ag_ring_create(void)
 	fd = ag_trace_open(path, O_RDWR | O_TRUNC);
 	if (fd < 0)
 		return ring_fails("create", path);
-	/* (A window no larger than twice the first part: all of it at once.) */
-	first = keep_all && FIRST_PART / 8 < ring_records / 2 ? FIRST_RECORDS : ring_records / 2;
-	if ((rc = grow(fd, 0, first < ring_records / 2 ? TRACE_RING_HEADER_SIZE + FIRST_PART : size,
-		       keep_all)) < 0) {
+	if ((rc = grow(fd, 0, part ? TRACE_RING_HEADER_SIZE + FIRST_PART : size, keep_all)) < 0) {
 		close(fd);
 		errno = (int)-rc;
 		return ring_fails("size", path);
@@ -331,7 +329,7 @@ trace_ring_header *ag_ring_create(void)
 	r->mask = ring_records - 1;
 	r->kept_end = ~0ull;
 	r->chunk = keep_all ? ring_records / 2 : 0;
-	r->limit = keep_all ? first : ~0ull;
+	r->limit = !keep_all ? ~0ull : part ? FIRST_RECORDS : ring_records / 2;
 	r->pid = (uint32_t)getpid();
 	r->tid = (uint32_t)tid;
 	r->start_tsc = ag_rdtsc();

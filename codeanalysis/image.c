@@ -245,8 +245,8 @@ int ca_image_map(const char *path, const char *key, ca_module **out, char *why, 
 	h = (const image_hdr *)base;
 	id = (ca_image_id){ (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
 			    (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec,
-			    (size_t)st.st_size >= sizeof *h ? h->nonce : 0 };
-	seen = memo && (size_t)st.st_size >= sizeof *h && memo->seen(&id);
+			    h->nonce };
+	seen = memo && memo->seen(&id);
 	if (check(h, (size_t)st.st_size, base, seen, why, whylen) < 0 ||
 	    (strcmp(h->key, key) != 0 && BAD("made for another key") < 0) ||
 	    (!(m = ca_module_new()) && BAD("out of memory") < 0)) {

@@ -595,8 +595,10 @@ void ag_meta_runtimes(const ag_module *m);   /* its "runtime" lines (main.c), on
 void ag_meta_changed(void);  /* "changed" lines for sites left alone since the last (main.c) */
 /* Agent code running on an application thread brackets itself with these:
  * meanwhile the thread's TLS ring is NULL, so traced code the agent calls
- * (libc) records nothing, and nested slow paths answer "skip".  ag_enter
+ * (libc) records nothing, and nested slow paths answer "skip" (in
+ * ag_tramp_slow, before it saves anything: ag_tls_busy).  ag_enter
  * returns the thread's ring (NULL if none yet); ag_leave installs one. */
+extern __thread int ag_tls_busy __attribute__((tls_model("initial-exec")));
 trace_ring_header *ag_enter(void);
 void ag_leave(trace_ring_header *ring);
 bool ag_active(void);                      /* activated and not stopped */

@@ -659,19 +659,19 @@ uint64_t ag_root_return(void)
  * itself calls (libc) sees no ring and skips its records, and a nested slow
  * path (a signal handler, say) answers "skip" at once.
  */
-static __thread int busy __attribute__((tls_model("initial-exec")));
+__thread int ag_tls_busy __attribute__((tls_model("initial-exec")));
 __thread uint64_t ag_tls_target __attribute__((tls_model("initial-exec")));
 
 bool ag_busy(void)
 {
-	return busy != 0;
+	return ag_tls_busy != 0;
 }
 
 trace_ring_header *ag_enter(void)
 {
 	trace_ring_header *r = ag_tls_ring;
 
-	busy++;
+	ag_tls_busy++;
 	ag_tls_ring = NULL;
 	ag_tls_counts = NULL;       /* nor counted (budget.c) */
 	return r;
@@ -682,7 +682,7 @@ void ag_leave(trace_ring_header *ring)
 	/* A thread that went quiet meanwhile (tsc.c) keeps no ring. */
 	ag_tls_ring = ag_tls_quiet ? NULL : ring;
 	ag_tls_counts = ag_tls_ring ? ag_budget_counts() : NULL;
-	busy--;
+	ag_tls_busy--;
 }
 
 /* Is SIGTRAP blocked in this thread's real mask?  (The raw system call:
@@ -713,10 +713,8 @@ uint64_t ag_slow(uint64_t req)
 	trace_ring_header *ring;
 	uint64_t answer = 0;
 
-	/* A quiet thread (tsc.c): skip the record, call untraced -- before
-	 * any system call, which strict seccomp mode punishes with death. */
-	if (busy || ag_tls_quiet)
-		return 0;
+	/* (A busy or quiet thread never gets here: ag_tramp_slow answered
+	 * "skip" before its save.) */
 	/* A window's move, no lock of the agent's held: the thread stays
 	 * unmarked, a signal handler meanwhile is traced (ring.c). */
 	if (op == AG_SLOW_ROTATE && ag_ring_moves_alone(ag_tls_ring))

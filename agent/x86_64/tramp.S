@@ -7,7 +7,10 @@
  * upper halves, AVX-512, ...), calls ag_slow(request) on a 64-byte aligned
  * stack, restores everything but r11, which carries ag_slow's answer (r11 is
  * dead at a call site), and returns into the stub.  The program can never
- * tell a slow path ran.
+ * tell a slow path ran.  A thread in the agent's own code (ag_tls_busy: the
+ * C library calls it makes, hundreds in a forked child's handlers) or a
+ * quiet one (tsc.c: no system call, no record) gets "skip" (0) at once,
+ * without the save.
  *
  * ag_tramp_return: the root function (where tracing began on this thread)
  * returns here instead of to its caller.  It records the exit, asks the
@@ -355,7 +358,8 @@ ag_tramp_slow:
 	.cfi_startproc
 	endbr64
 	/*
-	 * First, without the full save: an indirect site's cache missed a
+	 * First, without the full save: a busy or quiet thread is answered
+	 * "skip", as ag_slow would answer it.  Then, an indirect site's cache missed a
 	 * callee the site has seen before (a polymorphic call alternates
 	 * between a few): find it among the site's known callees and refill
 	 * the cache -- words first, target last, as ag_indirect_miss does --
@@ -365,6 +369,12 @@ ag_tramp_slow:
 	push	%rax
 	push	%rcx
 	push	%rdx
+	movq	ag_tls_busy@gottpoff(%rip), %rax
+	cmpl	$0, %fs:(%rax)
+	jne	8f
+	movq	ag_tls_quiet@gottpoff(%rip), %rax
+	cmpb	$0, %fs:(%rax)
+	jne	8f
 	mov	%r11, %rax
 	shr	$56, %rax
 	cmp	$AG_SLOW_INDIRECT, %eax
@@ -394,6 +404,12 @@ ag_tramp_slow:
 	pop	%rax
 	popfq
 	mov	$1, %r11d
+	ret
+8:	pop	%rdx			/* busy or quiet: skip */
+	pop	%rcx
+	pop	%rax
+	popfq
+	xor	%r11d, %r11d
 	ret
 9:	pop	%rdx
 	pop	%rcx

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -162,6 +163,12 @@ static void *control_main(void *arg)
 	/* This thread is the agent's: it records nothing, ever (the libc code
 	 * it runs may be instrumented). */
 	ag_enter();
+	/* Named by itself (prctl), not by the starting thread: the C library
+	 * names another thread through /proc/self/task/TID/comm, and that
+	 * entry cost the parent's wait for this process 0.2 ms in the kernel
+	 * (d_invalidate spinning over the dying process's /proc entries while
+	 * this thread's own exit freed them on the other CPU: bench/START.md). */
+	prctl(PR_SET_NAME, "sptrace-ctl");
 	control_tid = (int)syscall(SYS_gettid);
 	__atomic_store_n(&serving, 1, __ATOMIC_RELEASE);
 	/* Point 2 below: the descriptors this thread keeps, opened while the
@@ -339,7 +346,6 @@ int ag_control_start(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0)
 		return -1;
-	pthread_setname_np(control_th, "sptrace-ctl");
 	control_started = true;
 	return 0;
 }

@@ -146,6 +146,8 @@ static uint8_t *stub_rw(uint64_t rx)
  * here rather than at start so that only slots in use take memory).  Slots
  * are taken from the pool as they are first needed: a fork copies the
  * pool's used part (pool.c), which would otherwise be all 2 MB of it. */
+static void stub_put(uint64_t s);
+
 static uint64_t stub_get(void)
 {
 	uint64_t s = 0, tramp = (uint64_t)(uintptr_t)ag_tramp_retpoint;
@@ -159,6 +161,10 @@ static uint64_t stub_get(void)
 	sunlock();
 	if (!s)
 		return 0;
+	if (!ag_pool_writing(stub_pool)) {
+		stub_put(s);
+		return 0;
+	}
 	ag_emit_return_stub(stub_rw(s), s, tramp);
 	return s;
 }

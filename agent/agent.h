@@ -235,6 +235,7 @@ ag_pool *ag_pool_near(uint64_t lo, uint64_t hi, size_t small, size_t big, size_t
 /* A slot for an area of n bytes of code (small if it fits, else big): its
  * start in *rx and *rw (the words; the code at + AG_SLOT_WORDS). */
 bool ag_pool_code(ag_pool *p, size_t n, uint8_t **rx, uint8_t **rw);
+bool ag_pool_writing(ag_pool *p);   /* a reused pool's slot is written next (fork) */
 uint64_t ag_pool_slot_of(uint64_t addr);       /* the slot addr lies in, 0: none */
 uint8_t *ag_pool_data(ag_pool *p, size_t n);   /* zeroed, rip-reachable from the code */
 uint64_t ag_pool_stubs(ag_pool *p);            /* its table of AG_STUBS stub addresses */

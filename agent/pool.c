@@ -47,6 +47,8 @@ struct ag_pool {
 	uint64_t stubs;   /* its data's table of the stubs' addresses (emit.c) */
 	pid_t owner;      /* the process whose memfd holds each region from `used` on */
 	bool reused;      /* slots written again after use: copied at a fork */
+	bool written;     /* ... and one was (ag_pool_writing) */
+	bool snap_none;   /* ... not, at the fork in progress: no copy */
 	int snap_fd;      /* its copy for a fork in progress (reused pools), -1 */
 };
 
@@ -391,7 +393,13 @@ bool ag_pool_holds(uint64_t addr)
  *      it is reused (activate.c), so that pool is copied for the child as it
  *      is at the fork (`reused`: ag_pools_snapshot, with the instrument lock
  *      held), as every pool was before -- a copy of 6 MB for bash's areas,
- *      2 ms at every fork.
+ *      2 ms at every fork.  Unless nothing was ever written into it (no
+ *      activation in the middle of the run: every process of `sptrace run`
+ *      that is not activated later): then there is nothing the child could
+ *      need, and no copy (a memfd, its size, two writes and two maps at
+ *      every fork).  The child's pool stays its parent's memory until its
+ *      first write (ag_pool_writing), which maps an empty memfd of its own
+ *      over all of it first, as take_rest does for the rest of the others.
  *
  * A process that only forks and execs thus copies nothing, nor maps
  * anything.  A vfork child runs on its parent's memory (and pid in
@@ -437,12 +445,45 @@ static void take_rest(ag_pool *p)
 		close(fd);
 }
 
+/* Point 4: a reused pool's slot is about to be written.  False: no memory
+ * of this process's own to write into (said in agent.log). */
+bool ag_pool_writing(ag_pool *p)
+{
+	bool ok = true;
+	int fd;
+
+	lock(p);
+	if (p->owner != ag_self_pid) {
+		fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
+		ok = fd >= 0 && ftruncate(fd, (off_t)p->code_size) == 0 &&
+		     mmap(p->rw, p->code_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
+			     MAP_FAILED &&
+		     mmap(p->rx, p->code_size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd, 0) !=
+			     MAP_FAILED;
+		if (fd >= 0)
+			close(fd);
+		if (ok)
+			p->owner = ag_self_pid;
+		else
+			ag_log("fork: no return-stub pool of its own (%s); a mid-run activation "
+			       "will not record the exits of the functions already running",
+			       strerror(errno));
+	}
+	if (ok)
+		p->written = true;
+	unlock(p);
+	return ok;
+}
+
 void ag_pools_snapshot(void)
 {
 	for (ag_pool *p = all_pools; p; p = p->next) {
 		int fd;
 
 		if (!p->reused)
+			continue;
+		p->snap_none = !p->written;
+		if (p->snap_none)
 			continue;
 		fd = (int)syscall(SYS_memfd_create, "sptrace-pool", MFD_CLOEXEC);
 		if (fd >= 0 && (ftruncate(fd, (off_t)p->code_size) < 0 ||
@@ -475,6 +516,8 @@ void ag_pools_after_fork(void)
 
 		if (!p->reused)
 			continue;
+		if (p->snap_none)
+			continue;       /* point 4: its own memory at its first write */
 		if (fd < 0 ||
 		    mmap(p->rw, p->code_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
 			    MAP_FAILED ||

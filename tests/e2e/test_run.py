@@ -344,6 +344,27 @@ def case_fork_hints(sptrace, prog, tmp):
           "fork-hints: want 20 children's %r, got:\n%s" % (want, "\n".join(trees)))
 
 
+def case_fork_stubs(sptrace, prog, tmp):
+    """A pre-forking server under --on accept: two workers forked before any
+    activation are each activated by their accept, and the frames of their
+    different chains get return stubs.  Nothing was written into the
+    return-stub pool before the fork, so it is not copied at the fork
+    (agent/pool.c, point 4): each worker maps memory of its own over it
+    before its first stub.  Without that, the second worker's stubs took
+    the first one's slots in the parent's pool and sent its returns into
+    the other chain ("workers 21 26")."""
+    tdir = os.path.join(tmp, "trace")
+    native = run([prog, "fork-stubs"])
+    check(native.stdout == "fork-stubs workers 13 26\n", "fork-stubs native: %r" % native.stdout)
+    trace = traced(sptrace, tdir, [prog, "fork-stubs"], on="accept")
+    same_behaviour(native, trace, "fork-stubs")
+    log = open(os.path.join(tdir, "agent.log")).read()
+    stubs = re.findall(r"pid (\d+): activation: thread \d+ walked \d+ frames, \d+ traced functions "
+                       r"entered, ([1-9]\d*) return stubs", log)
+    check(len({pid for pid, _ in stubs}) == 2,
+          "fork-stubs: want return stubs in both workers, agent.log says:\n" + log)
+
+
 def case_signals(sptrace, prog, tmp):
     """Timer signals arriving while traced code runs (in patch areas too):
     same behaviour; the handler is traced from its start, like a thread's
@@ -1242,6 +1263,8 @@ def main():
             case_ends_barrier(sptrace, sys.argv[3], tmp)
         elif case == "fork-hints":
             case_fork_hints(sptrace, sys.argv[3], tmp)
+        elif case == "fork-stubs":
+            case_fork_stubs(sptrace, sys.argv[3], tmp)
         elif case in ("churn", "churn-detached"):
             case_churn(sptrace, sys.argv[3], case, tmp)
         elif case in CONF:

@@ -23,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define KEEP __attribute__((noinline, noclone))
@@ -496,6 +499,79 @@ KEEP int fork_hints(void)
 	return 0;
 }
 
+/*
+ * fork-stubs: a pre-forking server.  The parent listens on a loopback port,
+ * forks two workers before any activation, and connects to itself twice.
+ * Each worker waits in accept() at the bottom of a chain of its own
+ * (fa1 -> fa2, fb1 -> fb2); under --on accept its accept activates it, and
+ * the frames of its chain get return stubs.  Both workers hold on after
+ * their accept until both have been activated, then return through their
+ * stubs.  A worker's stubs must land in memory of its own, not in the
+ * parent's pool the two share after the fork (agent/pool.c, point 4):
+ * there the second worker's would send the first one's returns into the
+ * other chain.  Worker a computes (1 + 1) * 3 + 7, worker b (2 + 1) * 5 +
+ * 11, each its exit status.
+ */
+static int fs_listen = -1, fs_ready[2];
+
+static int fs_accept(int x)
+{
+	int c = accept(fs_listen, NULL, NULL);
+	char go;
+
+	if (c < 0)
+		return -100;
+	/* activated (or natively, accepted): say so, then hold on for "go" */
+	if (write(fs_ready[1], "a", 1) != 1 || read(c, &go, 1) != 1)
+		return -100;
+	close(c);
+	return x + 1;
+}
+static int (*volatile fs_accept_fn)(int) = fs_accept;
+KEEP int fa2(int x) { return fs_accept_fn(x) * 3; }
+KEEP int fa1(int x) { return fa2(x) + 7; }
+KEEP int fb2(int x) { return fs_accept_fn(x) * 5; }
+KEEP int fb1(int x) { return fb2(x) + 11; }
+
+KEEP int fork_stubs(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof sa;
+	int c[2], st[2] = { 0, 0 };
+	pid_t w[2];
+	char got;
+
+	fflush(stdout);
+	fs_listen = socket(AF_INET, SOCK_STREAM, 0);
+	if (fs_listen < 0 || bind(fs_listen, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+	    listen(fs_listen, 4) != 0 || getsockname(fs_listen, (struct sockaddr *)&sa, &len) != 0 ||
+	    pipe(fs_ready) != 0)
+		return -1;
+	for (int k = 0; k < 2; k++) {
+		w[k] = fork();
+		if (w[k] == 0)
+			_exit((k ? fb1(2) : fa1(1)) & 0xff);
+		if (w[k] < 0)
+			return -1;
+	}
+	/* both connected and both workers past their accept before either
+	 * goes on */
+	for (int k = 0; k < 2; k++) {
+		c[k] = socket(AF_INET, SOCK_STREAM, 0);
+		if (c[k] < 0 || connect(c[k], (struct sockaddr *)&sa, sizeof sa) != 0 ||
+		    read(fs_ready[0], &got, 1) != 1)
+			return -1;
+	}
+	for (int k = 0; k < 2; k++)
+		if (write(c[k], "g", 1) != 1)
+			return -1;
+	for (int k = 0; k < 2; k++)
+		if (waitpid(w[k], &st[k], 0) != w[k] || !WIFEXITED(st[k]))
+			return -1;
+	printf("fork-stubs workers %d %d\n", WEXITSTATUS(st[0]), WEXITSTATUS(st[1]));
+	return 0;
+}
+
 KEEP int threads(void)
 {
 	pthread_t t[4];
@@ -802,6 +878,8 @@ int main(int argc, char **argv)
 		return fork_areas() != 0;
 	} else if (strcmp(what, "fork-hints") == 0) {
 		return fork_hints() != 0;
+	} else if (strcmp(what, "fork-stubs") == 0) {
+		return fork_stubs() != 0;
 	} else if (strcmp(what, "longjmp") == 0) {
 		printf("longjmp %d\n", jumper());
 	} else if (strcmp(what, "signals") == 0) {

@@ -568,6 +568,9 @@ void ag_control_stop(void);
 int ag_control_tid(void);              /* the control thread's id, 0 before it runs */
 bool ag_control_serving(void);         /* it runs in this process: creds.c mirrors to it */
 void ag_control_wake(void);            /* the control thread looks at relocated windows soon */
+void ag_control_wake_to_populate(void); /* ... faults in rings' next chunks (raw calls only) */
+void ag_rings_populate(void);          /* control thread: ring.c, point 4 */
+void ag_rings_populate_log(void);      /* its figures, at the end (agent.log) */
 
 /* ---- creds.c: the control thread holds the program thread's capabilities ---- */
 void ag_creds_serve(void);             /* control thread: make the posted call on itself */

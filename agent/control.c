@@ -51,6 +51,9 @@ static char xdg[4096];            /* XDG_RUNTIME_DIR when the agent started */
 static char reg_name[64];         /* <pid>-<start time>, registered in reg_fd */
 static volatile int reg_fd = -1;  /* the registry dir, checked (registry.h) */
 static volatile int wake_fd = -1; /* ag_control_wake */
+static volatile int wake_reloc, wake_populate;  /* why it was woken */
+static dev_t wake_dev;            /* wake_fd's, for a raw check */
+static ino_t wake_ino;
 static volatile int fifo_fd = -1;
 static pid_t owner;             /* the process that registered them (not a forked child) */
 static volatile int control_ready;  /* its start is done (point 3 below) */
@@ -227,11 +230,15 @@ static void *control_main(void *arg)
 
 			if (read(wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
 				ag_log("control: wake-up: %s", strerror(errno));
-			nanosleep(&nap, NULL);
-			ag_reloc_upgrade();
-			ag_instrument_lock();
-			ag_traps_retire_hot();
-			ag_instrument_unlock();
+			if (__atomic_exchange_n(&wake_populate, 0, __ATOMIC_ACQ_REL))
+				ag_rings_populate();
+			if (__atomic_exchange_n(&wake_reloc, 0, __ATOMIC_ACQ_REL)) {
+				nanosleep(&nap, NULL);
+				ag_reloc_upgrade();
+				ag_instrument_lock();
+				ag_traps_retire_hot();
+				ag_instrument_unlock();
+			}
 			if (!(p[0].revents & POLLIN))
 				continue;
 		}
@@ -258,8 +265,28 @@ void ag_control_wake(void)
 {
 	uint64_t one = 1;
 
+	__atomic_store_n(&wake_reloc, 1, __ATOMIC_RELEASE);
 	if (wake_fd >= 0 && write(ag_fd_checked(&wake_fd), &one, sizeof one) < 0)
 		return;                         /* the counter is full: awake anyway */
+}
+
+/* A ring's next chunk waits to be faulted in (ring.c, point 4): from a
+ * window's move, so raw system calls only; nothing in a forked child,
+ * whose process has no control thread. */
+void ag_control_wake_to_populate(void)
+{
+	uint64_t one = 1;
+	int fd = wake_fd;
+	struct stat st;
+
+	/* (fds.c, rule 4, by a raw fstat: still the eventfd made at start) */
+	if (fd < 0 || !__atomic_load_n(&serving, __ATOMIC_ACQUIRE) ||
+	    ag_arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0) != owner ||
+	    ag_arch_syscall6(SYS_fstat, fd, (long)&st, 0, 0, 0, 0) != 0 ||
+	    st.st_dev != wake_dev || st.st_ino != wake_ino)
+		return;
+	__atomic_store_n(&wake_populate, 1, __ATOMIC_RELEASE);
+	ag_arch_syscall6(SYS_write, fd, (long)&one, sizeof one, 0, 0, 0);
 }
 
 /*
@@ -321,6 +348,14 @@ int ag_control_start(void)
 	owner = getpid();
 	wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ag_fd_keep(&wake_fd, NULL, 0);
+	{
+		struct stat st;
+
+		if (wake_fd >= 0 && fstat(wake_fd, &st) == 0) {
+			wake_dev = st.st_dev;
+			wake_ino = st.st_ino;
+		}
+	}
 	snprintf(fifo, sizeof fifo, "%s/control", ag_dir);
 	took = ag_spare_take_node(AG_SPARE_FIFO, fifo);
 	if (took < 0 && mkfifo(fifo, 0600) == 0) {

@@ -913,6 +913,7 @@ static void end_trace(const char *why, bool restore)
 	       "through their int3); %lu hot traps put back", (unsigned long)sites,
 	       (unsigned long)skind, (unsigned long)ag_traps_retired());
 	ag_spare_log_end();
+	ag_rings_populate_log();
 	meta_append("%s %lu\n%s %lu\n%s %s\n", TRACE_META_TSC1, (unsigned long)ag_rdtsc(),
 		    TRACE_META_MONO1, (unsigned long)ns(CLOCK_MONOTONIC), TRACE_META_END, why);
 }

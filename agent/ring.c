@@ -36,6 +36,22 @@
  * grows the file still finds its slot there.  If that growth fails, the
  * whole window becomes memory and kept_end says the first part's end.
  *
+ *   4. The chunk step 2 maps is faulted in by the control thread, not by
+ *      the writer: the move leaves its address in `ahead` (one per ring;
+ *      a newer move's replaces it) and wakes the control thread with one
+ *      raw write (control.c), which makes the pages with
+ *      MADV_POPULATE_WRITE, a piece at a time, while the writer fills
+ *      chunk K.  A new page of the file cost the writer its fault, the
+ *      page's allocation and zeroing and the file system's share: about
+ *      4.3 ns a record (bench/PAGECOST.md), a quarter of python3's traced
+ *      time, now spent on another core where there is one.  A page the
+ *      writer reaches first it faults in itself, as before; a chunk the
+ *      control thread never gets to costs nothing more.  The window's
+ *      halves are only ever the ring file's or, after a failed move,
+ *      anonymous memory of the ring's: the control thread touches nothing
+ *      of the program's.  A forked child has no control thread and asks
+ *      for nothing.
+ *
  * The moves use raw system calls only: no errno changes, no C library code
  * (which could hold one of the agent's int3s while this thread blocks
  * SIGTRAP), and the file's descriptor lives for three system calls.  Only
@@ -52,6 +68,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -81,6 +98,11 @@ static bool keep_all;                      /* SPTRACE_RECORDS=all: chunked files
 static __thread trace_ring_header *own_ring __attribute__((tls_model("initial-exec")));
 static __thread char *own_path __attribute__((tls_model("initial-exec")));
 static __thread uint8_t moving __attribute__((tls_model("initial-exec")));
+static __thread uint32_t own_slot __attribute__((tls_model("initial-exec")));  /* in rings, + 1 */
+/* Point 4: each ring's chunk mapped ahead, for the control thread to fault
+ * in (its address; 0: none). */
+static volatile uint64_t *ahead;
+static volatile uint64_t *ahead_tsc;    /* ... and when it was asked for */
 
 /* The sizes sptrace run --ring-size allows (cli/trace_dir.c): 8 KiB of
  * records at least, 64 GiB at most.  Beyond that the doubling below would
@@ -187,6 +209,12 @@ static void move_once(trace_ring_header *r)
 			ag_arch_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
 		if (rc == (long)half) {
 			__atomic_store_n(&r->limit, r->limit + h, __ATOMIC_RELEASE);
+			if (ahead && own_slot) {
+				ahead_tsc[own_slot - 1] = ag_rdtsc();
+				__atomic_store_n(&ahead[own_slot - 1], (uint64_t)(uintptr_t)half,
+						 __ATOMIC_RELEASE);
+				ag_control_wake_to_populate();
+			}
 			return;
 		}
 	}
@@ -345,8 +373,11 @@ trace_ring_header *ag_ring_create(void)
 	ag_budget_thread(r);
 	ag_ring_sync(r, r->start_tsc);
 	slot = __atomic_fetch_add(&nrings, 1, __ATOMIC_ACQ_REL);
-	if (rings && slot < MAX_RINGS)
+	own_slot = 0;
+	if (rings && slot < MAX_RINGS) {
 		rings[slot] = r;
+		own_slot = slot + 1;
+	}
 	return r;
 }
 
@@ -415,7 +446,90 @@ void ag_ring_put_msg(trace_ring_header *r, uint32_t event, const uint64_t data[T
 int ag_rings_init(void)
 {
 	rings = ag_alloc(MAX_RINGS * sizeof *rings);
+	ahead = keep_all ? ag_alloc(MAX_RINGS * sizeof *ahead) : NULL;
+	ahead_tsc = ahead ? ag_alloc(MAX_RINGS * sizeof *ahead_tsc) : NULL;
+	if (!ahead_tsc)
+		ahead = NULL;
 	return rings ? 0 : -1;
+}
+
+/* Point 4, the control thread's side: fault in each chunk a move mapped
+ * ahead, a piece at a time (each piece holds the address space's lock for
+ * reading: another thread's mmap waits at most that long). */
+#define POPULATE_PIECE (256u << 10)
+
+static int populate_unsupported;
+static uint64_t populated, populate_ns, populate_left;  /* chunks, their time; left */
+
+/* Threads that moved their window in the last 100 ms: writers busy enough
+ * to fill a chunk in a second or so. */
+static uint32_t busy_writers(uint32_t n)
+{
+	uint64_t now = ag_rdtsc(), recent = ag_tsc_hz() / 10;
+	uint32_t busy = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (ahead_tsc[i] && now - ahead_tsc[i] < recent)
+			busy++;
+	return busy;
+}
+
+/* The CPUs this process may run on (the control thread's set: the main
+ * thread's when it was made), looked up once. */
+static int cpus_allowed(void)
+{
+	static int n;
+	cpu_set_t set;
+
+	if (!n)
+		n = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0
+		    ? CPU_COUNT(&set) : 1;
+	return n;
+}
+
+void ag_rings_populate(void)
+{
+	uint32_t n = nrings < MAX_RINGS ? nrings : MAX_RINGS;
+	/* As many busy writers as the process has CPUs or more: no core is
+	 * free for this work, which costs more here (3.4 us a page, through
+	 * get_user_pages) than in the writer's own faults (2.2 us): each
+	 * writer keeps its faults (8 threads on 2 cores: 2.37x the flight
+	 * recorder's time with it, 2.20 without; bench/RECORDS.md). */
+	bool skip = ahead && busy_writers(n) >= (uint32_t)cpus_allowed();
+
+	for (uint32_t i = 0; ahead && !populate_unsupported && i < n; i++) {
+		uint64_t at = __atomic_exchange_n(&ahead[i], 0, __ATOMIC_ACQ_REL);
+		uint64_t len = rings[i] ? rings[i]->chunk * 8 : 0, t0;
+
+		if (!at)
+			continue;
+		if (skip) {
+			populate_left++;
+			continue;
+		}
+		t0 = ag_mono_ns();
+		for (uint64_t off = 0; off < len; off += POPULATE_PIECE)
+			if (madvise((void *)(uintptr_t)(at + off), POPULATE_PIECE,
+				    MADV_POPULATE_WRITE) != 0) {
+				if (errno == EINVAL) {
+					populate_unsupported = 1;
+					ag_log("ring: no MADV_POPULATE_WRITE (%s): each thread "
+					       "faults its own chunks in", strerror(errno));
+				}
+				break;
+			}
+		populated++;
+		populate_ns += ag_mono_ns() - t0;
+	}
+}
+
+void ag_rings_populate_log(void)
+{
+	if (populated || populate_left)
+		ag_log("end: %lu chunks of every record faulted in ahead by the control thread "
+		       "(%.1f ms), %lu left to their writers (as many busy writers as CPUs)",
+		       (unsigned long)populated, (double)populate_ns / 1e6,
+		       (unsigned long)populate_left);
 }
 
 void ag_rings_close_all(void)

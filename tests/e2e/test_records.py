@@ -40,6 +40,7 @@ tests/progs/hotthreads.c: THREADS threads calling a small function.
 """
 
 import glob
+import re
 import os
 import shutil
 import signal
@@ -464,13 +465,49 @@ def case_first(sptrace, prog, tmp):
     print("first: rings while running %r" % sizes)
 
 
+def case_ahead(sptrace, prog, tmp):
+    """One busy thread on a machine of two CPUs or more: the control thread
+    faults in each chunk a window's move maps ahead (agent/ring.c, point
+    4), and every record is still kept and counted.  With as many busy
+    threads as CPUs the chunks are left to their writers."""
+    env = private_repo_env(tmp)
+    n = 4000000                        # 8 M records: 8 chunks of a 16 MiB window
+    cpus = len(os.sched_getaffinity(0))
+    for threads in (1, max(2, cpus)):
+        tdir = os.path.join(tmp, "trace%d" % threads)
+        r = run([sptrace, "run", "-o", tdir, "--", prog, str(threads), str(n)], env=env)
+        check(r.returncode == 0 and r.stdout.startswith("hotthreads %d %d " % (threads, n)),
+              "traced hotthreads %d: exit %d\n%s%s" % (threads, r.returncode, r.stdout,
+                                                        r.stderr[-2000:]))
+        heads = check_kept(sptrace, tdir, env, "ahead %d" % threads)
+        written = sum(h["count"] for h in heads.values())
+        calls, rep = report_calls(sptrace, tdir, env)
+        check(calls.get("leaf") == threads * n,
+              "ahead %d: report counts %s calls of leaf, expected %d" %
+              (threads, calls.get("leaf"), threads * n))
+        log = open(os.path.join(tdir, "agent.log")).read()
+        m = re.search(r"end: (\d+) chunks of every record faulted in ahead by the control "
+                      r"thread \(([\d.]+) ms\), (\d+) left to their writers", log)
+        check(m, "ahead %d: agent.log does not say which chunks were faulted in ahead:\n%s" %
+              (threads, log[-3000:]))
+        ahead, left = int(m.group(1)), int(m.group(3))
+        if threads == 1 and cpus >= 2:
+            check(ahead >= 4 and left == 0, "ahead 1: %d chunks faulted in ahead, %d left to "
+                  "the writer: want them ahead" % (ahead, left))
+        elif threads >= cpus:
+            check(left >= ahead, "ahead %d on %d CPUs: %d chunks faulted in ahead, %d left to "
+                  "their writers: want them mostly left" % (threads, cpus, ahead, left))
+        print("ahead: %d threads, %d records, %d chunks faulted in ahead, %d left" %
+              (threads, written, ahead, left))
+
+
 def main():
     if len(sys.argv) != 4:
-        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact|early|first PROG")
+        fail("usage: test_records.py SPTRACE threads|kill9|lost|fsize|compact|early|first|ahead PROG")
     sptrace, case, prog = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
     cases = {"threads": case_threads, "kill9": case_kill9, "lost": case_lost,
              "fsize": case_fsize, "compact": case_compact, "early": case_early,
-             "first": case_first}
+             "first": case_first, "ahead": case_ahead}
     check(case in cases, "unknown case %s" % case)
     tmp = tempfile.mkdtemp(prefix="sptrace-e2e-records-")
     try:

@@ -46,7 +46,9 @@
  *      4.3 ns a record (bench/PAGECOST.md), a quarter of python3's traced
  *      time, now spent on another core where there is one.  A page the
  *      writer reaches first it faults in itself, as before; a chunk the
- *      control thread never gets to costs nothing more.  The window's
+ *      control thread never gets to costs nothing more.  From a thread's
+ *      POPULATE_FROM-th chunk on, and not while as many threads move their
+ *      windows as the process has CPUs (ag_rings_populate).  The window's
  *      halves are only ever the ring file's or, after a failed move,
  *      anonymous memory of the ring's: the control thread touches nothing
  *      of the program's.  A forked child has no control thread and asks
@@ -103,6 +105,12 @@ static __thread uint32_t own_slot __attribute__((tls_model("initial-exec")));  /
  * in (its address; 0: none). */
 static volatile uint64_t *ahead;
 static volatile uint64_t *ahead_tsc;    /* ... and when it was asked for */
+/* The first chunk the control thread faults in: a thread that records a
+ * few chunks gains a few ms at most, and a program of many such processes
+ * (a build: each cc1 fills 4) may need that core itself -- make -j2 took
+ * 2.10 s with every chunk faulted in ahead, against 1.97 without
+ * (bench/START.md).  Threads that record on gain it back many times. */
+#define POPULATE_FROM 8
 
 /* The sizes sptrace run --ring-size allows (cli/trace_dir.c): 8 KiB of
  * records at least, 64 GiB at most.  Beyond that the doubling below would
@@ -209,7 +217,7 @@ static void move_once(trace_ring_header *r)
 			ag_arch_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
 		if (rc == (long)half) {
 			__atomic_store_n(&r->limit, r->limit + h, __ATOMIC_RELEASE);
-			if (ahead && own_slot) {
+			if (ahead && own_slot && k + 1 >= POPULATE_FROM) {
 				ahead_tsc[own_slot - 1] = ag_rdtsc();
 				__atomic_store_n(&ahead[own_slot - 1], (uint64_t)(uintptr_t)half,
 						 __ATOMIC_RELEASE);

@@ -108,8 +108,9 @@ static volatile uint64_t *ahead_tsc;    /* ... and when it was asked for */
 /* The first chunk the control thread faults in: a thread that records a
  * few chunks gains a few ms at most, and a program of many such processes
  * (a build: each cc1 fills 4) may need that core itself -- make -j2 took
- * 2.10 s with every chunk faulted in ahead, against 1.97 without
- * (bench/START.md).  Threads that record on gain it back many times. */
+ * 2.10 s with every chunk faulted in ahead, 1.97 for the build before
+ * (bench/START.md, 05:39); from the 8th, 2.02 against 1.99.  Threads that
+ * record on gain it back many times. */
 #define POPULATE_FROM 8
 
 /* The sizes sptrace run --ring-size allows (cli/trace_dir.c): 8 KiB of

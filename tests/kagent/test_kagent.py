@@ -66,12 +66,17 @@ i=0; while ! grep -q 'recording pid' attach.out && [ $i -lt 1200 ]; do sleep 0.1
 # ... and until the agent is tracing (meta says "activated"): under load the
 # program's calls could come first (the trace then had no thread at all)
 i=0; while ! grep -q '^activated' att.data/meta 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+# ... and until the program's thread has its ring: "activated" is written when
+# the breakpoint after its system call is armed, before the thread gets there
+i=0; while ! ls att.data/ring.* > /dev/null 2>&1 && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+echo "@@attach-ring-wait $i"
 touch go
 wait $S; echo "@@attach-status $?"
 wait $A; echo "@@attached-status $?"
 sed 's/^/@@attach-out /' attach.out
 sed 's/^/@@attach-err /' attach.err
 sptrace replay att.data | sed 's/^/@@attach-replay /'
+sed 's/^/@@attach-log /' att.data/agent.log
 echo "@@kprobes-after-close $(grep -c . /sys/kernel/debug/kprobes/list)"
 echo "@@ftrace-after-close $(grep -c . /sys/kernel/debug/tracing/enabled_functions)"
 sptrace run --kernel -o during.data -- ./kcalls cat /sys/kernel/debug/tracing/enabled_functions > during.out 2>/dev/null
@@ -335,9 +340,18 @@ def main():
           f'sptrace attach --kernel (status {one(out, "attach-status")}, the program\'s '
           f'{one(out, "attached-status")}): ' + ' / '.join(values(out, 'attach-err')))
     att_calls = calls(values(out, 'attach-replay'))
+    wait = one(out, 'attach-ring-wait') or '?'
+    check(wait.isdigit() and int(wait) < 600,
+          f'attach: the program\'s thread had its ring {wait} tenths of a second after '
+          f'meta said "activated"')
+    # (agent.log said when a chain is missing)
+    log = '' if all(has_chain(att_calls, c) for c in (
+        ['write', '__x64_sys_write'], ['read', '__x64_sys_read'])) else \
+        '; agent.log: ' + ' / '.join(values(out, 'attach-log'))
     for chain in (['write', '__x64_sys_write', 'ksys_write', 'vfs_write'],
                   ['read', '__x64_sys_read', 'ksys_read', 'vfs_read']):
-        check(has_chain(att_calls, chain), 'attach: the chain ' + ' { '.join(chain) + ' }')
+        check(has_chain(att_calls, chain), 'attach: the chain ' + ' { '.join(chain) + ' }' +
+              ('' if has_chain(att_calls, chain) else log))
     # Attached, libc's getppid is reached through a PLT slot bound lazily,
     # which the agent may not show as a call of its own.
     check(has_chain(att_calls, ['ask_parent', 'getppid', '__x64_sys_getppid']) or

@@ -699,6 +699,7 @@ int ag_fd_keep(volatile int *where, const char *path, int flags);
 int ag_fd_checked(volatile int *where);
 void ag_fd_drop(int fd);               /* the agent closes one of its own */
 bool ag_fd_is_ours(int fd);            /* one of the agent's (no system call) */
+bool ag_fd_still_ours(int fd);         /* ... and still its file (one raw fstat) */
 void ag_fds_fork_lock(void);           /* fork handlers: the table whole in the child */
 void ag_fds_fork_unlock(void);
 /* The interposers of fcntl by both its names, whatever _FILE_OFFSET_BITS

@@ -52,8 +52,6 @@ static char reg_name[64];         /* <pid>-<start time>, registered in reg_fd */
 static volatile int reg_fd = -1;  /* the registry dir, checked (registry.h) */
 static volatile int wake_fd = -1; /* ag_control_wake */
 static volatile int wake_reloc, wake_populate;  /* why it was woken */
-static dev_t wake_dev;            /* wake_fd's, for a raw check */
-static ino_t wake_ino;
 static volatile int fifo_fd = -1;
 static pid_t owner;             /* the process that registered them (not a forked child) */
 static volatile int control_ready;  /* its start is done (point 3 below) */
@@ -277,13 +275,9 @@ void ag_control_wake_to_populate(void)
 {
 	uint64_t one = 1;
 	int fd = wake_fd;
-	struct stat st;
 
-	/* (fds.c, rule 4, by a raw fstat: still the eventfd made at start) */
 	if (fd < 0 || !__atomic_load_n(&serving, __ATOMIC_ACQUIRE) ||
-	    ag_arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0) != owner ||
-	    ag_arch_syscall6(SYS_fstat, fd, (long)&st, 0, 0, 0, 0) != 0 ||
-	    st.st_dev != wake_dev || st.st_ino != wake_ino)
+	    ag_arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0) != owner || !ag_fd_still_ours(fd))
 		return;
 	__atomic_store_n(&wake_populate, 1, __ATOMIC_RELEASE);
 	ag_arch_syscall6(SYS_write, fd, (long)&one, sizeof one, 0, 0, 0);
@@ -348,14 +342,6 @@ int ag_control_start(void)
 	owner = getpid();
 	wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ag_fd_keep(&wake_fd, NULL, 0);
-	{
-		struct stat st;
-
-		if (wake_fd >= 0 && fstat(wake_fd, &st) == 0) {
-			wake_dev = st.st_dev;
-			wake_ino = st.st_ino;
-		}
-	}
 	snprintf(fifo, sizeof fifo, "%s/control", ag_dir);
 	took = ag_spare_take_node(AG_SPARE_FIFO, fifo);
 	if (took < 0 && mkfifo(fifo, 0600) == 0) {

@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "arch.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -337,6 +338,18 @@ static int ebadf(void)
 bool ag_fd_is_ours(int fd)
 {
 	return is_ours(fd);
+}
+
+/* Rule 4's look without its repair, in one raw system call (no errno, no C
+ * library code: a window's move, ring.c): is fd still the file registered
+ * as ours?  If not, the caller leaves it alone. */
+bool ag_fd_still_ours(int fd)
+{
+	struct stat st;
+	kept *e = is_ours(fd) ? entry_of(fd) : NULL;
+
+	return e && ag_arch_syscall6(SYS_fstat, fd, (long)&st, 0, 0, 0, 0) == 0 &&
+	       st.st_dev == e->dev && st.st_ino == e->ino;
 }
 
 /* ---- the interposers (hooks.c lists them for an attached agent) ---- */

@@ -481,12 +481,6 @@ static int punch(int fd, const trace_ring_header *h, uint64_t first, uint64_t n,
 }
 
 /*
- * sptrace run's side (point 2).  The ring file's records below `to` -- the
- * chunks the agent is done with, or when the file is process `gone`'s
- * (which can write no more) every record it holds -- that are not in packed.<tid> yet are encoded
- * into new blocks, one per chunk, and punched out of the ring file.
- */
-/*
  * The buffers of a chunk's packing, kept from one call to the next (like
  * the compression context): made anew at each call, as they were, the
  * packer of `sptrace run` spent a quarter of its time in the page faults of
@@ -517,6 +511,12 @@ static int buffers_for(uint64_t most)
 	return bufs.most ? 0 : -1;
 }
 
+/*
+ * sptrace run's side (point 2).  The ring file's records below `to` -- the
+ * chunks the agent is done with, or when the file is process `gone`'s
+ * (which can write no more) every record it holds -- that are not in packed.<tid> yet are encoded
+ * into new blocks, one per chunk, and punched out of the ring file.
+ */
 int64_t an_pack_ring(const char *ring_path, int gone, sp_err *err)
 {
 	int final;
